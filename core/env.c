@@ -1,0 +1,89 @@
+/* env.c — parse the TL_ENV_MAP knobs once. */
+#include "core/env.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct tl_env g_env;
+static tl_status g_status = TL_OK;
+static char g_error[512];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static const char* value_of(const char* name, const char* def) {
+  const char* v = getenv(name);
+  return (v && *v) ? v : def;
+}
+
+static int parse_int(const char* s, long lo, long hi, int* out) {
+  char* end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end != '\0' || v < lo || v > hi) return 0;
+  *out = (int)v;
+  return 1;
+}
+
+static void bad(const char* name, const char* value, const char* expected) {
+  if (g_status != TL_OK) return; /* keep the first complaint */
+  g_status = TL_ERR_CONFIG;
+  snprintf(g_error, sizeof g_error, "environment variable %s='%s' is not valid: expected %s", name,
+           value, expected);
+}
+
+static void load(void) {
+  static const char* const levels[] = {"error", "warn", "info", "debug"};
+  const char* v = value_of("TRELLIS_LOG_LEVEL", "info");
+  g_env.log_level = TL_LOG_INFO;
+  int found = 0;
+  for (int i = 0; i < 4; i++)
+    if (strcmp(v, levels[i]) == 0) g_env.log_level = (tl_log_level)i, found = 1;
+  if (!found) bad("TRELLIS_LOG_LEVEL", v, "one of error, warn, info, debug");
+
+  v = value_of("TRELLIS_LOG_RANKS", "0");
+  g_env.log_rank = 0;
+  if (strcmp(v, "all") == 0)
+    g_env.log_rank = -1;
+  else if (!parse_int(v, 0, INT_MAX, &g_env.log_rank))
+    bad("TRELLIS_LOG_RANKS", v, "a rank number (0, 1, ...) or 'all'"), g_env.log_rank = 0;
+
+  v = value_of("TRELLIS_NUM_THREADS", "0");
+  if (!parse_int(v, 0, 4096, &g_env.num_threads))
+    bad("TRELLIS_NUM_THREADS", v, "an integer from 0 (automatic) to 4096"), g_env.num_threads = 0;
+}
+
+const struct tl_env* tl_env(void) {
+  pthread_once(&g_once, load);
+  return &g_env;
+}
+
+tl_status tl_env_status(void) {
+  pthread_once(&g_once, load);
+  if (g_status != TL_OK) return TL_ERRF(g_status, "%s", g_error);
+  return TL_OK;
+}
+
+int tl_env_describe(int i, const char** name, const char** def, const char** doc) {
+  static const char* const names[] = {
+#define TL__ENV_NAME(n, d, doc) #n,
+      TL_ENV_MAP(TL__ENV_NAME)
+#undef TL__ENV_NAME
+  };
+  static const char* const defs[] = {
+#define TL__ENV_DEF(n, d, doc) d,
+      TL_ENV_MAP(TL__ENV_DEF)
+#undef TL__ENV_DEF
+  };
+  static const char* const docs[] = {
+#define TL__ENV_DOC(n, d, doc) doc,
+      TL_ENV_MAP(TL__ENV_DOC)
+#undef TL__ENV_DOC
+  };
+  if (i < 0 || i >= (int)(sizeof names / sizeof names[0])) return 0;
+  *name = names[i];
+  *def = defs[i];
+  *doc = docs[i];
+  return 1;
+}

@@ -1,0 +1,51 @@
+/* env.h — the environment variables trellis reads, each read once.
+ *
+ * Every knob is one row of TL_ENV_MAP (name, default, documentation), so the
+ * list that `trellis env` prints and README.md documents is the list the code
+ * reads. Values are parsed on first use and then fixed for the process; a
+ * value that does not parse is reported by tl_env_status() and the default is
+ * kept, so library code can always call tl_env(). */
+#ifndef TL_CORE_ENV_H
+#define TL_CORE_ENV_H
+
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(NAME, default, doc) */
+#define TL_ENV_MAP(X)                                                              \
+  X(TRELLIS_LOG_LEVEL, "info",                                                     \
+    "least severe log level printed: error, warn, info or debug")                  \
+  X(TRELLIS_LOG_RANKS, "0",                                                        \
+    "which ranks print info and debug lines: a rank number, or 'all' "             \
+    "(warnings and errors always print)")                                          \
+  X(TRELLIS_NUM_THREADS, "0",                                                      \
+    "CPU threads per process for kernels and OpenBLAS; 0 = every online core "     \
+    "divided by the ranks sharing this node")
+
+typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
+
+struct tl_env {
+  tl_log_level log_level;
+  int log_rank;  /* -1 = all ranks */
+  int num_threads; /* 0 = automatic */
+};
+
+/* The parsed knobs; parsed on the first call (thread-safe), fixed after. */
+const struct tl_env* tl_env(void);
+
+/* TL_OK, or TL_ERR_CONFIG with the offending variable, its value and the
+ * allowed values recorded in tl_last_error(). */
+tl_status tl_env_status(void);
+
+/* For listings: the i-th knob's name, default and documentation;
+ * returns 0 past the end. */
+int tl_env_describe(int i, const char** name, const char** def, const char** doc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

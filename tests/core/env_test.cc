@@ -1,0 +1,48 @@
+// Environment knobs: parsed once, bad values named with what was expected.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+
+#include "core/env.h"
+#include "core/log.h"
+
+TEST(Env, BadValueIsReportedWithNameValueAndExpectationThenFixedForTheProcess) {
+  // This binary's first call to tl_env happens here.
+  setenv("TRELLIS_NUM_THREADS", "lots", 1);
+  setenv("TRELLIS_LOG_LEVEL", "debug", 1);
+  setenv("TRELLIS_LOG_RANKS", "all", 1);
+  const struct tl_env* env = tl_env();
+  EXPECT_EQ(env->num_threads, 0);  // default kept
+  EXPECT_EQ(env->log_level, TL_LOG_DEBUG);
+  EXPECT_EQ(env->log_rank, -1);
+  ASSERT_EQ(tl_env_status(), TL_ERR_CONFIG);
+  std::string msg = tl_last_error();
+  EXPECT_NE(msg.find("TRELLIS_NUM_THREADS='lots'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expected an integer"), std::string::npos) << msg;
+  // Read once: later changes to the environment do not move the knobs.
+  setenv("TRELLIS_LOG_LEVEL", "error", 1);
+  EXPECT_EQ(tl_env()->log_level, TL_LOG_DEBUG);
+}
+
+TEST(Env, EveryKnobIsDocumented) {
+  const char *name, *def, *doc;
+  int n = 0;
+  while (tl_env_describe(n, &name, &def, &doc)) {
+    EXPECT_EQ(std::string(name).rfind("TRELLIS_", 0), 0u);
+    EXPECT_GT(std::string(doc).size(), 20u) << name;
+    n++;
+  }
+  EXPECT_EQ(n, 3);
+}
+
+TEST(Log, RankFilteringFollowsTheKnobs) {
+  // TRELLIS_LOG_RANKS=all and level debug were fixed by the first test.
+  tl_log_set_rank(3, 4);
+  EXPECT_TRUE(tl_log_enabled(TL_LOG_DEBUG));
+  EXPECT_TRUE(tl_log_enabled(TL_LOG_ERROR));
+  testing::internal::CaptureStderr();
+  TL_LOG_WARN("step %d", 7);
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out, "[trellis 3/4 W] step 7\n");
+}

@@ -1,0 +1,28 @@
+# The CUDA toolkit at %{root} (see system.bzl): runtime, cuBLAS/cuBLASLt,
+# cuDNN and NCCL, which this machine kind ships inside the toolkit folder.
+package(default_visibility = ["//visibility:public"])
+
+cc_library(
+    name = "cuda",
+    hdrs = glob(["include/*.h", "include/crt/*.h", "include/crt/*.hpp", "include/*.hpp"]),
+    includes = ["include"],
+    linkopts = [
+        "-L%{root}/lib64",
+        "-Wl,-rpath,%{root}/lib64",
+        "-lcublasLt",
+        "-lcublas",
+        "-lcudart",
+    ],
+)
+
+cc_library(
+    name = "nccl",
+    linkopts = ["-L%{root}/lib64", "-Wl,-rpath,%{root}/lib64", "-lnccl"],
+    deps = [":cuda"],
+)
+
+cc_library(
+    name = "cudnn",
+    linkopts = ["-L%{root}/lib64", "-Wl,-rpath,%{root}/lib64", "-lcudnn"],
+    deps = [":cuda"],
+)
