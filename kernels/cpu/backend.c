@@ -1,0 +1,82 @@
+/* backend.c — the CPU kernel table and its thread settings.
+ *
+ * Threads: TRELLIS_NUM_THREADS if set, otherwise the online cores divided
+ * by the ranks that the MPI launcher placed on this node, so that four ranks
+ * on two cores do not run sixteen busy threads. The same count goes to
+ * OpenMP (our kernels) and to OpenBLAS (GEMM). */
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/env.h"
+#include "core/log.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_impl.h"
+
+/* Declared by OpenBLAS's cblas.h in some versions and not others. */
+void openblas_set_num_threads(int num_threads);
+
+static int g_threads = 0;
+
+static int local_ranks(void) {
+  static const char* const vars[] = {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                     "SLURM_NTASKS_PER_NODE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char* v = getenv(vars[i]);
+    int n = v ? atoi(v) : 0;
+    if (n > 0) return n;
+  }
+  return 1;
+}
+
+static tl_status cpu_synchronize(void* ctx) {
+  (void)ctx;
+  return TL_OK;
+}
+
+int tl_cpu_num_threads(void) { return g_threads; }
+
+tl_status tl_cpu_backend_init(void** ctx) {
+  *ctx = NULL;
+  int n = tl_env()->num_threads;
+  if (n == 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    n = (int)(cores > 0 ? cores : 1) / local_ranks();
+    if (n < 1) n = 1;
+  }
+  if (n != g_threads) {
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+    g_threads = n;
+    TL_LOG_DEBUG("cpu backend: %d thread%s", n, n == 1 ? "" : "s");
+  }
+  return TL_OK;
+}
+
+void tl_cpu_backend_free(void* ctx) { (void)ctx; }
+
+const struct tl_kernel_ops tl_cpu_kernel_ops = {
+    .name = "cpu",
+    .synchronize = cpu_synchronize,
+    .matmul = tl__cpu_matmul,
+    .matmul_backward = tl__cpu_matmul_backward,
+    .layernorm_forward = tl__cpu_layernorm_forward,
+    .layernorm_backward = tl__cpu_layernorm_backward,
+    .gelu_forward = tl__cpu_gelu_forward,
+    .gelu_backward = tl__cpu_gelu_backward,
+    .softmax_forward = tl__cpu_softmax_forward,
+    .softmax_backward = tl__cpu_softmax_backward,
+    .attention_forward = tl__cpu_attention_forward,
+    .attention_backward = tl__cpu_attention_backward,
+    .embedding_forward = tl__cpu_embedding_forward,
+    .embedding_backward = tl__cpu_embedding_backward,
+    .crossentropy_forward_backward = tl__cpu_crossentropy_forward_backward,
+    .add_forward = tl__cpu_add_forward,
+    .add_backward = tl__cpu_add_backward,
+    .scale_forward = tl__cpu_scale_forward,
+    .scale_backward = tl__cpu_scale_backward,
+    .sum_forward = tl__cpu_sum_forward,
+    .sum_backward = tl__cpu_sum_backward,
+    .adamw = tl__cpu_adamw,
+};

@@ -1,0 +1,50 @@
+/* cpu_impl.h — the CPU kernels, one family per file, gathered into
+ * tl_cpu_kernel_ops by backend.c. Signatures are those of struct
+ * tl_kernel_ops; see kernels/ops.h for shapes and semantics. */
+#ifndef TL_KERNELS_CPU_CPU_IMPL_H
+#define TL_KERNELS_CPU_CPU_IMPL_H
+
+#include "kernels/ops.h"
+
+/* Loops shorter than this stay on one thread: waking a team costs more. */
+#define TL_CPU_PAR_MIN 4096
+
+tl_status tl__cpu_matmul(void* ctx, float* out, const float* a, const float* b, const float* bias,
+                         int m, int n, int k, bool trans_a, bool trans_b, bool accumulate);
+tl_status tl__cpu_matmul_backward(void* ctx, float* da, float* db, float* dbias, const float* dout,
+                                  const float* a, const float* b, int m, int n, int k, bool trans_a,
+                                  bool trans_b);
+tl_status tl__cpu_layernorm_forward(void* ctx, float* out, float* mean, float* rstd,
+                                    const float* inp, const float* weight, const float* bias, int n,
+                                    int c);
+tl_status tl__cpu_layernorm_backward(void* ctx, float* dinp, float* dweight, float* dbias,
+                                     const float* dout, const float* inp, const float* weight,
+                                     const float* mean, const float* rstd, int n, int c);
+tl_status tl__cpu_gelu_forward(void* ctx, float* out, const float* inp, int64_t n);
+tl_status tl__cpu_gelu_backward(void* ctx, float* dinp, const float* inp, const float* dout,
+                                int64_t n);
+tl_status tl__cpu_softmax_forward(void* ctx, float* out, const float* inp, int rows, int cols);
+tl_status tl__cpu_softmax_backward(void* ctx, float* dinp, const float* out, const float* dout,
+                                   int rows, int cols);
+tl_status tl__cpu_attention_forward(void* ctx, float* out, float* att, const float* qkv, int b,
+                                    int t, int c, int nh);
+tl_status tl__cpu_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
+                                     const float* att, int b, int t, int c, int nh);
+tl_status tl__cpu_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
+                                    const float* wpe, int b, int t, int c);
+tl_status tl__cpu_embedding_backward(void* ctx, float* dwte, float* dwpe, const float* dout,
+                                     const int32_t* tokens, int b, int t, int c);
+tl_status tl__cpu_crossentropy_forward_backward(void* ctx, float* losses, float* dlogits,
+                                                const float* logits, const int32_t* targets,
+                                                const float* dlosses, int n, int v, int vp);
+tl_status tl__cpu_add_forward(void* ctx, float* out, const float* a, const float* b, int64_t n);
+tl_status tl__cpu_add_backward(void* ctx, float* da, float* db, const float* dout, int64_t n);
+tl_status tl__cpu_scale_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
+tl_status tl__cpu_scale_backward(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
+tl_status tl__cpu_sum_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
+tl_status tl__cpu_sum_backward(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
+tl_status tl__cpu_adamw(void* ctx, float* params, const float* grads, float* m, float* v,
+                        int64_t n, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int step);
+
+#endif

@@ -1,0 +1,152 @@
+// backend.cu — the CUDA kernel table, the device context (stream, cuBLAS
+// handle, workspace) and CUDA memory for core's counted allocator.
+#include "kernels/cuda/cuda_impl.h"
+
+#include <stdlib.h>
+
+#include "core/log.h"
+
+static tl_status cuda_alloc(int index, size_t bytes, void** out) {
+  TL_CUDA_CHECK(cudaSetDevice(index));
+  cudaError_t e = cudaMalloc(out, bytes);
+  if (e != cudaSuccess) {
+    *out = NULL;
+    return TL_ERRF(e == cudaErrorMemoryAllocation ? TL_ERR_NOMEM : TL_ERR_CUDA,
+                   "cudaMalloc of %zu bytes on cuda:%d failed: %s", bytes, index,
+                   cudaGetErrorString(e));
+  }
+  return TL_OK;
+}
+
+static void cuda_free(int index, void* ptr) {
+  if (cudaSetDevice(index) == cudaSuccess) cudaFree(ptr);
+}
+
+static tl_status cuda_to_host(int index, void* dst, const void* src, size_t bytes) {
+  TL_CUDA_CHECK(cudaSetDevice(index));
+  TL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  return TL_OK;
+}
+
+static tl_status cuda_from_host(int index, void* dst, const void* src, size_t bytes) {
+  TL_CUDA_CHECK(cudaSetDevice(index));
+  TL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  return TL_OK;
+}
+
+static tl_status cuda_on_device(int index, void* dst, const void* src, size_t bytes) {
+  TL_CUDA_CHECK(cudaSetDevice(index));
+  TL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  return TL_OK;
+}
+
+static tl_status cuda_zero(int index, void* dst, size_t bytes) {
+  TL_CUDA_CHECK(cudaSetDevice(index));
+  TL_CUDA_CHECK(cudaMemset(dst, 0, bytes));
+  return TL_OK;
+}
+
+static const struct tl_memory_ops k_cuda_memory = {
+    cuda_alloc, cuda_free, cuda_to_host, cuda_from_host, cuda_on_device, cuda_zero,
+};
+
+extern "C" int tl__cuda_device_count(const char** why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(e);
+    cudaGetLastError(); /* clear the sticky error so later calls start clean */
+    return 0;
+  }
+  if (n == 0 && why) *why = "no CUDA device found";
+  return n;
+}
+
+extern "C" tl_status tl__cuda_workspace(struct tl_cuda_ctx* ctx, size_t bytes, void** out) {
+  if (!ctx->workspace || ctx->workspace->bytes < bytes) {
+    TL_CUDA_CHECK(cudaStreamSynchronize(ctx->stream)); /* the old one may be in use */
+    tl_buffer_destroy(ctx->workspace);
+    ctx->workspace = NULL;
+    TL_CHECK(tl_buffer_create(tl_cuda(ctx->device), bytes, &ctx->workspace));
+  }
+  *out = ctx->workspace->data;
+  return TL_OK;
+}
+
+static tl_status cuda_synchronize(void* ctx) {
+  TL_CUDA_CHECK(cudaStreamSynchronize(TL_CUDA_CTX(ctx)->stream));
+  return TL_OK;
+}
+
+extern "C" tl_status tl_cuda_backend_init(int index, void** out) {
+  *out = NULL;
+  const char* why = NULL;
+  int n = tl__cuda_device_count(&why);
+  if (n == 0) return TL_ERRF(TL_ERR_NO_DEVICE, "cuda:%d is not available: %s", index, why);
+  if (index < 0 || index >= n || index >= TL_MAX_CUDA_DEVICES)
+    return TL_ERRF(TL_ERR_NO_DEVICE, "cuda:%d does not exist: this machine has %d CUDA device%s",
+                   index, n, n == 1 ? "" : "s");
+  tl_memory_register(TL_DEVICE_CUDA, &k_cuda_memory);
+  struct tl_cuda_ctx* ctx = (struct tl_cuda_ctx*)calloc(1, sizeof *ctx);
+  if (!ctx) return TL_ERRF(TL_ERR_NOMEM, "out of host memory for a CUDA context");
+  ctx->device = index;
+  cudaError_t e = cudaSetDevice(index);
+  if (e == cudaSuccess) e = cudaStreamCreate(&ctx->stream);
+  if (e != cudaSuccess) {
+    free(ctx);
+    return TL_ERRF(TL_ERR_CUDA, "cannot start cuda:%d: %s", index, cudaGetErrorString(e));
+  }
+  cublasStatus_t b = cublasCreate(&ctx->blas);
+  if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetStream(ctx->blas, ctx->stream);
+  /* Plain fp32 GEMM (no TF32): a parallel run must equal the single-device run. */
+  if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetMathMode(ctx->blas, CUBLAS_PEDANTIC_MATH);
+  if (b != CUBLAS_STATUS_SUCCESS) {
+    if (ctx->blas) cublasDestroy(ctx->blas);
+    cudaStreamDestroy(ctx->stream);
+    free(ctx);
+    return TL_ERRF(TL_ERR_CUBLAS, "cannot create a cuBLAS handle on cuda:%d: %s", index,
+                   cublasGetStatusString(b));
+  }
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, index) == cudaSuccess)
+    TL_LOG_DEBUG("cuda:%d is %s (sm_%d%d, %.1f GiB)", index, prop.name, prop.major, prop.minor,
+                 (double)prop.totalGlobalMem / (1 << 30));
+  *out = ctx;
+  return TL_OK;
+}
+
+extern "C" void tl_cuda_backend_free(void* p) {
+  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(p);
+  if (!ctx) return;
+  cudaSetDevice(ctx->device);
+  cudaStreamSynchronize(ctx->stream);
+  tl_buffer_destroy(ctx->workspace);
+  cublasDestroy(ctx->blas);
+  cudaStreamDestroy(ctx->stream);
+  free(ctx);
+}
+
+extern "C" const struct tl_kernel_ops tl_cuda_kernel_ops = {
+    "cuda",
+    cuda_synchronize,
+    tl__cuda_matmul,
+    tl__cuda_matmul_backward,
+    tl__cuda_layernorm_forward,
+    tl__cuda_layernorm_backward,
+    tl__cuda_gelu_forward,
+    tl__cuda_gelu_backward,
+    tl__cuda_softmax_forward,
+    tl__cuda_softmax_backward,
+    tl__cuda_attention_forward,
+    tl__cuda_attention_backward,
+    tl__cuda_embedding_forward,
+    tl__cuda_embedding_backward,
+    tl__cuda_crossentropy_forward_backward,
+    tl__cuda_add_forward,
+    tl__cuda_add_backward,
+    tl__cuda_scale_forward,
+    tl__cuda_scale_backward,
+    tl__cuda_sum_forward,
+    tl__cuda_sum_backward,
+    tl__cuda_adamw,
+};

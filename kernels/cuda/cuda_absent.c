@@ -1,0 +1,19 @@
+/* cuda_absent.c — the CUDA backend's entry points in a build without a CUDA
+ * toolkit: every one says so, nothing else changes. */
+#include "kernels/cuda/cuda.h"
+
+static const char k_why[] = "trellis was built without CUDA (no nvcc found when Bazel configured @cuda)";
+
+int tl__cuda_device_count(const char** why) {
+  if (why) *why = k_why;
+  return 0;
+}
+
+tl_status tl_cuda_backend_init(int index, void** ctx) {
+  *ctx = NULL;
+  return TL_ERRF(TL_ERR_NO_DEVICE, "cuda:%d is not available: %s", index, k_why);
+}
+
+void tl_cuda_backend_free(void* ctx) { (void)ctx; }
+
+const struct tl_kernel_ops tl_cuda_kernel_ops = {.name = "cuda (not built)"};

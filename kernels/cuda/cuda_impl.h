@@ -1,0 +1,99 @@
+/* cuda_impl.h — what the CUDA backend's files share: the device context,
+ * the error translation at the CUDA/cuBLAS boundary, and the kernels'
+ * declarations (signatures of struct tl_kernel_ops, see kernels/ops.h). */
+#ifndef TL_KERNELS_CUDA_CUDA_IMPL_H
+#define TL_KERNELS_CUDA_CUDA_IMPL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "core/alloc.h"
+#include "kernels/cuda/cuda.h"
+
+struct tl_cuda_ctx {
+  int device;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  tl_buffer* workspace; /* grown on demand, counted by core's allocator */
+};
+
+#define TL_CUDA_CHECK(expr)                                                                 \
+  do {                                                                                      \
+    cudaError_t tl__e = (expr);                                                             \
+    if (tl__e != cudaSuccess)                                                               \
+      return TL_ERRF(TL_ERR_CUDA, "%s failed: %s (%s)", #expr, cudaGetErrorString(tl__e),   \
+                     cudaGetErrorName(tl__e));                                              \
+  } while (0)
+
+#define TL_CUBLAS_CHECK(expr)                                                               \
+  do {                                                                                      \
+    cublasStatus_t tl__b = (expr);                                                          \
+    if (tl__b != CUBLAS_STATUS_SUCCESS)                                                     \
+      return TL_ERRF(TL_ERR_CUBLAS, "%s failed: %s", #expr, cublasGetStatusString(tl__b));  \
+  } while (0)
+
+/* After a kernel launch: reports a bad launch configuration at once. */
+#define TL_CUDA_LAUNCHED() TL_CUDA_CHECK(cudaGetLastError())
+
+#define TL_CUDA_CTX(p) ((struct tl_cuda_ctx*)(p))
+
+static inline unsigned tl__cuda_blocks(int64_t n, int threads) {
+  return (unsigned)((n + threads - 1) / threads);
+}
+
+/* A scratch area of at least `bytes` in the context's workspace. */
+extern "C" tl_status tl__cuda_workspace(struct tl_cuda_ctx* ctx, size_t bytes, void** out);
+
+extern "C" {
+tl_status tl__cuda_matmul(void* ctx, float* out, const float* a, const float* b, const float* bias,
+                          int m, int n, int k, bool trans_a, bool trans_b, bool accumulate);
+tl_status tl__cuda_matmul_backward(void* ctx, float* da, float* db, float* dbias, const float* dout,
+                                   const float* a, const float* b, int m, int n, int k,
+                                   bool trans_a, bool trans_b);
+tl_status tl__cuda_layernorm_forward(void* ctx, float* out, float* mean, float* rstd,
+                                     const float* inp, const float* weight, const float* bias,
+                                     int n, int c);
+tl_status tl__cuda_layernorm_backward(void* ctx, float* dinp, float* dweight, float* dbias,
+                                      const float* dout, const float* inp, const float* weight,
+                                      const float* mean, const float* rstd, int n, int c);
+tl_status tl__cuda_gelu_forward(void* ctx, float* out, const float* inp, int64_t n);
+tl_status tl__cuda_gelu_backward(void* ctx, float* dinp, const float* inp, const float* dout,
+                                 int64_t n);
+tl_status tl__cuda_softmax_forward(void* ctx, float* out, const float* inp, int rows, int cols);
+tl_status tl__cuda_softmax_backward(void* ctx, float* dinp, const float* out, const float* dout,
+                                    int rows, int cols);
+tl_status tl__cuda_attention_forward(void* ctx, float* out, float* att, const float* qkv, int b,
+                                     int t, int c, int nh);
+tl_status tl__cuda_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
+                                      const float* att, int b, int t, int c, int nh);
+tl_status tl__cuda_embedding_forward(void* ctx, float* out, const int32_t* tokens,
+                                     const float* wte, const float* wpe, int b, int t, int c);
+tl_status tl__cuda_embedding_backward(void* ctx, float* dwte, float* dwpe, const float* dout,
+                                      const int32_t* tokens, int b, int t, int c);
+tl_status tl__cuda_crossentropy_forward_backward(void* ctx, float* losses, float* dlogits,
+                                                 const float* logits, const int32_t* targets,
+                                                 const float* dlosses, int n, int v, int vp);
+tl_status tl__cuda_add_forward(void* ctx, float* out, const float* a, const float* b, int64_t n);
+tl_status tl__cuda_add_backward(void* ctx, float* da, float* db, const float* dout, int64_t n);
+tl_status tl__cuda_scale_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
+tl_status tl__cuda_scale_backward(void* ctx, float* dinp, const float* dout, float alpha,
+                                  int64_t n);
+tl_status tl__cuda_sum_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
+tl_status tl__cuda_sum_backward(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
+tl_status tl__cuda_adamw(void* ctx, float* params, const float* grads, float* m, float* v,
+                         int64_t n, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, int step);
+}
+
+/* Warp-wide sums and maxima (all 32 lanes get the result). */
+__device__ __forceinline__ float tl__warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ __forceinline__ float tl__warp_max(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+#endif

@@ -1,0 +1,127 @@
+// elementwise.cu — GELU, residual add, scale and the full sum. The sum is
+// one block striding in double and reducing in a fixed tree, so it is
+// deterministic (it is used for losses and norms, not in hot loops).
+#include "kernels/cuda/cuda_impl.h"
+
+#define THREADS 256
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+
+#define FOR_EACH(i, n) \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+static unsigned grid_for(int64_t n) {
+  int64_t g = (n + THREADS - 1) / THREADS;
+  return (unsigned)(g < 65535 ? (g > 0 ? g : 1) : 65535);
+}
+
+__global__ static void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  FOR_EACH(i, n) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
+  }
+}
+
+__global__ static void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
+                                            int64_t n) {
+  FOR_EACH(i, n) {
+    float x = inp[i];
+    float th = tanhf(GELU_K * (x + GELU_C * x * x * x));
+    float dth = (1.0f - th * th) * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+    dinp[i] += (0.5f * (1.0f + th) + 0.5f * x * dth) * dout[i];
+  }
+}
+
+__global__ static void add_forward_kernel(float* out, const float* a, const float* b, int64_t n) {
+  FOR_EACH(i, n) out[i] = a[i] + b[i];
+}
+
+__global__ static void add_backward_kernel(float* da, float* db, const float* dout, int64_t n) {
+  FOR_EACH(i, n) {
+    if (da) da[i] += dout[i];
+    if (db) db[i] += dout[i];
+  }
+}
+
+__global__ static void scale_forward_kernel(float* out, const float* inp, float alpha, int64_t n) {
+  FOR_EACH(i, n) out[i] = alpha * inp[i];
+}
+
+__global__ static void scale_backward_kernel(float* dinp, const float* dout, float alpha, int64_t n) {
+  FOR_EACH(i, n) dinp[i] += alpha * dout[i];
+}
+
+__global__ static void sum_kernel(float* out, const float* inp, float alpha, int64_t n) {
+  __shared__ double shared[1024];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += inp[i];
+  shared[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+    if ((int)threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = (float)(alpha * shared[0]);
+}
+
+__global__ static void sum_backward_kernel(float* dinp, const float* dout, float alpha, int64_t n) {
+  float g = alpha * dout[0];
+  FOR_EACH(i, n) dinp[i] += g;
+}
+
+#define STREAM TL_CUDA_CTX(ctx)->stream
+
+extern "C" tl_status tl__cuda_gelu_forward(void* ctx, float* out, const float* inp, int64_t n) {
+  gelu_forward_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(out, inp, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_gelu_backward(void* ctx, float* dinp, const float* inp,
+                                            const float* dout, int64_t n) {
+  gelu_backward_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(dinp, inp, dout, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_add_forward(void* ctx, float* out, const float* a, const float* b,
+                                          int64_t n) {
+  add_forward_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(out, a, b, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_add_backward(void* ctx, float* da, float* db, const float* dout,
+                                           int64_t n) {
+  add_backward_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(da, db, dout, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_scale_forward(void* ctx, float* out, const float* inp, float alpha,
+                                            int64_t n) {
+  scale_forward_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(out, inp, alpha, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_scale_backward(void* ctx, float* dinp, const float* dout, float alpha,
+                                             int64_t n) {
+  scale_backward_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(dinp, dout, alpha, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_sum_forward(void* ctx, float* out, const float* inp, float alpha,
+                                          int64_t n) {
+  sum_kernel<<<1, 1024, 0, STREAM>>>(out, inp, alpha, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_sum_backward(void* ctx, float* dinp, const float* dout, float alpha,
+                                           int64_t n) {
+  sum_backward_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(dinp, dout, alpha, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}

@@ -1,0 +1,51 @@
+// matmul.cu — GEMM through cuBLAS. cuBLAS is column-major, so the row-major
+// product out = op(a) op(b) is computed as out^T = op(b)^T op(a)^T, which
+// is the same memory read column-major: swap the operands, keep the flags.
+#include "kernels/cuda/cuda_impl.h"
+
+__global__ static void bias_rows_kernel(float* out, const float* bias, int m, int n, int overwrite) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (int64_t)m * n) return;
+  float b = bias[i % n];
+  out[i] = overwrite ? b : out[i] + b;
+}
+
+// One thread per column walks the rows in order: a fixed summation order.
+__global__ static void colsum_add_kernel(float* out, const float* x, int rows, int cols) {
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  float s = 0.0f;
+  for (int i = 0; i < rows; i++) s += x[(int64_t)i * cols + j];
+  out[j] += s;
+}
+
+extern "C" tl_status tl__cuda_matmul(void* pctx, float* out, const float* a, const float* b,
+                                     const float* bias, int m, int n, int k, bool trans_a,
+                                     bool trans_b, bool accumulate) {
+  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
+  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  if (bias) {
+    bias_rows_kernel<<<tl__cuda_blocks((int64_t)m * n, 256), 256, 0, ctx->stream>>>(out, bias, m, n,
+                                                                                    !accumulate);
+    TL_CUDA_LAUNCHED();
+    beta = 1.0f;
+  }
+  TL_CUBLAS_CHECK(cublasSgemm(ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                              trans_b ? k : n, a, trans_a ? m : k, &beta, out, n));
+  return TL_OK;
+}
+
+static tl_status colsum_add(void* pctx, float* out, const float* x, int rows, int cols) {
+  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
+  colsum_add_kernel<<<tl__cuda_blocks(cols, 256), 256, 0, ctx->stream>>>(out, x, rows, cols);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_matmul_backward(void* ctx, float* da, float* db, float* dbias,
+                                              const float* dout, const float* a, const float* b,
+                                              int m, int n, int k, bool trans_a, bool trans_b) {
+  return tl__matmul_backward_by_matmul(&tl_cuda_kernel_ops, ctx, da, db, dbias, dout, a, b, m, n,
+                                       k, trans_a, trans_b, colsum_add);
+}

@@ -1,0 +1,139 @@
+// normalization.cu — layernorm and row softmax. One warp per row; the
+// layernorm parameter gradients use one thread per column walking the rows
+// in order, so results do not depend on scheduling.
+#include "kernels/cuda/cuda_impl.h"
+
+#define ROWS_PER_BLOCK 8
+
+__global__ static void layernorm_forward_kernel(float* out, float* mean, float* rstd,
+                                                const float* inp, const float* w, const float* b,
+                                                int n, int c) {
+  int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
+  if (row >= n) return;
+  int lane = threadIdx.x;
+  const float* x = inp + (int64_t)row * c;
+  float s = 0.0f;
+  for (int j = lane; j < c; j += 32) s += x[j];
+  float m = tl__warp_sum(s) / c;
+  float v = 0.0f;
+  for (int j = lane; j < c; j += 32) v += (x[j] - m) * (x[j] - m);
+  float r = rsqrtf(tl__warp_sum(v) / c + TL_LAYERNORM_EPS);
+  float* o = out + (int64_t)row * c;
+  for (int j = lane; j < c; j += 32) o[j] = (x[j] - m) * r * w[j] + b[j];
+  if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+__global__ static void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
+                                             const float* w, const float* mean, const float* rstd,
+                                             int n, int c) {
+  int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
+  if (row >= n) return;
+  int lane = threadIdx.x;
+  const float* x = inp + (int64_t)row * c;
+  const float* dy = dout + (int64_t)row * c;
+  float m = mean[row], r = rstd[row];
+  float a = 0.0f, bsum = 0.0f;
+  for (int j = lane; j < c; j += 32) {
+    float dn = w[j] * dy[j];
+    a += dn;
+    bsum += dn * (x[j] - m) * r;
+  }
+  a = tl__warp_sum(a) / c;
+  bsum = tl__warp_sum(bsum) / c;
+  float* dx = dinp + (int64_t)row * c;
+  for (int j = lane; j < c; j += 32) dx[j] += (w[j] * dy[j] - a - (x[j] - m) * r * bsum) * r;
+}
+
+__global__ static void layernorm_dparams_kernel(float* dw, float* db, const float* dout,
+                                                const float* inp, const float* mean,
+                                                const float* rstd, int n, int c) {
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= c) return;
+  float sw = 0.0f, sb = 0.0f;
+  for (int i = 0; i < n; i++) {
+    float dy = dout[(int64_t)i * c + j];
+    sw += (inp[(int64_t)i * c + j] - mean[i]) * rstd[i] * dy;
+    sb += dy;
+  }
+  if (dw) dw[j] += sw;
+  if (db) db[j] += sb;
+}
+
+extern "C" tl_status tl__cuda_layernorm_forward(void* pctx, float* out, float* mean, float* rstd,
+                                                const float* inp, const float* weight,
+                                                const float* bias, int n, int c) {
+  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
+  dim3 block(32, ROWS_PER_BLOCK);
+  layernorm_forward_kernel<<<tl__cuda_blocks(n, ROWS_PER_BLOCK), block, 0, ctx->stream>>>(
+      out, mean, rstd, inp, weight, bias, n, c);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_layernorm_backward(void* pctx, float* dinp, float* dweight,
+                                                 float* dbias, const float* dout, const float* inp,
+                                                 const float* weight, const float* mean,
+                                                 const float* rstd, int n, int c) {
+  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
+  if (dinp) {
+    dim3 block(32, ROWS_PER_BLOCK);
+    layernorm_dinp_kernel<<<tl__cuda_blocks(n, ROWS_PER_BLOCK), block, 0, ctx->stream>>>(
+        dinp, dout, inp, weight, mean, rstd, n, c);
+    TL_CUDA_LAUNCHED();
+  }
+  if (dweight || dbias) {
+    layernorm_dparams_kernel<<<tl__cuda_blocks(c, 128), 128, 0, ctx->stream>>>(
+        dweight, dbias, dout, inp, mean, rstd, n, c);
+    TL_CUDA_LAUNCHED();
+  }
+  return TL_OK;
+}
+
+__global__ static void softmax_forward_kernel(float* out, const float* inp, int rows, int cols) {
+  int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
+  if (row >= rows) return;
+  int lane = threadIdx.x;
+  const float* x = inp + (int64_t)row * cols;
+  float* y = out + (int64_t)row * cols;
+  float mx = -INFINITY;
+  for (int j = lane; j < cols; j += 32) mx = fmaxf(mx, x[j]);
+  mx = tl__warp_max(mx);
+  float s = 0.0f;
+  for (int j = lane; j < cols; j += 32) s += expf(x[j] - mx);
+  float inv = 1.0f / tl__warp_sum(s);
+  for (int j = lane; j < cols; j += 32) y[j] = expf(x[j] - mx) * inv;
+}
+
+__global__ static void softmax_backward_kernel(float* dinp, const float* out, const float* dout,
+                                               int rows, int cols) {
+  int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
+  if (row >= rows) return;
+  int lane = threadIdx.x;
+  const float* y = out + (int64_t)row * cols;
+  const float* dy = dout + (int64_t)row * cols;
+  float dot = 0.0f;
+  for (int j = lane; j < cols; j += 32) dot += y[j] * dy[j];
+  dot = tl__warp_sum(dot);
+  float* dx = dinp + (int64_t)row * cols;
+  for (int j = lane; j < cols; j += 32) dx[j] += y[j] * (dy[j] - dot);
+}
+
+extern "C" tl_status tl__cuda_softmax_forward(void* pctx, float* out, const float* inp, int rows,
+                                              int cols) {
+  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
+  dim3 block(32, ROWS_PER_BLOCK);
+  softmax_forward_kernel<<<tl__cuda_blocks(rows, ROWS_PER_BLOCK), block, 0, ctx->stream>>>(
+      out, inp, rows, cols);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_softmax_backward(void* pctx, float* dinp, const float* out,
+                                               const float* dout, int rows, int cols) {
+  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
+  dim3 block(32, ROWS_PER_BLOCK);
+  softmax_backward_kernel<<<tl__cuda_blocks(rows, ROWS_PER_BLOCK), block, 0, ctx->stream>>>(
+      dinp, out, dout, rows, cols);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}

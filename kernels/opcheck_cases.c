@@ -1,0 +1,412 @@
+/* opcheck_cases.c — the op cases: for each kernel, how to call it and a
+ * plain-loop double-precision reference of what it must compute. Adding a
+ * kernel to struct tl_kernel_ops means adding its cases here (one line in
+ * the table at the bottom per shape), and then the test suite and
+ * `trellis check` cover it. */
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "kernels/opcheck_impl.h"
+
+#define F(x) ((float*)(x))
+#define I(x) ((const int32_t*)(x))
+#define OPS be->ops
+#define CTX be->ctx
+
+/* ---- matmul: d = {m, n, k, trans_a, trans_b, flags}; flags 1 = bias, 2 = accumulate */
+
+static tl_status matmul_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                            float* const* out) {
+  int m = c->d[0], n = c->d[1], k = c->d[2];
+  const float* bias = (c->d[5] & 1) ? F(in[2]) : NULL;
+  int acc = (c->d[5] & 2) != 0;
+  if (acc) /* the starting value of out is the last input */
+    TL_CHECK(tl_memcpy(be->device, out[0], be->device, in[c->n_in - 1], sizeof(float) * (size_t)m * n));
+  return OPS->matmul(CTX, out[0], F(in[0]), F(in[1]), bias, m, n, k, c->d[3], c->d[4], acc);
+}
+
+static tl_status matmul_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                            float* const* out, float* const* dout, float* const* din) {
+  (void)out;
+  float* dbias = (c->d[5] & 1) ? din[2] : NULL;
+  return OPS->matmul_backward(CTX, din[0], din[1], dbias, dout[0], F(in[0]), F(in[1]), c->d[0],
+                              c->d[1], c->d[2], c->d[3], c->d[4]);
+}
+
+static void matmul_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  int m = c->d[0], n = c->d[1], k = c->d[2], ta = c->d[3], tb = c->d[4];
+  const double *a = in[0], *b = in[1];
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      double s = (c->d[5] & 1) ? in[2][j] : 0.0;
+      if (c->d[5] & 2) s += in[c->n_in - 1][i * n + j];
+      for (int p = 0; p < k; p++)
+        s += (ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+      out[0][i * n + j] = s;
+    }
+}
+
+#define MATMUL(nm, M, N, K, TA, TB, FL)                                                       \
+  {                                                                                         \
+    .name = nm, .n_in = 2 + ((FL) & 1) + (((FL) & 2) >> 1), .n_out = 1,                     \
+    .in = {{"a", (M) * (K), OPCHECK_F32, -1, 1, 1},                                         \
+           {"b", (K) * (N), OPCHECK_F32, -1, 1, 1},                                         \
+           {((FL) & 1) ? "bias" : "out0", ((FL) & 1) ? (N) : (M) * (N), OPCHECK_F32, -1, 1, \
+            (FL) & 1},                                                                      \
+           {"out0", (M) * (N), OPCHECK_F32, -1, 1, 0}},                                     \
+    .out = {{"out", (M) * (N), 1}}, .d = {M, N, K, TA, TB, FL}, .forward = matmul_fwd,      \
+    .backward = matmul_bwd, .reference = matmul_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4      \
+  }
+
+/* ---- layernorm: d = {n, c} */
+
+static tl_status layernorm_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                               float* const* out) {
+  return OPS->layernorm_forward(CTX, out[0], out[1], out[2], F(in[0]), F(in[1]), F(in[2]), c->d[0],
+                                c->d[1]);
+}
+
+static tl_status layernorm_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                               float* const* out, float* const* dout, float* const* din) {
+  return OPS->layernorm_backward(CTX, din[0], din[1], din[2], dout[0], F(in[0]), F(in[1]), out[1],
+                                 out[2], c->d[0], c->d[1]);
+}
+
+static void layernorm_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  int n = c->d[0], ch = c->d[1];
+  for (int i = 0; i < n; i++) {
+    const double* x = in[0] + i * ch;
+    double m = 0, v = 0;
+    for (int j = 0; j < ch; j++) m += x[j];
+    m /= ch;
+    for (int j = 0; j < ch; j++) v += (x[j] - m) * (x[j] - m);
+    v /= ch;
+    double s = 1.0 / sqrt(v + (double)TL_LAYERNORM_EPS);
+    for (int j = 0; j < ch; j++) out[0][i * ch + j] = (x[j] - m) * s * in[1][j] + in[2][j];
+    out[1][i] = m;
+    out[2][i] = s;
+  }
+}
+
+/* ---- gelu: d = {n} */
+
+static tl_status gelu_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                          float* const* out) {
+  return OPS->gelu_forward(CTX, out[0], F(in[0]), c->d[0]);
+}
+
+static tl_status gelu_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                          float* const* out, float* const* dout, float* const* din) {
+  (void)out;
+  return OPS->gelu_backward(CTX, din[0], F(in[0]), dout[0], c->d[0]);
+}
+
+static void gelu_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  const double k = sqrt(2.0 / M_PI);
+  for (int i = 0; i < c->d[0]; i++) {
+    double x = in[0][i];
+    out[0][i] = 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
+  }
+}
+
+/* ---- softmax: d = {rows, cols} */
+
+static tl_status softmax_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                             float* const* out) {
+  return OPS->softmax_forward(CTX, out[0], F(in[0]), c->d[0], c->d[1]);
+}
+
+static tl_status softmax_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                             float* const* out, float* const* dout, float* const* din) {
+  (void)in;
+  return OPS->softmax_backward(CTX, din[0], out[0], dout[0], c->d[0], c->d[1]);
+}
+
+static void softmax_row(const double* x, double* y, int n) {
+  double mx = -INFINITY, s = 0;
+  for (int j = 0; j < n; j++) mx = fmax(mx, x[j]);
+  for (int j = 0; j < n; j++) s += (y[j] = exp(x[j] - mx));
+  for (int j = 0; j < n; j++) y[j] /= s;
+}
+
+static void softmax_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  for (int i = 0; i < c->d[0]; i++) softmax_row(in[0] + i * c->d[1], out[0] + i * c->d[1], c->d[1]);
+}
+
+/* ---- attention: d = {B, T, C, NH} */
+
+static tl_status attention_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                               float* const* out) {
+  return OPS->attention_forward(CTX, out[0], out[1], F(in[0]), c->d[0], c->d[1], c->d[2], c->d[3]);
+}
+
+static tl_status attention_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                               float* const* out, float* const* dout, float* const* din) {
+  return OPS->attention_backward(CTX, din[0], dout[0], F(in[0]), out[1], c->d[0], c->d[1], c->d[2],
+                                 c->d[3]);
+}
+
+static void attention_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  int B = c->d[0], T = c->d[1], C = c->d[2], NH = c->d[3], hs = C / NH;
+  const double* qkv = in[0];
+  double scores[64];
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const double* q = qkv + (b * T + t) * 3 * C + h * hs;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const double* k = qkv + (b * T + t2) * 3 * C + C + h * hs;
+          double s = 0;
+          for (int i = 0; i < hs; i++) s += q[i] * k[i];
+          scores[t2] = s / sqrt((double)hs);
+        }
+        double* a = out[1] + ((b * NH + h) * T + t) * T;
+        softmax_row(scores, a, t + 1);
+        for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
+        double* o = out[0] + (b * T + t) * C + h * hs;
+        for (int i = 0; i < hs; i++) {
+          double s = 0;
+          for (int t2 = 0; t2 <= t; t2++) s += a[t2] * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
+          o[i] = s;
+        }
+      }
+}
+
+/* ---- embedding: d = {B, T, C, V} */
+
+static tl_status embedding_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                               float* const* out) {
+  return OPS->embedding_forward(CTX, out[0], I(in[0]), F(in[1]), F(in[2]), c->d[0], c->d[1], c->d[2]);
+}
+
+static tl_status embedding_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                               float* const* out, float* const* dout, float* const* din) {
+  (void)out;
+  return OPS->embedding_backward(CTX, din[1], din[2], dout[0], I(in[0]), c->d[0], c->d[1], c->d[2]);
+}
+
+static void embedding_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  int B = c->d[0], T = c->d[1], C = c->d[2];
+  for (int p = 0; p < B * T; p++) {
+    int tok = (int)in[0][p];
+    for (int i = 0; i < C; i++) out[0][p * C + i] = in[1][tok * C + i] + in[2][(p % T) * C + i];
+  }
+}
+
+/* ---- fused cross-entropy: d = {N, V, Vp} */
+
+static tl_status xent_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                          float* const* out) {
+  return OPS->crossentropy_forward_backward(CTX, out[0], NULL, F(in[0]), I(in[1]), NULL, c->d[0],
+                                            c->d[1], c->d[2]);
+}
+
+static tl_status xent_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                          float* const* out, float* const* dout, float* const* din) {
+  return OPS->crossentropy_forward_backward(CTX, out[0], din[0], F(in[0]), I(in[1]), dout[0],
+                                            c->d[0], c->d[1], c->d[2]);
+}
+
+static void xent_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  int N = c->d[0], V = c->d[1], Vp = c->d[2];
+  for (int i = 0; i < N; i++) {
+    const double* x = in[0] + i * Vp;
+    double mx = -INFINITY, s = 0;
+    for (int j = 0; j < V; j++) mx = fmax(mx, x[j]);
+    for (int j = 0; j < V; j++) s += exp(x[j] - mx);
+    out[0][i] = log(s) + mx - x[(int)in[1][i]];
+  }
+}
+
+/* ---- add, scale, sum: d = {n} */
+
+static tl_status add_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                         float* const* out) {
+  return OPS->add_forward(CTX, out[0], F(in[0]), F(in[1]), c->d[0]);
+}
+
+static tl_status add_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                         float* const* out, float* const* dout, float* const* din) {
+  (void)in, (void)out;
+  return OPS->add_backward(CTX, din[0], din[1], dout[0], c->d[0]);
+}
+
+static void add_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  for (int i = 0; i < c->d[0]; i++) out[0][i] = in[0][i] + in[1][i];
+}
+
+static tl_status scale_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                           float* const* out) {
+  return OPS->scale_forward(CTX, out[0], F(in[0]), c->alpha, c->d[0]);
+}
+
+static tl_status scale_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                           float* const* out, float* const* dout, float* const* din) {
+  (void)in, (void)out;
+  return OPS->scale_backward(CTX, din[0], dout[0], c->alpha, c->d[0]);
+}
+
+static void scale_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  for (int i = 0; i < c->d[0]; i++) out[0][i] = (double)c->alpha * in[0][i];
+}
+
+static tl_status sum_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                         float* const* out) {
+  return OPS->sum_forward(CTX, out[0], F(in[0]), c->alpha, c->d[0]);
+}
+
+static tl_status sum_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                         float* const* out, float* const* dout, float* const* din) {
+  (void)in, (void)out;
+  return OPS->sum_backward(CTX, din[0], dout[0], c->alpha, c->d[0]);
+}
+
+static void sum_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  double s = 0;
+  for (int i = 0; i < c->d[0]; i++) s += in[0][i];
+  out[0][0] = (double)c->alpha * s;
+}
+
+/* ---- AdamW: d = {n, step}; alpha = weight decay. Forward-only: the
+ * outputs are the updated parameters and moments. */
+
+#define ADAM_LR 0.01f
+#define ADAM_B1 0.9f
+#define ADAM_B2 0.95f
+#define ADAM_EPS 1e-8f
+
+static tl_status adamw_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                           float* const* out) {
+  size_t bytes = sizeof(float) * (size_t)c->d[0];
+  TL_CHECK(tl_memcpy(be->device, out[0], be->device, in[0], bytes));
+  TL_CHECK(tl_memcpy(be->device, out[1], be->device, in[2], bytes));
+  TL_CHECK(tl_memcpy(be->device, out[2], be->device, in[3], bytes));
+  return OPS->adamw(CTX, out[0], F(in[1]), out[1], out[2], c->d[0], ADAM_LR, ADAM_B1, ADAM_B2,
+                    ADAM_EPS, c->alpha, c->d[1]);
+}
+
+static void adamw_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  int t = c->d[1];
+  double b1 = ADAM_B1, b2 = ADAM_B2;
+  for (int i = 0; i < c->d[0]; i++) {
+    double g = in[1][i];
+    double m = b1 * in[2][i] + (1 - b1) * g;
+    double v = b2 * in[3][i] + (1 - b2) * g * g;
+    double mhat = m / (1 - pow(b1, t)), vhat = v / (1 - pow(b2, t));
+    out[0][i] = in[0][i] - (double)ADAM_LR * (mhat / (sqrt(vhat) + (double)ADAM_EPS) +
+                                              (double)c->alpha * in[0][i]);
+    out[1][i] = m;
+    out[2][i] = v;
+  }
+}
+
+/* ---- the table ------------------------------------------------------- */
+
+#define ELEMENTWISE(nm, N, fwd, bwd, ref, lo, hi, al)                                        \
+  {                                                                                          \
+    .name = nm, .n_in = 1, .n_out = 1, .in = {{"x", N, OPCHECK_F32, lo, hi, 1}},             \
+    .out = {{"out", N, 1}}, .d = {N}, .alpha = al, .forward = fwd, .backward = bwd,           \
+    .reference = ref, .fwd_tol = 1e-5, .grad_tol = 1e-4                                       \
+  }
+
+const struct opcheck_case tl__opcheck_cases[] = {
+    MATMUL("matmul_nn", 5, 7, 6, 0, 0, 0),
+    MATMUL("matmul_nt_bias", 5, 7, 6, 0, 1, 1),
+    MATMUL("matmul_tn_bias", 4, 9, 3, 1, 0, 1),
+    MATMUL("matmul_tt", 6, 5, 8, 1, 1, 0),
+    MATMUL("matmul_nt_accumulate", 5, 7, 6, 0, 1, 2),
+    MATMUL("matmul_tn_bias_accumulate", 4, 9, 3, 1, 0, 3),
+    {.name = "layernorm",
+     .n_in = 3,
+     .n_out = 3,
+     .in = {{"inp", 6 * 10, OPCHECK_F32, -2, 2, 1},
+            {"weight", 10, OPCHECK_F32, 0.5f, 1.5f, 1},
+            {"bias", 10, OPCHECK_F32, -0.5f, 0.5f, 1}},
+     .out = {{"out", 6 * 10, 1}, {"mean", 6, 0}, {"rstd", 6, 0}},
+     .d = {6, 10},
+     .forward = layernorm_fwd,
+     .backward = layernorm_bwd,
+     .reference = layernorm_ref,
+     .fwd_tol = 1e-5,
+     .grad_tol = 1e-4},
+    ELEMENTWISE("gelu", 64, gelu_fwd, gelu_bwd, gelu_ref, -5.0f, 5.0f, 0),
+    {.name = "softmax",
+     .n_in = 1,
+     .n_out = 1,
+     .in = {{"inp", 4 * 9, OPCHECK_F32, -3, 3, 1}},
+     .out = {{"out", 4 * 9, 1}},
+     .d = {4, 9},
+     .forward = softmax_fwd,
+     .backward = softmax_bwd,
+     .reference = softmax_ref,
+     .fwd_tol = 1e-5,
+     .grad_tol = 1e-4},
+    {.name = "attention",
+     .n_in = 1,
+     .n_out = 2,
+     .in = {{"qkv", 2 * 5 * 36, OPCHECK_F32, -1, 1, 1}},
+     .out = {{"out", 2 * 5 * 12, 1}, {"att", 2 * 3 * 5 * 5, 0}},
+     .d = {2, 5, 12, 3},
+     .forward = attention_fwd,
+     .backward = attention_bwd,
+     .reference = attention_ref,
+     .fwd_tol = 1e-5,
+     .grad_tol = 1e-4},
+    {.name = "embedding",
+     .n_in = 3,
+     .n_out = 1,
+     .in = {{"tokens", 2 * 4, OPCHECK_I32, 0, 5, 0},
+            {"wte", 5 * 6, OPCHECK_F32, -1, 1, 1},
+            {"wpe", 4 * 6, OPCHECK_F32, -1, 1, 1}},
+     .out = {{"out", 2 * 4 * 6, 1}},
+     .d = {2, 4, 6, 5},
+     .forward = embedding_fwd,
+     .backward = embedding_bwd,
+     .reference = embedding_ref,
+     .fwd_tol = 1e-6,
+     .grad_tol = 1e-5},
+    {.name = "crossentropy",
+     .n_in = 2,
+     .n_out = 1,
+     .in = {{"logits", 6 * 16, OPCHECK_F32, -3, 3, 1}, {"targets", 6, OPCHECK_I32, 0, 10, 0}},
+     .out = {{"losses", 6, 1}},
+     .d = {6, 10, 16},
+     .forward = xent_fwd,
+     .backward = xent_bwd,
+     .reference = xent_ref,
+     .fwd_tol = 1e-5,
+     .grad_tol = 1e-4,
+     .writes_grad = 1},
+    {.name = "add",
+     .n_in = 2,
+     .n_out = 1,
+     .in = {{"a", 50, OPCHECK_F32, -1, 1, 1}, {"b", 50, OPCHECK_F32, -1, 1, 1}},
+     .out = {{"out", 50, 1}},
+     .d = {50},
+     .forward = add_fwd,
+     .backward = add_bwd,
+     .reference = add_ref,
+     .fwd_tol = 1e-6,
+     .grad_tol = 1e-5},
+    ELEMENTWISE("scale", 50, scale_fwd, scale_bwd, scale_ref, -1.0f, 1.0f, 0.37f),
+    ELEMENTWISE("sum", 300, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f),
+    ELEMENTWISE("mean", 300, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f / 300.0f),
+    {.name = "adamw",
+     .n_in = 4,
+     .n_out = 3,
+     .in = {{"params", 50, OPCHECK_F32, -1, 1, 0},
+            {"grads", 50, OPCHECK_F32, -1, 1, 0},
+            {"m", 50, OPCHECK_F32, -0.1f, 0.1f, 0},
+            {"v", 50, OPCHECK_F32, 0.0f, 0.01f, 0}},
+     .out = {{"params", 50, 0}, {"m", 50, 0}, {"v", 50, 0}},
+     .d = {50, 3},
+     .alpha = 0.1f,
+     .forward = adamw_fwd,
+     .backward = NULL,
+     .reference = adamw_ref,
+     .fwd_tol = 1e-5,
+     .grad_tol = 0},
+};
+
+const int tl__opcheck_n_cases = (int)(sizeof tl__opcheck_cases / sizeof tl__opcheck_cases[0]);

@@ -1,0 +1,121 @@
+/* ops.h — the kernel table every device backend fills in.
+ *
+ * One struct of function pointers per backend (CPU: C + OpenBLAS, CUDA:
+ * CUDA C + cuBLAS); the graph's ops dispatch through it and the op suite
+ * checks every entry. All tensors are fp32 unless named otherwise, row-major
+ * and contiguous, in the backend's device memory; shapes are in the comments.
+ *
+ * Conventions (llm.c's, so that its reasoning carries over):
+ *  - N = B*T rows of C channels; attention's qkv rows are [Q | K | V] with
+ *    head h at offset h*C/NH inside each.
+ *  - Backward functions ADD into gradients (d* += ...), because a value that
+ *    fans out receives several contributions. The fused cross-entropy is the
+ *    one exception: it writes dlogits. A NULL gradient pointer skips it.
+ *  - Calls are asynchronous with respect to the host on CUDA (ordered on the
+ *    backend's stream); tl_kernel_ops.synchronize waits.
+ *  - Every entry returns TL_OK or an error with a message; kernels check no
+ *    shapes (the graph did), but they do report device failures. */
+#ifndef TL_KERNELS_OPS_H
+#define TL_KERNELS_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/device.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TL_LAYERNORM_EPS 1e-5f
+
+struct tl_kernel_ops {
+  const char* name; /* "cpu", "cuda" */
+
+  tl_status (*synchronize)(void* ctx);
+
+  /* out (M,N) = op(a) op(b) [+ bias (N)], or out += ... when accumulate.
+   * op(a) is (M,K): a is stored (M,K), or (K,M) when trans_a.
+   * op(b) is (K,N): b is stored (K,N), or (N,K) when trans_b.
+   * A linear layer y = x W^T + b with W (out,in) is trans_b = true. */
+  tl_status (*matmul)(void* ctx, float* out, const float* a, const float* b, const float* bias,
+                      int m, int n, int k, bool trans_a, bool trans_b, bool accumulate);
+  /* da, db (stored shapes) += gradients of sum(dout * out); dbias (N) += column sums of dout. */
+  tl_status (*matmul_backward)(void* ctx, float* da, float* db, float* dbias, const float* dout,
+                               const float* a, const float* b, int m, int n, int k, bool trans_a,
+                               bool trans_b);
+
+  /* out (N,C) = (inp - mean) * rstd * weight + bias; also writes mean (N), rstd (N). */
+  tl_status (*layernorm_forward)(void* ctx, float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int n, int c);
+  tl_status (*layernorm_backward)(void* ctx, float* dinp, float* dweight, float* dbias,
+                                  const float* dout, const float* inp, const float* weight,
+                                  const float* mean, const float* rstd, int n, int c);
+
+  /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); n elements. */
+  tl_status (*gelu_forward)(void* ctx, float* out, const float* inp, int64_t n);
+  tl_status (*gelu_backward)(void* ctx, float* dinp, const float* inp, const float* dout, int64_t n);
+
+  /* Row-wise softmax of (rows, cols). Backward uses the forward's output. */
+  tl_status (*softmax_forward)(void* ctx, float* out, const float* inp, int rows, int cols);
+  tl_status (*softmax_backward)(void* ctx, float* dinp, const float* out, const float* dout,
+                                int rows, int cols);
+
+  /* Causal multi-head self-attention. qkv (B,T,3C) -> out (B,T,C); att
+   * (B,NH,T,T) keeps the softmax probabilities for backward, zero above the
+   * diagonal. Scores are scaled by 1/sqrt(C/NH). */
+  tl_status (*attention_forward)(void* ctx, float* out, float* att, const float* qkv, int b, int t,
+                                 int c, int nh);
+  tl_status (*attention_backward)(void* ctx, float* dqkv, const float* dout, const float* qkv,
+                                  const float* att, int b, int t, int c, int nh);
+
+  /* out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens are int32 in [0, V). */
+  tl_status (*embedding_forward)(void* ctx, float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int b, int t, int c);
+  tl_status (*embedding_backward)(void* ctx, float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int b, int t, int c);
+
+  /* Fused softmax + cross-entropy over logits (N,Vp) whose first V columns are
+   * real: losses (N) = -log softmax(logits[i, :V])[targets[i]]. When dlosses
+   * (N) is not NULL, also WRITES dlogits (N,Vp) = (softmax - onehot) *
+   * dlosses[i], zero in the padded columns — in the same pass. */
+  tl_status (*crossentropy_forward_backward)(void* ctx, float* losses, float* dlogits,
+                                             const float* logits, const int32_t* targets,
+                                             const float* dlosses, int n, int v, int vp);
+
+  /* out = a + b (n); backward: da += dout, db += dout. */
+  tl_status (*add_forward)(void* ctx, float* out, const float* a, const float* b, int64_t n);
+  tl_status (*add_backward)(void* ctx, float* da, float* db, const float* dout, int64_t n);
+
+  /* out = alpha * inp (n); backward: dinp += alpha * dout. out may be inp. */
+  tl_status (*scale_forward)(void* ctx, float* out, const float* inp, float alpha, int64_t n);
+  tl_status (*scale_backward)(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
+
+  /* out[0] = alpha * sum(inp) — alpha = 1/n gives the mean. Accumulates in
+   * double on the CPU and in a fixed-order tree on the GPU, so the result is
+   * deterministic. Backward: dinp += alpha * dout[0]. out is one float. */
+  tl_status (*sum_forward)(void* ctx, float* out, const float* inp, float alpha, int64_t n);
+  tl_status (*sum_backward)(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
+
+  /* One AdamW step on n parameters, in place (decoupled weight decay, bias
+   * correction; step counts from 1):
+   *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+   *   p -= lr * (m/(1-b1^step) / (sqrt(v/(1-b2^step)) + eps) + wd * p) */
+  tl_status (*adamw)(void* ctx, float* params, const float* grads, float* m, float* v, int64_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay, int step);
+};
+
+/* The backward of matmul expressed as three matmuls and a column sum; shared
+ * by backends whose GEMM already handles every transpose. `colsum_add`
+ * adds the column sums of x (rows, cols) into out (cols). */
+tl_status tl__matmul_backward_by_matmul(
+    const struct tl_kernel_ops* ops, void* ctx, float* da, float* db, float* dbias,
+    const float* dout, const float* a, const float* b, int m, int n, int k, bool trans_a,
+    bool trans_b, tl_status (*colsum_add)(void* ctx, float* out, const float* x, int rows, int cols));
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

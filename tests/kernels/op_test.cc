@@ -1,0 +1,182 @@
+// The op suite: every kernel of the CPU backend against its double-precision
+// reference and central finite differences; the CUDA backend against the
+// reference and against the CPU where a GPU exists (skipped with a message
+// where none does); and proof that the suite catches broken gradients.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/opcheck.h"
+
+namespace {
+
+std::vector<int> AllCases() {
+  std::vector<int> v;
+  for (int i = 0; i < tl_opcheck_count(); i++) v.push_back(i);
+  return v;
+}
+
+std::string CaseName(const testing::TestParamInfo<int>& info) { return tl_opcheck_name(info.param); }
+
+std::string Describe(const tl_opcheck_result& r) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s: forward err %.3g (tol %.3g), gradient err %.3g (tol %.3g), worst %s",
+           r.name, r.fwd_err, r.fwd_tol, r.grad_err, r.grad_tol, r.worst);
+  return buf;
+}
+
+class CpuOp : public testing::TestWithParam<int> {
+ protected:
+  void SetUp() override { ASSERT_EQ(tl_backend_create(tl_cpu(), &be_), TL_OK) << tl_last_error(); }
+  void TearDown() override { tl_backend_destroy(be_); }
+  tl_backend* be_ = nullptr;
+};
+
+TEST_P(CpuOp, MatchesReferenceAndFiniteDifferences) {
+  tl_opcheck_result r;
+  ASSERT_EQ(tl_opcheck_run(be_, GetParam(), &r), TL_OK) << tl_last_error();
+  EXPECT_TRUE(r.passed) << Describe(r);
+  EXPECT_LE(r.fwd_err, r.fwd_tol) << Describe(r);
+  EXPECT_LE(r.grad_err, r.grad_tol) << Describe(r);
+  if (std::string(r.name) != "adamw") {
+    EXPECT_GT(r.n_grad_checked, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Suite, CpuOp, testing::ValuesIn(AllCases()), CaseName);
+
+class CudaOp : public testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    const char* why = nullptr;
+    if (tl_cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+    ASSERT_EQ(tl_backend_create(tl_cuda(0), &cuda_), TL_OK) << tl_last_error();
+    ASSERT_EQ(tl_backend_create(tl_cpu(), &cpu_), TL_OK) << tl_last_error();
+  }
+  void TearDown() override {
+    tl_backend_destroy(cuda_);
+    tl_backend_destroy(cpu_);
+  }
+  tl_backend* cuda_ = nullptr;
+  tl_backend* cpu_ = nullptr;
+};
+
+TEST_P(CudaOp, MatchesReferenceAndFiniteDifferences) {
+  tl_opcheck_result r;
+  ASSERT_EQ(tl_opcheck_run(cuda_, GetParam(), &r), TL_OK) << tl_last_error();
+  EXPECT_TRUE(r.passed) << Describe(r);
+}
+
+TEST_P(CudaOp, MatchesCpu) {
+  tl_opcheck_result r;
+  ASSERT_EQ(tl_opcheck_compare(cuda_, cpu_, GetParam(), &r), TL_OK) << tl_last_error();
+  EXPECT_TRUE(r.passed) << Describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Suite, CudaOp, testing::ValuesIn(AllCases()), CaseName);
+
+int CaseIndex(const char* name) {
+  for (int i = 0; i < tl_opcheck_count(); i++)
+    if (std::string(tl_opcheck_name(i)) == name) return i;
+  return -1;
+}
+
+// --- The suite must fail on wrong gradients. Each mutant is a plausible bug.
+
+// GELU backward that forgets the derivative of the tanh term.
+tl_status GeluBackwardMissingTerm(void*, float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float th = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+    dinp[i] += 0.5f * (1.0f + th) * dout[i];
+  }
+  return TL_OK;
+}
+
+// Layernorm backward that drops the mean-of-gradient term.
+tl_status LayernormBackwardMissingMean(void* ctx, float* dinp, float* dweight, float* dbias,
+                                       const float* dout, const float* inp, const float* weight,
+                                       const float* mean, const float* rstd, int n, int c) {
+  TL_CHECK(tl_cpu_kernel_ops.layernorm_backward(ctx, nullptr, dweight, dbias, dout, inp, weight,
+                                                mean, rstd, n, c));
+  for (int i = 0; i < n; i++) {
+    float dnn = 0.0f;
+    for (int j = 0; j < c; j++)
+      dnn += weight[j] * dout[i * c + j] * (inp[i * c + j] - mean[i]) * rstd[i];
+    dnn /= c;
+    for (int j = 0; j < c; j++) {
+      float norm = (inp[i * c + j] - mean[i]) * rstd[i];
+      dinp[i * c + j] += (weight[j] * dout[i * c + j] - norm * dnn) * rstd[i];
+    }
+  }
+  return TL_OK;
+}
+
+// Residual-add backward that overwrites instead of accumulating.
+tl_status AddBackwardOverwrites(void*, float* da, float* db, const float* dout, int64_t n) {
+  for (int64_t i = 0; i < n; i++) da[i] = db[i] = dout[i];
+  return TL_OK;
+}
+
+// Matmul backward with the transposes of dB swapped.
+tl_status MatmulBackwardWrongTranspose(void* ctx, float* da, float* db, float* dbias,
+                                       const float* dout, const float* a, const float* b, int m,
+                                       int n, int k, bool ta, bool tb) {
+  return tl_cpu_kernel_ops.matmul_backward(ctx, da, db, dbias, dout, a, b, m, n, k, ta, !tb);
+}
+
+struct Mutant {
+  const char* op_case;
+  void (*install)(tl_kernel_ops*);
+};
+
+class BrokenGradient : public testing::TestWithParam<Mutant> {};
+
+TEST_P(BrokenGradient, IsCaughtByTheSuite) {
+  tl_kernel_ops broken = tl_cpu_kernel_ops;
+  GetParam().install(&broken);
+  tl_backend be = {tl_cpu(), &broken, nullptr};
+  int i = CaseIndex(GetParam().op_case);
+  ASSERT_GE(i, 0);
+  tl_opcheck_result r;
+  ASSERT_EQ(tl_opcheck_run(&be, i, &r), TL_OK) << tl_last_error();
+  EXPECT_FALSE(r.passed) << Describe(r);
+  EXPECT_GT(r.grad_err, 100 * r.grad_tol) << Describe(r);
+  EXPECT_LE(r.fwd_err, r.fwd_tol) << "only the backward was broken: " << Describe(r);
+  EXPECT_NE(std::string(r.worst).find("gradient"), std::string::npos) << r.worst;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mutants, BrokenGradient,
+    testing::Values(
+        Mutant{"gelu", [](tl_kernel_ops* o) { o->gelu_backward = GeluBackwardMissingTerm; }},
+        Mutant{"layernorm",
+               [](tl_kernel_ops* o) { o->layernorm_backward = LayernormBackwardMissingMean; }},
+        Mutant{"add", [](tl_kernel_ops* o) { o->add_backward = AddBackwardOverwrites; }},
+        Mutant{"matmul_tn_bias",
+               [](tl_kernel_ops* o) { o->matmul_backward = MatmulBackwardWrongTranspose; }}),
+    [](const testing::TestParamInfo<Mutant>& info) { return std::string(info.param.op_case); });
+
+TEST(OpCheck, UnknownCaseIsAnError) {
+  tl_backend* be = nullptr;
+  ASSERT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+  tl_opcheck_result r;
+  EXPECT_EQ(tl_opcheck_run(be, tl_opcheck_count(), &r), TL_ERR_INVALID);
+  tl_backend_destroy(be);
+}
+
+TEST(Backend, CudaWithoutGpuSaysWhy) {
+  const char* why = nullptr;
+  if (tl_cuda_device_count(&why) > 0) GTEST_SKIP() << "a CUDA device is present";
+  tl_backend* be = nullptr;
+  EXPECT_EQ(tl_backend_create(tl_cuda(0), &be), TL_ERR_NO_DEVICE);
+  EXPECT_EQ(be, nullptr);
+  EXPECT_NE(std::string(tl_last_error()).find("cuda:0 is not available"), std::string::npos)
+      << tl_last_error();
+}
+
+}  // namespace
