@@ -54,8 +54,13 @@ extern "C" int tl__cuda_device_count(const char** why) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    if (why) *why = cudaGetErrorString(e);
-    cudaGetLastError(); /* clear the sticky error so later calls start clean */
+    /* Without a driver the runtime says "driver version is insufficient",
+     * which misleads on a machine that simply has no GPU. */
+    if (why)
+      *why = (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
+                 ? "no NVIDIA GPU or driver found on this machine"
+                 : cudaGetErrorString(e);
+    cudaGetLastError(); /* clear the error so later calls start clean */
     return 0;
   }
   if (n == 0 && why) *why = "no CUDA device found";

@@ -1,0 +1,10 @@
+/* cli.h — the `trellis` command's subcommands. Each takes the arguments after
+ * its name and returns the process exit status: 0 success, 1 failure, 2 bad
+ * usage. Only the CLI prints to stdout and decides to exit. */
+#ifndef TL_LAUNCHER_CLI_H
+#define TL_LAUNCHER_CLI_H
+
+int tl_cli_check(int argc, char** argv);
+int tl_cli_env(int argc, char** argv);
+
+#endif

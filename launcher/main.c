@@ -1,0 +1,36 @@
+/* main.c — the `trellis` command: dispatch to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/env.h"
+#include "launcher/cli.h"
+
+static void usage(FILE* f) {
+  fprintf(f,
+          "usage: trellis <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  check   check every kernel on this machine's CPU and GPUs\n"
+          "  env     list the environment variables trellis reads\n"
+          "\n"
+          "`trellis <command> --help` describes a command.\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char* cmd = argv[1];
+  if (strcmp(cmd, "env") == 0) return tl_cli_env(argc - 2, argv + 2);
+  /* Every other command computes: refuse a bad environment up front. */
+  if (tl_env_status() != TL_OK) {
+    fprintf(stderr, "trellis: %s\n", tl_last_error());
+    return 2;
+  }
+  if (strcmp(cmd, "check") == 0) return tl_cli_check(argc - 2, argv + 2);
+  fprintf(stderr, "trellis: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}
