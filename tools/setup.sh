@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# setup.sh — install what trellis needs to build and test, from Debian's
+# packages. Idempotent: when everything is present it only checks (a second or
+# two). Run as root, or as a user with sudo.
+#
+# The CUDA toolkit is not a Debian package here: trellis finds it at
+# $CUDA_PATH, through nvcc on PATH, or at /usr/local/cuda, and builds its CUDA
+# backend when it is there (without it, the CPU half builds and `trellis
+# check` says CUDA was not built).
+set -euo pipefail
+
+packages=(
+  # compilers and the build
+  gcc g++ libc6-dev make
+  bazel-bootstrap bazel-rules-java
+  # MPI, JSON, BLAS, tests
+  mpich libmpich-dev
+  libjansson-dev
+  libopenblas-dev
+  libgtest-dev googletest
+  # used by the scripts and tests
+  git gawk procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    sudo=sudo
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# OpenBLAS's pthread build must be the one we link (third_party/openblas.BUILD).
+if [ ! -e /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so ]; then
+  echo "setup: OpenBLAS pthread library not found under /usr/lib/x86_64-linux-gnu/openblas-pthread" >&2
+  exit 1
+fi
+
+nvcc=""
+for c in "${CUDA_PATH:-}/bin/nvcc" "$(command -v nvcc || true)" /usr/local/cuda/bin/nvcc; do
+  if [ -n "$c" ] && [ -x "$c" ]; then nvcc=$c; break; fi
+done
+if [ -n "$nvcc" ]; then
+  echo "setup: ok (CUDA toolkit: $(dirname "$(dirname "$(readlink -f "$nvcc")")"))" >&2
+else
+  echo "setup: ok (no CUDA toolkit found: building the CPU backend only)" >&2
+fi

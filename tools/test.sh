@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# test.sh — set up, build, and run every test: the unit and op tests, then
+# the same tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# This is README's second command and what CI runs (.ci/run).
+#
+# Ends with one line "tests: N passed, N failed, N skipped" counted over the
+# GoogleTest cases of both passes (skipped = GPU tests on a machine without
+# a GPU, each with its reason in the test log).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bash tools/setup.sh || exit 1
+
+status=0
+passed=0 failed=0 skipped=0
+
+count_cases() {
+  # Sums GoogleTest's XML reports of the tests that just ran.
+  local xml
+  while IFS= read -r xml; do
+    local t f s
+    t=$(grep -o '<testsuites [^>]*' "$xml" | grep -o ' tests="[0-9]*"' | grep -o '[0-9]*' | head -1)
+    f=$(grep -o '<testsuites [^>]*' "$xml" | grep -o ' failures="[0-9]*"' | grep -o '[0-9]*' | head -1)
+    s=$(grep -c 'result="skipped"' "$xml")
+    passed=$((passed + ${t:-0} - ${f:-0} - s))
+    failed=$((failed + ${f:-0}))
+    skipped=$((skipped + s))
+  done < <(find -L bazel-testlogs/ -name test.xml -newer "$marker" 2>/dev/null)
+}
+
+run_pass() {
+  local name=$1
+  shift
+  echo "== $name: bazel test $*" >&2
+  marker=$(mktemp)
+  if ! bazel test "$@"; then status=1; fi
+  count_cases
+  rm -f "$marker"
+}
+
+# --cache_test_results=no: every test runs, so the counts below are this run's.
+run_pass "tests" --cache_test_results=no //...
+run_pass "tests under ASan/UBSan" --config=asan --cache_test_results=no //tests/...
+
+echo "tests: $passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ] || status=1
+exit $status
