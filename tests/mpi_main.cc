@@ -1,0 +1,29 @@
+// mpi_main.cc — main() for GoogleTest binaries that run under mpiexec.
+//
+// Every rank runs every test; a test fails on any rank fails the job, and
+// rank 0 alone prints and writes the XML report. Communicators return errors
+// instead of aborting (MPI_ERRORS_RETURN), as trellis's own groups do.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {  // one report and one exit marker per job, from rank 0
+    unsetenv("XML_OUTPUT_FILE");
+    unsetenv("TEST_PREMATURE_EXIT_FILE");
+  }
+  testing::InitGoogleTest(&argc, argv);
+  if (rank != 0) {
+    auto& listeners = testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS() != 0, any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rank == 0 && any_failed && !failed) fprintf(stderr, "a test failed on another rank\n");
+  MPI_Finalize();
+  return any_failed;
+}
