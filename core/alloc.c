@@ -39,7 +39,8 @@ static void count(int slot, int64_t bytes, int64_t n) {
 static tl_status need_ops(tl_device d, const struct tl_memory_ops** ops) {
   char name[32];
   if (slot_of(d) < 0 || d.type != TL_DEVICE_CUDA || !g_ops[TL_DEVICE_CUDA])
-    return TL_ERRF(TL_ERR_NO_DEVICE, "no memory allocator for device %s (CUDA backend not initialised?)",
+    return TL_ERRF(TL_ERR_NO_DEVICE,
+                   "no memory allocator for device %s (CUDA backend not initialised?)",
                    tl_device_name(d, name, sizeof name));
   *ops = g_ops[TL_DEVICE_CUDA];
   return TL_OK;
@@ -86,7 +87,8 @@ void tl_buffer_destroy(tl_buffer* b) {
   free(b);
 }
 
-tl_status tl_memcpy(tl_device dst_dev, void* dst, tl_device src_dev, const void* src, size_t bytes) {
+tl_status tl_memcpy(tl_device dst_dev, void* dst, tl_device src_dev, const void* src,
+                    size_t bytes) {
   if (bytes == 0) return TL_OK;
   const struct tl_memory_ops* ops = NULL;
   int dst_cpu = dst_dev.type == TL_DEVICE_CPU, src_cpu = src_dev.type == TL_DEVICE_CPU;

@@ -19,8 +19,12 @@ typedef struct tl_device {
   int index; /* 0 for the CPU */
 } tl_device;
 
-static inline tl_device tl_cpu(void) { return (tl_device){TL_DEVICE_CPU, 0}; }
-static inline tl_device tl_cuda(int index) { return (tl_device){TL_DEVICE_CUDA, index}; }
+static inline tl_device tl_cpu(void) {
+  return (tl_device){TL_DEVICE_CPU, 0};
+}
+static inline tl_device tl_cuda(int index) {
+  return (tl_device){TL_DEVICE_CUDA, index};
+}
 static inline int tl_device_equal(tl_device a, tl_device b) {
   return a.type == b.type && a.index == b.index;
 }

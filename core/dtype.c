@@ -7,9 +7,13 @@
 static const char* const k_names[TL_DTYPE_COUNT] = {"f32", "bf16", "f16", "i32", "u16"};
 static const size_t k_sizes[TL_DTYPE_COUNT] = {4, 2, 2, 4, 2};
 
-size_t tl_dtype_size(tl_dtype t) { return (unsigned)t < TL_DTYPE_COUNT ? k_sizes[t] : 0; }
+size_t tl_dtype_size(tl_dtype t) {
+  return (unsigned)t < TL_DTYPE_COUNT ? k_sizes[t] : 0;
+}
 
-const char* tl_dtype_name(tl_dtype t) { return (unsigned)t < TL_DTYPE_COUNT ? k_names[t] : "?"; }
+const char* tl_dtype_name(tl_dtype t) {
+  return (unsigned)t < TL_DTYPE_COUNT ? k_names[t] : "?";
+}
 
 tl_status tl_dtype_parse(const char* name, tl_dtype* out) {
   for (int i = 0; i < TL_DTYPE_COUNT; i++)
@@ -32,17 +36,19 @@ static float float_of(uint32_t u) {
 uint16_t tl_f32_to_bf16(float x) {
   uint32_t u = bits_of(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);                                           /* nearest even */
+  u += 0x7fffu + ((u >> 16) & 1u);                                          /* nearest even */
   return (uint16_t)(u >> 16);
 }
 
-float tl_bf16_to_f32(uint16_t x) { return float_of((uint32_t)x << 16); }
+float tl_bf16_to_f32(uint16_t x) {
+  return float_of((uint32_t)x << 16);
+}
 
 uint16_t tl_f32_to_f16(float x) {
   uint32_t u = bits_of(x);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); /* NaN */
+  if (absu > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
   if (absu >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to inf */
   if (absu < 0x38800000u) {                                   /* subnormal or zero in f16 */
     float a = float_of(absu);

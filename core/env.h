@@ -15,21 +15,20 @@ extern "C" {
 #endif
 
 /* X(NAME, default, doc) */
-#define TL_ENV_MAP(X)                                                              \
-  X(TRELLIS_LOG_LEVEL, "info",                                                     \
-    "least severe log level printed: error, warn, info or debug")                  \
-  X(TRELLIS_LOG_RANKS, "0",                                                        \
-    "which ranks print info and debug lines: a rank number, or 'all' "             \
-    "(warnings and errors always print)")                                          \
-  X(TRELLIS_NUM_THREADS, "0",                                                      \
-    "CPU threads per process for kernels and OpenBLAS; 0 = every online core "     \
+#define TL_ENV_MAP(X)                                                                        \
+  X(TRELLIS_LOG_LEVEL, "info", "least severe log level printed: error, warn, info or debug") \
+  X(TRELLIS_LOG_RANKS, "0",                                                                  \
+    "which ranks print info and debug lines: a rank number, or 'all' "                       \
+    "(warnings and errors always print)")                                                    \
+  X(TRELLIS_NUM_THREADS, "0",                                                                \
+    "CPU threads per process for kernels and OpenBLAS; 0 = every online core "               \
     "divided by the ranks sharing this node")
 
 typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
 
 struct tl_env {
   tl_log_level log_level;
-  int log_rank;  /* -1 = all ranks */
+  int log_rank;    /* -1 = all ranks */
   int num_threads; /* 0 = automatic */
 };
 

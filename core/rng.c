@@ -31,8 +31,12 @@ static void block(uint64_t seed, uint32_t id, uint32_t stream, uint64_t b, uint3
 }
 
 /* 24 random bits to [0, 1) and to (0, 1]. */
-static float unit_open_hi(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
-static float unit_open_lo(uint32_t x) { return ((float)(x >> 8) + 1.0f) * (1.0f / 16777216.0f); }
+static float unit_open_hi(uint32_t x) {
+  return (float)(x >> 8) * (1.0f / 16777216.0f);
+}
+static float unit_open_lo(uint32_t x) {
+  return ((float)(x >> 8) + 1.0f) * (1.0f / 16777216.0f);
+}
 
 void tl_rng_uniform(uint64_t seed, uint32_t id, uint64_t start, size_t n, float lo, float hi,
                     float* out) {

@@ -28,9 +28,13 @@ const char* tl_status_message(tl_status s) {
   return k_messages[s];
 }
 
-const char* tl_last_error(void) { return t_message; }
+const char* tl_last_error(void) {
+  return t_message;
+}
 
-void tl_clear_error(void) { t_message[0] = '\0'; }
+void tl_clear_error(void) {
+  t_message[0] = '\0';
+}
 
 tl_status tl__set_error(tl_status code, const char* file, int line, const char* fmt, ...) {
   /* Keep only the file's base name: messages are for people, not paths. */

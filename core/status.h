@@ -15,28 +15,29 @@ extern "C" {
 #endif
 
 /* X(NAME, message) */
-#define TL_STATUS_MAP(X)                                              \
-  X(OK, "success")                                                    \
-  X(ERR_INVALID, "invalid argument")                                  \
-  X(ERR_CONFIG, "invalid configuration")                              \
-  X(ERR_IO, "input/output error")                                     \
-  X(ERR_FORMAT, "malformed file")                                     \
-  X(ERR_NOMEM, "out of memory")                                       \
-  X(ERR_UNSUPPORTED, "not supported")                                 \
-  X(ERR_NO_DEVICE, "device not available")                            \
-  X(ERR_CUDA, "CUDA runtime error")                                   \
-  X(ERR_CUBLAS, "cuBLAS error")                                       \
-  X(ERR_NCCL, "NCCL error")                                           \
-  X(ERR_MPI, "MPI error")                                             \
-  X(ERR_CHECK_FAILED, "numerical check failed")                       \
+#define TL_STATUS_MAP(X)                   \
+  X(OK, "success")                         \
+  X(ERR_INVALID, "invalid argument")       \
+  X(ERR_CONFIG, "invalid configuration")   \
+  X(ERR_IO, "input/output error")          \
+  X(ERR_FORMAT, "malformed file")          \
+  X(ERR_NOMEM, "out of memory")            \
+  X(ERR_UNSUPPORTED, "not supported")      \
+  X(ERR_NO_DEVICE, "device not available") \
+  X(ERR_CUDA, "CUDA runtime error")        \
+  X(ERR_CUBLAS, "cuBLAS error")            \
+  X(ERR_NCCL, "NCCL error")                \
+  X(ERR_MPI, "MPI error")                  \
   X(ERR_INTERNAL, "internal error")
 
+/* clang-format off */
 typedef enum {
 #define TL__STATUS_ENUM(name, msg) TL_##name,
   TL_STATUS_MAP(TL__STATUS_ENUM)
 #undef TL__STATUS_ENUM
   TL_STATUS_COUNT
 } tl_status;
+/* clang-format on */
 
 /* "TL_ERR_CONFIG"; "TL_UNKNOWN_STATUS" for values outside the table. */
 const char* tl_status_name(tl_status s);
@@ -57,10 +58,10 @@ tl_status tl__set_error(tl_status code, const char* file, int line, const char* 
 #define TL_ERRF(code, ...) tl__set_error((code), __FILE__, __LINE__, __VA_ARGS__)
 
 /* Propagate a failure unchanged; its message was recorded where it began. */
-#define TL_CHECK(expr)                   \
-  do {                                   \
-    tl_status tl__s = (expr);            \
-    if (tl__s != TL_OK) return tl__s;    \
+#define TL_CHECK(expr)                \
+  do {                                \
+    tl_status tl__s = (expr);         \
+    if (tl__s != TL_OK) return tl__s; \
   } while (0)
 
 /* Propagate to a function's cleanup label: TL_CHECK_GOTO(f(), st, fail); */
@@ -71,13 +72,13 @@ tl_status tl__set_error(tl_status code, const char* file, int line, const char* 
   } while (0)
 
 /* Broken internal invariants only — never for bad input. */
-#define TL_ASSERT(cond)                                                          \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      fprintf(stderr, "trellis: internal invariant failed at %s:%d: %s\n",       \
-              __FILE__, __LINE__, #cond);                                        \
-      abort();                                                                   \
-    }                                                                            \
+#define TL_ASSERT(cond)                                                                        \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "trellis: internal invariant failed at %s:%d: %s\n", __FILE__, __LINE__, \
+              #cond);                                                                          \
+      abort();                                                                                 \
+    }                                                                                          \
   } while (0)
 
 #ifdef __cplusplus

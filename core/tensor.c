@@ -15,13 +15,16 @@ size_t tl_tensor_nbytes(const tl_tensor* t) {
 }
 
 static tl_status check_shape(tl_dtype dtype, int n_dims, const int64_t* shape, int64_t* numel) {
-  if ((unsigned)dtype >= TL_DTYPE_COUNT) return TL_ERRF(TL_ERR_INVALID, "unknown dtype %d", (int)dtype);
+  if ((unsigned)dtype >= TL_DTYPE_COUNT)
+    return TL_ERRF(TL_ERR_INVALID, "unknown dtype %d", (int)dtype);
   if (n_dims < 1 || n_dims > TL_MAX_DIMS)
-    return TL_ERRF(TL_ERR_INVALID, "tensor has %d dimensions; expected 1 to %d", n_dims, TL_MAX_DIMS);
+    return TL_ERRF(TL_ERR_INVALID, "tensor has %d dimensions; expected 1 to %d", n_dims,
+                   TL_MAX_DIMS);
   int64_t n = 1;
   for (int i = 0; i < n_dims; i++) {
     if (shape[i] < 1)
-      return TL_ERRF(TL_ERR_INVALID, "tensor dimension %d is %lld; expected >= 1", i, (long long)shape[i]);
+      return TL_ERRF(TL_ERR_INVALID, "tensor dimension %d is %lld; expected >= 1", i,
+                     (long long)shape[i]);
     if (n > INT64_MAX / shape[i]) return TL_ERRF(TL_ERR_INVALID, "tensor element count overflows");
     n *= shape[i];
   }
@@ -52,7 +55,8 @@ tl_status tl_tensor_view(tl_buffer* buf, size_t offset, tl_dtype dtype, int n_di
   return TL_OK;
 }
 
-tl_status tl_tensor_view_1d(tl_buffer* buf, size_t offset, tl_dtype dtype, int64_t n0, tl_tensor* out) {
+tl_status tl_tensor_view_1d(tl_buffer* buf, size_t offset, tl_dtype dtype, int64_t n0,
+                            tl_tensor* out) {
   return tl_tensor_view(buf, offset, dtype, 1, &n0, out);
 }
 
@@ -80,8 +84,8 @@ tl_status tl_tensor_reshape(const tl_tensor* t, int n_dims, const int64_t* shape
   int64_t numel = 0;
   TL_CHECK(check_shape(t->dtype, n_dims, shape, &numel));
   if (numel != tl_tensor_numel(t))
-    return TL_ERRF(TL_ERR_INVALID, "cannot reshape %lld elements into %lld", (long long)tl_tensor_numel(t),
-                   (long long)numel);
+    return TL_ERRF(TL_ERR_INVALID, "cannot reshape %lld elements into %lld",
+                   (long long)tl_tensor_numel(t), (long long)numel);
   return tl_tensor_view(t->buffer, t->offset, t->dtype, n_dims, shape, out);
 }
 

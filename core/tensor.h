@@ -24,10 +24,10 @@ typedef struct tl_tensor {
   tl_device device;
   int n_dims;
   int64_t shape[TL_MAX_DIMS];
-  void* data;         /* first element; device memory for CUDA tensors */
-  tl_buffer* buffer;  /* the buffer viewed */
-  size_t offset;      /* bytes from buffer->data to data */
-  int owns_buffer;    /* set by tl_tensor_alloc only */
+  void* data;        /* first element; device memory for CUDA tensors */
+  tl_buffer* buffer; /* the buffer viewed */
+  size_t offset;     /* bytes from buffer->data to data */
+  int owns_buffer;   /* set by tl_tensor_alloc only */
 } tl_tensor;
 
 int64_t tl_tensor_numel(const tl_tensor* t);
@@ -38,7 +38,8 @@ size_t tl_tensor_nbytes(const tl_tensor* t);
  * dtype, or the view runs past the buffer's end. */
 tl_status tl_tensor_view(tl_buffer* buf, size_t offset, tl_dtype dtype, int n_dims,
                          const int64_t* shape, tl_tensor* out);
-tl_status tl_tensor_view_1d(tl_buffer* buf, size_t offset, tl_dtype dtype, int64_t n0, tl_tensor* out);
+tl_status tl_tensor_view_1d(tl_buffer* buf, size_t offset, tl_dtype dtype, int64_t n0,
+                            tl_tensor* out);
 tl_status tl_tensor_view_2d(tl_buffer* buf, size_t offset, tl_dtype dtype, int64_t n0, int64_t n1,
                             tl_tensor* out);
 

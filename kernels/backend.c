@@ -36,4 +36,6 @@ void tl_backend_destroy(tl_backend* be) {
   free(be);
 }
 
-int tl_cuda_device_count(const char** why) { return tl__cuda_device_count(why); }
+int tl_cuda_device_count(const char** why) {
+  return tl__cuda_device_count(why);
+}

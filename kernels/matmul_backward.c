@@ -8,7 +8,8 @@
 tl_status tl__matmul_backward_by_matmul(
     const struct tl_kernel_ops* ops, void* ctx, float* da, float* db, float* dbias,
     const float* dout, const float* a, const float* b, int m, int n, int k, bool trans_a,
-    bool trans_b, tl_status (*colsum_add)(void* ctx, float* out, const float* x, int rows, int cols)) {
+    bool trans_b,
+    tl_status (*colsum_add)(void* ctx, float* out, const float* x, int rows, int cols)) {
   if (da) {
     if (!trans_a) /* da (M,K) += dout (M,N) . op(b)^T */
       TL_CHECK(ops->matmul(ctx, da, dout, b, NULL, m, k, n, false, !trans_b, true));

@@ -18,7 +18,9 @@
 #define FD_EPS 1e-6
 #define FD_MAX_ELEMS 512 /* larger gradients are checked on an even sample */
 
-int tl_opcheck_count(void) { return tl__opcheck_n_cases; }
+int tl_opcheck_count(void) {
+  return tl__opcheck_n_cases;
+}
 
 const char* tl_opcheck_name(int i) {
   return i >= 0 && i < tl__opcheck_n_cases ? tl__opcheck_cases[i].name : NULL;
@@ -202,7 +204,8 @@ static void judge(double* worst_err, char* worst, size_t worst_size, const char*
 tl_status tl_opcheck_run(const tl_backend* be, int i, tl_opcheck_result* res) {
   memset(res, 0, sizeof *res);
   if (i < 0 || i >= tl__opcheck_n_cases)
-    return TL_ERRF(TL_ERR_INVALID, "op case %d does not exist (there are %d)", i, tl__opcheck_n_cases);
+    return TL_ERRF(TL_ERR_INVALID, "op case %d does not exist (there are %d)", i,
+                   tl__opcheck_n_cases);
   const struct opcheck_case* c = &tl__opcheck_cases[i];
   res->name = c->name;
   res->fwd_tol = c->fwd_tol;
@@ -220,8 +223,8 @@ tl_status tl_opcheck_run(const tl_backend* be, int i, tl_opcheck_result* res) {
   /* 3a. forward against the reference */
   ref_loss(&r, &f);
   for (int o = 0; o < c->n_out; o++)
-    judge(&res->fwd_err, res->worst, sizeof res->worst, "output", c->out[o].name, r.out[o], f.out[o],
-          NULL, c->out[o].n);
+    judge(&res->fwd_err, res->worst, sizeof res->worst, "output", c->out[o].name, r.out[o],
+          f.out[o], NULL, c->out[o].n);
 
   /* 3b. backward against central differences */
   double grad_worst = 0.0;
@@ -254,8 +257,8 @@ tl_status tl_opcheck_run(const tl_backend* be, int i, tl_opcheck_result* res) {
   }
   res->grad_err = grad_worst;
   res->passed = res->fwd_err <= res->fwd_tol && res->grad_err <= res->grad_tol;
-  if (res->grad_err > res->grad_tol || (res->passed && res->grad_err / res->grad_tol >
-                                                            res->fwd_err / res->fwd_tol))
+  if (res->grad_err > res->grad_tol ||
+      (res->passed && res->grad_err / res->grad_tol > res->fwd_err / res->fwd_tol))
     memcpy(res->worst, grad_where, sizeof grad_where);
 done:
   ref_free(&f);
@@ -267,7 +270,8 @@ tl_status tl_opcheck_compare(const tl_backend* be, const tl_backend* ref_be, int
                              tl_opcheck_result* res) {
   memset(res, 0, sizeof *res);
   if (i < 0 || i >= tl__opcheck_n_cases)
-    return TL_ERRF(TL_ERR_INVALID, "op case %d does not exist (there are %d)", i, tl__opcheck_n_cases);
+    return TL_ERRF(TL_ERR_INVALID, "op case %d does not exist (there are %d)", i,
+                   tl__opcheck_n_cases);
   const struct opcheck_case* c = &tl__opcheck_cases[i];
   res->name = c->name;
   res->fwd_tol = c->fwd_tol;

@@ -18,13 +18,13 @@ extern "C" {
 #endif
 
 typedef struct tl_opcheck_result {
-  const char* name;  /* the case, e.g. "matmul_tn_bias" */
-  double fwd_err;    /* worst output error, relative to that output's largest magnitude */
-  double grad_err;   /* worst gradient error, relative to that gradient's largest magnitude */
+  const char* name; /* the case, e.g. "matmul_tn_bias" */
+  double fwd_err;   /* worst output error, relative to that output's largest magnitude */
+  double grad_err;  /* worst gradient error, relative to that gradient's largest magnitude */
   double fwd_tol, grad_tol;
   int n_grad_checked; /* gradient elements compared */
   int passed;
-  char worst[160];   /* which output or gradient, and which element, was worst */
+  char worst[160]; /* which output or gradient, and which element, was worst */
 } tl_opcheck_result;
 
 int tl_opcheck_count(void);

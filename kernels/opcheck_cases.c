@@ -22,7 +22,8 @@ static tl_status matmul_fwd(const struct opcheck_case* c, const tl_backend* be, 
   const float* bias = (c->d[5] & 1) ? F(in[2]) : NULL;
   int acc = (c->d[5] & 2) != 0;
   if (acc) /* the starting value of out is the last input */
-    TL_CHECK(tl_memcpy(be->device, out[0], be->device, in[c->n_in - 1], sizeof(float) * (size_t)m * n));
+    TL_CHECK(
+        tl_memcpy(be->device, out[0], be->device, in[c->n_in - 1], sizeof(float) * (size_t)m * n));
   return OPS->matmul(CTX, out[0], F(in[0]), F(in[1]), bias, m, n, k, c->d[3], c->d[4], acc);
 }
 
@@ -47,16 +48,15 @@ static void matmul_ref(const struct opcheck_case* c, const double* const* in, do
     }
 }
 
-#define MATMUL(nm, M, N, K, TA, TB, FL)                                                       \
-  {                                                                                         \
-    .name = nm, .n_in = 2 + ((FL) & 1) + (((FL) & 2) >> 1), .n_out = 1,                     \
-    .in = {{"a", (M) * (K), OPCHECK_F32, -1, 1, 1},                                         \
-           {"b", (K) * (N), OPCHECK_F32, -1, 1, 1},                                         \
-           {((FL) & 1) ? "bias" : "out0", ((FL) & 1) ? (N) : (M) * (N), OPCHECK_F32, -1, 1, \
-            (FL) & 1},                                                                      \
-           {"out0", (M) * (N), OPCHECK_F32, -1, 1, 0}},                                     \
-    .out = {{"out", (M) * (N), 1}}, .d = {M, N, K, TA, TB, FL}, .forward = matmul_fwd,      \
-    .backward = matmul_bwd, .reference = matmul_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4      \
+#define MATMUL(nm, M, N, K, TA, TB, FL)                                                          \
+  {                                                                                              \
+    .name = nm, .n_in = 2 + ((FL)&1) + (((FL)&2) >> 1), .n_out = 1,                              \
+    .in = {{"a", (M) * (K), OPCHECK_F32, -1, 1, 1},                                              \
+           {"b", (K) * (N), OPCHECK_F32, -1, 1, 1},                                              \
+           {((FL)&1) ? "bias" : "out0", ((FL)&1) ? (N) : (M) * (N), OPCHECK_F32, -1, 1, (FL)&1}, \
+           {"out0", (M) * (N), OPCHECK_F32, -1, 1, 0}},                                          \
+    .out = {{"out", (M) * (N), 1}}, .d = {M, N, K, TA, TB, FL}, .forward = matmul_fwd,           \
+    .backward = matmul_bwd, .reference = matmul_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4           \
   }
 
 /* ---- layernorm: d = {n, c} */
@@ -73,7 +73,8 @@ static tl_status layernorm_bwd(const struct opcheck_case* c, const tl_backend* b
                                  out[2], c->d[0], c->d[1]);
 }
 
-static void layernorm_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+static void layernorm_ref(const struct opcheck_case* c, const double* const* in,
+                          double* const* out) {
   int n = c->d[0], ch = c->d[1];
   for (int i = 0; i < n; i++) {
     const double* x = in[0] + i * ch;
@@ -147,7 +148,8 @@ static tl_status attention_bwd(const struct opcheck_case* c, const tl_backend* b
                                  c->d[3]);
 }
 
-static void attention_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+static void attention_ref(const struct opcheck_case* c, const double* const* in,
+                          double* const* out) {
   int B = c->d[0], T = c->d[1], C = c->d[2], NH = c->d[3], hs = C / NH;
   const double* qkv = in[0];
   double scores[T]; /* T >= 1: the case table never has empty sequences */
@@ -167,7 +169,8 @@ static void attention_ref(const struct opcheck_case* c, const double* const* in,
         double* o = out[0] + (b * T + t) * C + h * hs;
         for (int i = 0; i < hs; i++) {
           double s = 0;
-          for (int t2 = 0; t2 <= t; t2++) s += a[t2] * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
+          for (int t2 = 0; t2 <= t; t2++)
+            s += a[t2] * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
           o[i] = s;
         }
       }
@@ -177,7 +180,8 @@ static void attention_ref(const struct opcheck_case* c, const double* const* in,
 
 static tl_status embedding_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
                                float* const* out) {
-  return OPS->embedding_forward(CTX, out[0], I(in[0]), F(in[1]), F(in[2]), c->d[0], c->d[1], c->d[2]);
+  return OPS->embedding_forward(CTX, out[0], I(in[0]), F(in[1]), F(in[2]), c->d[0], c->d[1],
+                                c->d[2]);
 }
 
 static tl_status embedding_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
@@ -186,7 +190,8 @@ static tl_status embedding_bwd(const struct opcheck_case* c, const tl_backend* b
   return OPS->embedding_backward(CTX, din[1], din[2], dout[0], I(in[0]), c->d[0], c->d[1], c->d[2]);
 }
 
-static void embedding_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+static void embedding_ref(const struct opcheck_case* c, const double* const* in,
+                          double* const* out) {
   int B = c->d[0], T = c->d[1], C = c->d[2];
   for (int p = 0; p < B * T; p++) {
     int tok = (int)in[0][p];
@@ -303,11 +308,11 @@ static void adamw_ref(const struct opcheck_case* c, const double* const* in, dou
 
 /* ---- the table ------------------------------------------------------- */
 
-#define ELEMENTWISE(nm, N, fwd, bwd, ref, lo, hi, al)                                        \
-  {                                                                                          \
-    .name = nm, .n_in = 1, .n_out = 1, .in = {{"x", N, OPCHECK_F32, lo, hi, 1}},             \
-    .out = {{"out", N, 1}}, .d = {N}, .alpha = al, .forward = fwd, .backward = bwd,           \
-    .reference = ref, .fwd_tol = 1e-5, .grad_tol = 1e-4                                       \
+#define ELEMENTWISE(nm, N, fwd, bwd, ref, lo, hi, al)                               \
+  {                                                                                 \
+    .name = nm, .n_in = 1, .n_out = 1, .in = {{"x", N, OPCHECK_F32, lo, hi, 1}},    \
+    .out = {{"out", N, 1}}, .d = {N}, .alpha = al, .forward = fwd, .backward = bwd, \
+    .reference = ref, .fwd_tol = 1e-5, .grad_tol = 1e-4                             \
   }
 
 const struct opcheck_case tl__opcheck_cases[] = {

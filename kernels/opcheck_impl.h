@@ -40,8 +40,8 @@ struct opcheck_case {
   int n_in, n_out;
   struct opcheck_arg in[OPCHECK_MAX_ARGS];
   struct opcheck_out out[OPCHECK_MAX_ARGS];
-  int d[6];      /* op-specific sizes and flags */
-  float alpha;   /* op-specific scalar */
+  int d[6];    /* op-specific sizes and flags */
+  float alpha; /* op-specific scalar */
   opcheck_forward_fn forward;
   opcheck_backward_fn backward; /* NULL: forward-only op (AdamW) */
   opcheck_reference_fn reference;

@@ -55,7 +55,8 @@ struct tl_kernel_ops {
 
   /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); n elements. */
   tl_status (*gelu_forward)(void* ctx, float* out, const float* inp, int64_t n);
-  tl_status (*gelu_backward)(void* ctx, float* dinp, const float* inp, const float* dout, int64_t n);
+  tl_status (*gelu_backward)(void* ctx, float* dinp, const float* inp, const float* dout,
+                             int64_t n);
 
   /* Row-wise softmax of (rows, cols). Backward uses the forward's output. */
   tl_status (*softmax_forward)(void* ctx, float* out, const float* inp, int rows, int cols);
@@ -112,7 +113,8 @@ struct tl_kernel_ops {
 tl_status tl__matmul_backward_by_matmul(
     const struct tl_kernel_ops* ops, void* ctx, float* da, float* db, float* dbias,
     const float* dout, const float* a, const float* b, int m, int n, int k, bool trans_a,
-    bool trans_b, tl_status (*colsum_add)(void* ctx, float* out, const float* x, int rows, int cols));
+    bool trans_b,
+    tl_status (*colsum_add)(void* ctx, float* out, const float* x, int rows, int cols));
 
 #ifdef __cplusplus
 }

@@ -26,9 +26,8 @@ static void usage(FILE* f) {
 static void print_row(const char* dev, const char* how, const tl_opcheck_result* r) {
   char grad[32] = "(no backward)";
   if (r->grad_tol > 0) snprintf(grad, sizeof grad, "%9.2e / %-8.0e", r->grad_err, r->grad_tol);
-  printf("%-8s %-28s %-9s %9.2e / %-8.0e %-20s %s%s%s\n", dev, r->name, how, r->fwd_err,
-         r->fwd_tol, grad, r->passed ? "ok" : "FAIL", r->passed ? "" : "  worst: ",
-         r->passed ? "" : r->worst);
+  printf("%-8s %-28s %-9s %9.2e / %-8.0e %-20s %s%s%s\n", dev, r->name, how, r->fwd_err, r->fwd_tol,
+         grad, r->passed ? "ok" : "FAIL", r->passed ? "" : "  worst: ", r->passed ? "" : r->worst);
 }
 
 /* Runs the whole suite on `be` (and against `ref` when given); counts failures. */

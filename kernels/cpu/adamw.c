@@ -4,9 +4,9 @@
 
 #include "kernels/cpu/cpu_impl.h"
 
-tl_status tl__cpu_adamw(void* ctx, float* params, const float* grads, float* m, float* v,
-                        int64_t n, float lr, float beta1, float beta2, float eps,
-                        float weight_decay, int step) {
+tl_status tl__cpu_adamw(void* ctx, float* params, const float* grads, float* m, float* v, int64_t n,
+                        float lr, float beta1, float beta2, float eps, float weight_decay,
+                        int step) {
   (void)ctx;
   if (step < 1) return TL_ERRF(TL_ERR_INVALID, "AdamW step %d: steps count from 1", step);
   const float c1 = 1.0f - powf(beta1, (float)step);

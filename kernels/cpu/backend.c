@@ -35,7 +35,9 @@ static tl_status cpu_synchronize(void* ctx) {
   return TL_OK;
 }
 
-int tl_cpu_num_threads(void) { return g_threads; }
+int tl_cpu_num_threads(void) {
+  return g_threads;
+}
 
 tl_status tl_cpu_backend_init(void** ctx) {
   *ctx = NULL;
@@ -54,7 +56,9 @@ tl_status tl_cpu_backend_init(void** ctx) {
   return TL_OK;
 }
 
-void tl_cpu_backend_free(void* ctx) { (void)ctx; }
+void tl_cpu_backend_free(void* ctx) {
+  (void)ctx;
+}
 
 const struct tl_kernel_ops tl_cpu_kernel_ops = {
     .name = "cpu",

@@ -27,7 +27,8 @@ tl_status tl__cpu_scale_forward(void* ctx, float* out, const float* inp, float a
   return TL_OK;
 }
 
-tl_status tl__cpu_scale_backward(void* ctx, float* dinp, const float* dout, float alpha, int64_t n) {
+tl_status tl__cpu_scale_backward(void* ctx, float* dinp, const float* dout, float alpha,
+                                 int64_t n) {
   (void)ctx;
 #pragma omp parallel for if (n > TL_CPU_PAR_MIN)
   for (int64_t i = 0; i < n; i++) dinp[i] += alpha * dout[i];

@@ -24,8 +24,9 @@ tl_status tl__cpu_matmul(void* ctx, float* out, const float* a, const float* b, 
     add_bias_rows(out, bias, m, n, !accumulate);
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              m, n, k, 1.0f, a, trans_a ? m : k, b, trans_b ? k : n, beta, out, n);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, trans_a ? m : k, b,
+              trans_b ? k : n, beta, out, n);
   return TL_OK;
 }
 

@@ -1,10 +1,9 @@
 // backend.cu — the CUDA kernel table, the device context (stream, cuBLAS
 // handle, workspace) and CUDA memory for core's counted allocator.
-#include "kernels/cuda/cuda_impl.h"
-
 #include <stdlib.h>
 
 #include "core/log.h"
+#include "kernels/cuda/cuda_impl.h"
 
 static tl_status cuda_alloc(int index, size_t bytes, void** out) {
   TL_CUDA_CHECK(cudaSetDevice(index));

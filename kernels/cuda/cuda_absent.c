@@ -2,7 +2,8 @@
  * toolkit: every one says so, nothing else changes. */
 #include "kernels/cuda/cuda.h"
 
-static const char k_why[] = "trellis was built without CUDA (no nvcc found when Bazel configured @cuda)";
+static const char k_why[] =
+    "trellis was built without CUDA (no nvcc found when Bazel configured @cuda)";
 
 int tl__cuda_device_count(const char** why) {
   if (why) *why = k_why;
@@ -14,6 +15,8 @@ tl_status tl_cuda_backend_init(int index, void** ctx) {
   return TL_ERRF(TL_ERR_NO_DEVICE, "cuda:%d is not available: %s", index, k_why);
 }
 
-void tl_cuda_backend_free(void* ctx) { (void)ctx; }
+void tl_cuda_backend_free(void* ctx) {
+  (void)ctx;
+}
 
 const struct tl_kernel_ops tl_cuda_kernel_ops = {.name = "cuda (not built)"};

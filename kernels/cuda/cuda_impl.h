@@ -17,19 +17,19 @@ struct tl_cuda_ctx {
   tl_buffer* workspace; /* grown on demand, counted by core's allocator */
 };
 
-#define TL_CUDA_CHECK(expr)                                                                 \
-  do {                                                                                      \
-    cudaError_t tl__e = (expr);                                                             \
-    if (tl__e != cudaSuccess)                                                               \
-      return TL_ERRF(TL_ERR_CUDA, "%s failed: %s (%s)", #expr, cudaGetErrorString(tl__e),   \
-                     cudaGetErrorName(tl__e));                                              \
+#define TL_CUDA_CHECK(expr)                                                               \
+  do {                                                                                    \
+    cudaError_t tl__e = (expr);                                                           \
+    if (tl__e != cudaSuccess)                                                             \
+      return TL_ERRF(TL_ERR_CUDA, "%s failed: %s (%s)", #expr, cudaGetErrorString(tl__e), \
+                     cudaGetErrorName(tl__e));                                            \
   } while (0)
 
-#define TL_CUBLAS_CHECK(expr)                                                               \
-  do {                                                                                      \
-    cublasStatus_t tl__b = (expr);                                                          \
-    if (tl__b != CUBLAS_STATUS_SUCCESS)                                                     \
-      return TL_ERRF(TL_ERR_CUBLAS, "%s failed: %s", #expr, cublasGetStatusString(tl__b));  \
+#define TL_CUBLAS_CHECK(expr)                                                              \
+  do {                                                                                     \
+    cublasStatus_t tl__b = (expr);                                                         \
+    if (tl__b != CUBLAS_STATUS_SUCCESS)                                                    \
+      return TL_ERRF(TL_ERR_CUBLAS, "%s failed: %s", #expr, cublasGetStatusString(tl__b)); \
   } while (0)
 
 /* After a kernel launch: reports a bad launch configuration at once. */
@@ -66,8 +66,8 @@ tl_status tl__cuda_attention_forward(void* ctx, float* out, float* att, const fl
                                      int t, int c, int nh);
 tl_status tl__cuda_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
                                       const float* att, int b, int t, int c, int nh);
-tl_status tl__cuda_embedding_forward(void* ctx, float* out, const int32_t* tokens,
-                                     const float* wte, const float* wpe, int b, int t, int c);
+tl_status tl__cuda_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
+                                     const float* wpe, int b, int t, int c);
 tl_status tl__cuda_embedding_backward(void* ctx, float* dwte, float* dwpe, const float* dout,
                                       const int32_t* tokens, int b, int t, int c);
 tl_status tl__cuda_crossentropy_forward_backward(void* ctx, float* losses, float* dlogits,

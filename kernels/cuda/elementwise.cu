@@ -7,8 +7,9 @@
 #define GELU_K 0.7978845608028654f
 #define GELU_C 0.044715f
 
-#define FOR_EACH(i, n) \
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define FOR_EACH(i, n)                                                      \
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (int64_t)gridDim.x * blockDim.x)
 
 static unsigned grid_for(int64_t n) {
   int64_t g = (n + THREADS - 1) / THREADS;
@@ -47,7 +48,8 @@ __global__ static void scale_forward_kernel(float* out, const float* inp, float 
   FOR_EACH(i, n) out[i] = alpha * inp[i];
 }
 
-__global__ static void scale_backward_kernel(float* dinp, const float* dout, float alpha, int64_t n) {
+__global__ static void scale_backward_kernel(float* dinp, const float* dout, float alpha,
+                                             int64_t n) {
   FOR_EACH(i, n) dinp[i] += alpha * dout[i];
 }
 

@@ -48,8 +48,8 @@ extern "C" tl_status tl__cuda_embedding_backward(void* pctx, float* dwte, float*
     TL_CUDA_LAUNCHED();
   }
   if (dwpe) {
-    embedding_dwpe_kernel<<<tl__cuda_blocks((int64_t)t * c, 256), 256, 0, ctx->stream>>>(
-        dwpe, dout, b, t, c);
+    embedding_dwpe_kernel<<<tl__cuda_blocks((int64_t)t * c, 256), 256, 0, ctx->stream>>>(dwpe, dout,
+                                                                                         b, t, c);
     TL_CUDA_LAUNCHED();
   }
   return TL_OK;

@@ -3,7 +3,8 @@
 // is the same memory read column-major: swap the operands, keep the flags.
 #include "kernels/cuda/cuda_impl.h"
 
-__global__ static void bias_rows_kernel(float* out, const float* bias, int m, int n, int overwrite) {
+__global__ static void bias_rows_kernel(float* out, const float* bias, int m, int n,
+                                        int overwrite) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (int64_t)m * n) return;
   float b = bias[i % n];
@@ -46,6 +47,6 @@ static tl_status colsum_add(void* pctx, float* out, const float* x, int rows, in
 extern "C" tl_status tl__cuda_matmul_backward(void* ctx, float* da, float* db, float* dbias,
                                               const float* dout, const float* a, const float* b,
                                               int m, int n, int k, bool trans_a, bool trans_b) {
-  return tl__matmul_backward_by_matmul(&tl_cuda_kernel_ops, ctx, da, db, dbias, dout, a, b, m, n,
-                                       k, trans_a, trans_b, colsum_add);
+  return tl__matmul_backward_by_matmul(&tl_cuda_kernel_ops, ctx, da, db, dbias, dout, a, b, m, n, k,
+                                       trans_a, trans_b, colsum_add);
 }

@@ -88,16 +88,24 @@ int main(int argc, char** argv) {
     fprintf(stderr, "matmul_bench: %s\n", tl_last_error());
     return 1;
   }
-  printf("CPU matmul, %d thread%s, %.1f s per figure; GFLOP/s (2*M*N*K per forward, twice that "
-         "per backward)\n",
-         tl_cpu_num_threads(), tl_cpu_num_threads() == 1 ? "" : "s", seconds);
-  printf("%-10s %-16s %12s %12s %8s %14s\n", "layer", "M x K x N", "sgemm", "trellis fwd",
-         "ratio", "trellis bwd");
+  printf(
+      "CPU matmul, %d thread%s, %.1f s per figure; GFLOP/s (2*M*N*K per forward, twice that "
+      "per backward)\n",
+      tl_cpu_num_threads(), tl_cpu_num_threads() == 1 ? "" : "s", seconds);
+  printf("%-10s %-16s %12s %12s %8s %14s\n", "layer", "M x K x N", "sgemm", "trellis fwd", "ratio",
+         "trellis bwd");
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; i++) {
     const struct shape* s = &k_shapes[i];
     size_t mk = (size_t)s->m * s->k, nk = (size_t)s->n * s->k, mn = (size_t)s->m * s->n;
-    struct job j = {be, s, random_floats(mk, 0), random_floats(nk, 1), random_floats(s->n, 2),
-                    calloc(mn, 4), random_floats(mn, 3), calloc(mk, 4), calloc(nk, 4),
+    struct job j = {be,
+                    s,
+                    random_floats(mk, 0),
+                    random_floats(nk, 1),
+                    random_floats(s->n, 2),
+                    calloc(mn, 4),
+                    random_floats(mn, 3),
+                    calloc(mk, 4),
+                    calloc(nk, 4),
                     calloc(s->n, 4)};
     if (!j.x || !j.w || !j.b || !j.y || !j.dy || !j.dx || !j.dw || !j.db) {
       fprintf(stderr, "matmul_bench: out of memory\n");

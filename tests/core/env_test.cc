@@ -1,10 +1,11 @@
 // Environment knobs: parsed once, bad values named with what was expected.
+#include "core/env.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <string>
 
-#include "core/env.h"
 #include "core/log.h"
 
 TEST(Env, BadValueIsReportedWithNameValueAndExpectationThenFixedForTheProcess) {

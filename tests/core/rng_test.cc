@@ -1,11 +1,11 @@
 // Philox-4x32-10 known answers and the slice-equals-whole property.
+#include "core/rng.h"
+
 #include <gtest/gtest.h>
 #include <string.h>
 
 #include <cmath>
 #include <vector>
-
-#include "core/rng.h"
 
 TEST(Rng, PhiloxMatchesPublishedKnownAnswers) {
   // Random123's kat_vectors for philox4x32 with 10 rounds.
@@ -27,7 +27,9 @@ TEST(Rng, PhiloxMatchesPublishedKnownAnswers) {
   }
 }
 
-static bool same_bits(const float* a, const float* b, size_t n) { return memcmp(a, b, n * 4) == 0; }
+static bool same_bits(const float* a, const float* b, size_t n) {
+  return memcmp(a, b, n * 4) == 0;
+}
 
 TEST(Rng, AnySliceEqualsTheMatchingPartOfTheWholeTensorBitForBit) {
   const size_t n = 1001;  // odd, so slices start and end mid-block

@@ -1,9 +1,9 @@
 // Status table, last-error messages and the propagation macros.
+#include "core/status.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
-
-#include "core/status.h"
 
 static tl_status fails_with_value(int v) {
   return TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d does not divide model.heads=%d", v, 12);
@@ -19,7 +19,8 @@ TEST(Status, NamesAndMessagesComeFromOneTable) {
   EXPECT_STREQ(tl_status_name(TL_ERR_CONFIG), "TL_ERR_CONFIG");
   EXPECT_STREQ(tl_status_message(TL_ERR_NOMEM), "out of memory");
   EXPECT_STREQ(tl_status_name((tl_status)999), "TL_UNKNOWN_STATUS");
-  for (int s = 0; s < TL_STATUS_COUNT; s++) EXPECT_NE(std::string(tl_status_message((tl_status)s)), "");
+  for (int s = 0; s < TL_STATUS_COUNT; s++)
+    EXPECT_NE(std::string(tl_status_message((tl_status)s)), "");
 }
 
 TEST(Status, ErrfRecordsWhereAndWhatAndCheckPropagatesIt) {

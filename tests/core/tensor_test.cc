@@ -1,11 +1,12 @@
 // Tensors as views into counted buffers; dtype and device names.
+#include "core/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
 #include "core/alloc.h"
-#include "core/tensor.h"
 
 TEST(Alloc, CountsLiveAndPeakBytesPerDevice) {
   tl_device cpu = tl_cpu();

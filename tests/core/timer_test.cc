@@ -1,8 +1,8 @@
 // Monotonic timers: never go back, and measure a sleep as at least its length.
+#include "core/timer.h"
+
 #include <gtest/gtest.h>
 #include <time.h>
-
-#include "core/timer.h"
 
 TEST(Timer, IsMonotonicAndMeasuresElapsedTime) {
   uint64_t a = tl_time_ns(), b = tl_time_ns();

@@ -20,12 +20,15 @@ std::vector<int> AllCases() {
   return v;
 }
 
-std::string CaseName(const testing::TestParamInfo<int>& info) { return tl_opcheck_name(info.param); }
+std::string CaseName(const testing::TestParamInfo<int>& info) {
+  return tl_opcheck_name(info.param);
+}
 
 std::string Describe(const tl_opcheck_result& r) {
   char buf[512];
-  snprintf(buf, sizeof buf, "%s: forward err %.3g (tol %.3g), gradient err %.3g (tol %.3g), worst %s",
-           r.name, r.fwd_err, r.fwd_tol, r.grad_err, r.grad_tol, r.worst);
+  snprintf(buf, sizeof buf,
+           "%s: forward err %.3g (tol %.3g), gradient err %.3g (tol %.3g), worst %s", r.name,
+           r.fwd_err, r.fwd_tol, r.grad_err, r.grad_tol, r.worst);
   return buf;
 }
 
@@ -88,7 +91,8 @@ int CaseIndex(const char* name) {
 // --- The suite must fail on wrong gradients. Each mutant is a plausible bug.
 
 // GELU backward that forgets the derivative of the tanh term.
-tl_status GeluBackwardMissingTerm(void*, float* dinp, const float* inp, const float* dout, int64_t n) {
+tl_status GeluBackwardMissingTerm(void*, float* dinp, const float* inp, const float* dout,
+                                  int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     float x = inp[i];
     float th = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
