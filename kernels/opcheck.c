@@ -201,15 +201,42 @@ static void judge(double* worst_err, char* worst, size_t worst_size, const char*
   }
 }
 
-tl_status tl_opcheck_run(const tl_backend* be, int i, tl_opcheck_result* res) {
+static tl_status result_begin(int i, tl_opcheck_result* res, const struct opcheck_case** c) {
   memset(res, 0, sizeof *res);
   if (i < 0 || i >= tl__opcheck_n_cases)
     return TL_ERRF(TL_ERR_INVALID, "op case %d does not exist (there are %d)", i,
                    tl__opcheck_n_cases);
-  const struct opcheck_case* c = &tl__opcheck_cases[i];
-  res->name = c->name;
-  res->fwd_tol = c->fwd_tol;
-  res->grad_tol = c->grad_tol;
+  *c = &tl__opcheck_cases[i];
+  res->name = (*c)->name;
+  res->fwd_tol = (*c)->fwd_tol;
+  res->grad_tol = (*c)->grad_tol;
+  return TL_OK;
+}
+
+/* Pass or fail; `worst` names whichever of forward and gradient is further
+ * from its tolerance. */
+static void result_finish(tl_opcheck_result* res, double grad_err, const char* grad_where) {
+  res->grad_err = grad_err;
+  res->passed = res->fwd_err <= res->fwd_tol && res->grad_err <= res->grad_tol;
+  double fwd_ratio = res->fwd_err / res->fwd_tol;
+  double grad_ratio = res->grad_tol > 0 ? res->grad_err / res->grad_tol : 0.0;
+  if (grad_ratio > fwd_ratio) snprintf(res->worst, sizeof res->worst, "%s", grad_where);
+}
+
+/* judge() against another backend's floats. */
+static tl_status judge_floats(double* worst_err, char* worst, size_t worst_size, const char* what,
+                              const char* name, const float* got, const float* want, int64_t n) {
+  double* w = malloc(sizeof(double) * (size_t)n);
+  if (!w) return TL_ERRF(TL_ERR_NOMEM, "opcheck: out of host memory");
+  for (int64_t j = 0; j < n; j++) w[j] = want[j];
+  judge(worst_err, worst, worst_size, what, name, got, w, NULL, n);
+  free(w);
+  return TL_OK;
+}
+
+tl_status tl_opcheck_run(const tl_backend* be, int i, tl_opcheck_result* res) {
+  const struct opcheck_case* c = NULL;
+  TL_CHECK(result_begin(i, res, &c));
   struct run r;
   struct ref f;
   TL_CHECK(run_init(c, &r));
@@ -255,11 +282,7 @@ tl_status tl_opcheck_run(const tl_backend* be, int i, tl_opcheck_result* res) {
     res->n_grad_checked += (int)m;
     free(idx), free(fd);
   }
-  res->grad_err = grad_worst;
-  res->passed = res->fwd_err <= res->fwd_tol && res->grad_err <= res->grad_tol;
-  if (res->grad_err > res->grad_tol ||
-      (res->passed && res->grad_err / res->grad_tol > res->fwd_err / res->fwd_tol))
-    memcpy(res->worst, grad_where, sizeof grad_where);
+  result_finish(res, grad_worst, grad_where);
 done:
   ref_free(&f);
   run_free(&r);
@@ -268,14 +291,8 @@ done:
 
 tl_status tl_opcheck_compare(const tl_backend* be, const tl_backend* ref_be, int i,
                              tl_opcheck_result* res) {
-  memset(res, 0, sizeof *res);
-  if (i < 0 || i >= tl__opcheck_n_cases)
-    return TL_ERRF(TL_ERR_INVALID, "op case %d does not exist (there are %d)", i,
-                   tl__opcheck_n_cases);
-  const struct opcheck_case* c = &tl__opcheck_cases[i];
-  res->name = c->name;
-  res->fwd_tol = c->fwd_tol;
-  res->grad_tol = c->grad_tol;
+  const struct opcheck_case* c = NULL;
+  TL_CHECK(result_begin(i, res, &c));
   struct run a, b;
   TL_CHECK(run_init(c, &a));
   tl_status st = run_init(c, &b);
@@ -287,35 +304,18 @@ tl_status tl_opcheck_compare(const tl_backend* be, const tl_backend* ref_be, int
   TL_CHECK_GOTO(run_on(ref_be, &b), st, done);
   double grad_worst = 0.0;
   char grad_where[sizeof res->worst] = "";
-  for (int o = 0; o < c->n_out; o++) {
-    int64_t n = c->out[o].n;
-    double* want = malloc(sizeof(double) * (size_t)n);
-    if (!want) {
-      st = TL_ERRF(TL_ERR_NOMEM, "opcheck %s: out of host memory", c->name);
-      goto done;
-    }
-    for (int64_t j = 0; j < n; j++) want[j] = b.out[o][j];
-    judge(&res->fwd_err, res->worst, sizeof res->worst, "output", c->out[o].name, a.out[o], want,
-          NULL, n);
-    free(want);
-  }
+  for (int o = 0; o < c->n_out; o++)
+    TL_CHECK_GOTO(judge_floats(&res->fwd_err, res->worst, sizeof res->worst, "output",
+                               c->out[o].name, a.out[o], b.out[o], c->out[o].n),
+                  st, done);
   for (int k = 0; c->backward && k < c->n_in; k++) {
     if (!c->in[k].grad) continue;
-    int64_t n = c->in[k].n;
-    double* want = malloc(sizeof(double) * (size_t)n);
-    if (!want) {
-      st = TL_ERRF(TL_ERR_NOMEM, "opcheck %s: out of host memory", c->name);
-      goto done;
-    }
-    for (int64_t j = 0; j < n; j++) want[j] = b.grad[k][j];
-    judge(&grad_worst, grad_where, sizeof grad_where, "gradient", c->in[k].name, a.grad[k], want,
-          NULL, n);
-    res->n_grad_checked += (int)n;
-    free(want);
+    TL_CHECK_GOTO(judge_floats(&grad_worst, grad_where, sizeof grad_where, "gradient",
+                               c->in[k].name, a.grad[k], b.grad[k], c->in[k].n),
+                  st, done);
+    res->n_grad_checked += (int)c->in[k].n;
   }
-  res->grad_err = grad_worst;
-  res->passed = res->fwd_err <= res->fwd_tol && res->grad_err <= res->grad_tol;
-  if (res->grad_err > res->grad_tol) memcpy(res->worst, grad_where, sizeof grad_where);
+  result_finish(res, grad_worst, grad_where);
 done:
   run_free(&a);
   run_free(&b);

@@ -308,12 +308,40 @@ static void adamw_ref(const struct opcheck_case* c, const double* const* in, dou
 
 /* ---- the table ------------------------------------------------------- */
 
-#define ELEMENTWISE(nm, N, fwd, bwd, ref, lo, hi, al)                               \
-  {                                                                                 \
-    .name = nm, .n_in = 1, .n_out = 1, .in = {{"x", N, OPCHECK_F32, lo, hi, 1}},    \
-    .out = {{"out", N, 1}}, .d = {N}, .alpha = al, .forward = fwd, .backward = bwd, \
-    .reference = ref, .fwd_tol = 1e-5, .grad_tol = 1e-4                             \
-  }
+/* clang-format off */
+#define ELEMENTWISE(nm, N, fwd, bwd, ref, lo, hi, al)                                   \
+  {.name = nm, .n_in = 1, .n_out = 1, .in = {{"x", N, OPCHECK_F32, lo, hi, 1}},         \
+   .out = {{"out", N, 1}}, .d = {N}, .alpha = al, .forward = fwd, .backward = bwd,        \
+   .reference = ref, .fwd_tol = 1e-5, .grad_tol = 1e-4}
+
+#define LAYERNORM(nm, N, C)                                                             \
+  {.name = nm, .n_in = 3, .n_out = 3,                                                   \
+   .in = {{"inp", (N) * (C), OPCHECK_F32, -2, 2, 1},                                    \
+          {"weight", C, OPCHECK_F32, 0.5f, 1.5f, 1},                                    \
+          {"bias", C, OPCHECK_F32, -0.5f, 0.5f, 1}},                                    \
+   .out = {{"out", (N) * (C), 1}, {"mean", N, 0}, {"rstd", N, 0}}, .d = {N, C},         \
+   .forward = layernorm_fwd, .backward = layernorm_bwd, .reference = layernorm_ref,     \
+   .fwd_tol = 1e-5, .grad_tol = 1e-4}
+
+#define SOFTMAX(nm, R, C)                                                               \
+  {.name = nm, .n_in = 1, .n_out = 1, .in = {{"inp", (R) * (C), OPCHECK_F32, -3, 3, 1}}, \
+   .out = {{"out", (R) * (C), 1}}, .d = {R, C}, .forward = softmax_fwd,                  \
+   .backward = softmax_bwd, .reference = softmax_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4}
+
+#define ATTENTION(nm, B, T, C, NH)                                                      \
+  {.name = nm, .n_in = 1, .n_out = 2,                                                   \
+   .in = {{"qkv", (B) * (T) * 3 * (C), OPCHECK_F32, -1, 1, 1}},                          \
+   .out = {{"out", (B) * (T) * (C), 1}, {"att", (B) * (NH) * (T) * (T), 0}},             \
+   .d = {B, T, C, NH}, .forward = attention_fwd, .backward = attention_bwd,              \
+   .reference = attention_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4}
+
+#define CROSSENTROPY(nm, N, V, VP)                                                      \
+  {.name = nm, .n_in = 2, .n_out = 1,                                                   \
+   .in = {{"logits", (N) * (VP), OPCHECK_F32, -3, 3, 1},                                 \
+          {"targets", N, OPCHECK_I32, 0, V, 0}},                                         \
+   .out = {{"losses", N, 1}}, .d = {N, V, VP}, .forward = xent_fwd,                      \
+   .backward = xent_bwd, .reference = xent_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4,       \
+   .writes_grad = 1}
 
 const struct opcheck_case tl__opcheck_cases[] = {
     MATMUL("matmul_nn", 5, 7, 6, 0, 0, 0),
@@ -322,146 +350,41 @@ const struct opcheck_case tl__opcheck_cases[] = {
     MATMUL("matmul_tt", 6, 5, 8, 1, 1, 0),
     MATMUL("matmul_nt_accumulate", 5, 7, 6, 0, 1, 2),
     MATMUL("matmul_tn_bias_accumulate", 4, 9, 3, 1, 0, 3),
-    {.name = "layernorm",
-     .n_in = 3,
-     .n_out = 3,
-     .in = {{"inp", 6 * 10, OPCHECK_F32, -2, 2, 1},
-            {"weight", 10, OPCHECK_F32, 0.5f, 1.5f, 1},
-            {"bias", 10, OPCHECK_F32, -0.5f, 0.5f, 1}},
-     .out = {{"out", 6 * 10, 1}, {"mean", 6, 0}, {"rstd", 6, 0}},
-     .d = {6, 10},
-     .forward = layernorm_fwd,
-     .backward = layernorm_bwd,
-     .reference = layernorm_ref,
-     .fwd_tol = 1e-5,
-     .grad_tol = 1e-4},
+    LAYERNORM("layernorm", 6, 10),
     ELEMENTWISE("gelu", 64, gelu_fwd, gelu_bwd, gelu_ref, -5.0f, 5.0f, 0),
-    {.name = "softmax",
-     .n_in = 1,
-     .n_out = 1,
-     .in = {{"inp", 4 * 9, OPCHECK_F32, -3, 3, 1}},
-     .out = {{"out", 4 * 9, 1}},
-     .d = {4, 9},
-     .forward = softmax_fwd,
-     .backward = softmax_bwd,
-     .reference = softmax_ref,
-     .fwd_tol = 1e-5,
-     .grad_tol = 1e-4},
-    {.name = "attention",
-     .n_in = 1,
-     .n_out = 2,
-     .in = {{"qkv", 2 * 5 * 36, OPCHECK_F32, -1, 1, 1}},
-     .out = {{"out", 2 * 5 * 12, 1}, {"att", 2 * 3 * 5 * 5, 0}},
-     .d = {2, 5, 12, 3},
-     .forward = attention_fwd,
-     .backward = attention_bwd,
-     .reference = attention_ref,
-     .fwd_tol = 1e-5,
-     .grad_tol = 1e-4},
-    {.name = "embedding",
-     .n_in = 3,
-     .n_out = 1,
+    SOFTMAX("softmax", 4, 9),
+    ATTENTION("attention", 2, 5, 12, 3),
+    {.name = "embedding", .n_in = 3, .n_out = 1,
      .in = {{"tokens", 2 * 4, OPCHECK_I32, 0, 5, 0},
             {"wte", 5 * 6, OPCHECK_F32, -1, 1, 1},
             {"wpe", 4 * 6, OPCHECK_F32, -1, 1, 1}},
-     .out = {{"out", 2 * 4 * 6, 1}},
-     .d = {2, 4, 6, 5},
-     .forward = embedding_fwd,
-     .backward = embedding_bwd,
-     .reference = embedding_ref,
-     .fwd_tol = 1e-6,
-     .grad_tol = 1e-5},
-    {.name = "crossentropy",
-     .n_in = 2,
-     .n_out = 1,
-     .in = {{"logits", 6 * 16, OPCHECK_F32, -3, 3, 1}, {"targets", 6, OPCHECK_I32, 0, 10, 0}},
-     .out = {{"losses", 6, 1}},
-     .d = {6, 10, 16},
-     .forward = xent_fwd,
-     .backward = xent_bwd,
-     .reference = xent_ref,
-     .fwd_tol = 1e-5,
-     .grad_tol = 1e-4,
-     .writes_grad = 1},
+     .out = {{"out", 2 * 4 * 6, 1}}, .d = {2, 4, 6, 5}, .forward = embedding_fwd,
+     .backward = embedding_bwd, .reference = embedding_ref, .fwd_tol = 1e-6, .grad_tol = 1e-5},
+    CROSSENTROPY("crossentropy", 6, 10, 16),
     /* Wider shapes: rows longer than a warp (32) or a block (256), sequences
      * longer than a warp, heads of 32 — the paths GPU kernels take at real sizes. */
-    {.name = "layernorm_wide",
-     .n_in = 3,
-     .n_out = 3,
-     .in = {{"inp", 4 * 100, OPCHECK_F32, -2, 2, 1},
-            {"weight", 100, OPCHECK_F32, 0.5f, 1.5f, 1},
-            {"bias", 100, OPCHECK_F32, -0.5f, 0.5f, 1}},
-     .out = {{"out", 4 * 100, 1}, {"mean", 4, 0}, {"rstd", 4, 0}},
-     .d = {4, 100},
-     .forward = layernorm_fwd,
-     .backward = layernorm_bwd,
-     .reference = layernorm_ref,
-     .fwd_tol = 1e-5,
-     .grad_tol = 1e-4},
-    {.name = "softmax_wide",
-     .n_in = 1,
-     .n_out = 1,
-     .in = {{"inp", 3 * 300, OPCHECK_F32, -3, 3, 1}},
-     .out = {{"out", 3 * 300, 1}},
-     .d = {3, 300},
-     .forward = softmax_fwd,
-     .backward = softmax_bwd,
-     .reference = softmax_ref,
-     .fwd_tol = 1e-5,
-     .grad_tol = 1e-4},
-    {.name = "attention_long",
-     .n_in = 1,
-     .n_out = 2,
-     .in = {{"qkv", 40 * 3 * 64, OPCHECK_F32, -1, 1, 1}},
-     .out = {{"out", 40 * 64, 1}, {"att", 2 * 40 * 40, 0}},
-     .d = {1, 40, 64, 2},
-     .forward = attention_fwd,
-     .backward = attention_bwd,
-     .reference = attention_ref,
-     .fwd_tol = 1e-5,
-     .grad_tol = 1e-4},
-    {.name = "crossentropy_wide",
-     .n_in = 2,
-     .n_out = 1,
-     .in = {{"logits", 3 * 384, OPCHECK_F32, -3, 3, 1}, {"targets", 3, OPCHECK_I32, 0, 300, 0}},
-     .out = {{"losses", 3, 1}},
-     .d = {3, 300, 384},
-     .forward = xent_fwd,
-     .backward = xent_bwd,
-     .reference = xent_ref,
-     .fwd_tol = 1e-5,
-     .grad_tol = 1e-4,
-     .writes_grad = 1},
-    {.name = "add",
-     .n_in = 2,
-     .n_out = 1,
+    LAYERNORM("layernorm_wide", 4, 100),
+    SOFTMAX("softmax_wide", 3, 300),
+    ATTENTION("attention_long", 1, 40, 64, 2),
+    CROSSENTROPY("crossentropy_wide", 3, 300, 384),
+    {.name = "add", .n_in = 2, .n_out = 1,
      .in = {{"a", 50, OPCHECK_F32, -1, 1, 1}, {"b", 50, OPCHECK_F32, -1, 1, 1}},
-     .out = {{"out", 50, 1}},
-     .d = {50},
-     .forward = add_fwd,
-     .backward = add_bwd,
-     .reference = add_ref,
-     .fwd_tol = 1e-6,
-     .grad_tol = 1e-5},
+     .out = {{"out", 50, 1}}, .d = {50}, .forward = add_fwd, .backward = add_bwd,
+     .reference = add_ref, .fwd_tol = 1e-6, .grad_tol = 1e-5},
     ELEMENTWISE("scale", 50, scale_fwd, scale_bwd, scale_ref, -1.0f, 1.0f, 0.37f),
     ELEMENTWISE("sum", 300, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f),
     ELEMENTWISE("mean", 300, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f / 300.0f),
     ELEMENTWISE("sum_long", 5000, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f),
-    {.name = "adamw",
-     .n_in = 4,
-     .n_out = 3,
+    /* forward-only: the outputs are the updated parameters and moments */
+    {.name = "adamw", .n_in = 4, .n_out = 3,
      .in = {{"params", 50, OPCHECK_F32, -1, 1, 0},
             {"grads", 50, OPCHECK_F32, -1, 1, 0},
             {"m", 50, OPCHECK_F32, -0.1f, 0.1f, 0},
             {"v", 50, OPCHECK_F32, 0.0f, 0.01f, 0}},
-     .out = {{"params", 50, 0}, {"m", 50, 0}, {"v", 50, 0}},
-     .d = {50, 3},
-     .alpha = 0.1f,
-     .forward = adamw_fwd,
-     .backward = NULL,
-     .reference = adamw_ref,
-     .fwd_tol = 1e-5,
+     .out = {{"params", 50, 0}, {"m", 50, 0}, {"v", 50, 0}}, .d = {50, 3}, .alpha = 0.1f,
+     .forward = adamw_fwd, .backward = NULL, .reference = adamw_ref, .fwd_tol = 1e-5,
      .grad_tol = 0},
 };
+/* clang-format on */
 
 const int tl__opcheck_n_cases = (int)(sizeof tl__opcheck_cases / sizeof tl__opcheck_cases[0]);
