@@ -33,8 +33,23 @@ run_pass() {
   shift
   echo "== $name: bazel test $*" >&2
   marker=$(mktemp)
-  if ! bazel test "$@"; then status=1; fi
+  local out
+  out=$(mktemp)
+  bazel test "$@" 2>&1 | tee "$out"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   count_cases
+  # A target can fail with every GoogleTest case passing (a sanitizer report
+  # at exit, a crash, a build error): count each such target as a failure.
+  local t
+  while IFS= read -r t; do
+    local xml="bazel-testlogs/${t#//}/test.xml"
+    xml=${xml/://}
+    local f=0
+    [ -f "$xml" ] && [ "$xml" -nt "$marker" ] &&
+      f=$(grep -o '<testsuites [^>]*' "$xml" | grep -o ' failures="[0-9]*"' | grep -o '[0-9]*' | head -1)
+    [ "${f:-0}" -eq 0 ] && failed=$((failed + 1))
+  done < <(grep -E '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)' "$out" | awk '{print $1}')
+  rm -f "$out"
   rm -f "$marker"
 }
 
