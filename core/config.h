@@ -1,0 +1,133 @@
+/* config.h — the training config: one JSON document (the planner writes the
+ * same format), parsed into plain structs.
+ *
+ * Sections: model, mesh, schedule, parallel, train, data, device, checkpoint.
+ * Every field has a default (tl_config_defaults) so that a config names only
+ * what it changes. Parsing reports every problem at once, each with its JSON
+ * path, the bad value and what is allowed; unknown keys get a "did you mean".
+ *
+ * Sizes: train.batch_size is the GLOBAL batch in sequences, the same for
+ * every mesh (the one law); each data-parallel replica takes batch_size / dp
+ * of it, split further into schedule.micro_batches micro-batches, which is
+ * also how a single device accumulates gradients. */
+#ifndef TL_CORE_CONFIG_H
+#define TL_CORE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/device.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TL_PATH_MAX 1024
+#define TL_MLP_MAX_LAYERS 16
+
+typedef enum { TL_MODEL_GPT = 0, TL_MODEL_MLP } tl_model_kind;
+typedef enum { TL_AXIS_DP = 0, TL_AXIS_TP, TL_AXIS_PP } tl_axis;
+typedef enum { TL_SCHEDULE_GPIPE = 0, TL_SCHEDULE_1F1B, TL_SCHEDULE_INTERLEAVED } tl_schedule_kind;
+typedef enum { TL_LR_COSINE = 0, TL_LR_CONSTANT } tl_lr_schedule;
+
+struct tl_model_config {
+  tl_model_kind kind;     /* "gpt" | "mlp"; default gpt */
+  /* gpt */
+  int n_layers;           /* default 4 */
+  int n_heads;            /* default 4 */
+  int n_embd;             /* channels; default 128 */
+  int vocab_size;         /* default 256 (byte-level) */
+  int padded_vocab_size;  /* 0 = vocab_size rounded up to a multiple of 128 (llm.c) */
+  int max_seq_len;        /* positions in wpe; default 64 */
+  /* mlp: sizes[0] inputs, sizes[n_mlp_layers] outputs (classes) */
+  int n_mlp_layers;
+  int mlp_sizes[TL_MLP_MAX_LAYERS + 1];
+  /* initial weights */
+  uint64_t seed;          /* Philox key; default 1337 */
+  char init_from[TL_PATH_MAX]; /* "" = from the RNG, else an llm.c model file */
+};
+
+struct tl_mesh_config {
+  int dp, tp, pp;         /* default 1 each */
+  tl_axis order[3];       /* innermost first; default {tp, dp, pp} */
+};
+
+struct tl_schedule_config {
+  tl_schedule_kind kind;  /* "gpipe" | "1f1b" | "interleaved"; default 1f1b */
+  int micro_batches;      /* per replica per step; default 1 */
+  int virtual_stages;     /* interleaved only; default 1 */
+};
+
+struct tl_parallel_config {
+  int zero;               /* 0..3; default 0 */
+  double bucket_mb;       /* DP all-reduce bucket size; default 25 */
+  bool recompute;         /* activation recomputation; default false */
+  bool sequence_parallel; /* default false */
+};
+
+struct tl_train_config {
+  int steps;              /* default 100 */
+  int batch_size;         /* global, in sequences; default 4 */
+  int seq_len;            /* T; default 64; <= model.max_seq_len */
+  float lr;               /* peak; default 1e-3 */
+  float min_lr;           /* cosine floor; default 0 */
+  int warmup_steps;       /* default 0 */
+  tl_lr_schedule lr_schedule; /* "cosine" | "constant"; default cosine */
+  float beta1, beta2, eps;    /* default 0.9, 0.95, 1e-8 */
+  float weight_decay;     /* on 2-D weights only; default 0.0 */
+  float grad_clip;        /* global norm; 0 = off; default 1.0 */
+  int val_every;          /* steps; 0 = never; default 0 */
+  int val_batches;        /* batches per validation; default 4 */
+  int sample_tokens;      /* generated at the end; 0 = none; default 64 */
+  int sample_top_k;       /* 1 = greedy; default 1 */
+};
+
+struct tl_data_config {
+  char train[TL_PATH_MAX]; /* llm.c token file; required for training */
+  char val[TL_PATH_MAX];   /* optional */
+};
+
+struct tl_device_config {
+  tl_device_type type;     /* "cpu" | "cuda"; default cpu (CUDA: one GPU per local rank) */
+  int threads;             /* CPU threads per rank; 0 = automatic */
+};
+
+struct tl_checkpoint_config {
+  char dir[TL_PATH_MAX];    /* "" = no checkpoints */
+  int every;                /* steps; 0 = only at the end (when dir is set) */
+  char resume[TL_PATH_MAX]; /* "" = start fresh, else a trellis checkpoint */
+};
+
+struct tl_config {
+  struct tl_model_config model;
+  struct tl_mesh_config mesh;
+  struct tl_schedule_config schedule;
+  struct tl_parallel_config parallel;
+  struct tl_train_config train;
+  struct tl_data_config data;
+  struct tl_device_config device;
+  struct tl_checkpoint_config checkpoint;
+};
+
+void tl_config_defaults(struct tl_config* cfg);
+
+/* Parses and validates a JSON file (or text); every problem is reported in
+ * tl_last_error(), one per line. *out holds defaults + the file on success. */
+tl_status tl_config_load(const char* path, struct tl_config* out);
+tl_status tl_config_parse(const char* json_text, const char* source_name, struct tl_config* out);
+
+/* Checks that need the job: dp * tp * pp == world_size. */
+tl_status tl_config_check_world(const struct tl_config* cfg, int world_size);
+
+/* Writes cfg as JSON (every field), atomically (temporary file + rename). */
+tl_status tl_config_save(const struct tl_config* cfg, const char* path);
+
+/* The padded vocabulary (llm.c's rounding when padded_vocab_size is 0). */
+int tl_config_padded_vocab(const struct tl_model_config* m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
