@@ -273,6 +273,17 @@ static void sum_ref(const struct opcheck_case* c, const double* const* in, doubl
   out[0][0] = (double)c->alpha * s;
 }
 
+static tl_status sumsq_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                           float* const* out) {
+  return OPS->sumsq(CTX, out[0], F(in[0]), c->d[0]);
+}
+
+static void sumsq_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  double s = 0;
+  for (int i = 0; i < c->d[0]; i++) s += in[0][i] * in[0][i];
+  out[0][0] = s;
+}
+
 /* ---- AdamW: d = {n, step}; alpha = weight decay. Forward-only: the
  * outputs are the updated parameters and moments. */
 
@@ -375,6 +386,10 @@ const struct opcheck_case tl__opcheck_cases[] = {
     ELEMENTWISE("sum", 300, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f),
     ELEMENTWISE("mean", 300, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f / 300.0f),
     ELEMENTWISE("sum_long", 5000, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f),
+    /* forward-only: more than one fixed-size chunk of the CPU reduction */
+    {.name = "sumsq", .n_in = 1, .n_out = 1, .in = {{"x", 70000, OPCHECK_F32, -1, 1, 0}},
+     .out = {{"out", 1, 0}}, .d = {70000}, .forward = sumsq_fwd, .reference = sumsq_ref,
+     .fwd_tol = 1e-6, .grad_tol = 0},
     /* forward-only: the outputs are the updated parameters and moments */
     {.name = "adamw", .n_in = 4, .n_out = 3,
      .in = {{"params", 50, OPCHECK_F32, -1, 1, 0},

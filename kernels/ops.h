@@ -99,6 +99,10 @@ struct tl_kernel_ops {
   tl_status (*sum_forward)(void* ctx, float* out, const float* inp, float alpha, int64_t n);
   tl_status (*sum_backward)(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
 
+  /* out[0] = sum(inp^2), accumulated like sum_forward (deterministic): the
+   * squared global gradient norm. */
+  tl_status (*sumsq)(void* ctx, float* out, const float* inp, int64_t n);
+
   /* One AdamW step on n parameters, in place (decoupled weight decay, bias
    * correction; step counts from 1):
    *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2

@@ -82,5 +82,6 @@ const struct tl_kernel_ops tl_cpu_kernel_ops = {
     .scale_backward = tl__cpu_scale_backward,
     .sum_forward = tl__cpu_sum_forward,
     .sum_backward = tl__cpu_sum_backward,
+    .sumsq = tl__cpu_sumsq,
     .adamw = tl__cpu_adamw,
 };

@@ -36,36 +36,40 @@ tl_status tl__cpu_scale_backward(void* ctx, float* dinp, const float* dout, floa
 }
 
 #define SUM_CHUNK 65536
+#define SUM_MAX_CHUNKS 4096
+
+/* Fixed chunks summed in double, then the chunk totals in order: the same
+ * result for any thread count. */
+static double chunked_sum(const float* inp, int64_t n, int square) {
+  int64_t n_chunks = (n + SUM_CHUNK - 1) / SUM_CHUNK;
+  double partial[SUM_MAX_CHUNKS];
+  double total = 0.0;
+  for (int64_t base = 0; base < n_chunks; base += SUM_MAX_CHUNKS) {
+    int64_t count = n_chunks - base < SUM_MAX_CHUNKS ? n_chunks - base : SUM_MAX_CHUNKS;
+#pragma omp parallel for if (count > 1)
+    for (int64_t ch = 0; ch < count; ch++) {
+      int64_t begin = (base + ch) * SUM_CHUNK, end = begin + SUM_CHUNK < n ? begin + SUM_CHUNK : n;
+      double s = 0.0;
+      if (square)
+        for (int64_t i = begin; i < end; i++) s += (double)inp[i] * inp[i];
+      else
+        for (int64_t i = begin; i < end; i++) s += inp[i];
+      partial[ch] = s;
+    }
+    for (int64_t ch = 0; ch < count; ch++) total += partial[ch];
+  }
+  return total;
+}
 
 tl_status tl__cpu_sum_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n) {
   (void)ctx;
-  int64_t n_chunks = (n + SUM_CHUNK - 1) / SUM_CHUNK;
-  double total = 0.0;
-  if (n_chunks <= 1) {
-    for (int64_t i = 0; i < n; i++) total += inp[i];
-  } else {
-    double partial[256];
-    double* parts = n_chunks <= 256 ? partial : NULL;
-    if (!parts) {
-      /* Very large inputs: chunk totals summed in order, one chunk at a time. */
-      for (int64_t ch = 0; ch < n_chunks; ch++) {
-        double s = 0.0;
-        int64_t end = (ch + 1) * SUM_CHUNK < n ? (ch + 1) * SUM_CHUNK : n;
-        for (int64_t i = ch * SUM_CHUNK; i < end; i++) s += inp[i];
-        total += s;
-      }
-    } else {
-#pragma omp parallel for
-      for (int64_t ch = 0; ch < n_chunks; ch++) {
-        double s = 0.0;
-        int64_t end = (ch + 1) * SUM_CHUNK < n ? (ch + 1) * SUM_CHUNK : n;
-        for (int64_t i = ch * SUM_CHUNK; i < end; i++) s += inp[i];
-        parts[ch] = s;
-      }
-      for (int64_t ch = 0; ch < n_chunks; ch++) total += parts[ch];
-    }
-  }
-  out[0] = (float)(alpha * total);
+  out[0] = (float)(alpha * chunked_sum(inp, n, 0));
+  return TL_OK;
+}
+
+tl_status tl__cpu_sumsq(void* ctx, float* out, const float* inp, int64_t n) {
+  (void)ctx;
+  out[0] = (float)chunked_sum(inp, n, 1);
   return TL_OK;
 }
 

@@ -152,5 +152,6 @@ extern "C" const struct tl_kernel_ops tl_cuda_kernel_ops = {
     tl__cuda_scale_backward,
     tl__cuda_sum_forward,
     tl__cuda_sum_backward,
+    tl__cuda_sumsq,
     tl__cuda_adamw,
 };

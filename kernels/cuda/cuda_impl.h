@@ -80,6 +80,7 @@ tl_status tl__cuda_scale_backward(void* ctx, float* dinp, const float* dout, flo
                                   int64_t n);
 tl_status tl__cuda_sum_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
 tl_status tl__cuda_sum_backward(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
+tl_status tl__cuda_sumsq(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cuda_adamw(void* ctx, float* params, const float* grads, float* m, float* v,
                          int64_t n, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int step);

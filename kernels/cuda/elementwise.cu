@@ -53,10 +53,14 @@ __global__ static void scale_backward_kernel(float* dinp, const float* dout, flo
   FOR_EACH(i, n) dinp[i] += alpha * dout[i];
 }
 
-__global__ static void sum_kernel(float* out, const float* inp, float alpha, int64_t n) {
+__global__ static void sum_kernel(float* out, const float* inp, float alpha, int64_t n,
+                                  int square) {
   __shared__ double shared[1024];
   double s = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += inp[i];
+  if (square)
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)inp[i] * inp[i];
+  else
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += inp[i];
   shared[threadIdx.x] = s;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
@@ -116,7 +120,13 @@ extern "C" tl_status tl__cuda_scale_backward(void* ctx, float* dinp, const float
 
 extern "C" tl_status tl__cuda_sum_forward(void* ctx, float* out, const float* inp, float alpha,
                                           int64_t n) {
-  sum_kernel<<<1, 1024, 0, STREAM>>>(out, inp, alpha, n);
+  sum_kernel<<<1, 1024, 0, STREAM>>>(out, inp, alpha, n, 0);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_sumsq(void* ctx, float* out, const float* inp, int64_t n) {
+  sum_kernel<<<1, 1024, 0, STREAM>>>(out, inp, 1.0f, n, 1);
   TL_CUDA_LAUNCHED();
   return TL_OK;
 }

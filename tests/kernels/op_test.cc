@@ -45,7 +45,7 @@ TEST_P(CpuOp, MatchesReferenceAndFiniteDifferences) {
   EXPECT_TRUE(r.passed) << Describe(r);
   EXPECT_LE(r.fwd_err, r.fwd_tol) << Describe(r);
   EXPECT_LE(r.grad_err, r.grad_tol) << Describe(r);
-  if (std::string(r.name) != "adamw") {
+  if (r.grad_tol > 0) {  // every op with a backward had its gradient checked
     EXPECT_GT(r.n_grad_checked, 0);
   }
 }
