@@ -1,0 +1,189 @@
+/* exec.c — the executor: one arena for planned values, one buffer for the
+ * inputs, views into the caller's flat parameter and gradient buffers. */
+#include "graph/exec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+#include "graph/op.h"
+
+struct tl_exec {
+  const tl_graph* g;
+  const tl_backend* be;
+  tl_buffer* params;
+  tl_buffer* grads;
+  tl_buffer* arena;
+  tl_buffer* inputs;
+  int64_t* input_offset; /* bytes into `inputs`, per value; -1 otherwise */
+  tl_memplan plan;
+  struct tl_run_ctx ctx;
+  float* seed; /* host copy of the loss-gradient fill */
+  int64_t seed_n;
+  int profile;
+  double op_seconds[TL_OP_COUNT];
+};
+
+void* tl_exec_data(const tl_exec* x, int v) {
+  if (v < 0) return NULL;
+  const tl_value* val = &x->g->values[v];
+  switch (val->role) {
+    case TL_ROLE_PARAM:
+      return (float*)x->params->data + val->offset;
+    case TL_ROLE_PARAM_GRAD:
+      return x->grads ? (float*)x->grads->data + val->offset : NULL;
+    case TL_ROLE_INPUT:
+      return (char*)x->inputs->data + x->input_offset[v];
+    default:
+      return x->plan.offset[v] >= 0 ? (char*)x->arena->data + x->plan.offset[v] : NULL;
+  }
+}
+
+static void* ctx_data(const struct tl_run_ctx* c, int v) {
+  return tl_exec_data(c->exec, v);
+}
+
+tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* params,
+                         tl_buffer* grads, tl_exec** out) {
+  *out = NULL;
+  size_t need = sizeof(float) * (size_t)g->n_params;
+  if (!params || params->bytes < need)
+    return TL_ERRF(TL_ERR_INVALID, "parameter buffer holds %zu bytes; the graph needs %zu",
+                   params ? params->bytes : 0, need);
+  if (grads && grads->bytes < need)
+    return TL_ERRF(TL_ERR_INVALID, "gradient buffer holds %zu bytes; the graph needs %zu",
+                   grads->bytes, need);
+  tl_exec* x = calloc(1, sizeof *x);
+  if (!x) return TL_ERRF(TL_ERR_NOMEM, "out of memory for an executor");
+  x->g = g;
+  x->be = be;
+  x->params = params;
+  x->grads = grads;
+  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x};
+  tl_status st = TL_OK;
+  TL_CHECK_GOTO(tl_memplan_build(g, &x->plan), st, fail);
+  x->input_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
+  if (!x->input_offset) {
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for an executor");
+    goto fail;
+  }
+  size_t in_bytes = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    x->input_offset[v] = -1;
+    if (g->values[v].role != TL_ROLE_INPUT) continue;
+    x->input_offset[v] = (int64_t)in_bytes;
+    in_bytes +=
+        ((size_t)tl_value_numel(&g->values[v]) * tl_dtype_size(g->values[v].dtype) + 63) / 64 * 64;
+  }
+  TL_CHECK_GOTO(tl_buffer_create(be->device, x->plan.arena_bytes, &x->arena), st, fail);
+  TL_CHECK_GOTO(tl_buffer_create(be->device, in_bytes, &x->inputs), st, fail);
+  if (g->loss >= 0 && g->values[g->loss].grad >= 0) {
+    x->seed_n = tl_value_numel(&g->values[g->loss]);
+    x->seed = malloc(sizeof(float) * (size_t)x->seed_n);
+    if (!x->seed) {
+      st = TL_ERRF(TL_ERR_NOMEM, "out of memory for an executor");
+      goto fail;
+    }
+  }
+  *out = x;
+  return TL_OK;
+fail:
+  tl_exec_destroy(x);
+  return st;
+}
+
+void tl_exec_destroy(tl_exec* x) {
+  if (!x) return;
+  tl_buffer_destroy(x->arena);
+  tl_buffer_destroy(x->inputs);
+  tl_memplan_free(&x->plan);
+  free(x->input_offset);
+  free(x->seed);
+  free(x);
+}
+
+tl_status tl_exec_set_input(tl_exec* x, int v, const void* host, size_t bytes) {
+  if (v < 0 || v >= x->g->n_values || x->g->values[v].role != TL_ROLE_INPUT)
+    return TL_ERRF(TL_ERR_INVALID, "value %d is not an input of the graph", v);
+  const tl_value* val = &x->g->values[v];
+  size_t need = (size_t)tl_value_numel(val) * tl_dtype_size(val->dtype);
+  if (bytes != need)
+    return TL_ERRF(TL_ERR_INVALID, "input '%s' takes %zu bytes; got %zu", val->name, need, bytes);
+  return tl_memcpy(x->be->device, tl_exec_data(x, v), tl_cpu(), host, bytes);
+}
+
+tl_status tl_exec_get(const tl_exec* x, int v, void* host, size_t bytes) {
+  void* p = tl_exec_data(x, v);
+  if (!p) return TL_ERRF(TL_ERR_INVALID, "value %d has no storage in this executor", v);
+  TL_CHECK(x->be->ops->synchronize(x->be->ctx));
+  return tl_memcpy(tl_cpu(), host, x->be->device, p, bytes);
+}
+
+static tl_status run_node(tl_exec* x, int i) {
+  const tl_node* n = &x->g->nodes[i];
+  /* activation gradients start from zero in each backward pass */
+  for (int k = 0; k < n->n_out; k++) {
+    int v = n->out[k];
+    if (v >= 0 && x->g->values[v].role == TL_ROLE_GRAD && x->plan.first[v] == i)
+      TL_CHECK(tl_memzero(x->be->device, tl_exec_data(x, v),
+                          (size_t)tl_value_numel(&x->g->values[v]) * sizeof(float)));
+  }
+  const struct tl_op_def* def = tl_op_get(n->op);
+  if (!x->profile) return def->run(&x->ctx, n);
+  tl_timer t;
+  tl_timer_start(&t);
+  TL_CHECK(def->run(&x->ctx, n));
+  TL_CHECK(x->be->ops->synchronize(x->be->ctx));
+  x->op_seconds[n->op] += tl_timer_elapsed_s(&t);
+  return TL_OK;
+}
+
+static tl_status check_range(const tl_exec* x, int begin, int end) {
+  if (begin < 0 || end > x->g->n_forward || begin > end)
+    return TL_ERRF(TL_ERR_INVALID, "node range [%d, %d) is outside the %d forward nodes", begin,
+                   end, x->g->n_forward);
+  return TL_OK;
+}
+
+tl_status tl_exec_forward(tl_exec* x, int begin, int end) {
+  TL_CHECK(check_range(x, begin, end));
+  for (int i = begin; i < end; i++) TL_CHECK(run_node(x, i));
+  return TL_OK;
+}
+
+tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale) {
+  TL_CHECK(check_range(x, begin, end));
+  const tl_graph* g = x->g;
+  if (g->n_nodes == g->n_forward) return TL_ERRF(TL_ERR_INVALID, "graph has no backward pass");
+  if (!x->grads) return TL_ERRF(TL_ERR_INVALID, "executor has no gradient buffer");
+  if (g->loss >= 0 && x->seed) {
+    /* seed when the loss's producer is in range */
+    for (int i = begin; i < end; i++) {
+      const tl_node* n = &g->nodes[i];
+      for (int k = 0; k < n->n_out; k++)
+        if (n->out[k] == g->loss) {
+          for (int64_t j = 0; j < x->seed_n; j++) x->seed[j] = loss_scale;
+          TL_CHECK(tl_memcpy(x->be->device, tl_exec_data(x, g->values[g->loss].grad), tl_cpu(),
+                             x->seed, sizeof(float) * (size_t)x->seed_n));
+        }
+    }
+  }
+  for (int i = g->n_forward; i < g->n_nodes; i++) {
+    int f = g->nodes[i].forward_of;
+    if (f >= begin && f < end) TL_CHECK(run_node(x, i));
+  }
+  return TL_OK;
+}
+
+const tl_memplan* tl_exec_plan(const tl_exec* x) {
+  return &x->plan;
+}
+
+void tl_exec_profile(tl_exec* x, int on) {
+  x->profile = on;
+  memset(x->op_seconds, 0, sizeof x->op_seconds);
+}
+
+double tl_exec_op_seconds(const tl_exec* x, int op) {
+  return op >= 0 && op < TL_OP_COUNT ? x->op_seconds[op] : 0.0;
+}

@@ -1,0 +1,59 @@
+/* exec.h — running a graph on a backend.
+ *
+ * An executor owns the activation arena (sized by the memory plan) and the
+ * input buffers; parameters and gradients are the caller's flat buffers, so
+ * several executors (a training graph, an inference graph, one per
+ * micro-batch in flight) can share one set of weights.
+ *
+ * Forward and backward run over a RANGE of forward nodes, which is how a
+ * pipeline stage runs only its own layers: tl_exec_backward(b, e) runs the
+ * backward nodes of forward nodes [b, e) in reverse order. Gradients are
+ * accumulated: parameter gradients add up across calls until the caller
+ * zeroes the flat gradient buffer (gradient accumulation over
+ * micro-batches); activation gradients are zeroed right before their first
+ * writer in each backward pass. */
+#ifndef TL_GRAPH_EXEC_H
+#define TL_GRAPH_EXEC_H
+
+#include "core/alloc.h"
+#include "graph/graph.h"
+#include "graph/memplan.h"
+#include "kernels/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tl_exec tl_exec;
+
+/* params/grads: flat f32 buffers on be->device of at least g->n_params
+ * elements (grads may be NULL for a forward-only graph). Not owned. */
+tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* params,
+                         tl_buffer* grads, tl_exec** out);
+void tl_exec_destroy(tl_exec* x); /* NULL is fine */
+
+/* Copies host data into an INPUT value (bytes must match its size). */
+tl_status tl_exec_set_input(tl_exec* x, int value, const void* host, size_t bytes);
+/* Device pointer of any value (NULL for -1). */
+void* tl_exec_data(const tl_exec* x, int value);
+/* Copies a value to host memory. */
+tl_status tl_exec_get(const tl_exec* x, int value, void* host, size_t bytes);
+
+/* Forward nodes [begin, end). */
+tl_status tl_exec_forward(tl_exec* x, int begin, int end);
+/* Backward of forward nodes [begin, end). When the loss's node is in the
+ * range, the loss gradient is first filled with loss_scale (the factor that
+ * turns per-position losses into this micro-batch's share of the global mean). */
+tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale);
+
+const tl_memplan* tl_exec_plan(const tl_exec* x);
+
+/* Per-op timing: when on, every node is timed (synchronising the device). */
+void tl_exec_profile(tl_exec* x, int on);
+double tl_exec_op_seconds(const tl_exec* x, int op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,252 @@
+/* graph.c — graph construction and autodiff. */
+#include "graph/graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/op.h"
+
+tl_status tl_graph_create(tl_graph** out) {
+  *out = NULL;
+  tl_graph* g = calloc(1, sizeof *g);
+  if (!g) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a graph");
+  g->loss = -1;
+  *out = g;
+  return TL_OK;
+}
+
+void tl_graph_destroy(tl_graph* g) {
+  if (!g) return;
+  free(g->values);
+  free(g->nodes);
+  free(g);
+}
+
+static tl_status grow(void** p, int* cap, int need, size_t size) {
+  if (need <= *cap) return TL_OK;
+  int c = *cap ? *cap * 2 : 64;
+  while (c < need) c *= 2;
+  void* q = realloc(*p, (size_t)c * size);
+  if (!q) return TL_ERRF(TL_ERR_NOMEM, "out of memory growing a graph to %d entries", c);
+  *p = q;
+  *cap = c;
+  return TL_OK;
+}
+
+tl_status tl_graph_value(tl_graph* g, const char* name, tl_value_role role, tl_dtype dtype,
+                         int n_dims, const int64_t* shape, int* out) {
+  if (n_dims < 1 || n_dims > 4)
+    return TL_ERRF(TL_ERR_INVALID, "value '%s' has %d dimensions; expected 1 to 4", name, n_dims);
+  for (int i = 0; i < n_dims; i++)
+    if (shape[i] < 1)
+      return TL_ERRF(TL_ERR_INVALID, "value '%s' dimension %d is %lld; expected >= 1", name, i,
+                     (long long)shape[i]);
+  TL_CHECK(grow((void**)&g->values, &g->cap_values, g->n_values + 1, sizeof(tl_value)));
+  tl_value* v = &g->values[g->n_values];
+  memset(v, 0, sizeof *v);
+  snprintf(v->name, sizeof v->name, "%s", name);
+  v->dtype = dtype;
+  v->n_dims = n_dims;
+  memcpy(v->shape, shape, sizeof(int64_t) * (size_t)n_dims);
+  v->role = role;
+  v->grad = -1;
+  v->grad_of = -1;
+  *out = g->n_values++;
+  return TL_OK;
+}
+
+tl_status tl_graph_param(tl_graph* g, const char* name, int64_t offset, int n_dims,
+                         const int64_t* shape, int* out) {
+  TL_CHECK(tl_graph_value(g, name, TL_ROLE_PARAM, TL_F32, n_dims, shape, out));
+  tl_value* v = &g->values[*out];
+  v->offset = offset;
+  v->requires_grad = true;
+  if (offset + tl_value_numel(v) > g->n_params) g->n_params = offset + tl_value_numel(v);
+  return TL_OK;
+}
+
+tl_status tl_graph_input(tl_graph* g, const char* name, tl_dtype dtype, int n_dims,
+                         const int64_t* shape, int* out) {
+  return tl_graph_value(g, name, TL_ROLE_INPUT, dtype, n_dims, shape, out);
+}
+
+static tl_status append_node(tl_graph* g, int op, const char* name, tl_node** out) {
+  TL_CHECK(grow((void**)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(tl_node)));
+  tl_node* n = &g->nodes[g->n_nodes];
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->forward_of = -1;
+  snprintf(n->name, sizeof n->name, "%s", name);
+  for (int i = 0; i < TL_NODE_MAX_IO; i++) n->in[i] = n->out[i] = -1;
+  *out = n;
+  return TL_OK;
+}
+
+tl_status tl_graph_node(tl_graph* g, int op, const char* name, int n_in, const int* in,
+                        const int* attr, int n_attr, int* out) {
+  const struct tl_op_def* def = tl_op_get(op);
+  if (!def || !def->infer)
+    return TL_ERRF(TL_ERR_INVALID, "node '%s': op %d cannot be built", name, op);
+  if (g->n_forward != g->n_nodes)
+    return TL_ERRF(TL_ERR_INVALID, "node '%s': forward nodes cannot follow the backward pass",
+                   name);
+  if (n_in > TL_NODE_MAX_IO || n_attr > TL_NODE_MAX_ATTRS)
+    return TL_ERRF(TL_ERR_INVALID, "node '%s': too many inputs or attributes", name);
+  for (int i = 0; i < n_in; i++)
+    if (in[i] < -1 || in[i] >= g->n_values)
+      return TL_ERRF(TL_ERR_INVALID, "node '%s' input %d is value %d, which does not exist", name,
+                     i, in[i]);
+  tl_node* n = NULL;
+  TL_CHECK(append_node(g, op, name, &n));
+  n->n_in = n_in;
+  memcpy(n->in, in, sizeof(int) * (size_t)n_in);
+  if (n_attr) memcpy(n->attr, attr, sizeof(int) * (size_t)n_attr);
+  int n_values = g->n_values;
+  tl_status st = def->infer(g, n);
+  if (st != TL_OK) {
+    g->n_values = n_values; /* drop any outputs made: the graph is unchanged */
+    return st;
+  }
+  g->n_forward = ++g->n_nodes;
+  if (out)
+    for (int i = 0; i < n->n_out; i++) out[i] = n->out[i];
+  return TL_OK;
+}
+
+tl_status tl__op_output(tl_graph* g, tl_node* n, int slot, const char* suffix, tl_value_role role,
+                        tl_dtype dtype, int n_dims, const int64_t* shape) {
+  char name[TL_NAME_MAX];
+  snprintf(name, sizeof name, "%.38s%s%.8s", n->name, suffix[0] ? "." : "", suffix);
+  /* `n` may move when values grow; values and nodes are separate arrays. */
+  int id = -1;
+  TL_CHECK(tl_graph_value(g, name, role, dtype, n_dims, shape, &id));
+  n->out[slot] = id;
+  if (slot + 1 > n->n_out) n->n_out = slot + 1;
+  return TL_OK;
+}
+
+tl_status tl__op_backward_node(tl_graph* g, int op, int fwd, int n_in, const int* in, int n_out,
+                               const int* out) {
+  char name[TL_NAME_MAX];
+  snprintf(name, sizeof name, "%.38s.grad", g->nodes[fwd].name);
+  tl_node* n = NULL;
+  TL_CHECK(append_node(g, op, name, &n));
+  n->forward_of = fwd;
+  n->n_in = n_in;
+  n->n_out = n_out;
+  memcpy(n->in, in, sizeof(int) * (size_t)n_in);
+  memcpy(n->out, out, sizeof(int) * (size_t)n_out);
+  memcpy(n->attr, g->nodes[fwd].attr, sizeof n->attr);
+  /* A backward pass costs about twice its forward (two products per one). */
+  n->flops = 2.0 * g->nodes[fwd].flops;
+  n->bytes = tl__op_bytes(g, in, n_in) + 2.0 * tl__op_bytes(g, out, n_out);
+  g->n_nodes++;
+  return TL_OK;
+}
+
+double tl__op_bytes(const tl_graph* g, const int* ids, int n) {
+  double b = 0;
+  for (int i = 0; i < n; i++)
+    if (ids[i] >= 0) b += (double)tl_value_numel(&g->values[ids[i]]) * 4.0;
+  return b;
+}
+
+tl_status tl_graph_set_loss(tl_graph* g, int loss) {
+  if (loss < 0 || loss >= g->n_values || g->values[loss].dtype != TL_F32)
+    return TL_ERRF(TL_ERR_INVALID, "loss value %d is not an f32 value of the graph", loss);
+  g->loss = loss;
+  return TL_OK;
+}
+
+/* 1. which values depend on a parameter (forward sweep), 2. which values the
+ * loss depends on (backward sweep); gradients exist where both hold. */
+tl_status tl_graph_backward(tl_graph* g) {
+  if (g->loss < 0) return TL_ERRF(TL_ERR_INVALID, "graph has no loss to differentiate");
+  if (g->n_nodes != g->n_forward)
+    return TL_ERRF(TL_ERR_INVALID, "graph already has a backward pass");
+  int nv = g->n_values;
+  bool* from_param = calloc((size_t)nv, sizeof(bool));
+  bool* to_loss = calloc((size_t)nv, sizeof(bool));
+  if (!from_param || !to_loss) {
+    free(from_param), free(to_loss);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for autodiff");
+  }
+  for (int v = 0; v < nv; v++) from_param[v] = g->values[v].role == TL_ROLE_PARAM;
+  for (int i = 0; i < g->n_forward; i++) {
+    const tl_node* n = &g->nodes[i];
+    const struct tl_op_def* def = tl_op_get(n->op);
+    bool any = false;
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0 && from_param[n->in[k]] && g->values[n->in[k]].dtype == TL_F32) any = true;
+    if (any && def->backward)
+      for (int k = 0; k < def->n_diff_out && k < n->n_out; k++)
+        if (n->out[k] >= 0) from_param[n->out[k]] = true;
+  }
+  to_loss[g->loss] = true;
+  for (int i = g->n_forward - 1; i >= 0; i--) {
+    const tl_node* n = &g->nodes[i];
+    const struct tl_op_def* def = tl_op_get(n->op);
+    bool any = false;
+    for (int k = 0; k < def->n_diff_out && k < n->n_out; k++)
+      if (n->out[k] >= 0 && to_loss[n->out[k]]) any = true;
+    if (any && def->backward)
+      for (int k = 0; k < n->n_in; k++)
+        if (n->in[k] >= 0 && g->values[n->in[k]].dtype == TL_F32) to_loss[n->in[k]] = true;
+  }
+  tl_status st = TL_OK;
+  if (!from_param[g->loss]) {
+    st = TL_ERRF(TL_ERR_INVALID, "loss '%s' does not depend on any parameter",
+                 g->values[g->loss].name);
+    goto done;
+  }
+  for (int v = 0; v < nv; v++) {
+    if (!(from_param[v] && to_loss[v])) continue;
+    tl_value* val = &g->values[v];
+    val->requires_grad = true;
+    char name[TL_NAME_MAX];
+    snprintf(name, sizeof name, "%.42s.grad", val->name);
+    int id = -1;
+    tl_value_role role = val->role == TL_ROLE_PARAM ? TL_ROLE_PARAM_GRAD : TL_ROLE_GRAD;
+    int64_t shape[4];
+    memcpy(shape, val->shape, sizeof shape);
+    TL_CHECK_GOTO(tl_graph_value(g, name, role, TL_F32, val->n_dims, shape, &id), st, done);
+    val = &g->values[v]; /* values may have moved */
+    val->grad = id;
+    g->values[id].grad_of = v;
+    g->values[id].offset = val->offset;
+  }
+  for (int v = 0; v < nv; v++)
+    if (g->values[v].role == TL_ROLE_PARAM && g->values[v].grad < 0)
+      g->values[v].requires_grad = false;
+  for (int i = g->n_forward - 1; i >= 0; i--) {
+    const tl_node* n = &g->nodes[i];
+    const struct tl_op_def* def = tl_op_get(n->op);
+    bool any = false;
+    for (int k = 0; k < def->n_diff_out && k < n->n_out; k++)
+      if (tl__grad(g, n->out[k]) >= 0) any = true;
+    if (any && def->backward) TL_CHECK_GOTO(def->backward(g, i), st, done);
+  }
+done:
+  free(from_param);
+  free(to_loss);
+  return st;
+}
+
+double tl_graph_flops(const tl_graph* g, int begin, int end) {
+  double f = 0;
+  for (int i = begin; i < end; i++) f += g->nodes[i].flops;
+  return f;
+}
+
+double tl_graph_bytes(const tl_graph* g, int begin, int end) {
+  double b = 0;
+  for (int i = begin; i < end; i++) b += g->nodes[i].bytes;
+  return b;
+}
+
+int tl_graph_find(const tl_graph* g, const char* name) {
+  for (int v = 0; v < g->n_values; v++)
+    if (strcmp(g->values[v].name, name) == 0) return v;
+  return -1;
+}

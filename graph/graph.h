@@ -1,0 +1,123 @@
+/* graph.h — the computation graph: values, nodes, a builder, autodiff.
+ *
+ * A graph is built once per model and shape (B, T) and then executed many
+ * times (graph/exec.h). Values are tensors with a role: parameters and their
+ * gradients are views into two flat buffers at fixed element offsets (llm.c's
+ * layout, so data parallelism moves one block); inputs are set per
+ * micro-batch; activations and activation gradients get offsets in an arena
+ * from the memory plan.
+ *
+ * Nodes are appended in topological order by construction (a node can only
+ * use values that already exist), so the node list IS the execution order.
+ * tl_graph_backward appends the backward nodes after the forward ones, in
+ * reverse order of their forward nodes. Every backward node ADDS into its
+ * gradient outputs, which is how a value that fans out accumulates the
+ * gradients of all its consumers.
+ *
+ * Ops are table-driven: each op is one file in graph/ops/ that registers its
+ * shape inference, its kernel dispatch and its backward (graph/op.h). */
+#ifndef TL_GRAPH_GRAPH_H
+#define TL_GRAPH_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TL_NAME_MAX 48
+#define TL_NODE_MAX_IO 6
+#define TL_NODE_MAX_ATTRS 6
+
+typedef enum {
+  TL_ROLE_PARAM = 0,  /* view into the flat parameter buffer */
+  TL_ROLE_PARAM_GRAD, /* the same view into the flat gradient buffer */
+  TL_ROLE_INPUT,      /* set by the caller before running (tokens, targets, ...) */
+  TL_ROLE_ACTIVATION, /* written by a forward node; planned */
+  TL_ROLE_GRAD,       /* gradient of an activation; planned, zeroed at first write */
+} tl_value_role;
+
+typedef struct tl_value {
+  char name[TL_NAME_MAX];
+  tl_dtype dtype;
+  int n_dims;
+  int64_t shape[4];
+  tl_value_role role;
+  int64_t offset;     /* PARAM / PARAM_GRAD: element offset into the flat buffer */
+  int grad;           /* id of this value's gradient, or -1 */
+  int grad_of;        /* for gradients: the value differentiated, else -1 */
+  bool requires_grad; /* on a path from a parameter to the loss */
+} tl_value;
+
+typedef struct tl_node {
+  int op; /* index into the op table (graph/op.h) */
+  char name[TL_NAME_MAX];
+  int n_in, n_out;
+  int in[TL_NODE_MAX_IO];  /* value ids; -1 for an absent optional input */
+  int out[TL_NODE_MAX_IO]; /* value ids; -1 for an absent optional output */
+  int attr[TL_NODE_MAX_ATTRS];
+  int forward_of; /* backward nodes: their forward node; forward nodes: -1 */
+  double flops;   /* arithmetic of one execution */
+  double bytes;   /* bytes read and written by one execution */
+} tl_node;
+
+typedef struct tl_graph {
+  tl_value* values;
+  int n_values, cap_values;
+  tl_node* nodes;
+  int n_nodes, cap_nodes;
+  int n_forward;    /* nodes [0, n_forward) are forward nodes */
+  int64_t n_params; /* elements of the flat parameter buffer */
+  int loss;         /* per-position losses value, or -1 */
+} tl_graph;
+
+tl_status tl_graph_create(tl_graph** out);
+void tl_graph_destroy(tl_graph* g); /* NULL is fine */
+
+static inline int64_t tl_value_numel(const tl_value* v) {
+  int64_t n = 1;
+  for (int i = 0; i < v->n_dims; i++) n *= v->shape[i];
+  return n;
+}
+
+/* A parameter: a view of `n_dims`/`shape` at element `offset` of the flat
+ * parameter buffer; the graph's n_params grows to cover it. */
+tl_status tl_graph_param(tl_graph* g, const char* name, int64_t offset, int n_dims,
+                         const int64_t* shape, int* out);
+/* An input set before each run. */
+tl_status tl_graph_input(tl_graph* g, const char* name, tl_dtype dtype, int n_dims,
+                         const int64_t* shape, int* out);
+/* A new value (used by ops while inferring their outputs). */
+tl_status tl_graph_value(tl_graph* g, const char* name, tl_value_role role, tl_dtype dtype,
+                         int n_dims, const int64_t* shape, int* out);
+
+/* Appends a node of op `op` (an index from graph/op.h) with the given inputs
+ * and integer attributes; the op's shape inference creates and checks its
+ * outputs. out (may be NULL) receives the output value ids. */
+tl_status tl_graph_node(tl_graph* g, int op, const char* name, int n_in, const int* in,
+                        const int* attr, int n_attr, int* out);
+
+/* Marks `loss` (per-position losses) as what training differentiates. */
+tl_status tl_graph_set_loss(tl_graph* g, int loss);
+
+/* Autodiff: appends backward nodes for every forward node on a path from a
+ * parameter to the loss. The loss's gradient value (an input of the backward
+ * pass, filled by the executor with the loss scale) is g->values[loss].grad. */
+tl_status tl_graph_backward(tl_graph* g);
+
+/* Sums of flops and bytes over nodes [begin, end). */
+double tl_graph_flops(const tl_graph* g, int begin, int end);
+double tl_graph_bytes(const tl_graph* g, int begin, int end);
+
+/* Find a value by name; -1 when absent. */
+int tl_graph_find(const tl_graph* g, const char* name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,124 @@
+/* memplan.c — lifetimes, then greedy placement: values in decreasing size,
+ * each at the lowest offset that overlaps no placed value whose lifetime
+ * overlaps its own. */
+#include "graph/memplan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ALIGN 64
+
+static size_t value_bytes(const tl_value* v) {
+  size_t b = (size_t)tl_value_numel(v) * tl_dtype_size(v->dtype);
+  return (b + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+/* (size, value) pairs: largest first, ties by value id, so plans are reproducible. */
+static int by_size_desc(const void* a, const void* b) {
+  int64_t sa = ((const int64_t*)a)[0], sb = ((const int64_t*)b)[0];
+  if (sa != sb) return sa > sb ? -1 : 1;
+  return (((const int64_t*)a)[1] > ((const int64_t*)b)[1]) -
+         (((const int64_t*)a)[1] < ((const int64_t*)b)[1]);
+}
+
+static int by_offset(const void* a, const void* b) {
+  int64_t x = ((const int64_t*)a)[0], y = ((const int64_t*)b)[0];
+  return (x > y) - (x < y);
+}
+
+tl_status tl_memplan_build(const tl_graph* g, tl_memplan* p) {
+  memset(p, 0, sizeof *p);
+  int nv = g->n_values;
+  p->n_values = nv;
+  p->offset = malloc(sizeof(int64_t) * (size_t)nv);
+  p->first = malloc(sizeof(int) * (size_t)nv);
+  p->last = malloc(sizeof(int) * (size_t)nv);
+  int* order = malloc(sizeof(int) * (size_t)nv);
+  int64_t* sized = malloc(sizeof(int64_t) * 2 * (size_t)nv);
+  int64_t* spans = malloc(sizeof(int64_t) * 2 * (size_t)nv);
+  if (!p->offset || !p->first || !p->last || !order || !spans || !sized) {
+    free(order), free(spans), free(sized);
+    tl_memplan_free(p);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory planning %d values", nv);
+  }
+  /* all bytes 0xff: every entry -1 */
+  memset(p->offset, 0xff, sizeof(int64_t) * (size_t)nv);
+  memset(p->first, 0xff, sizeof(int) * (size_t)nv);
+  memset(p->last, 0xff, sizeof(int) * (size_t)nv);
+
+  /* 1. lifetimes */
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tl_node* n = &g->nodes[i];
+    for (int k = 0; k < n->n_out; k++) {
+      int v = n->out[k];
+      if (v < 0) continue;
+      if (p->first[v] < 0) p->first[v] = i;
+      p->last[v] = i;
+    }
+    for (int k = 0; k < n->n_in; k++) {
+      int v = n->in[k];
+      if (v < 0) continue;
+      if (p->first[v] < 0) p->first[v] = i; /* read before any write: a seeded value */
+      p->last[v] = i;
+    }
+  }
+  if (g->loss >= 0 && g->values[g->loss].grad >= 0) {
+    int seed = g->values[g->loss].grad;
+    if (p->first[seed] >= 0) p->first[seed] = g->n_forward;
+  }
+
+  /* 2. placement */
+  int n_planned = 0;
+  for (int v = 0; v < nv; v++) {
+    tl_value_role r = g->values[v].role;
+    if ((r == TL_ROLE_ACTIVATION || r == TL_ROLE_GRAD) && p->first[v] >= 0) order[n_planned++] = v;
+  }
+  for (int i = 0; i < n_planned; i++) {
+    sized[2 * i] = (int64_t)value_bytes(&g->values[order[i]]);
+    sized[2 * i + 1] = order[i];
+  }
+  qsort(sized, (size_t)n_planned, 2 * sizeof(int64_t), by_size_desc);
+  for (int i = 0; i < n_planned; i++) order[i] = (int)sized[2 * i + 1];
+  for (int i = 0; i < n_planned; i++) {
+    int v = order[i];
+    size_t size = value_bytes(&g->values[v]);
+    int n_spans = 0;
+    for (int j = 0; j < i; j++) {
+      int u = order[j];
+      if (p->first[u] <= p->last[v] && p->first[v] <= p->last[u]) {
+        spans[2 * n_spans] = p->offset[u];
+        spans[2 * n_spans + 1] = p->offset[u] + (int64_t)value_bytes(&g->values[u]);
+        n_spans++;
+      }
+    }
+    qsort(spans, (size_t)n_spans, 2 * sizeof(int64_t), by_offset);
+    int64_t at = 0;
+    for (int j = 0; j < n_spans; j++) {
+      if (spans[2 * j] - at >= (int64_t)size) break; /* fits in the gap before span j */
+      if (spans[2 * j + 1] > at) at = spans[2 * j + 1];
+    }
+    p->offset[v] = at;
+    if ((size_t)at + size > p->arena_bytes) p->arena_bytes = (size_t)at + size;
+  }
+
+  /* 3. the most bytes live at once */
+  for (int i = 0; i < g->n_nodes; i++) {
+    size_t live = 0;
+    for (int j = 0; j < n_planned; j++)
+      if (p->first[order[j]] <= i && i <= p->last[order[j]])
+        live += value_bytes(&g->values[order[j]]);
+    if (live > p->peak_live_bytes) p->peak_live_bytes = live;
+  }
+  free(order);
+  free(spans);
+  free(sized);
+  return TL_OK;
+}
+
+void tl_memplan_free(tl_memplan* p) {
+  if (!p) return;
+  free(p->offset);
+  free(p->first);
+  free(p->last);
+  memset(p, 0, sizeof *p);
+}

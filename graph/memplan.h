@@ -1,0 +1,38 @@
+/* memplan.h — where each activation lives in one arena, from lifetimes.
+ *
+ * A value is live from the first node that writes it to the last node that
+ * reads or writes it, over the whole forward + backward node order. Values
+ * whose lifetimes do not overlap share memory, so an activation's bytes are
+ * reused as soon as its last reader has run (ggml-alloc's idea, done once
+ * ahead of time). Offsets are 64-byte aligned. */
+#ifndef TL_GRAPH_MEMPLAN_H
+#define TL_GRAPH_MEMPLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tl_memplan {
+  int n_values;
+  int64_t* offset;        /* bytes into the arena; -1 for values not planned */
+  int* first;             /* node index of the first write; -1 if not planned */
+  int* last;              /* node index of the last use */
+  size_t arena_bytes;     /* what the plan needs: the arena's size */
+  size_t peak_live_bytes; /* the most bytes live at once (a lower bound on any plan) */
+} tl_memplan;
+
+/* Plans ACTIVATION and GRAD values over nodes [0, g->n_nodes). The loss
+ * gradient (seeded by the executor) is live from the first backward node. */
+tl_status tl_memplan_build(const tl_graph* g, tl_memplan* out);
+void tl_memplan_free(tl_memplan* p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

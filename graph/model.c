@@ -1,0 +1,269 @@
+/* model.c — parameter layouts, initialisation and graph builders for gpt
+ * and mlp. */
+#include "graph/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "graph/op.h"
+
+static void add_tensor(tl_model* m, const char* name, int n_dims, const int64_t* shape, bool decay,
+                       tl_init_kind init, float std) {
+  struct tl_param_tensor* t = &m->tensors[m->n_tensors++];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->n_dims = n_dims;
+  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)n_dims);
+  t->numel = 1;
+  for (int i = 0; i < n_dims; i++) t->numel *= shape[i];
+  t->offset = m->n_params;
+  t->decay = decay;
+  t->init = init;
+  t->init_std = std;
+  t->init_rows = shape[0];
+  m->n_params += t->numel;
+}
+
+static tl_status gpt_layout(tl_model* m) {
+  const struct tl_model_config* c = &m->cfg;
+  int64_t L = c->n_layers, C = c->n_embd, Vp = m->padded_vocab, T = c->max_seq_len;
+  if (L < 1 || C < 1 || c->n_heads < 1 || T < 1)
+    return TL_ERRF(
+        TL_ERR_CONFIG,
+        "gpt needs n_layers, n_heads, n_embd and max_seq_len >= 1 (got %lld, %d, %lld, %lld)",
+        (long long)L, c->n_heads, (long long)C, (long long)T);
+  if (C % c->n_heads != 0)
+    return TL_ERRF(TL_ERR_CONFIG, "model.n_embd=%lld is not divisible by model.n_heads=%d",
+                   (long long)C, c->n_heads);
+  const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
+  /* llm.c's order; shapes stacked over layers */
+  add_tensor(m, "wte", 2, (int64_t[]){Vp, C}, true, TL_INIT_NORMAL, std);
+  m->tensors[0].init_rows = m->vocab; /* padded rows stay zero, as in llm.c's files */
+  add_tensor(m, "wpe", 2, (int64_t[]){T, C}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "ln1w", 2, (int64_t[]){L, C}, false, TL_INIT_ONES, 0);
+  add_tensor(m, "ln1b", 2, (int64_t[]){L, C}, false, TL_INIT_ZEROS, 0);
+  add_tensor(m, "qkvw", 3, (int64_t[]){L, 3 * C, C}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "qkvb", 2, (int64_t[]){L, 3 * C}, false, TL_INIT_ZEROS, 0);
+  add_tensor(m, "attprojw", 3, (int64_t[]){L, C, C}, true, TL_INIT_NORMAL, proj_std);
+  add_tensor(m, "attprojb", 2, (int64_t[]){L, C}, false, TL_INIT_ZEROS, 0);
+  add_tensor(m, "ln2w", 2, (int64_t[]){L, C}, false, TL_INIT_ONES, 0);
+  add_tensor(m, "ln2b", 2, (int64_t[]){L, C}, false, TL_INIT_ZEROS, 0);
+  add_tensor(m, "fcw", 3, (int64_t[]){L, 4 * C, C}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "fcb", 2, (int64_t[]){L, 4 * C}, false, TL_INIT_ZEROS, 0);
+  add_tensor(m, "fcprojw", 3, (int64_t[]){L, C, 4 * C}, true, TL_INIT_NORMAL, proj_std);
+  add_tensor(m, "fcprojb", 2, (int64_t[]){L, C}, false, TL_INIT_ZEROS, 0);
+  add_tensor(m, "lnfw", 1, (int64_t[]){C}, false, TL_INIT_ONES, 0);
+  add_tensor(m, "lnfb", 1, (int64_t[]){C}, false, TL_INIT_ZEROS, 0);
+  return TL_OK;
+}
+
+static tl_status mlp_layout(tl_model* m) {
+  const struct tl_model_config* c = &m->cfg;
+  int n = c->n_mlp_layers;
+  if (n < 1 || n > TL_MLP_MAX_LAYERS)
+    return TL_ERRF(TL_ERR_CONFIG, "model.mlp_sizes must list 2 to %d sizes (got %d)",
+                   TL_MLP_MAX_LAYERS + 1, n + 1);
+  for (int i = 0; i <= n; i++)
+    if (c->mlp_sizes[i] < 1)
+      return TL_ERRF(TL_ERR_CONFIG, "model.mlp_sizes[%d]=%d; expected >= 1", i, c->mlp_sizes[i]);
+  if (c->mlp_sizes[n] != m->vocab)
+    return TL_ERRF(
+        TL_ERR_CONFIG,
+        "model.mlp_sizes[%d]=%d must equal model.vocab_size=%d (it predicts the next token)", n,
+        c->mlp_sizes[n], m->vocab);
+  int64_t d0 = c->mlp_sizes[0];
+  add_tensor(m, "wte", 2, (int64_t[]){m->vocab, d0}, true, TL_INIT_NORMAL, 0.02f);
+  add_tensor(m, "wpe", 2, (int64_t[]){1, d0}, false, TL_INIT_ZEROS, 0);
+  for (int i = 0; i < n; i++) {
+    char name[16];
+    int64_t in = c->mlp_sizes[i], out = c->mlp_sizes[i + 1];
+    snprintf(name, sizeof name, "w%d", i);
+    add_tensor(m, name, 2, (int64_t[]){out, in}, true, TL_INIT_NORMAL, 1.0f / sqrtf((float)in));
+    snprintf(name, sizeof name, "b%d", i);
+    add_tensor(m, name, 1, (int64_t[]){out}, false, TL_INIT_ZEROS, 0);
+  }
+  return TL_OK;
+}
+
+tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* m) {
+  memset(m, 0, sizeof *m);
+  m->cfg = *cfg;
+  m->vocab = cfg->vocab_size;
+  if (m->vocab < 1 || m->vocab > 65536)
+    return TL_ERRF(TL_ERR_CONFIG, "model.vocab_size=%d; expected 1 to 65536 (tokens are uint16)",
+                   m->vocab);
+  if (cfg->kind == TL_MODEL_GPT) {
+    m->padded_vocab =
+        cfg->padded_vocab_size ? cfg->padded_vocab_size : (m->vocab + 127) / 128 * 128;
+    if (m->padded_vocab < m->vocab)
+      return TL_ERRF(TL_ERR_CONFIG, "model.padded_vocab_size=%d is below model.vocab_size=%d",
+                     m->padded_vocab, m->vocab);
+    return gpt_layout(m);
+  }
+  m->padded_vocab = m->vocab;
+  return mlp_layout(m);
+}
+
+int tl_model_tensor(const tl_model* m, const char* name) {
+  for (int i = 0; i < m->n_tensors; i++)
+    if (strcmp(m->tensors[i].name, name) == 0) return i;
+  return -1;
+}
+
+void tl_model_init_params(const tl_model* m, int64_t begin, int64_t end, float* out) {
+  for (int k = 0; k < m->n_tensors; k++) {
+    const struct tl_param_tensor* t = &m->tensors[k];
+    int64_t lo = begin > t->offset ? begin : t->offset;
+    int64_t hi = end < t->offset + t->numel ? end : t->offset + t->numel;
+    if (lo >= hi) continue;
+    float* dst = out + (lo - begin);
+    int64_t first = lo - t->offset, n = hi - lo;
+    if (t->init == TL_INIT_NORMAL) {
+      tl_rng_normal(m->cfg.seed, (uint32_t)k, (uint64_t)first, (size_t)n, 0.0f, t->init_std, dst);
+      int64_t row = t->numel / t->shape[0], zero_from = t->init_rows * row;
+      for (int64_t i = 0; i < n; i++)
+        if (first + i >= zero_from) dst[i] = 0.0f;
+    } else {
+      float v = t->init == TL_INIT_ONES ? 1.0f : 0.0f;
+      for (int64_t i = 0; i < n; i++) dst[i] = v;
+    }
+  }
+}
+
+/* A parameter value for layer `layer` of stacked tensor `name` (layer -1: the whole tensor). */
+static tl_status param(tl_graph* g, const tl_model* m, const char* name, int layer, int* out) {
+  int k = tl_model_tensor(m, name);
+  TL_ASSERT(k >= 0);
+  const struct tl_param_tensor* t = &m->tensors[k];
+  char vname[TL_NAME_MAX];
+  if (layer < 0) {
+    snprintf(vname, sizeof vname, "%s", name);
+    return tl_graph_param(g, vname, t->offset, t->n_dims, t->shape, out);
+  }
+  int64_t per = t->numel / t->shape[0];
+  snprintf(vname, sizeof vname, "%s.%d", name, layer);
+  return tl_graph_param(g, vname, t->offset + layer * per, t->n_dims - 1, t->shape + 1, out);
+}
+
+#define NODE(op, name, in, attr, out) \
+  tl_graph_node(g, op, name, (int)(sizeof in / sizeof in[0]), in, attr, TL_NODE_MAX_ATTRS, out)
+
+static const int k_no_attr[TL_NODE_MAX_ATTRS] = {0};
+
+static tl_status gpt_build(tl_graph* g, const tl_model* m, int b, int t, int tokens, int* logits) {
+  const struct tl_model_config* c = &m->cfg;
+  int wte, wpe, x, o[3];
+  char name[TL_NAME_MAX];
+  TL_CHECK(param(g, m, "wte", -1, &wte));
+  TL_CHECK(param(g, m, "wpe", -1, &wpe));
+  TL_CHECK(NODE(TL_OP_EMBEDDING, "encoder", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
+  (void)b, (void)t;
+  for (int l = 0; l < c->n_layers; l++) {
+    int w, bias, w2, ln1, qkv, att, proj, ln2, fc, gelu, fcproj;
+    int tn[6] = {0, 1}, heads[6] = {c->n_heads};
+    TL_CHECK(param(g, m, "ln1w", l, &w));
+    TL_CHECK(param(g, m, "ln1b", l, &bias));
+    snprintf(name, sizeof name, "h%d.ln1", l);
+    TL_CHECK(NODE(TL_OP_LAYERNORM, name, ((int[]){x, w, bias}), k_no_attr, o));
+    ln1 = o[0];
+    TL_CHECK(param(g, m, "qkvw", l, &w));
+    TL_CHECK(param(g, m, "qkvb", l, &bias));
+    snprintf(name, sizeof name, "h%d.qkv", l);
+    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){ln1, w, bias}), tn, &qkv));
+    snprintf(name, sizeof name, "h%d.attn", l);
+    TL_CHECK(NODE(TL_OP_ATTENTION, name, ((int[]){qkv}), heads, o));
+    att = o[0];
+    TL_CHECK(param(g, m, "attprojw", l, &w));
+    TL_CHECK(param(g, m, "attprojb", l, &bias));
+    snprintf(name, sizeof name, "h%d.attproj", l);
+    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){att, w, bias}), tn, &proj));
+    snprintf(name, sizeof name, "h%d.res1", l);
+    TL_CHECK(NODE(TL_OP_ADD, name, ((int[]){x, proj}), k_no_attr, &x));
+    TL_CHECK(param(g, m, "ln2w", l, &w));
+    TL_CHECK(param(g, m, "ln2b", l, &bias));
+    snprintf(name, sizeof name, "h%d.ln2", l);
+    TL_CHECK(NODE(TL_OP_LAYERNORM, name, ((int[]){x, w, bias}), k_no_attr, o));
+    ln2 = o[0];
+    TL_CHECK(param(g, m, "fcw", l, &w));
+    TL_CHECK(param(g, m, "fcb", l, &bias));
+    snprintf(name, sizeof name, "h%d.fc", l);
+    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){ln2, w, bias}), tn, &fc));
+    snprintf(name, sizeof name, "h%d.gelu", l);
+    TL_CHECK(NODE(TL_OP_GELU, name, ((int[]){fc}), k_no_attr, &gelu));
+    TL_CHECK(param(g, m, "fcprojw", l, &w2));
+    TL_CHECK(param(g, m, "fcprojb", l, &bias));
+    snprintf(name, sizeof name, "h%d.fcproj", l);
+    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){gelu, w2, bias}), tn, &fcproj));
+    snprintf(name, sizeof name, "h%d.res2", l);
+    TL_CHECK(NODE(TL_OP_ADD, name, ((int[]){x, fcproj}), k_no_attr, &x));
+  }
+  int w, bias, tn[6] = {0, 1};
+  TL_CHECK(param(g, m, "lnfw", -1, &w));
+  TL_CHECK(param(g, m, "lnfb", -1, &bias));
+  TL_CHECK(NODE(TL_OP_LAYERNORM, "lnf", ((int[]){x, w, bias}), k_no_attr, o));
+  /* the LM head is the token embedding, transposed (weight tying) */
+  return NODE(TL_OP_MATMUL, "lm_head", ((int[]){o[0], wte}), tn, logits);
+}
+
+static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logits) {
+  int wte, wpe, x;
+  char name[TL_NAME_MAX];
+  TL_CHECK(param(g, m, "wte", -1, &wte));
+  TL_CHECK(param(g, m, "wpe", -1, &wpe));
+  TL_CHECK(NODE(TL_OP_EMBEDDING, "embed", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
+  for (int i = 0; i < m->cfg.n_mlp_layers; i++) {
+    int w, bias, tn[6] = {0, 1};
+    char wn[16], bn[16];
+    snprintf(wn, sizeof wn, "w%d", i);
+    snprintf(bn, sizeof bn, "b%d", i);
+    TL_CHECK(param(g, m, wn, -1, &w));
+    TL_CHECK(param(g, m, bn, -1, &bias));
+    snprintf(name, sizeof name, "linear%d", i);
+    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){x, w, bias}), tn, &x));
+    if (i + 1 < m->cfg.n_mlp_layers) {
+      snprintf(name, sizeof name, "gelu%d", i);
+      TL_CHECK(NODE(TL_OP_GELU, name, ((int[]){x}), k_no_attr, &x));
+    }
+  }
+  *logits = x;
+  return TL_OK;
+}
+
+tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_graph** out,
+                         struct tl_model_io* io) {
+  *out = NULL;
+  io->tokens = io->targets = io->logits = io->losses = -1;
+  if (b < 1 || t < 1)
+    return TL_ERRF(TL_ERR_INVALID, "batch %d x %d tokens; expected >= 1 each", b, t);
+  if (m->cfg.kind == TL_MODEL_GPT && t > m->cfg.max_seq_len)
+    return TL_ERRF(TL_ERR_CONFIG, "sequence length %d exceeds model.max_seq_len=%d", t,
+                   m->cfg.max_seq_len);
+  tl_graph* g = NULL;
+  TL_CHECK(tl_graph_create(&g));
+  tl_status st = TL_OK;
+  /* The mlp sees every position as its own length-1 sequence. */
+  int64_t tok_shape[2] = {m->cfg.kind == TL_MODEL_GPT ? b : (int64_t)b * t,
+                          m->cfg.kind == TL_MODEL_GPT ? t : 1};
+  TL_CHECK_GOTO(tl_graph_input(g, "tokens", TL_I32, 2, tok_shape, &io->tokens), st, fail);
+  if (m->cfg.kind == TL_MODEL_GPT)
+    TL_CHECK_GOTO(gpt_build(g, m, b, t, io->tokens, &io->logits), st, fail);
+  else
+    TL_CHECK_GOTO(mlp_build(g, m, io->tokens, &io->logits), st, fail);
+  if (with_loss) {
+    int64_t n = (int64_t)b * t;
+    int attr[6] = {m->vocab};
+    TL_CHECK_GOTO(tl_graph_input(g, "targets", TL_I32, 1, &n, &io->targets), st, fail);
+    TL_CHECK_GOTO(
+        NODE(TL_OP_CROSSENTROPY, "loss", ((int[]){io->logits, io->targets}), attr, &io->losses), st,
+        fail);
+    TL_CHECK_GOTO(tl_graph_set_loss(g, io->losses), st, fail);
+    TL_CHECK_GOTO(tl_graph_backward(g), st, fail);
+  }
+  *out = g;
+  return TL_OK;
+fail:
+  tl_graph_destroy(g);
+  return st;
+}

@@ -1,0 +1,80 @@
+/* model.h — the models trellis trains: their parameter layout, their
+ * initialisation, and the graphs that compute them.
+ *
+ * gpt: GPT-2 — token + position embedding, pre-LayerNorm blocks of causal
+ *   self-attention and a 4x GELU MLP, a final LayerNorm, and the LM head tied
+ *   to the token embedding. Parameters in llm.c's order and shapes (each
+ *   per-layer tensor stacked over layers), so llm.c model files load as is.
+ * mlp: a token embedding followed by a chain of linear layers with GELU
+ *   between them, predicting the next token from the current one; the
+ *   design's "operator 1, operator 2" example.
+ *
+ * Initialisation is keyed per parameter tensor: element i of tensor k is
+ * drawn from Philox(seed, k, i) with i its index in the FULL logical tensor,
+ * so any slice (a shard) can be initialised alone and equals the whole. */
+#ifndef TL_GRAPH_MODEL_H
+#define TL_GRAPH_MODEL_H
+
+#include <stdbool.h>
+
+#include "core/config.h"
+#include "graph/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TL_MODEL_MAX_TENSORS 40
+
+typedef enum { TL_INIT_NORMAL = 0, TL_INIT_ZEROS, TL_INIT_ONES } tl_init_kind;
+
+struct tl_param_tensor {
+  char name[16];
+  int n_dims;
+  int64_t shape[4];
+  int64_t offset; /* elements into the flat parameter buffer */
+  int64_t numel;
+  bool decay; /* a weight matrix: weight decay applies */
+  tl_init_kind init;
+  float init_std;
+  int64_t init_rows; /* NORMAL: rows [0, init_rows) of dim 0 drawn, the rest zero (wte padding) */
+};
+
+typedef struct tl_model {
+  struct tl_model_config cfg;
+  int vocab;        /* real vocabulary V */
+  int padded_vocab; /* Vp: rows of wte and columns of the logits */
+  int n_tensors;
+  struct tl_param_tensor tensors[TL_MODEL_MAX_TENSORS];
+  int64_t n_params;
+} tl_model;
+
+/* Lays out the parameters of the configured model (checks the sizes). */
+tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* out);
+
+/* Writes elements [begin, end) of the flat parameter vector (host memory,
+ * `out` holds end - begin floats) from the RNG. */
+void tl_model_init_params(const tl_model* m, int64_t begin, int64_t end, float* out);
+
+/* The values of a built graph that a caller feeds or reads. */
+struct tl_model_io {
+  int tokens;  /* input, i32 (B, T) */
+  int targets; /* input, i32 (B*T); -1 without loss */
+  int logits;  /* (B, T, Vp) */
+  int losses;  /* per position (B*T); -1 without loss */
+};
+
+/* Builds the graph for a batch of b sequences of t tokens. With a loss the
+ * graph is differentiated (tl_graph_backward) and ready to train; without,
+ * it computes logits only (evaluation, sampling). */
+tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_graph** out,
+                         struct tl_model_io* io);
+
+/* Parameter tensor index by name ("qkvw"), or -1. */
+int tl_model_tensor(const tl_model* m, const char* name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,79 @@
+/* op.h — the op table: each op is one file in graph/ops/ defining a
+ * struct tl_op_def (shape inference, kernel dispatch, backward), listed once
+ * in op_table.c. The executor and autodiff know ops only through this table. */
+#ifndef TL_GRAPH_OP_H
+#define TL_GRAPH_OP_H
+
+#include "graph/graph.h"
+#include "kernels/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a kernel dispatch sees: device pointers for values. */
+struct tl_run_ctx {
+  const tl_backend* be;
+  const tl_graph* g;
+  void* (*data)(const struct tl_run_ctx* x, int value); /* NULL for value -1 */
+  void* exec;
+};
+
+#define TL_DATA(x, v) ((float*)(x)->data((x), (v)))
+#define TL_IDATA(x, v) ((const int32_t*)(x)->data((x), (v)))
+
+struct tl_op_def {
+  const char* name;
+  /* Outputs [0, n_diff_out) carry gradients; later ones (saved statistics
+   * such as layernorm's mean) do not. Inputs of dtype f32 may get gradients. */
+  int n_diff_out;
+  /* Creates the node's outputs (n->out, n->n_out) from its inputs and
+   * attributes, checks shapes, and fills n->flops and n->bytes. */
+  tl_status (*infer)(tl_graph* g, tl_node* n);
+  /* Runs the node on the backend. */
+  tl_status (*run)(const struct tl_run_ctx* x, const tl_node* n);
+  /* Appends the backward node(s) of forward node `n` (already in the graph at
+   * index `index`); NULL for backward ops. Gradients of values come from
+   * g->values[v].grad (-1 when a value needs none). */
+  tl_status (*backward)(tl_graph* g, int index);
+};
+
+enum {
+  TL_OP_EMBEDDING = 0,
+  TL_OP_EMBEDDING_BACKWARD,
+  TL_OP_LAYERNORM,
+  TL_OP_LAYERNORM_BACKWARD,
+  TL_OP_MATMUL,
+  TL_OP_MATMUL_BACKWARD,
+  TL_OP_ATTENTION,
+  TL_OP_ATTENTION_BACKWARD,
+  TL_OP_GELU,
+  TL_OP_GELU_BACKWARD,
+  TL_OP_ADD,
+  TL_OP_ADD_BACKWARD,
+  TL_OP_CROSSENTROPY,
+  TL_OP_CROSSENTROPY_BACKWARD,
+  TL_OP_COUNT
+};
+
+const struct tl_op_def* tl_op_get(int op);
+
+/* Helpers for op files. */
+tl_status tl__op_output(tl_graph* g, tl_node* n, int slot, const char* suffix, tl_value_role role,
+                        tl_dtype dtype, int n_dims, const int64_t* shape);
+/* The gradient of value v, or -1. */
+static inline int tl__grad(const tl_graph* g, int v) {
+  return v < 0 ? -1 : g->values[v].grad;
+}
+/* Appends a backward node for forward node `fwd` (no shape inference: its
+ * outputs are existing gradient values). */
+tl_status tl__op_backward_node(tl_graph* g, int op, int fwd, int n_in, const int* in, int n_out,
+                               const int* out);
+/* 4 bytes per element of each listed value (skipping -1). */
+double tl__op_bytes(const tl_graph* g, const int* ids, int n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,39 @@
+/* add.c — residual add of two values of one shape: in {a, b}, out {y}. */
+#include "graph/ops/shape.h"
+
+static tl_status infer(tl_graph* g, tl_node* n) {
+  TL_NEED_F32(g, n, 0);
+  TL_NEED_F32(g, n, 1);
+  const tl_value *a = tl__in(g, n, 0), *b = tl__in(g, n, 1);
+  char sa[64], sb[64];
+  if (!tl__same_shape(a, b))
+    return TL_ERRF(TL_ERR_INVALID, "add '%s': shapes %s and %s differ", n->name,
+                   tl__shape_str(a, sa, sizeof sa), tl__shape_str(b, sb, sizeof sb));
+  int64_t shape[4];
+  memcpy(shape, a->shape, sizeof shape);
+  TL_CHECK(tl__op_output(g, n, 0, "", TL_ROLE_ACTIVATION, TL_F32, a->n_dims, shape));
+  n->flops = (double)tl_value_numel(a);
+  n->bytes = 12.0 * (double)tl_value_numel(a);
+  return TL_OK;
+}
+
+static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
+  return x->be->ops->add_forward(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]),
+                                 TL_DATA(x, n->in[1]), tl_value_numel(&x->g->values[n->out[0]]));
+}
+
+/* backward node: in {dy}, out {da, db} */
+static tl_status backward(tl_graph* g, int i) {
+  const tl_node* n = &g->nodes[i];
+  int in[1] = {tl__grad(g, n->out[0])};
+  int out[2] = {tl__grad(g, n->in[0]), tl__grad(g, n->in[1])};
+  return tl__op_backward_node(g, TL_OP_ADD_BACKWARD, i, 1, in, 2, out);
+}
+
+static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
+  return x->be->ops->add_backward(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->out[1]),
+                                  TL_DATA(x, n->in[0]), tl_value_numel(&x->g->values[n->in[0]]));
+}
+
+const struct tl_op_def tl_op_add = {"add", 1, infer, run, backward};
+const struct tl_op_def tl_op_add_backward = {"add_backward", 0, NULL, run_backward, NULL};

@@ -1,0 +1,49 @@
+/* attention.c — causal multi-head self-attention: in {qkv (B,T,3C)},
+ * attr {n_heads}, out {y (B,T,C), att (B,NH,T,T)}; att is saved for the
+ * backward and carries no gradient. */
+#include "graph/ops/shape.h"
+
+static tl_status infer(tl_graph* g, tl_node* n) {
+  TL_NEED_F32(g, n, 0);
+  const tl_value* qkv = tl__in(g, n, 0);
+  int nh = n->attr[0];
+  if (qkv->n_dims != 3 || qkv->shape[2] % 3 != 0)
+    return TL_ERRF(TL_ERR_INVALID, "attention '%s': qkv must be (B, T, 3C)", n->name);
+  int64_t b = qkv->shape[0], t = qkv->shape[1], c = qkv->shape[2] / 3;
+  if (nh < 1 || c % nh != 0)
+    return TL_ERRF(TL_ERR_INVALID, "attention '%s': %d heads do not divide C=%lld", n->name, nh,
+                   (long long)c);
+  int64_t ys[3] = {b, t, c}, as[4] = {b, nh, t, t};
+  TL_CHECK(tl__op_output(g, n, 0, "", TL_ROLE_ACTIVATION, TL_F32, 3, ys));
+  TL_CHECK(tl__op_output(g, n, 1, "att", TL_ROLE_ACTIVATION, TL_F32, 4, as));
+  /* causal: about half of the T x T scores, each a dot of C/NH, twice (QK^T, AV) */
+  n->flops = 2.0 * 2.0 * (double)b * (double)t * (double)t / 2.0 * (double)c;
+  n->bytes = 4.0 * ((double)b * t * 4 * c + (double)b * nh * t * t);
+  return TL_OK;
+}
+
+static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
+  const tl_value* y = &x->g->values[n->out[0]];
+  return x->be->ops->attention_forward(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->out[1]),
+                                       TL_DATA(x, n->in[0]), (int)y->shape[0], (int)y->shape[1],
+                                       (int)y->shape[2], n->attr[0]);
+}
+
+/* backward node: in {dy, qkv, att}, out {dqkv} */
+static tl_status backward(tl_graph* g, int i) {
+  const tl_node* n = &g->nodes[i];
+  int in[3] = {tl__grad(g, n->out[0]), n->in[0], n->out[1]};
+  int out[1] = {tl__grad(g, n->in[0])};
+  return tl__op_backward_node(g, TL_OP_ATTENTION_BACKWARD, i, 3, in, 1, out);
+}
+
+static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
+  const tl_value* dy = &x->g->values[n->in[0]];
+  return x->be->ops->attention_backward(
+      x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]), TL_DATA(x, n->in[1]),
+      TL_DATA(x, n->in[2]), (int)dy->shape[0], (int)dy->shape[1], (int)dy->shape[2], n->attr[0]);
+}
+
+const struct tl_op_def tl_op_attention = {"attention", 1, infer, run, backward};
+const struct tl_op_def tl_op_attention_backward = {"attention_backward", 0, NULL, run_backward,
+                                                   NULL};

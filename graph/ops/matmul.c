@@ -1,0 +1,80 @@
+/* matmul.c — out = op(a) op(b) [+ bias]; attr {trans_a, trans_b}.
+ * a may have leading batch dimensions when not transposed: (..., K) is
+ * treated as (M, K) with M the product of the leading ones, and the output
+ * keeps them: (..., N). A linear layer is matmul(x, W, bias) with trans_b. */
+#include <stdio.h>
+
+#include "graph/ops/shape.h"
+
+static tl_status infer(tl_graph* g, tl_node* n) {
+  TL_NEED_F32(g, n, 0);
+  TL_NEED_F32(g, n, 1);
+  const tl_value *a = tl__in(g, n, 0), *b = tl__in(g, n, 1),
+                 *bias = n->n_in > 2 ? tl__in(g, n, 2) : NULL;
+  int ta = n->attr[0], tb = n->attr[1];
+  char sa[64], sb[64];
+  if (b->n_dims != 2 || (ta && a->n_dims != 2))
+    return TL_ERRF(
+        TL_ERR_INVALID,
+        "matmul '%s': operands %s and %s must be 2-D (a may be batched when not transposed)",
+        n->name, tl__shape_str(a, sa, sizeof sa), tl__shape_str(b, sb, sizeof sb));
+  int64_t m = ta ? a->shape[1] : tl__rows(a), k = ta ? a->shape[0] : tl__cols(a);
+  int64_t kb = tb ? b->shape[1] : b->shape[0], nn = tb ? b->shape[0] : b->shape[1];
+  if (k != kb)
+    return TL_ERRF(TL_ERR_INVALID, "matmul '%s': inner dimensions differ: %s%s times %s%s", n->name,
+                   tl__shape_str(a, sa, sizeof sa), ta ? "^T" : "", tl__shape_str(b, sb, sizeof sb),
+                   tb ? "^T" : "");
+  if (bias && (bias->n_dims != 1 || bias->shape[0] != nn))
+    return TL_ERRF(TL_ERR_INVALID, "matmul '%s': bias has %lld elements; expected %lld", n->name,
+                   (long long)tl_value_numel(bias), (long long)nn);
+  int64_t shape[4];
+  int nd = 2;
+  if (ta) {
+    shape[0] = m, shape[1] = nn;
+  } else {
+    nd = a->n_dims;
+    memcpy(shape, a->shape, sizeof shape);
+    shape[nd - 1] = nn;
+  }
+  TL_CHECK(tl__op_output(g, n, 0, "", TL_ROLE_ACTIVATION, TL_F32, nd, shape));
+  n->flops = 2.0 * (double)m * (double)nn * (double)k;
+  n->bytes = tl__op_bytes(g, n->in, n->n_in) + tl__op_bytes(g, n->out, 1);
+  return TL_OK;
+}
+
+static void dims(const tl_graph* g, const tl_node* n, int* m, int* nn, int* k) {
+  const tl_value *a = &g->values[n->in[0]], *b = &g->values[n->in[1]];
+  *m = (int)(n->attr[0] ? a->shape[1] : tl__rows(a));
+  *k = (int)(n->attr[0] ? a->shape[0] : tl__cols(a));
+  *nn = (int)(n->attr[1] ? b->shape[0] : b->shape[1]);
+}
+
+static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
+  int m, nn, k;
+  dims(x->g, n, &m, &nn, &k);
+  return x->be->ops->matmul(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]),
+                            TL_DATA(x, n->in[1]), n->n_in > 2 ? TL_DATA(x, n->in[2]) : NULL, m, nn,
+                            k, n->attr[0], n->attr[1], false);
+}
+
+/* backward node: in {dout, a, b}, out {da, db, dbias} */
+static tl_status backward(tl_graph* g, int i) {
+  const tl_node* n = &g->nodes[i];
+  int in[3] = {tl__grad(g, n->out[0]), n->in[0], n->in[1]};
+  int out[3] = {tl__grad(g, n->in[0]), tl__grad(g, n->in[1]),
+                n->n_in > 2 ? tl__grad(g, n->in[2]) : -1};
+  return tl__op_backward_node(g, TL_OP_MATMUL_BACKWARD, i, 3, in, 3, out);
+}
+
+static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
+  int m, nn, k;
+  const tl_node* f = &x->g->nodes[n->forward_of];
+  dims(x->g, f, &m, &nn, &k);
+  return x->be->ops->matmul_backward(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->out[1]),
+                                     TL_DATA(x, n->out[2]), TL_DATA(x, n->in[0]),
+                                     TL_DATA(x, n->in[1]), TL_DATA(x, n->in[2]), m, nn, k,
+                                     n->attr[0], n->attr[1]);
+}
+
+const struct tl_op_def tl_op_matmul = {"matmul", 1, infer, run, backward};
+const struct tl_op_def tl_op_matmul_backward = {"matmul_backward", 0, NULL, run_backward, NULL};

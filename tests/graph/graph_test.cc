@@ -1,0 +1,190 @@
+// The graph IR, shape inference, the memory plan and range execution.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "graph/exec.h"
+#include "graph/model.h"
+#include "graph/op.h"
+
+namespace {
+
+tl_model_config SmallGpt() {
+  tl_model_config c = {};
+  c.kind = TL_MODEL_GPT;
+  c.n_layers = 2, c.n_heads = 2, c.n_embd = 16, c.vocab_size = 50, c.max_seq_len = 8, c.seed = 3;
+  return c;
+}
+
+TEST(Graph, ShapeInferenceRejectsMismatchesAndLeavesTheGraphUnchanged) {
+  tl_graph* g = nullptr;
+  ASSERT_EQ(tl_graph_create(&g), TL_OK);
+  int a, b, out;
+  int64_t sa[2] = {4, 3}, sb[2] = {5, 2};
+  ASSERT_EQ(tl_graph_param(g, "a", 0, 2, sa, &a), TL_OK);
+  ASSERT_EQ(tl_graph_param(g, "b", 12, 2, sb, &b), TL_OK);
+  EXPECT_EQ(g->n_params, 22);
+  int in[2] = {a, b}, attr[6] = {0, 0};
+  int n_values = g->n_values;
+  EXPECT_EQ(tl_graph_node(g, TL_OP_MATMUL, "mm", 2, in, attr, 6, &out), TL_ERR_INVALID);
+  EXPECT_NE(std::string(tl_last_error()).find("inner dimensions differ: [4,3] times [5,2]"),
+            std::string::npos)
+      << tl_last_error();
+  EXPECT_EQ(g->n_nodes, 0);
+  EXPECT_EQ(g->n_values, n_values);
+  EXPECT_EQ(tl_graph_node(g, TL_OP_ADD, "add", 2, in, attr, 6, &out), TL_ERR_INVALID);
+  EXPECT_NE(std::string(tl_last_error()).find("shapes [4,3] and [5,2] differ"), std::string::npos);
+  int64_t sc[2] = {2, 3};
+  int c;
+  ASSERT_EQ(tl_graph_param(g, "c", 22, 2, sc, &c), TL_OK);
+  int in2[2] = {a, c};
+  attr[1] = 1;  // a (4,3) times c^T (3,2)
+  ASSERT_EQ(tl_graph_node(g, TL_OP_MATMUL, "mm", 2, in2, attr, 6, &out), TL_OK);
+  EXPECT_EQ(g->values[out].shape[0], 4);
+  EXPECT_EQ(g->values[out].shape[1], 2);
+  EXPECT_DOUBLE_EQ(g->nodes[0].flops, 2.0 * 4 * 2 * 3);
+  tl_graph_destroy(g);
+}
+
+TEST(Graph, GptHasTheExpectedNodesAndFlops) {
+  tl_model m;
+  tl_model_config c = SmallGpt();
+  ASSERT_EQ(tl_model_init(&c, &m), TL_OK);
+  EXPECT_EQ(m.padded_vocab, 128);
+  // llm.c's parameter count: Vp*C + T*C + L*(12 C^2 + 13 C) + 2C
+  int64_t C = 16, L = 2;
+  EXPECT_EQ(m.n_params, 128 * C + 8 * C + L * (12 * C * C + 13 * C) + 2 * C);
+  tl_graph* g = nullptr;
+  tl_model_io io;
+  ASSERT_EQ(tl_model_build(&m, 2, 8, true, &g, &io), TL_OK) << tl_last_error();
+  EXPECT_EQ(g->n_forward, 1 + 10 * 2 + 3);  // encoder, 10 per layer, lnf, head, loss
+  EXPECT_EQ(g->n_nodes, 2 * g->n_forward);  // one backward node per forward node
+  // Backward nodes come in reverse order of their forward nodes.
+  for (int i = g->n_forward; i + 1 < g->n_nodes; i++)
+    EXPECT_GT(g->nodes[i].forward_of, g->nodes[i + 1].forward_of);
+  // Matmul FLOPs: 2 * tokens * (params in matmuls + tied head).
+  double mm = 0;
+  for (int i = 0; i < g->n_forward; i++)
+    if (g->nodes[i].op == TL_OP_MATMUL) mm += g->nodes[i].flops;
+  EXPECT_DOUBLE_EQ(mm, 2.0 * 16 * (L * 12 * C * C + 128 * C));
+  // wte is used twice (embedding and head): its gradient gets two writers.
+  int wte_grad = g->values[tl_graph_find(g, "wte")].grad;
+  int writers = 0;
+  for (int i = g->n_forward; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_out; k++) writers += g->nodes[i].out[k] == wte_grad;
+  EXPECT_EQ(writers, 2);
+  tl_graph_destroy(g);
+}
+
+TEST(MemPlan, ValuesLiveAtTheSameTimeNeverShareBytes) {
+  tl_model m;
+  tl_model_config c = SmallGpt();
+  ASSERT_EQ(tl_model_init(&c, &m), TL_OK);
+  tl_graph* g = nullptr;
+  tl_model_io io;
+  ASSERT_EQ(tl_model_build(&m, 2, 8, true, &g, &io), TL_OK);
+  tl_memplan p;
+  ASSERT_EQ(tl_memplan_build(g, &p), TL_OK);
+  size_t total = 0;
+  int planned = 0;
+  for (int u = 0; u < g->n_values; u++) {
+    if (p.offset[u] < 0) continue;
+    planned++;
+    size_t su = tl_value_numel(&g->values[u]) * 4;
+    total += su;
+    EXPECT_LE(p.offset[u] + (int64_t)su, (int64_t)p.arena_bytes);
+    for (int v = u + 1; v < g->n_values; v++) {
+      if (p.offset[v] < 0) continue;
+      bool live_together = p.first[u] <= p.last[v] && p.first[v] <= p.last[u];
+      if (!live_together) continue;
+      size_t sv = tl_value_numel(&g->values[v]) * 4;
+      bool disjoint =
+          p.offset[u] + (int64_t)su <= p.offset[v] || p.offset[v] + (int64_t)sv <= p.offset[u];
+      EXPECT_TRUE(disjoint) << g->values[u].name << " and " << g->values[v].name;
+    }
+  }
+  EXPECT_GT(planned, 50);
+  EXPECT_GE(p.arena_bytes, p.peak_live_bytes);
+  EXPECT_LT(p.arena_bytes, total);  // memory is reused
+  tl_memplan_free(&p);
+  tl_graph_destroy(g);
+}
+
+TEST(Exec, RunningRangesEqualsRunningTheWhole) {
+  tl_model m;
+  tl_model_config c = SmallGpt();
+  ASSERT_EQ(tl_model_init(&c, &m), TL_OK);
+  tl_graph* g = nullptr;
+  tl_model_io io;
+  ASSERT_EQ(tl_model_build(&m, 1, 8, true, &g, &io), TL_OK);
+  tl_backend* be = nullptr;
+  ASSERT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+  tl_buffer *p = nullptr, *g1 = nullptr, *g2 = nullptr;
+  size_t bytes = sizeof(float) * m.n_params;
+  ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &p), TL_OK);
+  ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &g1), TL_OK);
+  ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &g2), TL_OK);
+  tl_model_init_params(&m, 0, m.n_params, (float*)p->data);
+  tl_exec *x1 = nullptr, *x2 = nullptr;
+  ASSERT_EQ(tl_exec_create(g, be, p, g1, &x1), TL_OK);
+  ASSERT_EQ(tl_exec_create(g, be, p, g2, &x2), TL_OK);
+  std::vector<int32_t> tok = {1, 5, 9, 2, 7, 7, 3, 0}, tgt = {5, 9, 2, 7, 7, 3, 0, 4};
+  for (tl_exec* x : {x1, x2}) {
+    ASSERT_EQ(tl_exec_set_input(x, io.tokens, tok.data(), 32), TL_OK);
+    ASSERT_EQ(tl_exec_set_input(x, io.targets, tgt.data(), 32), TL_OK);
+  }
+  int n = g->n_forward, mid = n / 2;
+  ASSERT_EQ(tl_exec_forward(x1, 0, n), TL_OK);
+  ASSERT_EQ(tl_exec_backward(x1, 0, n, 0.125f), TL_OK);
+  // as two pipeline stages would: forward 0..mid, mid..n; backward mid..n, 0..mid
+  ASSERT_EQ(tl_exec_forward(x2, 0, mid), TL_OK);
+  ASSERT_EQ(tl_exec_forward(x2, mid, n), TL_OK);
+  ASSERT_EQ(tl_exec_backward(x2, mid, n, 0.125f), TL_OK);
+  ASSERT_EQ(tl_exec_backward(x2, 0, mid, 0.125f), TL_OK);
+  EXPECT_EQ(memcmp(g1->data, g2->data, bytes), 0);
+  EXPECT_EQ(tl_exec_forward(x2, 0, n + 1), TL_ERR_INVALID);
+  int32_t short_input[3] = {0};
+  EXPECT_EQ(tl_exec_set_input(x2, io.tokens, short_input, sizeof short_input), TL_ERR_INVALID);
+  EXPECT_NE(std::string(tl_last_error()).find("takes 32 bytes; got 12"), std::string::npos);
+  tl_exec_destroy(x1);
+  tl_exec_destroy(x2);
+  tl_buffer_destroy(p);
+  tl_buffer_destroy(g1);
+  tl_buffer_destroy(g2);
+  tl_backend_destroy(be);
+  tl_graph_destroy(g);
+}
+
+TEST(Model, InitialisationOfAnySliceEqualsTheWhole) {
+  tl_model m;
+  tl_model_config c = SmallGpt();
+  ASSERT_EQ(tl_model_init(&c, &m), TL_OK);
+  std::vector<float> whole(m.n_params), part(1000);
+  tl_model_init_params(&m, 0, m.n_params, whole.data());
+  tl_model_init_params(&m, 777, 1777, part.data());
+  EXPECT_EQ(memcmp(part.data(), whole.data() + 777, 1000 * 4), 0);
+  // layernorm weights are one, biases zero, padded wte rows zero
+  const tl_param_tensor& ln = m.tensors[tl_model_tensor(&m, "ln1w")];
+  EXPECT_EQ(whole[ln.offset], 1.0f);
+  const tl_param_tensor& wte = m.tensors[0];
+  EXPECT_EQ(whole[wte.offset + 50 * 16], 0.0f);
+  EXPECT_NE(whole[wte.offset + 49 * 16], 0.0f);
+}
+
+TEST(Model, BadSizesAreConfigErrors) {
+  tl_model m;
+  tl_model_config c = SmallGpt();
+  c.n_heads = 3;
+  EXPECT_EQ(tl_model_init(&c, &m), TL_ERR_CONFIG);
+  EXPECT_NE(std::string(tl_last_error()).find("n_embd=16 is not divisible by model.n_heads=3"),
+            std::string::npos);
+  c = SmallGpt();
+  ASSERT_EQ(tl_model_init(&c, &m), TL_OK);
+  tl_graph* g = nullptr;
+  tl_model_io io;
+  EXPECT_EQ(tl_model_build(&m, 1, 9, true, &g, &io), TL_ERR_CONFIG);
+  EXPECT_EQ(g, nullptr);
+}
+
+}  // namespace
