@@ -1,0 +1,198 @@
+/* checkpoint.c */
+#include "launcher/checkpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/dtype.h"
+#include "launcher/atomic_file.h"
+
+static tl_status read_exact(FILE* f, const char* path, void* dst, size_t bytes, const char* what) {
+  if (fread(dst, 1, bytes, f) != bytes)
+    return TL_ERRF(TL_ERR_FORMAT, "'%s' is cut short: it ends inside the %s", path, what);
+  return TL_OK;
+}
+
+static tl_status expect_end(FILE* f, const char* path) {
+  if (fgetc(f) != EOF)
+    return TL_ERRF(TL_ERR_FORMAT, "'%s' is longer than its header says: extra bytes at the end",
+                   path);
+  return TL_OK;
+}
+
+/* Compares a header field with the configured value. */
+#define SAME(field, have, want)                                                                 \
+  do {                                                                                          \
+    if ((int64_t)(have) != (int64_t)(want))                                                     \
+      return TL_ERRF(TL_ERR_FORMAT, "'%s' has %s=%lld but the config says model.%s=%lld", path, \
+                     field, (long long)(have), field, (long long)(want));                       \
+  } while (0)
+
+static tl_status check_llmc_header(const char* path, const int32_t* h, const tl_model* m) {
+  if (h[0] != TL_LLMC_MODEL_MAGIC)
+    return TL_ERRF(TL_ERR_FORMAT, "'%s' is not an llm.c model file: magic %d, expected %d", path,
+                   h[0], TL_LLMC_MODEL_MAGIC);
+  if (h[1] != 3 && h[1] != 5)
+    return TL_ERRF(TL_ERR_FORMAT, "'%s': llm.c model version %d; expected 3 (fp32) or 5 (bf16)",
+                   path, h[1]);
+  SAME("max_seq_len", h[2], m->cfg.max_seq_len);
+  SAME("vocab_size", h[3], m->vocab);
+  SAME("n_layers", h[4], m->cfg.n_layers);
+  SAME("n_heads", h[5], m->cfg.n_heads);
+  SAME("n_embd", h[6], m->cfg.n_embd);
+  SAME("padded_vocab_size", h[7], m->padded_vocab);
+  return TL_OK;
+}
+
+tl_status tl_llmc_model_read(const char* path, const tl_model* m, float* params) {
+  if (m->cfg.kind != TL_MODEL_GPT)
+    return TL_ERRF(TL_ERR_CONFIG, "llm.c model files hold GPT-2 models; model.kind is not gpt");
+  FILE* f = fopen(path, "rb");
+  if (!f) return TL_ERRF(TL_ERR_IO, "cannot open model file '%s': %s", path, strerror(errno));
+  int32_t h[256];
+  tl_status st = read_exact(f, path, h, sizeof h, "1024-byte header");
+  if (st == TL_OK) st = check_llmc_header(path, h, m);
+  if (st == TL_OK && h[1] == 3) {
+    st = read_exact(f, path, params, sizeof(float) * (size_t)m->n_params, "parameters");
+  } else if (st == TL_OK) {
+    uint16_t* tmp = malloc(sizeof(uint16_t) * (size_t)m->n_params);
+    st = tmp ? read_exact(f, path, tmp, sizeof(uint16_t) * (size_t)m->n_params, "parameters")
+             : TL_ERRF(TL_ERR_NOMEM, "out of memory reading '%s'", path);
+    for (int64_t i = 0; st == TL_OK && i < m->n_params; i++) params[i] = tl_bf16_to_f32(tmp[i]);
+    free(tmp);
+  }
+  if (st == TL_OK) st = expect_end(f, path);
+  fclose(f);
+  return st;
+}
+
+tl_status tl_llmc_model_write(const char* path, const tl_model* m, const float* params) {
+  if (m->cfg.kind != TL_MODEL_GPT)
+    return TL_ERRF(TL_ERR_CONFIG, "llm.c model files hold GPT-2 models; model.kind is not gpt");
+  int32_t h[256] = {TL_LLMC_MODEL_MAGIC, 3,
+                    m->cfg.max_seq_len,  m->vocab,
+                    m->cfg.n_layers,     m->cfg.n_heads,
+                    m->cfg.n_embd,       m->padded_vocab};
+  tl_atomic_file af;
+  TL_CHECK(tl_atomic_file_open(&af, path));
+  tl_status st = tl_atomic_file_write(&af, h, sizeof h);
+  if (st == TL_OK) st = tl_atomic_file_write(&af, params, sizeof(float) * (size_t)m->n_params);
+  if (st != TL_OK) {
+    tl_atomic_file_abort(&af);
+    return st;
+  }
+  return tl_atomic_file_commit(&af);
+}
+
+/* trellis checkpoint header layout */
+enum {
+  H_MAGIC = 0,
+  H_VERSION,
+  H_KIND,
+  H_LAYERS,
+  H_HEADS,
+  H_EMBD,
+  H_VOCAB,
+  H_PVOCAB,
+  H_MAXT,
+  H_MLP_LAYERS,
+  H_MLP_SIZES = 10, /* 17 entries */
+  H_PARAMS = 32,
+  H_STEP = 34,
+  H_POSITION = 36
+};
+
+static void put64(int32_t* h, int at, int64_t v) {
+  memcpy(&h[at], &v, 8);
+}
+static int64_t get64(const int32_t* h, int at) {
+  int64_t v;
+  memcpy(&v, &h[at], 8);
+  return v;
+}
+
+static void model_header(const tl_model* m, int32_t* h) {
+  memset(h, 0, 1024);
+  h[H_MAGIC] = TL_CHECKPOINT_MAGIC;
+  h[H_VERSION] = 1;
+  h[H_KIND] = m->cfg.kind;
+  h[H_LAYERS] = m->cfg.n_layers;
+  h[H_HEADS] = m->cfg.n_heads;
+  h[H_EMBD] = m->cfg.n_embd;
+  h[H_VOCAB] = m->vocab;
+  h[H_PVOCAB] = m->padded_vocab;
+  h[H_MAXT] = m->cfg.max_seq_len;
+  h[H_MLP_LAYERS] = m->cfg.kind == TL_MODEL_MLP ? m->cfg.n_mlp_layers : 0;
+  for (int i = 0; m->cfg.kind == TL_MODEL_MLP && i <= m->cfg.n_mlp_layers; i++)
+    h[H_MLP_SIZES + i] = m->cfg.mlp_sizes[i];
+  put64(h, H_PARAMS, m->n_params);
+}
+
+tl_status tl_checkpoint_write(const char* path, const tl_model* m, const struct tl_train_state* s,
+                              const float* params, const float* adam_m, const float* adam_v) {
+  int32_t h[256];
+  model_header(m, h);
+  put64(h, H_STEP, s->step);
+  put64(h, H_POSITION, s->data_position);
+  size_t bytes = sizeof(float) * (size_t)m->n_params;
+  tl_atomic_file af;
+  TL_CHECK(tl_atomic_file_open(&af, path));
+  tl_status st = tl_atomic_file_write(&af, h, sizeof h);
+  if (st == TL_OK) st = tl_atomic_file_write(&af, params, bytes);
+  if (st == TL_OK) st = tl_atomic_file_write(&af, adam_m, bytes);
+  if (st == TL_OK) st = tl_atomic_file_write(&af, adam_v, bytes);
+  if (st != TL_OK) {
+    tl_atomic_file_abort(&af);
+    return st;
+  }
+  return tl_atomic_file_commit(&af);
+}
+
+tl_status tl_checkpoint_read(const char* path, const tl_model* m, struct tl_train_state* s,
+                             float* params, float* adam_m, float* adam_v) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return TL_ERRF(TL_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+  int32_t h[256], want[256];
+  model_header(m, want);
+  tl_status st = read_exact(f, path, h, sizeof h, "1024-byte header");
+  if (st == TL_OK && h[H_MAGIC] != TL_CHECKPOINT_MAGIC)
+    st = TL_ERRF(TL_ERR_FORMAT, "'%s' is not a trellis checkpoint: magic %d, expected %d%s", path,
+                 h[H_MAGIC], TL_CHECKPOINT_MAGIC,
+                 h[H_MAGIC] == TL_LLMC_MODEL_MAGIC
+                     ? " (it is an llm.c model file: use model.init_from)"
+                     : "");
+  else if (st == TL_OK && h[H_VERSION] != 1)
+    st = TL_ERRF(TL_ERR_FORMAT, "'%s': checkpoint version %d, expected 1", path, h[H_VERSION]);
+  static const char* const names[] = {"",
+                                      "",
+                                      "kind",
+                                      "n_layers",
+                                      "n_heads",
+                                      "n_embd",
+                                      "vocab_size",
+                                      "padded_vocab_size",
+                                      "max_seq_len",
+                                      "mlp_sizes (count)"};
+  for (int i = H_KIND; st == TL_OK && i < H_PARAMS; i++) {
+    if (h[i] == want[i]) continue;
+    const char* field = i < H_MLP_SIZES ? names[i] : "mlp_sizes";
+    st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' has %s=%d but the config says model.%s=%d", path,
+                 field, h[i], field, want[i]);
+  }
+  if (st == TL_OK && get64(h, H_PARAMS) != m->n_params)
+    st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' holds %lld parameters; the model has %lld", path,
+                 (long long)get64(h, H_PARAMS), (long long)m->n_params);
+  size_t bytes = sizeof(float) * (size_t)m->n_params;
+  if (st == TL_OK) st = read_exact(f, path, params, bytes, "parameters");
+  if (st == TL_OK) st = read_exact(f, path, adam_m, bytes, "first AdamW moments");
+  if (st == TL_OK) st = read_exact(f, path, adam_v, bytes, "second AdamW moments");
+  if (st == TL_OK) st = expect_end(f, path);
+  fclose(f);
+  if (st == TL_OK) {
+    s->step = get64(h, H_STEP);
+    s->data_position = get64(h, H_POSITION);
+  }
+  return st;
+}

@@ -1,0 +1,45 @@
+/* checkpoint.h — model and training-state files.
+ *
+ * llm.c model files (GPT-2 only): 256 int32 (magic 20240326, version 3 for
+ * fp32 or 5 for bf16, max_seq_len, vocab_size, num_layers, num_heads,
+ * channels, padded_vocab_size), then the parameters in llm.c's order, so GPT-2
+ * weights exported by llm.c load unchanged.
+ *
+ * trellis checkpoints: 256 int32 (magic 20261129, version 1, the model's
+ * sizes, parameter count, step and data position), then parameters and both
+ * AdamW moments in fp32: everything a run needs to continue bit-identically.
+ *
+ * Every write is atomic (temporary file, then rename); every read checks the
+ * file against the configured model and names what differs. */
+#ifndef TL_LAUNCHER_CHECKPOINT_H
+#define TL_LAUNCHER_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "graph/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TL_LLMC_MODEL_MAGIC 20240326
+#define TL_CHECKPOINT_MAGIC 20261129
+
+tl_status tl_llmc_model_read(const char* path, const tl_model* m, float* params);
+tl_status tl_llmc_model_write(const char* path, const tl_model* m, const float* params);
+
+struct tl_train_state {
+  int64_t step;          /* optimizer steps taken */
+  int64_t data_position; /* the training loader's position */
+};
+
+tl_status tl_checkpoint_write(const char* path, const tl_model* m, const struct tl_train_state* s,
+                              const float* params, const float* adam_m, const float* adam_v);
+tl_status tl_checkpoint_read(const char* path, const tl_model* m, struct tl_train_state* s,
+                             float* params, float* adam_m, float* adam_v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
