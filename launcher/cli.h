@@ -6,5 +6,7 @@
 
 int tl_cli_check(int argc, char** argv);
 int tl_cli_env(int argc, char** argv);
+int tl_cli_data(int argc, char** argv);
+int tl_cli_train(int argc, char** argv);
 
 #endif

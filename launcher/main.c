@@ -1,6 +1,8 @@
 /* main.c — the `trellis` command: dispatch to a subcommand. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/env.h"
 #include "launcher/cli.h"
@@ -10,6 +12,8 @@ static void usage(FILE* f) {
           "usage: trellis <command> [options]\n"
           "\n"
           "commands:\n"
+          "  train   train the model a JSON config describes\n"
+          "  data    turn text into a token file; build the default corpus\n"
           "  check   check every kernel on this machine's CPU and GPUs\n"
           "  env     list the environment variables trellis reads\n"
           "\n"
@@ -17,6 +21,13 @@ static void usage(FILE* f) {
 }
 
 int main(int argc, char** argv) {
+  /* Under `bazel run`, paths on the command line and in configs are relative
+   * to where the person typed the command, not to Bazel's runfiles. */
+  const char* wd = getenv("BUILD_WORKING_DIRECTORY");
+  if (wd && chdir(wd) != 0) {
+    fprintf(stderr, "trellis: cannot enter %s\n", wd);
+    return 1;
+  }
   if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
       strcmp(argv[1], "help") == 0) {
     usage(argc < 2 ? stderr : stdout);
@@ -30,6 +41,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (strcmp(cmd, "check") == 0) return tl_cli_check(argc - 2, argv + 2);
+  if (strcmp(cmd, "data") == 0) return tl_cli_data(argc - 2, argv + 2);
+  if (strcmp(cmd, "train") == 0) return tl_cli_train(argc - 2, argv + 2);
   fprintf(stderr, "trellis: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

@@ -1,11 +1,13 @@
 /* attention.c — causal multi-head self-attention with the T x T
- * probabilities kept for backward (llm.c's CPU algorithm). Work splits by
+ * probabilities kept for backward (llm.c's CPU algorithm). Inner sums are
+ * `omp simd` reductions: vectorized in a fixed order for a given build. Work splits by
  * (batch, head): every write of one (b, h) pair lands in its own slices of
  * out, att and dqkv, so threads never share an element. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/fastmath.h"
 
 tl_status tl__cpu_attention_forward(void* ctx, float* out, float* att, const float* qkv, int b,
                                     int t, int c, int nh) {
@@ -23,12 +25,14 @@ tl_status tl__cpu_attention_forward(void* ctx, float* out, float* att, const flo
         for (int t2 = 0; t2 <= ti; t2++) {
           const float* k = qkv + ((int64_t)bi * t + t2) * c3 + c + h * hs;
           float s = 0.0f;
+#pragma omp simd reduction(+ : s)
           for (int i = 0; i < hs; i++) s += q[i] * k[i];
           a[t2] = s * scale;
           mx = fmaxf(mx, a[t2]);
         }
         float sum = 0.0f;
-        for (int t2 = 0; t2 <= ti; t2++) sum += (a[t2] = expf(a[t2] - mx));
+#pragma omp simd reduction(+ : sum)
+        for (int t2 = 0; t2 <= ti; t2++) sum += (a[t2] = tl__expf(a[t2] - mx));
         float inv = 1.0f / sum;
         for (int t2 = 0; t2 < t; t2++) a[t2] = t2 <= ti ? a[t2] * inv : 0.0f;
         float* o = out + ((int64_t)bi * t + ti) * c + h * hs;
@@ -66,6 +70,7 @@ tl_status tl__cpu_attention_backward(void* ctx, float* dqkv, const float* dout, 
           const float* v = qkv + ((int64_t)bi * t + t2) * c3 + 2 * c + h * hs;
           float* dv = dqkv + ((int64_t)bi * t + t2) * c3 + 2 * c + h * hs;
           float s = 0.0f;
+#pragma omp simd reduction(+ : s)
           for (int i = 0; i < hs; i++) {
             s += v[i] * dy[i];
             dv[i] += a[t2] * dy[i];
@@ -74,6 +79,7 @@ tl_status tl__cpu_attention_backward(void* ctx, float* dqkv, const float* dout, 
         }
         /* softmax: dpre = a * (datt - sum(a * datt)) */
         float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
         for (int t2 = 0; t2 <= ti; t2++) dot += a[t2] * datt[t2];
         for (int t2 = 0; t2 <= ti; t2++) dpre[t2] = a[t2] * (datt[t2] - dot) * scale;
         /* scores = q . k */

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/fastmath.h"
 
 tl_status tl__cpu_crossentropy_forward_backward(void* ctx, float* losses, float* dlogits,
                                                 const float* logits, const int32_t* targets,
@@ -19,13 +20,14 @@ tl_status tl__cpu_crossentropy_forward_backward(void* ctx, float* losses, float*
     float mx = -INFINITY;
     for (int j = 0; j < v; j++) mx = fmaxf(mx, x[j]);
     float sum = 0.0f;
-    for (int j = 0; j < v; j++) sum += expf(x[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < v; j++) sum += tl__expf(x[j] - mx);
     float log_sum = logf(sum);
     losses[i] = log_sum + mx - x[targets[i]];
     if (dlosses) {
       float* dx = dlogits + (int64_t)i * vp;
       float inv = 1.0f / sum, dl = dlosses[i];
-      for (int j = 0; j < v; j++) dx[j] = (expf(x[j] - mx) * inv - (j == targets[i])) * dl;
+      for (int j = 0; j < v; j++) dx[j] = (tl__expf(x[j] - mx) * inv - (j == targets[i])) * dl;
       for (int j = v; j < vp; j++) dx[j] = 0.0f;
     }
   }

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "kernels/cpu/cpu_impl.h"
+#include "kernels/cpu/fastmath.h"
 
 tl_status tl__cpu_layernorm_forward(void* ctx, float* out, float* mean, float* rstd,
                                     const float* inp, const float* weight, const float* bias, int n,
@@ -15,9 +16,11 @@ tl_status tl__cpu_layernorm_forward(void* ctx, float* out, float* mean, float* r
   for (int i = 0; i < n; i++) {
     const float* x = inp + (int64_t)i * c;
     float m = 0.0f;
+#pragma omp simd reduction(+ : m)
     for (int j = 0; j < c; j++) m += x[j];
     m /= (float)c;
     float var = 0.0f;
+#pragma omp simd reduction(+ : var)
     for (int j = 0; j < c; j++) var += (x[j] - m) * (x[j] - m);
     var /= (float)c;
     float s = 1.0f / sqrtf(var + TL_LAYERNORM_EPS);
@@ -41,6 +44,7 @@ tl_status tl__cpu_layernorm_backward(void* ctx, float* dinp, float* dweight, flo
       const float* dy = dout + (int64_t)i * c;
       float m = mean[i], s = rstd[i];
       float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
       for (int j = 0; j < c; j++) {
         float dnorm = weight[j] * dy[j];
         dnorm_mean += dnorm;
@@ -80,7 +84,8 @@ tl_status tl__cpu_softmax_forward(void* ctx, float* out, const float* inp, int r
     float mx = -INFINITY;
     for (int j = 0; j < cols; j++) mx = fmaxf(mx, x[j]);
     float sum = 0.0f;
-    for (int j = 0; j < cols; j++) sum += (y[j] = expf(x[j] - mx));
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < cols; j++) sum += (y[j] = tl__expf(x[j] - mx));
     float inv = 1.0f / sum;
     for (int j = 0; j < cols; j++) y[j] *= inv;
   }
@@ -95,6 +100,7 @@ tl_status tl__cpu_softmax_backward(void* ctx, float* dinp, const float* out, con
     const float* y = out + (int64_t)i * cols;
     const float* dy = dout + (int64_t)i * cols;
     float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
     for (int j = 0; j < cols; j++) dot += y[j] * dy[j];
     float* dx = dinp + (int64_t)i * cols;
     for (int j = 0; j < cols; j++) dx[j] += y[j] * (dy[j] - dot);
