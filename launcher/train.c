@@ -90,9 +90,22 @@ static void describe(const struct tl_config* c, const tl_trainer* t) {
   fflush(stdout);
 }
 
+/* mkdir -p */
+static int make_dirs(const char* dir) {
+  char path[TL_PATH_MAX];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char* p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 static int save_checkpoint(tl_trainer* t, const struct tl_config* c) {
   if (!c->checkpoint.dir[0]) return 0;
-  if (mkdir(c->checkpoint.dir, 0755) != 0 && errno != EEXIST) {
+  if (make_dirs(c->checkpoint.dir) != 0) {
     fprintf(stderr, "trellis train: cannot create checkpoint.dir '%s': %s\n", c->checkpoint.dir,
             strerror(errno));
     return -1;
