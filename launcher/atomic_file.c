@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 tl_status tl_atomic_file_open(tl_atomic_file* af, const char* path) {

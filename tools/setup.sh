@@ -18,6 +18,8 @@ packages=(
   libjansson-dev
   libopenblas-dev
   libgtest-dev googletest
+  # the default training corpus (English text, see README)
+  fortunes
   # used by the scripts and tests
   git gawk procps
 )
@@ -45,6 +47,13 @@ fi
 if [ ! -e /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so ]; then
   echo "setup: OpenBLAS pthread library not found under /usr/lib/x86_64-linux-gnu/openblas-pthread" >&2
   exit 1
+fi
+
+# The default corpus, once: data/fortunes_{train,val}.bin for the main job.
+cd "$(dirname "$0")/.."
+if [ ! -s data/fortunes_train.bin ] || [ ! -s data/fortunes_val.bin ]; then
+  echo "setup: building the default corpus in data/" >&2
+  bazel build //launcher:trellis >&2 && bazel-bin/launcher/trellis data --corpus data >&2
 fi
 
 nvcc=""

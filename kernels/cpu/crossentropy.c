@@ -18,7 +18,7 @@ tl_status tl__cpu_crossentropy_forward_backward(void* ctx, float* losses, float*
   for (int i = 0; i < n; i++) {
     const float* x = logits + (int64_t)i * vp;
     float mx = -INFINITY;
-    for (int j = 0; j < v; j++) mx = fmaxf(mx, x[j]);
+    for (int j = 0; j < v; j++) mx = x[j] > mx ? x[j] : mx;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < v; j++) sum += tl__expf(x[j] - mx);

@@ -50,10 +50,13 @@ static double chunked_sum(const float* inp, int64_t n, int square) {
     for (int64_t ch = 0; ch < count; ch++) {
       int64_t begin = (base + ch) * SUM_CHUNK, end = begin + SUM_CHUNK < n ? begin + SUM_CHUNK : n;
       double s = 0.0;
-      if (square)
+      if (square) {
+#pragma omp simd reduction(+ : s)
         for (int64_t i = begin; i < end; i++) s += (double)inp[i] * inp[i];
-      else
+      } else {
+#pragma omp simd reduction(+ : s)
         for (int64_t i = begin; i < end; i++) s += inp[i];
+      }
       partial[ch] = s;
     }
     for (int64_t ch = 0; ch < count; ch++) total += partial[ch];

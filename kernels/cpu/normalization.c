@@ -82,7 +82,7 @@ tl_status tl__cpu_softmax_forward(void* ctx, float* out, const float* inp, int r
     const float* x = inp + (int64_t)i * cols;
     float* y = out + (int64_t)i * cols;
     float mx = -INFINITY;
-    for (int j = 0; j < cols; j++) mx = fmaxf(mx, x[j]);
+    for (int j = 0; j < cols; j++) mx = x[j] > mx ? x[j] : mx;
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < cols; j++) sum += (y[j] = tl__expf(x[j] - mx));
