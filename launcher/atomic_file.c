@@ -16,6 +16,14 @@ tl_status tl_atomic_file_open(tl_atomic_file* af, const char* path) {
   int fd = mkstemp(af->tmp);
   if (fd < 0)
     return TL_ERRF(TL_ERR_IO, "cannot create a file beside '%s': %s", path, strerror(errno));
+  /* mkstemp makes the file 0600; the finished file gets the usual permissions */
+  mode_t mask = umask(0);
+  umask(mask);
+  if (fchmod(fd, 0666 & ~mask) != 0) {
+    close(fd);
+    unlink(af->tmp);
+    return TL_ERRF(TL_ERR_IO, "cannot set the permissions of '%s': %s", af->tmp, strerror(errno));
+  }
   af->f = fdopen(fd, "wb");
   if (!af->f) {
     close(fd);
