@@ -77,8 +77,10 @@ static void describe(const struct tl_config* c, const tl_trainer* t) {
   const tl_model* m = tl_trainer_model(t);
   const struct tl_model_config* mc = &m->cfg;
   if (mc->kind == TL_MODEL_GPT)
-    printf("model: gpt, %d layers, %d heads, %d channels, vocabulary %d (padded %d), %.2fM parameters\n",
-           mc->n_layers, mc->n_heads, mc->n_embd, m->vocab, m->padded_vocab, m->n_params / 1e6);
+    printf(
+        "model: gpt, %d layers, %d heads, %d channels, vocabulary %d (padded %d), %.2fM "
+        "parameters\n",
+        mc->n_layers, mc->n_heads, mc->n_embd, m->vocab, m->padded_vocab, m->n_params / 1e6);
   else
     printf("model: mlp, %d layers, vocabulary %d, %.2fM parameters\n", mc->n_mlp_layers, m->vocab,
            m->n_params / 1e6);
@@ -219,8 +221,8 @@ int tl_cli_train(int argc, char** argv) {
   if (rc == 0 && tc->sample_tokens > 0) {
     int32_t prompt = tl_trainer_first_token(t);
     int32_t* out = malloc(sizeof(int32_t) * (size_t)tc->sample_tokens);
-    if (out && tl_trainer_sample(t, &prompt, 1, tc->sample_tokens, tc->sample_top_k,
-                                 cfg.model.seed, out) == TL_OK) {
+    if (out && tl_trainer_sample(t, &prompt, 1, tc->sample_tokens, tc->sample_top_k, cfg.model.seed,
+                                 out) == TL_OK) {
       int32_t* all = malloc(sizeof(int32_t) * (size_t)(tc->sample_tokens + 1));
       if (all) {
         all[0] = prompt;
