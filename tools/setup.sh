@@ -16,7 +16,7 @@ packages=(
   # MPI, JSON, BLAS, tests
   mpich libmpich-dev
   libjansson-dev
-  libopenblas-dev
+  libopenblas-openmp-dev
   libgtest-dev googletest
   # the default training corpus (English text, see README)
   fortunes
@@ -43,9 +43,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# OpenBLAS's pthread build must be the one we link (third_party/openblas.BUILD).
-if [ ! -e /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so ]; then
-  echo "setup: OpenBLAS pthread library not found under /usr/lib/x86_64-linux-gnu/openblas-pthread" >&2
+# OpenBLAS's OpenMP build must be the one we link (third_party/openblas.BUILD).
+if [ ! -e /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so ]; then
+  echo "setup: OpenBLAS OpenMP library not found under /usr/lib/x86_64-linux-gnu/openblas-openmp" >&2
   exit 1
 fi
 

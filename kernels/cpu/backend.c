@@ -2,8 +2,9 @@
  *
  * Threads: TRELLIS_NUM_THREADS if set, otherwise the online cores divided
  * by the ranks that the MPI launcher placed on this node, so that four ranks
- * on two cores do not run sixteen busy threads. The same count goes to
- * OpenMP (our kernels) and to OpenBLAS (GEMM). */
+ * on two cores do not run sixteen busy threads. The count goes to OpenMP,
+ * whose one pool runs both our kernels and OpenBLAS's GEMM (its OpenMP
+ * build). */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
