@@ -17,6 +17,8 @@ struct tl_exec {
   tl_buffer* inputs;
   int64_t* input_offset; /* bytes into `inputs`, per value; -1 otherwise */
   tl_memplan plan;
+  int begin, end;        /* forward nodes this executor runs */
+  int64_t* param_offset; /* per value: element offset in params/grads */
   struct tl_run_ctx ctx;
   float* seed; /* host copy of the loss-gradient fill */
   int64_t seed_n;
@@ -29,11 +31,11 @@ void* tl_exec_data(const tl_exec* x, int v) {
   const tl_value* val = &x->g->values[v];
   switch (val->role) {
     case TL_ROLE_PARAM:
-      return (float*)x->params->data + val->offset;
+      return (float*)x->params->data + x->param_offset[v];
     case TL_ROLE_PARAM_GRAD:
-      return x->grads ? (float*)x->grads->data + val->offset : NULL;
+      return x->grads ? (float*)x->grads->data + x->param_offset[val->grad_of] : NULL;
     case TL_ROLE_INPUT:
-      return (char*)x->inputs->data + x->input_offset[v];
+      return x->input_offset[v] >= 0 ? (char*)x->inputs->data + x->input_offset[v] : NULL;
     default:
       return x->plan.offset[v] >= 0 ? (char*)x->arena->data + x->plan.offset[v] : NULL;
   }
@@ -45,32 +47,70 @@ static void* ctx_data(const struct tl_run_ctx* c, int v) {
 
 tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                          tl_buffer* grads, tl_exec** out) {
+  struct tl_exec_options opt = {0, g->n_forward, NULL};
+  return tl_exec_create_ex(g, be, params, grads, &opt, out);
+}
+
+/* Whether node i uses value v. */
+static int uses(const tl_node* n, int v) {
+  for (int k = 0; k < n->n_in; k++)
+    if (n->in[k] == v) return 1;
+  for (int k = 0; k < n->n_out; k++)
+    if (n->out[k] == v) return 1;
+  return 0;
+}
+
+tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
+                            tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out) {
   *out = NULL;
-  size_t need = sizeof(float) * (size_t)g->n_params;
-  if (!params || params->bytes < need)
-    return TL_ERRF(TL_ERR_INVALID, "parameter buffer holds %zu bytes; the graph needs %zu",
-                   params ? params->bytes : 0, need);
-  if (grads && grads->bytes < need)
-    return TL_ERRF(TL_ERR_INVALID, "gradient buffer holds %zu bytes; the graph needs %zu",
-                   grads->bytes, need);
+  if (opt->begin < 0 || opt->end > g->n_forward || opt->begin > opt->end)
+    return TL_ERRF(TL_ERR_INVALID, "node range [%d, %d) is outside the %d forward nodes",
+                   opt->begin, opt->end, g->n_forward);
   tl_exec* x = calloc(1, sizeof *x);
   if (!x) return TL_ERRF(TL_ERR_NOMEM, "out of memory for an executor");
   x->g = g;
   x->be = be;
   x->params = params;
   x->grads = grads;
+  x->begin = opt->begin;
+  x->end = opt->end;
   x->ctx = (struct tl_run_ctx){be, g, ctx_data, x};
   tl_status st = TL_OK;
-  TL_CHECK_GOTO(tl_memplan_build(g, &x->plan), st, fail);
+  x->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
   x->input_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
-  if (!x->input_offset) {
+  if (!x->param_offset || !x->input_offset) {
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for an executor");
     goto fail;
   }
+  /* 1. parameters this range uses must fit the buffers given */
+  size_t need = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    const tl_value* val = &g->values[v];
+    x->param_offset[v] = -1;
+    if (val->role != TL_ROLE_PARAM) continue;
+    x->param_offset[v] = opt->param_offset ? opt->param_offset[v] : val->offset;
+    if (x->param_offset[v] < 0) continue; /* not part of this range */
+    size_t end = sizeof(float) * (size_t)(x->param_offset[v] + tl_value_numel(val));
+    if (end > need) need = end;
+  }
+  if (!params || params->bytes < need || (grads && grads->bytes < need)) {
+    st = TL_ERRF(TL_ERR_INVALID,
+                 "parameter/gradient buffers hold %zu/%zu bytes; the graph needs %zu",
+                 params ? params->bytes : 0, grads ? grads->bytes : need, need);
+    goto fail;
+  }
+  /* 2. activations */
+  TL_CHECK_GOTO(tl_memplan_build_range(g, opt->begin, opt->end, &x->plan), st, fail);
+  /* 3. inputs this range reads */
   size_t in_bytes = 0;
   for (int v = 0; v < g->n_values; v++) {
     x->input_offset[v] = -1;
     if (g->values[v].role != TL_ROLE_INPUT) continue;
+    int used = 0;
+    for (int i = opt->begin; i < opt->end && !used; i++) used = uses(&g->nodes[i], v);
+    for (int i = g->n_forward; i < g->n_nodes && !used; i++)
+      used = tl_memplan_in_range(g, i, opt->begin, opt->end) && uses(&g->nodes[i], v);
+    if (!used) continue;
     x->input_offset[v] = (int64_t)in_bytes;
     in_bytes +=
         ((size_t)tl_value_numel(&g->values[v]) * tl_dtype_size(g->values[v].dtype) + 63) / 64 * 64;
@@ -98,13 +138,15 @@ void tl_exec_destroy(tl_exec* x) {
   tl_buffer_destroy(x->inputs);
   tl_memplan_free(&x->plan);
   free(x->input_offset);
+  free(x->param_offset);
   free(x->seed);
   free(x);
 }
 
 tl_status tl_exec_set_input(tl_exec* x, int v, const void* host, size_t bytes) {
-  if (v < 0 || v >= x->g->n_values || x->g->values[v].role != TL_ROLE_INPUT)
-    return TL_ERRF(TL_ERR_INVALID, "value %d is not an input of the graph", v);
+  if (v < 0 || v >= x->g->n_values || x->g->values[v].role != TL_ROLE_INPUT ||
+      x->input_offset[v] < 0)
+    return TL_ERRF(TL_ERR_INVALID, "value %d is not an input of this executor's nodes", v);
   const tl_value* val = &x->g->values[v];
   size_t need = (size_t)tl_value_numel(val) * tl_dtype_size(val->dtype);
   if (bytes != need)
@@ -139,9 +181,9 @@ static tl_status run_node(tl_exec* x, int i) {
 }
 
 static tl_status check_range(const tl_exec* x, int begin, int end) {
-  if (begin < 0 || end > x->g->n_forward || begin > end)
-    return TL_ERRF(TL_ERR_INVALID, "node range [%d, %d) is outside the %d forward nodes", begin,
-                   end, x->g->n_forward);
+  if (begin < x->begin || end > x->end || begin > end)
+    return TL_ERRF(TL_ERR_INVALID, "node range [%d, %d) is outside this executor's [%d, %d)", begin,
+                   end, x->begin, x->end);
   return TL_OK;
 }
 

@@ -30,6 +30,17 @@ typedef struct tl_exec tl_exec;
  * elements (grads may be NULL for a forward-only graph). Not owned. */
 tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                          tl_buffer* grads, tl_exec** out);
+
+/* A pipeline stage's executor: it runs only forward nodes [begin, end) and
+ * their backward nodes, plans memory for those alone, and finds parameter
+ * value v at element param_offset[v] of `params` / `grads` (a stage's compact
+ * buffers) instead of at g->values[v].offset; param_offset may be NULL. */
+struct tl_exec_options {
+  int begin, end;
+  const int64_t* param_offset; /* indexed by value id; NULL: the graph's offsets */
+};
+tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
+                            tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);
 void tl_exec_destroy(tl_exec* x); /* NULL is fine */
 
 /* Copies host data into an INPUT value (bytes must match its size). */

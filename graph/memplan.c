@@ -27,6 +27,10 @@ static int by_offset(const void* a, const void* b) {
 }
 
 tl_status tl_memplan_build(const tl_graph* g, tl_memplan* p) {
+  return tl_memplan_build_range(g, 0, g->n_forward, p);
+}
+
+tl_status tl_memplan_build_range(const tl_graph* g, int begin, int end, tl_memplan* p) {
   memset(p, 0, sizeof *p);
   int nv = g->n_values;
   p->n_values = nv;
@@ -47,7 +51,10 @@ tl_status tl_memplan_build(const tl_graph* g, tl_memplan* p) {
   memset(p->last, 0xff, sizeof(int) * (size_t)nv);
 
   /* 1. lifetimes */
+  int first_backward = -1;
   for (int i = 0; i < g->n_nodes; i++) {
+    if (!tl_memplan_in_range(g, i, begin, end)) continue;
+    if (i >= g->n_forward && first_backward < 0) first_backward = i;
     const tl_node* n = &g->nodes[i];
     for (int k = 0; k < n->n_out; k++) {
       int v = n->out[k];
@@ -64,7 +71,7 @@ tl_status tl_memplan_build(const tl_graph* g, tl_memplan* p) {
   }
   if (g->loss >= 0 && g->values[g->loss].grad >= 0) {
     int seed = g->values[g->loss].grad;
-    if (p->first[seed] >= 0) p->first[seed] = g->n_forward;
+    if (p->first[seed] >= 0 && first_backward >= 0) p->first[seed] = first_backward;
   }
 
   /* 2. placement */
@@ -103,6 +110,7 @@ tl_status tl_memplan_build(const tl_graph* g, tl_memplan* p) {
 
   /* 3. the most bytes live at once */
   for (int i = 0; i < g->n_nodes; i++) {
+    if (!tl_memplan_in_range(g, i, begin, end)) continue;
     size_t live = 0;
     for (int j = 0; j < n_planned; j++)
       if (p->first[order[j]] <= i && i <= p->last[order[j]])

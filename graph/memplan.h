@@ -29,6 +29,19 @@ typedef struct tl_memplan {
 /* Plans ACTIVATION and GRAD values over nodes [0, g->n_nodes). The loss
  * gradient (seeded by the executor) is live from the first backward node. */
 tl_status tl_memplan_build(const tl_graph* g, tl_memplan* out);
+
+/* The same over a pipeline stage: forward nodes [begin, end) and the
+ * backward nodes of those. Values the stage reads but does not write (the
+ * activation received from the previous stage, the gradient received from
+ * the next) are live from their first reader; values it never touches are
+ * not planned. */
+tl_status tl_memplan_build_range(const tl_graph* g, int begin, int end, tl_memplan* out);
+
+/* Whether node i belongs to the stage [begin, end). */
+static inline int tl_memplan_in_range(const tl_graph* g, int i, int begin, int end) {
+  int f = i < g->n_forward ? i : g->nodes[i].forward_of;
+  return f >= begin && f < end;
+}
 void tl_memplan_free(tl_memplan* p);
 
 #ifdef __cplusplus
