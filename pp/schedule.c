@@ -1,0 +1,169 @@
+/* schedule.c — GPipe and 1F1B instruction lists, and their simulation. */
+#include "pp/schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void emit(tl_pp_schedule* s, tl_pp_op op, int micro) {
+  s->instr[s->n++] = (tl_pp_instr){op, micro};
+}
+
+static void forward(tl_pp_schedule* s, int i) {
+  if (s->stage > 0) emit(s, TL_PP_RECV_ACT, i);
+  emit(s, TL_PP_FORWARD, i);
+  if (s->stage < s->n_stages - 1) emit(s, TL_PP_SEND_ACT, i);
+}
+
+static void backward(tl_pp_schedule* s, int i) {
+  if (s->stage < s->n_stages - 1) emit(s, TL_PP_RECV_GRAD, i);
+  emit(s, TL_PP_BACKWARD, i);
+  if (s->stage > 0) emit(s, TL_PP_SEND_GRAD, i);
+}
+
+tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
+                               tl_pp_schedule* s) {
+  memset(s, 0, sizeof *s);
+  if (n_stages < 1 || stage < 0 || stage >= n_stages || n_micro < 1)
+    return TL_ERRF(TL_ERR_INVALID, "schedule of stage %d of %d for %d micro-batches", stage,
+                   n_stages, n_micro);
+  if (kind != TL_SCHEDULE_GPIPE && kind != TL_SCHEDULE_1F1B)
+    return TL_ERRF(TL_ERR_UNSUPPORTED,
+                   "the interleaved schedule is not implemented yet; use "
+                   "\"gpipe\" or \"1f1b\"");
+  s->kind = kind;
+  s->n_stages = n_stages;
+  s->stage = stage;
+  s->n_micro = n_micro;
+  s->instr = malloc(sizeof(tl_pp_instr) * 6 * (size_t)n_micro);
+  if (!s->instr) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
+  if (kind == TL_SCHEDULE_GPIPE) {
+    for (int i = 0; i < n_micro; i++) forward(s, i);
+    for (int i = 0; i < n_micro; i++) backward(s, i);
+    s->max_in_flight = n_micro;
+    return TL_OK;
+  }
+  int warmup = n_stages - stage - 1;
+  if (warmup > n_micro) warmup = n_micro;
+  int f = 0, b = 0;
+  for (; f < warmup; f++) forward(s, f);
+  while (f < n_micro) { /* steady state: one forward, one backward */
+    forward(s, f++);
+    backward(s, b++);
+  }
+  while (b < n_micro) backward(s, b++);
+  s->max_in_flight = warmup + 1 < n_micro ? warmup + 1 : n_micro;
+  return TL_OK;
+}
+
+void tl_pp_schedule_free(tl_pp_schedule* s) {
+  if (!s) return;
+  free(s->instr);
+  memset(s, 0, sizeof *s);
+}
+
+const char* tl_pp_op_name(tl_pp_op op) {
+  static const char* const names[] = {"recv_act",  "forward",  "send_act",
+                                      "recv_grad", "backward", "send_grad"};
+  return (unsigned)op < 6 ? names[op] : "?";
+}
+
+void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all) {
+  static const char* const short_names[] = {"ra", "F", "sa", "rg", "B", "sg"};
+  for (int k = 0, first = 1; k < s->n; k++) {
+    tl_pp_op op = s->instr[k].op;
+    if (!all && op != TL_PP_FORWARD && op != TL_PP_BACKWARD) continue;
+    fprintf(f, "%s%s%d", first ? "" : " ", short_names[op], s->instr[k].micro);
+    first = 0;
+  }
+  fputc('\n', f);
+}
+
+/* Simulation: time advances in ticks; each stage executes its next
+ * instruction when its inputs are there. A forward takes 1 tick, a backward
+ * 2 (it computes two products per forward one). */
+tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks) {
+  tl_pp_schedule* s = calloc((size_t)n_stages, sizeof *s);
+  int* pc = calloc((size_t)n_stages, sizeof(int));
+  int* busy_until = calloc((size_t)n_stages, sizeof(int));
+  /* when each message becomes available (-1: not sent yet) */
+  int* act_ready = malloc(sizeof(int) * (size_t)n_stages * (size_t)n_micro);
+  int* grad_ready = malloc(sizeof(int) * (size_t)n_stages * (size_t)n_micro);
+  int* fwd_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
+  int* bwd_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
+  tl_status st = TL_OK;
+  if (!s || !pc || !busy_until || !act_ready || !grad_ready || !fwd_done || !bwd_done) {
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory simulating a schedule");
+    goto done;
+  }
+  for (int i = 0; i < n_stages * n_micro; i++) act_ready[i] = grad_ready[i] = -1;
+  for (int p = 0; p < n_stages && st == TL_OK; p++)
+    st = tl_pp_schedule_build(kind, n_stages, p, n_micro, &s[p]);
+  if (st != TL_OK) goto done;
+  int now = 0, remaining = 0;
+  for (int p = 0; p < n_stages; p++) remaining += s[p].n;
+  while (remaining > 0) {
+    int progressed = 0, again = 1;
+    /* settle this instant: a send by a later stage can unblock an earlier one */
+    while (again) {
+      again = 0;
+      for (int p = 0; p < n_stages; p++) {
+        while (pc[p] < s[p].n && busy_until[p] <= now) {
+          tl_pp_instr in = s[p].instr[pc[p]];
+          int i = in.micro, at = p * n_micro + i;
+          if (in.op == TL_PP_RECV_ACT && (act_ready[at] < 0 || act_ready[at] > now)) break;
+          if (in.op == TL_PP_RECV_GRAD && (grad_ready[at] < 0 || grad_ready[at] > now)) break;
+          if (in.op == TL_PP_FORWARD) {
+            if (p > 0 && act_ready[at] < 0) {
+              st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs forward %d before receiving it", p, i);
+              goto done;
+            }
+            busy_until[p] = now + 1;
+            fwd_done[at]++;
+          } else if (in.op == TL_PP_BACKWARD) {
+            if (!fwd_done[at] || (p < n_stages - 1 && grad_ready[at] < 0)) {
+              st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs backward %d before its inputs", p, i);
+              goto done;
+            }
+            busy_until[p] = now + 2;
+            bwd_done[at]++;
+          } else if (in.op == TL_PP_SEND_ACT) {
+            act_ready[(p + 1) * n_micro + i] = busy_until[p];
+          } else if (in.op == TL_PP_SEND_GRAD) {
+            grad_ready[(p - 1) * n_micro + i] = busy_until[p];
+          }
+          pc[p]++;
+          remaining--;
+          progressed = again = 1;
+        }
+      }
+    }
+    int next = -1; /* the next time anything can change */
+    for (int p = 0; p < n_stages; p++)
+      if (pc[p] < s[p].n && busy_until[p] > now && (next < 0 || busy_until[p] < next))
+        next = busy_until[p];
+    for (int k = 0; k < n_stages * n_micro; k++) {
+      if (act_ready[k] > now && (next < 0 || act_ready[k] < next)) next = act_ready[k];
+      if (grad_ready[k] > now && (next < 0 || grad_ready[k] < next)) next = grad_ready[k];
+    }
+    if (remaining > 0 && !progressed && next < 0) {
+      st = TL_ERRF(TL_ERR_INTERNAL, "%s with %d stages and %d micro-batches deadlocks",
+                   kind == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b", n_stages, n_micro);
+      goto done;
+    }
+    if (next > now) now = next;
+  }
+  for (int k = 0; k < n_stages * n_micro; k++)
+    if (fwd_done[k] != 1 || bwd_done[k] != 1) {
+      st = TL_ERRF(TL_ERR_INTERNAL, "micro-batch %d of stage %d ran %d forwards, %d backwards",
+                   k % n_micro, k / n_micro, fwd_done[k], bwd_done[k]);
+      goto done;
+    }
+  for (int p = 0; p < n_stages; p++)
+    if (busy_until[p] > now) now = busy_until[p];
+  *ticks = now;
+done:
+  for (int p = 0; s && p < n_stages; p++) tl_pp_schedule_free(&s[p]);
+  free(s), free(pc), free(busy_until), free(act_ready), free(grad_ready), free(fwd_done),
+      free(bwd_done);
+  return st;
+}

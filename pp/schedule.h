@@ -1,0 +1,72 @@
+/* schedule.h — pipeline schedules as per-rank instruction lists.
+ *
+ * A schedule says, for one stage, in what order it runs the forward and
+ * backward of each micro-batch and exchanges activations and gradients with
+ * its neighbours. Lists are plain data: they can be printed, checked for
+ * deadlock and counted (activations in flight, bubble) without running a
+ * model; the trainer only walks them.
+ *
+ * GPipe: all forwards, then all backwards (micro-batches in order).
+ * 1F1B (PipeDream-flush): stage s runs min(p - s - 1, m) warm-up forwards,
+ * then alternates one forward and one backward, then drains the backwards;
+ * at most p - s micro-batches are in flight on stage s.
+ *
+ * Sends are asynchronous (they complete while the stage goes on); receives
+ * wait. Under that rule both schedules are deadlock-free, which
+ * tl_pp_schedule_check verifies by simulation. */
+#ifndef TL_PP_SCHEDULE_H
+#define TL_PP_SCHEDULE_H
+
+#include <stdio.h>
+
+#include "core/config.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  TL_PP_RECV_ACT = 0, /* receive micro-batch i's input activation from stage s-1 */
+  TL_PP_FORWARD,      /* forward of micro-batch i */
+  TL_PP_SEND_ACT,     /* send its output activation to stage s+1 */
+  TL_PP_RECV_GRAD,    /* receive the gradient of its output from stage s+1 */
+  TL_PP_BACKWARD,     /* backward of micro-batch i */
+  TL_PP_SEND_GRAD,    /* send the gradient of its input to stage s-1 */
+} tl_pp_op;
+
+typedef struct tl_pp_instr {
+  tl_pp_op op;
+  int micro;
+} tl_pp_instr;
+
+typedef struct tl_pp_schedule {
+  tl_schedule_kind kind;
+  int n_stages, stage, n_micro;
+  int n;
+  tl_pp_instr* instr;
+  int max_in_flight; /* most micro-batches whose activations are held at once */
+} tl_pp_schedule;
+
+/* The instruction list of `stage` (0-based) of n_stages for n_micro
+ * micro-batches. TL_ERR_UNSUPPORTED for the interleaved kind. */
+tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
+                               tl_pp_schedule* out);
+void tl_pp_schedule_free(tl_pp_schedule* s);
+
+/* Simulates all stages' lists together (sends never block, receives wait
+ * for their send) and checks that every micro-batch is forwarded and
+ * backwarded once per stage, in dependency order, with no deadlock. On
+ * success *ticks is the length of the run counting one tick per forward and
+ * two per backward (so bubble = 1 - 3m / ticks). */
+tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks);
+
+const char* tl_pp_op_name(tl_pp_op op);
+/* "F0 F1 B0 F2 B1 ..." (sends and receives omitted unless `all`). */
+void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
