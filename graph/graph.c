@@ -152,10 +152,17 @@ double tl__op_bytes(const tl_graph* g, const int* ids, int n) {
   return b;
 }
 
+tl_status tl_graph_mark_output(tl_graph* g, int v) {
+  if (v < 0 || v >= g->n_values) return TL_ERRF(TL_ERR_INVALID, "value %d does not exist", v);
+  g->values[v].output = true;
+  return TL_OK;
+}
+
 tl_status tl_graph_set_loss(tl_graph* g, int loss) {
   if (loss < 0 || loss >= g->n_values || g->values[loss].dtype != TL_F32)
     return TL_ERRF(TL_ERR_INVALID, "loss value %d is not an f32 value of the graph", loss);
   g->loss = loss;
+  g->values[loss].output = true;
   return TL_OK;
 }
 

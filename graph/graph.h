@@ -51,6 +51,7 @@ typedef struct tl_value {
   int grad;           /* id of this value's gradient, or -1 */
   int grad_of;        /* for gradients: the value differentiated, else -1 */
   bool requires_grad; /* on a path from a parameter to the loss */
+  bool output;        /* read by the caller after running: live to the end */
 } tl_value;
 
 typedef struct tl_node {
@@ -101,7 +102,12 @@ tl_status tl_graph_value(tl_graph* g, const char* name, tl_value_role role, tl_d
 tl_status tl_graph_node(tl_graph* g, int op, const char* name, int n_in, const int* in,
                         const int* attr, int n_attr, int* out);
 
-/* Marks `loss` (per-position losses) as what training differentiates. */
+/* Marks a value the caller reads after running (logits, losses): the memory
+ * plan keeps it to the end of the pass instead of reusing its bytes. */
+tl_status tl_graph_mark_output(tl_graph* g, int v);
+
+/* Marks `loss` (per-position losses) as what training differentiates; it is
+ * an output too. */
 tl_status tl_graph_set_loss(tl_graph* g, int loss);
 
 /* Autodiff: appends backward nodes for every forward node on a path from a

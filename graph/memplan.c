@@ -69,6 +69,12 @@ tl_status tl_memplan_build_range(const tl_graph* g, int begin, int end, tl_mempl
       p->last[v] = i;
     }
   }
+  /* outputs stay until the last node of the range */
+  int last_node = -1;
+  for (int i = g->n_nodes - 1; i >= 0 && last_node < 0; i--)
+    if (tl_memplan_in_range(g, i, begin, end)) last_node = i;
+  for (int v = 0; v < nv; v++)
+    if (g->values[v].output && p->first[v] >= 0) p->last[v] = last_node;
   if (g->loss >= 0 && g->values[g->loss].grad >= 0) {
     int seed = g->values[g->loss].grad;
     if (p->first[seed] >= 0 && first_backward >= 0) p->first[seed] = first_backward;

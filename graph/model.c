@@ -152,7 +152,8 @@ static tl_status param(tl_graph* g, const tl_model* m, const char* name, int lay
 
 static const int k_no_attr[TL_NODE_MAX_ATTRS] = {0};
 
-static tl_status gpt_build(tl_graph* g, const tl_model* m, int b, int t, int tokens, int* logits) {
+static tl_status gpt_build(tl_graph* g, const tl_model* m, int b, int t, int tokens, int* logits,
+                           struct tl_model_io* io) {
   const struct tl_model_config* c = &m->cfg;
   int wte, wpe, x, o[3];
   char name[TL_NAME_MAX];
@@ -161,6 +162,7 @@ static tl_status gpt_build(tl_graph* g, const tl_model* m, int b, int t, int tok
   TL_CHECK(NODE(TL_OP_EMBEDDING, "encoder", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
   (void)b, (void)t;
   for (int l = 0; l < c->n_layers; l++) {
+    io->layer_begin[l] = g->n_nodes;
     int w, bias, w2, ln1, qkv, att, proj, ln2, fc, gelu, fcproj;
     int tn[6] = {0, 1}, heads[6] = {c->n_heads};
     TL_CHECK(param(g, m, "ln1w", l, &w));
@@ -199,6 +201,8 @@ static tl_status gpt_build(tl_graph* g, const tl_model* m, int b, int t, int tok
     snprintf(name, sizeof name, "h%d.res2", l);
     TL_CHECK(NODE(TL_OP_ADD, name, ((int[]){x, fcproj}), k_no_attr, &x));
   }
+  io->layer_begin[c->n_layers] = g->n_nodes;
+  io->n_layers = c->n_layers;
   int w, bias, tn[6] = {0, 1};
   TL_CHECK(param(g, m, "lnfw", -1, &w));
   TL_CHECK(param(g, m, "lnfb", -1, &bias));
@@ -207,13 +211,15 @@ static tl_status gpt_build(tl_graph* g, const tl_model* m, int b, int t, int tok
   return NODE(TL_OP_MATMUL, "lm_head", ((int[]){o[0], wte}), tn, logits);
 }
 
-static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logits) {
+static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
+                           struct tl_model_io* io) {
   int wte, wpe, x;
   char name[TL_NAME_MAX];
   TL_CHECK(param(g, m, "wte", -1, &wte));
   TL_CHECK(param(g, m, "wpe", -1, &wpe));
   TL_CHECK(NODE(TL_OP_EMBEDDING, "embed", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
   for (int i = 0; i < m->cfg.n_mlp_layers; i++) {
+    io->layer_begin[i] = g->n_nodes;
     int w, bias, tn[6] = {0, 1};
     char wn[16], bn[16];
     snprintf(wn, sizeof wn, "w%d", i);
@@ -227,6 +233,8 @@ static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logi
       TL_CHECK(NODE(TL_OP_GELU, name, ((int[]){x}), k_no_attr, &x));
     }
   }
+  io->layer_begin[m->cfg.n_mlp_layers] = g->n_nodes;
+  io->n_layers = m->cfg.n_mlp_layers;
   *logits = x;
   return TL_OK;
 }
@@ -237,6 +245,10 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
   io->tokens = io->targets = io->logits = io->losses = -1;
   if (b < 1 || t < 1)
     return TL_ERRF(TL_ERR_INVALID, "batch %d x %d tokens; expected >= 1 each", b, t);
+  int layers = m->cfg.kind == TL_MODEL_GPT ? m->cfg.n_layers : m->cfg.n_mlp_layers;
+  if (layers > TL_MODEL_MAX_LAYERS)
+    return TL_ERRF(TL_ERR_CONFIG, "%d layers; at most %d are supported", layers,
+                   TL_MODEL_MAX_LAYERS);
   if (m->cfg.kind == TL_MODEL_GPT && t > m->cfg.max_seq_len)
     return TL_ERRF(TL_ERR_CONFIG, "sequence length %d exceeds model.max_seq_len=%d", t,
                    m->cfg.max_seq_len);
@@ -248,9 +260,12 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
                           m->cfg.kind == TL_MODEL_GPT ? t : 1};
   TL_CHECK_GOTO(tl_graph_input(g, "tokens", TL_I32, 2, tok_shape, &io->tokens), st, fail);
   if (m->cfg.kind == TL_MODEL_GPT)
-    TL_CHECK_GOTO(gpt_build(g, m, b, t, io->tokens, &io->logits), st, fail);
+    TL_CHECK_GOTO(gpt_build(g, m, b, t, io->tokens, &io->logits, io), st, fail);
   else
-    TL_CHECK_GOTO(mlp_build(g, m, io->tokens, &io->logits), st, fail);
+    TL_CHECK_GOTO(mlp_build(g, m, io->tokens, &io->logits, io), st, fail);
+  /* logits are what an inference graph is for; a training graph reads the
+   * losses instead, and need not keep (B*T, Vp) logits through backward */
+  if (!with_loss) TL_CHECK_GOTO(tl_graph_mark_output(g, io->logits), st, fail);
   if (with_loss) {
     int64_t n = (int64_t)b * t;
     int attr[6] = {m->vocab};

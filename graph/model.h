@@ -56,12 +56,19 @@ tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* out);
  * `out` holds end - begin floats) from the RNG. */
 void tl_model_init_params(const tl_model* m, int64_t begin, int64_t end, float* out);
 
-/* The values of a built graph that a caller feeds or reads. */
+#define TL_MODEL_MAX_LAYERS 256
+
+/* The values of a built graph that a caller feeds or reads, and where its
+ * layers start: forward nodes [0, layer_begin[0]) embed the tokens, layer l
+ * is [layer_begin[l], layer_begin[l+1]), and [layer_begin[n_layers],
+ * n_forward) is the head and the loss. Pipeline stages cut between layers. */
 struct tl_model_io {
   int tokens;  /* input, i32 (B, T) */
   int targets; /* input, i32 (B*T); -1 without loss */
   int logits;  /* (B, T, Vp) */
   int losses;  /* per position (B*T); -1 without loss */
+  int n_layers;
+  int layer_begin[TL_MODEL_MAX_LAYERS + 1];
 };
 
 /* Builds the graph for a batch of b sequences of t tokens. With a loss the

@@ -1,0 +1,169 @@
+/* stage.c — partition, boundaries and stage parameter layouts. */
+#include "pp/stage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static double node_cost(const tl_graph* g, int begin, int end) {
+  return 3.0 * tl_graph_flops(g, begin, end); /* backward ~ twice the forward */
+}
+
+/* Minimises the largest stage cost over contiguous cuts (dynamic
+ * programming over layers); every stage gets at least one layer. */
+static void balance(const double* layer, double head0, double tail, int L, int p, int* counts) {
+  /* best[s][l]: smallest max cost placing layers [0, l) on stages [0, s) */
+  double* best = malloc(sizeof(double) * (size_t)(p + 1) * (size_t)(L + 1));
+  int* cut = malloc(sizeof(int) * (size_t)(p + 1) * (size_t)(L + 1));
+  double* prefix = malloc(sizeof(double) * (size_t)(L + 1));
+  prefix[0] = 0;
+  for (int l = 0; l < L; l++) prefix[l + 1] = prefix[l] + layer[l];
+#define BEST(s, l) best[(s) * (L + 1) + (l)]
+#define CUT(s, l) cut[(s) * (L + 1) + (l)]
+  for (int s = 0; s <= p; s++)
+    for (int l = 0; l <= L; l++) BEST(s, l) = 1e300, CUT(s, l) = 0;
+  BEST(0, 0) = 0;
+  for (int s = 1; s <= p; s++)
+    for (int l = s; l <= L - (p - s); l++)
+      for (int k = s - 1; k < l; k++) {
+        double c = prefix[l] - prefix[k] + (s == 1 ? head0 : 0) + (s == p ? tail : 0);
+        double v = BEST(s - 1, k) > c ? BEST(s - 1, k) : c;
+        if (v < BEST(s, l)) BEST(s, l) = v, CUT(s, l) = k;
+      }
+  for (int s = p, l = L; s >= 1; s--) {
+    int k = CUT(s, l);
+    counts[s - 1] = l - k;
+    l = k;
+  }
+#undef BEST
+#undef CUT
+  free(best), free(cut), free(prefix);
+}
+
+static int reads(const tl_node* n, int v) {
+  for (int k = 0; k < n->n_in; k++)
+    if (n->in[k] == v) return 1;
+  return 0;
+}
+
+static int produced_in(const tl_graph* g, int v, int begin, int end) {
+  for (int i = begin; i < end; i++)
+    for (int k = 0; k < g->nodes[i].n_out; k++)
+      if (g->nodes[i].out[k] == v) return 1;
+  return 0;
+}
+
+/* Activations crossing the cut at node `at`: produced before it, read at or after it. */
+static tl_status boundary(const tl_graph* g, int at, int* ids, int* n) {
+  *n = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    if (g->values[v].role != TL_ROLE_ACTIVATION || !produced_in(g, v, 0, at)) continue;
+    int used = 0;
+    for (int i = at; i < g->n_forward && !used; i++) used = reads(&g->nodes[i], v);
+    if (!used) continue;
+    if (*n == TL_PP_MAX_BOUNDARY)
+      return TL_ERRF(TL_ERR_UNSUPPORTED,
+                     "more than %d activations cross the stage boundary at node %d",
+                     TL_PP_MAX_BOUNDARY, at);
+    ids[(*n)++] = v;
+  }
+  return TL_OK;
+}
+
+static int tensor_of(const tl_model* m, int64_t offset) {
+  for (int k = 0; k < m->n_tensors; k++)
+    if (offset >= m->tensors[k].offset && offset < m->tensors[k].offset + m->tensors[k].numel)
+      return k;
+  return -1;
+}
+
+/* Parameters used by forward nodes [begin, end), last-used first. */
+static tl_status layout(const tl_graph* g, const tl_model* m, tl_pp_stage* s) {
+  s->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
+  s->segments = malloc(sizeof(tl_pp_segment) * (size_t)g->n_values);
+  if (!s->param_offset || !s->segments) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a stage");
+  for (int v = 0; v < g->n_values; v++) s->param_offset[v] = -1;
+  s->n_params = 0;
+  for (int i = s->node_end - 1; i >= s->node_begin; i--) {
+    const tl_node* n = &g->nodes[i];
+    for (int k = 0; k < n->n_in; k++) {
+      int v = n->in[k];
+      if (v < 0 || g->values[v].role != TL_ROLE_PARAM || s->param_offset[v] >= 0) continue;
+      const tl_value* val = &g->values[v];
+      s->param_offset[v] = s->n_params;
+      s->segments[s->n_segments++] = (tl_pp_segment){val->offset, s->n_params, tl_value_numel(val),
+                                                     tensor_of(m, val->offset), 0};
+      s->n_params += tl_value_numel(val);
+    }
+  }
+  return TL_OK;
+}
+
+tl_status tl_pp_partition(const tl_graph* g, const struct tl_model_io* io, const tl_model* m,
+                          int n_stages, const int* layers_per_stage, tl_pp_stage* out) {
+  int L = io->n_layers;
+  if (n_stages < 1 || n_stages > L)
+    return TL_ERRF(TL_ERR_CONFIG, "mesh.pp=%d stages for a model of %d layers: need 1 to %d",
+                   n_stages, L, L);
+  memset(out, 0, sizeof(tl_pp_stage) * (size_t)n_stages);
+  int* counts = malloc(sizeof(int) * (size_t)n_stages);
+  double* layer = malloc(sizeof(double) * (size_t)L);
+  if (!counts || !layer) {
+    free(counts), free(layer);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory partitioning");
+  }
+  tl_status st = TL_OK;
+  if (layers_per_stage) {
+    int sum = 0;
+    for (int s = 0; s < n_stages; s++) {
+      if (layers_per_stage[s] < 1)
+        st = TL_ERRF(TL_ERR_CONFIG, "stage %d is given %d layers; every stage needs at least one",
+                     s, layers_per_stage[s]);
+      sum += layers_per_stage[s];
+      counts[s] = layers_per_stage[s];
+    }
+    if (st == TL_OK && sum != L)
+      st = TL_ERRF(TL_ERR_CONFIG, "the stages' layer counts add up to %d; the model has %d layers",
+                   sum, L);
+  } else {
+    for (int l = 0; l < L; l++) layer[l] = node_cost(g, io->layer_begin[l], io->layer_begin[l + 1]);
+    balance(layer, node_cost(g, 0, io->layer_begin[0]),
+            node_cost(g, io->layer_begin[L], g->n_forward), L, n_stages, counts);
+  }
+  for (int s = 0, l = 0; s < n_stages && st == TL_OK; s++) {
+    tl_pp_stage* p = &out[s];
+    p->stage = s;
+    p->n_stages = n_stages;
+    p->layer_begin = l;
+    p->layer_end = l + counts[s];
+    p->node_begin = s == 0 ? 0 : io->layer_begin[l];
+    p->node_end = s == n_stages - 1 ? g->n_forward : io->layer_begin[p->layer_end];
+    p->flops = node_cost(g, p->node_begin, p->node_end);
+    l = p->layer_end;
+    if (st == TL_OK && s > 0) st = boundary(g, p->node_begin, p->recv, &p->n_recv);
+    if (st == TL_OK && s < n_stages - 1) st = boundary(g, p->node_end, p->send, &p->n_send);
+    if (st == TL_OK) st = layout(g, m, p);
+  }
+  /* parameters held by more than one stage */
+  for (int a = 0; a < n_stages && st == TL_OK; a++)
+    for (int i = 0; i < out[a].n_segments; i++)
+      for (int b = 0; b < n_stages; b++) {
+        if (b == a) continue;
+        for (int j = 0; j < out[b].n_segments; j++)
+          if (out[b].segments[j].global_offset == out[a].segments[i].global_offset)
+            out[a].segments[i].shared = 1;
+      }
+  free(counts);
+  free(layer);
+  if (st != TL_OK)
+    for (int s = 0; s < n_stages; s++) tl_pp_stage_free(&out[s]);
+  return st;
+}
+
+void tl_pp_stage_free(tl_pp_stage* s) {
+  if (!s) return;
+  free(s->param_offset);
+  free(s->segments);
+  s->param_offset = NULL;
+  s->segments = NULL;
+  s->n_segments = 0;
+}
