@@ -24,7 +24,14 @@ struct tl_exec {
   int64_t seed_n;
   int profile;
   double op_seconds[TL_OP_COUNT];
+  tl_exec_hook hook;
+  void* hook_user;
 };
+
+void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user) {
+  x->hook = hook;
+  x->hook_user = user;
+}
 
 void* tl_exec_data(const tl_exec* x, int v) {
   if (v < 0) return NULL;
@@ -212,7 +219,9 @@ tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale) {
   }
   for (int i = g->n_forward; i < g->n_nodes; i++) {
     int f = g->nodes[i].forward_of;
-    if (f >= begin && f < end) TL_CHECK(run_node(x, i));
+    if (f < begin || f >= end) continue;
+    TL_CHECK(run_node(x, i));
+    if (x->hook) TL_CHECK(x->hook(x->hook_user, f));
   }
   return TL_OK;
 }

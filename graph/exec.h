@@ -59,6 +59,12 @@ tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale);
 
 const tl_memplan* tl_exec_plan(const tl_exec* x);
 
+/* Called after the backward node of forward node `forward_node` has run (in
+ * issue order: on a GPU the work may still be in flight) — how a trainer
+ * learns which gradients are final while the pass goes on. NULL removes it. */
+typedef tl_status (*tl_exec_hook)(void* user, int forward_node);
+void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user);
+
 /* Per-op timing: when on, every node is timed (synchronising the device). */
 void tl_exec_profile(tl_exec* x, int on);
 double tl_exec_op_seconds(const tl_exec* x, int op);

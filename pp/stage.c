@@ -76,26 +76,46 @@ static int tensor_of(const tl_model* m, int64_t offset) {
   return -1;
 }
 
-/* Parameters used by forward nodes [begin, end), last-used first. */
+/* Parameters used by forward nodes [begin, end), ordered so that gradients
+ * finish front to back: a parameter's gradient is final once the backward
+ * of its FIRST forward use has run, so later first uses come first. */
 static tl_status layout(const tl_graph* g, const tl_model* m, tl_pp_stage* s) {
   s->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
   s->segments = malloc(sizeof(tl_pp_segment) * (size_t)g->n_values);
-  if (!s->param_offset || !s->segments) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a stage");
-  for (int v = 0; v < g->n_values; v++) s->param_offset[v] = -1;
-  s->n_params = 0;
-  for (int i = s->node_end - 1; i >= s->node_begin; i--) {
+  s->first_use = malloc(sizeof(int) * (size_t)g->n_values);
+  int* first = malloc(sizeof(int) * (size_t)g->n_values);
+  if (!s->param_offset || !s->segments || !s->first_use || !first) {
+    free(first);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for a stage");
+  }
+  for (int v = 0; v < g->n_values; v++) s->param_offset[v] = -1, first[v] = -1;
+  for (int i = s->node_begin; i < s->node_end; i++) {
     const tl_node* n = &g->nodes[i];
     for (int k = 0; k < n->n_in; k++) {
       int v = n->in[k];
-      if (v < 0 || g->values[v].role != TL_ROLE_PARAM || s->param_offset[v] >= 0) continue;
+      if (v >= 0 && g->values[v].role == TL_ROLE_PARAM && first[v] < 0) first[v] = i;
+    }
+  }
+  s->n_params = 0;
+  for (int i = s->node_end - 1; i >= s->node_begin; i--)
+    for (int v = 0; v < g->n_values; v++) {
+      if (first[v] != i) continue;
       const tl_value* val = &g->values[v];
       s->param_offset[v] = s->n_params;
+      s->first_use[s->n_segments] = i;
       s->segments[s->n_segments++] = (tl_pp_segment){val->offset, s->n_params, tl_value_numel(val),
                                                      tensor_of(m, val->offset), 0};
       s->n_params += tl_value_numel(val);
     }
-  }
+  free(first);
   return TL_OK;
+}
+
+int64_t tl_pp_stage_final_upto(const tl_pp_stage* s, int forward_node) {
+  int64_t upto = 0;
+  for (int i = 0; i < s->n_segments && s->first_use[i] >= forward_node; i++)
+    upto = s->segments[i].local_offset + s->segments[i].n;
+  return upto;
 }
 
 tl_status tl_pp_partition(const tl_graph* g, const struct tl_model_io* io, const tl_model* m,
@@ -163,7 +183,9 @@ void tl_pp_stage_free(tl_pp_stage* s) {
   if (!s) return;
   free(s->param_offset);
   free(s->segments);
+  free(s->first_use);
   s->param_offset = NULL;
   s->segments = NULL;
+  s->first_use = NULL;
   s->n_segments = 0;
 }

@@ -9,8 +9,9 @@
  * A stage owns the parameters its nodes use, in a compact flat buffer of its
  * own; `segments` map that buffer to the model's flat parameter vector. They
  * are ordered so that the parameters whose gradients are final first in the
- * backward pass (the last layers) come first, which lets gradient buckets
- * fill from the front. A parameter used by two stages (the GPT's token
+ * backward pass come first (a gradient is final after the backward of the
+ * parameter's first forward use), which lets gradient buckets fill from the
+ * front. A parameter used by two stages (the GPT's token
  * embedding: input on the first, LM head on the last) has a segment on
  * each, marked shared. */
 #ifndef TL_PP_STAGE_H
@@ -45,6 +46,7 @@ typedef struct tl_pp_stage {
   /* parameters */
   int64_t* param_offset; /* per graph value: element offset in the stage buffer, or -1 */
   tl_pp_segment* segments;
+  int* first_use; /* per segment: the first forward node using it */
   int n_segments;
   int64_t n_params; /* elements of the stage buffer */
 } tl_pp_stage;
@@ -55,6 +57,11 @@ typedef struct tl_pp_stage {
 tl_status tl_pp_partition(const tl_graph* g, const struct tl_model_io* io, const tl_model* m,
                           int n_stages, const int* layers_per_stage, tl_pp_stage* out);
 void tl_pp_stage_free(tl_pp_stage* s);
+
+/* How much of the stage buffer's front has final gradients once the
+ * backward of forward node `forward_node` has run (in a pass that runs
+ * backward from the stage's last node down). */
+int64_t tl_pp_stage_final_upto(const tl_pp_stage* s, int forward_node);
 
 #ifdef __cplusplus
 }
