@@ -16,7 +16,8 @@ static const char* const k_messages[] = {
 #undef TL__STATUS_MSG
 };
 
-static _Thread_local char t_message[1024];
+/* Large enough for a config's full list of problems (one per line). */
+static _Thread_local char t_message[8192];
 
 const char* tl_status_name(tl_status s) {
   if ((int)s < 0 || s >= TL_STATUS_COUNT) return "TL_UNKNOWN_STATUS";

@@ -1,0 +1,578 @@
+/* config.c — the training config's field table, its defaults, and the JSON
+ * parser (jansson).
+ *
+ * Parsing is two passes over one table (config_impl.h): this file checks
+ * JSON types and shapes while copying values into the struct, then
+ * config_check.c checks ranges and the rules that tie fields together. Both
+ * collect problems instead of stopping at the first, so a person fixing a
+ * config sees everything wrong with it at once, each line starting with the
+ * JSON path it is about. */
+#include "core/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/config_impl.h"
+
+static const char* const k_model_kinds[] = {"gpt", "mlp", NULL};
+static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", NULL};
+static const char* const k_lr_schedules[] = {"cosine", "constant", NULL};
+static const char* const k_device_types[] = {"cpu", "cuda", NULL};
+
+const char* const tl__axis_names[] = {"dp", "tp", "pp", NULL};
+
+const char* const tl__config_sections[] = {"model", "mesh",   "schedule",   "parallel", "train",
+                                           "data",  "device", "checkpoint", NULL};
+
+#define OFF(sec, name) offsetof(struct tl_config, sec.name)
+#define FIELD(sec, name, t, ...) \
+  { .section = #sec, .key = #name, .type = (t), .offset = OFF(sec, name), __VA_ARGS__ }
+/* Ranges: at least lo; at least lo and at most hi; strictly more than lo. */
+#define AT_LEAST(v) .lo = (v), .no_hi = true
+#define BETWEEN(a, b) .lo = (a), .hi = (b)
+#define ABOVE(v) .lo = (v), .lo_open = true, .no_hi = true
+
+const struct tl__config_field tl__config_fields[] = {
+    FIELD(model, kind, TL__FIELD_ENUM, .names = k_model_kinds),
+    FIELD(model, n_layers, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(model, n_heads, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(model, n_embd, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(model, vocab_size, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(model, padded_vocab_size, TL__FIELD_INT, AT_LEAST(0)),
+    FIELD(model, max_seq_len, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(model, mlp_sizes, TL__FIELD_SIZES, AT_LEAST(1)),
+    FIELD(model, seed, TL__FIELD_U64, AT_LEAST(0)), /* and <= INT64_MAX: JSON integers are signed */
+    FIELD(model, init_from, TL__FIELD_STRING),
+
+    FIELD(mesh, dp, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(mesh, tp, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(mesh, pp, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(mesh, order, TL__FIELD_ORDER),
+
+    FIELD(schedule, kind, TL__FIELD_ENUM, .names = k_schedule_kinds),
+    FIELD(schedule, micro_batches, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(schedule, virtual_stages, TL__FIELD_INT, AT_LEAST(1)),
+
+    FIELD(parallel, zero, TL__FIELD_INT, BETWEEN(0, 3)),
+    FIELD(parallel, bucket_mb, TL__FIELD_DOUBLE, ABOVE(0)),
+    FIELD(parallel, recompute, TL__FIELD_BOOL),
+    FIELD(parallel, sequence_parallel, TL__FIELD_BOOL),
+
+    FIELD(train, steps, TL__FIELD_INT, AT_LEAST(0)),
+    FIELD(train, batch_size, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(train, seq_len, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(train, lr, TL__FIELD_FLOAT, AT_LEAST(0)),
+    FIELD(train, min_lr, TL__FIELD_FLOAT, AT_LEAST(0)),
+    FIELD(train, warmup_steps, TL__FIELD_INT, AT_LEAST(0)),
+    FIELD(train, lr_schedule, TL__FIELD_ENUM, .names = k_lr_schedules),
+    FIELD(train, beta1, TL__FIELD_FLOAT, BETWEEN(0, 1), .hi_open = true),
+    FIELD(train, beta2, TL__FIELD_FLOAT, BETWEEN(0, 1), .hi_open = true),
+    FIELD(train, eps, TL__FIELD_FLOAT, ABOVE(0)),
+    FIELD(train, weight_decay, TL__FIELD_FLOAT, AT_LEAST(0)),
+    FIELD(train, grad_clip, TL__FIELD_FLOAT, AT_LEAST(0)),
+    FIELD(train, val_every, TL__FIELD_INT, AT_LEAST(0)),
+    FIELD(train, val_batches, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(train, sample_tokens, TL__FIELD_INT, AT_LEAST(0)),
+    FIELD(train, sample_top_k, TL__FIELD_INT, AT_LEAST(1)),
+
+    FIELD(data, train, TL__FIELD_STRING),
+    FIELD(data, val, TL__FIELD_STRING),
+
+    FIELD(device, type, TL__FIELD_ENUM, .names = k_device_types),
+    FIELD(device, threads, TL__FIELD_INT, BETWEEN(0, 4096)),
+
+    FIELD(checkpoint, dir, TL__FIELD_STRING),
+    FIELD(checkpoint, every, TL__FIELD_INT, AT_LEAST(0)),
+    FIELD(checkpoint, resume, TL__FIELD_STRING),
+};
+const int tl__config_n_fields = (int)(sizeof tl__config_fields / sizeof tl__config_fields[0]);
+
+void tl_config_defaults(struct tl_config* cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  struct tl_model_config* m = &cfg->model;
+  m->kind = TL_MODEL_GPT;
+  m->n_layers = 4;
+  m->n_heads = 4;
+  m->n_embd = 128;
+  m->vocab_size = 256;
+  m->padded_vocab_size = 0;
+  m->max_seq_len = 64;
+  m->n_mlp_layers = 2; /* a small MLP: 16 inputs, 32 hidden, 4 classes */
+  m->mlp_sizes[0] = 16;
+  m->mlp_sizes[1] = 32;
+  m->mlp_sizes[2] = 4;
+  m->seed = 1337;
+
+  cfg->mesh.dp = cfg->mesh.tp = cfg->mesh.pp = 1;
+  cfg->mesh.order[0] = TL_AXIS_TP; /* Megatron: tensor innermost, pipeline outermost */
+  cfg->mesh.order[1] = TL_AXIS_DP;
+  cfg->mesh.order[2] = TL_AXIS_PP;
+
+  cfg->schedule.kind = TL_SCHEDULE_1F1B;
+  cfg->schedule.micro_batches = 1;
+  cfg->schedule.virtual_stages = 1;
+
+  cfg->parallel.zero = 0;
+  cfg->parallel.bucket_mb = 25.0;
+
+  struct tl_train_config* t = &cfg->train;
+  t->steps = 100;
+  t->batch_size = 4;
+  t->seq_len = 64;
+  t->lr = 1e-3f;
+  t->min_lr = 0.0f;
+  t->warmup_steps = 0;
+  t->lr_schedule = TL_LR_COSINE;
+  t->beta1 = 0.9f;
+  t->beta2 = 0.95f;
+  t->eps = 1e-8f;
+  t->weight_decay = 0.0f;
+  t->grad_clip = 1.0f;
+  t->val_every = 0;
+  t->val_batches = 4;
+  t->sample_tokens = 64;
+  t->sample_top_k = 1;
+
+  cfg->device.type = TL_DEVICE_CPU;
+  cfg->device.threads = 0;
+}
+
+int tl_config_padded_vocab(const struct tl_model_config* m) {
+  if (m->padded_vocab_size > 0) return m->padded_vocab_size;
+  return (m->vocab_size + 127) / 128 * 128;
+}
+
+/* ---- problems ------------------------------------------------------------ */
+
+void tl__problem(struct tl__problems* p, const char* fmt, ...) {
+  p->n++;
+  size_t room = sizeof p->text - p->len;
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  size_t len = strlen(line);
+  if (len + 2 > room) {
+    p->dropped++;
+    return;
+  }
+  if (p->len) p->text[p->len++] = '\n';
+  memcpy(p->text + p->len, line, len + 1);
+  p->len += len;
+}
+
+tl_status tl__problems_status(const struct tl__problems* p, const char* source) {
+  if (p->n == 0) return TL_OK;
+  char more[64] = "";
+  if (p->dropped) snprintf(more, sizeof more, "\n... and %d more", p->dropped);
+  return TL_ERRF(TL_ERR_CONFIG, "invalid config %s: %d problem%s:\n%s%s", source, p->n,
+                 p->n == 1 ? "" : "s", p->text, more);
+}
+
+/* ---- suggestions ----------------------------------------------------------- */
+
+int tl__edit_distance(const char* a, const char* b) {
+  size_t n = strlen(a), m = strlen(b);
+  if (n > 63 || m > 63) return 64;
+  int d[64][64];
+  for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    for (size_t j = 1; j <= m; j++) {
+      int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+      int best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (d[i - 1][j - 1] + cost < best) best = d[i - 1][j - 1] + cost;
+      if (i > 1 && j > 1 && tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 2]) &&
+          tolower((unsigned char)a[i - 2]) == tolower((unsigned char)b[j - 1]) &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  }
+  return d[n][m];
+}
+
+/* The candidate closest to `word`, or NULL when none is close enough to be
+ * a likely typo: at most max(2, len/3) edits, or one contains the other. */
+static const char* closest(const char* word, const char* const* cands, int n) {
+  const char* best = NULL;
+  int best_d = INT_MAX;
+  for (int i = 0; i < n; i++) {
+    int d = tl__edit_distance(word, cands[i]);
+    if (d < best_d) best_d = d, best = cands[i];
+  }
+  if (!best) return NULL;
+  int len = (int)strlen(word), limit = len / 3 > 2 ? len / 3 : 2;
+  if (best_d <= limit && best_d < len) return best;
+  for (int i = 0; i < n; i++)
+    if (len >= 3 && (strstr(cands[i], word) || strstr(word, cands[i]))) return cands[i];
+  return NULL;
+}
+
+/* ---- values ---------------------------------------------------------------- */
+
+/* A JSON value as the person wrote it, shortened for a message. */
+static const char* show(const json_t* v, char* buf, size_t size) {
+  char* s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!s) return snprintf(buf, size, "?"), buf;
+  if (strlen(s) > 48) memcpy(s + 45, "...", 4);
+  snprintf(buf, size, "%s", s);
+  free(s);
+  return buf;
+}
+
+static const char* kind_of(const json_t* v) {
+  switch (json_typeof(v)) {
+    case JSON_OBJECT:
+      return "an object";
+    case JSON_ARRAY:
+      return "an array";
+    case JSON_STRING:
+      return "a string";
+    case JSON_INTEGER:
+      return "an integer";
+    case JSON_REAL:
+      return "a number with a fraction";
+    case JSON_TRUE:
+    case JSON_FALSE:
+      return "a boolean";
+    default:
+      return "null";
+  }
+}
+
+static void enum_list(const char* const* names, char* buf, size_t size) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int i = 0; names[i] && len < size; i++)
+    len += (size_t)snprintf(buf + len, size - len, "%s\"%s\"", i ? ", " : "", names[i]);
+}
+
+static int count_names(const char* const* names) {
+  int n = 0;
+  while (names[n]) n++;
+  return n;
+}
+
+const char* tl__field_expect(const struct tl__config_field* f, char* buf, size_t size) {
+  char list[128];
+  switch (f->type) {
+    case TL__FIELD_BOOL:
+      snprintf(buf, size, "true or false");
+      break;
+    case TL__FIELD_STRING:
+      snprintf(buf, size, "a string of at most %d bytes", TL_PATH_MAX - 1);
+      break;
+    case TL__FIELD_ENUM:
+      enum_list(f->names, list, sizeof list);
+      snprintf(buf, size, "one of %s", list);
+      break;
+    case TL__FIELD_ORDER:
+      snprintf(buf, size,
+               "a permutation of \"dp\", \"tp\", \"pp\", innermost first "
+               "(e.g. [\"tp\", \"dp\", \"pp\"])");
+      break;
+    case TL__FIELD_SIZES:
+      snprintf(buf, size,
+               "an array of 2 to %d integers >= 1: inputs, hidden sizes..., outputs "
+               "(its length - 1 is the number of layers)",
+               TL_MLP_MAX_LAYERS + 1);
+      break;
+    case TL__FIELD_U64:
+      snprintf(buf, size, "an integer from 0 to %lld", (long long)INT64_MAX);
+      break;
+    default: {
+      const char* what =
+          f->type == TL__FIELD_INT || f->type == TL__FIELD_U64 ? "an integer" : "a number";
+      if (f->no_hi)
+        snprintf(buf, size, "%s %s %g", what, f->lo_open ? ">" : ">=", f->lo);
+      else if (!f->lo_open && !f->hi_open)
+        snprintf(buf, size, "%s from %.19g to %.19g", what, f->lo, f->hi);
+      else
+        snprintf(buf, size, "%s in %c%g, %g%c", what, f->lo_open ? '(' : '[', f->lo, f->hi,
+                 f->hi_open ? ')' : ']');
+    }
+  }
+  return buf;
+}
+
+/* Copies one JSON value into the struct; false (and a problem) when its
+ * JSON type or shape is wrong. Ranges are config_check.c's business. */
+static bool read_field(const struct tl__config_field* f, const json_t* v, struct tl_config* cfg,
+                       struct tl__problems* p) {
+  char* at = (char*)cfg + f->offset;
+  char val[64], expect[192];
+  tl__field_expect(f, expect, sizeof expect);
+  switch (f->type) {
+    case TL__FIELD_INT:
+    case TL__FIELD_U64: {
+      if (!json_is_integer(v)) break;
+      json_int_t x = json_integer_value(v);
+      if (f->type == TL__FIELD_U64) {
+        if (x < 0) break;
+        *(uint64_t*)at = (uint64_t)x;
+      } else {
+        if (x < INT_MIN || x > INT_MAX) break;
+        *(int*)at = (int)x;
+      }
+      return true;
+    }
+    case TL__FIELD_FLOAT:
+    case TL__FIELD_DOUBLE: {
+      if (!json_is_number(v)) break;
+      double x = json_number_value(v);
+      if (f->type == TL__FIELD_DOUBLE) {
+        *(double*)at = x;
+      } else {
+        if (x > FLT_MAX || x < -FLT_MAX) break;
+        *(float*)at = (float)x;
+      }
+      return true;
+    }
+    case TL__FIELD_BOOL:
+      if (!json_is_boolean(v)) break;
+      *(bool*)at = json_is_true(v);
+      return true;
+    case TL__FIELD_STRING: {
+      if (!json_is_string(v)) break;
+      const char* s = json_string_value(v);
+      size_t len = json_string_length(v);
+      if (len != strlen(s) || len >= TL_PATH_MAX) break;
+      memcpy(at, s, len + 1);
+      return true;
+    }
+    case TL__FIELD_ENUM: {
+      if (!json_is_string(v)) break;
+      const char* s = json_string_value(v);
+      for (int i = 0; f->names[i]; i++)
+        if (strcmp(s, f->names[i]) == 0) return *(int*)at = i, true;
+      const char* near = closest(s, f->names, count_names(f->names));
+      if (f->offset == offsetof(struct tl_config, device.type) && strcasecmp(s, "gpu") == 0)
+        near = "cuda"; /* closer in meaning than "cpu" is in spelling */
+      if (near) {
+        tl__problem(p, "%s.%s = %s: expected %s; did you mean \"%s\"?", f->section, f->key,
+                    show(v, val, sizeof val), expect, near);
+        return false;
+      }
+      break;
+    }
+    case TL__FIELD_ORDER: {
+      if (!json_is_array(v) || json_array_size(v) != 3) break;
+      tl_axis order[3];
+      int seen = 0;
+      for (size_t i = 0; i < 3; i++) {
+        const char* s = json_string_value(json_array_get(v, i));
+        int a = -1;
+        for (int k = 0; s && k < 3; k++)
+          if (strcmp(s, tl__axis_names[k]) == 0) a = k;
+        if (a < 0 || (seen & (1 << a))) {
+          a = -1;
+          break;
+        }
+        seen |= 1 << a;
+        order[i] = (tl_axis)a;
+      }
+      if (seen != 7) break;
+      memcpy(at, order, sizeof order);
+      return true;
+    }
+    case TL__FIELD_SIZES: {
+      size_t n = json_is_array(v) ? json_array_size(v) : 0;
+      if (n < 2 || n > TL_MLP_MAX_LAYERS + 1) break;
+      int sizes[TL_MLP_MAX_LAYERS + 1];
+      bool ok = true;
+      for (size_t i = 0; i < n; i++) {
+        const json_t* e = json_array_get(v, i);
+        json_int_t x = json_is_integer(e) ? json_integer_value(e) : 0;
+        if (x < 1 || x > INT_MAX) {
+          tl__problem(p, "%s.%s[%zu] = %s: expected an integer >= 1", f->section, f->key, i,
+                      show(e, val, sizeof val));
+          ok = false;
+        } else {
+          sizes[i] = (int)x;
+        }
+      }
+      if (!ok) return false;
+      cfg->model.n_mlp_layers = (int)n - 1;
+      memset(cfg->model.mlp_sizes, 0, sizeof cfg->model.mlp_sizes);
+      memcpy(cfg->model.mlp_sizes, sizes, n * sizeof sizes[0]);
+      return true;
+    }
+  }
+  /* Wrong type, or a shape the checks above refused: name what was given. */
+  bool right_type =
+      (f->type == TL__FIELD_INT || f->type == TL__FIELD_U64)        ? json_is_integer(v)
+      : (f->type == TL__FIELD_FLOAT || f->type == TL__FIELD_DOUBLE) ? json_is_number(v)
+      : f->type == TL__FIELD_BOOL                                   ? json_is_boolean(v)
+      : (f->type == TL__FIELD_ORDER || f->type == TL__FIELD_SIZES)  ? json_is_array(v)
+                                                                    : json_is_string(v);
+  if (right_type)
+    tl__problem(p, "%s.%s = %s: expected %s", f->section, f->key, show(v, val, sizeof val), expect);
+  else
+    tl__problem(p, "%s.%s = %s: expected %s, got %s", f->section, f->key, show(v, val, sizeof val),
+                expect, kind_of(v));
+  return false;
+}
+
+static int find_field(const char* section, const char* key) {
+  for (int i = 0; i < tl__config_n_fields; i++)
+    if (strcmp(tl__config_fields[i].section, section) == 0 &&
+        strcmp(tl__config_fields[i].key, key) == 0)
+      return i;
+  return -1;
+}
+
+static void unknown_key(const char* section, const char* key, struct tl__problems* p) {
+  /* 1. a key written in the wrong section */
+  for (int i = 0; i < tl__config_n_fields; i++) {
+    const struct tl__config_field* f = &tl__config_fields[i];
+    if (strcmp(f->key, key) == 0 && strcmp(f->section, section) != 0) {
+      tl__problem(p, "%s.%s: unknown key; did you mean \"%s.%s\"?", section, key, f->section,
+                  f->key);
+      return;
+    }
+  }
+  if (strcmp(section, "model") == 0 && strcmp(key, "n_mlp_layers") == 0) {
+    tl__problem(p,
+                "model.n_mlp_layers: unknown key; the number of MLP layers is the length of "
+                "model.mlp_sizes minus 1");
+    return;
+  }
+  /* 2. a typo of one of this section's keys */
+  const char* keys[64];
+  int n = 0;
+  char list[512] = "";
+  size_t len = 0;
+  for (int i = 0; i < tl__config_n_fields && n < 64; i++) {
+    if (strcmp(tl__config_fields[i].section, section) != 0) continue;
+    keys[n] = tl__config_fields[i].key;
+    if (len < sizeof list)
+      len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", n ? ", " : "", keys[n]);
+    n++;
+  }
+  const char* near = closest(key, keys, n);
+  if (near)
+    tl__problem(p, "%s.%s: unknown key; did you mean \"%s\"?", section, key, near);
+  else
+    tl__problem(p, "%s.%s: unknown key; %s takes: %s", section, key, section, list);
+}
+
+static void unknown_section(const char* key, const json_t* v, struct tl__problems* p) {
+  char list[256];
+  int n = 0;
+  while (tl__config_sections[n]) n++;
+  const char* near = closest(key, tl__config_sections, n);
+  if (near) {
+    tl__problem(p, "%s: unknown section; did you mean \"%s\"?", key, near);
+    return;
+  }
+  if (!json_is_object(v)) {
+    for (int i = 0; i < tl__config_n_fields; i++)
+      if (strcmp(tl__config_fields[i].key, key) == 0) {
+        tl__problem(p,
+                    "%s: unknown section; did you mean \"%s.%s\" (keys go inside their section)?",
+                    key, tl__config_fields[i].section, key);
+        return;
+      }
+  }
+  size_t len = 0;
+  list[0] = '\0';
+  for (int i = 0; tl__config_sections[i]; i++)
+    len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "",
+                            tl__config_sections[i]);
+  tl__problem(p, "%s: unknown section; the sections are: %s", key, list);
+}
+
+tl_status tl_config_parse(const char* json_text, const char* source_name, struct tl_config* out) {
+  const char* source = source_name ? source_name : "<string>";
+  memset(out, 0, sizeof *out);
+  json_error_t err;
+  json_t* root = json_loads(json_text, JSON_REJECT_DUPLICATES, &err);
+  if (!root)
+    return TL_ERRF(TL_ERR_CONFIG, "%s:%d:%d: JSON syntax error: %s", source, err.line, err.column,
+                   err.text);
+
+  struct tl__problems p;
+  memset(&p, 0, sizeof p);
+  struct tl_config cfg;
+  tl_config_defaults(&cfg);
+  bool bad[sizeof tl__config_fields / sizeof tl__config_fields[0]] = {false};
+
+  if (!json_is_object(root)) {
+    char val[64];
+    tl__problem(&p, "(top level) = %s: expected an object with sections %s", show(root, val, 64),
+                "model, mesh, schedule, parallel, train, data, device, checkpoint");
+  } else {
+    const char* name;
+    json_t* section;
+    json_object_foreach(root, name, section) {
+      bool known = false;
+      for (int i = 0; tl__config_sections[i]; i++)
+        known |= strcmp(name, tl__config_sections[i]) == 0;
+      if (!known) {
+        unknown_section(name, section, &p);
+        continue;
+      }
+      if (!json_is_object(section)) {
+        char val[64];
+        tl__problem(&p, "%s = %s: expected an object, got %s", name, show(section, val, 64),
+                    kind_of(section));
+        continue;
+      }
+      const char* key;
+      json_t* v;
+      json_object_foreach(section, key, v) {
+        int i = find_field(name, key);
+        if (i < 0)
+          unknown_key(name, key, &p);
+        else if (!read_field(&tl__config_fields[i], v, &cfg, &p))
+          bad[i] = true;
+      }
+    }
+    tl__config_validate(&cfg, bad, &p);
+  }
+  json_decref(root);
+  TL_CHECK(tl__problems_status(&p, source));
+  *out = cfg;
+  return TL_OK;
+}
+
+tl_status tl_config_load(const char* path, struct tl_config* out) {
+  memset(out, 0, sizeof *out);
+  FILE* f = fopen(path, "rb");
+  if (!f) return TL_ERRF(TL_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
+  enum { k_max = 16 << 20 };
+  char* text = (char*)malloc(k_max + 1);
+  if (!text) {
+    fclose(f);
+    return TL_ERRF(TL_ERR_NOMEM, "no memory to read config '%s'", path);
+  }
+  size_t n = fread(text, 1, k_max + 1, f);
+  int read_error = ferror(f);
+  fclose(f);
+  if (read_error || n > k_max) {
+    free(text);
+    return read_error ? TL_ERRF(TL_ERR_IO, "cannot read config '%s'", path)
+                      : TL_ERRF(TL_ERR_CONFIG, "config '%s' is larger than %d MiB", path, 16);
+  }
+  text[n] = '\0';
+  if (strlen(text) != n) {
+    free(text);
+    return TL_ERRF(TL_ERR_CONFIG, "config '%s' contains a NUL byte: not a JSON text file", path);
+  }
+  tl_status st = tl_config_parse(text, path, out);
+  free(text);
+  return st;
+}

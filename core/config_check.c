@@ -1,0 +1,259 @@
+/* config_check.c — the config's validation: every field's range, then the
+ * rules that tie fields together (the mesh must divide the model and the
+ * batch), then, once the job exists, the world size.
+ *
+ * It runs on the struct, not on JSON, so the same checks guard what a file
+ * says (tl_config_parse) and what a program is about to write
+ * (tl_config_save: a saved config always loads back). A rule reading a field
+ * that was already reported is skipped: one mistake, one message. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/config_impl.h"
+
+#define N_FIELDS 64
+
+static int index_of(size_t offset) {
+  for (int i = 0; i < tl__config_n_fields; i++)
+    if (tl__config_fields[i].offset == offset) return i;
+  return -1;
+}
+
+static bool in_range(const struct tl__config_field* f, double x) {
+  if (isnan(x)) return false;
+  if (f->lo_open ? !(x > f->lo) : !(x >= f->lo)) return false;
+  if (f->no_hi) return isfinite(x);
+  return f->hi_open ? x < f->hi : x <= f->hi;
+}
+
+/* Range check of one field; false when it is out of range (and reported). */
+static bool check_field(const struct tl__config_field* f, const struct tl_config* cfg,
+                        struct tl__problems* p) {
+  const char* at = (const char*)cfg + f->offset;
+  char expect[192];
+  tl__field_expect(f, expect, sizeof expect);
+  switch (f->type) {
+    case TL__FIELD_INT: {
+      int x = *(const int*)at;
+      if (in_range(f, x)) return true;
+      tl__problem(p, "%s.%s = %d: expected %s", f->section, f->key, x, expect);
+      return false;
+    }
+    case TL__FIELD_U64: {
+      uint64_t x = *(const uint64_t*)at;
+      if (x <= (uint64_t)INT64_MAX) return true;
+      tl__problem(p, "%s.%s = %llu: expected %s", f->section, f->key, (unsigned long long)x,
+                  expect);
+      return false;
+    }
+    case TL__FIELD_FLOAT:
+    case TL__FIELD_DOUBLE: {
+      double x = f->type == TL__FIELD_FLOAT ? *(const float*)at : *(const double*)at;
+      if (in_range(f, x)) return true;
+      tl__problem(p, "%s.%s = %g: expected %s", f->section, f->key, x, expect);
+      return false;
+    }
+    case TL__FIELD_BOOL:
+      return true;
+    case TL__FIELD_STRING:
+      if (memchr(at, '\0', TL_PATH_MAX)) return true;
+      tl__problem(p, "%s.%s: not NUL-terminated within %d bytes: expected %s", f->section, f->key,
+                  TL_PATH_MAX, expect);
+      return false;
+    case TL__FIELD_ENUM: {
+      int x = *(const int*)at, n = 0;
+      while (f->names[n]) n++;
+      if (x >= 0 && x < n) return true;
+      tl__problem(p, "%s.%s = %d (as a number): expected %s", f->section, f->key, x, expect);
+      return false;
+    }
+    case TL__FIELD_ORDER: {
+      const tl_axis* o = (const tl_axis*)at;
+      int seen = 0;
+      for (int i = 0; i < 3; i++)
+        if ((int)o[i] >= 0 && (int)o[i] < 3) seen |= 1 << o[i];
+      if (seen == 7) return true;
+      tl__problem(p, "%s.%s = [%d, %d, %d] (as numbers): expected %s", f->section, f->key, o[0],
+                  o[1], o[2], expect);
+      return false;
+    }
+    case TL__FIELD_SIZES: {
+      const struct tl_model_config* m = &cfg->model;
+      if (m->n_mlp_layers < 1 || m->n_mlp_layers > TL_MLP_MAX_LAYERS) {
+        tl__problem(p, "model.n_mlp_layers = %d: expected %s", m->n_mlp_layers, expect);
+        return false;
+      }
+      bool ok = true;
+      for (int i = 0; i <= m->n_mlp_layers; i++)
+        if (m->mlp_sizes[i] < 1) {
+          tl__problem(p, "model.mlp_sizes[%d] = %d: expected an integer >= 1", i, m->mlp_sizes[i]);
+          ok = false;
+        }
+      return ok;
+    }
+  }
+  return true;
+}
+
+static int gcd(int a, int b) {
+  while (b) {
+    int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct tl__problems* p) {
+  bool bad[N_FIELDS] = {false};
+  TL_ASSERT(tl__config_n_fields <= N_FIELDS);
+  /* 1. every field on its own */
+  for (int i = 0; i < tl__config_n_fields; i++) {
+    if (bad_in && bad_in[i]) {
+      bad[i] = true;
+      continue;
+    }
+    bad[i] = !check_field(&tl__config_fields[i], cfg, p);
+  }
+
+  /* 2. the rules between fields, each only when the fields it reads are sound */
+#define OK(sec, name) (!bad[index_of(offsetof(struct tl_config, sec.name))])
+  const struct tl_model_config* m = &cfg->model;
+  const struct tl_mesh_config* mesh = &cfg->mesh;
+  const struct tl_schedule_config* s = &cfg->schedule;
+  const struct tl_train_config* t = &cfg->train;
+  const bool gpt = OK(model, kind) && m->kind == TL_MODEL_GPT;
+  const bool mlp = OK(model, kind) && m->kind == TL_MODEL_MLP;
+
+  if (OK(mesh, dp) && OK(mesh, tp) && OK(mesh, pp)) {
+    long long n = (long long)mesh->dp * mesh->tp * mesh->pp;
+    if (n > (1 << 20))
+      tl__problem(p, "mesh: dp * tp * pp = %d * %d * %d = %lld ranks: expected at most %d",
+                  mesh->dp, mesh->tp, mesh->pp, n, 1 << 20);
+  }
+
+  /* The model must split the way the mesh asks. */
+  int layers = -1;
+  const char* layers_name = "";
+  if (gpt && OK(model, n_layers)) layers = m->n_layers, layers_name = "model.n_layers";
+  if (mlp && OK(model, mlp_sizes))
+    layers = m->n_mlp_layers, layers_name = "the MLP's layers (length of model.mlp_sizes - 1)";
+  if (layers > 0 && OK(mesh, pp) && mesh->pp > layers)
+    tl__problem(p, "mesh.pp = %d: must be <= %s = %d (each pipeline stage needs a layer)", mesh->pp,
+                layers_name, layers);
+
+  if (gpt) {
+    if (OK(model, n_embd) && OK(model, n_heads) && m->n_embd % m->n_heads != 0)
+      tl__problem(p, "model.n_embd = %d: must be divisible by model.n_heads = %d (head size)",
+                  m->n_embd, m->n_heads);
+    if (OK(mesh, tp) && OK(model, n_heads) && m->n_heads % mesh->tp != 0)
+      tl__problem(p,
+                  "mesh.tp = %d: must divide model.n_heads = %d (each tensor-parallel rank holds "
+                  "n_heads / tp heads)",
+                  mesh->tp, m->n_heads);
+    if (OK(mesh, tp) && OK(model, n_embd) && m->n_embd % mesh->tp != 0)
+      tl__problem(p, "mesh.tp = %d: must divide model.n_embd = %d", mesh->tp, m->n_embd);
+    if (OK(model, padded_vocab_size) && OK(model, vocab_size) && m->padded_vocab_size != 0 &&
+        m->padded_vocab_size < m->vocab_size)
+      tl__problem(p,
+                  "model.padded_vocab_size = %d: expected 0 (automatic) or at least "
+                  "model.vocab_size = %d",
+                  m->padded_vocab_size, m->vocab_size);
+    else if (OK(model, padded_vocab_size) && OK(model, vocab_size) && OK(mesh, tp)) {
+      int vp = tl_config_padded_vocab(m);
+      if (vp % mesh->tp != 0) {
+        int step = 128 / gcd(128, mesh->tp) * mesh->tp;
+        long long fix = ((long long)m->vocab_size + step - 1) / step * step;
+        tl__problem(p,
+                    "mesh.tp = %d: must divide the padded vocabulary %d (split across "
+                    "tensor-parallel ranks); set model.padded_vocab_size to %lld",
+                    mesh->tp, vp, fix);
+      }
+    }
+    if (OK(train, seq_len) && OK(model, max_seq_len) && t->seq_len > m->max_seq_len)
+      tl__problem(p, "train.seq_len = %d: must be <= model.max_seq_len = %d", t->seq_len,
+                  m->max_seq_len);
+    if (OK(parallel, sequence_parallel) && cfg->parallel.sequence_parallel && OK(mesh, tp) &&
+        OK(train, seq_len) && t->seq_len % mesh->tp != 0)
+      tl__problem(p,
+                  "parallel.sequence_parallel = true: train.seq_len = %d must be divisible by "
+                  "mesh.tp = %d",
+                  t->seq_len, mesh->tp);
+    if (OK(train, sample_top_k) && OK(model, vocab_size) && t->sample_top_k > m->vocab_size)
+      tl__problem(p, "train.sample_top_k = %d: must be <= model.vocab_size = %d", t->sample_top_k,
+                  m->vocab_size);
+  }
+  if (mlp) {
+    if (OK(model, mlp_sizes) && OK(mesh, tp))
+      for (int i = 1; i < m->n_mlp_layers; i++)
+        if (m->mlp_sizes[i] % mesh->tp != 0)
+          tl__problem(p,
+                      "mesh.tp = %d: must divide the hidden size model.mlp_sizes[%d] = %d (hidden "
+                      "layers are split across tensor-parallel ranks)",
+                      mesh->tp, i, m->mlp_sizes[i]);
+    if (OK(parallel, sequence_parallel) && cfg->parallel.sequence_parallel)
+      tl__problem(p,
+                  "parallel.sequence_parallel = true: only applies to model.kind \"gpt\" (this "
+                  "model is an \"mlp\")");
+  }
+
+  /* The global batch must split into replicas and micro-batches. */
+  if (OK(train, batch_size) && OK(mesh, dp)) {
+    if (t->batch_size % mesh->dp != 0) {
+      tl__problem(p,
+                  "train.batch_size = %d: must be divisible by mesh.dp = %d (each data-parallel "
+                  "replica takes batch_size / dp sequences)",
+                  t->batch_size, mesh->dp);
+    } else if (OK(schedule, micro_batches)) {
+      int per_replica = t->batch_size / mesh->dp;
+      if (per_replica % s->micro_batches != 0)
+        tl__problem(p,
+                    "schedule.micro_batches = %d: must divide each replica's batch "
+                    "train.batch_size / mesh.dp = %d / %d = %d",
+                    s->micro_batches, t->batch_size, mesh->dp, per_replica);
+    }
+  }
+
+  /* Schedules. */
+  if (OK(schedule, kind) && OK(schedule, virtual_stages)) {
+    if (s->kind != TL_SCHEDULE_INTERLEAVED && s->virtual_stages != 1)
+      tl__problem(p,
+                  "schedule.virtual_stages = %d: only schedule.kind \"interleaved\" uses virtual "
+                  "stages (expected 1 for \"%s\")",
+                  s->virtual_stages, s->kind == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
+    if (s->kind == TL_SCHEDULE_INTERLEAVED) {
+      if (OK(schedule, micro_batches) && OK(mesh, pp) && s->micro_batches % mesh->pp != 0)
+        tl__problem(p,
+                    "schedule.micro_batches = %d: the interleaved schedule needs a multiple of "
+                    "mesh.pp = %d",
+                    s->micro_batches, mesh->pp);
+      if (layers > 0 && OK(mesh, pp) && (long long)mesh->pp * s->virtual_stages > layers)
+        tl__problem(p,
+                    "schedule.virtual_stages = %d: mesh.pp * virtual_stages = %lld model chunks, "
+                    "more than %s = %d",
+                    s->virtual_stages, (long long)mesh->pp * s->virtual_stages, layers_name,
+                    layers);
+    }
+  }
+
+  if (OK(train, lr) && OK(train, min_lr) && t->min_lr > t->lr)
+    tl__problem(p, "train.min_lr = %g: must be <= train.lr = %g", t->min_lr, t->lr);
+  if (OK(checkpoint, every) && OK(checkpoint, dir) && cfg->checkpoint.every > 0 &&
+      cfg->checkpoint.dir[0] == '\0')
+    tl__problem(p, "checkpoint.every = %d: needs checkpoint.dir (where to write them)",
+                cfg->checkpoint.every);
+#undef OK
+}
+
+tl_status tl_config_check_world(const struct tl_config* cfg, int world_size) {
+  const struct tl_mesh_config* m = &cfg->mesh;
+  long long n = (long long)m->dp * m->tp * m->pp;
+  if (n == world_size) return TL_OK;
+  return TL_ERRF(TL_ERR_CONFIG,
+                 "mesh: dp * tp * pp = %d * %d * %d = %lld ranks, but this job has %d rank%s: "
+                 "start it with %lld ranks (mpiexec -n %lld) or change the mesh",
+                 m->dp, m->tp, m->pp, n, world_size, world_size == 1 ? "" : "s", n, n);
+}

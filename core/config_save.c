@@ -1,0 +1,174 @@
+/* config_save.c — writes a config as JSON: every field, in the table's order,
+ * atomically (a temporary file in the same directory, then rename), so a
+ * reader never sees half a file and a failed write leaves the old one.
+ *
+ * Numbers are written in the shortest form that reads back to the same bits
+ * (a float's 1e-3 is "0.001", not "0.0010000000474974513"), so a saved
+ * config is both exact and pleasant to read. The config is validated first:
+ * what tl_config_save writes, tl_config_load accepts. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/config_impl.h"
+
+/* "1e-08" -> "1e-8": the same number, as a person would write it. */
+static void tidy_exponent(char* buf) {
+  char* e = strchr(buf, 'e');
+  if (!e) return;
+  char* digits = e + 1 + (e[1] == '-' || e[1] == '+');
+  char* first = digits;
+  while (*first == '0' && first[1]) first++;
+  memmove(digits, first, strlen(first) + 1);
+  if (e[1] == '+') memmove(e + 1, e + 2, strlen(e + 2) + 1);
+}
+
+/* The shortest %g form of x that reads back (as the loader reads it) to x. */
+static void format_float(float x, char* buf, size_t size) {
+  for (int prec = 1; prec <= 9; prec++) {
+    snprintf(buf, size, "%.*g", prec, (double)x);
+    if ((float)strtod(buf, NULL) == x) break;
+  }
+  tidy_exponent(buf);
+}
+
+static void format_double(double x, char* buf, size_t size) {
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, size, "%.*g", prec, x);
+    if (strtod(buf, NULL) == x) break;
+  }
+  tidy_exponent(buf);
+}
+
+/* A JSON string literal, escaped by jansson; NULL if `s` is not UTF-8. */
+static char* quote(const char* s) {
+  json_t* j = json_string(s);
+  if (!j) return NULL;
+  char* out = json_dumps(j, JSON_ENCODE_ANY);
+  json_decref(j);
+  return out;
+}
+
+static tl_status write_value(FILE* f, const struct tl__config_field* fd,
+                             const struct tl_config* cfg) {
+  const char* at = (const char*)cfg + fd->offset;
+  char num[64];
+  switch (fd->type) {
+    case TL__FIELD_INT:
+      fprintf(f, "%d", *(const int*)at);
+      break;
+    case TL__FIELD_U64:
+      fprintf(f, "%llu", (unsigned long long)*(const uint64_t*)at);
+      break;
+    case TL__FIELD_FLOAT:
+      format_float(*(const float*)at, num, sizeof num);
+      fputs(num, f);
+      break;
+    case TL__FIELD_DOUBLE:
+      format_double(*(const double*)at, num, sizeof num);
+      fputs(num, f);
+      break;
+    case TL__FIELD_BOOL:
+      fputs(*(const bool*)at ? "true" : "false", f);
+      break;
+    case TL__FIELD_STRING: {
+      char* q = quote(at);
+      if (!q)
+        return TL_ERRF(TL_ERR_CONFIG, "%s.%s: not valid UTF-8, cannot be written as JSON",
+                       fd->section, fd->key);
+      fputs(q, f);
+      free(q);
+      break;
+    }
+    case TL__FIELD_ENUM:
+      fprintf(f, "\"%s\"", fd->names[*(const int*)at]);
+      break;
+    case TL__FIELD_ORDER: {
+      const tl_axis* o = (const tl_axis*)at;
+      fprintf(f, "[\"%s\", \"%s\", \"%s\"]", tl__axis_names[o[0]], tl__axis_names[o[1]],
+              tl__axis_names[o[2]]);
+      break;
+    }
+    case TL__FIELD_SIZES:
+      fputc('[', f);
+      for (int i = 0; i <= cfg->model.n_mlp_layers; i++)
+        fprintf(f, "%s%d", i ? ", " : "", cfg->model.mlp_sizes[i]);
+      fputc(']', f);
+      break;
+  }
+  return TL_OK;
+}
+
+static tl_status write_all(FILE* f, const struct tl_config* cfg) {
+  fputs("{", f);
+  for (int s = 0; tl__config_sections[s]; s++) {
+    fprintf(f, "%s\n  \"%s\": {", s ? "," : "", tl__config_sections[s]);
+    int n = 0;
+    for (int i = 0; i < tl__config_n_fields; i++) {
+      const struct tl__config_field* fd = &tl__config_fields[i];
+      if (strcmp(fd->section, tl__config_sections[s]) != 0) continue;
+      fprintf(f, "%s\n    \"%s\": ", n++ ? "," : "", fd->key);
+      TL_CHECK(write_value(f, fd, cfg));
+    }
+    fputs("\n  }", f);
+  }
+  fputs("\n}\n", f);
+  return TL_OK;
+}
+
+tl_status tl_config_save(const struct tl_config* cfg, const char* path) {
+  struct tl__problems p;
+  memset(&p, 0, sizeof p);
+  tl__config_validate(cfg, NULL, &p);
+  TL_CHECK(tl__problems_status(&p, "(to be saved)"));
+
+  size_t len = strlen(path);
+  char* tmp = (char*)malloc(len + 16);
+  if (!tmp) return TL_ERRF(TL_ERR_NOMEM, "no memory to save config '%s'", path);
+  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    tl_status st = TL_ERRF(TL_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
+                           strerror(errno));
+    free(tmp);
+    return st;
+  }
+  tl_status st = TL_OK;
+  FILE* f = fdopen(fd, "w");
+  if (!f) {
+    st = TL_ERRF(TL_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+    close(fd);
+    goto fail;
+  }
+  TL_CHECK_GOTO(write_all(f, cfg), st, fail_file);
+  if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    st = TL_ERRF(TL_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+    goto fail_file;
+  }
+  /* mkstemp makes the file 0600; a config is an ordinary, shareable file. */
+  fchmod(fileno(f), 0644);
+  if (fclose(f) != 0) {
+    f = NULL;
+    st = TL_ERRF(TL_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+    goto fail;
+  }
+  if (rename(tmp, path) != 0) {
+    st = TL_ERRF(TL_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+    goto fail;
+  }
+  free(tmp);
+  return TL_OK;
+
+fail_file:
+  fclose(f);
+fail:
+  unlink(tmp);
+  free(tmp);
+  return st;
+}
