@@ -10,7 +10,8 @@ static void usage(FILE* f) {
           "usage: trellis <command> [options]\n"
           "\n"
           "commands:\n"
-          "  check   check every kernel on this machine's CPU and GPUs\n"
+          "  check   check every kernel on this machine's CPU and GPUs;\n"
+          "          check CONFIG.json validates a config and prints its rank map\n"
           "  env     list the environment variables trellis reads\n"
           "\n"
           "`trellis <command> --help` describes a command.\n");
