@@ -133,9 +133,9 @@ static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh*
     }
     printf("\n");
   }
-  static const char* const titles[3] = {"data-parallel groups (gradient all-reduce)",
-                                        "tensor-parallel groups (layer shards)",
-                                        "pipeline groups (stages passing activations point-to-point)"};
+  static const char* const titles[3] = {
+      "data-parallel groups (gradient all-reduce)", "tensor-parallel groups (layer shards)",
+      "pipeline groups (stages passing activations point-to-point)"};
   for (int a = 0; a < 3; a++) {
     printf("%s:", titles[a]);
     if (mesh->size[a] == 1) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/env.h"
@@ -138,6 +139,13 @@ void tl_worker_fail(const char* msg) {
     TL_LOG_ERROR("%s", msg);
   fflush(stdout);
   fflush(stderr);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (initialized && !finalized) {
+    /* MPI_Abort makes mpiexec kill every rank at once, and output still on
+     * its way through the launcher's pipes is lost with them: give the
+     * message a moment to get out first. */
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   exit(1);
 }

@@ -56,7 +56,8 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out);
 void tl_worker_finalize(struct tl_worker* w);
 
 /* Prints "rank R of N failed: msg" (through the error log) and ends the
- * whole job: MPI_Abort when MPI is running, else exit(1). Never returns. */
+ * whole job: when MPI is running it waits 0.3 s for the message to pass
+ * through the launcher, then MPI_Abort; else exit(1). Never returns. */
 void tl_worker_fail(const char* msg) __attribute__((noreturn));
 
 #ifdef __cplusplus
