@@ -59,6 +59,11 @@ const struct tl_env* tl_env(void) {
   return &g_env;
 }
 
+void tl_env_set_num_threads(int n) {
+  pthread_once(&g_once, load);
+  g_env.num_threads = n < 0 ? 0 : n;
+}
+
 tl_status tl_env_status(void) {
   pthread_once(&g_once, load);
   if (g_status != TL_OK) return TL_ERRF(g_status, "%s", g_error);

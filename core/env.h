@@ -35,6 +35,12 @@ struct tl_env {
 /* The parsed knobs; parsed on the first call (thread-safe), fixed after. */
 const struct tl_env* tl_env(void);
 
+/* Replaces the thread count for the rest of the process: the launcher's
+ * worker applies the config's device.threads (or the node's cores divided
+ * by its ranks) this way. Call at start-up, before any CPU backend exists;
+ * n >= 0, 0 meaning automatic. Not thread-safe. */
+void tl_env_set_num_threads(int n);
+
 /* TL_OK, or TL_ERR_CONFIG with the offending variable, its value and the
  * allowed values recorded in tl_last_error(). */
 tl_status tl_env_status(void);

@@ -1,4 +1,5 @@
 /* check.c — `trellis check`: the op self-check on this machine's devices.
+ * (`trellis check CONFIG.json` validates a config instead: check_config.c.)
  *
  * Runs every op case of the suite (kernels/opcheck.h) on the CPU and, where a
  * GPU is present, on CUDA against the reference and against the CPU, and
@@ -17,6 +18,7 @@
 static void usage(FILE* f) {
   fprintf(f,
           "usage: trellis check [--device cpu|cuda|cuda:N|all]\n"
+          "       trellis check CONFIG.json [--ranks-per-node N]   (validate a config)\n"
           "\n"
           "Checks every kernel against a double-precision reference (forward) and\n"
           "central finite differences (backward); on CUDA also against the CPU.\n"
@@ -66,6 +68,8 @@ int tl_cli_check(int argc, char** argv) {
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
       return 0;
+    } else if (argv[i][0] != '-') {
+      return tl_cli_check_config(argc, argv); /* trellis check CONFIG.json */
     } else {
       fprintf(stderr, "trellis check: unexpected argument '%s'\n", argv[i]);
       usage(stderr);

@@ -5,6 +5,7 @@
 #define TL_LAUNCHER_CLI_H
 
 int tl_cli_check(int argc, char** argv);
+int tl_cli_check_config(int argc, char** argv);
 int tl_cli_env(int argc, char** argv);
 int tl_cli_data(int argc, char** argv);
 int tl_cli_train(int argc, char** argv);

@@ -14,7 +14,8 @@ static void usage(FILE* f) {
           "commands:\n"
           "  train   train the model a JSON config describes\n"
           "  data    turn text into a token file; build the default corpus\n"
-          "  check   check every kernel on this machine's CPU and GPUs\n"
+          "  check   check every kernel on this machine's CPU and GPUs;\n"
+          "          check CONFIG.json validates a config and prints its rank map\n"
           "  env     list the environment variables trellis reads\n"
           "\n"
           "`trellis <command> --help` describes a command.\n");

@@ -1,0 +1,199 @@
+/* check_config.c — `trellis check CONFIG.json`: validate a config without
+ * running it, and print where every rank goes.
+ *
+ * The rank map is for a person deciding whether a mesh is the one they
+ * meant: each rank (0-based, as MPI numbers them) with its device number
+ * (1-based, as the design's pictures number devices), its coordinates, what
+ * it runs on and the members of its three groups; then the same facts per
+ * pipeline stage and per group, in device numbers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/mesh.h"
+#include "launcher/cli.h"
+
+static void usage(FILE* f) {
+  fprintf(f,
+          "usage: trellis check CONFIG.json [--ranks-per-node N]\n"
+          "\n"
+          "Validates a training config (every problem at once) and prints its rank map:\n"
+          "each rank's mesh coordinates, device and groups. --ranks-per-node N places\n"
+          "ranks N to a node (as mpiexec fills nodes) to show each rank's node and GPU;\n"
+          "by default all ranks are on one node. Exit status: 0 valid, 1 invalid, 2 usage.\n");
+}
+
+/* "{0, 2}" or "devices 1, 3" style lists of a rank's group along `axis`. */
+static void group_list(const tl_mesh* m, int rank, tl_axis axis, int base, char* buf, size_t size) {
+  int members[64];
+  int n = m->size[axis];
+  size_t len = 0;
+  buf[0] = '\0';
+  if (n > 64) { /* too many to list: they are evenly spaced */
+    int first = tl_mesh_group_id(m, rank, axis) + base;
+    snprintf(buf, size, "%d,%d,...,%d (%d)", first, first + m->stride[axis],
+             first + (n - 1) * m->stride[axis], n);
+    return;
+  }
+  tl_mesh_group_ranks(m, rank, axis, members);
+  for (int i = 0; i < n && len < size; i++)
+    len += (size_t)snprintf(buf + len, size - len, "%s%d", i ? "," : "", members[i] + base);
+}
+
+static void placement(const struct tl_config* cfg, int rank, int per_node, char* buf, size_t size) {
+  int node = rank / per_node, local = rank % per_node;
+  if (cfg->device.type == TL_DEVICE_CUDA)
+    snprintf(buf, size, "node %d cuda:%d", node, local);
+  else
+    snprintf(buf, size, "node %d cpu", node);
+}
+
+static void print_summary(const char* path, const struct tl_config* cfg, int per_node) {
+  const struct tl_model_config* m = &cfg->model;
+  printf("%s: valid\n\n", path);
+  if (m->kind == TL_MODEL_GPT) {
+    printf(
+        "model     gpt: %d layers, %d heads, %d channels, vocabulary %d (padded %d), %d "
+        "positions\n",
+        m->n_layers, m->n_heads, m->n_embd, m->vocab_size, tl_config_padded_vocab(m),
+        m->max_seq_len);
+  } else {
+    printf("model     mlp: %d layers, sizes", m->n_mlp_layers);
+    for (int i = 0; i <= m->n_mlp_layers; i++) printf("%s%d", i ? " -> " : " ", m->mlp_sizes[i]);
+    printf("\n");
+  }
+  static const char* const axis[] = {"dp", "tp", "pp"};
+  static const char* const sched[] = {"gpipe", "1f1b", "interleaved"};
+  const struct tl_mesh_config* me = &cfg->mesh;
+  printf("mesh      dp %d x tp %d x pp %d = %d ranks; order %s, %s, %s (innermost first)\n", me->dp,
+         me->tp, me->pp, me->dp * me->tp * me->pp, axis[me->order[0]], axis[me->order[1]],
+         axis[me->order[2]]);
+  int per_replica = cfg->train.batch_size / me->dp;
+  printf(
+      "batch     %d sequences per step = %d replica%s x %d, in %d micro-batch%s of %d "
+      "(%s schedule",
+      cfg->train.batch_size, me->dp, me->dp == 1 ? "" : "s", per_replica,
+      cfg->schedule.micro_batches, cfg->schedule.micro_batches == 1 ? "" : "es",
+      per_replica / cfg->schedule.micro_batches, sched[cfg->schedule.kind]);
+  if (cfg->schedule.kind == TL_SCHEDULE_INTERLEAVED)
+    printf(", %d virtual stages", cfg->schedule.virtual_stages);
+  printf(")\n");
+  printf("device    %s, one per rank; ", cfg->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu");
+  if (cfg->device.threads > 0)
+    printf("%d CPU thread%s per rank\n", cfg->device.threads, cfg->device.threads == 1 ? "" : "s");
+  else
+    printf("CPU threads per rank automatic\n");
+  printf("nodes     %d rank%s per node (%s)\n", per_node, per_node == 1 ? "" : "s",
+         per_node >= me->dp * me->tp * me->pp ? "all on one node" : "--ranks-per-node");
+  if (cfg->data.train[0] == '\0')
+    printf("note      data.train is not set: trellis train needs a token file\n");
+}
+
+static void print_rank_map(const struct tl_config* cfg, const tl_mesh* mesh, int per_node) {
+  printf(
+      "\nrank map: ranks count from 0 (as MPI numbers them), devices from 1 "
+      "(device N is rank N-1);\ngroups list their members' ranks.\n\n");
+  printf("%5s %7s %4s %4s %4s  %-16s  %-14s %-14s %s\n", "rank", "device", "dp", "tp", "pp",
+         "runs on", "dp group", "tp group", "pp group");
+  for (int r = 0; r < mesh->n_ranks; r++) {
+    int c[3];
+    tl_mesh_coords(mesh, r, c);
+    char where[48], g[3][256];
+    placement(cfg, r, per_node, where, sizeof where);
+    for (int a = 0; a < 3; a++) group_list(mesh, r, (tl_axis)a, 0, g[a], sizeof g[a]);
+    printf("%5d %7d %4d %4d %4d  %-16s ", r, r + 1, c[TL_AXIS_DP], c[TL_AXIS_TP], c[TL_AXIS_PP],
+           where);
+    for (int a = 0; a < 3; a++) {
+      int pad = 12 - (int)strlen(g[a]);
+      printf(" {%s}%*s", g[a], a < 2 && pad > 0 ? pad : 0, "");
+    }
+    printf("\n");
+  }
+}
+
+/* Per stage and per group, in device numbers. */
+static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh* mesh) {
+  int layers = cfg->model.kind == TL_MODEL_GPT ? cfg->model.n_layers : cfg->model.n_mlp_layers;
+  int pp = mesh->size[TL_AXIS_PP];
+  printf("\npipeline stages (layers split evenly, counted from 1):\n");
+  for (int s = 0; s < pp; s++) {
+    int first = s * layers / pp + 1, last = (s + 1) * layers / pp;
+    char lay[32];
+    if (first == last)
+      snprintf(lay, sizeof lay, "layer %d", first);
+    else
+      snprintf(lay, sizeof lay, "layers %d-%d", first, last);
+    printf("  stage %d (operator %d): %-13s on devices", s, s + 1, lay);
+    int n = 0;
+    for (int r = 0; r < mesh->n_ranks; r++) {
+      int c[3];
+      tl_mesh_coords(mesh, r, c);
+      if (c[TL_AXIS_PP] == s) printf("%s %d", n++ ? "," : "", r + 1);
+    }
+    printf("\n");
+  }
+  static const char* const titles[3] = {
+      "data-parallel groups (gradient all-reduce)", "tensor-parallel groups (layer shards)",
+      "pipeline groups (stages passing activations point-to-point)"};
+  for (int a = 0; a < 3; a++) {
+    printf("%s:", titles[a]);
+    if (mesh->size[a] == 1) {
+      printf(" none (%s = 1)\n", tl_axis_name((tl_axis)a));
+      continue;
+    }
+    printf("\n");
+    for (int r = 0; r < mesh->n_ranks; r++) {
+      if (tl_mesh_group_id(mesh, r, (tl_axis)a) != r) continue; /* once per group */
+      char dev[256], ranks[256];
+      group_list(mesh, r, (tl_axis)a, 1, dev, sizeof dev);
+      group_list(mesh, r, (tl_axis)a, 0, ranks, sizeof ranks);
+      printf("  devices {%s}  (ranks {%s})\n", dev, ranks);
+    }
+  }
+}
+
+int tl_cli_check_config(int argc, char** argv) {
+  const char* path = NULL;
+  int per_node = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--ranks-per-node") == 0 && i + 1 < argc) {
+      char* end = NULL;
+      long v = strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end || v < 1 || v > 1 << 20) {
+        fprintf(stderr, "trellis check: --ranks-per-node '%s': expected an integer >= 1\n",
+                argv[i]);
+        return 2;
+      }
+      per_node = (int)v;
+    } else if (argv[i][0] != '-' && !path) {
+      path = argv[i];
+    } else {
+      fprintf(stderr, "trellis check: unexpected argument '%s' with a config\n", argv[i]);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!path) {
+    usage(stderr);
+    return 2;
+  }
+  struct tl_config cfg;
+  if (tl_config_load(path, &cfg) != TL_OK) {
+    fprintf(stderr, "trellis check: %s\n", tl_last_error());
+    return 1;
+  }
+  tl_mesh mesh;
+  if (tl_mesh_from_config(&cfg.mesh, &mesh) != TL_OK) {
+    fprintf(stderr, "trellis check: %s\n", tl_last_error());
+    return 1;
+  }
+  if (per_node == 0 || per_node > mesh.n_ranks) per_node = mesh.n_ranks;
+  print_summary(path, &cfg, per_node);
+  print_rank_map(&cfg, &mesh, per_node);
+  print_by_stage_and_group(&cfg, &mesh);
+  return 0;
+}

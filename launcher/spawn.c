@@ -1,0 +1,235 @@
+/* spawn.c — start the job's ranks when a person started one process.
+ *
+ * The decision is made from the environment alone: every launcher leaves
+ * its mark (PMI_RANK from MPICH's hydra, PMIX_RANK, OMPI_COMM_WORLD_SIZE,
+ * SLURM_STEP_ID inside an srun step), and the copies trellis starts carry
+ * TRELLIS_SPAWNED=1 so that nothing can spawn twice. The parent does no MPI
+ * at all: it only runs the launcher and passes its exit status on. */
+#include "launcher/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+static int option_len(const char* arg, const char* name) {
+  size_t n = strlen(name);
+  if (strncmp(arg, name, n) != 0) return 0;
+  if (arg[n] == '\0') return 2;
+  if (arg[n] == '=') return 1;
+  return 0;
+}
+
+int tl_launch_option_args(int argc, char** argv) {
+  if (argc < 1) return 0;
+  int n = option_len(argv[0], "--hosts");
+  if (!n) n = option_len(argv[0], "--hostfile");
+  if (n == 2 && argc < 2) return 1; /* value missing: tl_launch_command says so */
+  return n;
+}
+
+/* Inside a job step (not the batch script, extern or interactive step,
+ * whose ids are the top values of a 32-bit unsigned). */
+static int in_slurm_step(const char** id) {
+  const char* s = getenv("SLURM_STEP_ID");
+  if (!s || !*s) s = getenv("SLURM_STEPID");
+  if (!s || !*s) return 0;
+  *id = s;
+  return strtoul(s, NULL, 10) < 4294967290ul;
+}
+
+const char* tl_launch_detected(char* buf, size_t size) {
+  static const char* const marks[][2] = {
+      {"PMI_RANK", "mpiexec"},          {"PMI_SIZE", "mpiexec"},
+      {"PMIX_RANK", "a PMIx launcher"}, {"OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"},
+      {"TRELLIS_SPAWNED", "trellis"},
+  };
+  for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+    const char* v = getenv(marks[i][0]);
+    if (v && *v) {
+      snprintf(buf, size, "%s (%s=%s)", marks[i][1], marks[i][0], v);
+      return buf;
+    }
+  }
+  const char* step;
+  if (in_slurm_step(&step) && getenv("SLURM_PROCID")) {
+    snprintf(buf, size, "srun (SLURM_STEP_ID=%s)", step);
+    return buf;
+  }
+  return NULL;
+}
+
+void tl_launch_command_free(char** cmd) {
+  if (!cmd) return;
+  for (char** p = cmd; *p; p++) free(*p);
+  free(cmd);
+}
+
+tl_status tl_launch_command(int argc, char** argv, int world_size, const char* self, char*** out) {
+  *out = NULL;
+  const char *hosts = NULL, *hostfile = NULL;
+  /* 1. pull the launcher options out of the arguments */
+  for (int i = 1; i < argc; i++) {
+    int n = tl_launch_option_args(argc - i, argv + i);
+    if (!n) continue;
+    const char* eq = strchr(argv[i], '=');
+    const char* value = n == 2 ? argv[i + 1] : eq ? eq + 1 : NULL;
+    bool is_file = strncmp(argv[i], "--hostfile", 10) == 0;
+    if (!value || !*value)
+      return TL_ERRF(TL_ERR_INVALID, "%s needs a value: %s", is_file ? "--hostfile" : "--hosts",
+                     is_file ? "--hostfile FILE" : "--hosts host1,host2");
+    if (is_file)
+      hostfile = value;
+    else
+      hosts = value;
+    i += n - 1;
+  }
+  if (hosts && hostfile)
+    return TL_ERRF(TL_ERR_INVALID, "--hosts and --hostfile both given: name the hosts one way");
+
+  /* 2. the launcher, its options, then this program and its own arguments */
+  const char* step;
+  bool srun = getenv("SLURM_JOB_ID") && !in_slurm_step(&step);
+  char** cmd = (char**)calloc((size_t)argc + 8, sizeof *cmd);
+  if (!cmd) return TL_ERRF(TL_ERR_NOMEM, "no memory for the launch command");
+  int k = 0;
+  char buf[PATH_MAX + 32];
+  if (srun) {
+    cmd[k++] = strdup("srun");
+    snprintf(buf, sizeof buf, "--ntasks=%d", world_size);
+    cmd[k++] = strdup(buf);
+    if (hosts || hostfile) {
+      /* srun reads a node list from a file when the name contains a '/' */
+      char path[PATH_MAX];
+      const char* list = hosts;
+      if (hostfile) list = realpath(hostfile, path) ? path : hostfile;
+      snprintf(buf, sizeof buf, "--nodelist=%s", list);
+      cmd[k++] = strdup(buf);
+    }
+  } else {
+    cmd[k++] = strdup("mpiexec");
+    cmd[k++] = strdup("-n");
+    snprintf(buf, sizeof buf, "%d", world_size);
+    cmd[k++] = strdup(buf);
+    if (hosts) cmd[k++] = strdup("-hosts"), cmd[k++] = strdup(hosts);
+    if (hostfile) cmd[k++] = strdup("-hostfile"), cmd[k++] = strdup(hostfile);
+  }
+  cmd[k++] = strdup(self);
+  for (int i = 1; i < argc; i++) {
+    int n = tl_launch_option_args(argc - i, argv + i);
+    if (n) {
+      i += n - 1;
+      continue;
+    }
+    cmd[k++] = strdup(argv[i]);
+  }
+  for (int i = 0; i < k; i++)
+    if (!cmd[i]) {
+      tl_launch_command_free(cmd);
+      return TL_ERRF(TL_ERR_NOMEM, "no memory for the launch command");
+    }
+  *out = cmd;
+  return TL_OK;
+}
+
+static volatile sig_atomic_t g_child = 0;
+
+static void forward(int sig) {
+  if (g_child > 0) kill((pid_t)g_child, sig);
+}
+
+/* Runs cmd, waits; the child's exit status, or -1 with errno_out set when
+ * it could not be started (exec's errno comes back through a pipe). */
+static int run(char** cmd, int* errno_out) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return *errno_out = errno, -1;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    *errno_out = errno;
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    setenv("TRELLIS_SPAWNED", "1", 1);
+    execvp(cmd[0], cmd);
+    int e = errno;
+    ssize_t ignored = write(pipefd[1], &e, sizeof e);
+    (void)ignored;
+    _exit(127);
+  }
+  close(pipefd[1]);
+  int e = 0;
+  ssize_t got;
+  do got = read(pipefd[0], &e, sizeof e);
+  while (got < 0 && errno == EINTR);
+  close(pipefd[0]);
+
+  struct sigaction sa, old[3];
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = forward;
+  sigemptyset(&sa.sa_mask);
+  const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+  g_child = pid;
+  for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+  g_child = 0;
+  if (got == (ssize_t)sizeof e) return *errno_out = e, -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+int tl_launch_maybe_spawn(int argc, char** argv, int world_size, int* exit_status) {
+  *exit_status = 0;
+  bool named_hosts = false;
+  for (int i = 1; i < argc; i++) named_hosts |= tl_launch_option_args(argc - i, argv + i) > 0;
+  char why[128];
+  if (tl_launch_detected(why, sizeof why)) {
+    if (named_hosts) TL_LOG_WARN("--hosts/--hostfile ignored: this process was started by %s", why);
+    return 0;
+  }
+  if (world_size <= 1 && !named_hosts) return 0;
+
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0)
+    self[n] = '\0';
+  else
+    snprintf(self, sizeof self, "%s", argv[0]);
+  char** cmd = NULL;
+  if (tl_launch_command(argc, argv, world_size, self, &cmd) != TL_OK) {
+    fprintf(stderr, "trellis: %s\n", tl_last_error());
+    *exit_status = 2;
+    return 1;
+  }
+  char line[2048];
+  size_t len = 0;
+  for (char** p = cmd; *p && len < sizeof line; p++)
+    len += (size_t)snprintf(line + len, sizeof line - len, "%s%s", p == cmd ? "" : " ", *p);
+  TL_LOG_INFO("starting %d rank%s: %s", world_size, world_size == 1 ? "" : "s", line);
+  int err = 0;
+  int status = run(cmd, &err);
+  if (status < 0) {
+    fprintf(stderr,
+            "trellis: cannot run '%s': %s (it starts the job's %d ranks; install MPICH's mpiexec "
+            "or put it on PATH)\n",
+            cmd[0], strerror(err), world_size);
+    status = 127;
+  }
+  tl_launch_command_free(cmd);
+  *exit_status = status;
+  return 1;
+}

@@ -1,0 +1,151 @@
+/* worker.c — a rank's start-up, in the order the pieces depend on each
+ * other: MPI, the job's size against the mesh, the node-local rank, the
+ * mesh groups over MPI, then the device and its groups. Also the abort path:
+ * the one place besides main() that ends the process. */
+#include "launcher/worker.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/env.h"
+#include "core/group_mpi.h"
+#include "core/group_nccl.h"
+#include "core/log.h"
+#include "kernels/backend.h"
+
+static tl_status local_rank(int* rank, int* size) {
+  MPI_Comm node = MPI_COMM_NULL;
+  TL_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int rc = MPI_Comm_rank(node, rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(node, size);
+  MPI_Comm_free(&node);
+  if (rc != MPI_SUCCESS) return tl_mpi_error(rc, "MPI_Comm_rank", __FILE__, __LINE__);
+  return TL_OK;
+}
+
+static int pick_threads(const struct tl_config* cfg, int local_size) {
+  if (cfg->device.threads > 0) return cfg->device.threads;
+  if (tl_env()->num_threads > 0) return tl_env()->num_threads;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = (int)(cores > 0 ? cores : 1) / (local_size > 0 ? local_size : 1);
+  return n < 1 ? 1 : n;
+}
+
+static void destroy_groups(struct tl_worker* w) {
+  for (int a = 0; a < 3; a++) {
+    if (w->groups[a] != w->host_groups[a]) tl_group_destroy(w->groups[a]);
+    tl_group_destroy(w->host_groups[a]);
+    w->groups[a] = w->host_groups[a] = NULL;
+  }
+  tl_group_destroy(w->world);
+  w->world = NULL;
+}
+
+tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
+  memset(out, 0, sizeof *out);
+  struct tl_worker w;
+  memset(&w, 0, sizeof w);
+  tl_status st = TL_OK;
+
+  /* 1. MPI, with errors returned to us rather than fatal inside MPI */
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    TL_MPI_CHECK(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided));
+    w.started_mpi = true;
+  }
+  TL_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  TL_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &w.rank));
+  TL_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &w.world_size));
+  tl_log_set_rank(w.rank, w.world_size);
+
+  /* 2. the job must be the mesh */
+  TL_CHECK(tl_config_check_world(cfg, w.world_size));
+  TL_CHECK(tl_mesh_from_config(&cfg->mesh, &w.mesh));
+  tl_mesh_coords(&w.mesh, w.rank, w.coord);
+  TL_CHECK(local_rank(&w.local_rank, &w.local_size));
+
+  /* 3. CPU threads, before any CPU backend reads them */
+  w.threads = pick_threads(cfg, w.local_size);
+  tl_env_set_num_threads(w.threads);
+
+  /* 4. the groups over MPI */
+  TL_CHECK(tl_group_mpi_create(MPI_COMM_WORLD, "world", &w.world));
+  TL_CHECK_GOTO(tl_group_split_mesh(w.world, &w.mesh, w.host_groups), st, fail);
+
+  /* 5. the device, and groups for its buffers */
+  if (cfg->device.type == TL_DEVICE_CUDA) {
+    const char* why = NULL;
+    int n = tl_cuda_device_count(&why);
+    if (n == 0) {
+      st = TL_ERRF(TL_ERR_NO_DEVICE, "device.type is \"cuda\" but %s", why);
+      goto fail;
+    }
+    if (w.local_rank >= n) {
+      st = TL_ERRF(TL_ERR_NO_DEVICE,
+                   "device.type is \"cuda\": local rank %d needs cuda:%d, but this node has %d "
+                   "GPU%s (%d ranks run here: at most one per GPU)",
+                   w.local_rank, w.local_rank, n, n == 1 ? "" : "s", w.local_size);
+      goto fail;
+    }
+    w.device = tl_cuda(w.local_rank);
+    for (int a = 0; a < 3; a++)
+      TL_CHECK_GOTO(tl_group_nccl_create(w.host_groups[a], w.device.index, tl_axis_name((tl_axis)a),
+                                         &w.groups[a]),
+                    st, fail);
+  } else {
+    w.device = tl_cpu();
+    for (int a = 0; a < 3; a++) w.groups[a] = w.host_groups[a];
+  }
+
+  char dev[16];
+  TL_LOG_DEBUG("rank %d: dp %d, tp %d, pp %d; local rank %d of %d; %s; %d thread%s", w.rank,
+               w.coord[TL_AXIS_DP], w.coord[TL_AXIS_TP], w.coord[TL_AXIS_PP], w.local_rank,
+               w.local_size, tl_device_name(w.device, dev, sizeof dev), w.threads,
+               w.threads == 1 ? "" : "s");
+  *out = w;
+  return TL_OK;
+
+fail:
+  destroy_groups(&w);
+  return st;
+}
+
+void tl_worker_finalize(struct tl_worker* w) {
+  destroy_groups(w);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (w->started_mpi && !finalized) MPI_Finalize();
+  memset(w, 0, sizeof *w);
+}
+
+void tl_worker_fail(const char* msg) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int rank = -1, size = 0;
+  if (initialized && !finalized) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  if (rank >= 0)
+    TL_LOG_ERROR("rank %d of %d failed: %s; stopping every rank", rank, size, msg);
+  else
+    TL_LOG_ERROR("%s", msg);
+  fflush(stdout);
+  fflush(stderr);
+  if (initialized && !finalized) {
+    /* MPI_Abort makes mpiexec kill every rank at once, and output still on
+     * its way through the launcher's pipes is lost with them: give the
+     * message a moment to get out first. */
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  exit(1);
+}

@@ -1,0 +1,67 @@
+/* worker.h — one rank of a job: MPI started, its place on the mesh, its
+ * process groups, its device and its CPU threads.
+ *
+ * Every rank of `trellis train` (and of any command that runs a job) calls
+ * tl_worker_init after tl_launch_maybe_spawn returned 0, with the loaded
+ * config. It is collective over the job: every rank must call it.
+ *
+ * Failing: a rank that cannot go on calls tl_worker_fail with the reason.
+ * It prints the reason with its rank and calls MPI_Abort, which ends every
+ * rank of the job (and mpiexec with a non-zero status) instead of leaving
+ * the others waiting in a collective for a rank that will never come. */
+#ifndef TL_LAUNCHER_WORKER_H
+#define TL_LAUNCHER_WORKER_H
+
+#include <stdbool.h>
+
+#include "core/config.h"
+#include "core/device.h"
+#include "core/group.h"
+#include "core/mesh.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tl_worker {
+  int rank, world_size;
+  int local_rank, local_size; /* among the ranks on this node */
+  tl_mesh mesh;
+  int coord[3]; /* this rank's (dp, tp, pp) coordinates, by tl_axis */
+  /* MPI groups, for host buffers (losses, metrics, control): the whole job
+   * and this rank's dp, tp and pp groups (by tl_axis). */
+  tl_group* world;
+  tl_group* host_groups[3];
+  /* The groups for buffers on `device`, by tl_axis: NCCL groups on CUDA,
+   * the same pointers as host_groups on the CPU. */
+  tl_group* groups[3];
+  tl_device device; /* cpu, or cuda:<local rank> */
+  int threads;      /* CPU threads per rank, now in effect (tl_env) */
+  bool started_mpi; /* whether tl_worker_init called MPI_Init */
+};
+
+/* Collective over the job. Starts MPI if it is not started (threads:
+ * MPI_THREAD_FUNNELED), checks that the job has dp * tp * pp ranks, finds
+ * this rank's node-local rank (an MPI_COMM_TYPE_SHARED split), its mesh
+ * coordinates, its groups (all ranks in rank order, see mesh.h), its device
+ * (device.type "cuda": the GPU numbered by the local rank) and its CPU
+ * threads (device.threads, else TRELLIS_NUM_THREADS, else the node's online
+ * cores / local ranks, at least 1), and tags log lines with the rank.
+ * On failure *out is zeroed; the caller should tl_worker_fail. */
+tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out);
+
+/* Destroys the groups and, when tl_worker_init started MPI, finalises it.
+ * Collective: every rank calls it at the end of a successful run. */
+void tl_worker_finalize(struct tl_worker* w);
+
+/* Prints "rank R of N failed: msg" (through the error log) and ends the
+ * whole job: when MPI is running it waits 0.3 s for the message to pass
+ * through the launcher, then MPI_Abort; else exit(1). Never returns. */
+void tl_worker_fail(const char* msg) __attribute__((noreturn));
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,83 @@
+// `trellis check`: every broken config of the table exits 1 with its
+// message; the four-device example prints the design's mapping; with no
+// config it still runs the kernel self-check.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/core/bad_configs.h"
+#include "tests/launcher/subprocess.h"
+
+namespace {
+
+const char* kTrellis = "launcher/trellis";
+
+std::string Replace(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+  return s;
+}
+
+}  // namespace
+
+class CheckCli : public testing::TestWithParam<BadConfig> {};
+
+TEST_P(CheckCli, ABadConfigExitsOneWithItsMessage) {
+  const BadConfig& b = GetParam();
+  std::string path = WriteTempFile(b.json);
+  RunResult r = RunProcess({kTrellis, "check", path});
+  EXPECT_EQ(r.status, 1) << r.output;
+  std::string want = Replace(b.expect, "{file}", path);
+  EXPECT_NE(r.output.find(want), std::string::npos) << "wanted: " << want << "\ngot: " << r.output;
+  EXPECT_EQ(r.output.find("rank map"), std::string::npos) << "no map for a bad config";
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, CheckCli, testing::ValuesIn(BadConfigs()),
+                         [](const testing::TestParamInfo<BadConfig>& i) { return i.param.name; });
+
+TEST(CheckCliMap, TheFourDeviceExampleShowsTheDesignsMapping) {
+  RunResult r = RunProcess({kTrellis, "check", "examples/four_device.json"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string& o = r.output;
+  EXPECT_NE(o.find("examples/four_device.json: valid"), std::string::npos) << o;
+  EXPECT_NE(o.find("ranks count from 0 (as MPI numbers them), devices from 1"), std::string::npos);
+  // rank, device, dp, tp, pp, then the groups' ranks
+  for (const char* row :
+       {"    0       1    0    0    0  node 0 cpu        {0,2}          {0}            {0,1}",
+        "    1       2    0    0    1  node 0 cpu        {1,3}          {1}            {0,1}",
+        "    2       3    1    0    0  node 0 cpu        {0,2}          {2}            {2,3}",
+        "    3       4    1    0    1  node 0 cpu        {1,3}          {3}            {2,3}"})
+    EXPECT_NE(o.find(row), std::string::npos) << "missing row:\n" << row << "\nin:\n" << o;
+  EXPECT_NE(o.find("stage 0 (operator 1): layer 1       on devices 1, 3"), std::string::npos) << o;
+  EXPECT_NE(o.find("stage 1 (operator 2): layer 2       on devices 2, 4"), std::string::npos) << o;
+  EXPECT_NE(o.find("data-parallel groups (gradient all-reduce):\n"
+                   "  devices {1,3}  (ranks {0,2})\n"
+                   "  devices {2,4}  (ranks {1,3})\n"),
+            std::string::npos)
+      << o;
+}
+
+TEST(CheckCliMap, RanksPerNodePlacesGpusByLocalRank) {
+  std::string cfg = WriteTempFile(R"({"mesh": {"dp": 2, "tp": 2}, "device": {"type": "cuda"}})");
+  RunResult r = RunProcess({kTrellis, "check", cfg, "--ranks-per-node", "2"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("    3       4    1    1    0  node 1 cuda:1"), std::string::npos)
+      << r.output;
+}
+
+TEST(CheckCliMap, UsageErrorsExitTwo) {
+  EXPECT_EQ(RunProcess({kTrellis, "check", "a.json", "b.json"}).status, 2);
+  EXPECT_EQ(
+      RunProcess({kTrellis, "check", "examples/four_device.json", "--ranks-per-node", "0"}).status,
+      2);
+  RunResult missing = RunProcess({kTrellis, "check", "/nonexistent/x.json"});
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.output.find("cannot open config '/nonexistent/x.json'"), std::string::npos);
+}
+
+TEST(CheckCliMap, WithoutAConfigCheckStillRunsTheKernelSelfCheck) {
+  RunResult r = RunProcess({kTrellis, "check", "--device", "cpu"}, {}, 50);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("trellis op self-check"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checks, 0 failed"), std::string::npos) << r.output;
+}

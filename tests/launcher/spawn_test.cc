@@ -1,0 +1,124 @@
+// The launcher's decisions, without running anything: which launcher
+// started this process, which options belong to the launcher, and the
+// command that starts a job (mpiexec, or srun inside a Slurm allocation).
+#include "launcher/spawn.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+const char* const kVars[] = {
+    "PMI_RANK",      "PMI_SIZE",     "PMIX_RANK",    "OMPI_COMM_WORLD_SIZE", "SLURM_JOB_ID",
+    "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID", "TRELLIS_SPAWNED"};
+
+class Spawn : public testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : kVars) unsetenv(v);
+  }
+  void TearDown() override {
+    for (const char* v : kVars) unsetenv(v);
+  }
+  // The command for `args` (args[0] is the program) as one string, or the error.
+  std::string Command(std::vector<std::string> args, int world) {
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    char** cmd = nullptr;
+    if (tl_launch_command((int)argv.size(), argv.data(), world, "/opt/trellis", &cmd) != TL_OK)
+      return std::string("error: ") + tl_last_error();
+    std::string s;
+    for (char** p = cmd; *p; p++) s += (s.empty() ? "" : " ") + std::string(*p);
+    tl_launch_command_free(cmd);
+    return s;
+  }
+};
+
+}  // namespace
+
+TEST_F(Spawn, LauncherOptionsAreRecognisedWithTheirValues) {
+  std::vector<std::string> a = {"--hosts", "h1,h2"};
+  std::vector<char*> v = {a[0].data(), a[1].data()};
+  EXPECT_EQ(tl_launch_option_args(2, v.data()), 2);
+  EXPECT_EQ(tl_launch_option_args(1, v.data()), 1);  // value missing
+  std::string eq = "--hostfile=hosts.txt", other = "--hostsfile", plain = "train";
+  char* e[] = {eq.data()};
+  char* o[] = {other.data()};
+  char* p[] = {plain.data()};
+  EXPECT_EQ(tl_launch_option_args(1, e), 1);
+  EXPECT_EQ(tl_launch_option_args(1, o), 0);
+  EXPECT_EQ(tl_launch_option_args(1, p), 0);
+  EXPECT_EQ(tl_launch_option_args(0, p), 0);
+}
+
+TEST_F(Spawn, StartedByHandNoLauncherIsDetected) {
+  char buf[128];
+  EXPECT_EQ(tl_launch_detected(buf, sizeof buf), nullptr);
+}
+
+TEST_F(Spawn, EachLauncherLeavesAMarkThatIsRecognised) {
+  char buf[128];
+  setenv("PMI_RANK", "3", 1);
+  ASSERT_NE(tl_launch_detected(buf, sizeof buf), nullptr);
+  EXPECT_STREQ(buf, "mpiexec (PMI_RANK=3)");
+  unsetenv("PMI_RANK");
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  EXPECT_NE(tl_launch_detected(buf, sizeof buf), nullptr);
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  setenv("TRELLIS_SPAWNED", "1", 1);
+  EXPECT_NE(tl_launch_detected(buf, sizeof buf), nullptr);
+  unsetenv("TRELLIS_SPAWNED");
+  // srun's step: a worker. The batch script's step id is not a job step.
+  setenv("SLURM_JOB_ID", "77", 1);
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_STEP_ID", "4294967291", 1);
+  EXPECT_EQ(tl_launch_detected(buf, sizeof buf), nullptr);
+  setenv("SLURM_STEP_ID", "0", 1);
+  ASSERT_NE(tl_launch_detected(buf, sizeof buf), nullptr);
+  EXPECT_STREQ(buf, "srun (SLURM_STEP_ID=0)");
+}
+
+TEST_F(Spawn, ByHandTheCommandIsMpiexecWithTheSameArguments) {
+  EXPECT_EQ(Command({"trellis", "train", "cfg.json", "--steps", "5"}, 4),
+            "mpiexec -n 4 /opt/trellis train cfg.json --steps 5");
+}
+
+TEST_F(Spawn, HostsGoToMpiexecAndAreRemovedFromTheRanksArguments) {
+  EXPECT_EQ(Command({"trellis", "train", "--hosts", "a:8,b:8", "cfg.json"}, 16),
+            "mpiexec -n 16 -hosts a:8,b:8 /opt/trellis train cfg.json");
+  EXPECT_EQ(Command({"trellis", "train", "cfg.json", "--hostfile=nodes"}, 2),
+            "mpiexec -n 2 -hostfile nodes /opt/trellis train cfg.json");
+}
+
+TEST_F(Spawn, BadLauncherOptionsAreNamed) {
+  EXPECT_EQ(Command({"trellis", "train", "cfg.json", "--hosts"}, 2).rfind("error: ", 0), 0u);
+  EXPECT_NE(Command({"trellis", "train", "cfg.json", "--hosts"}, 2).find("--hosts needs a value"),
+            std::string::npos);
+  EXPECT_NE(Command({"trellis", "--hostfile=", "x"}, 2).find("--hostfile needs a value"),
+            std::string::npos);
+  EXPECT_NE(Command({"trellis", "--hosts", "a", "--hostfile", "f"}, 2).find("both given"),
+            std::string::npos);
+}
+
+TEST_F(Spawn, InsideASlurmAllocationTheCommandIsSrun) {
+  setenv("SLURM_JOB_ID", "1234", 1);
+  EXPECT_EQ(Command({"trellis", "train", "cfg.json"}, 8),
+            "srun --ntasks=8 /opt/trellis train cfg.json");
+  EXPECT_EQ(Command({"trellis", "train", "cfg.json", "--hosts", "n1,n2"}, 8),
+            "srun --ntasks=8 --nodelist=n1,n2 /opt/trellis train cfg.json");
+}
+
+TEST_F(Spawn, UnderALauncherMaybeSpawnLeavesTheCallerToWork) {
+  setenv("PMI_RANK", "0", 1);
+  std::string a0 = "trellis", a1 = "cfg.json";
+  char* argv[] = {a0.data(), a1.data()};
+  int status = -1;
+  EXPECT_EQ(tl_launch_maybe_spawn(2, argv, 4, &status), 0);
+  EXPECT_EQ(status, 0);
+  unsetenv("PMI_RANK");
+  // By hand, one rank, no hosts: no launcher either.
+  EXPECT_EQ(tl_launch_maybe_spawn(2, argv, 1, &status), 0);
+}

@@ -1,0 +1,101 @@
+// subprocess.cc — fork, exec with the output in a file, poll with a deadline.
+#include "tests/launcher/subprocess.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace {
+
+double Now() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+const char* const kLauncherVars[] = {"PMI_RANK",     "PMI_SIZE",        "PMI_FD",
+                                     "PMI_PORT",     "PMIX_RANK",       "OMPI_COMM_WORLD_SIZE",
+                                     "SLURM_JOB_ID", "SLURM_STEP_ID",   "SLURM_STEPID",
+                                     "SLURM_PROCID", "TRELLIS_SPAWNED", "MPI_LOCALNRANKS"};
+
+}  // namespace
+
+std::string WriteTempFile(const std::string& text, const std::string& suffix) {
+  const char* dir = getenv("TEST_TMPDIR");
+  std::string tmpl = std::string(dir ? dir : "/tmp") + "/fileXXXXXX" + suffix;
+  std::vector<char> path(tmpl.begin(), tmpl.end());
+  path.push_back('\0');
+  int fd = mkstemps(path.data(), (int)suffix.size());
+  if (fd < 0) return "";
+  ssize_t n = write(fd, text.data(), text.size());
+  (void)n;
+  close(fd);
+  return path.data();
+}
+
+int CountOf(const std::string& hay, const std::string& needle) {
+  int n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) n++;
+  return n;
+}
+
+RunResult RunProcess(const std::vector<std::string>& argv,
+                     const std::map<std::string, std::string>& env, double timeout_s, bool mpi) {
+  RunResult r;
+  std::string out = WriteTempFile("", ".out");
+  double start = Now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);  // a group of its own: a timeout kills everything it started
+    for (const char* v : kLauncherVars) unsetenv(v);
+    if (mpi) {
+      const char* asan = getenv("ASAN_OPTIONS");
+      std::string opts = std::string(asan ? asan : "") + (asan ? ":" : "") + "detect_leaks=0";
+      setenv("ASAN_OPTIONS", opts.c_str(), 1);
+    }
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    // Explicit descriptors: a test may run with stdin closed, and the
+    // launcher's proxies must see ordinary 0, 1 and 2.
+    int in = open("/dev/null", O_RDONLY), fd = open(out.c_str(), O_WRONLY | O_TRUNC);
+    if (in < 0 || fd < 0 || dup2(in, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(126);
+    if (in > 2) close(in);
+    if (fd > 2) close(fd);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    fprintf(stderr, "cannot run %s: %s\n", args[0], strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  for (;;) {
+    pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (Now() - start > timeout_s) {
+      r.timed_out = true;
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    usleep(20000);
+  }
+  r.seconds = Now() - start;
+  // Whatever the job left running in its group goes too.
+  kill(-pid, SIGKILL);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream f(out);
+  std::stringstream s;
+  s << f.rdbuf();
+  r.output = s.str();
+  unlink(out.c_str());
+  return r;
+}

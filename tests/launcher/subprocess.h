@@ -1,0 +1,32 @@
+// subprocess.h — run a program from a test: its exit status, its output
+// (stdout and stderr together), how long it took; killed (with everything
+// it started) after a timeout.
+#ifndef TL_TESTS_LAUNCHER_SUBPROCESS_H
+#define TL_TESTS_LAUNCHER_SUBPROCESS_H
+
+#include <map>
+#include <string>
+#include <vector>
+
+struct RunResult {
+  int status = -1;  // exit status; 128 + N when killed by signal N
+  std::string output;
+  double seconds = 0;
+  bool timed_out = false;
+};
+
+// Runs argv with this process's environment minus every MPI / Slurm
+// launcher variable (as if typed by hand), plus `env`. `mpi`: the program
+// runs MPI ranks, so LeakSanitizer is turned off in it (MPICH's network
+// modules leak at MPI_Finalize; see tests/mpi_run.sh).
+RunResult RunProcess(const std::vector<std::string>& argv,
+                     const std::map<std::string, std::string>& env = {}, double timeout_s = 60,
+                     bool mpi = false);
+
+// A new file under TEST_TMPDIR holding `text`; its path.
+std::string WriteTempFile(const std::string& text, const std::string& suffix = ".json");
+
+// Occurrences of `needle` in `hay`.
+int CountOf(const std::string& hay, const std::string& needle);
+
+#endif
