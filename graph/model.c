@@ -112,6 +112,39 @@ int tl_model_tensor(const tl_model* m, const char* name) {
   return -1;
 }
 
+bool tl_model_param_is_key_bias(const tl_model* m, int64_t i) {
+  if (m->cfg.kind != TL_MODEL_GPT) return false;
+  const struct tl_param_tensor* t = &m->tensors[tl_model_tensor(m, "qkvb")];
+  if (i < t->offset || i >= t->offset + t->numel) return false;
+  int64_t c = m->cfg.n_embd, j = (i - t->offset) % (3 * c); /* [Q | K | V] of one layer */
+  return j >= c && j < 2 * c;
+}
+
+void tl_model_compare(const tl_model* m, const float* a, const float* ref, struct tl_param_diff* out) {
+  memset(out, 0, sizeof *out);
+  for (int k = 0; k < m->n_tensors; k++) {
+    const struct tl_param_tensor* t = &m->tensors[k];
+    double scale = 0, diff = 0;
+    int64_t at = t->offset;
+    for (int64_t i = t->offset; i < t->offset + t->numel; i++) {
+      double d = fabs((double)a[i] - ref[i]);
+      if (tl_model_param_is_key_bias(m, i)) {
+        out->n_key_bias++;
+        if (d > out->key_bias_worst) out->key_bias_worst = d;
+        continue;
+      }
+      if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
+      if (d > diff) diff = d, at = i;
+    }
+    double rel = scale > 0 ? diff / scale : diff;
+    if (rel > out->worst || (k == 0 && rel >= out->worst)) {
+      out->worst = rel;
+      out->worst_tensor = k;
+      out->worst_element = at;
+    }
+  }
+}
+
 void tl_model_init_params(const tl_model* m, int64_t begin, int64_t end, float* out) {
   for (int k = 0; k < m->n_tensors; k++) {
     const struct tl_param_tensor* t = &m->tensors[k];

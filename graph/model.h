@@ -77,6 +77,28 @@ struct tl_model_io {
 tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_graph** out,
                          struct tl_model_io* io);
 
+/* Whether element i of the flat parameter vector has a gradient that is
+ * exactly zero in exact arithmetic: the GPT's attention key biases (adding
+ * q.b_k shifts every score of a softmax row alike). Computed gradients there
+ * are rounding noise, which AdamW scales up to full-size steps, so two runs
+ * that sum in different orders move these elements differently. Comparisons
+ * of parameters between meshes leave them out (and say so). */
+bool tl_model_param_is_key_bias(const tl_model* m, int64_t i);
+
+/* How far parameter vector `a` is from `ref`: for each tensor, the largest
+ * absolute difference over the tensor's largest |ref| (so the measure is
+ * relative to the tensor's scale, as reassociation errors are); the worst
+ * tensor is reported. The attention key biases are measured apart (see
+ * tl_model_param_is_key_bias). */
+struct tl_param_diff {
+  double worst;          /* over every tensor, key biases left out */
+  int worst_tensor;      /* index into m->tensors */
+  int64_t worst_element; /* in the flat vector */
+  double key_bias_worst; /* absolute */
+  int64_t n_key_bias;
+};
+void tl_model_compare(const tl_model* m, const float* a, const float* ref, struct tl_param_diff* out);
+
 /* Parameter tensor index by name ("qkvw"), or -1. */
 int tl_model_tensor(const tl_model* m, const char* name);
 

@@ -1,11 +1,20 @@
 /* train.c — `trellis train CONFIG.json`: the training run a person watches.
  *
- * One progress line per step (loss, learning rate, gradient norm, time,
- * throughput, time left); validation every train.val_every steps;
- * checkpoints every checkpoint.every steps and at the end; a sample of
- * generated text at the end. --metrics FILE writes the same as JSON lines,
- * through FILE.partial renamed to FILE when the run ends. */
+ * Started by hand with a mesh of more than one rank, it starts the job
+ * (mpiexec, or srun under Slurm: spawn.h) and returns its status; each rank
+ * then brings itself up (worker.h) and trains its part. Rank 0 prints one
+ * line per step (loss, learning rate, gradient norm, time, throughput,
+ * pipeline wait, time left), validates every train.val_every steps, writes
+ * checkpoints and, at the end, a sample of generated text.
+ *
+ *   --metrics FILE  the same as JSON lines, through FILE.partial renamed
+ *                   to FILE when the run ends
+ *   --trace FILE    a Chrome trace (Perfetto, chrome://tracing) of every
+ *                   rank's forward, backward, send, receive and all-reduce
+ *   --verify        after the run, rank 0 runs the same config on one device
+ *                   and reports the largest loss and parameter differences */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,41 +25,81 @@
 #include "core/timer.h"
 #include "kernels/cpu/cpu.h"
 #include "launcher/cli.h"
+#include "launcher/spawn.h"
 #include "launcher/trainer.h"
+#include "launcher/worker.h"
 
 static void usage(FILE* f) {
   fprintf(f,
-          "usage: trellis train CONFIG.json [--steps N] [--metrics FILE]\n"
+          "usage: trellis train CONFIG.json [--steps N] [--metrics FILE] [--trace FILE]\n"
+          "                     [--verify] [--hosts H1,H2 | --hostfile FILE]\n"
           "\n"
-          "Trains the model the config describes (docs/config.md). --steps overrides\n"
-          "train.steps; --metrics writes one JSON object per step to FILE.\n");
+          "Trains the model the config describes (docs/config.md) on mesh.dp x mesh.pp\n"
+          "ranks, starting them with mpiexec (or srun under Slurm) when run by hand.\n"
+          "  --steps N        override train.steps\n"
+          "  --metrics FILE   one JSON object per step\n"
+          "  --trace FILE     Chrome trace of every rank's work per micro-batch\n"
+          "  --verify         also run the config on one device and compare\n");
 }
 
-struct metrics {
-  FILE* f;
-  char path[1024], partial[1040];
+struct options {
+  const char *config, *metrics, *trace;
+  long steps;
+  int verify;
 };
 
-static int metrics_open(struct metrics* m, const char* path) {
-  memset(m, 0, sizeof *m);
-  if (!path) return 0;
-  snprintf(m->path, sizeof m->path, "%s", path);
-  snprintf(m->partial, sizeof m->partial, "%s.partial", path);
-  m->f = fopen(m->partial, "w");
-  if (!m->f) {
-    fprintf(stderr, "trellis train: --metrics: cannot write '%s': %s\n", m->partial,
-            strerror(errno));
-    return -1;
-  }
-  return 0;
+struct run {
+  struct tl_config cfg;
+  struct options opt;
+  struct tl_worker w;
+  int have_worker;
+  tl_trainer* t;
+  FILE* metrics;
+  char metrics_partial[TL_PATH_MAX + 16];
+  FILE* trace;
+  char trace_path[TL_PATH_MAX + 32];
+  double* losses; /* per step, for --verify */
+};
+
+static int rank0(const struct run* r) {
+  return !r->have_worker || r->w.rank == 0;
 }
 
-static void metrics_close(struct metrics* m) {
-  if (!m->f) return;
-  fclose(m->f);
-  if (rename(m->partial, m->path) != 0)
-    fprintf(stderr, "trellis train: cannot rename '%s' to '%s': %s\n", m->partial, m->path,
-            strerror(errno));
+/* Stops this rank: on a job, ends every rank (MPI_Abort) with the message. */
+static int fail(struct run* r, const char* what) {
+  char msg[8400];
+  snprintf(msg, sizeof msg, "trellis train: %s%s%s", what, what[0] ? ": " : "", tl_last_error());
+  if (r->have_worker && r->w.world_size > 1) tl_worker_fail(msg);
+  fprintf(stderr, "%s\n", msg);
+  return 1;
+}
+
+/* mkdir -p */
+static int make_dirs(const char* dir) {
+  char path[TL_PATH_MAX];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char* p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int save_checkpoint(struct run* r) {
+  const struct tl_config* c = &r->cfg;
+  if (!c->checkpoint.dir[0]) return 0;
+  if (rank0(r) && make_dirs(c->checkpoint.dir) != 0) {
+    TL_ERRF(TL_ERR_IO, "cannot create checkpoint.dir '%s': %s", c->checkpoint.dir, strerror(errno));
+    return fail(r, "");
+  }
+  char path[TL_PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/step_%06lld.ckpt", c->checkpoint.dir,
+           (long long)tl_trainer_steps_done(r->t));
+  if (tl_trainer_save(r->t, path) != TL_OK) return fail(r, "checkpoint");
+  if (rank0(r)) printf("checkpoint: %s\n", path);
+  return 0;
 }
 
 static void print_sample(const tl_model* m, const int32_t* tok, int n) {
@@ -73,8 +122,9 @@ static void print_sample(const tl_model* m, const int32_t* tok, int n) {
   }
 }
 
-static void describe(const struct tl_config* c, const tl_trainer* t) {
-  const tl_model* m = tl_trainer_model(t);
+static void describe(const struct run* r) {
+  const struct tl_config* c = &r->cfg;
+  const tl_model* m = tl_trainer_model(r->t);
   const struct tl_model_config* mc = &m->cfg;
   if (mc->kind == TL_MODEL_GPT)
     printf(
@@ -84,162 +134,271 @@ static void describe(const struct tl_config* c, const tl_trainer* t) {
   else
     printf("model: mlp, %d layers, vocabulary %d, %.2fM parameters\n", mc->n_mlp_layers, m->vocab,
            m->n_params / 1e6);
-  printf("run: %s, %d steps of %d x %d tokens (%d micro-batch%s), lr %g, %.2f GFLOP per step\n",
-         c->device.type == TL_DEVICE_CUDA ? "cuda:0" : "cpu", c->train.steps, c->train.batch_size,
-         c->train.seq_len, c->schedule.micro_batches, c->schedule.micro_batches == 1 ? "" : "es",
-         c->train.lr, tl_trainer_step_flops(t) / 1e9);
-  if (c->device.type == TL_DEVICE_CPU) printf("cpu threads: %d\n", tl_cpu_num_threads());
+  int ranks = c->mesh.dp * c->mesh.tp * c->mesh.pp;
+  printf(
+      "run: %d step%s of %d x %d tokens; %d rank%s (dp %d, pp %d), %s, %d micro-batch%s per "
+      "replica\n",
+      c->train.steps, c->train.steps == 1 ? "" : "s", c->train.batch_size, c->train.seq_len, ranks,
+      ranks == 1 ? "" : "s", c->mesh.dp, c->mesh.pp,
+      c->schedule.kind == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b", c->schedule.micro_batches,
+      c->schedule.micro_batches == 1 ? "" : "es");
+  printf("device: %s, %d CPU thread%s per rank; lr %g\n",
+         c->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu", tl_cpu_num_threads(),
+         tl_cpu_num_threads() == 1 ? "" : "s", c->train.lr);
   fflush(stdout);
 }
 
-/* mkdir -p */
-static int make_dirs(const char* dir) {
-  char path[TL_PATH_MAX];
-  snprintf(path, sizeof path, "%s", dir);
-  for (char* p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  return mkdir(path, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-static int save_checkpoint(tl_trainer* t, const struct tl_config* c) {
-  if (!c->checkpoint.dir[0]) return 0;
-  if (make_dirs(c->checkpoint.dir) != 0) {
-    fprintf(stderr, "trellis train: cannot create checkpoint.dir '%s': %s\n", c->checkpoint.dir,
-            strerror(errno));
-    return -1;
-  }
-  char path[2048];
-  snprintf(path, sizeof path, "%s/step_%06lld.ckpt", c->checkpoint.dir,
-           (long long)tl_trainer_steps_done(t));
-  if (tl_trainer_save(t, path) != TL_OK) {
-    fprintf(stderr, "trellis train: %s\n", tl_last_error());
-    return -1;
-  }
-  printf("checkpoint: %s\n", path);
-  return 0;
-}
-
-int tl_cli_train(int argc, char** argv) {
-  const char *config_path = NULL, *metrics_path = NULL;
-  long steps = -1;
+static int parse(int argc, char** argv, struct options* o) {
+  memset(o, 0, sizeof *o);
+  o->steps = -1;
   for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
+    int skip = tl_launch_option_args(argc - i, argv + i);
+    if (skip > 0) {
+      i += skip - 1;
+    } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       char* end = NULL;
-      steps = strtol(argv[++i], &end, 10);
-      if (*end || steps < 1) {
+      o->steps = strtol(argv[++i], &end, 10);
+      if (*end || o->steps < 1) {
         fprintf(stderr, "trellis train: --steps '%s': expected a positive integer\n", argv[i]);
         return 2;
       }
     } else if (strcmp(argv[i], "--metrics") == 0 && i + 1 < argc) {
-      metrics_path = argv[++i];
+      o->metrics = argv[++i];
+    } else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc) {
+      o->trace = argv[++i];
+    } else if (strcmp(argv[i], "--verify") == 0) {
+      o->verify = 1;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
-      return 0;
-    } else if (argv[i][0] != '-' && !config_path) {
-      config_path = argv[i];
+      return -1;
+    } else if (argv[i][0] != '-' && !o->config) {
+      o->config = argv[i];
     } else {
       fprintf(stderr, "trellis train: unexpected argument '%s'\n", argv[i]);
       usage(stderr);
       return 2;
     }
   }
-  if (!config_path) {
+  if (!o->config) {
     usage(stderr);
     return 2;
   }
-  struct tl_config cfg;
-  if (tl_config_load(config_path, &cfg) != TL_OK) {
-    fprintf(stderr, "trellis train: %s\n", tl_last_error());
-    return 2;
-  }
-  if (steps > 0) cfg.train.steps = (int)steps;
-  if (cfg.device.threads > 0) {
-    char buf[16];
-    snprintf(buf, sizeof buf, "%d", cfg.device.threads);
-    setenv("TRELLIS_NUM_THREADS", buf, 1);
-  }
+  return 0;
+}
+
+/* Rank 0: the same config on one device; compare losses and parameters. */
+static int verify(struct run* r, const float* params) {
+  struct tl_config one = r->cfg;
+  one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
+  one.checkpoint.dir[0] = '\0';
   tl_trainer* t = NULL;
-  if (tl_trainer_create(&cfg, &t) != TL_OK) {
-    fprintf(stderr, "trellis train: %s\n", tl_last_error());
-    return 1;
-  }
-  struct metrics mx;
-  if (metrics_open(&mx, metrics_path) != 0) {
-    tl_trainer_destroy(t);
-    return 2;
-  }
-  describe(&cfg, t);
-  const struct tl_train_config* tc = &cfg.train;
-  double tokens = (double)tc->batch_size * tc->seq_len, total_s = 0;
-  int64_t first = tl_trainer_steps_done(t), timed = 0;
-  int rc = 0;
-  for (int64_t s = first; s < tc->steps; s++) {
+  if (tl_trainer_create(&one, NULL, &t) != TL_OK) return fail(r, "--verify");
+  printf("verify: the same config on one device...\n");
+  double worst_loss = 0;
+  int64_t done = tl_trainer_steps_done(t);
+  for (int64_t s = done; s < r->cfg.train.steps; s++) {
     struct tl_step_stats st;
     if (tl_trainer_step(t, &st) != TL_OK) {
-      fprintf(stderr, "trellis train: %s\n", tl_last_error());
-      rc = 1;
-      break;
+      tl_trainer_destroy(t);
+      return fail(r, "--verify");
     }
+    double d = fabs(st.loss - r->losses[s]) / fabs(st.loss);
+    if (d > worst_loss) worst_loss = d;
+  }
+  int64_t n = tl_trainer_model(t)->n_params;
+  float* ref = malloc(sizeof(float) * (size_t)n);
+  if (!ref || tl_trainer_gather(t, ref, 0) != TL_OK) {
+    free(ref);
+    tl_trainer_destroy(t);
+    return fail(r, "--verify");
+  }
+  struct tl_param_diff d;
+  const tl_model* m = tl_trainer_model(t);
+  tl_model_compare(m, params, ref, &d);
+  int ok = worst_loss <= 1e-5 && d.worst <= 1e-5;
+  printf("verify: largest loss difference %.3g (relative); largest parameter difference %.3g "
+         "(relative to its tensor's largest weight; %s, element %lld of %lld): %s\n",
+         worst_loss, d.worst, m->tensors[d.worst_tensor].name, (long long)d.worst_element,
+         (long long)n, ok ? "equal within 1e-5" : "DIFFERENT");
+  if (d.n_key_bias)
+    printf("verify: the %lld attention key biases are measured apart (their exact gradient is "
+           "zero, so AdamW steps there follow rounding noise): largest difference %.3g\n",
+           (long long)d.n_key_bias, d.key_bias_worst);
+  free(ref);
+  tl_trainer_destroy(t);
+  return ok ? 0 : 1;
+}
+
+/* Per-rank trace files, merged by rank 0 into one Chrome trace. */
+static void trace_merge(struct run* r) {
+  if (!r->trace) return;
+  fclose(r->trace);
+  r->trace = NULL;
+  if (r->have_worker) tl_group_barrier(r->w.world, NULL);
+  if (!rank0(r)) return;
+  FILE* out = fopen(r->opt.trace, "w");
+  if (!out) {
+    fprintf(stderr, "trellis train: --trace: cannot write '%s': %s\n", r->opt.trace,
+            strerror(errno));
+    return;
+  }
+  fputs("{\"traceEvents\": [\n", out);
+  int ranks = r->have_worker ? r->w.world_size : 1;
+  for (int k = 0; k < ranks; k++) {
+    char part[TL_PATH_MAX + 32];
+    snprintf(part, sizeof part, "%s.rank%d", r->opt.trace, k);
+    FILE* in = fopen(part, "r");
+    if (!in) continue;
+    char line[1024];
+    while (fgets(line, sizeof line, in)) fputs(line, out);
+    fclose(in);
+    remove(part);
+  }
+  fputs("{\"name\": \"end\", \"ph\": \"i\", \"ts\": 0, \"pid\": 0, \"s\": \"g\"}\n]}\n", out);
+  fclose(out);
+  printf("trace: %s\n", r->opt.trace);
+}
+
+static int train_loop(struct run* r) {
+  const struct tl_train_config* tc = &r->cfg.train;
+  double tokens = (double)tc->batch_size * tc->seq_len, total_s = 0;
+  int64_t first = tl_trainer_steps_done(r->t), timed = 0;
+  int width = (int)snprintf(NULL, 0, "%d", tc->steps);
+  for (int64_t s = first; s < tc->steps; s++) {
+    struct tl_step_stats st;
+    if (tl_trainer_step(r->t, &st) != TL_OK) return fail(r, "");
+    if (r->losses) r->losses[s] = st.loss;
     if (s > first) total_s += st.seconds, timed++; /* the first step warms caches */
     double avg = timed ? total_s / timed : st.seconds;
-    double eta = avg * (double)(tc->steps - st.step);
-    printf("step %*lld/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | eta %.0fs\n",
-           (int)snprintf(NULL, 0, "%d", tc->steps), (long long)st.step, tc->steps, st.loss, st.lr,
-           st.grad_norm, st.seconds * 1e3, tokens / st.seconds, eta);
-    fflush(stdout);
-    if (mx.f) {
-      fprintf(mx.f,
+    if (rank0(r)) {
+      printf("step %*lld/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms", width,
+             (long long)st.step, tc->steps, st.loss, st.lr, st.grad_norm, st.seconds * 1e3);
+      if (r->have_worker && r->cfg.mesh.pp > 1) printf(" (wait %.1f)", st.bubble_seconds * 1e3);
+      printf(" | %8.0f tok/s | eta %.0fs\n", tokens / st.seconds,
+             avg * (double)(tc->steps - st.step));
+      fflush(stdout);
+    }
+    if (r->metrics)
+      fprintf(r->metrics,
               "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"ms\": %.3f, "
-              "\"tokens_per_s\": %.1f, \"peak_bytes\": {\"%s\": %lld}}\n",
+              "\"tokens_per_s\": %.1f, \"wait_ms\": %.3f, \"peak_bytes\": {\"rank0\": %lld}}\n",
               (long long)st.step, st.loss, st.lr, st.grad_norm, st.seconds * 1e3,
-              tokens / st.seconds, cfg.device.type == TL_DEVICE_CUDA ? "cuda:0" : "cpu",
-              (long long)tl_trainer_peak_bytes(t));
-      fflush(mx.f);
-    }
+              tokens / st.seconds, st.bubble_seconds * 1e3, (long long)tl_trainer_peak_bytes(r->t));
     int last = st.step == tc->steps;
-    if (tc->val_every > 0 && cfg.data.val[0] && (st.step % tc->val_every == 0 || last)) {
+    if (tc->val_every > 0 && r->cfg.data.val[0] && (st.step % tc->val_every == 0 || last)) {
       double val;
-      if (tl_trainer_eval(t, &val) != TL_OK) {
-        fprintf(stderr, "trellis train: %s\n", tl_last_error());
-        rc = 1;
-        break;
-      }
-      printf("step %lld: validation loss %.4f\n", (long long)st.step, val);
-      if (mx.f) fprintf(mx.f, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)st.step, val);
+      if (tl_trainer_eval(r->t, &val) != TL_OK) return fail(r, "validation");
+      if (rank0(r)) printf("step %lld: validation loss %.4f\n", (long long)st.step, val);
+      if (r->metrics)
+        fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)st.step, val);
     }
-    if (cfg.checkpoint.every > 0 && st.step % cfg.checkpoint.every == 0 && !last &&
-        save_checkpoint(t, &cfg) != 0) {
-      rc = 1;
-      break;
-    }
+    if (r->cfg.checkpoint.every > 0 && st.step % r->cfg.checkpoint.every == 0 && !last &&
+        save_checkpoint(r) != 0)
+      return 1;
   }
-  if (rc == 0 && save_checkpoint(t, &cfg) != 0) rc = 1;
-  if (rc == 0 && tc->sample_tokens > 0) {
-    int32_t prompt = tl_trainer_first_token(t);
-    int32_t* out = malloc(sizeof(int32_t) * (size_t)tc->sample_tokens);
-    if (out && tl_trainer_sample(t, &prompt, 1, tc->sample_tokens, tc->sample_top_k, cfg.model.seed,
-                                 out) == TL_OK) {
-      int32_t* all = malloc(sizeof(int32_t) * (size_t)(tc->sample_tokens + 1));
-      if (all) {
-        all[0] = prompt;
-        memcpy(all + 1, out, sizeof(int32_t) * (size_t)tc->sample_tokens);
-        print_sample(tl_trainer_model(t), all, tc->sample_tokens + 1);
-        free(all);
-      }
-    } else {
-      fprintf(stderr, "trellis train: sampling failed: %s\n", tl_last_error());
-      rc = 1;
-    }
-    free(out);
-  }
-  if (timed)
+  if (rank0(r) && timed)
     printf("done: %lld steps, %.1f ms per step, %.0f tokens/s\n", (long long)timed + 1,
            total_s / timed * 1e3, tokens * timed / total_s);
-  metrics_close(&mx);
-  tl_trainer_destroy(t);
+  return 0;
+}
+
+static int finish(struct run* r, int rc) {
+  if (r->metrics) {
+    fclose(r->metrics);
+    if (rename(r->metrics_partial, r->opt.metrics) != 0)
+      fprintf(stderr, "trellis train: cannot rename '%s': %s\n", r->metrics_partial,
+              strerror(errno));
+  }
+  if (r->trace) fclose(r->trace);
+  tl_trainer_destroy(r->t);
+  free(r->losses);
+  if (r->have_worker) tl_worker_finalize(&r->w);
   return rc;
+}
+
+int tl_cli_train(int argc, char** argv) {
+  struct run r;
+  memset(&r, 0, sizeof r);
+  int prc = parse(argc, argv, &r.opt);
+  if (prc) return prc < 0 ? 0 : prc;
+  if (tl_config_load(r.opt.config, &r.cfg) != TL_OK) {
+    fprintf(stderr, "trellis train: %s\n", tl_last_error());
+    return 2;
+  }
+  if (r.opt.steps > 0) r.cfg.train.steps = (int)r.opt.steps;
+  int world = r.cfg.mesh.dp * r.cfg.mesh.tp * r.cfg.mesh.pp, status = 0;
+  /* by hand with several ranks: start the job and report its status */
+  if (tl_launch_maybe_spawn(argc + 2, argv - 2, world, &status)) return status;
+  char who[64];
+  struct tl_trainer_comm comm = {0};
+  if (world > 1 || tl_launch_detected(who, sizeof who)) {
+    if (tl_worker_init(&r.cfg, &r.w) != TL_OK) {
+      char msg[8400];
+      snprintf(msg, sizeof msg, "trellis train: %s", tl_last_error());
+      tl_worker_fail(msg);
+    }
+    r.have_worker = 1;
+    comm = (struct tl_trainer_comm){r.w.world, r.w.groups[TL_AXIS_DP], r.w.groups[TL_AXIS_PP],
+                                    r.w.host_groups[TL_AXIS_DP], r.w.host_groups[TL_AXIS_PP]};
+  } else if (r.cfg.device.threads > 0) {
+    char buf[16];
+    snprintf(buf, sizeof buf, "%d", r.cfg.device.threads);
+    setenv("TRELLIS_NUM_THREADS", buf, 1);
+  }
+  if (tl_trainer_create(&r.cfg, r.have_worker ? &comm : NULL, &r.t) != TL_OK)
+    return finish(&r, fail(&r, ""));
+  if (r.opt.verify && rank0(&r)) {
+    r.losses = calloc((size_t)r.cfg.train.steps + 1, sizeof(double));
+    if (!r.losses) return finish(&r, fail(&r, "out of memory"));
+  }
+  if (rank0(&r) && r.opt.metrics) {
+    snprintf(r.metrics_partial, sizeof r.metrics_partial, "%s.partial", r.opt.metrics);
+    if (!(r.metrics = fopen(r.metrics_partial, "w"))) {
+      fprintf(stderr, "trellis train: --metrics: cannot write '%s': %s\n", r.metrics_partial,
+              strerror(errno));
+      return finish(&r, 2);
+    }
+  }
+  if (r.opt.trace) {
+    snprintf(r.trace_path, sizeof r.trace_path, "%s.rank%d", r.opt.trace,
+             r.have_worker ? r.w.rank : 0);
+    if (!(r.trace = fopen(r.trace_path, "w"))) {
+      TL_ERRF(TL_ERR_IO, "--trace: cannot write '%s': %s", r.trace_path, strerror(errno));
+      return finish(&r, fail(&r, ""));
+    }
+    tl_trainer_trace(r.t, r.trace);
+  }
+  if (rank0(&r)) describe(&r);
+  int rc = train_loop(&r);
+  tl_trainer_trace(r.t, NULL);
+  if (rc == 0) trace_merge(&r);
+  if (rc == 0) rc = save_checkpoint(&r);
+  /* the whole model on rank 0: sample, verify */
+  const tl_model* m = tl_trainer_model(r.t);
+  float* params = NULL;
+  if (rc == 0 && (r.cfg.train.sample_tokens > 0 || r.opt.verify)) {
+    if (rank0(&r) && !(params = malloc(sizeof(float) * (size_t)m->n_params)))
+      return finish(&r, fail(&r, "out of memory"));
+    if (tl_trainer_gather(r.t, params, 0) != TL_OK) rc = fail(&r, "gathering parameters");
+  }
+  if (rc == 0 && rank0(&r) && r.cfg.train.sample_tokens > 0) {
+    int n = r.cfg.train.sample_tokens;
+    int32_t* tok = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    tok[0] = tl_trainer_first_token(r.t);
+    if (tl_sample(m, r.cfg.train.seq_len, params, tok, 1, n, r.cfg.train.sample_top_k,
+                  r.cfg.model.seed, tok + 1) == TL_OK)
+      print_sample(m, tok, n + 1);
+    else
+      rc = fail(&r, "sampling");
+    free(tok);
+  }
+  if (rc == 0 && r.opt.verify && rank0(&r)) rc = verify(&r, params);
+  free(params);
+  if (r.have_worker && r.w.world_size > 1) {
+    /* everyone learns whether rank 0's verification passed */
+    int32_t code = rc;
+    tl_group_broadcast(r.w.world, &code, 1, TL_I32, 0, NULL);
+    rc = code;
+  }
+  return finish(&r, rc);
 }

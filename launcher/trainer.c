@@ -1,4 +1,4 @@
-/* trainer.c — the single-device training step and what it needs. */
+/* trainer.c — one optimizer step on one rank of a data x pipeline mesh. */
 #include "launcher/trainer.h"
 
 #include <math.h>
@@ -8,27 +8,51 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "dp/buckets.h"
 #include "graph/op.h"
 #include "launcher/checkpoint.h"
 #include "launcher/tokens.h"
+#include "pp/schedule.h"
+#include "pp/stage.h"
+
+#define MAX_SENDS 64
+
+struct slot {
+  tl_exec* exec;
+  tl_group_request* sends[MAX_SENDS];
+  int n_sends;
+};
 
 struct tl_trainer {
   struct tl_config cfg;
   tl_model model;
   tl_backend* be;
-  tl_buffer *params, *grads, *adam_m, *adam_v, *scalar;
-  tl_graph* graph; /* (micro-batch, T) with loss */
+  /* the job */
+  struct tl_trainer_comm comm;
+  int world_rank, dp_size, dp_rank, pp_size, pp_rank;
+  tl_group* embed; /* first + last stage of this replica: the tied embedding */
+  /* the graph and this rank's stage */
+  tl_graph* graph;
   struct tl_model_io io;
-  tl_exec* exec;
-  tl_graph* infer_graph; /* (1, T), logits only; built on first use */
-  struct tl_model_io infer_io;
-  tl_exec* infer_exec;
+  tl_pp_stage* stages; /* all pp_size stages (boundaries are needed on both sides) */
+  tl_pp_stage* me;
+  tl_pp_schedule sched;
+  int n_slots;
+  struct slot* slots;
+  /* the stage's flat buffers */
+  tl_buffer *params, *grads, *adam_m, *adam_v, *scalar;
+  tl_dp_buckets* buckets;
+  /* data */
   tl_token_file train_file, val_file;
   tl_loader loader;
   int micro; /* sequences per micro-batch */
   int32_t *inputs, *targets;
   float* losses;
   int64_t step;
+  /* observing */
+  FILE* trace;
+  double trace_origin;
+  double wait_seconds;
 };
 
 float tl_lr_at(const struct tl_train_config* c, int64_t step) {
@@ -41,67 +65,154 @@ float tl_lr_at(const struct tl_train_config* c, int64_t step) {
   return (float)(c->min_lr + coeff * (c->lr - c->min_lr));
 }
 
-static tl_status check_sizes(const struct tl_config* cfg) {
+static int is_last_stage(const tl_trainer* t) {
+  return t->pp_rank == t->pp_size - 1;
+}
+
+/* ---- tracing ------------------------------------------------------------ */
+
+static double now_us(void) {
+  return (double)tl_time_ns() * 1e-3;
+}
+
+static void trace_span(tl_trainer* t, const char* name, int micro, double start_us) {
+  if (!t->trace) return;
+  double end = now_us();
+  fprintf(t->trace,
+          "{\"name\": \"%s %d\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.1f, \"dur\": %.1f, "
+          "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"step\": %lld}},\n",
+          name, micro, name, start_us - t->trace_origin, end - start_us, t->world_rank, micro,
+          (long long)t->step + 1);
+}
+
+void tl_trainer_trace(tl_trainer* t, FILE* f) {
+  t->trace = f;
+  t->trace_origin = now_us();
+}
+
+/* ---- set-up ------------------------------------------------------------- */
+
+static tl_status check_sizes(const tl_trainer* t) {
+  const struct tl_config* cfg = &t->cfg;
   const struct tl_train_config* tc = &cfg->train;
-  int mb = cfg->schedule.micro_batches;
+  int mb = cfg->schedule.micro_batches, dp = cfg->mesh.dp;
   if (tc->batch_size < 1 || tc->seq_len < 1)
     return TL_ERRF(TL_ERR_CONFIG, "train.batch_size=%d and train.seq_len=%d must be >= 1",
                    tc->batch_size, tc->seq_len);
-  if (mb < 1 || tc->batch_size % mb != 0)
-    return TL_ERRF(TL_ERR_CONFIG, "schedule.micro_batches=%d does not divide train.batch_size=%d",
-                   mb, tc->batch_size);
-  if (cfg->mesh.dp * cfg->mesh.tp * cfg->mesh.pp != 1)
-    return TL_ERRF(TL_ERR_CONFIG,
-                   "this trainer runs one device: mesh.dp, mesh.tp and mesh.pp must be 1 (got %d, "
-                   "%d, %d)",
-                   cfg->mesh.dp, cfg->mesh.tp, cfg->mesh.pp);
+  if (dp < 1 || tc->batch_size % dp != 0)
+    return TL_ERRF(TL_ERR_CONFIG, "mesh.dp=%d does not divide train.batch_size=%d", dp,
+                   tc->batch_size);
+  if (mb < 1 || (tc->batch_size / dp) % mb != 0)
+    return TL_ERRF(
+        TL_ERR_CONFIG,
+        "schedule.micro_batches=%d does not divide the replica batch %d (train.batch_size "
+        "/ mesh.dp)",
+        mb, tc->batch_size / dp);
+  if (cfg->mesh.tp != 1)
+    return TL_ERRF(TL_ERR_UNSUPPORTED, "mesh.tp=%d: tensor parallelism is not implemented yet",
+                   cfg->mesh.tp);
+  int world = t->comm.world ? tl_group_size(t->comm.world) : 1;
+  if (cfg->mesh.dp * cfg->mesh.pp != world)
+    return TL_ERRF(TL_ERR_CONFIG, "mesh.dp * mesh.pp = %d, but the job has %d rank%s",
+                   cfg->mesh.dp * cfg->mesh.pp, world, world == 1 ? "" : "s");
   return TL_OK;
 }
 
-/* Starting weights on the host: checkpoint, llm.c file, or the RNG. */
-static tl_status load_start(tl_trainer* t) {
-  size_t bytes = sizeof(float) * (size_t)t->model.n_params;
-  float* host = malloc(bytes * 3);
-  if (!host) return TL_ERRF(TL_ERR_NOMEM, "out of memory for %zu bytes of weights", bytes * 3);
-  float *m = host + t->model.n_params, *v = m + t->model.n_params;
-  memset(m, 0, bytes * 2);
-  tl_status st = TL_OK;
-  int64_t position = 0;
-  if (t->cfg.checkpoint.resume[0]) {
+/* Host copies of the starting state for the whole model: checkpoint, llm.c
+ * file, or NULL for the RNG. */
+static tl_status read_start(tl_trainer* t, float** host, int64_t* position) {
+  *host = NULL;
+  *position = 0;
+  const char* resume = t->cfg.checkpoint.resume;
+  const char* from = t->cfg.model.init_from;
+  if (!resume[0] && !from[0]) return TL_OK;
+  int64_t n = t->model.n_params;
+  *host = malloc(sizeof(float) * (size_t)n * 3);
+  if (!*host) return TL_ERRF(TL_ERR_NOMEM, "out of memory reading %lld parameters", (long long)n);
+  tl_status st;
+  if (resume[0]) {
     struct tl_train_state s;
-    st = tl_checkpoint_read(t->cfg.checkpoint.resume, &t->model, &s, host, m, v);
+    st = tl_checkpoint_read(resume, &t->model, &s, *host, *host + n, *host + 2 * n);
     t->step = s.step;
-    position = s.data_position;
-    if (st == TL_OK)
-      TL_LOG_INFO("resuming from %s at step %lld", t->cfg.checkpoint.resume, (long long)s.step);
-  } else if (t->cfg.model.init_from[0]) {
-    st = tl_llmc_model_read(t->cfg.model.init_from, &t->model, host);
-    if (st == TL_OK) TL_LOG_INFO("weights from %s", t->cfg.model.init_from);
+    *position = s.data_position;
+    if (st == TL_OK) TL_LOG_INFO("resuming from %s at step %lld", resume, (long long)s.step);
   } else {
-    tl_model_init_params(&t->model, 0, t->model.n_params, host);
+    memset(*host + n, 0, sizeof(float) * (size_t)n * 2);
+    st = tl_llmc_model_read(from, &t->model, *host);
+    if (st == TL_OK) TL_LOG_INFO("weights from %s", from);
   }
-  tl_device dev = t->be->device, cpu = tl_cpu();
-  if (st == TL_OK) st = tl_memcpy(dev, t->params->data, cpu, host, bytes);
-  if (st == TL_OK) st = tl_memcpy(dev, t->adam_m->data, cpu, m, bytes);
-  if (st == TL_OK) st = tl_memcpy(dev, t->adam_v->data, cpu, v, bytes);
-  free(host);
+  if (st != TL_OK) free(*host), *host = NULL;
+  return st;
+}
+
+/* The stage's parameters (and moments) from the start state or the RNG. */
+static tl_status load_start(tl_trainer* t) {
+  float* full = NULL;
+  int64_t position = 0;
+  TL_CHECK(read_start(t, &full, &position));
+  int64_t n = t->me->n_params, total = t->model.n_params;
+  float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * 3);
+  tl_status st = local ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for the stage's weights");
+  if (st == TL_OK) {
+    memset(local + n, 0, sizeof(float) * (size_t)n * 2);
+    for (int i = 0; i < t->me->n_segments; i++) {
+      const tl_pp_segment* s = &t->me->segments[i];
+      float* dst = local + s->local_offset;
+      if (full) {
+        for (int k = 0; k < 3; k++)
+          memcpy(dst + k * n, full + k * total + s->global_offset, sizeof(float) * (size_t)s->n);
+      } else {
+        tl_model_init_params(&t->model, s->global_offset, s->global_offset + s->n, dst);
+      }
+    }
+    size_t bytes = sizeof(float) * (size_t)n;
+    tl_device dev = t->be->device, cpu = tl_cpu();
+    st = tl_memcpy(dev, t->params->data, cpu, local, bytes);
+    if (st == TL_OK) st = tl_memcpy(dev, t->adam_m->data, cpu, local + n, bytes);
+    if (st == TL_OK) st = tl_memcpy(dev, t->adam_v->data, cpu, local + 2 * n, bytes);
+  }
+  free(local);
+  free(full);
   if (st == TL_OK)
     st = tl_loader_init(&t->loader, &t->train_file, t->cfg.train.batch_size, t->cfg.train.seq_len,
                         position);
   return st;
 }
 
-tl_status tl_trainer_create(const struct tl_config* cfg, tl_trainer** out) {
+static tl_status setup_comm(tl_trainer* t) {
+  t->world_rank = t->comm.world ? tl_group_rank(t->comm.world) : 0;
+  t->dp_size = t->comm.dp ? tl_group_size(t->comm.dp) : 1;
+  t->dp_rank = t->comm.dp ? tl_group_rank(t->comm.dp) : 0;
+  t->pp_size = t->comm.pp ? tl_group_size(t->comm.pp) : 1;
+  t->pp_rank = t->comm.pp ? tl_group_rank(t->comm.pp) : 0;
+  if (t->dp_size != t->cfg.mesh.dp || t->pp_size != t->cfg.mesh.pp)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "the job's groups (dp %d, pp %d) do not match mesh.dp=%d, mesh.pp=%d",
+                   t->dp_size, t->pp_size, t->cfg.mesh.dp, t->cfg.mesh.pp);
+  if (!t->comm.world) return TL_OK;
+  /* the tied embedding lives on the first and the last stage of each replica */
+  int p = t->pp_size;
+  int member = p > 1 && (t->pp_rank == 0 || t->pp_rank == p - 1);
+  return tl_group_split(t->comm.world, member ? t->dp_rank : TL_GROUP_UNDEFINED, t->pp_rank,
+                        "embedding", &t->embed);
+}
+
+tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer_comm* comm,
+                            tl_trainer** out) {
   *out = NULL;
-  TL_CHECK(check_sizes(cfg));
   tl_trainer* t = calloc(1, sizeof *t);
   if (!t) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
   t->cfg = *cfg;
+  if (comm) t->comm = *comm;
   tl_status st = TL_OK;
   const struct tl_train_config* tc = &cfg->train;
-  t->micro = tc->batch_size / cfg->schedule.micro_batches;
+  TL_CHECK_GOTO(check_sizes(t), st, fail);
+  TL_CHECK_GOTO(setup_comm(t), st, fail);
+  t->micro = tc->batch_size / cfg->mesh.dp / cfg->schedule.micro_batches;
   TL_CHECK_GOTO(tl_model_init(&cfg->model, &t->model), st, fail);
-  tl_device dev = cfg->device.type == TL_DEVICE_CUDA ? tl_cuda(0) : tl_cpu();
+  tl_device dev = cfg->device.type == TL_DEVICE_CUDA
+                      ? (t->comm.dp ? tl_group_device(t->comm.dp) : tl_cuda(0))
+                      : tl_cpu();
   TL_CHECK_GOTO(tl_backend_create(dev, &t->be), st, fail);
   if (!cfg->data.train[0]) {
     st = TL_ERRF(TL_ERR_CONFIG, "data.train is required: the path of a token file");
@@ -110,15 +221,41 @@ tl_status tl_trainer_create(const struct tl_config* cfg, tl_trainer** out) {
   TL_CHECK_GOTO(tl_tokens_open(cfg->data.train, t->model.vocab, &t->train_file), st, fail);
   if (cfg->data.val[0])
     TL_CHECK_GOTO(tl_tokens_open(cfg->data.val, t->model.vocab, &t->val_file), st, fail);
-  size_t bytes = sizeof(float) * (size_t)t->model.n_params;
+  /* the graph of one micro-batch, cut into stages */
+  TL_CHECK_GOTO(tl_model_build(&t->model, t->micro, tc->seq_len, true, &t->graph, &t->io), st,
+                fail);
+  t->stages = calloc((size_t)t->pp_size, sizeof(tl_pp_stage));
+  if (!t->stages) {
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for stages");
+    goto fail;
+  }
+  TL_CHECK_GOTO(tl_pp_partition(t->graph, &t->io, &t->model, t->pp_size, NULL, t->stages), st,
+                fail);
+  t->me = &t->stages[t->pp_rank];
+  TL_CHECK_GOTO(tl_pp_schedule_build(cfg->schedule.kind, t->pp_size, t->pp_rank,
+                                     cfg->schedule.micro_batches, &t->sched),
+                st, fail);
+  /* buffers and one executor per micro-batch in flight */
+  size_t bytes = sizeof(float) * (size_t)(t->me->n_params > 0 ? t->me->n_params : 1);
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->grads), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_m), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_v), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, sizeof(float), &t->scalar), st, fail);
-  TL_CHECK_GOTO(tl_model_build(&t->model, t->micro, tc->seq_len, true, &t->graph, &t->io), st,
-                fail);
-  TL_CHECK_GOTO(tl_exec_create(t->graph, t->be, t->params, t->grads, &t->exec), st, fail);
+  t->n_slots = t->sched.max_in_flight;
+  t->slots = calloc((size_t)t->n_slots, sizeof(struct slot));
+  if (!t->slots) {
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for executors");
+    goto fail;
+  }
+  struct tl_exec_options opt = {t->me->node_begin, t->me->node_end, t->me->param_offset};
+  for (int i = 0; i < t->n_slots; i++)
+    TL_CHECK_GOTO(tl_exec_create_ex(t->graph, t->be, t->params, t->grads, &opt, &t->slots[i].exec),
+                  st, fail);
+  if (t->comm.dp)
+    TL_CHECK_GOTO(tl_dp_buckets_create(t->comm.dp, (float*)t->grads->data, t->me->n_params,
+                                       cfg->parallel.bucket_mb, &t->buckets),
+                  st, fail);
   size_t n = (size_t)t->micro * (size_t)tc->seq_len;
   t->inputs = malloc(sizeof(int32_t) * n);
   t->targets = malloc(sizeof(int32_t) * n);
@@ -128,6 +265,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, tl_trainer** out) {
     goto fail;
   }
   TL_CHECK_GOTO(load_start(t), st, fail);
+  if (t->pp_size > 1)
+    TL_LOG_INFO("pipeline stage %d of %d: layers %d-%d (%d of %d), %.2fM parameters", t->pp_rank,
+                t->pp_size, t->me->layer_begin, t->me->layer_end - 1,
+                t->me->layer_end - t->me->layer_begin, t->io.n_layers, t->me->n_params / 1e6);
   *out = t;
   return TL_OK;
 fail:
@@ -137,10 +278,17 @@ fail:
 
 void tl_trainer_destroy(tl_trainer* t) {
   if (!t) return;
-  tl_exec_destroy(t->exec);
-  tl_exec_destroy(t->infer_exec);
+  for (int i = 0; t->slots && i < t->n_slots; i++) {
+    tl_group_wait_all(t->slots[i].n_sends, t->slots[i].sends);
+    tl_exec_destroy(t->slots[i].exec);
+  }
+  free(t->slots);
+  tl_dp_buckets_destroy(t->buckets);
+  tl_group_destroy(t->embed);
+  tl_pp_schedule_free(&t->sched);
+  for (int s = 0; t->stages && s < t->pp_size; s++) tl_pp_stage_free(&t->stages[s]);
+  free(t->stages);
   tl_graph_destroy(t->graph);
-  tl_graph_destroy(t->infer_graph);
   tl_buffer_destroy(t->params);
   tl_buffer_destroy(t->grads);
   tl_buffer_destroy(t->adam_m);
@@ -155,19 +303,115 @@ void tl_trainer_destroy(tl_trainer* t) {
   free(t);
 }
 
-/* Forward (and backward when train) of one micro-batch; adds its losses to *sum. */
-static tl_status run_micro(tl_trainer* t, const tl_loader* l, int seq0, int train, double* sum) {
+/* ---- the pipeline ------------------------------------------------------- */
+
+static int act_tag(int micro, int k) {
+  return micro * 2 * TL_PP_MAX_BOUNDARY + k;
+}
+static int grad_tag(int micro, int k) {
+  return act_tag(micro, k) + TL_PP_MAX_BOUNDARY;
+}
+
+static tl_status wait_sends(struct slot* s) {
+  tl_status st = tl_group_wait_all(s->n_sends, s->sends);
+  s->n_sends = 0;
+  return st;
+}
+
+static tl_status exchange(tl_trainer* t, struct slot* s, const int* values, int n, int use_grad,
+                          int send, int peer, int micro) {
+  double t0 = now_us();
+  if (send) TL_CHECK(t->be->ops->synchronize(t->be->ctx));
+  for (int k = 0; k < n; k++) {
+    int v = use_grad ? t->graph->values[values[k]].grad : values[k];
+    if (v < 0) continue; /* an activation without gradient (none in our models) */
+    void* p = tl_exec_data(s->exec, v);
+    size_t count = (size_t)tl_value_numel(&t->graph->values[v]);
+    int tag = use_grad ? grad_tag(micro, k) : act_tag(micro, k);
+    if (send) {
+      if (s->n_sends == MAX_SENDS) TL_CHECK(wait_sends(s));
+      TL_CHECK(tl_group_send(t->comm.pp, p, count, TL_F32, peer, tag, &s->sends[s->n_sends++]));
+    } else {
+      TL_CHECK(tl_group_recv(t->comm.pp, p, count, TL_F32, peer, tag, NULL));
+    }
+  }
+  if (!send) t->wait_seconds += (now_us() - t0) * 1e-6;
+  trace_span(t,
+             send ? (use_grad ? "send_grad" : "send_act") : (use_grad ? "recv_grad" : "recv_act"),
+             micro, t0);
+  return TL_OK;
+}
+
+/* Sets micro-batch i's inputs (tokens on the first stage, targets on the last). */
+static tl_status set_inputs(tl_trainer* t, tl_exec* x, const tl_loader* l, int seq0) {
   int n = t->micro * t->cfg.train.seq_len;
   tl_loader_get(l, seq0, t->micro, t->inputs, t->targets);
-  TL_CHECK(tl_exec_set_input(t->exec, t->io.tokens, t->inputs, sizeof(int32_t) * (size_t)n));
-  TL_CHECK(tl_exec_set_input(t->exec, t->io.targets, t->targets, sizeof(int32_t) * (size_t)n));
-  TL_CHECK(tl_exec_forward(t->exec, 0, t->graph->n_forward));
-  if (train) {
-    float scale = 1.0f / ((float)t->cfg.train.batch_size * (float)t->cfg.train.seq_len);
-    TL_CHECK(tl_exec_backward(t->exec, 0, t->graph->n_forward, scale));
-  }
-  TL_CHECK(tl_exec_get(t->exec, t->io.losses, t->losses, sizeof(float) * (size_t)n));
+  if (t->pp_rank == 0)
+    TL_CHECK(tl_exec_set_input(x, t->io.tokens, t->inputs, sizeof(int32_t) * (size_t)n));
+  if (is_last_stage(t))
+    TL_CHECK(tl_exec_set_input(x, t->io.targets, t->targets, sizeof(int32_t) * (size_t)n));
+  return TL_OK;
+}
+
+static tl_status add_losses(tl_trainer* t, tl_exec* x, double* sum) {
+  int n = t->micro * t->cfg.train.seq_len;
+  TL_CHECK(tl_exec_get(x, t->io.losses, t->losses, sizeof(float) * (size_t)n));
   for (int i = 0; i < n; i++) *sum += t->losses[i];
+  return TL_OK;
+}
+
+static tl_status bucket_hook(void* user, int forward_node) {
+  tl_trainer* t = user;
+  return tl_dp_buckets_ready(t->buckets, tl_pp_stage_final_upto(t->me, forward_node));
+}
+
+/* First sequence of micro-batch i of this replica within the global batch. */
+static int first_seq(const tl_trainer* t, int i) {
+  return t->dp_rank * (t->cfg.train.batch_size / t->dp_size) + i * t->micro;
+}
+
+static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
+  const tl_pp_stage* me = t->me;
+  int m = t->cfg.schedule.micro_batches;
+  float scale = 1.0f / ((float)t->cfg.train.batch_size * (float)t->cfg.train.seq_len);
+  for (int k = 0; k < t->sched.n; k++) {
+    tl_pp_instr in = t->sched.instr[k];
+    struct slot* s = &t->slots[in.micro % t->n_slots];
+    double t0 = now_us();
+    switch (in.op) {
+      case TL_PP_RECV_ACT:
+        TL_CHECK(wait_sends(s)); /* the slot's memory is about to be written */
+        TL_CHECK(exchange(t, s, me->recv, me->n_recv, 0, 0, t->pp_rank - 1, in.micro));
+        break;
+      case TL_PP_FORWARD:
+        TL_CHECK(wait_sends(s));
+        TL_CHECK(set_inputs(t, s->exec, &t->loader, first_seq(t, in.micro)));
+        TL_CHECK(tl_exec_forward(s->exec, me->node_begin, me->node_end));
+        trace_span(t, "forward", in.micro, t0);
+        break;
+      case TL_PP_SEND_ACT:
+        TL_CHECK(exchange(t, s, me->send, me->n_send, 0, 1, t->pp_rank + 1, in.micro));
+        break;
+      case TL_PP_RECV_GRAD:
+        TL_CHECK(wait_sends(s));
+        TL_CHECK(exchange(t, s, me->send, me->n_send, 1, 0, t->pp_rank + 1, in.micro));
+        break;
+      case TL_PP_BACKWARD: {
+        int last = in.micro == m - 1 && t->buckets && t->dp_size > 1;
+        if (last) tl_exec_set_backward_hook(s->exec, bucket_hook, t);
+        tl_status st = tl_exec_backward(s->exec, me->node_begin, me->node_end, scale);
+        tl_exec_set_backward_hook(s->exec, NULL, NULL);
+        TL_CHECK(st);
+        if (is_last_stage(t)) TL_CHECK(add_losses(t, s->exec, loss_sum));
+        trace_span(t, "backward", in.micro, t0);
+        break;
+      }
+      case TL_PP_SEND_GRAD:
+        TL_CHECK(exchange(t, s, me->recv, me->n_recv, 1, 1, t->pp_rank - 1, in.micro));
+        break;
+    }
+  }
+  for (int i = 0; i < t->n_slots; i++) TL_CHECK(wait_sends(&t->slots[i]));
   return TL_OK;
 }
 
@@ -176,47 +420,100 @@ static tl_status read_scalar(tl_trainer* t, float* out) {
   return tl_memcpy(tl_cpu(), out, t->be->device, t->scalar->data, sizeof(float));
 }
 
+/* Sum of a float over a host group (every member gets it). */
+static tl_status host_sum(tl_group* g, double* v) {
+  if (!g || tl_group_size(g) == 1) return TL_OK;
+  float x = (float)*v;
+  TL_CHECK(tl_group_all_reduce(g, &x, &x, 1, TL_F32, TL_REDUCE_SUM, NULL));
+  *v = x;
+  return TL_OK;
+}
+
+/* Squared norm of the stage's gradients, each parameter counted once in
+ * the job: the tied embedding's copy on the last stage is left out. */
+static tl_status stage_sumsq(tl_trainer* t, double* out) {
+  const struct tl_kernel_ops* ops = t->be->ops;
+  float v = 0.0f;
+  TL_CHECK(ops->sumsq(t->be->ctx, t->scalar->data, t->grads->data, t->me->n_params));
+  TL_CHECK(read_scalar(t, &v));
+  double total = v;
+  if (t->pp_size > 1 && is_last_stage(t))
+    for (int i = 0; i < t->me->n_segments; i++) {
+      const tl_pp_segment* s = &t->me->segments[i];
+      if (!s->shared) continue;
+      TL_CHECK(
+          ops->sumsq(t->be->ctx, t->scalar->data, (float*)t->grads->data + s->local_offset, s->n));
+      TL_CHECK(read_scalar(t, &v));
+      total -= v;
+    }
+  *out = total;
+  return TL_OK;
+}
+
+static tl_status sync_tied(tl_trainer* t) {
+  if (!t->embed) return TL_OK;
+  double t0 = now_us();
+  for (int i = 0; i < t->me->n_segments; i++) {
+    const tl_pp_segment* s = &t->me->segments[i];
+    if (!s->shared) continue;
+    float* p = (float*)t->grads->data + s->local_offset;
+    TL_CHECK(tl_group_all_reduce(t->embed, p, p, (size_t)s->n, TL_F32, TL_REDUCE_SUM, NULL));
+  }
+  trace_span(t, "tied_allreduce", 0, t0);
+  return TL_OK;
+}
+
 tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   const struct tl_train_config* tc = &t->cfg.train;
   const struct tl_kernel_ops* ops = t->be->ops;
   void* ctx = t->be->ctx;
   tl_timer timer;
   tl_timer_start(&timer);
-  int64_t n = t->model.n_params;
+  t->wait_seconds = 0;
   /* 1. gradients of the mean loss over the global batch */
   TL_CHECK(tl_memzero(t->be->device, t->grads->data, t->grads->bytes));
-  double sum = 0.0;
-  for (int mb = 0; mb < t->cfg.schedule.micro_batches; mb++)
-    TL_CHECK(run_micro(t, &t->loader, mb * t->micro, 1, &sum));
-  /* 2. global norm, clipping */
-  float sumsq = 0.0f;
-  TL_CHECK(ops->sumsq(ctx, t->scalar->data, t->grads->data, n));
-  TL_CHECK(read_scalar(t, &sumsq));
-  float norm = sqrtf(sumsq);
+  double loss = 0.0;
+  TL_CHECK(run_schedule(t, &loss));
+  /* 2. replicas and the tied embedding */
+  if (t->buckets) {
+    double t0 = now_us();
+    TL_CHECK(ops->synchronize(ctx));
+    TL_CHECK(tl_dp_buckets_finish(t->buckets));
+    trace_span(t, "dp_allreduce", 0, t0);
+  }
+  TL_CHECK(sync_tied(t));
+  /* 3. global norm over stages, clipping */
+  double sumsq = 0;
+  TL_CHECK(stage_sumsq(t, &sumsq));
+  TL_CHECK(host_sum(t->comm.host_pp, &sumsq));
+  float norm = (float)sqrt(sumsq > 0 ? sumsq : 0);
   if (!isfinite(norm))
     return TL_ERRF(TL_ERR_INTERNAL, "step %lld: the gradient norm is %f (the loss diverged)",
                    (long long)t->step + 1, norm);
   if (tc->grad_clip > 0.0f && norm > tc->grad_clip)
-    TL_CHECK(
-        ops->scale_forward(ctx, t->grads->data, t->grads->data, tc->grad_clip / (norm + 1e-6f), n));
-  /* 3. AdamW per tensor: decay on weight matrices only */
+    TL_CHECK(ops->scale_forward(ctx, t->grads->data, t->grads->data, tc->grad_clip / (norm + 1e-6f),
+                                t->me->n_params));
+  /* 4. AdamW per segment: decay on weight matrices only */
   float lr = tl_lr_at(tc, t->step);
-  for (int k = 0; k < t->model.n_tensors; k++) {
-    const struct tl_param_tensor* p = &t->model.tensors[k];
-    float* base = (float*)t->params->data + p->offset;
-    TL_CHECK(ops->adamw(ctx, base, (float*)t->grads->data + p->offset,
-                        (float*)t->adam_m->data + p->offset, (float*)t->adam_v->data + p->offset,
-                        p->numel, lr, tc->beta1, tc->beta2, tc->eps,
-                        p->decay ? tc->weight_decay : 0.0f, (int)(t->step + 1)));
+  for (int i = 0; i < t->me->n_segments; i++) {
+    const tl_pp_segment* s = &t->me->segments[i];
+    int64_t o = s->local_offset;
+    TL_CHECK(ops->adamw(
+        ctx, (float*)t->params->data + o, (float*)t->grads->data + o, (float*)t->adam_m->data + o,
+        (float*)t->adam_v->data + o, s->n, lr, tc->beta1, tc->beta2, tc->eps,
+        t->model.tensors[s->tensor].decay ? tc->weight_decay : 0.0f, (int)(t->step + 1)));
   }
   TL_CHECK(ops->synchronize(ctx));
+  /* the loss lives on the last stages: everyone learns it */
+  TL_CHECK(host_sum(t->comm.world, &loss));
   tl_loader_advance(&t->loader);
   t->step++;
   out->step = t->step;
-  out->loss = sum / ((double)tc->batch_size * tc->seq_len);
+  out->loss = loss / ((double)tc->batch_size * tc->seq_len);
   out->lr = lr;
   out->grad_norm = norm;
   out->seconds = tl_timer_elapsed_s(&timer);
+  out->bubble_seconds = t->wait_seconds;
   return TL_OK;
 }
 
@@ -227,44 +524,124 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
   TL_CHECK(tl_loader_init(&l, &t->val_file, t->cfg.train.batch_size, t->cfg.train.seq_len, 0));
   double sum = 0.0;
   int batches = t->cfg.train.val_batches > 0 ? t->cfg.train.val_batches : 1;
+  struct slot* s = &t->slots[0];
   for (int b = 0; b < batches; b++) {
-    for (int mb = 0; mb < t->cfg.schedule.micro_batches; mb++)
-      TL_CHECK(run_micro(t, &l, mb * t->micro, 0, &sum));
+    for (int i = 0; i < t->cfg.schedule.micro_batches; i++) {
+      TL_CHECK(wait_sends(s));
+      if (t->pp_rank > 0)
+        TL_CHECK(exchange(t, s, t->me->recv, t->me->n_recv, 0, 0, t->pp_rank - 1, i));
+      TL_CHECK(set_inputs(t, s->exec, &l, first_seq(t, i)));
+      TL_CHECK(tl_exec_forward(s->exec, t->me->node_begin, t->me->node_end));
+      if (!is_last_stage(t))
+        TL_CHECK(exchange(t, s, t->me->send, t->me->n_send, 0, 1, t->pp_rank + 1, i));
+      else
+        TL_CHECK(add_losses(t, s->exec, &sum));
+    }
     tl_loader_advance(&l);
   }
+  TL_CHECK(wait_sends(s));
+  TL_CHECK(host_sum(t->comm.world, &sum));
   *loss = sum / ((double)batches * t->cfg.train.batch_size * t->cfg.train.seq_len);
   return TL_OK;
 }
 
-tl_status tl_trainer_sample(tl_trainer* t, const int32_t* prompt, int n_prompt, int n, int top_k,
-                            uint64_t seed, int32_t* out) {
-  int T = t->cfg.train.seq_len, vp = t->model.padded_vocab, v = t->model.vocab;
-  if (n_prompt < 1) return TL_ERRF(TL_ERR_INVALID, "sampling needs a prompt of at least one token");
-  if (!t->infer_exec) {
-    TL_CHECK(tl_model_build(&t->model, 1, T, false, &t->infer_graph, &t->infer_io));
-    TL_CHECK(tl_exec_create(t->infer_graph, t->be, t->params, NULL, &t->infer_exec));
+/* ---- whole-model views -------------------------------------------------- */
+
+tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
+  if (t->dp_rank != 0) return TL_OK; /* replicas are identical: replica 0 speaks */
+  int64_t n = t->me->n_params, total = t->model.n_params;
+  int k_max = moments ? 3 : 1;
+  float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * (size_t)k_max);
+  if (!local) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
+  tl_buffer* src[3] = {t->params, t->adam_m, t->adam_v};
+  tl_status st = t->be->ops->synchronize(t->be->ctx);
+  for (int k = 0; k < k_max && st == TL_OK; k++)
+    st = tl_memcpy(tl_cpu(), local + k * n, t->be->device, src[k]->data, sizeof(float) * (size_t)n);
+  for (int s = 0; s < t->pp_size && st == TL_OK; s++) {
+    const tl_pp_stage* stage = &t->stages[s];
+    int64_t sn = stage->n_params;
+    float* buf = local;
+    if (s != t->pp_rank && t->pp_rank != 0) continue;
+    if (s != 0 && t->pp_rank == s) { /* a later stage sends to stage 0 */
+      st = tl_group_send(t->comm.host_pp, local, (size_t)(sn * k_max), TL_F32, 0, 30000, NULL);
+      continue;
+    }
+    if (s != 0) { /* stage 0 receives stage s */
+      buf = malloc(sizeof(float) * (size_t)sn * (size_t)k_max);
+      if (!buf) {
+        st = TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
+        break;
+      }
+      st = tl_group_recv(t->comm.host_pp, buf, (size_t)(sn * k_max), TL_F32, s, 30000, NULL);
+    }
+    for (int i = 0; i < stage->n_segments && st == TL_OK && out; i++) {
+      const tl_pp_segment* seg = &stage->segments[i];
+      for (int k = 0; k < k_max; k++)
+        memcpy(out + k * total + seg->global_offset, buf + k * sn + seg->local_offset,
+               sizeof(float) * (size_t)seg->n);
+    }
+    if (buf != local) free(buf);
   }
+  free(local);
+  return st;
+}
+
+tl_status tl_trainer_save(tl_trainer* t, const char* path) {
+  int64_t n = t->model.n_params;
+  float* full = t->world_rank == 0 ? malloc(sizeof(float) * (size_t)n * 3) : NULL;
+  if (t->world_rank == 0 && !full) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a checkpoint");
+  tl_status st = tl_trainer_gather(t, full, 1);
+  if (st == TL_OK && t->world_rank == 0) {
+    struct tl_train_state s = {t->step, t->loader.position};
+    st = tl_checkpoint_write(path, &t->model, &s, full, full + n, full + 2 * n);
+  }
+  free(full);
+  return st;
+}
+
+tl_status tl_trainer_export(tl_trainer* t, const char* path) {
+  float* full = t->world_rank == 0 ? malloc(sizeof(float) * (size_t)t->model.n_params) : NULL;
+  if (t->world_rank == 0 && !full) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a model file");
+  tl_status st = tl_trainer_gather(t, full, 0);
+  if (st == TL_OK && t->world_rank == 0) st = tl_llmc_model_write(path, &t->model, full);
+  free(full);
+  return st;
+}
+
+tl_status tl_sample(const tl_model* m, int seq_len, const float* params, const int32_t* prompt,
+                    int n_prompt, int n, int top_k, uint64_t seed, int32_t* out) {
+  int T = seq_len, vp = m->padded_vocab, v = m->vocab;
+  if (n_prompt < 1) return TL_ERRF(TL_ERR_INVALID, "sampling needs a prompt of at least one token");
+  tl_graph* g = NULL;
+  struct tl_model_io io;
+  tl_backend* be = NULL;
+  tl_buffer* pb = NULL;
+  tl_exec* x = NULL;
   int total = n_prompt + n;
   int32_t* seq = malloc(sizeof(int32_t) * (size_t)total);
   float* logits = malloc(sizeof(float) * (size_t)T * vp);
   int32_t* window = malloc(sizeof(int32_t) * (size_t)T);
   tl_status st =
       (seq && logits && window) ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory sampling");
+  if (st == TL_OK) st = tl_model_build(m, 1, T, false, &g, &io);
+  if (st == TL_OK) st = tl_backend_create(tl_cpu(), &be);
+  if (st == TL_OK) st = tl_buffer_create(tl_cpu(), sizeof(float) * (size_t)m->n_params, &pb);
+  if (st == TL_OK) memcpy(pb->data, params, sizeof(float) * (size_t)m->n_params);
+  if (st == TL_OK) st = tl_exec_create(g, be, pb, NULL, &x);
   if (st == TL_OK) memcpy(seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
   for (int len = n_prompt; st == TL_OK && len < total; len++) {
     /* the last T tokens, left-aligned; positions past the end are ignored (causal) */
     int start = len > T ? len - T : 0, used = len - start;
     for (int i = 0; i < T; i++) window[i] = i < used ? seq[start + i] : 0;
-    st = tl_exec_set_input(t->infer_exec, t->infer_io.tokens, window, sizeof(int32_t) * (size_t)T);
-    if (st == TL_OK) st = tl_exec_forward(t->infer_exec, 0, t->infer_graph->n_forward);
-    if (st == TL_OK)
-      st = tl_exec_get(t->infer_exec, t->infer_io.logits, logits, sizeof(float) * (size_t)T * vp);
+    st = tl_exec_set_input(x, io.tokens, window, sizeof(int32_t) * (size_t)T);
+    if (st == TL_OK) st = tl_exec_forward(x, 0, g->n_forward);
+    if (st == TL_OK) st = tl_exec_get(x, io.logits, logits, sizeof(float) * (size_t)T * vp);
     if (st != TL_OK) break;
     const float* row = logits + (size_t)(used - 1) * vp;
     /* top-k: the k largest logits, then a draw from their softmax */
     int k = top_k < 1 ? 1 : (top_k > v ? v : top_k);
-    int best[64] = {0};
     if (k > 64) k = 64;
+    int best[64] = {0};
     for (int j = 0; j < k; j++) best[j] = -1;
     for (int c = 0; c < v; c++) {
       int pos = k;
@@ -290,54 +667,26 @@ tl_status tl_trainer_sample(tl_trainer* t, const int32_t* prompt, int n_prompt, 
     seq[len] = pick;
   }
   if (st == TL_OK) memcpy(out, seq + n_prompt, sizeof(int32_t) * (size_t)n);
+  tl_exec_destroy(x);
+  tl_buffer_destroy(pb);
+  tl_backend_destroy(be);
+  tl_graph_destroy(g);
   free(seq);
   free(logits);
   free(window);
   return st;
 }
 
-static tl_status host_state(tl_trainer* t, float** host) {
-  size_t bytes = sizeof(float) * (size_t)t->model.n_params;
-  *host = malloc(bytes * 3);
-  if (!*host) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a checkpoint");
-  tl_device dev = t->be->device, cpu = tl_cpu();
-  TL_CHECK(t->be->ops->synchronize(t->be->ctx));
-  tl_status st = tl_memcpy(cpu, *host, dev, t->params->data, bytes);
-  if (st == TL_OK) st = tl_memcpy(cpu, *host + t->model.n_params, dev, t->adam_m->data, bytes);
-  if (st == TL_OK) st = tl_memcpy(cpu, *host + 2 * t->model.n_params, dev, t->adam_v->data, bytes);
-  if (st != TL_OK) free(*host), *host = NULL;
-  return st;
-}
-
-tl_status tl_trainer_save(tl_trainer* t, const char* path) {
-  float* host = NULL;
-  TL_CHECK(host_state(t, &host));
-  struct tl_train_state s = {t->step, t->loader.position};
-  int64_t n = t->model.n_params;
-  tl_status st = tl_checkpoint_write(path, &t->model, &s, host, host + n, host + 2 * n);
-  free(host);
-  return st;
-}
-
-tl_status tl_trainer_export(tl_trainer* t, const char* path) {
-  float* host = NULL;
-  TL_CHECK(host_state(t, &host));
-  tl_status st = tl_llmc_model_write(path, &t->model, host);
-  free(host);
-  return st;
-}
-
-tl_status tl_trainer_params(tl_trainer* t, float* out) {
-  TL_CHECK(t->be->ops->synchronize(t->be->ctx));
-  return tl_memcpy(tl_cpu(), out, t->be->device, t->params->data,
-                   sizeof(float) * (size_t)t->model.n_params);
-}
+/* ---- small accessors ---------------------------------------------------- */
 
 int64_t tl_trainer_steps_done(const tl_trainer* t) {
   return t->step;
 }
 const tl_model* tl_trainer_model(const tl_trainer* t) {
   return &t->model;
+}
+int tl_trainer_world_rank(const tl_trainer* t) {
+  return t->world_rank;
 }
 
 int32_t tl_trainer_first_token(const tl_trainer* t) {
@@ -346,16 +695,33 @@ int32_t tl_trainer_first_token(const tl_trainer* t) {
 }
 
 double tl_trainer_step_flops(const tl_trainer* t) {
-  return tl_graph_flops(t->graph, 0, t->graph->n_nodes) * t->cfg.schedule.micro_batches;
+  return t->me->flops * t->cfg.schedule.micro_batches;
 }
 
 int64_t tl_trainer_peak_bytes(const tl_trainer* t) {
   return tl_alloc_stats_get(t->be->device).peak_bytes;
 }
 
-void tl_trainer_profile(tl_trainer* t, int on) {
-  tl_exec_profile(t->exec, on);
+int64_t tl_trainer_activation_bytes(const tl_trainer* t) {
+  int64_t b = 0;
+  for (int i = 0; i < t->n_slots; i++) b += (int64_t)tl_exec_plan(t->slots[i].exec)->arena_bytes;
+  return b;
 }
+
+void tl_trainer_stage(const tl_trainer* t, int* stage, int* n_stages, int* layer_begin,
+                      int* layer_end) {
+  *stage = t->pp_rank;
+  *n_stages = t->pp_size;
+  *layer_begin = t->me->layer_begin;
+  *layer_end = t->me->layer_end;
+}
+
+void tl_trainer_profile(tl_trainer* t, int on) {
+  for (int i = 0; i < t->n_slots; i++) tl_exec_profile(t->slots[i].exec, on);
+}
+
 double tl_trainer_op_seconds(const tl_trainer* t, int op) {
-  return tl_exec_op_seconds(t->exec, op);
+  double s = 0;
+  for (int i = 0; i < t->n_slots; i++) s += tl_exec_op_seconds(t->slots[i].exec, op);
+  return s;
 }

@@ -1,18 +1,26 @@
-/* trainer.h — single-device training: the model, its graph and executor,
- * the flat parameter, gradient and AdamW buffers, the data loaders, and one
- * optimizer step at a time.
+/* trainer.h — training on one device or on a data x pipeline mesh: the
+ * model, its stage of the graph and executors, the stage's flat parameter,
+ * gradient and AdamW buffers, the data, and one optimizer step at a time.
  *
- * One step: zero the gradients; for each micro-batch of the global batch,
- * forward and backward with the loss scaled by 1/(B*T) so that the summed
- * gradients are those of the mean loss over the global batch; clip the
- * global gradient norm; AdamW on every tensor (weight decay on weight
- * matrices only) at the scheduled learning rate. */
+ * One step, on every rank:
+ *  1. zero the gradients; walk the stage's pipeline schedule (GPipe or 1F1B)
+ *     over the replica's micro-batches: receive activations, forward, send;
+ *     receive gradients, backward (loss scaled by 1/(global batch tokens)),
+ *     send. During the last micro-batch's backward, finished gradient
+ *     buckets start their data-parallel all-reduce (a sum);
+ *  2. wait for the buckets; sum the tied token embedding's gradient between
+ *     the first and last stage;
+ *  3. global gradient norm over all stages (each parameter counted once),
+ *     clipping;
+ *  4. AdamW on the stage's parameters (weight decay on weight matrices only).
+ * A single device is the mesh (1, 1, 1): the same code, with no messages. */
 #ifndef TL_LAUNCHER_TRAINER_H
 #define TL_LAUNCHER_TRAINER_H
 
 #include <stdint.h>
 
 #include "core/config.h"
+#include "core/group.h"
 #include "graph/exec.h"
 #include "graph/model.h"
 
@@ -22,46 +30,70 @@ extern "C" {
 
 typedef struct tl_trainer tl_trainer;
 
+/* The job around one rank. NULL (or all groups NULL) for a single device.
+ * device groups carry tensors (on the backend's device); host groups carry
+ * scalars and host copies. On the CPU they are the same groups. */
+struct tl_trainer_comm {
+  tl_group* world;   /* host group of the whole job */
+  tl_group *dp, *pp; /* device groups of this rank's replica and pipeline */
+  tl_group *host_dp, *host_pp;
+};
+
 struct tl_step_stats {
   int64_t step; /* 1-based: the step just taken */
-  double loss;  /* mean over the global batch */
+  double loss;  /* mean over the global batch (every rank gets it) */
   float lr;
   float grad_norm; /* before clipping */
   double seconds;
+  double bubble_seconds; /* time this rank waited on pipeline receives */
 };
 
-/* Builds everything from the config: model, device, buffers, data (the
- * training file is required; validation is optional), and the starting
- * weights (checkpoint.resume, else model.init_from, else the RNG). */
-tl_status tl_trainer_create(const struct tl_config* cfg, tl_trainer** out);
+/* Builds this rank's part from the config (every rank of the job calls it:
+ * collective). Starting weights: checkpoint.resume, else model.init_from,
+ * else the RNG — each rank reads or draws only its stage's parameters. */
+tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer_comm* comm,
+                            tl_trainer** out);
 void tl_trainer_destroy(tl_trainer* t);
 
+/* One optimizer step (collective). */
 tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out);
 /* Mean loss over train.val_batches batches of the validation file, from its
- * start (the same batches every time). TL_ERR_CONFIG without data.val. */
+ * start (collective). TL_ERR_CONFIG without data.val. */
 tl_status tl_trainer_eval(tl_trainer* t, double* loss);
-/* Generates n tokens after `prompt` (n_prompt >= 1) with top-k sampling
- * (k = 1: greedy), the draws keyed by `seed`; writes n tokens to out. */
-tl_status tl_trainer_sample(tl_trainer* t, const int32_t* prompt, int n_prompt, int n, int top_k,
-                            uint64_t seed, int32_t* out);
-/* Writes a trellis checkpoint (atomic). */
+/* The full flat parameter vector in the model's order (llm.c's), assembled
+ * on world rank 0 (collective; `out` may be NULL on other ranks). With
+ * `moments`, also the AdamW moments into out + n and out + 2n. */
+tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments);
+/* Writes a trellis checkpoint from world rank 0 (collective, atomic). */
 tl_status tl_trainer_save(tl_trainer* t, const char* path);
-/* Writes the weights as an llm.c model file (gpt only; atomic). */
+/* Writes the weights as an llm.c model file (collective; gpt only). */
 tl_status tl_trainer_export(tl_trainer* t, const char* path);
 
-/* Parameters (host copy, n_params floats). */
-tl_status tl_trainer_params(tl_trainer* t, float* out);
+/* Generates n tokens after `prompt` with top-k sampling (k = 1: greedy) from
+ * the given full parameter vector (host), on the CPU. */
+tl_status tl_sample(const tl_model* m, int seq_len, const float* params, const int32_t* prompt,
+                    int n_prompt, int n, int top_k, uint64_t seed, int32_t* out);
+
 int64_t tl_trainer_steps_done(const tl_trainer* t);
 const tl_model* tl_trainer_model(const tl_trainer* t);
+int tl_trainer_world_rank(const tl_trainer* t);
 /* The first token of the validation (else training) data: a natural prompt. */
 int32_t tl_trainer_first_token(const tl_trainer* t);
-/* FLOPs of one optimizer step (forward + backward of every micro-batch). */
+/* FLOPs of one optimizer step on this rank. */
 double tl_trainer_step_flops(const tl_trainer* t);
-/* Device peak bytes since start (core's allocator). */
+/* Device peak bytes since start (core's allocator), and the activation
+ * arenas this rank holds (one per micro-batch in flight). */
 int64_t tl_trainer_peak_bytes(const tl_trainer* t);
+int64_t tl_trainer_activation_bytes(const tl_trainer* t);
+/* This rank's stage: [layer_begin, layer_end) of n_stages. */
+void tl_trainer_stage(const tl_trainer* t, int* stage, int* n_stages, int* layer_begin,
+                      int* layer_end);
 /* Per-op timing of the training graph (synchronises after every node). */
 void tl_trainer_profile(tl_trainer* t, int on);
 double tl_trainer_op_seconds(const tl_trainer* t, int op);
+/* Chrome trace events ("X" spans of forward, backward, send, recv and
+ * all-reduce per micro-batch) appended for every later step; NULL stops. */
+void tl_trainer_trace(tl_trainer* t, FILE* f);
 
 /* The learning rate at 0-based step `step`: linear warmup over
  * warmup_steps, then cosine decay to min_lr at `steps` (or constant). */

@@ -36,7 +36,7 @@ static void config(struct tl_config* c, int layers, int heads, int channels, int
 
 static int bench(const char* name, const struct tl_config* c, int steps) {
   tl_trainer* t = NULL;
-  if (tl_trainer_create(c, &t) != TL_OK) {
+  if (tl_trainer_create(c, NULL, &t) != TL_OK) {
     fprintf(stderr, "train_bench: %s\n", tl_last_error());
     return 1;
   }

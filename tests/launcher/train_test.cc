@@ -118,7 +118,7 @@ TEST(Train, LossOfASmallGptFallsOnTheDefaultCorpus) {
   // the validation loss below 3.0 too (measured: 2.89 and 2.79).
   tl_config c = SmallConfig();
   tl_trainer* t = nullptr;
-  ASSERT_EQ(tl_trainer_create(&c, &t), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_trainer_create(&c, nullptr, &t), TL_OK) << tl_last_error();
   tl_step_stats s;
   ASSERT_EQ(tl_trainer_step(t, &s), TL_OK) << tl_last_error();
   EXPECT_NEAR(s.loss, std::log(256.0), 0.1);
@@ -136,7 +136,11 @@ TEST(Train, LossOfASmallGptFallsOnTheDefaultCorpus) {
   EXPECT_LT(val1, 3.0) << "validation loss after 300 steps (was " << val0 << ")";
   // it writes something English-like: mostly letters and spaces
   int32_t prompt = 'T', out[64];
-  ASSERT_EQ(tl_trainer_sample(t, &prompt, 1, 64, 1, 0, out), TL_OK);
+  std::vector<float> params(tl_trainer_model(t)->n_params);
+  ASSERT_EQ(tl_trainer_gather(t, params.data(), 0), TL_OK);
+  ASSERT_EQ(
+      tl_sample(tl_trainer_model(t), c.train.seq_len, params.data(), &prompt, 1, 64, 1, 0, out),
+      TL_OK);
   int letters = 0;
   for (int32_t o : out) letters += isalpha(o) || o == ' ';
   EXPECT_GT(letters, 40);
@@ -149,7 +153,7 @@ TEST(Train, ResumeContinuesBitForBit) {
   const int n = 6, k = 3;
   // N steps straight
   tl_trainer* a = nullptr;
-  ASSERT_EQ(tl_trainer_create(&c, &a), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_trainer_create(&c, nullptr, &a), TL_OK) << tl_last_error();
   std::vector<double> losses_a;
   tl_step_stats s;
   for (int i = 0; i < n; i++) {
@@ -158,13 +162,13 @@ TEST(Train, ResumeContinuesBitForBit) {
   }
   // K steps, checkpoint, a new trainer resumes, N - K more
   tl_trainer* b = nullptr;
-  ASSERT_EQ(tl_trainer_create(&c, &b), TL_OK);
+  ASSERT_EQ(tl_trainer_create(&c, nullptr, &b), TL_OK);
   for (int i = 0; i < k; i++) ASSERT_EQ(tl_trainer_step(b, &s), TL_OK);
   std::string ck = TempPath("resume.ckpt");
   ASSERT_EQ(tl_trainer_save(b, ck.c_str()), TL_OK) << tl_last_error();
   tl_trainer_destroy(b);
   snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", ck.c_str());
-  ASSERT_EQ(tl_trainer_create(&c, &b), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_trainer_create(&c, nullptr, &b), TL_OK) << tl_last_error();
   EXPECT_EQ(tl_trainer_steps_done(b), k);
   for (int i = k; i < n; i++) {
     ASSERT_EQ(tl_trainer_step(b, &s), TL_OK);
@@ -172,8 +176,8 @@ TEST(Train, ResumeContinuesBitForBit) {
   }
   int64_t np = tl_trainer_model(a)->n_params;
   std::vector<float> pa(np), pb(np);
-  ASSERT_EQ(tl_trainer_params(a, pa.data()), TL_OK);
-  ASSERT_EQ(tl_trainer_params(b, pb.data()), TL_OK);
+  ASSERT_EQ(tl_trainer_gather(a, pa.data(), 0), TL_OK);
+  ASSERT_EQ(tl_trainer_gather(b, pb.data(), 0), TL_OK);
   EXPECT_EQ(memcmp(pa.data(), pb.data(), np * 4), 0) << "parameters differ after resuming";
   tl_trainer_destroy(a);
   tl_trainer_destroy(b);
@@ -183,7 +187,7 @@ TEST(Checkpoint, MismatchesAndDamageAreNamed) {
   tl_config c = SmallConfig();
   c.model.n_layers = 1, c.model.n_embd = 32;
   tl_trainer* t = nullptr;
-  ASSERT_EQ(tl_trainer_create(&c, &t), TL_OK);
+  ASSERT_EQ(tl_trainer_create(&c, nullptr, &t), TL_OK);
   std::string ck = TempPath("m.ckpt"), llmc = TempPath("m.llmc.bin");
   ASSERT_EQ(tl_trainer_save(t, ck.c_str()), TL_OK);
   ASSERT_EQ(tl_trainer_export(t, llmc.c_str()), TL_OK);
@@ -192,29 +196,29 @@ TEST(Checkpoint, MismatchesAndDamageAreNamed) {
   tl_config other = c;
   other.model.n_layers = 2;
   snprintf(other.checkpoint.resume, sizeof other.checkpoint.resume, "%s", ck.c_str());
-  EXPECT_EQ(tl_trainer_create(&other, &t), TL_ERR_FORMAT);
+  EXPECT_EQ(tl_trainer_create(&other, nullptr, &t), TL_ERR_FORMAT);
   EXPECT_NE(
       std::string(tl_last_error()).find("has n_layers=1 but the config says model.n_layers=2"),
       std::string::npos)
       << tl_last_error();
   other.checkpoint.resume[0] = 0;
   snprintf(other.model.init_from, sizeof other.model.init_from, "%s", llmc.c_str());
-  EXPECT_EQ(tl_trainer_create(&other, &t), TL_ERR_FORMAT);
+  EXPECT_EQ(tl_trainer_create(&other, nullptr, &t), TL_ERR_FORMAT);
   EXPECT_NE(std::string(tl_last_error()).find("n_layers=1 but the config says model.n_layers=2"),
             std::string::npos);
   // the llm.c file loads into the matching model and equals the weights
   snprintf(c.model.init_from, sizeof c.model.init_from, "%s", llmc.c_str());
-  ASSERT_EQ(tl_trainer_create(&c, &t), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_trainer_create(&c, nullptr, &t), TL_OK) << tl_last_error();
   tl_trainer_destroy(t);
   // cut short
   ASSERT_EQ(truncate(ck.c_str(), 4000), 0);
   c.model.init_from[0] = 0;
   snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", ck.c_str());
-  EXPECT_EQ(tl_trainer_create(&c, &t), TL_ERR_FORMAT);
+  EXPECT_EQ(tl_trainer_create(&c, nullptr, &t), TL_ERR_FORMAT);
   EXPECT_NE(std::string(tl_last_error()).find("cut short"), std::string::npos);
   // an llm.c file passed as a checkpoint
   snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", llmc.c_str());
-  EXPECT_EQ(tl_trainer_create(&c, &t), TL_ERR_FORMAT);
+  EXPECT_EQ(tl_trainer_create(&c, nullptr, &t), TL_ERR_FORMAT);
   EXPECT_NE(std::string(tl_last_error()).find("use model.init_from"), std::string::npos);
   // no temporary files left behind by the writes
   std::string cmd = "ls " + TempPath("") + " | grep -c '.tmp.' > " + TempPath("count.txt");
