@@ -106,10 +106,10 @@ void tl_config_defaults(struct tl_config* cfg) {
   m->vocab_size = 256;
   m->padded_vocab_size = 0;
   m->max_seq_len = 64;
-  m->n_mlp_layers = 2; /* a small MLP: 16 inputs, 32 hidden, 4 classes */
+  m->n_mlp_layers = 2; /* a small MLP: 16-wide embedding, 32 hidden, 256 tokens out */
   m->mlp_sizes[0] = 16;
   m->mlp_sizes[1] = 32;
-  m->mlp_sizes[2] = 4;
+  m->mlp_sizes[2] = 256;
   m->seed = 1337;
 
   cfg->mesh.dp = cfg->mesh.tp = cfg->mesh.pp = 1;

@@ -141,6 +141,12 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
   if (gpt && OK(model, n_layers)) layers = m->n_layers, layers_name = "model.n_layers";
   if (mlp && OK(model, mlp_sizes))
     layers = m->n_mlp_layers, layers_name = "the MLP's layers (length of model.mlp_sizes - 1)";
+  if (mlp && OK(model, mlp_sizes) && OK(model, vocab_size) &&
+      m->mlp_sizes[m->n_mlp_layers] != m->vocab_size)
+    tl__problem(p,
+                "model.mlp_sizes[%d] = %d: must equal model.vocab_size = %d (the MLP predicts the "
+                "next token)",
+                m->n_mlp_layers, m->mlp_sizes[m->n_mlp_layers], m->vocab_size);
   if (layers > 0 && OK(mesh, pp) && mesh->pp > layers)
     tl__problem(p, "mesh.pp = %d: must be <= %s = %d (each pipeline stage needs a layer)", mesh->pp,
                 layers_name, layers);

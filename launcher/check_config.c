@@ -12,7 +12,9 @@
 
 #include "core/config.h"
 #include "core/mesh.h"
+#include "graph/model.h"
 #include "launcher/cli.h"
+#include "pp/stage.h"
 
 static void usage(FILE* f) {
   fprintf(f,
@@ -112,19 +114,52 @@ static void print_rank_map(const struct tl_config* cfg, const tl_mesh* mesh, int
   }
 }
 
+/* Layers [first, last] (from 1) of each stage, as the trainer cuts them:
+ * balanced by FLOPs, embedding on the first stage, head on the last. */
+static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* last, double* share) {
+  tl_model m;
+  tl_graph* g = NULL;
+  struct tl_model_io io;
+  int micro = cfg->train.batch_size / cfg->mesh.dp / cfg->schedule.micro_batches;
+  tl_pp_stage* st = calloc((size_t)pp, sizeof *st);
+  int ok = st && tl_model_init(&cfg->model, &m) == TL_OK &&
+           tl_model_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, true, &g, &io) == TL_OK &&
+           tl_pp_partition(g, &io, &m, pp, NULL, st) == TL_OK;
+  double total = 0;
+  for (int s = 0; ok && s < pp; s++) total += st[s].flops;
+  for (int s = 0; ok && s < pp; s++) {
+    first[s] = st[s].layer_begin + 1;
+    last[s] = st[s].layer_end;
+    share[s] = total > 0 ? st[s].flops / total : 0;
+    tl_pp_stage_free(&st[s]);
+  }
+  free(st);
+  tl_graph_destroy(g);
+  return ok;
+}
+
 /* Per stage and per group, in device numbers. */
 static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh* mesh) {
   int layers = cfg->model.kind == TL_MODEL_GPT ? cfg->model.n_layers : cfg->model.n_mlp_layers;
   int pp = mesh->size[TL_AXIS_PP];
-  printf("\npipeline stages (layers split evenly, counted from 1):\n");
+  int* firsts = calloc((size_t)pp, sizeof(int));
+  int* lasts = calloc((size_t)pp, sizeof(int));
+  double* shares = calloc((size_t)pp, sizeof(double));
+  int balanced = firsts && lasts && shares && stage_layers(cfg, pp, firsts, lasts, shares);
+  printf("\npipeline stages (layers counted from 1; %s):\n",
+         balanced ? "cut to balance forward + backward FLOPs, as training cuts them"
+                  : "the model could not be built here, shown split evenly");
   for (int s = 0; s < pp; s++) {
-    int first = s * layers / pp + 1, last = (s + 1) * layers / pp;
+    int first = balanced ? firsts[s] : s * layers / pp + 1;
+    int last = balanced ? lasts[s] : (s + 1) * layers / pp;
     char lay[32];
     if (first == last)
       snprintf(lay, sizeof lay, "layer %d", first);
     else
       snprintf(lay, sizeof lay, "layers %d-%d", first, last);
-    printf("  stage %d (operator %d): %-13s on devices", s, s + 1, lay);
+    printf("  stage %d (operator %d): %-13s", s, s + 1, lay);
+    if (balanced && pp > 1) printf(" %3.0f%% of FLOPs", 100 * shares[s]);
+    printf(" on devices");
     int n = 0;
     for (int r = 0; r < mesh->n_ranks; r++) {
       int c[3];
@@ -151,6 +186,9 @@ static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh*
       printf("  devices {%s}  (ranks {%s})\n", dev, ranks);
     }
   }
+  free(firsts);
+  free(lasts);
+  free(shares);
 }
 
 int tl_cli_check_config(int argc, char** argv) {

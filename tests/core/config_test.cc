@@ -63,7 +63,7 @@ struct tl_config Unusual() {
   c.model.padded_vocab_size = 50304;
   c.model.max_seq_len = 1024;
   c.model.n_mlp_layers = 3;
-  int sizes[] = {784, 256, 128, 10};
+  int sizes[] = {784, 256, 128, 50257};
   memcpy(c.model.mlp_sizes, sizes, sizeof sizes);
   c.model.seed = 9223372036854775807ull;
   snprintf(c.model.init_from, sizeof c.model.init_from, "weights/gpt2 \"124M\"\\.bin");
@@ -128,7 +128,7 @@ TEST(Config, EmptyObjectGivesTheDocumentedDefaults) {
 
 TEST(Config, NamedValuesAreRead) {
   struct tl_config c;
-  const char* text = R"({"model": {"kind": "mlp", "mlp_sizes": [8, 16, 16, 2]},
+  const char* text = R"({"model": {"kind": "mlp", "mlp_sizes": [8, 16, 16, 2], "vocab_size": 2},
                          "mesh": {"dp": 2, "pp": 3, "order": ["pp", "dp", "tp"]},
                          "train": {"lr": 1, "batch_size": 8},
                          "schedule": {"micro_batches": 2},

@@ -48,8 +48,8 @@ TEST(CheckCliMap, TheFourDeviceExampleShowsTheDesignsMapping) {
         "    2       3    1    0    0  node 0 cpu        {0,2}          {2}            {2,3}",
         "    3       4    1    0    1  node 0 cpu        {1,3}          {3}            {2,3}"})
     EXPECT_NE(o.find(row), std::string::npos) << "missing row:\n" << row << "\nin:\n" << o;
-  EXPECT_NE(o.find("stage 0 (operator 1): layer 1       on devices 1, 3"), std::string::npos) << o;
-  EXPECT_NE(o.find("stage 1 (operator 2): layer 2       on devices 2, 4"), std::string::npos) << o;
+  EXPECT_NE(o.find("stage 0 (operator 1): layer 1        12% of FLOPs on devices 1, 3"), std::string::npos) << o;
+  EXPECT_NE(o.find("stage 1 (operator 2): layer 2        88% of FLOPs on devices 2, 4"), std::string::npos) << o;
   EXPECT_NE(o.find("data-parallel groups (gradient all-reduce):\n"
                    "  devices {1,3}  (ranks {0,2})\n"
                    "  devices {2,4}  (ranks {1,3})\n"),

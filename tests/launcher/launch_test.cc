@@ -46,7 +46,7 @@ TEST(Launch, ByHandEightRanksOfAThreeAxisMesh) {
 }
 
 TEST(Launch, UnderMpiexecEveryProcessIsARankAndNothingSpawnsTwice) {
-  std::string cfg = Config(R"({"model": {"kind": "mlp", "mlp_sizes": [4, 6, 2]},
+  std::string cfg = Config(R"({"model": {"kind": "mlp", "mlp_sizes": [4, 6, 2], "vocab_size": 2},
                                "mesh": {"tp": 3}})");
   RunResult r = RunProcess({"mpiexec", "-n", "3", kJob, cfg}, {}, 50, true);
   ASSERT_EQ(r.status, 0) << Describe(r);

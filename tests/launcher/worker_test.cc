@@ -17,7 +17,7 @@ namespace {
 // examples/four_device.json's mesh: dp 2, pp 2, pipeline innermost.
 struct tl_config FourDevice() {
   struct tl_config c;
-  EXPECT_EQ(tl_config_parse(R"({"model": {"kind": "mlp", "mlp_sizes": [16, 32, 4]},
+  EXPECT_EQ(tl_config_parse(R"({"model": {"kind": "mlp", "mlp_sizes": [16, 32, 4], "vocab_size": 4},
                                 "mesh": {"dp": 2, "pp": 2, "order": ["pp", "dp", "tp"]}})",
                             "four_device", &c),
             TL_OK)
