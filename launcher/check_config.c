@@ -75,10 +75,9 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
   printf(
       "batch     %d %s per step = %d replica%s x %d, in %d micro-batch%s of %d "
       "(%s schedule",
-      cfg->train.batch_size, m->kind == TL_MODEL_GPT ? "sequences" : "samples", me->dp,
-      me->dp == 1 ? "" : "s", per_replica, cfg->schedule.micro_batches,
-      cfg->schedule.micro_batches == 1 ? "" : "es", per_replica / cfg->schedule.micro_batches,
-      sched[cfg->schedule.kind]);
+      cfg->train.batch_size, "sequences", me->dp, me->dp == 1 ? "" : "s", per_replica,
+      cfg->schedule.micro_batches, cfg->schedule.micro_batches == 1 ? "" : "es",
+      per_replica / cfg->schedule.micro_batches, sched[cfg->schedule.kind]);
   if (cfg->schedule.kind == TL_SCHEDULE_INTERLEAVED)
     printf(", %d virtual stages", cfg->schedule.virtual_stages);
   printf(")\n");

@@ -1,0 +1,87 @@
+/* pipeline_bench.c — pipeline bubble and activation memory of GPipe and
+ * 1F1B, measured (not a test: figures only). Run under mpiexec:
+ *
+ *   bazel build -c opt //tests/bench:pipeline_bench
+ *   mpiexec -n 4 bazel-bin/tests/bench/pipeline_bench [--micro M] [--steps S]
+ *
+ * Every rank is one stage of a GPT (pp = ranks, dp = 1) with 8 layers. Per
+ * stage it prints the time spent waiting in pipeline receives as a share of
+ * the step (the measured bubble, next to (p-1)/(m+p-1)) and the bytes of
+ * its activation arenas (GPipe keeps m micro-batches in flight, 1F1B at
+ * most p - stage). With more ranks than cores the ranks also wait for a
+ * core, which the receive waits include. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/rng.h"
+#include "launcher/tokens.h"
+#include "launcher/trainer.h"
+#include "launcher/worker.h"
+
+int main(int argc, char** argv) {
+  int micro = 8, steps = 6;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--micro") == 0) micro = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
+  }
+  MPI_Init(&argc, &argv);
+  int rank, p;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  char path[] = "/tmp/trellis_pipeline_bench.bin";
+  if (rank == 0) {
+    const int64_t n = 1 << 16;
+    uint16_t* tok = malloc(sizeof(uint16_t) * n);
+    float* u = malloc(sizeof(float) * n);
+    tl_rng_uniform(3, 0, 0, n, 0.0f, 256.0f, u);
+    for (int64_t i = 0; i < n; i++) tok[i] = (uint16_t)u[i];
+    tl_tokens_write(path, tok, n);
+    free(tok), free(u);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0)
+    printf("GPT 8 layers x 128 channels, B=%d x T=64, pp=%d, %d micro-batches; bubble formula "
+           "(p-1)/(m+p-1) = %.3f\n",
+           micro * 2, p, micro, (p - 1.0) / (micro + p - 1.0));
+  for (int k = 0; k < 2; k++) {
+    struct tl_config c;
+    tl_config_defaults(&c);
+    c.model.n_layers = 8, c.model.n_heads = 4, c.model.n_embd = 128, c.model.max_seq_len = 64;
+    c.mesh.pp = p;
+    c.schedule.kind = k == 0 ? TL_SCHEDULE_GPIPE : TL_SCHEDULE_1F1B;
+    c.schedule.micro_batches = micro;
+    c.train.batch_size = 2 * micro, c.train.seq_len = 64, c.train.steps = steps + 1;
+    snprintf(c.data.train, sizeof c.data.train, "%s", path);
+    c.data.val[0] = '\0';
+    struct tl_worker w;
+    tl_trainer* t = NULL;
+    if (tl_worker_init(&c, &w) != TL_OK) tl_worker_fail(tl_last_error());
+    struct tl_trainer_comm comm = {w.world, w.groups[TL_AXIS_DP], w.groups[TL_AXIS_PP],
+                                   w.host_groups[TL_AXIS_DP], w.host_groups[TL_AXIS_PP]};
+    if (tl_trainer_create(&c, &comm, &t) != TL_OK) tl_worker_fail(tl_last_error());
+    struct tl_step_stats s;
+    double step = 0, wait = 0;
+    for (int i = 0; i <= steps; i++) {
+      if (tl_trainer_step(t, &s) != TL_OK) tl_worker_fail(tl_last_error());
+      if (i > 0) step += s.seconds, wait += s.bubble_seconds; /* the first step warms up */
+    }
+    double mine[3] = {wait / step, (double)tl_trainer_activation_bytes(t), step / steps * 1e3};
+    double all[3 * 64];
+    MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      printf("%s:\n", k == 0 ? "gpipe" : "1f1b");
+      for (int r = 0; r < p; r++)
+        printf("  stage %d: waiting in receives %5.1f%% of the step (%.1f ms/step); activation "
+               "arenas %8.1f KiB\n",
+               r, 100 * all[3 * r], all[3 * r + 2], all[3 * r + 1] / 1024);
+    }
+    tl_trainer_destroy(t);
+    tl_worker_finalize(&w);
+  }
+  if (rank == 0) unlink(path);
+  MPI_Finalize();
+  return 0;
+}
