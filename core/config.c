@@ -61,6 +61,7 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(schedule, kind, TL__FIELD_ENUM, .names = k_schedule_kinds),
     FIELD(schedule, micro_batches, TL__FIELD_INT, AT_LEAST(1)),
     FIELD(schedule, virtual_stages, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(schedule, stage_layers, TL__FIELD_STAGES, AT_LEAST(1)),
 
     FIELD(parallel, zero, TL__FIELD_INT, BETWEEN(0, 3)),
     FIELD(parallel, bucket_mb, TL__FIELD_DOUBLE, ABOVE(0)),
@@ -290,6 +291,12 @@ const char* tl__field_expect(const struct tl__config_field* f, char* buf, size_t
                "(its length - 1 is the number of layers)",
                TL_MLP_MAX_LAYERS + 1);
       break;
+    case TL__FIELD_STAGES:
+      snprintf(buf, size,
+               "an array of at most %d integers >= 1: layers per pipeline stage ([] = balance "
+               "FLOPs)",
+               TL_MAX_STAGES);
+      break;
     case TL__FIELD_U64:
       snprintf(buf, size, "an integer from 0 to %lld", (long long)INT64_MAX);
       break;
@@ -410,14 +417,37 @@ static bool read_field(const struct tl__config_field* f, const json_t* v, struct
       memcpy(cfg->model.mlp_sizes, sizes, n * sizeof sizes[0]);
       return true;
     }
+    case TL__FIELD_STAGES: {
+      size_t n = json_is_array(v) ? json_array_size(v) : 0;
+      if (!json_is_array(v) || n > TL_MAX_STAGES) break;
+      int layers[TL_MAX_STAGES];
+      bool ok = true;
+      for (size_t i = 0; i < n; i++) {
+        const json_t* e = json_array_get(v, i);
+        json_int_t x = json_is_integer(e) ? json_integer_value(e) : 0;
+        if (x < 1 || x > INT_MAX) {
+          tl__problem(p, "%s.%s[%zu] = %s: expected an integer >= 1", f->section, f->key, i,
+                      show(e, val, sizeof val));
+          ok = false;
+        } else {
+          layers[i] = (int)x;
+        }
+      }
+      if (!ok) return false;
+      cfg->schedule.n_stage_layers = (int)n;
+      memset(cfg->schedule.stage_layers, 0, sizeof cfg->schedule.stage_layers);
+      if (n) memcpy(cfg->schedule.stage_layers, layers, n * sizeof layers[0]);
+      return true;
+    }
   }
   /* Wrong type, or a shape the checks above refused: name what was given. */
   bool right_type =
       (f->type == TL__FIELD_INT || f->type == TL__FIELD_U64)        ? json_is_integer(v)
       : (f->type == TL__FIELD_FLOAT || f->type == TL__FIELD_DOUBLE) ? json_is_number(v)
       : f->type == TL__FIELD_BOOL                                   ? json_is_boolean(v)
-      : (f->type == TL__FIELD_ORDER || f->type == TL__FIELD_SIZES)  ? json_is_array(v)
-                                                                    : json_is_string(v);
+      : (f->type == TL__FIELD_ORDER || f->type == TL__FIELD_SIZES || f->type == TL__FIELD_STAGES)
+          ? json_is_array(v)
+          : json_is_string(v);
   if (right_type)
     tl__problem(p, "%s.%s = %s: expected %s", f->section, f->key, show(v, val, sizeof val), expect);
   else

@@ -25,6 +25,7 @@ extern "C" {
 
 #define TL_PATH_MAX 1024
 #define TL_MLP_MAX_LAYERS 16
+#define TL_MAX_STAGES 64
 
 typedef enum { TL_MODEL_GPT = 0, TL_MODEL_MLP } tl_model_kind;
 typedef enum { TL_AXIS_DP = 0, TL_AXIS_TP, TL_AXIS_PP } tl_axis;
@@ -32,31 +33,34 @@ typedef enum { TL_SCHEDULE_GPIPE = 0, TL_SCHEDULE_1F1B, TL_SCHEDULE_INTERLEAVED 
 typedef enum { TL_LR_COSINE = 0, TL_LR_CONSTANT } tl_lr_schedule;
 
 struct tl_model_config {
-  tl_model_kind kind;     /* "gpt" | "mlp"; default gpt */
+  tl_model_kind kind; /* "gpt" | "mlp"; default gpt */
   /* gpt */
-  int n_layers;           /* default 4 */
-  int n_heads;            /* default 4 */
-  int n_embd;             /* channels; default 128 */
-  int vocab_size;         /* default 256 (byte-level) */
-  int padded_vocab_size;  /* 0 = vocab_size rounded up to a multiple of 128 (llm.c) */
-  int max_seq_len;        /* positions in wpe; default 64 */
+  int n_layers;          /* default 4 */
+  int n_heads;           /* default 4 */
+  int n_embd;            /* channels; default 128 */
+  int vocab_size;        /* default 256 (byte-level) */
+  int padded_vocab_size; /* 0 = vocab_size rounded up to a multiple of 128 (llm.c) */
+  int max_seq_len;       /* positions in wpe; default 64 */
   /* mlp: sizes[0] inputs, sizes[n_mlp_layers] outputs (classes) */
   int n_mlp_layers;
   int mlp_sizes[TL_MLP_MAX_LAYERS + 1];
   /* initial weights */
-  uint64_t seed;          /* Philox key; default 1337 */
+  uint64_t seed;               /* Philox key; default 1337 */
   char init_from[TL_PATH_MAX]; /* "" = from the RNG, else an llm.c model file */
 };
 
 struct tl_mesh_config {
-  int dp, tp, pp;         /* default 1 each */
-  tl_axis order[3];       /* innermost first; default {tp, dp, pp} */
+  int dp, tp, pp;   /* default 1 each */
+  tl_axis order[3]; /* innermost first; default {tp, dp, pp} */
 };
 
 struct tl_schedule_config {
-  tl_schedule_kind kind;  /* "gpipe" | "1f1b" | "interleaved"; default 1f1b */
-  int micro_batches;      /* per replica per step; default 1 */
-  int virtual_stages;     /* interleaved only; default 1 */
+  tl_schedule_kind kind; /* "gpipe" | "1f1b" | "interleaved"; default 1f1b */
+  int micro_batches;     /* per replica per step; default 1 */
+  int virtual_stages;    /* interleaved only; default 1 */
+  /* layers per pipeline stage; n_stage_layers = 0 (default): balance FLOPs */
+  int n_stage_layers;
+  int stage_layers[TL_MAX_STAGES];
 };
 
 struct tl_parallel_config {
@@ -67,20 +71,20 @@ struct tl_parallel_config {
 };
 
 struct tl_train_config {
-  int steps;              /* default 100 */
-  int batch_size;         /* global, in sequences; default 4 */
-  int seq_len;            /* T; default 64; <= model.max_seq_len */
-  float lr;               /* peak; default 1e-3 */
-  float min_lr;           /* cosine floor; default 0 */
-  int warmup_steps;       /* default 0 */
+  int steps;                  /* default 100 */
+  int batch_size;             /* global, in sequences; default 4 */
+  int seq_len;                /* T; default 64; <= model.max_seq_len */
+  float lr;                   /* peak; default 1e-3 */
+  float min_lr;               /* cosine floor; default 0 */
+  int warmup_steps;           /* default 0 */
   tl_lr_schedule lr_schedule; /* "cosine" | "constant"; default cosine */
   float beta1, beta2, eps;    /* default 0.9, 0.95, 1e-8 */
-  float weight_decay;     /* on 2-D weights only; default 0.0 */
-  float grad_clip;        /* global norm; 0 = off; default 1.0 */
-  int val_every;          /* steps; 0 = never; default 0 */
-  int val_batches;        /* batches per validation; default 4 */
-  int sample_tokens;      /* generated at the end; 0 = none; default 64 */
-  int sample_top_k;       /* 1 = greedy; default 1 */
+  float weight_decay;         /* on 2-D weights only; default 0.0 */
+  float grad_clip;            /* global norm; 0 = off; default 1.0 */
+  int val_every;              /* steps; 0 = never; default 0 */
+  int val_batches;            /* batches per validation; default 4 */
+  int sample_tokens;          /* generated at the end; 0 = none; default 64 */
+  int sample_top_k;           /* 1 = greedy; default 1 */
 };
 
 struct tl_data_config {
@@ -89,8 +93,8 @@ struct tl_data_config {
 };
 
 struct tl_device_config {
-  tl_device_type type;     /* "cpu" | "cuda"; default cpu (CUDA: one GPU per local rank) */
-  int threads;             /* CPU threads per rank; 0 = automatic */
+  tl_device_type type; /* "cpu" | "cuda"; default cpu (CUDA: one GPU per local rank) */
+  int threads;         /* CPU threads per rank; 0 = automatic */
 };
 
 struct tl_checkpoint_config {

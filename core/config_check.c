@@ -80,6 +80,21 @@ static bool check_field(const struct tl__config_field* f, const struct tl_config
                   o[1], o[2], expect);
       return false;
     }
+    case TL__FIELD_STAGES: {
+      const struct tl_schedule_config* sc = &cfg->schedule;
+      if (sc->n_stage_layers < 0 || sc->n_stage_layers > TL_MAX_STAGES) {
+        tl__problem(p, "schedule.n_stage_layers = %d: expected %s", sc->n_stage_layers, expect);
+        return false;
+      }
+      bool ok = true;
+      for (int i = 0; i < sc->n_stage_layers; i++)
+        if (sc->stage_layers[i] < 1) {
+          tl__problem(p, "schedule.stage_layers[%d] = %d: expected an integer >= 1", i,
+                      sc->stage_layers[i]);
+          ok = false;
+        }
+      return ok;
+    }
     case TL__FIELD_SIZES: {
       const struct tl_model_config* m = &cfg->model;
       if (m->n_mlp_layers < 1 || m->n_mlp_layers > TL_MLP_MAX_LAYERS) {
@@ -147,6 +162,16 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                 "model.mlp_sizes[%d] = %d: must equal model.vocab_size = %d (the MLP predicts the "
                 "next token)",
                 m->n_mlp_layers, m->mlp_sizes[m->n_mlp_layers], m->vocab_size);
+  if (OK(schedule, stage_layers) && s->n_stage_layers > 0) {
+    int sum = 0;
+    for (int i = 0; i < s->n_stage_layers; i++) sum += s->stage_layers[i];
+    if (OK(mesh, pp) && s->n_stage_layers != mesh->pp)
+      tl__problem(p, "schedule.stage_layers has %d entries: expected one per stage, mesh.pp = %d",
+                  s->n_stage_layers, mesh->pp);
+    else if (layers > 0 && sum != layers)
+      tl__problem(p, "schedule.stage_layers adds up to %d layers: expected %s = %d", sum,
+                  layers_name, layers);
+  }
   if (layers > 0 && OK(mesh, pp) && mesh->pp > layers)
     tl__problem(p, "mesh.pp = %d: must be <= %s = %d (each pipeline stage needs a layer)", mesh->pp,
                 layers_name, layers);

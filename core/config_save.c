@@ -101,6 +101,12 @@ static tl_status write_value(FILE* f, const struct tl__config_field* fd,
         fprintf(f, "%s%d", i ? ", " : "", cfg->model.mlp_sizes[i]);
       fputc(']', f);
       break;
+    case TL__FIELD_STAGES:
+      fputc('[', f);
+      for (int i = 0; i < cfg->schedule.n_stage_layers; i++)
+        fprintf(f, "%s%d", i ? ", " : "", cfg->schedule.stage_layers[i]);
+      fputc(']', f);
+      break;
   }
   return TL_OK;
 }

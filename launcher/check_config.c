@@ -124,7 +124,9 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   tl_pp_stage* st = calloc((size_t)pp, sizeof *st);
   int ok = st && tl_model_init(&cfg->model, &m) == TL_OK &&
            tl_model_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, true, &g, &io) == TL_OK &&
-           tl_pp_partition(g, &io, &m, pp, NULL, st) == TL_OK;
+           tl_pp_partition(g, &io, &m, pp,
+                           cfg->schedule.n_stage_layers ? cfg->schedule.stage_layers : NULL,
+                           st) == TL_OK;
   double total = 0;
   for (int s = 0; ok && s < pp; s++) total += st[s].flops;
   for (int s = 0; ok && s < pp; s++) {
@@ -146,9 +148,11 @@ static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh*
   int* lasts = calloc((size_t)pp, sizeof(int));
   double* shares = calloc((size_t)pp, sizeof(double));
   int balanced = firsts && lasts && shares && stage_layers(cfg, pp, firsts, lasts, shares);
-  printf("\npipeline stages (layers counted from 1; %s):\n",
-         balanced ? "cut to balance forward + backward FLOPs, as training cuts them"
-                  : "the model could not be built here, shown split evenly");
+  const char* how = !balanced ? "the model could not be built here, shown split evenly"
+                    : cfg->schedule.n_stage_layers
+                        ? "as schedule.stage_layers sets them"
+                        : "cut to balance forward + backward FLOPs, as training cuts them";
+  printf("\npipeline stages (layers counted from 1; %s):\n", how);
   for (int s = 0; s < pp; s++) {
     int first = balanced ? firsts[s] : s * layers / pp + 1;
     int last = balanced ? lasts[s] : (s + 1) * layers / pp;

@@ -4,7 +4,13 @@ package(default_visibility = ["//visibility:public"])
 
 cc_library(
     name = "cuda",
-    hdrs = glob(["include/*.h", "include/crt/*.h", "include/crt/*.hpp", "include/*.hpp"]),
+    hdrs = glob([
+        "include/*.h",
+        "include/*.hpp",
+        "include/crt/*.h",
+        "include/crt/*.hpp",
+        "include/nv/**",
+    ]),
     includes = ["include"],
     linkopts = [
         "-L%{root}/lib64",

@@ -112,8 +112,11 @@ Run Train(const tl_config& c, bool single) {
   return r;
 }
 
-void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int micro) {
+void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int micro,
+                const std::vector<int>& stage_layers = {}) {
   tl_config c = Base(kind);
+  c.schedule.n_stage_layers = (int)stage_layers.size();
+  for (size_t i = 0; i < stage_layers.size(); i++) c.schedule.stage_layers[i] = stage_layers[i];
   c.mesh.dp = dp, c.mesh.pp = pp, c.mesh.tp = 1;
   c.schedule.kind = sched, c.schedule.micro_batches = micro;
   // small buckets with 2 micro-batches: all-reduces start during the
@@ -150,6 +153,8 @@ TEST(Equality, EveryMeshOfThisJobEqualsTheSingleDeviceRun) {
       for (tl_model_kind kind : {TL_MODEL_MLP, TL_MODEL_GPT})
         for (tl_schedule_kind sched : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
           for (int micro : {1, 2, 4}) CheckEqual(kind, dp, pp, sched, micro);
+      // stages cut by the config instead of by FLOPs, unevenly
+      if (pp == 2) CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 2, {3, 1});
     }
 }
 
