@@ -126,6 +126,8 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
                      " dp=" + std::to_string(dp) + " pp=" + std::to_string(pp) +
                      (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") +
                      " micro=" + std::to_string(micro);
+  for (size_t i = 0; i < stage_layers.size(); i++)
+    what += (i ? "+" : " stage layers ") + std::to_string(stage_layers[i]);
   Run par = Train(c, false);
   if (WorldRank() != 0) return;
   tl_config one = c;
