@@ -27,8 +27,18 @@ cc_library(
     deps = [":cuda"],
 )
 
+# libcudnn.so is a dispatcher that dlopen()s its parts (libcudnn_graph, ...)
+# by name; linking the graph part in makes that work where the toolkit's
+# folder is not on the loader's search path (a fresh machine).
 cc_library(
     name = "cudnn",
-    linkopts = ["-L%{root}/lib64", "-Wl,-rpath,%{root}/lib64", "-lcudnn"],
+    linkopts = [
+        "-L%{root}/lib64",
+        "-Wl,-rpath,%{root}/lib64",
+        "-Wl,--no-as-needed",
+        "-lcudnn_graph",
+        "-Wl,--as-needed",
+        "-lcudnn",
+    ],
     deps = [":cuda"],
 )
