@@ -395,32 +395,13 @@ static bool read_field(const struct tl__config_field* f, const json_t* v, struct
       memcpy(at, order, sizeof order);
       return true;
     }
-    case TL__FIELD_SIZES: {
-      size_t n = json_is_array(v) ? json_array_size(v) : 0;
-      if (n < 2 || n > TL_MLP_MAX_LAYERS + 1) break;
-      int sizes[TL_MLP_MAX_LAYERS + 1];
-      bool ok = true;
-      for (size_t i = 0; i < n; i++) {
-        const json_t* e = json_array_get(v, i);
-        json_int_t x = json_is_integer(e) ? json_integer_value(e) : 0;
-        if (x < 1 || x > INT_MAX) {
-          tl__problem(p, "%s.%s[%zu] = %s: expected an integer >= 1", f->section, f->key, i,
-                      show(e, val, sizeof val));
-          ok = false;
-        } else {
-          sizes[i] = (int)x;
-        }
-      }
-      if (!ok) return false;
-      cfg->model.n_mlp_layers = (int)n - 1;
-      memset(cfg->model.mlp_sizes, 0, sizeof cfg->model.mlp_sizes);
-      memcpy(cfg->model.mlp_sizes, sizes, n * sizeof sizes[0]);
-      return true;
-    }
+    case TL__FIELD_SIZES:
     case TL__FIELD_STAGES: {
+      int sizes = f->type == TL__FIELD_SIZES;
       size_t n = json_is_array(v) ? json_array_size(v) : 0;
-      if (!json_is_array(v) || n > TL_MAX_STAGES) break;
-      int layers[TL_MAX_STAGES];
+      size_t lo = sizes ? 2 : 0, hi = sizes ? TL_MLP_MAX_LAYERS + 1 : TL_MAX_STAGES;
+      int got[TL_MAX_STAGES > TL_MLP_MAX_LAYERS + 1 ? TL_MAX_STAGES : TL_MLP_MAX_LAYERS + 1];
+      if (!json_is_array(v) || n < lo || n > hi) break;
       bool ok = true;
       for (size_t i = 0; i < n; i++) {
         const json_t* e = json_array_get(v, i);
@@ -430,13 +411,18 @@ static bool read_field(const struct tl__config_field* f, const json_t* v, struct
                       show(e, val, sizeof val));
           ok = false;
         } else {
-          layers[i] = (int)x;
+          got[i] = (int)x;
         }
       }
       if (!ok) return false;
-      cfg->schedule.n_stage_layers = (int)n;
-      memset(cfg->schedule.stage_layers, 0, sizeof cfg->schedule.stage_layers);
-      if (n) memcpy(cfg->schedule.stage_layers, layers, n * sizeof layers[0]);
+      int* dst = sizes ? cfg->model.mlp_sizes : cfg->schedule.stage_layers;
+      size_t cap = sizes ? sizeof cfg->model.mlp_sizes : sizeof cfg->schedule.stage_layers;
+      memset(dst, 0, cap);
+      if (n) memcpy(dst, got, n * sizeof got[0]);
+      if (sizes)
+        cfg->model.n_mlp_layers = (int)n - 1;
+      else
+        cfg->schedule.n_stage_layers = (int)n;
       return true;
     }
   }
