@@ -120,7 +120,8 @@ bool tl_model_param_is_key_bias(const tl_model* m, int64_t i) {
   return j >= c && j < 2 * c;
 }
 
-void tl_model_compare(const tl_model* m, const float* a, const float* ref, struct tl_param_diff* out) {
+void tl_model_compare(const tl_model* m, const float* a, const float* ref,
+                      struct tl_param_diff* out) {
   memset(out, 0, sizeof *out);
   for (int k = 0; k < m->n_tensors; k++) {
     const struct tl_param_tensor* t = &m->tensors[k];
@@ -185,63 +186,61 @@ static tl_status param(tl_graph* g, const tl_model* m, const char* name, int lay
 
 static const int k_no_attr[TL_NODE_MAX_ATTRS] = {0};
 
-static tl_status gpt_build(tl_graph* g, const tl_model* m, int b, int t, int tokens, int* logits,
+/* A node whose weight and bias are layer `layer` of tensors `w` and `b`
+ * (layer -1: whole tensors), named "h<layer>.<what>" (or `what`). */
+static tl_status weighted(tl_graph* g, const tl_model* m, int op, const char* what, int layer,
+                          int x, const char* w, const char* b, int* out) {
+  static const int linear[TL_NODE_MAX_ATTRS] = {0, 1}; /* x W^T + b: W is (out, in) */
+  int wv, bv;
+  char name[TL_NAME_MAX];
+  TL_CHECK(param(g, m, w, layer, &wv));
+  TL_CHECK(param(g, m, b, layer, &bv));
+  if (layer < 0)
+    snprintf(name, sizeof name, "%s", what);
+  else
+    snprintf(name, sizeof name, "h%d.%s", layer, what);
+  return NODE(op, name, ((int[]){x, wv, bv}), op == TL_OP_MATMUL ? linear : k_no_attr, out);
+}
+
+/* A parameter-free node "h<layer>.<what>". */
+static tl_status plain(tl_graph* g, int op, const char* what, int layer, int n_in, const int* in,
+                       const int* attr, int* out) {
+  char name[TL_NAME_MAX];
+  snprintf(name, sizeof name, "h%d.%s", layer, what);
+  return tl_graph_node(g, op, name, n_in, in, attr, TL_NODE_MAX_ATTRS, out);
+}
+
+static tl_status gpt_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
                            struct tl_model_io* io) {
   const struct tl_model_config* c = &m->cfg;
   int wte, wpe, x, o[3];
-  char name[TL_NAME_MAX];
   TL_CHECK(param(g, m, "wte", -1, &wte));
   TL_CHECK(param(g, m, "wpe", -1, &wpe));
   TL_CHECK(NODE(TL_OP_EMBEDDING, "encoder", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
-  (void)b, (void)t;
+  const int heads[TL_NODE_MAX_ATTRS] = {c->n_heads};
   for (int l = 0; l < c->n_layers; l++) {
     io->layer_begin[l] = g->n_nodes;
-    int w, bias, w2, ln1, qkv, att, proj, ln2, fc, gelu, fcproj;
-    int tn[6] = {0, 1}, heads[6] = {c->n_heads};
-    TL_CHECK(param(g, m, "ln1w", l, &w));
-    TL_CHECK(param(g, m, "ln1b", l, &bias));
-    snprintf(name, sizeof name, "h%d.ln1", l);
-    TL_CHECK(NODE(TL_OP_LAYERNORM, name, ((int[]){x, w, bias}), k_no_attr, o));
-    ln1 = o[0];
-    TL_CHECK(param(g, m, "qkvw", l, &w));
-    TL_CHECK(param(g, m, "qkvb", l, &bias));
-    snprintf(name, sizeof name, "h%d.qkv", l);
-    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){ln1, w, bias}), tn, &qkv));
-    snprintf(name, sizeof name, "h%d.attn", l);
-    TL_CHECK(NODE(TL_OP_ATTENTION, name, ((int[]){qkv}), heads, o));
+    int qkv, att, proj, fc, act, fcproj;
+    /* x = x + attention(layernorm(x)) */
+    TL_CHECK(weighted(g, m, TL_OP_LAYERNORM, "ln1", l, x, "ln1w", "ln1b", o));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "qkv", l, o[0], "qkvw", "qkvb", &qkv));
+    TL_CHECK(plain(g, TL_OP_ATTENTION, "attn", l, 1, &qkv, heads, o));
     att = o[0];
-    TL_CHECK(param(g, m, "attprojw", l, &w));
-    TL_CHECK(param(g, m, "attprojb", l, &bias));
-    snprintf(name, sizeof name, "h%d.attproj", l);
-    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){att, w, bias}), tn, &proj));
-    snprintf(name, sizeof name, "h%d.res1", l);
-    TL_CHECK(NODE(TL_OP_ADD, name, ((int[]){x, proj}), k_no_attr, &x));
-    TL_CHECK(param(g, m, "ln2w", l, &w));
-    TL_CHECK(param(g, m, "ln2b", l, &bias));
-    snprintf(name, sizeof name, "h%d.ln2", l);
-    TL_CHECK(NODE(TL_OP_LAYERNORM, name, ((int[]){x, w, bias}), k_no_attr, o));
-    ln2 = o[0];
-    TL_CHECK(param(g, m, "fcw", l, &w));
-    TL_CHECK(param(g, m, "fcb", l, &bias));
-    snprintf(name, sizeof name, "h%d.fc", l);
-    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){ln2, w, bias}), tn, &fc));
-    snprintf(name, sizeof name, "h%d.gelu", l);
-    TL_CHECK(NODE(TL_OP_GELU, name, ((int[]){fc}), k_no_attr, &gelu));
-    TL_CHECK(param(g, m, "fcprojw", l, &w2));
-    TL_CHECK(param(g, m, "fcprojb", l, &bias));
-    snprintf(name, sizeof name, "h%d.fcproj", l);
-    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){gelu, w2, bias}), tn, &fcproj));
-    snprintf(name, sizeof name, "h%d.res2", l);
-    TL_CHECK(NODE(TL_OP_ADD, name, ((int[]){x, fcproj}), k_no_attr, &x));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "attproj", l, att, "attprojw", "attprojb", &proj));
+    TL_CHECK(plain(g, TL_OP_ADD, "res1", l, 2, (int[]){x, proj}, k_no_attr, &x));
+    /* x = x + mlp(layernorm(x)) */
+    TL_CHECK(weighted(g, m, TL_OP_LAYERNORM, "ln2", l, x, "ln2w", "ln2b", o));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fc", l, o[0], "fcw", "fcb", &fc));
+    TL_CHECK(plain(g, TL_OP_GELU, "gelu", l, 1, &fc, k_no_attr, &act));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fcproj", l, act, "fcprojw", "fcprojb", &fcproj));
+    TL_CHECK(plain(g, TL_OP_ADD, "res2", l, 2, (int[]){x, fcproj}, k_no_attr, &x));
   }
   io->layer_begin[c->n_layers] = g->n_nodes;
   io->n_layers = c->n_layers;
-  int w, bias, tn[6] = {0, 1};
-  TL_CHECK(param(g, m, "lnfw", -1, &w));
-  TL_CHECK(param(g, m, "lnfb", -1, &bias));
-  TL_CHECK(NODE(TL_OP_LAYERNORM, "lnf", ((int[]){x, w, bias}), k_no_attr, o));
+  TL_CHECK(weighted(g, m, TL_OP_LAYERNORM, "lnf", -1, x, "lnfw", "lnfb", o));
   /* the LM head is the token embedding, transposed (weight tying) */
-  return NODE(TL_OP_MATMUL, "lm_head", ((int[]){o[0], wte}), tn, logits);
+  static const int linear[TL_NODE_MAX_ATTRS] = {0, 1};
+  return NODE(TL_OP_MATMUL, "lm_head", ((int[]){o[0], wte}), linear, logits);
 }
 
 static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
@@ -293,7 +292,7 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
                           m->cfg.kind == TL_MODEL_GPT ? t : 1};
   TL_CHECK_GOTO(tl_graph_input(g, "tokens", TL_I32, 2, tok_shape, &io->tokens), st, fail);
   if (m->cfg.kind == TL_MODEL_GPT)
-    TL_CHECK_GOTO(gpt_build(g, m, b, t, io->tokens, &io->logits, io), st, fail);
+    TL_CHECK_GOTO(gpt_build(g, m, io->tokens, &io->logits, io), st, fail);
   else
     TL_CHECK_GOTO(mlp_build(g, m, io->tokens, &io->logits, io), st, fail);
   /* logits are what an inference graph is for; a training graph reads the
