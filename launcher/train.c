@@ -25,6 +25,7 @@
 #include "core/timer.h"
 #include "kernels/cpu/cpu.h"
 #include "launcher/cli.h"
+#include "launcher/sample.h"
 #include "launcher/spawn.h"
 #include "launcher/trainer.h"
 #include "launcher/worker.h"

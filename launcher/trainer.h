@@ -69,11 +69,6 @@ tl_status tl_trainer_save(tl_trainer* t, const char* path);
 /* Writes the weights as an llm.c model file (collective; gpt only). */
 tl_status tl_trainer_export(tl_trainer* t, const char* path);
 
-/* Generates n tokens after `prompt` with top-k sampling (k = 1: greedy) from
- * the given full parameter vector (host), on the CPU. */
-tl_status tl_sample(const tl_model* m, int seq_len, const float* params, const int32_t* prompt,
-                    int n_prompt, int n, int top_k, uint64_t seed, int32_t* out);
-
 int64_t tl_trainer_steps_done(const tl_trainer* t);
 const tl_model* tl_trainer_model(const tl_trainer* t);
 int tl_trainer_world_rank(const tl_trainer* t);

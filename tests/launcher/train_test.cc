@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "launcher/checkpoint.h"
+#include "launcher/sample.h"
 #include "launcher/tokens.h"
 #include "launcher/trainer.h"
 
