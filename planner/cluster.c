@@ -111,6 +111,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      "intra_node",
                                      "inter_node",
                                      "compute_efficiency",
+                                     "efficiency_half_flops",
                                      "reserve_bytes",
                                      NULL};
   static const char* const peak_keys[] = {"fp32", "bf16", NULL};
@@ -152,6 +153,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
   if (c->efficiency > 1)
     return TL_ERRF(TL_ERR_CONFIG, "%s: compute_efficiency = %g: expected a fraction in (0, 1]", src,
                    c->efficiency);
+  TL_CHECK(number(src, root, "", "efficiency_half_flops", 0, 1, &c->efficiency_half_flops));
   return number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes);
 }
 

@@ -10,13 +10,16 @@
  *    "peak_flops": {"fp32": 19.5e12, "bf16": 312e12},
  *    "intra_node": {"bandwidth": 300e9, "latency": 5e-6},
  *    "inter_node": {"bandwidth": 25e9, "latency": 1e-5},
- *    "compute_efficiency": 0.6, "reserve_bytes": 2e9}
+ *    "compute_efficiency": 0.6, "efficiency_half_flops": 4e10,
+ *    "reserve_bytes": 2e9}
  *
  * Bandwidths are bytes/s per device and direction (what one device's ring
  * neighbour link carries), latencies seconds per message. The last two keys
  * are optional: the fraction of peak the model's arithmetic reaches
- * (TL_CLUSTER_DEFAULT_EFFICIENCY) and the bytes a device keeps back for its
- * runtime, workspaces and fragmentation. */
+ * (TL_CLUSTER_DEFAULT_EFFICIENCY), how it falls for small layers (the
+ * efficiency is compute_efficiency * x / (x + efficiency_half_flops), x the
+ * FLOPs of one block's forward on one rank; default 0, flat) and the bytes a device keeps back for
+ * its runtime, workspaces and fragmentation. */
 #ifndef TL_PLANNER_CLUSTER_H
 #define TL_PLANNER_CLUSTER_H
 
@@ -29,9 +32,9 @@ extern "C" {
 #endif
 
 /* Fraction of peak FLOP/s the executed arithmetic reaches when a cluster
- * does not say; calibrated once against Narayanan et al. 2021 Table 1 (see
- * tests/planner/table1_test.cc and planner/README.md). */
-#define TL_CLUSTER_DEFAULT_EFFICIENCY 0.56
+ * does not say: a round guess. The DGX specs carry figures calibrated
+ * against Narayanan et al. 2021 Table 1 (tests/planner/table1_test.cc). */
+#define TL_CLUSTER_DEFAULT_EFFICIENCY 0.5
 #define TL_CLUSTER_DEFAULT_RESERVE 2e9
 
 struct tl_link {
@@ -47,7 +50,10 @@ typedef struct tl_cluster {
   double device_memory_bytes;
   double peak_fp32, peak_bf16; /* FLOP/s per device; bf16 0 = none */
   struct tl_link intra, inter;
-  double efficiency;    /* fraction of peak reached; (0, 1] */
+  double efficiency; /* fraction of peak reached by large kernels; (0, 1] */
+  /* FLOPs per rank of one block's forward at which a device reaches half of
+   * `efficiency` (small matrix products run further from peak); 0 = flat */
+  double efficiency_half_flops;
   double reserve_bytes; /* kept back per device */
 } tl_cluster;
 

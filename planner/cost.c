@@ -125,7 +125,6 @@ static double ring_all_reduce(double bytes, int n, const struct tl_link* link) {
 void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype, tl_plan* p) {
   const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
   const double act_bytes = tl_dtype_size(dtype); /* the graph counts elements */
-  const double peak = tl_cluster_peak(c, dtype) * c->efficiency;
   const int dpn = c->devices_per_node;
   const int L = cm->n_layers, Lmax = (L + pp - 1) / pp; /* the fullest stage's blocks */
   const double bsh = (double)b * cm->layer_input;       /* (b, s, h) elements */
@@ -162,7 +161,9 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double ends = pp == 1 ? cm->embed_flops + cm->head_flops
                         : (cm->embed_flops > cm->head_flops ? cm->embed_flops : cm->head_flops);
   double fl_micro = ((double)Lmax * layer_fl + ends) * b / t;
-  double comp = fl_micro / peak;
+  double x = cm->layer_fwd_flops * b / t; /* one block's forward on one rank */
+  double eff = c->efficiency * x / (x + c->efficiency_half_flops);
+  double comp = fl_micro / (tl_cluster_peak(c, dtype) * eff);
   const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
   int tp_calls = p->recompute ? 6 : 4;
   double tp_comm = Lmax * tp_calls * ring_all_reduce(bsh * act_bytes, t, tp_link);
@@ -175,7 +176,9 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
 
   /* 4. the step: m micro-batches, the bubble, then the gradient all-reduce */
   const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
-  double grads = (p_first > p_last ? p_first : p_last) / t * sb.g;
+  /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
+   * bf16, and trellis's only dtype), whatever the weights' dtype */
+  double grads = (p_first > p_last ? p_first : p_last) / t * 4.0;
   double dp = ring_all_reduce(grads, d, dp_link) * (p->zero == 3 ? 1.5 : 1.0);
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;
