@@ -146,6 +146,10 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
   printf("cluster %s: %d nodes x %d devices, %.1f GB each, %.4g TFLOP/s %s peak\n", c->name,
          c->nodes, c->devices_per_node, c->device_memory_bytes / 1e9,
          tl_cluster_peak(c, dtype) / 1e12, dtype == TL_BF16 ? "bf16" : "fp32");
+  if (dtype == TL_BF16)
+    printf(
+        "(bf16 mixed precision predicted; trellis train runs fp32 today: --dtype fp32 "
+        "predicts its runs)\n");
   printf("global batch %d x %d tokens; %lld plans priced in %.1f ms, %d fit\n\n", batch, cm->seq,
          (long long)r->n_evaluated, secs * 1e3, r->n_plans);
   printf("%4s %5s %3s %4s %5s %5s %6s %4s %3s %9s %10s %11s %8s %6s  %-8s\n", "rank", "dp", "tp",
