@@ -150,3 +150,59 @@ TEST(PlanCli, BadUsageAndBadInput) {
   std::ifstream f(out);
   EXPECT_FALSE(f.good()) << "no partial output";
 }
+
+// The planner's bytes per device against what the trainer's allocator
+// counts: plan this machine for the small GPT, train the written config for
+// 2 steps on its 2 ranks, read the peak bytes from --metrics. The reserve
+// (runtime, fragmentation) is the planner's margin, not a count, so it is
+// left out of the comparison.
+TEST(PlanCli, PredictedBytesMatchTheAllocatorsPeak) {
+  std::string text = TempPath("corpus.txt"), tokens = TempPath("tokens.bin");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 400; i++) f << "A parallel run is the same run, line " << i << ".\n";
+  }
+  std::string cmd = "launcher/trellis data " + text + " " + tokens + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::string base = TempPath("base.json");
+  {
+    std::ofstream f(base);
+    f << R"({"model": {"kind": "gpt", "n_layers": 4, "n_heads": 4, "n_embd": 128,
+             "vocab_size": 256, "max_seq_len": 64},
+             "train": {"steps": 2, "batch_size": 8, "seq_len": 64, "sample_tokens": 0},
+             "data": {"train": ")"
+      << tokens << "\"}}";
+  }
+  std::string out = TempPath("plan_mem.json");
+  PlanRun r =
+      Plan("--model " + base + " --cluster " + kThisMachine + " --json --top 1 --out " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  size_t brace = r.output.find('{');
+  json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+  ASSERT_NE(root, nullptr) << r.output;
+  json_t* best = json_array_get(json_object_get(root, "plans"), 0);
+  double predicted = json_number_value(json_object_get(best, "memory_state_bytes")) +
+                     json_number_value(json_object_get(best, "memory_activation_bytes"));
+  json_decref(root);
+  std::string metrics = TempPath("metrics.jsonl");
+  cmd = "launcher/trellis train " + out + " --metrics " + metrics + " > " + TempPath("train.log") +
+        " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << TempPath("train.log");
+  std::ifstream m(metrics);
+  std::string line, last;
+  while (std::getline(m, line))
+    if (line.find("\"peak_bytes\"") != std::string::npos) last = line;
+  json_t* rec = json_loads(last.c_str(), 0, nullptr);
+  ASSERT_NE(rec, nullptr) << last;
+  double peak = 0;
+  const char* k;
+  json_t* v;
+  json_object_foreach(json_object_get(rec, "peak_bytes"), k, v) {
+    if (json_number_value(v) > peak) peak = json_number_value(v);
+  }
+  json_decref(rec);
+  std::printf("predicted %.3g bytes per rank (state + activations), allocator peak %.3g: %+.1f%%\n",
+              predicted, peak, 100 * (predicted / peak - 1));
+  ASSERT_GT(peak, 0);
+  EXPECT_NEAR(predicted / peak, 1.0, 0.25);
+}
