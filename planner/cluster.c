@@ -86,7 +86,8 @@ static tl_status known_keys(const char* src, const json_t* obj, const char* path
   return TL_OK;
 }
 
-static tl_status link(const char* src, const json_t* root, const char* key, struct tl_link* out) {
+static tl_status parse_link(const char* src, const json_t* root, const char* key,
+                            struct tl_link* out) {
   static const char* const keys[] = {"bandwidth", "latency", NULL};
   const json_t* o = json_object_get(root, key);
   if (!o || !json_is_object(o))
@@ -146,8 +147,8 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
   TL_CHECK(known_keys(src, pk, "peak_flops.", peak_keys));
   TL_CHECK(number(src, pk, "peak_flops.", "fp32", -1, 0, &c->peak_fp32));
   TL_CHECK(number(src, pk, "peak_flops.", "bf16", 0, 1, &c->peak_bf16));
-  TL_CHECK(link(src, root, "intra_node", &c->intra));
-  TL_CHECK(link(src, root, "inter_node", &c->inter));
+  TL_CHECK(parse_link(src, root, "intra_node", &c->intra));
+  TL_CHECK(parse_link(src, root, "inter_node", &c->inter));
   TL_CHECK(number(src, root, "", "compute_efficiency", TL_CLUSTER_DEFAULT_EFFICIENCY, 0,
                   &c->efficiency));
   if (c->efficiency > 1)
