@@ -5,7 +5,8 @@
  * as a training config that `trellis train` runs unchanged.
  *
  * `trellis train` runs data x pipeline meshes today (tensor parallelism is
- * refused), so plans with tp > 1 are marked not runnable; on a CPU cluster
+ * refused; ZeRO and recomputation are not implemented), so plans that need
+ * them are marked not runnable; on a CPU cluster
  * (this machine) the search keeps to what the trainer implements, and --out
  * always writes the best runnable plan. */
 #include <jansson.h>
@@ -36,7 +37,8 @@ static void usage(FILE* f) {
       "optimizer, checkpoints) is carried into --out. --batch and --seq default to its\n"
       "train.batch_size and train.seq_len. --cluster: a cluster spec (examples/clusters/).\n"
       "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}}.\n"
-      "--out: the best plan `trellis train` can run, as a complete config (atomic write).\n"
+      "--out: the best plan `trellis train` runs today (tp 1, ZeRO 0, no recompute), as a\n"
+      "complete config (atomic write).\n"
       "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
       "--dtype: training precision (default bf16 where the cluster has a bf16 peak).\n"
       "Exit status: 0 a plan was found, 1 none fits or bad input, 2 bad usage.\n");
@@ -161,7 +163,7 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
            p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, schedule_name(p->schedule), p->zero,
            p->recompute ? "on" : "off", p->mem_total / 1e9, p->t_step, p->tokens_per_s,
            p->flops_per_device / 1e12, 100 * p->mfu, tl_plan_bound(p),
-           p->runnable ? "" : "  (tp > 1: not runnable by trellis train yet)");
+           p->runnable ? "" : "  (trellis train: not yet)");
   }
   if (r->n_plans > 0) {
     const tl_plan* w = &r->plans[0];
@@ -290,8 +292,8 @@ int tl_cli_plan(int argc, char** argv) {
     struct tl_config plan_cfg;
     if (!best) {
       fprintf(stderr,
-              "trellis plan: no plan that fits has tp = 1, which `trellis train` needs today; "
-              "nothing written to %s\n",
+              "trellis plan: no plan that fits has tp = 1, ZeRO 0 and no recomputation, which "
+              "`trellis train` needs today; nothing written to %s\n",
               out_path);
       status = 1;
     } else if (tl_plan_to_config(best, &cfg, seq, &c, &plan_cfg) != TL_OK ||
@@ -302,7 +304,9 @@ int tl_cli_plan(int argc, char** argv) {
       fprintf(as_json ? stderr : stdout, "%swrote %s: plan %d (dp %d, tp %d, pp %d)%s\n",
               as_json ? "trellis plan: " : "\n", out_path, (int)(best - r.plans) + 1, best->dp,
               best->tp, best->pp,
-              best == r.plans ? "" : ", the best that `trellis train` runs today (tp = 1)");
+              best == r.plans
+                  ? ""
+                  : ", the best that `trellis train` runs today (tp 1, ZeRO 0, no recompute)");
     }
   }
   tl_search_free(&r);
