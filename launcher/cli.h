@@ -9,5 +9,6 @@ int tl_cli_check_config(int argc, char** argv);
 int tl_cli_env(int argc, char** argv);
 int tl_cli_data(int argc, char** argv);
 int tl_cli_train(int argc, char** argv);
+int tl_cli_plan(int argc, char** argv);
 
 #endif

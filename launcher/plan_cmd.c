@@ -1,0 +1,314 @@
+/* plan_cmd.c — `trellis plan`: which data x tensor x pipeline split to use
+ * for a model on a cluster. Prices every split with the planner's cost model
+ * (planner/cost.h) and prints them ranked by predicted step time, what
+ * bounds the winner and what was rejected and why; --out writes the winner
+ * as a training config that `trellis train` runs unchanged.
+ *
+ * `trellis train` runs data x pipeline meshes today (tensor parallelism is
+ * refused; ZeRO and recomputation are not implemented), so plans that need
+ * them are marked not runnable; on a CPU cluster
+ * (this machine) the search keeps to what the trainer implements, and --out
+ * always writes the best runnable plan. */
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/timer.h"
+#include "launcher/cli.h"
+#include "planner/cluster.h"
+#include "planner/cost.h"
+#include "planner/recommend.h"
+#include "planner/search.h"
+
+static void usage(FILE* f) {
+  fprintf(
+      f,
+      "usage: trellis plan --model CONFIG.json --cluster CLUSTER.json [--batch B] [--seq S]\n"
+      "                    [--top K] [--json] [--out PLAN.json] [--nodes N] [--dtype bf16|fp32]\n"
+      "                    [--fix dp=..,tp=..,pp=..,micro_batch=..,micro_batches=..,zero=..,\n"
+      "                           recompute=0|1,schedule=gpipe|1f1b] [--allow-tp-across-nodes]\n"
+      "\n"
+      "Ranks every data x tensor x pipeline split of the cluster's devices (micro-batch\n"
+      "size and count, GPipe or 1F1B, ZeRO 0-3, recomputation) by predicted step time.\n"
+      "--model: a training config; its model section is planned and the rest (data,\n"
+      "optimizer, checkpoints) is carried into --out. --batch and --seq default to its\n"
+      "train.batch_size and train.seq_len. --cluster: a cluster spec (examples/clusters/).\n"
+      "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}}.\n"
+      "--out: the best plan `trellis train` runs today (tp 1, ZeRO 0, no recompute), as a\n"
+      "complete config (atomic write).\n"
+      "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
+      "--dtype: training precision (default bf16 where the cluster has a bf16 peak).\n"
+      "Exit status: 0 a plan was found, 1 none fits or bad input, 2 bad usage.\n");
+}
+
+static int parse_int(const char* s, int lo, int* out) {
+  char* end = NULL;
+  long v = strtol(s, &end, 10);
+  if (!s[0] || *end || v < lo || v > INT_MAX) return 0;
+  *out = (int)v;
+  return 1;
+}
+
+/* "dp=4,tp=1,schedule=1f1b" -> options; 0 and a message on a bad item. */
+static int parse_fix(char* spec, struct tl_search_options* o) {
+  for (char* item = strtok(spec, ","); item; item = strtok(NULL, ",")) {
+    char* eq = strchr(item, '=');
+    if (!eq) {
+      fprintf(stderr, "trellis plan: --fix item '%s': expected NAME=VALUE\n", item);
+      return 0;
+    }
+    *eq = '\0';
+    const char *k = item, *v = eq + 1;
+    int* dst = NULL;
+    int lo = 1;
+    if (strcmp(k, "dp") == 0) dst = &o->fix_dp;
+    if (strcmp(k, "tp") == 0) dst = &o->fix_tp;
+    if (strcmp(k, "pp") == 0) dst = &o->fix_pp;
+    if (strcmp(k, "micro_batch") == 0) dst = &o->fix_micro_batch;
+    if (strcmp(k, "micro_batches") == 0) dst = &o->fix_n_micro;
+    if (strcmp(k, "zero") == 0) dst = &o->fix_zero, lo = 0;
+    if (strcmp(k, "recompute") == 0) dst = &o->fix_recompute, lo = 0;
+    if (strcmp(k, "schedule") == 0) {
+      if (strcmp(v, "gpipe") == 0)
+        o->fix_schedule = TL_SCHEDULE_GPIPE;
+      else if (strcmp(v, "1f1b") == 0)
+        o->fix_schedule = TL_SCHEDULE_1F1B;
+      else {
+        fprintf(stderr, "trellis plan: --fix schedule=%s: expected gpipe or 1f1b\n", v);
+        return 0;
+      }
+      continue;
+    }
+    if (!dst) {
+      fprintf(stderr,
+              "trellis plan: --fix %s: unknown; expected dp, tp, pp, micro_batch, "
+              "micro_batches, zero, recompute or schedule\n",
+              k);
+      return 0;
+    }
+    if (!parse_int(v, lo, dst) || (dst == &o->fix_zero && *dst > 3) ||
+        (dst == &o->fix_recompute && *dst > 1)) {
+      fprintf(stderr, "trellis plan: --fix %s=%s: expected %s\n", k, v,
+              dst == &o->fix_zero        ? "0, 1, 2 or 3"
+              : dst == &o->fix_recompute ? "0 or 1"
+                                         : "an integer >= 1");
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static const char* schedule_name(tl_schedule_kind k) {
+  return k == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b";
+}
+
+static json_t* plan_json(const tl_plan* p) {
+  return json_pack(
+      "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+      "s:f, s:f, s:f, s:s, s:b}",
+      "dp", p->dp, "tp", p->tp, "pp", p->pp, "micro_batch", p->micro_batch, "micro_batches",
+      p->n_micro, "schedule", schedule_name(p->schedule), "zero", p->zero, "recompute",
+      p->recompute, "memory_bytes", p->mem_total, "memory_state_bytes", p->mem_state,
+      "memory_activation_bytes", p->mem_act, "step_s", p->t_step, "compute_s", p->t_compute,
+      "bubble_s", p->t_bubble, "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp,
+      "tokens_per_s", p->tokens_per_s, "tflops_per_device", p->flops_per_device / 1e12, "mfu",
+      p->mfu, "bound", tl_plan_bound(p), "runnable", p->runnable);
+}
+
+static int print_json(const tl_search_result* r, int top, const tl_cluster* c, double secs) {
+  json_t* root = json_object();
+  json_t* plans = json_array();
+  for (int i = 0; i < r->n_plans && i < top; i++)
+    json_array_append_new(plans, plan_json(&r->plans[i]));
+  json_t* rej = json_object();
+  for (int k = 0; k < TL_REJECT_COUNT; k++)
+    json_object_set_new(rej, tl_reject_name((tl_reject_reason)k), json_integer(r->rejected[k]));
+  json_object_set_new(root, "cluster", json_string(c->name));
+  json_object_set_new(root, "devices", json_integer(tl_cluster_devices(c)));
+  json_object_set_new(root, "evaluated", json_integer(r->n_evaluated));
+  json_object_set_new(root, "fitting", json_integer(r->n_plans));
+  json_object_set_new(root, "search_seconds", json_real(secs));
+  json_object_set_new(root, "plans", plans);
+  json_object_set_new(root, "rejected", rej);
+  char* text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+  json_decref(root);
+  if (!text) return 0;
+  printf("%s\n", text);
+  free(text);
+  return 1;
+}
+
+static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
+                        const tl_cost_model* cm, int batch, tl_dtype dtype, double secs) {
+  printf("model: gpt, %d layers, %d heads, %d channels, vocabulary %d; %.3g parameters\n",
+         cm->n_layers, cm->n_heads, cm->n_embd, cm->vocab, (double)cm->params_total);
+  printf("cluster %s: %d nodes x %d devices, %.1f GB each, %.4g TFLOP/s %s peak\n", c->name,
+         c->nodes, c->devices_per_node, c->device_memory_bytes / 1e9,
+         tl_cluster_peak(c, dtype) / 1e12, dtype == TL_BF16 ? "bf16" : "fp32");
+  if (dtype == TL_BF16)
+    printf(
+        "(bf16 mixed precision predicted; trellis train runs fp32 today: --dtype fp32 "
+        "predicts its runs)\n");
+  printf("global batch %d x %d tokens; %lld plans priced in %.1f ms, %d fit\n\n", batch, cm->seq,
+         (long long)r->n_evaluated, secs * 1e3, r->n_plans);
+  printf("%4s %5s %3s %4s %5s %5s %6s %4s %3s %9s %10s %11s %8s %6s  %-8s\n", "rank", "dp", "tp",
+         "pp", "mb", "n_mb", "sched", "zero", "rc", "mem GB", "step s", "tokens/s", "TFLOP/s",
+         "MFU", "bound");
+  for (int i = 0; i < r->n_plans && i < top; i++) {
+    const tl_plan* p = &r->plans[i];
+    printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %9.2f %10.4g %11.4g %8.4g %5.1f%%  %-8s%s\n", i + 1,
+           p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, schedule_name(p->schedule), p->zero,
+           p->recompute ? "on" : "off", p->mem_total / 1e9, p->t_step, p->tokens_per_s,
+           p->flops_per_device / 1e12, 100 * p->mfu, tl_plan_bound(p),
+           p->runnable ? "" : "  (trellis train: not yet)");
+  }
+  if (r->n_plans > 0) {
+    const tl_plan* w = &r->plans[0];
+    double t = w->t_step;
+    printf(
+        "\nthe winner's step: compute %.0f%%, bubble %.0f%%, tp comm %.0f%%, pp comm %.0f%%, "
+        "dp comm %.0f%% -> bound by %s\n",
+        100 * w->t_compute / t, 100 * w->t_bubble / t, 100 * w->t_tp / t, 100 * w->t_pp / t,
+        100 * w->t_dp / t, tl_plan_bound(w));
+    double usable = c->device_memory_bytes;
+    printf(
+        "memory: %.2f GB of %.2f GB per device (%.0f%%; state %.2f, activations %.2f, reserve "
+        "%.2f)%s\n",
+        w->mem_total / 1e9, usable / 1e9, 100 * w->mem_total / usable, w->mem_state / 1e9,
+        w->mem_act / 1e9, w->mem_reserve / 1e9,
+        w->mem_total > 0.9 * usable ? " -> also bound by memory" : "");
+  }
+  printf("\nrejected:");
+  for (int k = 0; k < TL_REJECT_COUNT; k++)
+    printf(" %s %lld%s", tl_reject_name((tl_reject_reason)k), (long long)r->rejected[k],
+           k + 1 < TL_REJECT_COUNT ? "," : "\n");
+  printf("(tp_*, pp_layers and batch count mesh shapes; trainer and memory count plans)\n");
+}
+
+int tl_cli_plan(int argc, char** argv) {
+  const char *model_path = NULL, *cluster_path = NULL, *out_path = NULL, *dtype_name = NULL;
+  int batch = 0, seq = 0, top = 10, nodes = 0, as_json = 0, allow_tp = 0;
+  char fix[512] = "";
+  for (int i = 0; i < argc; i++) {
+    const char* a = argv[i];
+    int has = i + 1 < argc;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(a, "--json") == 0) {
+      as_json = 1;
+    } else if (strcmp(a, "--allow-tp-across-nodes") == 0) {
+      allow_tp = 1;
+    } else if (has && strcmp(a, "--model") == 0) {
+      model_path = argv[++i];
+    } else if (has && strcmp(a, "--cluster") == 0) {
+      cluster_path = argv[++i];
+    } else if (has && strcmp(a, "--out") == 0) {
+      out_path = argv[++i];
+    } else if (has && strcmp(a, "--dtype") == 0) {
+      dtype_name = argv[++i];
+    } else if (has && strcmp(a, "--fix") == 0) {
+      snprintf(fix, sizeof fix, "%s", argv[++i]);
+    } else if (has && (strcmp(a, "--batch") == 0 || strcmp(a, "--seq") == 0 ||
+                       strcmp(a, "--top") == 0 || strcmp(a, "--nodes") == 0)) {
+      int* dst = a[2] == 'b' ? &batch : a[2] == 's' ? &seq : a[2] == 't' ? &top : &nodes;
+      if (!parse_int(argv[++i], 1, dst)) {
+        fprintf(stderr, "trellis plan: %s %s: expected an integer >= 1\n", a, argv[i]);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "trellis plan: unknown or incomplete option '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (!model_path || !cluster_path) {
+    fprintf(stderr, "trellis plan: --model and --cluster are required\n");
+    usage(stderr);
+    return 2;
+  }
+  struct tl_config cfg;
+  if (tl_config_load(model_path, &cfg) != TL_OK) {
+    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    return 1;
+  }
+  tl_cluster c;
+  if (tl_cluster_load(cluster_path, &c) != TL_OK) {
+    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    return 1;
+  }
+  if (nodes) c.nodes = nodes;
+  if (!batch) batch = cfg.train.batch_size;
+  if (!seq) seq = cfg.train.seq_len;
+  tl_dtype dtype = c.peak_bf16 > 0 ? TL_BF16 : TL_F32;
+  if (dtype_name) {
+    if (strcmp(dtype_name, "bf16") == 0)
+      dtype = TL_BF16;
+    else if (strcmp(dtype_name, "fp32") == 0)
+      dtype = TL_F32;
+    else {
+      fprintf(stderr, "trellis plan: --dtype %s: expected bf16 or fp32\n", dtype_name);
+      return 2;
+    }
+  }
+  if (c.device == TL_DEVICE_CPU) dtype = TL_F32; /* the CPU kernels are fp32 */
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, batch, dtype);
+  o.allow_tp_across_nodes = allow_tp;
+  /* where trellis itself trains (CPU ranks), plan only what its trainer runs */
+  o.trainer_only = c.device == TL_DEVICE_CPU;
+  if (fix[0] && !parse_fix(fix, &o)) return 2;
+
+  tl_timer timer;
+  tl_timer_start(&timer);
+  tl_cost_model cm;
+  tl_search_result r;
+  if (tl_cost_model_build(&cfg.model, seq, &cm) != TL_OK ||
+      tl_search_run(&cm, &c, &o, &r) != TL_OK) {
+    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    return 1;
+  }
+  double secs = tl_timer_elapsed_s(&timer);
+  if (as_json) {
+    if (!print_json(&r, top, &c, secs)) {
+      fprintf(stderr, "trellis plan: cannot encode the plans as JSON\n");
+      tl_search_free(&r);
+      return 1;
+    }
+  } else {
+    print_table(&r, top, &c, &cm, batch, dtype, secs);
+  }
+  int status = 0;
+  if (r.n_plans == 0) {
+    fprintf(stderr, "trellis plan: no plan fits %s (see the rejected counts)\n", c.name);
+    status = 1;
+  } else if (out_path) {
+    const tl_plan* best = NULL;
+    for (int i = 0; i < r.n_plans && !best; i++)
+      if (r.plans[i].runnable) best = &r.plans[i];
+    struct tl_config plan_cfg;
+    if (!best) {
+      fprintf(stderr,
+              "trellis plan: no plan that fits has tp = 1, ZeRO 0 and no recomputation, which "
+              "`trellis train` needs today; nothing written to %s\n",
+              out_path);
+      status = 1;
+    } else if (tl_plan_to_config(best, &cfg, seq, &c, &plan_cfg) != TL_OK ||
+               tl_config_save(&plan_cfg, out_path) != TL_OK) {
+      fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+      status = 1;
+    } else {
+      fprintf(as_json ? stderr : stdout, "%swrote %s: plan %d (dp %d, tp %d, pp %d)%s\n",
+              as_json ? "trellis plan: " : "\n", out_path, (int)(best - r.plans) + 1, best->dp,
+              best->tp, best->pp,
+              best == r.plans
+                  ? ""
+                  : ", the best that `trellis train` runs today (tp 1, ZeRO 0, no recompute)");
+    }
+  }
+  tl_search_free(&r);
+  return status;
+}

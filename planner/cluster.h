@@ -1,0 +1,76 @@
+/* cluster.h — what the planner knows of a cluster: how many nodes and
+ * devices, each device's memory and peak arithmetic, and the links between
+ * devices inside a node and between nodes, as bandwidth + latency (the
+ * alpha-beta model the cost model prices collectives with).
+ *
+ * A cluster is one JSON document (examples/clusters/ holds several):
+ *
+ *   {"name": "dgx_a100", "comment": "...", "device": "cuda",
+ *    "nodes": 4, "devices_per_node": 8, "device_memory_bytes": 80e9,
+ *    "peak_flops": {"fp32": 19.5e12, "bf16": 312e12},
+ *    "intra_node": {"bandwidth": 300e9, "latency": 5e-6},
+ *    "inter_node": {"bandwidth": 25e9, "latency": 1e-5},
+ *    "compute_efficiency": 0.6, "efficiency_half_flops": 4e10,
+ *    "reserve_bytes": 2e9}
+ *
+ * Bandwidths are bytes/s per device and direction (what one device's ring
+ * neighbour link carries), latencies seconds per message. The last two keys
+ * are optional: the fraction of peak the model's arithmetic reaches
+ * (TL_CLUSTER_DEFAULT_EFFICIENCY), how it falls for small layers (the
+ * efficiency is compute_efficiency * x / (x + efficiency_half_flops), x the
+ * FLOPs of one block's forward on one rank; default 0, flat) and the bytes a device keeps back for
+ * its runtime, workspaces and fragmentation. */
+#ifndef TL_PLANNER_CLUSTER_H
+#define TL_PLANNER_CLUSTER_H
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fraction of peak FLOP/s the executed arithmetic reaches when a cluster
+ * does not say: a round guess. The DGX specs carry figures calibrated
+ * against Narayanan et al. 2021 Table 1 (tests/planner/table1_test.cc). */
+#define TL_CLUSTER_DEFAULT_EFFICIENCY 0.5
+#define TL_CLUSTER_DEFAULT_RESERVE 2e9
+
+struct tl_link {
+  double bandwidth; /* bytes/s per device, each direction */
+  double latency;   /* seconds per message */
+};
+
+typedef struct tl_cluster {
+  char name[64];
+  tl_device_type device; /* "cpu" | "cuda" */
+  int nodes;
+  int devices_per_node;
+  double device_memory_bytes;
+  double peak_fp32, peak_bf16; /* FLOP/s per device; bf16 0 = none */
+  struct tl_link intra, inter;
+  double efficiency; /* fraction of peak reached by large kernels; (0, 1] */
+  /* FLOPs per rank of one block's forward at which a device reaches half of
+   * `efficiency` (small matrix products run further from peak); 0 = flat */
+  double efficiency_half_flops;
+  double reserve_bytes; /* kept back per device */
+} tl_cluster;
+
+static inline int tl_cluster_devices(const tl_cluster* c) {
+  return c->nodes * c->devices_per_node;
+}
+
+/* Peak FLOP/s per device for dtype (TL_BF16 or TL_F32); 0 when unknown. */
+double tl_cluster_peak(const tl_cluster* c, tl_dtype dtype);
+
+/* Parses a cluster file / text. Errors name the JSON path, the value and
+ * what was expected; *out is zeroed on failure. */
+tl_status tl_cluster_load(const char* path, tl_cluster* out);
+tl_status tl_cluster_parse(const char* json_text, const char* source_name, tl_cluster* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

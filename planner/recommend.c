@@ -1,0 +1,27 @@
+/* recommend.c — writing a plan's choices over a base config. */
+#include "planner/recommend.h"
+
+#include <string.h>
+
+tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int seq,
+                            const tl_cluster* c, struct tl_config* out) {
+  struct tl_config cfg = *base;
+  if (seq > cfg.model.max_seq_len)
+    return TL_ERRF(TL_ERR_CONFIG, "sequence length %d exceeds model.max_seq_len = %d", seq,
+                   cfg.model.max_seq_len);
+  cfg.mesh.dp = p->dp;
+  cfg.mesh.tp = p->tp;
+  cfg.mesh.pp = p->pp;
+  cfg.schedule.kind = p->schedule;
+  cfg.schedule.micro_batches = p->n_micro;
+  cfg.schedule.virtual_stages = 1;
+  cfg.schedule.n_stage_layers = 0; /* the trainer balances FLOPs */
+  memset(cfg.schedule.stage_layers, 0, sizeof cfg.schedule.stage_layers);
+  cfg.parallel.zero = p->zero;
+  cfg.parallel.recompute = p->recompute;
+  cfg.train.batch_size = p->dp * p->micro_batch * p->n_micro;
+  cfg.train.seq_len = seq;
+  cfg.device.type = c->device;
+  *out = cfg;
+  return TL_OK;
+}

@@ -1,0 +1,133 @@
+/* search.c — enumerate splits, price each with the cost model, keep what
+ * fits, rank by step time. The cost model is built once by the caller, so a
+ * plan costs a few dozen floating-point operations; thousands of plans take
+ * milliseconds. */
+#include "planner/search.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char* const k_reject_names[TL_REJECT_COUNT] = {
+    "tp_heads", "tp_vocab", "tp_node", "pp_layers", "batch", "trainer", "memory"};
+
+const char* tl_reject_name(tl_reject_reason r) {
+  return r >= 0 && r < TL_REJECT_COUNT ? k_reject_names[r] : "unknown";
+}
+
+void tl_search_options_defaults(struct tl_search_options* o, int global_batch, tl_dtype dtype) {
+  memset(o, 0, sizeof *o);
+  o->global_batch = global_batch;
+  o->dtype = dtype;
+  o->fix_dp = o->fix_tp = o->fix_pp = o->fix_micro_batch = o->fix_n_micro = -1;
+  o->fix_zero = o->fix_recompute = o->fix_schedule = -1;
+}
+
+void tl_search_free(tl_search_result* r) {
+  if (!r) return;
+  free(r->plans);
+  memset(r, 0, sizeof *r);
+}
+
+static int by_step_time(const void* a, const void* b) {
+  const tl_plan *x = a, *y = b;
+  if (x->t_step != y->t_step) return x->t_step < y->t_step ? -1 : 1;
+  /* ties: less memory first, then smaller tp, pp (simpler meshes) */
+  if (x->mem_total != y->mem_total) return x->mem_total < y->mem_total ? -1 : 1;
+  if (x->tp != y->tp) return x->tp - y->tp;
+  return x->pp - y->pp;
+}
+
+static bool fixed_ok(int fix, int v) {
+  return fix < 0 || fix == v;
+}
+
+static tl_status push(tl_search_result* r, int* cap, const tl_plan* p) {
+  if (r->n_plans == *cap) {
+    int nc = *cap ? *cap * 2 : 256;
+    tl_plan* np = realloc(r->plans, sizeof *np * (size_t)nc);
+    if (!np) return TL_ERRF(TL_ERR_NOMEM, "search: %d plans", nc);
+    r->plans = np;
+    *cap = nc;
+  }
+  r->plans[r->n_plans++] = *p;
+  return TL_OK;
+}
+
+tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
+                        const struct tl_search_options* o, tl_search_result* out) {
+  memset(out, 0, sizeof *out);
+  const int devices = tl_cluster_devices(c), B = o->global_batch;
+  if (B < 1) return TL_ERRF(TL_ERR_INVALID, "global batch %d; expected >= 1", B);
+  if (tl_cluster_peak(c, o->dtype) <= 0)
+    return TL_ERRF(TL_ERR_CONFIG, "cluster %s has no peak_flops for %s", c->name,
+                   o->dtype == TL_BF16 ? "bf16" : "fp32");
+  int cap = 0;
+  tl_status st = TL_OK;
+  for (int tp = 1; tp <= devices; tp++) {
+    if (devices % tp || !fixed_ok(o->fix_tp, tp)) continue;
+    for (int pp = 1; pp <= devices / tp; pp++) {
+      if ((devices / tp) % pp || !fixed_ok(o->fix_pp, pp)) continue;
+      int dp = devices / tp / pp;
+      if (!fixed_ok(o->fix_dp, dp)) continue;
+      /* 1. the mesh's own rules */
+      tl_reject_reason why = TL_REJECT_COUNT;
+      if (cm->n_heads % tp)
+        why = TL_REJECT_TP_HEADS;
+      else if (cm->padded_vocab % tp)
+        why = TL_REJECT_TP_VOCAB;
+      else if (tp > c->devices_per_node && !o->allow_tp_across_nodes)
+        why = TL_REJECT_TP_NODE;
+      else if (pp > cm->n_layers)
+        why = TL_REJECT_PP_LAYERS;
+      else if (B % dp)
+        why = TL_REJECT_BATCH;
+      else if (o->trainer_only && tp > 1)
+        why = TL_REJECT_TRAINER;
+      if (why != TL_REJECT_COUNT) {
+        out->rejected[why]++;
+        continue;
+      }
+      /* 2. every way to cut the replica's batch, every schedule, ZeRO, recompute */
+      int per_replica = B / dp;
+      for (int mb = 1; mb <= per_replica; mb++) {
+        if (per_replica % mb || !fixed_ok(o->fix_micro_batch, mb)) continue;
+        int n_micro = per_replica / mb;
+        if (!fixed_ok(o->fix_n_micro, n_micro)) continue;
+        for (int sk = TL_SCHEDULE_GPIPE; sk <= TL_SCHEDULE_1F1B; sk++) {
+          if (!fixed_ok(o->fix_schedule, sk)) continue;
+          /* one stage: the two schedules are the same run; keep 1F1B */
+          if (pp == 1 && sk == TL_SCHEDULE_GPIPE && o->fix_schedule < 0) continue;
+          for (int zero = 0; zero <= 3; zero++) {
+            if (!fixed_ok(o->fix_zero, zero)) continue;
+            if (dp == 1 && zero > 0 && o->fix_zero < 0) continue; /* nothing to shard over */
+            for (int rc = 0; rc <= 1; rc++) {
+              if (!fixed_ok(o->fix_recompute, rc)) continue;
+              if (o->trainer_only && (zero > 0 || rc)) {
+                out->rejected[TL_REJECT_TRAINER]++;
+                continue;
+              }
+              tl_plan p;
+              memset(&p, 0, sizeof p);
+              p.dp = dp, p.tp = tp, p.pp = pp, p.micro_batch = mb, p.n_micro = n_micro;
+              p.schedule = (tl_schedule_kind)sk;
+              p.zero = zero;
+              p.recompute = rc;
+              tl_cost_evaluate(cm, c, o->dtype, &p);
+              out->n_evaluated++;
+              if (!p.fits) {
+                out->rejected[TL_REJECT_MEMORY]++;
+                continue;
+              }
+              TL_CHECK_GOTO(push(out, &cap, &p), st, fail);
+            }
+          }
+        }
+      }
+    }
+  }
+  if (out->n_plans > 1) qsort(out->plans, (size_t)out->n_plans, sizeof *out->plans, by_step_time);
+  return TL_OK;
+fail:
+  tl_search_free(out);
+  return st;
+}

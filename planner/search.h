@@ -1,0 +1,71 @@
+/* search.h — the search over 3D splits: every dp × tp × pp factorisation of
+ * the cluster's devices, every micro-batch size and count that makes the
+ * global batch, both flush schedules (GPipe, 1F1B), ZeRO 0..3 and
+ * recomputation on and off. Each candidate is priced by the cost model
+ * (planner/cost.h, built once per model and sequence length); those that do
+ * not fit a device's memory, or break a rule of the mesh, are rejected and
+ * counted by reason; the rest are ranked by predicted step time.
+ *
+ * Mesh rules: tp divides the heads and the padded vocabulary, tp <= devices
+ * per node (tensor parallelism needs the node's fast links) unless allowed,
+ * pp <= layers, dp divides the global batch. Rejections of a mesh shape are
+ * counted once per (dp, tp, pp); memory rejections once per plan. */
+#ifndef TL_PLANNER_SEARCH_H
+#define TL_PLANNER_SEARCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "planner/cluster.h"
+#include "planner/cost.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  TL_REJECT_TP_HEADS = 0, /* tp does not divide the attention heads */
+  TL_REJECT_TP_VOCAB,     /* tp does not divide the padded vocabulary */
+  TL_REJECT_TP_NODE,      /* tp > devices per node */
+  TL_REJECT_PP_LAYERS,    /* pp > layers */
+  TL_REJECT_BATCH,        /* dp does not divide the global batch */
+  TL_REJECT_TRAINER,      /* the trainer cannot run it here (tp > 1, ZeRO, recompute) */
+  TL_REJECT_MEMORY,       /* over device memory */
+  TL_REJECT_COUNT
+} tl_reject_reason;
+
+/* "tp_heads", "tp_vocab", "tp_node", "pp_layers", "batch", "trainer", "memory" */
+const char* tl_reject_name(tl_reject_reason r);
+
+struct tl_search_options {
+  int global_batch; /* sequences per step */
+  tl_dtype dtype;   /* TL_BF16 (mixed precision) or TL_F32 */
+  bool allow_tp_across_nodes;
+  /* only what `trellis train` runs today: tp = 1, ZeRO 0, no recomputation */
+  bool trainer_only;
+  /* fixed choices; -1 = search (schedule: -1 or a tl_schedule_kind) */
+  int fix_dp, fix_tp, fix_pp, fix_micro_batch, fix_n_micro, fix_zero, fix_recompute, fix_schedule;
+};
+
+/* Options with nothing fixed. */
+void tl_search_options_defaults(struct tl_search_options* o, int global_batch, tl_dtype dtype);
+
+typedef struct tl_search_result {
+  tl_plan* plans; /* the plans that fit, fastest first */
+  int n_plans;
+  int64_t n_evaluated; /* plans priced */
+  int64_t rejected[TL_REJECT_COUNT];
+} tl_search_result;
+
+/* Runs the search; out->plans is heap memory the caller frees with
+ * tl_search_free (also on failure it is left empty). n_plans may be 0 when
+ * everything was rejected. */
+tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
+                        const struct tl_search_options* o, tl_search_result* out);
+void tl_search_free(tl_search_result* r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,86 @@
+// Cluster specs: the shipped examples load with the figures they document;
+// bad specs fail naming the JSON path, the value and what was expected.
+#include <gtest/gtest.h>
+
+#include <string>
+
+extern "C" {
+#include "planner/cluster.h"
+}
+
+TEST(Cluster, ShippedExamplesLoad) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  EXPECT_STREQ(c.name, "dgx_a100");
+  EXPECT_EQ(c.devices_per_node, 8);
+  EXPECT_EQ(tl_cluster_devices(&c), 3072);
+  EXPECT_DOUBLE_EQ(tl_cluster_peak(&c, TL_BF16), 312e12);
+  EXPECT_DOUBLE_EQ(tl_cluster_peak(&c, TL_F32), 19.5e12);
+  EXPECT_DOUBLE_EQ(c.intra.bandwidth, 300e9);
+  EXPECT_DOUBLE_EQ(c.inter.bandwidth, 25e9);
+  EXPECT_EQ(c.device, TL_DEVICE_CUDA);
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_h100.json", &c), TL_OK) << tl_last_error();
+  EXPECT_DOUBLE_EQ(c.peak_bf16, 989e12);
+  ASSERT_EQ(tl_cluster_load("examples/clusters/h200.json", &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_cluster_devices(&c), 1);
+  ASSERT_EQ(tl_cluster_load("examples/clusters/this_machine.json", &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(c.device, TL_DEVICE_CPU);
+  EXPECT_EQ(tl_cluster_devices(&c), 2);
+  EXPECT_DOUBLE_EQ(tl_cluster_peak(&c, TL_F32), 90e9);
+  EXPECT_DOUBLE_EQ(tl_cluster_peak(&c, TL_BF16), 0);
+}
+
+namespace {
+
+const char* kGood =
+    R"({"nodes": 2, "devices_per_node": 4, "device_memory_bytes": 1e9,
+        "peak_flops": {"fp32": 1e12}, "intra_node": {"bandwidth": 1e9, "latency": 0},
+        "inter_node": {"bandwidth": 1e8, "latency": 1e-5}})";
+
+std::string Error(const std::string& json) {
+  tl_cluster c;
+  tl_status st = tl_cluster_parse(json.c_str(), "c.json", &c);
+  EXPECT_NE(st, TL_OK) << json;
+  EXPECT_EQ(c.nodes, 0) << "nothing half-built";
+  return tl_last_error();
+}
+
+std::string With(const std::string& from, const std::string& to) {
+  std::string s = kGood;
+  size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return s.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST(Cluster, DefaultsForTheOptionalKeys) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_parse(kGood, "c.json", &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_cluster_devices(&c), 8);
+  EXPECT_DOUBLE_EQ(c.efficiency, TL_CLUSTER_DEFAULT_EFFICIENCY);
+  EXPECT_DOUBLE_EQ(c.reserve_bytes, TL_CLUSTER_DEFAULT_RESERVE);
+  EXPECT_EQ(c.device, TL_DEVICE_CUDA);
+}
+
+TEST(Cluster, BadSpecsNameThePathTheValueAndWhatWasExpected) {
+  EXPECT_NE(Error(With("\"nodes\": 2", "\"nodes\": 0")).find("nodes = 0: expected an integer 1"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"nodes\": 2", "\"nodes\": \"2\"")).find("nodes: expected an integer"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"bandwidth\": 1e8", "\"bandwidth\": -1"))
+                .find("inter_node.bandwidth = -1: expected a number > 0"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"fp32\": 1e12", "\"fp16\": 1e12"))
+                .find("peak_flops.fp16: unknown key; expected one of: fp32, bf16"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"nodes\": 2,", "")).find("nodes: missing"), std::string::npos);
+  EXPECT_NE(Error(With("\"nodes\"", "\"node\"")).find("node: unknown key"), std::string::npos);
+  EXPECT_NE(Error(With("{\"nodes\"", "{\"device\": \"tpu\", \"nodes\""))
+                .find("device: expected \"cpu\" or \"cuda\", got tpu"),
+            std::string::npos);
+  EXPECT_NE(Error("{\"nodes\": ").find("c.json:1:"), std::string::npos);
+  tl_cluster c;
+  EXPECT_EQ(tl_cluster_load("no/such/cluster.json", &c), TL_ERR_IO);
+  EXPECT_NE(std::string(tl_last_error()).find("no/such/cluster.json"), std::string::npos);
+}

@@ -1,0 +1,167 @@
+// The cost model against the published closed forms: FLOPs (Narayanan et
+// al. 2021, eq. 3 and its no-recomputation form), activation bytes per
+// layer (Korthikanti et al. 2022), model state by ZeRO stage (ZeRO paper).
+//
+// The graph counts what trellis executes, which differs from the papers'
+// conventions in known terms; each test states them and checks the mapping
+// exactly before comparing with a tolerance:
+// - attention: the graph's causal kernel does half of the s x s scores
+//   (2·b·s²·h per layer forward), where the papers count all of them (4·b·s²·h);
+// - the graph also counts layer norms (8 per element), GELU (10), residual
+//   adds (1) and the embedding (1 per element), and the cross-entropy
+//   (4·s·V); the papers count matrix products only;
+// - the LM head multiplies by the padded vocabulary Vp, the papers by V.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+extern "C" {
+#include "planner/cost.h"
+}
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int l, a, h, V, s;
+};
+
+// GPT-3-like and the smallest and largest Table 1 rows.
+const Shape kShapes[] = {
+    {"table1_1.7B", 24, 24, 2304, 51200, 2048},
+    {"table1_39.1B", 48, 64, 8192, 51200, 2048},
+    {"table1_1008B", 128, 160, 25600, 51200, 2048},
+    {"gpt2_124M", 12, 12, 768, 50257, 1024},
+};
+
+tl_cost_model Build(const Shape& x) {
+  struct tl_config cfg;
+  tl_config_defaults(&cfg);
+  cfg.model.n_layers = x.l;
+  cfg.model.n_heads = x.a;
+  cfg.model.n_embd = x.h;
+  cfg.model.vocab_size = x.V;
+  cfg.model.max_seq_len = x.s;
+  tl_cost_model cm;
+  EXPECT_EQ(tl_cost_model_build(&cfg.model, x.s, &cm), TL_OK) << tl_last_error();
+  return cm;
+}
+
+}  // namespace
+
+TEST(CostModel, LayerFlopsAreTheGraphsNodesTermByTerm) {
+  for (const Shape& x : kShapes) {
+    tl_cost_model cm = Build(x);
+    double s = x.s, h = x.h;
+    // forward of one block at b = 1: 4 matmuls (24 s h^2), causal attention
+    // (2 s^2 h), 2 layer norms (16 s h), GELU on 4h (40 s h), 2 adds (2 s h)
+    double fwd = 24 * s * h * h + 2 * s * s * h + 58 * s * h;
+    EXPECT_NEAR(cm.layer_fwd_flops / fwd, 1.0, 1e-12) << x.name;
+    EXPECT_NEAR(cm.layer_flops / (3 * fwd), 1.0, 1e-12) << x.name;
+    double Vp = cm.padded_vocab;
+    EXPECT_NEAR(cm.head_fwd_flops / (2 * s * h * Vp + 8 * s * h + 4 * s * x.V), 1.0, 1e-12);
+  }
+}
+
+TEST(CostModel, FlopsAgreeWithNarayanansClosedForm) {
+  std::printf("%-14s %12s %12s %9s %12s\n", "shape", "graph", "eq.", "ratio", "+causal half");
+  for (const Shape& x : kShapes) {
+    tl_cost_model cm = Build(x);
+    double B = 1, s = x.s, l = x.l, h = x.h, V = x.V;
+    for (int rc = 0; rc <= 1; rc++) {
+      double layer = cm.layer_flops + (rc ? cm.layer_fwd_flops : 0);
+      double graph = B * (l * layer + cm.embed_flops + cm.head_flops);
+      double eq = rc ? 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+                     : 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+      // the other causal half of the scores: 2 s^2 h per block forward,
+      // 3x (4x with recomputation) over the step
+      double full = graph + (rc ? 4 : 3) * 2 * B * s * s * h * l;
+      std::printf("%-14s %12.4g %12.4g %9.4f %12.4f%s\n", x.name, graph, eq, graph / eq, full / eq,
+                  rc ? " (recompute)" : "");
+      // causal attention is what keeps the graph below the formula: at most
+      // s/(6h) / (1 + s/(6h)) / 2, 6.4% for the 1.7B row (h = 2304)
+      EXPECT_NEAR(graph / eq, 1.0, 0.075) << x.name;
+      // with the scores counted in full the rest (norms, GELU, Vp vs V,
+      // cross-entropy) is within 1%
+      EXPECT_NEAR(full / eq, 1.0, 0.01) << x.name;
+    }
+  }
+}
+
+TEST(CostModel, ActivationBytesMapOntoKorthikanti) {
+  for (const Shape& x : kShapes) {
+    tl_cost_model cm = Build(x);
+    double s = x.s, h = x.h, a = x.a;  // b = 1
+    // the graph keeps, in elements: ln1, qkv (3), attention out, attproj,
+    // res1, ln2, fc (4), gelu (4), fcproj, res2 = 18 s h; the softmax
+    // probabilities a s^2; the layer norms' mean and rstd 4 s
+    EXPECT_DOUBLE_EQ(cm.layer_act_rep + cm.layer_act_shard, 18 * s * h + a * s * s + 4 * s);
+    // Korthikanti, 16-bit: s h (34 + 5 a s / h) bytes. In 16-bit the graph
+    // is 2 bytes per element. Korthikanti's dropout keeps 2 s h (two 1-byte
+    // masks) and 3 a s^2 (mask + output); trellis has no dropout. The graph
+    // keeps two values Korthikanti does not (the projections' outputs, read
+    // by nobody's backward: 4 s h bytes) and the norms' statistics (8 s).
+    double graph16 = 2 * (cm.layer_act_rep + cm.layer_act_shard);
+    double korthikanti = s * h * (34 + 5 * a * s / h);
+    EXPECT_DOUBLE_EQ(graph16 - 4 * s * h - 8 * s, korthikanti - 2 * s * h - 3 * a * s * s)
+        << x.name;
+    // the tensor-parallel part is Korthikanti's 24/t term exactly, plus the
+    // softmax output (his 5 a s/(h t) less the dropout's 3)
+    EXPECT_DOUBLE_EQ(2 * cm.layer_act_shard, 24 * s * h + 2 * a * s * s) << x.name;
+    EXPECT_DOUBLE_EQ(cm.layer_input, s * h);
+    std::printf("%-14s graph (16-bit) %.4g B/layer, Korthikanti %.4g, ratio %.3f\n", x.name,
+                graph16, korthikanti, graph16 / korthikanti);
+  }
+}
+
+TEST(CostModel, ParametersAgreeWithNarayanansCount) {
+  for (const Shape& x : kShapes) {
+    tl_cost_model cm = Build(x);
+    double l = x.l, h = x.h;
+    // eq. 2 with the padded vocabulary (trellis pads to a multiple of 128),
+    // plus the final layer norm (2 h) that eq. 2 leaves out
+    double P = 12 * l * h * h * (1 + 13 / (12 * h) + (cm.padded_vocab + x.s) / (12 * l * h));
+    EXPECT_NEAR(cm.params_total / (P + 2 * h), 1.0, 1e-12) << x.name;
+    EXPECT_EQ(cm.params_layer, 12LL * x.h * x.h + 13LL * x.h);
+  }
+}
+
+TEST(CostModel, ModelStateByZeroStage) {
+  const double psi = 1e9, d = 64;
+  struct tl_state_bytes mp = tl_cost_state_bytes(TL_BF16);
+  EXPECT_DOUBLE_EQ(mp.w + mp.g + mp.o, 16);
+  EXPECT_DOUBLE_EQ(tl_cost_model_state(psi, 0, 64, mp), 16 * psi);
+  EXPECT_DOUBLE_EQ(tl_cost_model_state(psi, 1, 64, mp), 4 * psi + 12 * psi / d);
+  EXPECT_DOUBLE_EQ(tl_cost_model_state(psi, 2, 64, mp), 2 * psi + 14 * psi / d);
+  EXPECT_DOUBLE_EQ(tl_cost_model_state(psi, 3, 64, mp), 16 * psi / d);
+  struct tl_state_bytes f32 = tl_cost_state_bytes(TL_F32);
+  EXPECT_DOUBLE_EQ(f32.w + f32.g + f32.o, 16);
+  EXPECT_DOUBLE_EQ(tl_cost_model_state(psi, 1, 64, f32), 8 * psi + 8 * psi / d);
+}
+
+TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
+  tl_cost_model cm = Build(kShapes[1]);
+  tl_cluster c = {};
+  c.nodes = 64, c.devices_per_node = 8, c.device_memory_bytes = 80e9;
+  c.peak_bf16 = 312e12, c.peak_fp32 = 19.5e12, c.efficiency = 0.5, c.reserve_bytes = 0;
+  c.intra = {300e9, 5e-6}, c.inter = {25e9, 1e-5};
+  tl_plan p = {};
+  p.dp = 32, p.tp = 8, p.pp = 2, p.micro_batch = 1, p.n_micro = 48;
+  p.schedule = TL_SCHEDULE_1F1B;
+  tl_cost_evaluate(&cm, &c, TL_BF16, &p);
+  tl_plan g = p;
+  g.schedule = TL_SCHEDULE_GPIPE;
+  tl_cost_evaluate(&cm, &c, TL_BF16, &g);
+  EXPECT_GT(g.mem_act, 10 * p.mem_act) << "GPipe keeps all 48 micro-batches, 1F1B 2";
+  EXPECT_DOUBLE_EQ(g.t_step, p.t_step) << "same bubble";
+  tl_plan r = p;
+  r.recompute = true;
+  tl_cost_evaluate(&cm, &c, TL_BF16, &r);
+  EXPECT_LT(r.mem_act, p.mem_act);
+  EXPECT_GT(r.t_compute, p.t_compute);
+  // the bubble is (p - 1) / (m + p - 1) of the pipeline's part of the step
+  double pipe = p.t_compute + p.t_tp + p.t_pp + p.t_bubble;
+  EXPECT_NEAR(p.t_bubble / pipe, 1.0 / 49, 1e-12);
+  EXPECT_NEAR(p.t_compute + p.t_tp + p.t_pp + p.t_bubble + p.t_dp, p.t_step, 1e-12 * p.t_step);
+}

@@ -1,0 +1,125 @@
+// The search over 3D splits: it is fast on the largest published model, it
+// honours the mesh rules and the fixed choices, it ranks by step time and
+// counts what it rejects, and on this machine it keeps to what `trellis
+// train` runs today.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+extern "C" {
+#include "planner/search.h"
+}
+
+namespace {
+
+tl_cost_model Gpt(int l, int a, int h, int V, int s) {
+  struct tl_config cfg;
+  tl_config_defaults(&cfg);
+  cfg.model.n_layers = l, cfg.model.n_heads = a, cfg.model.n_embd = h;
+  cfg.model.vocab_size = V, cfg.model.max_seq_len = s;
+  tl_cost_model cm;
+  EXPECT_EQ(tl_cost_model_build(&cfg.model, s, &cm), TL_OK) << tl_last_error();
+  return cm;
+}
+
+}  // namespace
+
+TEST(Search, TheTrillionParameterRowSearchesInWellUnderASecond) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_cluster_devices(&c), 3072);
+  auto t0 = std::chrono::steady_clock::now();
+  // the graph is built once (one block); every plan reuses it
+  tl_cost_model cm = Gpt(128, 160, 25600, 51200, 2048);
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 3072, TL_BF16);
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("1008B on 3072 GPUs, batch 3072: %lld plans priced, %d fit, in %.1f ms\n",
+              (long long)r.n_evaluated, r.n_plans, 1e3 * s);
+  for (int k = 0; k < TL_REJECT_COUNT; k++)
+    std::printf("  rejected %-10s %lld\n", tl_reject_name((tl_reject_reason)k),
+                (long long)r.rejected[k]);
+  EXPECT_LT(s, 1.0);
+  ASSERT_GT(r.n_plans, 0);
+  const tl_plan& w = r.plans[0];
+  std::printf(
+      "winner: dp %d tp %d pp %d, micro-batch %d x %d, %s, ZeRO-%d, recompute %d: %.2f s, "
+      "%.0f GB, %.0f TFLOP/s per GPU\n",
+      w.dp, w.tp, w.pp, w.micro_batch, w.n_micro,
+      w.schedule == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b", w.zero, (int)w.recompute, w.t_step,
+      w.mem_total / 1e9, w.flops_per_device / 1e12);
+  EXPECT_GT(r.rejected[TL_REJECT_MEMORY], 0) << "a trillion parameters do not fit everywhere";
+  EXPECT_GT(r.rejected[TL_REJECT_TP_NODE], 0);
+  for (int i = 0; i < r.n_plans; i++) {
+    const tl_plan& p = r.plans[i];
+    EXPECT_EQ(p.dp * p.tp * p.pp, 3072);
+    EXPECT_EQ(p.dp * p.micro_batch * p.n_micro, 3072);
+    EXPECT_EQ(160 % p.tp, 0);
+    EXPECT_LE(p.tp, 8);
+    EXPECT_LE(p.mem_total, c.device_memory_bytes);
+    if (i) {
+      EXPECT_LE(r.plans[i - 1].t_step, p.t_step) << "ranked by step time";
+    }
+  }
+  tl_search_free(&r);
+}
+
+TEST(Search, FixedChoicesAreKept) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  c.nodes = 64;
+  tl_cost_model cm = Gpt(48, 64, 8192, 51200, 2048);
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 1536, TL_BF16);
+  o.fix_tp = 8, o.fix_pp = 2;
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  ASSERT_GT(r.n_plans, 0);
+  for (int i = 0; i < r.n_plans; i++) {
+    EXPECT_EQ(r.plans[i].tp, 8);
+    EXPECT_EQ(r.plans[i].pp, 2);
+    EXPECT_EQ(r.plans[i].dp, 32);
+  }
+  tl_search_free(&r);
+}
+
+TEST(Search, ThisMachineKeepsToWhatTheTrainerRuns) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/this_machine.json", &c), TL_OK) << tl_last_error();
+  tl_cost_model cm = Gpt(4, 4, 128, 256, 64);
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 8, TL_F32);
+  o.trainer_only = true;
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  ASSERT_GT(r.n_plans, 0);
+  EXPECT_GT(r.rejected[TL_REJECT_TRAINER], 0);
+  for (int i = 0; i < r.n_plans; i++) {
+    const tl_plan& p = r.plans[i];
+    EXPECT_EQ(p.tp, 1);
+    EXPECT_EQ(p.zero, 0);
+    EXPECT_FALSE(p.recompute);
+    EXPECT_TRUE(p.runnable);
+    EXPECT_EQ(p.dp * p.pp, 2);
+  }
+  tl_search_free(&r);
+}
+
+TEST(Search, MeshRulesAreCountedByReason) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  c.nodes = 2;                                     // 16 GPUs
+  tl_cost_model cm = Gpt(2, 6, 768, 50257, 1024);  // 6 heads: tp 4, 8, 16 break the heads
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 6, TL_BF16);  // dp 4, 8, 16 do not divide 6
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  EXPECT_GT(r.rejected[TL_REJECT_TP_HEADS], 0);
+  EXPECT_GT(r.rejected[TL_REJECT_PP_LAYERS], 0);
+  EXPECT_GT(r.rejected[TL_REJECT_BATCH], 0);
+  tl_search_free(&r);
+  EXPECT_STREQ(tl_reject_name(TL_REJECT_MEMORY), "memory");
+}
