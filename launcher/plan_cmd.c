@@ -17,7 +17,9 @@
 
 #include "core/config.h"
 #include "core/timer.h"
+#include "launcher/atomic_file.h"
 #include "launcher/cli.h"
+#include "launcher/plan_svg.h"
 #include "planner/cluster.h"
 #include "planner/cost.h"
 #include "planner/recommend.h"
@@ -27,7 +29,8 @@ static void usage(FILE* f) {
   fprintf(
       f,
       "usage: trellis plan --model CONFIG.json --cluster CLUSTER.json [--batch B] [--seq S]\n"
-      "                    [--top K] [--json] [--out PLAN.json] [--nodes N] [--dtype bf16|fp32]\n"
+      "                    [--top K] [--json] [--out PLAN.json] [--svg FILE] [--nodes N]\n"
+      "                    [--dtype bf16|fp32]\n"
       "                    [--fix dp=..,tp=..,pp=..,micro_batch=..,micro_batches=..,zero=..,\n"
       "                           recompute=0|1,schedule=gpipe|1f1b] [--allow-tp-across-nodes]\n"
       "\n"
@@ -37,6 +40,7 @@ static void usage(FILE* f) {
       "optimizer, checkpoints) is carried into --out. --batch and --seq default to its\n"
       "train.batch_size and train.seq_len. --cluster: a cluster spec (examples/clusters/).\n"
       "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}}.\n"
+      "--svg FILE: the winner's pipeline schedule and mesh as a picture.\n"
       "--out: the best plan `trellis train` runs today (tp 1, ZeRO 0, no recompute), as a\n"
       "complete config (atomic write).\n"
       "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
@@ -188,8 +192,34 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
   printf("(tp_*, pp_layers and batch count mesh shapes; trainer and memory count plans)\n");
 }
 
+/* The winner's schedule and mesh as a picture (atomic write). */
+static int write_svg(const tl_plan* p, const struct tl_config* cfg, const tl_cluster* c,
+                     const char* path) {
+  char title[256];
+  snprintf(title, sizeof title,
+           "trellis plan: %s on %s: dp %d, tp %d, pp %d, %d micro-batches of %d",
+           cfg->model.kind == TL_MODEL_GPT ? "gpt" : "mlp", c->name, p->dp, p->tp, p->pp,
+           p->n_micro, p->micro_batch);
+  tl_atomic_file af;
+  tl_status st = tl_atomic_file_open(&af, path);
+  if (st == TL_OK) {
+    st = tl_plan_svg(p, title, af.f);
+    if (st == TL_OK)
+      st = tl_atomic_file_commit(&af);
+    else
+      tl_atomic_file_abort(&af);
+  }
+  if (st != TL_OK) {
+    fprintf(stderr, "trellis plan: --svg: %s\n", tl_last_error());
+    return 1;
+  }
+  fprintf(stderr, "trellis plan: drew the winner's schedule and mesh in %s\n", path);
+  return 0;
+}
+
 int tl_cli_plan(int argc, char** argv) {
   const char *model_path = NULL, *cluster_path = NULL, *out_path = NULL, *dtype_name = NULL;
+  const char* svg_path = NULL;
   int batch = 0, seq = 0, top = 10, nodes = 0, as_json = 0, allow_tp = 0;
   char fix[512] = "";
   for (int i = 0; i < argc; i++) {
@@ -208,6 +238,8 @@ int tl_cli_plan(int argc, char** argv) {
       cluster_path = argv[++i];
     } else if (has && strcmp(a, "--out") == 0) {
       out_path = argv[++i];
+    } else if (has && strcmp(a, "--svg") == 0) {
+      svg_path = argv[++i];
     } else if (has && strcmp(a, "--dtype") == 0) {
       dtype_name = argv[++i];
     } else if (has && strcmp(a, "--fix") == 0) {
@@ -309,6 +341,7 @@ int tl_cli_plan(int argc, char** argv) {
                   : ", the best that `trellis train` runs today (tp 1, ZeRO 0, no recompute)");
     }
   }
+  if (r.n_plans > 0 && svg_path && write_svg(&r.plans[0], &cfg, &c, svg_path) != 0) status = 1;
   tl_search_free(&r);
   return status;
 }

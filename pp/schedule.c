@@ -81,7 +81,21 @@ void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all) {
 /* Simulation: time advances in ticks; each stage executes its next
  * instruction when its inputs are there. A forward takes 1 tick, a backward
  * 2 (it computes two products per forward one). */
+static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_pp_span* spans,
+                          int* n_spans, int* ticks);
+
 tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks) {
+  return simulate(kind, n_stages, n_micro, NULL, NULL, ticks);
+}
+
+tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro,
+                                  tl_pp_span* spans, int* n_spans, int* ticks) {
+  *n_spans = 0;
+  return simulate(kind, n_stages, n_micro, spans, n_spans, ticks);
+}
+
+static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_pp_span* spans,
+                          int* n_spans, int* ticks) {
   tl_pp_schedule* s = calloc((size_t)n_stages, sizeof *s);
   int* pc = calloc((size_t)n_stages, sizeof(int));
   int* busy_until = calloc((size_t)n_stages, sizeof(int));
@@ -119,6 +133,7 @@ tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro,
             }
             busy_until[p] = now + 1;
             fwd_done[at]++;
+            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_FORWARD, now, now + 1};
           } else if (in.op == TL_PP_BACKWARD) {
             if (!fwd_done[at] || (p < n_stages - 1 && grad_ready[at] < 0)) {
               st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs backward %d before its inputs", p, i);
@@ -126,6 +141,7 @@ tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro,
             }
             busy_until[p] = now + 2;
             bwd_done[at]++;
+            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_BACKWARD, now, now + 2};
           } else if (in.op == TL_PP_SEND_ACT) {
             act_ready[(p + 1) * n_micro + i] = busy_until[p];
           } else if (in.op == TL_PP_SEND_GRAD) {

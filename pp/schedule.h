@@ -61,6 +61,19 @@ void tl_pp_schedule_free(tl_pp_schedule* s);
  * two per backward (so bubble = 1 - 3m / ticks). */
 tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks);
 
+/* One forward or backward of the simulation: stage, op (TL_PP_FORWARD or
+ * TL_PP_BACKWARD), micro-batch, and its ticks [start, end). */
+typedef struct tl_pp_span {
+  int stage, micro;
+  tl_pp_op op;
+  int start, end;
+} tl_pp_span;
+
+/* The same simulation, recording every forward and backward: spans has
+ * room for 2 * n_stages * n_micro entries; *n_spans and *ticks are set. */
+tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro,
+                                  tl_pp_span* spans, int* n_spans, int* ticks);
+
 const char* tl_pp_op_name(tl_pp_op op);
 /* "F0 F1 B0 F2 B1 ..." (sends and receives omitted unless `all`). */
 void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
@@ -131,6 +132,27 @@ TEST(PlanCli, FixKeepsTheGivenSplit) {
     EXPECT_FALSE(json_is_true(json_object_get(p, "runnable")));
   }
   json_decref(root);
+}
+
+TEST(PlanCli, SvgDrawsEveryForwardAndBackwardOfTheWinner) {
+  std::string svg = TempPath("plan.svg");
+  PlanRun r = Plan(std::string("--model ") + kSmall +
+                   " --cluster examples/clusters/dgx_a100.json --nodes 1 --batch 64 --svg " + svg +
+                   " --fix dp=2,tp=2,pp=2,micro_batches=8,schedule=1f1b");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream in(svg);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(text.rfind("<svg ", 0), 0u) << text.substr(0, 200);
+  EXPECT_NE(text.find("</svg>"), std::string::npos);
+  int fwd = 0, bwd = 0;
+  for (size_t at = 0; (at = text.find("class=\"", at)) != std::string::npos; at++) {
+    fwd += text.compare(at + 7, 4, "fwd\"") == 0;
+    bwd += text.compare(at + 7, 4, "bwd\"") == 0;
+  }
+  EXPECT_EQ(fwd, 2 * 8);  // 2 stages x 8 micro-batches
+  EXPECT_EQ(bwd, 2 * 8);
+  EXPECT_NE(text.find("devices 7-8"), std::string::npos);  // replica 1, stage 1, tp 2
+  EXPECT_NE(text.find("idle 11%"), std::string::npos);     // (p-1)/(m+p-1) = 1/9
 }
 
 TEST(PlanCli, BadUsageAndBadInput) {

@@ -1,0 +1,115 @@
+/* plan_svg.c — the schedule comes from pp's simulation (forward 1 tick,
+ * backward 2), the same one that checks the schedules; device numbers follow
+ * the default rank order (tensor parallel innermost, then data, then
+ * pipeline), counted from 1 as the design's pictures count devices. */
+#include "launcher/plan_svg.h"
+
+#include <stdlib.h>
+
+#include "pp/schedule.h"
+
+#define WIDTH 960.0
+#define LEFT 90.0
+#define ROW 26.0
+#define MAX_SLOTS 2048
+
+static void text(FILE* f, double x, double y, const char* anchor, int size, const char* s) {
+  fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"%d\">%s</text>\n", x, y,
+          anchor, size, s);
+}
+
+tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
+  int stages = p->pp, micro = p->n_micro, shown = micro;
+  if ((long)stages * micro > MAX_SLOTS) shown = MAX_SLOTS / stages > 0 ? MAX_SLOTS / stages : 1;
+  tl_pp_span* spans = malloc(sizeof(tl_pp_span) * 2 * (size_t)stages * (size_t)shown);
+  if (!spans) return TL_ERRF(TL_ERR_NOMEM, "out of memory drawing the schedule");
+  int n = 0, ticks = 0;
+  tl_status st = tl_pp_schedule_timeline(p->schedule, stages, shown, spans, &n, &ticks);
+  if (st != TL_OK) {
+    free(spans);
+    return st;
+  }
+  double scale = (WIDTH - LEFT - 110.0) / ticks;
+  double top = 70.0, mesh_top = top + stages * ROW + 70.0;
+  double cell_w = stages > 8 ? 90.0 : 110.0, cell_h = 34.0;
+  int rows_shown = p->dp > 16 ? 16 : p->dp, cols_shown = stages > 16 ? 16 : stages;
+  double height = mesh_top + 54.0 + rows_shown * cell_h + 30.0;
+  double width =
+      LEFT + cols_shown * cell_w + 40.0 > WIDTH ? LEFT + cols_shown * cell_w + 40.0 : WIDTH;
+  fprintf(f,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+          "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+          width, height);
+  char buf[256];
+  text(f, 10, 24, "start", 16, title);
+  snprintf(buf, sizeof buf,
+           "%s schedule, %d stage%s x %d micro-batch%s%s: forward = 1 tick, backward = 2; bubble "
+           "(p-1)/(m+p-1) = %.1f%%",
+           p->schedule == TL_SCHEDULE_GPIPE ? "GPipe" : "1F1B", stages, stages == 1 ? "" : "s",
+           micro, micro == 1 ? "" : "es", shown < micro ? " (first ones drawn)" : "",
+           100.0 * (stages - 1) / (micro + stages - 1));
+  text(f, 10, 48, "start", 12, buf);
+  /* 1. the schedule: a row per stage */
+  for (int s = 0; s < stages; s++) {
+    double y = top + s * ROW;
+    snprintf(buf, sizeof buf, "stage %d", s);
+    text(f, LEFT - 8, y + ROW * 0.65, "end", 12, buf);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#eeeeee\"/>\n",
+            LEFT, y + 2, ticks * scale, ROW - 4);
+    int busy = 0;
+    for (int k = 0; k < n; k++)
+      if (spans[k].stage == s) busy += spans[k].end - spans[k].start;
+    snprintf(buf, sizeof buf, "idle %.0f%%", 100.0 * (ticks - busy) / ticks);
+    text(f, LEFT + ticks * scale + 8, y + ROW * 0.65, "start", 11, buf);
+  }
+  for (int k = 0; k < n; k++) {
+    const tl_pp_span* sp = &spans[k];
+    int fwd = sp->op == TL_PP_FORWARD;
+    double x = LEFT + sp->start * scale, w = (sp->end - sp->start) * scale;
+    double y = top + sp->stage * ROW + 2;
+    fprintf(f,
+            "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
+            "stroke=\"white\" stroke-width=\"0.5\"><title>%s %d, stage %d</title></rect>\n",
+            fwd ? "fwd" : "bwd", x, y, w, ROW - 4, fwd ? "#4e79a7" : "#59a14f",
+            fwd ? "forward" : "backward", sp->micro, sp->stage);
+    if (w >= 16) {
+      snprintf(buf, sizeof buf, "%c%d", fwd ? 'F' : 'B', sp->micro);
+      fprintf(f,
+              "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\" "
+              "fill=\"white\">%s</text>\n",
+              x + w / 2, y + ROW * 0.55, buf);
+    }
+  }
+  /* 2. the mesh: replicas down, stages across; each cell the devices of its tp group */
+  snprintf(buf, sizeof buf,
+           "mesh: dp %d x tp %d x pp %d = %d devices; each box is one stage of one replica, "
+           "its tensor-parallel devices%s",
+           p->dp, p->tp, p->pp, p->dp * p->tp * p->pp,
+           p->dp > rows_shown || stages > cols_shown ? " (first ones drawn)" : "");
+  text(f, 10, mesh_top, "start", 12, buf);
+  for (int s = 0; s < cols_shown; s++) {
+    snprintf(buf, sizeof buf, "stage %d", s);
+    text(f, LEFT + s * cell_w + cell_w / 2, mesh_top + 22, "middle", 11, buf);
+  }
+  for (int d = 0; d < rows_shown; d++) {
+    double y = mesh_top + 28 + d * cell_h;
+    snprintf(buf, sizeof buf, "replica %d", d);
+    text(f, LEFT - 8, y + cell_h * 0.6, "end", 11, buf);
+    for (int s = 0; s < cols_shown; s++) {
+      double x = LEFT + s * cell_w;
+      int first = ((s * p->dp) + d) * p->tp + 1, last = first + p->tp - 1;
+      if (p->tp == 1)
+        snprintf(buf, sizeof buf, "device %d", first);
+      else
+        snprintf(buf, sizeof buf, "devices %d-%d", first, last);
+      fprintf(f,
+              "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f3f6fa\" "
+              "stroke=\"#4e79a7\"/>\n",
+              x + 2, y + 2, cell_w - 4, cell_h - 4);
+      text(f, x + cell_w / 2, y + cell_h * 0.6, "middle", 11, buf);
+    }
+  }
+  fputs("</svg>\n", f);
+  free(spans);
+  return ferror(f) ? TL_ERRF(TL_ERR_IO, "writing the picture failed") : TL_OK;
+}
