@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/config.h"
 #include "core/timer.h"
@@ -41,6 +42,8 @@ static void usage(FILE* f) {
       "train.batch_size and train.seq_len. --cluster: a cluster spec (examples/clusters/).\n"
       "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}}.\n"
       "--svg FILE: the winner's pipeline schedule and mesh as a picture.\n"
+      "--calibrate OUT.json [--ranks N]: measure this machine (matmul rate, all-reduce\n"
+      "bandwidth and latency over N ranks, default the online cores) into a cluster spec.\n"
       "--out: the best plan `trellis train` runs today (tp 1, ZeRO 0, no recompute), as a\n"
       "complete config (atomic write).\n"
       "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
@@ -219,7 +222,8 @@ static int write_svg(const tl_plan* p, const struct tl_config* cfg, const tl_clu
 
 int tl_cli_plan(int argc, char** argv) {
   const char *model_path = NULL, *cluster_path = NULL, *out_path = NULL, *dtype_name = NULL;
-  const char* svg_path = NULL;
+  const char *svg_path = NULL, *calibrate_path = NULL;
+  int ranks = 0;
   int batch = 0, seq = 0, top = 10, nodes = 0, as_json = 0, allow_tp = 0;
   char fix[512] = "";
   for (int i = 0; i < argc; i++) {
@@ -240,6 +244,13 @@ int tl_cli_plan(int argc, char** argv) {
       out_path = argv[++i];
     } else if (has && strcmp(a, "--svg") == 0) {
       svg_path = argv[++i];
+    } else if (has && strcmp(a, "--calibrate") == 0) {
+      calibrate_path = argv[++i];
+    } else if (has && strcmp(a, "--ranks") == 0) {
+      if (!parse_int(argv[++i], 1, &ranks)) {
+        fprintf(stderr, "trellis plan: --ranks %s: expected an integer >= 1\n", argv[i]);
+        return 2;
+      }
     } else if (has && strcmp(a, "--dtype") == 0) {
       dtype_name = argv[++i];
     } else if (has && strcmp(a, "--fix") == 0) {
@@ -256,6 +267,11 @@ int tl_cli_plan(int argc, char** argv) {
       usage(stderr);
       return 2;
     }
+  }
+  if (calibrate_path) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!ranks) ranks = cores > 1 ? (int)cores : 2;
+    return tl_cli_plan_calibrate(argc + 2, argv - 2, calibrate_path, ranks);
   }
   if (!model_path || !cluster_path) {
     fprintf(stderr, "trellis plan: --model and --cluster are required\n");
