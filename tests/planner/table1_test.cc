@@ -83,6 +83,23 @@ TEST(Table1, PredictedThroughputAtThePublishedSplits) {
                 100 * p.t_compute / p.t_step, 100 * p.t_bubble / p.t_step, 100 * p.t_tp / p.t_step,
                 100 * p.t_dp / p.t_step, p.mem_total / 1e9);
     EXPECT_LT(std::fabs(err), kTolerance) << r.params;
+    // The full search (nothing fixed) includes the published split, so what
+    // it recommends is predicted at least as fast.
+    struct tl_search_options free_o;
+    tl_search_options_defaults(&free_o, r.batch, TL_BF16);
+    tl_search_result best;
+    ASSERT_EQ(tl_search_run(&cm, &c, &free_o, &best), TL_OK) << tl_last_error();
+    ASSERT_GT(best.n_plans, 0) << r.params;
+    EXPECT_LE(best.plans[0].t_step, p.t_step * (1 + 1e-12))
+        << r.params << ": the recommended plan is predicted slower than the published one";
+    std::printf(
+        "%8s recommended: dp %d tp %d pp %d, micro-batch %d x %d, %s, ZeRO %d, recompute "
+        "%s: %.1f TFLOP/s per GPU (%+.1f%% over the published split)\n",
+        r.params, best.plans[0].dp, best.plans[0].tp, best.plans[0].pp, best.plans[0].micro_batch,
+        best.plans[0].n_micro, best.plans[0].schedule == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b",
+        best.plans[0].zero, best.plans[0].recompute ? "on" : "off",
+        F / best.plans[0].t_step / r.gpus / 1e12, 100 * (p.t_step / best.plans[0].t_step - 1));
+    tl_search_free(&best);
     tl_search_free(&res);
   }
   std::printf("mean error %+.1f%%, worst |error| %.1f%%\n", 100 * sum / 10, 100 * worst);
