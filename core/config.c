@@ -22,6 +22,7 @@
 #include <strings.h>
 
 #include "core/config_impl.h"
+#include "core/json_kind.h"
 
 static const char* const k_model_kinds[] = {"gpt", "mlp", NULL};
 static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", NULL};
@@ -234,26 +235,6 @@ static const char* show(const json_t* v, char* buf, size_t size) {
   return buf;
 }
 
-static const char* kind_of(const json_t* v) {
-  switch (json_typeof(v)) {
-    case JSON_OBJECT:
-      return "an object";
-    case JSON_ARRAY:
-      return "an array";
-    case JSON_STRING:
-      return "a string";
-    case JSON_INTEGER:
-      return "an integer";
-    case JSON_REAL:
-      return "a number with a fraction";
-    case JSON_TRUE:
-    case JSON_FALSE:
-      return "a boolean";
-    default:
-      return "null";
-  }
-}
-
 static void enum_list(const char* const* names, char* buf, size_t size) {
   size_t len = 0;
   buf[0] = '\0';
@@ -438,7 +419,7 @@ static bool read_field(const struct tl__config_field* f, const json_t* v, struct
     tl__problem(p, "%s.%s = %s: expected %s", f->section, f->key, show(v, val, sizeof val), expect);
   else
     tl__problem(p, "%s.%s = %s: expected %s, got %s", f->section, f->key, show(v, val, sizeof val),
-                expect, kind_of(v));
+                expect, tl_json_kind(v));
   return false;
 }
 
@@ -544,7 +525,7 @@ tl_status tl_config_parse(const char* json_text, const char* source_name, struct
       if (!json_is_object(section)) {
         char val[64];
         tl__problem(&p, "%s = %s: expected an object, got %s", name, show(section, val, 64),
-                    kind_of(section));
+                    tl_json_kind(section));
         continue;
       }
       const char* key;

@@ -8,27 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json_kind.h"
+
 double tl_cluster_peak(const tl_cluster* c, tl_dtype dtype) {
   return dtype == TL_BF16 || dtype == TL_F16 ? c->peak_bf16 : c->peak_fp32;
-}
-
-static const char* type_name(const json_t* v) {
-  switch (json_typeof(v)) {
-    case JSON_OBJECT:
-      return "an object";
-    case JSON_ARRAY:
-      return "an array";
-    case JSON_STRING:
-      return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL:
-      return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-      return "a boolean";
-    default:
-      return "null";
-  }
 }
 
 /* A number > 0 (>= 0 when zero_ok) at obj[key]; required unless `dflt` >= 0. */
@@ -45,7 +28,7 @@ static tl_status number(const char* src, const json_t* obj, const char* path, co
   }
   if (!json_is_number(v))
     return TL_ERRF(TL_ERR_CONFIG, "%s: %s%s: expected a number %s, got %s", src, path, key,
-                   zero_ok ? ">= 0" : "> 0", type_name(v));
+                   zero_ok ? ">= 0" : "> 0", tl_json_kind(v));
   double x = json_number_value(v);
   if (zero_ok ? x < 0 : x <= 0)
     return TL_ERRF(TL_ERR_CONFIG, "%s: %s%s = %g: expected a number %s", src, path, key, x,
@@ -59,7 +42,7 @@ static tl_status integer(const char* src, const json_t* obj, const char* key, in
   if (!v) return TL_ERRF(TL_ERR_CONFIG, "%s: %s: missing; expected an integer >= 1", src, key);
   if (!json_is_integer(v))
     return TL_ERRF(TL_ERR_CONFIG, "%s: %s: expected an integer 1 .. 1000000, got %s", src, key,
-                   type_name(v));
+                   tl_json_kind(v));
   if (json_integer_value(v) < 1 || json_integer_value(v) > 1000000)
     return TL_ERRF(TL_ERR_CONFIG, "%s: %s = %lld: expected an integer 1 .. 1000000", src, key,
                    (long long)json_integer_value(v));
@@ -93,7 +76,7 @@ static tl_status parse_link(const char* src, const json_t* root, const char* key
   if (!o || !json_is_object(o))
     return TL_ERRF(TL_ERR_CONFIG,
                    "%s: %s: expected an object {\"bandwidth\": bytes/s, \"latency\": s}, got %s",
-                   src, key, o ? type_name(o) : "nothing");
+                   src, key, o ? tl_json_kind(o) : "nothing");
   char path[32];
   snprintf(path, sizeof path, "%s.", key);
   TL_CHECK(known_keys(src, o, path, keys));
@@ -117,22 +100,22 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      NULL};
   static const char* const peak_keys[] = {"fp32", "bf16", NULL};
   if (!json_is_object(root))
-    return TL_ERRF(TL_ERR_CONFIG, "%s: expected a JSON object, got %s", src, type_name(root));
+    return TL_ERRF(TL_ERR_CONFIG, "%s: expected a JSON object, got %s", src, tl_json_kind(root));
   TL_CHECK(known_keys(src, root, "", keys));
   const json_t* v = json_object_get(root, "name");
   if (v && !json_is_string(v))
-    return TL_ERRF(TL_ERR_CONFIG, "%s: name: expected a string, got %s", src, type_name(v));
+    return TL_ERRF(TL_ERR_CONFIG, "%s: name: expected a string, got %s", src, tl_json_kind(v));
   snprintf(c->name, sizeof c->name, "%s", v ? json_string_value(v) : "cluster");
   v = json_object_get(root, "comment");
   if (v && !json_is_string(v))
-    return TL_ERRF(TL_ERR_CONFIG, "%s: comment: expected a string, got %s", src, type_name(v));
+    return TL_ERRF(TL_ERR_CONFIG, "%s: comment: expected a string, got %s", src, tl_json_kind(v));
   v = json_object_get(root, "device");
   c->device = TL_DEVICE_CUDA;
   if (v) {
     const char* d = json_is_string(v) ? json_string_value(v) : NULL;
     if (!d || (strcmp(d, "cpu") != 0 && strcmp(d, "cuda") != 0))
       return TL_ERRF(TL_ERR_CONFIG, "%s: device: expected \"cpu\" or \"cuda\", got %s", src,
-                     d ? d : type_name(v));
+                     d ? d : tl_json_kind(v));
     c->device = strcmp(d, "cpu") == 0 ? TL_DEVICE_CPU : TL_DEVICE_CUDA;
   }
   TL_CHECK(integer(src, root, "nodes", &c->nodes));
@@ -143,7 +126,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
     return TL_ERRF(
         TL_ERR_CONFIG,
         "%s: peak_flops: expected an object {\"fp32\": FLOP/s, \"bf16\": FLOP/s}, got %s", src,
-        pk ? type_name(pk) : "nothing");
+        pk ? tl_json_kind(pk) : "nothing");
   TL_CHECK(known_keys(src, pk, "peak_flops.", peak_keys));
   TL_CHECK(number(src, pk, "peak_flops.", "fp32", -1, 0, &c->peak_fp32));
   TL_CHECK(number(src, pk, "peak_flops.", "bf16", 0, 1, &c->peak_bf16));
