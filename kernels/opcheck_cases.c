@@ -3,6 +3,7 @@
  * kernel to struct tl_kernel_ops means adding its cases here (one line in
  * the table at the bottom per shape), and then the test suite and
  * `trellis check` cover it. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -176,26 +177,30 @@ static void attention_ref(const struct opcheck_case* c, const double* const* in,
       }
 }
 
-/* ---- embedding: d = {B, T, C, V} */
+/* ---- embedding: d = {B, T, C, row_begin, rows, with_wpe}; wte holds rows
+ * [row_begin, row_begin + rows) of the vocabulary (a tensor-parallel shard) */
 
 static tl_status embedding_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
                                float* const* out) {
-  return OPS->embedding_forward(CTX, out[0], I(in[0]), F(in[1]), F(in[2]), c->d[0], c->d[1],
-                                c->d[2]);
+  return OPS->embedding_forward(CTX, out[0], I(in[0]), F(in[1]), c->d[5] ? F(in[2]) : NULL, c->d[0],
+                                c->d[1], c->d[2], c->d[3], c->d[4]);
 }
 
 static tl_status embedding_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
                                float* const* out, float* const* dout, float* const* din) {
   (void)out;
-  return OPS->embedding_backward(CTX, din[1], din[2], dout[0], I(in[0]), c->d[0], c->d[1], c->d[2]);
+  return OPS->embedding_backward(CTX, din[1], c->d[5] ? din[2] : NULL, dout[0], I(in[0]), c->d[0],
+                                 c->d[1], c->d[2], c->d[3], c->d[4]);
 }
 
 static void embedding_ref(const struct opcheck_case* c, const double* const* in,
                           double* const* out) {
-  int B = c->d[0], T = c->d[1], C = c->d[2];
+  int B = c->d[0], T = c->d[1], C = c->d[2], begin = c->d[3], rows = c->d[4];
   for (int p = 0; p < B * T; p++) {
-    int tok = (int)in[0][p];
-    for (int i = 0; i < C; i++) out[0][p * C + i] = in[1][tok * C + i] + in[2][(p % T) * C + i];
+    int row = (int)in[0][p] - begin;
+    for (int i = 0; i < C; i++)
+      out[0][p * C + i] = (row >= 0 && row < rows ? in[1][row * C + i] : 0.0) +
+                          (c->d[5] ? in[2][(p % T) * C + i] : 0.0);
   }
 }
 
@@ -221,6 +226,39 @@ static void xent_ref(const struct opcheck_case* c, const double* const* in, doub
     for (int j = 0; j < V; j++) mx = fmax(mx, x[j]);
     for (int j = 0; j < V; j++) s += exp(x[j] - mx);
     out[0][i] = log(s) + mx - x[(int)in[1][i]];
+  }
+}
+
+/* ---- vocabulary-parallel cross-entropy, one shard alone: d = {N, cols, v0,
+ * V}. Alone, the shard's loss is log(sum of its exponentials) minus the
+ * target's logit when it holds it — the function its gradient is of. */
+
+static tl_status xent_shard_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                                float* const* out) {
+  for (int phase = 0; phase < 3; phase++)
+    TL_CHECK(OPS->xent_shard_forward(CTX, out[0], out[1], F(in[0]), I(in[1]), c->d[0], c->d[1],
+                                     c->d[2], c->d[3], phase));
+  return TL_OK;
+}
+
+static tl_status xent_shard_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                                float* const* out, float* const* dout, float* const* din) {
+  return OPS->xent_shard_backward(CTX, din[0], F(in[0]), I(in[1]), out[1], dout[0], c->d[0],
+                                  c->d[1], c->d[2], c->d[3]);
+}
+
+static void xent_shard_ref(const struct opcheck_case* c, const double* const* in,
+                           double* const* out) {
+  int N = c->d[0], cols = c->d[1], v0 = c->d[2], V = c->d[3];
+  for (int i = 0; i < N; i++) {
+    const double* x = in[0] + i * cols;
+    double mx = -FLT_MAX, s = 0, t = 0;
+    for (int j = 0; j < cols && v0 + j < V; j++) mx = fmax(mx, x[j]);
+    for (int j = 0; j < cols && v0 + j < V; j++) s += exp(x[j] - mx);
+    int local = (int)in[1][i] - v0;
+    if (local >= 0 && local < cols && v0 + local < V) t = x[local];
+    out[0][i] = log(s) + mx - t;
+    out[1][i] = mx, out[1][N + i] = s, out[1][2 * N + i] = t;
   }
 }
 
@@ -354,6 +392,15 @@ static void adamw_ref(const struct opcheck_case* c, const double* const* in, dou
    .backward = xent_bwd, .reference = xent_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4,       \
    .writes_grad = 1}
 
+/* a shard of columns [v0, v0 + COLS) of a vocabulary of V (padded beyond) */
+#define XENT_SHARD(nm, N, COLS, V0, V)                                                  \
+  {.name = nm, .n_in = 2, .n_out = 2,                                                   \
+   .in = {{"logits", (N) * (COLS), OPCHECK_F32, -3, 3, 1},                               \
+          {"targets", N, OPCHECK_I32, 0, V, 0}},                                         \
+   .out = {{"losses", N, 1}, {"stats", 3 * (N), 0}}, .d = {N, COLS, V0, V},              \
+   .forward = xent_shard_fwd, .backward = xent_shard_bwd, .reference = xent_shard_ref,   \
+   .fwd_tol = 1e-5, .grad_tol = 1e-4, .writes_grad = 1}
+
 const struct opcheck_case tl__opcheck_cases[] = {
     MATMUL("matmul_nn", 5, 7, 6, 0, 0, 0),
     MATMUL("matmul_nt_bias", 5, 7, 6, 0, 1, 1),
@@ -369,9 +416,18 @@ const struct opcheck_case tl__opcheck_cases[] = {
      .in = {{"tokens", 2 * 4, OPCHECK_I32, 0, 5, 0},
             {"wte", 5 * 6, OPCHECK_F32, -1, 1, 1},
             {"wpe", 4 * 6, OPCHECK_F32, -1, 1, 1}},
-     .out = {{"out", 2 * 4 * 6, 1}}, .d = {2, 4, 6, 5}, .forward = embedding_fwd,
+     .out = {{"out", 2 * 4 * 6, 1}}, .d = {2, 4, 6, 0, 5, 1}, .forward = embedding_fwd,
+     .backward = embedding_bwd, .reference = embedding_ref, .fwd_tol = 1e-6, .grad_tol = 1e-5},
+    /* a tensor-parallel shard: rows 3..5 of a vocabulary of 9, no position term */
+    {.name = "embedding_shard", .n_in = 3, .n_out = 1,
+     .in = {{"tokens", 3 * 5, OPCHECK_I32, 0, 9, 0},
+            {"wte", 3 * 6, OPCHECK_F32, -1, 1, 1},
+            {"wpe", 5 * 6, OPCHECK_F32, -1, 1, 0}},
+     .out = {{"out", 3 * 5 * 6, 1}}, .d = {3, 5, 6, 3, 3, 0}, .forward = embedding_fwd,
      .backward = embedding_bwd, .reference = embedding_ref, .fwd_tol = 1e-6, .grad_tol = 1e-5},
     CROSSENTROPY("crossentropy", 6, 10, 16),
+    XENT_SHARD("xent_shard", 7, 16, 8, 20),
+    XENT_SHARD("xent_shard_wide", 3, 300, 300, 1000),
     /* Wider shapes: rows longer than a warp (32) or a block (256), sequences
      * longer than a warp, heads of 32 — the paths GPU kernels take at real sizes. */
     LAYERNORM("layernorm_wide", 4, 100),

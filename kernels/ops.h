@@ -71,11 +71,15 @@ struct tl_kernel_ops {
   tl_status (*attention_backward)(void* ctx, float* dqkv, const float* dout, const float* qkv,
                                   const float* att, int b, int t, int c, int nh);
 
-  /* out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens are int32 in [0, V). */
+  /* out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens are int32 in [0, V).
+   * wte holds rows [row_begin, row_begin + rows) of the vocabulary (a
+   * tensor-parallel shard; the whole table is row_begin 0, rows V): a token
+   * outside them contributes zeros. wpe may be NULL (no position term). */
   tl_status (*embedding_forward)(void* ctx, float* out, const int32_t* tokens, const float* wte,
-                                 const float* wpe, int b, int t, int c);
+                                 const float* wpe, int b, int t, int c, int row_begin, int rows);
   tl_status (*embedding_backward)(void* ctx, float* dwte, float* dwpe, const float* dout,
-                                  const int32_t* tokens, int b, int t, int c);
+                                  const int32_t* tokens, int b, int t, int c, int row_begin,
+                                  int rows);
 
   /* Fused softmax + cross-entropy over logits (N,Vp) whose first V columns are
    * real: losses (N) = -log softmax(logits[i, :V])[targets[i]]. When dlosses
@@ -84,6 +88,24 @@ struct tl_kernel_ops {
   tl_status (*crossentropy_forward_backward)(void* ctx, float* losses, float* dlogits,
                                              const float* logits, const int32_t* targets,
                                              const float* dlosses, int n, int v, int vp);
+
+  /* Vocabulary-parallel cross-entropy. This rank holds columns [v0, v0 +
+   * cols) of the padded vocabulary's logits (N, cols); global columns >= v
+   * are padding. stats (3, N) hold per row: the max, the sum of
+   * exponentials and the target's logit, each combined over the group
+   * between phases by the caller:
+   *   phase 0: stats[0] = max over this rank's real columns (-FLT_MAX if none);
+   *   phase 1: stats[1] = sum of exp(logit - stats[0]) over them, stats[2] =
+   *            the target's logit when this rank holds it, else 0;
+   *   phase 2: losses = log(stats[1]) + stats[0] - stats[2].
+   * The backward WRITES dlogits (N, cols) = (exp(logit - max) / sum -
+   * onehot) * dlosses[i], zero in padded columns. */
+  tl_status (*xent_shard_forward)(void* ctx, float* losses, float* stats, const float* logits,
+                                  const int32_t* targets, int n, int cols, int v0, int v,
+                                  int phase);
+  tl_status (*xent_shard_backward)(void* ctx, float* dlogits, const float* logits,
+                                   const int32_t* targets, const float* stats, const float* dlosses,
+                                   int n, int cols, int v0, int v);
 
   /* out = a + b (n); backward: da += dout, db += dout. */
   tl_status (*add_forward)(void* ctx, float* out, const float* a, const float* b, int64_t n);

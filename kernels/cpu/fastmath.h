@@ -42,7 +42,11 @@ static inline float tl__tanhf(float x) {
   float big = 1.0f - 2.0f / (e + 1.0f);
   float z = x * x;
   float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
-                  1.33314422036e-1f) * z - 3.33332819422e-1f) * z * a + a;
+                  1.33314422036e-1f) *
+                     z -
+                 3.33332819422e-1f) *
+                    z * a +
+                a;
   float t = a < 0.625f ? small : big;
   return x < 0 ? -t : t;
 }

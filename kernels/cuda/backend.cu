@@ -146,6 +146,8 @@ extern "C" const struct tl_kernel_ops tl_cuda_kernel_ops = {
     tl__cuda_embedding_forward,
     tl__cuda_embedding_backward,
     tl__cuda_crossentropy_forward_backward,
+    tl__cuda_xent_shard_forward,
+    tl__cuda_xent_shard_backward,
     tl__cuda_add_forward,
     tl__cuda_add_backward,
     tl__cuda_scale_forward,

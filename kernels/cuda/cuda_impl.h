@@ -67,12 +67,20 @@ tl_status tl__cuda_attention_forward(void* ctx, float* out, float* att, const fl
 tl_status tl__cuda_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
                                       const float* att, int b, int t, int c, int nh);
 tl_status tl__cuda_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
-                                     const float* wpe, int b, int t, int c);
+                                     const float* wpe, int b, int t, int c, int row_begin,
+                                     int rows);
 tl_status tl__cuda_embedding_backward(void* ctx, float* dwte, float* dwpe, const float* dout,
-                                      const int32_t* tokens, int b, int t, int c);
+                                      const int32_t* tokens, int b, int t, int c, int row_begin,
+                                      int rows);
 tl_status tl__cuda_crossentropy_forward_backward(void* ctx, float* losses, float* dlogits,
                                                  const float* logits, const int32_t* targets,
                                                  const float* dlosses, int n, int v, int vp);
+tl_status tl__cuda_xent_shard_forward(void* ctx, float* losses, float* stats, const float* logits,
+                                      const int32_t* targets, int n, int cols, int v0, int v,
+                                      int phase);
+tl_status tl__cuda_xent_shard_backward(void* ctx, float* dlogits, const float* logits,
+                                       const int32_t* targets, const float* stats,
+                                       const float* dlosses, int n, int cols, int v0, int v);
 tl_status tl__cuda_add_forward(void* ctx, float* out, const float* a, const float* b, int64_t n);
 tl_status tl__cuda_add_backward(void* ctx, float* da, float* db, const float* dout, int64_t n);
 tl_status tl__cuda_scale_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
