@@ -15,6 +15,7 @@ struct tl_exec {
   tl_buffer* grads;
   tl_buffer* arena;
   tl_buffer* inputs;
+  tl_buffer* scratch;    /* collectives' temporaries (tp_comm backward) */
   int64_t* input_offset; /* bytes into `inputs`, per value; -1 otherwise */
   tl_memplan plan;
   int begin, end;        /* forward nodes this executor runs */
@@ -54,7 +55,7 @@ static void* ctx_data(const struct tl_run_ctx* c, int v) {
 
 tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                          tl_buffer* grads, tl_exec** out) {
-  struct tl_exec_options opt = {0, g->n_forward, NULL};
+  struct tl_exec_options opt = {0, g->n_forward, NULL, NULL};
   return tl_exec_create_ex(g, be, params, grads, &opt, out);
 }
 
@@ -81,7 +82,7 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   x->grads = grads;
   x->begin = opt->begin;
   x->end = opt->end;
-  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x};
+  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->tp, NULL, 0};
   tl_status st = TL_OK;
   x->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
   x->input_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
@@ -124,6 +125,22 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   }
   TL_CHECK_GOTO(tl_buffer_create(be->device, x->plan.arena_bytes, &x->arena), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(be->device, in_bytes, &x->inputs), st, fail);
+  /* 4. scratch for the collectives of the nodes in range */
+  size_t scratch = 0;
+  for (int i = opt->begin; i < opt->end; i++) {
+    const tl_node* n = &g->nodes[i];
+    if (n->op != TL_OP_TP_COMM) continue;
+    for (int k = 0; k < 2; k++) {
+      int v = k ? n->out[0] : n->in[0];
+      size_t b = sizeof(float) * (size_t)tl_value_numel(&g->values[v]);
+      if (b > scratch) scratch = b;
+    }
+  }
+  if (scratch) {
+    TL_CHECK_GOTO(tl_buffer_create(be->device, scratch, &x->scratch), st, fail);
+    x->ctx.scratch = x->scratch->data;
+    x->ctx.scratch_bytes = scratch;
+  }
   if (g->loss >= 0 && g->values[g->loss].grad >= 0) {
     x->seed_n = tl_value_numel(&g->values[g->loss]);
     x->seed = malloc(sizeof(float) * (size_t)x->seed_n);
@@ -143,6 +160,7 @@ void tl_exec_destroy(tl_exec* x) {
   if (!x) return;
   tl_buffer_destroy(x->arena);
   tl_buffer_destroy(x->inputs);
+  tl_buffer_destroy(x->scratch);
   tl_memplan_free(&x->plan);
   free(x->input_offset);
   free(x->param_offset);

@@ -16,6 +16,7 @@
 #define TL_GRAPH_EXEC_H
 
 #include "core/alloc.h"
+#include "core/group.h"
 #include "graph/graph.h"
 #include "graph/memplan.h"
 #include "kernels/backend.h"
@@ -34,10 +35,12 @@ tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* par
 /* A pipeline stage's executor: it runs only forward nodes [begin, end) and
  * their backward nodes, plans memory for those alone, and finds parameter
  * value v at element param_offset[v] of `params` / `grads` (a stage's compact
- * buffers) instead of at g->values[v].offset; param_offset may be NULL. */
+ * buffers) instead of at g->values[v].offset; param_offset may be NULL. A
+ * graph built for tensor parallelism needs its rank's tensor-parallel group. */
 struct tl_exec_options {
   int begin, end;
   const int64_t* param_offset; /* indexed by value id; NULL: the graph's offsets */
+  tl_group* tp; /* the tensor-parallel group the graph's tp_comm and xent_shard nodes use */
 };
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);

@@ -23,7 +23,12 @@ static void add_tensor(tl_model* m, const char* name, int n_dims, const int64_t*
   t->init = init;
   t->init_std = std;
   t->init_rows = shape[0];
+  memcpy(t->full_shape, shape, sizeof(int64_t) * (size_t)n_dims);
+  t->full_numel = t->numel;
+  t->full_offset = m->n_params;
+  t->shard = TL_SHARD_REPLICATED;
   m->n_params += t->numel;
+  m->n_params_full = m->n_params;
 }
 
 static tl_status gpt_layout(tl_model* m) {
@@ -90,6 +95,7 @@ static tl_status mlp_layout(tl_model* m) {
 tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* m) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
+  m->tp = 1;
   m->vocab = cfg->vocab_size;
   if (m->vocab < 1 || m->vocab > 65536)
     return TL_ERRF(TL_ERR_CONFIG, "model.vocab_size=%d; expected 1 to 65536 (tokens are uint16)",
@@ -104,6 +110,101 @@ tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* m) {
   }
   m->padded_vocab = m->vocab;
   return mlp_layout(m);
+}
+
+/* Tensor `name` becomes this rank's shard of kind `kind`. */
+static void shard(tl_model* m, const char* name, tl_shard_kind kind, int dim, int parts) {
+  struct tl_param_tensor* t = &m->tensors[tl_model_tensor(m, name)];
+  t->shard = kind;
+  if (kind == TL_SHARD_SPLIT) {
+    t->split_dim = dim;
+    t->split_parts = parts;
+    t->shape[dim] /= m->tp;
+  } else if (kind == TL_SHARD_FIRST && m->tp_rank != 0) {
+    t->shape[0] = 0;
+  }
+  t->numel = 1;
+  for (int i = 0; i < t->n_dims; i++) t->numel *= t->shape[i];
+}
+
+tl_status tl_model_init_tp(const struct tl_model_config* cfg, int tp, int tp_rank, bool sp,
+                           tl_model* m) {
+  TL_CHECK(tl_model_init(cfg, m));
+  if (tp < 1 || tp_rank < 0 || tp_rank >= tp)
+    return TL_ERRF(TL_ERR_INVALID, "tensor-parallel rank %d of %d", tp_rank, tp);
+  m->tp = tp;
+  m->tp_rank = tp_rank;
+  m->sp = sp && tp > 1;
+  if (tp == 1) return TL_OK;
+  if (cfg->kind != TL_MODEL_GPT)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "mesh.tp=%d: tensor parallelism splits the gpt model's attention heads and MLP; "
+                   "the mlp model needs mesh.tp=1",
+                   tp);
+  if (cfg->n_heads % tp != 0)
+    return TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d must divide model.n_heads=%d (heads are split)", tp,
+                   cfg->n_heads);
+  if (m->padded_vocab % tp != 0)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "mesh.tp=%d must divide the padded vocabulary %d (vocabulary rows are split; "
+                   "set model.padded_vocab_size to a multiple of %d)",
+                   tp, m->padded_vocab, tp);
+  shard(m, "wte", TL_SHARD_SPLIT, 0, 1);
+  shard(m, "wpe", TL_SHARD_FIRST, 0, 0);
+  shard(m, "qkvw", TL_SHARD_SPLIT, 1, 3);
+  shard(m, "qkvb", TL_SHARD_SPLIT, 1, 3);
+  shard(m, "attprojw", TL_SHARD_SPLIT, 2, 1);
+  shard(m, "attprojb", TL_SHARD_FIRST, 0, 0);
+  shard(m, "fcw", TL_SHARD_SPLIT, 1, 1);
+  shard(m, "fcb", TL_SHARD_SPLIT, 1, 1);
+  shard(m, "fcprojw", TL_SHARD_SPLIT, 2, 1);
+  shard(m, "fcprojb", TL_SHARD_FIRST, 0, 0);
+  m->n_params = 0;
+  for (int k = 0; k < m->n_tensors; k++) {
+    m->tensors[k].offset = m->n_params;
+    m->n_params += m->tensors[k].numel;
+  }
+  return TL_OK;
+}
+
+int64_t tl_model_shard_index(const tl_model* m, int k, int64_t i, int64_t* run) {
+  const struct tl_param_tensor* t = &m->tensors[k];
+  if (t->shard != TL_SHARD_SPLIT) {
+    *run = t->numel - i;
+    return i;
+  }
+  int d = t->split_dim;
+  int64_t inner = 1;
+  for (int j = d + 1; j < t->n_dims; j++) inner *= t->shape[j];
+  int64_t n_local = t->shape[d], n_full = t->full_shape[d], chunk = n_local / t->split_parts;
+  int64_t outer = i / (n_local * inner), rem = i % (n_local * inner);
+  int64_t row = rem / inner, r = rem % inner, part = row / chunk, j = row % chunk;
+  int64_t g = part * (n_full / t->split_parts) + m->tp_rank * chunk + j;
+  *run = (chunk - j) * inner - r;
+  return (outer * n_full + g) * inner + r;
+}
+
+/* Copies this rank's elements run by run, into the full vector or out of it. */
+static void shard_copy(const tl_model* m, const float* local, float* full, int to_full,
+                       const float* src_full, float* dst_local) {
+  for (int k = 0; k < m->n_tensors; k++) {
+    const struct tl_param_tensor* t = &m->tensors[k];
+    for (int64_t i = 0, run; i < t->numel; i += run) {
+      int64_t f = t->full_offset + tl_model_shard_index(m, k, i, &run);
+      if (to_full)
+        memcpy(full + f, local + t->offset + i, sizeof(float) * (size_t)run);
+      else
+        memcpy(dst_local + t->offset + i, src_full + f, sizeof(float) * (size_t)run);
+    }
+  }
+}
+
+void tl_model_shard_to_full(const tl_model* m, const float* local, float* full) {
+  shard_copy(m, local, full, 1, NULL, NULL);
+}
+
+void tl_model_shard_from_full(const tl_model* m, const float* full, float* local) {
+  shard_copy(m, NULL, NULL, 0, full, local);
 }
 
 int tl_model_tensor(const tl_model* m, const char* name) {
@@ -151,17 +252,20 @@ void tl_model_init_params(const tl_model* m, int64_t begin, int64_t end, float* 
     const struct tl_param_tensor* t = &m->tensors[k];
     int64_t lo = begin > t->offset ? begin : t->offset;
     int64_t hi = end < t->offset + t->numel ? end : t->offset + t->numel;
-    if (lo >= hi) continue;
-    float* dst = out + (lo - begin);
-    int64_t first = lo - t->offset, n = hi - lo;
-    if (t->init == TL_INIT_NORMAL) {
-      tl_rng_normal(m->cfg.seed, (uint32_t)k, (uint64_t)first, (size_t)n, 0.0f, t->init_std, dst);
-      int64_t row = t->numel / t->shape[0], zero_from = t->init_rows * row;
-      for (int64_t i = 0; i < n; i++)
-        if (first + i >= zero_from) dst[i] = 0.0f;
-    } else {
-      float v = t->init == TL_INIT_ONES ? 1.0f : 0.0f;
-      for (int64_t i = 0; i < n; i++) dst[i] = v;
+    int64_t zero_from = t->init_rows * (t->full_numel / t->full_shape[0]);
+    for (int64_t i = lo - t->offset, run; i < hi - t->offset; i += run) {
+      int64_t first = tl_model_shard_index(m, k, i, &run);
+      if (run > hi - t->offset - i) run = hi - t->offset - i;
+      float* dst = out + (t->offset + i - begin);
+      if (t->init == TL_INIT_NORMAL) {
+        tl_rng_normal(m->cfg.seed, (uint32_t)k, (uint64_t)first, (size_t)run, 0.0f, t->init_std,
+                      dst);
+        for (int64_t e = 0; e < run; e++)
+          if (first + e >= zero_from) dst[e] = 0.0f;
+      } else {
+        float v = t->init == TL_INIT_ONES ? 1.0f : 0.0f;
+        for (int64_t e = 0; e < run; e++) dst[e] = v;
+      }
     }
   }
 }
@@ -191,15 +295,28 @@ static const int k_no_attr[TL_NODE_MAX_ATTRS] = {0};
 static tl_status weighted(tl_graph* g, const tl_model* m, int op, const char* what, int layer,
                           int x, const char* w, const char* b, int* out) {
   static const int linear[TL_NODE_MAX_ATTRS] = {0, 1}; /* x W^T + b: W is (out, in) */
-  int wv, bv;
+  int wv, bv = -1;
   char name[TL_NAME_MAX];
   TL_CHECK(param(g, m, w, layer, &wv));
-  TL_CHECK(param(g, m, b, layer, &bv));
+  if (b) TL_CHECK(param(g, m, b, layer, &bv));
   if (layer < 0)
     snprintf(name, sizeof name, "%s", what);
   else
     snprintf(name, sizeof name, "h%d.%s", layer, what);
-  return NODE(op, name, ((int[]){x, wv, bv}), op == TL_OP_MATMUL ? linear : k_no_attr, out);
+  return tl_graph_node(g, op, name, b ? 3 : 2, (int[]){x, wv, bv},
+                       op == TL_OP_MATMUL ? linear : k_no_attr, TL_NODE_MAX_ATTRS, out);
+}
+
+/* A tensor-parallel collective "h<layer>.<what>" (or `what`) over a (b, t) batch. */
+static tl_status comm(tl_graph* g, const tl_model* m, int kind, const char* what, int layer, int x,
+                      int b, int t, int* out) {
+  const int attr[TL_NODE_MAX_ATTRS] = {kind, m->tp, b, t};
+  char name[TL_NAME_MAX];
+  if (layer < 0)
+    snprintf(name, sizeof name, "%s", what);
+  else
+    snprintf(name, sizeof name, "h%d.%s", layer, what);
+  return tl_graph_node(g, TL_OP_TP_COMM, name, 1, &x, attr, TL_NODE_MAX_ATTRS, out);
 }
 
 /* A parameter-free node "h<layer>.<what>". */
@@ -210,37 +327,59 @@ static tl_status plain(tl_graph* g, int op, const char* what, int layer, int n_i
   return tl_graph_node(g, op, name, n_in, in, attr, TL_NODE_MAX_ATTRS, out);
 }
 
-static tl_status gpt_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
+/* The GPT; under tensor parallelism (m->tp > 1) this rank's part of it,
+ * Megatron-LM's way: each block enters its column-parallel matmuls (qkv, fc)
+ * through `enter` and leaves its row-parallel ones (attproj, fcproj) through
+ * `leave` — identity/all-reduce pairs, or with sequence parallelism
+ * all-gather/reduce-scatter around LayerNorms and residuals that hold only
+ * this rank's token rows. Terms added once before a sum (wpe, the
+ * row-parallel biases) are rank 0's. */
+static tl_status gpt_build(tl_graph* g, const tl_model* m, int tokens, int b, int t, int* logits,
                            struct tl_model_io* io) {
   const struct tl_model_config* c = &m->cfg;
-  int wte, wpe, x, o[3];
+  const int tp = m->tp, first = m->tp_rank == 0;
+  const int enter = m->sp ? TL_TP_GATHER : TL_TP_COPY, leave = m->sp ? TL_TP_SCATTER : TL_TP_REDUCE;
+  int wte, wpe = -1, x, o[3];
   TL_CHECK(param(g, m, "wte", -1, &wte));
-  TL_CHECK(param(g, m, "wpe", -1, &wpe));
-  TL_CHECK(NODE(TL_OP_EMBEDDING, "encoder", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
-  const int heads[TL_NODE_MAX_ATTRS] = {c->n_heads};
+  if (first) TL_CHECK(param(g, m, "wpe", -1, &wpe));
+  const int rows[TL_NODE_MAX_ATTRS] = {m->tp_rank * (m->padded_vocab / tp)};
+  TL_CHECK(NODE(TL_OP_EMBEDDING, "encoder", ((int[]){tokens, wte, wpe}), rows, &x));
+  if (tp > 1) TL_CHECK(comm(g, m, leave, "encoder.sum", -1, x, b, t, &x));
+  const int heads[TL_NODE_MAX_ATTRS] = {c->n_heads / tp};
   for (int l = 0; l < c->n_layers; l++) {
     io->layer_begin[l] = g->n_nodes;
-    int qkv, att, proj, fc, act, fcproj;
+    int h, qkv, att, proj, fc, act, fcproj;
     /* x = x + attention(layernorm(x)) */
     TL_CHECK(weighted(g, m, TL_OP_LAYERNORM, "ln1", l, x, "ln1w", "ln1b", o));
-    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "qkv", l, o[0], "qkvw", "qkvb", &qkv));
+    h = o[0];
+    if (tp > 1) TL_CHECK(comm(g, m, enter, "ln1.tp", l, h, b, t, &h));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "qkv", l, h, "qkvw", "qkvb", &qkv));
     TL_CHECK(plain(g, TL_OP_ATTENTION, "attn", l, 1, &qkv, heads, o));
     att = o[0];
-    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "attproj", l, att, "attprojw", "attprojb", &proj));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "attproj", l, att, "attprojw", first ? "attprojb" : NULL,
+                      &proj));
+    if (tp > 1) TL_CHECK(comm(g, m, leave, "attproj.tp", l, proj, b, t, &proj));
     TL_CHECK(plain(g, TL_OP_ADD, "res1", l, 2, (int[]){x, proj}, k_no_attr, &x));
     /* x = x + mlp(layernorm(x)) */
     TL_CHECK(weighted(g, m, TL_OP_LAYERNORM, "ln2", l, x, "ln2w", "ln2b", o));
-    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fc", l, o[0], "fcw", "fcb", &fc));
+    h = o[0];
+    if (tp > 1) TL_CHECK(comm(g, m, enter, "ln2.tp", l, h, b, t, &h));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fc", l, h, "fcw", "fcb", &fc));
     TL_CHECK(plain(g, TL_OP_GELU, "gelu", l, 1, &fc, k_no_attr, &act));
-    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fcproj", l, act, "fcprojw", "fcprojb", &fcproj));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fcproj", l, act, "fcprojw", first ? "fcprojb" : NULL,
+                      &fcproj));
+    if (tp > 1) TL_CHECK(comm(g, m, leave, "fcproj.tp", l, fcproj, b, t, &fcproj));
     TL_CHECK(plain(g, TL_OP_ADD, "res2", l, 2, (int[]){x, fcproj}, k_no_attr, &x));
   }
   io->layer_begin[c->n_layers] = g->n_nodes;
   io->n_layers = c->n_layers;
   TL_CHECK(weighted(g, m, TL_OP_LAYERNORM, "lnf", -1, x, "lnfw", "lnfb", o));
-  /* the LM head is the token embedding, transposed (weight tying) */
+  int h = o[0];
+  if (tp > 1) TL_CHECK(comm(g, m, enter, "lnf.tp", -1, h, b, t, &h));
+  /* the LM head is the token embedding, transposed (weight tying); under
+   * tensor parallelism this rank's vocabulary columns of the logits */
   static const int linear[TL_NODE_MAX_ATTRS] = {0, 1};
-  return NODE(TL_OP_MATMUL, "lm_head", ((int[]){o[0], wte}), linear, logits);
+  return NODE(TL_OP_MATMUL, "lm_head", ((int[]){h, wte}), linear, logits);
 }
 
 static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
@@ -292,7 +431,7 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
                           m->cfg.kind == TL_MODEL_GPT ? t : 1};
   TL_CHECK_GOTO(tl_graph_input(g, "tokens", TL_I32, 2, tok_shape, &io->tokens), st, fail);
   if (m->cfg.kind == TL_MODEL_GPT)
-    TL_CHECK_GOTO(gpt_build(g, m, io->tokens, &io->logits, io), st, fail);
+    TL_CHECK_GOTO(gpt_build(g, m, io->tokens, b, t, &io->logits, io), st, fail);
   else
     TL_CHECK_GOTO(mlp_build(g, m, io->tokens, &io->logits, io), st, fail);
   /* logits are what an inference graph is for; a training graph reads the
@@ -302,9 +441,16 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
     int64_t n = (int64_t)b * t;
     int attr[6] = {m->vocab};
     TL_CHECK_GOTO(tl_graph_input(g, "targets", TL_I32, 1, &n, &io->targets), st, fail);
-    TL_CHECK_GOTO(
-        NODE(TL_OP_CROSSENTROPY, "loss", ((int[]){io->logits, io->targets}), attr, &io->losses), st,
-        fail);
+    if (m->tp == 1) {
+      TL_CHECK_GOTO(
+          NODE(TL_OP_CROSSENTROPY, "loss", ((int[]){io->logits, io->targets}), attr, &io->losses),
+          st, fail);
+    } else { /* vocabulary-parallel: never the full logits on one rank */
+      int shard[6] = {m->vocab, m->tp_rank * (m->padded_vocab / m->tp), m->tp}, o[2];
+      TL_CHECK_GOTO(NODE(TL_OP_XENT_SHARD, "loss", ((int[]){io->logits, io->targets}), shard, o),
+                    st, fail);
+      io->losses = o[0];
+    }
     TL_CHECK_GOTO(tl_graph_set_loss(g, io->losses), st, fail);
     TL_CHECK_GOTO(tl_graph_backward(g), st, fail);
   }

@@ -28,32 +28,75 @@ extern "C" {
 
 typedef enum { TL_INIT_NORMAL = 0, TL_INIT_ZEROS, TL_INIT_ONES } tl_init_kind;
 
+/* How a tensor is held across a tensor-parallel group (see tl_model_init_tp). */
+typedef enum {
+  TL_SHARD_REPLICATED = 0, /* whole on every rank (LayerNorms) */
+  TL_SHARD_SPLIT,          /* dimension split_dim divided over the ranks */
+  TL_SHARD_FIRST,          /* whole on tp rank 0 only: a term added once before a sum
+                            * over the group (position embedding, row-parallel biases) */
+} tl_shard_kind;
+
 struct tl_param_tensor {
   char name[16];
   int n_dims;
-  int64_t shape[4];
-  int64_t offset; /* elements into the flat parameter buffer */
+  int64_t shape[4]; /* this rank's shard (the whole tensor when tp = 1) */
+  int64_t offset;   /* elements into the flat parameter buffer */
   int64_t numel;
   bool decay; /* a weight matrix: weight decay applies */
   tl_init_kind init;
   float init_std;
   int64_t init_rows; /* NORMAL: rows [0, init_rows) of dim 0 drawn, the rest zero (wte padding) */
+  /* the logical tensor and this rank's part of it */
+  int64_t full_shape[4];
+  int64_t full_numel;
+  int64_t full_offset; /* in the whole model's flat vector */
+  tl_shard_kind shard;
+  int split_dim;   /* SPLIT: the dimension divided */
+  int split_parts; /* SPLIT: the dimension is this many equal blocks ([Q|K|V]: 3), each divided */
 };
 
 typedef struct tl_model {
   struct tl_model_config cfg;
   int vocab;        /* real vocabulary V */
-  int padded_vocab; /* Vp: rows of wte and columns of the logits */
+  int padded_vocab; /* Vp: rows of wte and columns of the logits (whole model) */
   int n_tensors;
   struct tl_param_tensor tensors[TL_MODEL_MAX_TENSORS];
-  int64_t n_params;
+  int64_t n_params;      /* this rank's flat vector */
+  int64_t n_params_full; /* the whole model's */
+  int tp, tp_rank;       /* the tensor-parallel shard this layout is (1, 0: the whole model) */
+  bool sp;               /* sequence parallelism (graphs built from this layout) */
 } tl_model;
 
 /* Lays out the parameters of the configured model (checks the sizes). */
 tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* out);
 
-/* Writes elements [begin, end) of the flat parameter vector (host memory,
- * `out` holds end - begin floats) from the RNG. */
+/* Tensor parallelism (Megatron-LM): rank tp_rank of a group of tp holds
+ *  - wte split by vocabulary rows (the embedding and the tied LM head are
+ *    vocabulary-parallel), Vp / tp rows each;
+ *  - qkvw/qkvb split by output rows, Q, K and V alike (heads n_heads / tp
+ *    per rank), fcw/fcb by output rows: column-parallel;
+ *  - attprojw, fcprojw split by input columns: row-parallel;
+ *  - LayerNorms whole on every rank; wpe, attprojb and fcprojb whole on
+ *    rank 0 only (added once, before the group's sum).
+ * tp must divide n_heads and the padded vocabulary; gpt only. With `sp`
+ * (sequence parallelism) graphs keep LayerNorm and residual regions split
+ * by token rows across the group. tp = 1 is tl_model_init. */
+tl_status tl_model_init_tp(const struct tl_model_config* cfg, int tp, int tp_rank, bool sp,
+                           tl_model* out);
+
+/* Where local element `i` of tensor k (0 <= i < numel) lies in the whole
+ * logical tensor; *run receives how many local elements from i on follow it
+ * contiguously there. */
+int64_t tl_model_shard_index(const tl_model* m, int k, int64_t i, int64_t* run);
+
+/* Copies this rank's elements between its flat vector and the whole
+ * model's flat vector (the layout of tl_model_init: llm.c's). */
+void tl_model_shard_to_full(const tl_model* m, const float* local, float* full);
+void tl_model_shard_from_full(const tl_model* m, const float* full, float* local);
+
+/* Writes elements [begin, end) of this rank's flat parameter vector (host
+ * memory, `out` holds end - begin floats) from the RNG: each element is the
+ * one the whole model draws at its place, so shards equal slices. */
 void tl_model_init_params(const tl_model* m, int64_t begin, int64_t end, float* out);
 
 #define TL_MODEL_MAX_LAYERS 256
@@ -97,7 +140,8 @@ struct tl_param_diff {
   double key_bias_worst; /* absolute */
   int64_t n_key_bias;
 };
-void tl_model_compare(const tl_model* m, const float* a, const float* ref, struct tl_param_diff* out);
+void tl_model_compare(const tl_model* m, const float* a, const float* ref,
+                      struct tl_param_diff* out);
 
 /* Parameter tensor index by name ("qkvw"), or -1. */
 int tl_model_tensor(const tl_model* m, const char* name);

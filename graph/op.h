@@ -4,6 +4,7 @@
 #ifndef TL_GRAPH_OP_H
 #define TL_GRAPH_OP_H
 
+#include "core/group.h"
 #include "graph/graph.h"
 #include "kernels/backend.h"
 
@@ -17,6 +18,9 @@ struct tl_run_ctx {
   const tl_graph* g;
   void* (*data)(const struct tl_run_ctx* x, int value); /* NULL for value -1 */
   void* exec;
+  tl_group* tp;  /* the tensor-parallel group (tp_comm, xent_shard), or NULL */
+  void* scratch; /* device memory for collectives' temporaries: scratch_bytes */
+  size_t scratch_bytes;
 };
 
 #define TL_DATA(x, v) ((float*)(x)->data((x), (v)))
@@ -53,7 +57,21 @@ enum {
   TL_OP_ADD_BACKWARD,
   TL_OP_CROSSENTROPY,
   TL_OP_CROSSENTROPY_BACKWARD,
+  TL_OP_TP_COMM,
+  TL_OP_TP_COMM_BACKWARD,
+  TL_OP_XENT_SHARD,
+  TL_OP_XENT_SHARD_BACKWARD,
   TL_OP_COUNT
+};
+
+/* tp_comm's collectives over the tensor-parallel group (attr[0]); each
+ * backward runs the conjugate one. Megatron-LM's f and g are COPY and REDUCE;
+ * sequence parallelism replaces them by GATHER and SCATTER. */
+enum {
+  TL_TP_COPY = 0, /* forward identity, backward all-reduce */
+  TL_TP_REDUCE,   /* forward all-reduce (sum), backward identity */
+  TL_TP_GATHER,   /* forward all-gather of token-row shards, backward reduce-scatter */
+  TL_TP_SCATTER,  /* forward reduce-scatter into token-row shards, backward all-gather */
 };
 
 const struct tl_op_def* tl_op_get(int op);

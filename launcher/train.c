@@ -358,8 +358,7 @@ int tl_cli_train(int argc, char** argv) {
       tl_worker_fail(msg);
     }
     r.have_worker = 1;
-    comm = (struct tl_trainer_comm){r.w.world, r.w.groups[TL_AXIS_DP], r.w.groups[TL_AXIS_PP],
-                                    r.w.host_groups[TL_AXIS_DP], r.w.host_groups[TL_AXIS_PP]};
+    comm = tl_trainer_comm_of(r.w.world, r.w.groups, r.w.host_groups);
   } else if (r.cfg.device.threads > 0) {
     char buf[16];
     snprintf(buf, sizeof buf, "%d", r.cfg.device.threads);

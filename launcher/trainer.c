@@ -1,4 +1,4 @@
-/* trainer.c — one optimizer step on one rank of a data x pipeline mesh. */
+/* trainer.c — one optimizer step on one rank of a data x tensor x pipeline mesh. */
 #include "launcher/trainer.h"
 
 #include <math.h>
@@ -24,11 +24,12 @@ struct slot {
 
 struct tl_trainer {
   struct tl_config cfg;
-  tl_model model;
+  tl_model model; /* the whole model: checkpoints, model files, gathered vectors */
+  tl_model local; /* this rank's tensor-parallel shard: the graph and the stages */
   tl_backend* be;
   /* the job */
   struct tl_trainer_comm comm;
-  int world_rank, dp_size, dp_rank, pp_size, pp_rank;
+  int world_rank, dp_size, dp_rank, pp_size, pp_rank, tp_size, tp_rank;
   tl_group* embed; /* first + last stage of this replica: the tied embedding */
   /* the graph and this rank's stage */
   tl_graph* graph;
@@ -40,6 +41,7 @@ struct tl_trainer {
   struct slot* slots;
   /* the stage's flat buffers */
   tl_buffer *params, *grads, *adam_m, *adam_v, *scalar;
+  tl_buffer* sp_pack; /* sequence parallelism: the LayerNorm gradients, packed */
   tl_dp_buckets* buckets;
   /* data */
   tl_token_file train_file, val_file;
@@ -107,13 +109,16 @@ static tl_status check_sizes(const tl_trainer* t) {
         "schedule.micro_batches=%d does not divide the replica batch %d (train.batch_size "
         "/ mesh.dp)",
         mb, tc->batch_size / dp);
-  if (cfg->mesh.tp != 1)
-    return TL_ERRF(TL_ERR_UNSUPPORTED, "mesh.tp=%d: tensor parallelism is not implemented yet",
-                   cfg->mesh.tp);
+  int tp = cfg->mesh.tp, rows = tc->batch_size / dp / mb * tc->seq_len;
+  if (tp > 1 && cfg->parallel.sequence_parallel && rows % tp != 0)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "parallel.sequence_parallel splits a micro-batch's %d token rows (micro-batch "
+                   "%d x train.seq_len %d) over mesh.tp=%d ranks: it must divide them",
+                   rows, tc->batch_size / dp / mb, tc->seq_len, tp);
   int world = t->comm.world ? tl_group_size(t->comm.world) : 1;
-  if (cfg->mesh.dp * cfg->mesh.pp != world)
-    return TL_ERRF(TL_ERR_CONFIG, "mesh.dp * mesh.pp = %d, but the job has %d rank%s",
-                   cfg->mesh.dp * cfg->mesh.pp, world, world == 1 ? "" : "s");
+  if (cfg->mesh.dp * tp * cfg->mesh.pp != world)
+    return TL_ERRF(TL_ERR_CONFIG, "mesh.dp * mesh.tp * mesh.pp = %d, but the job has %d rank%s",
+                   cfg->mesh.dp * tp * cfg->mesh.pp, world, world == 1 ? "" : "s");
   return TL_OK;
 }
 
@@ -149,19 +154,26 @@ static tl_status load_start(tl_trainer* t) {
   float* full = NULL;
   int64_t position = 0;
   TL_CHECK(read_start(t, &full, &position));
-  int64_t n = t->me->n_params, total = t->model.n_params;
+  int64_t n = t->me->n_params, total = t->model.n_params, shard_n = t->local.n_params;
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * 3);
-  tl_status st = local ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for the stage's weights");
+  /* a checkpoint's whole vectors, cut to this rank's tensor-parallel shard */
+  float* shard = full && t->tp_size > 1 ? malloc(sizeof(float) * (size_t)shard_n * 3) : full;
+  tl_status st = local && (shard || !full)
+                     ? TL_OK
+                     : TL_ERRF(TL_ERR_NOMEM, "out of memory for the stage's weights");
   if (st == TL_OK) {
+    if (shard != full)
+      for (int k = 0; k < 3; k++)
+        tl_model_shard_from_full(&t->local, full + k * total, shard + k * shard_n);
     memset(local + n, 0, sizeof(float) * (size_t)n * 2);
     for (int i = 0; i < t->me->n_segments; i++) {
       const tl_pp_segment* s = &t->me->segments[i];
       float* dst = local + s->local_offset;
-      if (full) {
+      if (shard) {
         for (int k = 0; k < 3; k++)
-          memcpy(dst + k * n, full + k * total + s->global_offset, sizeof(float) * (size_t)s->n);
+          memcpy(dst + k * n, shard + k * shard_n + s->global_offset, sizeof(float) * (size_t)s->n);
       } else {
-        tl_model_init_params(&t->model, s->global_offset, s->global_offset + s->n, dst);
+        tl_model_init_params(&t->local, s->global_offset, s->global_offset + s->n, dst);
       }
     }
     size_t bytes = sizeof(float) * (size_t)n;
@@ -171,6 +183,7 @@ static tl_status load_start(tl_trainer* t) {
     if (st == TL_OK) st = tl_memcpy(dev, t->adam_v->data, cpu, local + 2 * n, bytes);
   }
   free(local);
+  if (shard != full) free(shard);
   free(full);
   if (st == TL_OK)
     st = tl_loader_init(&t->loader, &t->train_file, t->cfg.train.batch_size, t->cfg.train.seq_len,
@@ -184,16 +197,22 @@ static tl_status setup_comm(tl_trainer* t) {
   t->dp_rank = t->comm.dp ? tl_group_rank(t->comm.dp) : 0;
   t->pp_size = t->comm.pp ? tl_group_size(t->comm.pp) : 1;
   t->pp_rank = t->comm.pp ? tl_group_rank(t->comm.pp) : 0;
-  if (t->dp_size != t->cfg.mesh.dp || t->pp_size != t->cfg.mesh.pp)
+  t->tp_size = t->comm.tp ? tl_group_size(t->comm.tp) : 1;
+  t->tp_rank = t->comm.tp ? tl_group_rank(t->comm.tp) : 0;
+  if (t->dp_size != t->cfg.mesh.dp || t->pp_size != t->cfg.mesh.pp || t->tp_size != t->cfg.mesh.tp)
     return TL_ERRF(TL_ERR_INVALID,
-                   "the job's groups (dp %d, pp %d) do not match mesh.dp=%d, mesh.pp=%d",
-                   t->dp_size, t->pp_size, t->cfg.mesh.dp, t->cfg.mesh.pp);
+                   "the job's groups (dp %d, tp %d, pp %d) do not match mesh.dp=%d, mesh.tp=%d, "
+                   "mesh.pp=%d",
+                   t->dp_size, t->tp_size, t->pp_size, t->cfg.mesh.dp, t->cfg.mesh.tp,
+                   t->cfg.mesh.pp);
   if (!t->comm.world) return TL_OK;
-  /* the tied embedding lives on the first and the last stage of each replica */
+  /* the tied embedding (this tensor-parallel rank's shard of it) lives on
+   * the first and the last stage of each pipeline */
   int p = t->pp_size;
   int member = p > 1 && (t->pp_rank == 0 || t->pp_rank == p - 1);
-  return tl_group_split(t->comm.world, member ? t->dp_rank : TL_GROUP_UNDEFINED, t->pp_rank,
-                        "embedding", &t->embed);
+  return tl_group_split(t->comm.world,
+                        member ? t->dp_rank * t->tp_size + t->tp_rank : TL_GROUP_UNDEFINED,
+                        t->pp_rank, "embedding", &t->embed);
 }
 
 tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer_comm* comm,
@@ -209,6 +228,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(setup_comm(t), st, fail);
   t->micro = tc->batch_size / cfg->mesh.dp / cfg->schedule.micro_batches;
   TL_CHECK_GOTO(tl_model_init(&cfg->model, &t->model), st, fail);
+  TL_CHECK_GOTO(tl_model_init_tp(&cfg->model, t->tp_size, t->tp_rank,
+                                 cfg->parallel.sequence_parallel, &t->local),
+                st, fail);
   tl_device dev = cfg->device.type == TL_DEVICE_CUDA
                       ? (t->comm.dp ? tl_group_device(t->comm.dp) : tl_cuda(0))
                       : tl_cpu();
@@ -221,14 +243,14 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   if (cfg->data.val[0])
     TL_CHECK_GOTO(tl_tokens_open(cfg->data.val, t->model.vocab, &t->val_file), st, fail);
   /* the graph of one micro-batch, cut into stages */
-  TL_CHECK_GOTO(tl_model_build(&t->model, t->micro, tc->seq_len, true, &t->graph, &t->io), st,
+  TL_CHECK_GOTO(tl_model_build(&t->local, t->micro, tc->seq_len, true, &t->graph, &t->io), st,
                 fail);
   t->stages = calloc((size_t)t->pp_size, sizeof(tl_pp_stage));
   if (!t->stages) {
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for stages");
     goto fail;
   }
-  TL_CHECK_GOTO(tl_pp_partition(t->graph, &t->io, &t->model, t->pp_size, NULL, t->stages), st,
+  TL_CHECK_GOTO(tl_pp_partition(t->graph, &t->io, &t->local, t->pp_size, NULL, t->stages), st,
                 fail);
   t->me = &t->stages[t->pp_rank];
   TL_CHECK_GOTO(tl_pp_schedule_build(cfg->schedule.kind, t->pp_size, t->pp_rank,
@@ -241,13 +263,23 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_m), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_v), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, sizeof(float), &t->scalar), st, fail);
+  if (t->local.sp) {
+    int64_t packed = 0;
+    for (int i = 0; i < t->me->n_segments; i++)
+      if (t->local.tensors[t->me->segments[i].tensor].shard == TL_SHARD_REPLICATED)
+        packed += t->me->segments[i].n;
+    TL_CHECK_GOTO(
+        tl_buffer_create(dev, sizeof(float) * (size_t)(packed > 0 ? packed : 1), &t->sp_pack), st,
+        fail);
+  }
   t->n_slots = t->sched.max_in_flight;
   t->slots = calloc((size_t)t->n_slots, sizeof(struct slot));
   if (!t->slots) {
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for executors");
     goto fail;
   }
-  struct tl_exec_options opt = {t->me->node_begin, t->me->node_end, t->me->param_offset};
+  struct tl_exec_options opt = {t->me->node_begin, t->me->node_end, t->me->param_offset,
+                                t->comm.tp};
   for (int i = 0; i < t->n_slots; i++)
     TL_CHECK_GOTO(tl_exec_create_ex(t->graph, t->be, t->params, t->grads, &opt, &t->slots[i].exec),
                   st, fail);
@@ -264,6 +296,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     goto fail;
   }
   TL_CHECK_GOTO(load_start(t), st, fail);
+  if (t->tp_size > 1)
+    TL_LOG_INFO("tensor-parallel rank %d of %d%s: %.2fM of the model's %.2fM parameters",
+                t->tp_rank, t->tp_size, t->local.sp ? " (sequence parallel)" : "",
+                t->local.n_params / 1e6, t->model.n_params / 1e6);
   if (t->pp_size > 1)
     TL_LOG_INFO("pipeline stage %d of %d: layers %d-%d (%d of %d), %.2fM parameters", t->pp_rank,
                 t->pp_size, t->me->layer_begin, t->me->layer_end - 1,
@@ -293,6 +329,7 @@ void tl_trainer_destroy(tl_trainer* t) {
   tl_buffer_destroy(t->adam_m);
   tl_buffer_destroy(t->adam_v);
   tl_buffer_destroy(t->scalar);
+  tl_buffer_destroy(t->sp_pack);
   tl_tokens_close(&t->train_file);
   tl_tokens_close(&t->val_file);
   tl_backend_destroy(t->be);
@@ -353,6 +390,7 @@ static tl_status set_inputs(tl_trainer* t, tl_exec* x, const tl_loader* l, int s
 }
 
 static tl_status add_losses(tl_trainer* t, tl_exec* x, double* sum) {
+  if (t->tp_rank != 0) return TL_OK; /* the tensor-parallel group agrees; rank 0 counts */
   int n = t->micro * t->cfg.train.seq_len;
   TL_CHECK(tl_exec_get(x, t->io.losses, t->losses, sizeof(float) * (size_t)n));
   for (int i = 0; i < n; i++) *sum += t->losses[i];
@@ -428,18 +466,26 @@ static tl_status host_sum(tl_group* g, double* v) {
   return TL_OK;
 }
 
+/* Whether segment s is counted elsewhere in the global norm: the tied
+ * embedding's copy on the last stage, and a tensor that every
+ * tensor-parallel rank holds whole (rank 0 counts it). */
+static int counted_elsewhere(const tl_trainer* t, const tl_pp_segment* s) {
+  if (s->shared && t->pp_size > 1 && is_last_stage(t)) return 1;
+  return t->tp_rank != 0 && t->local.tensors[s->tensor].shard == TL_SHARD_REPLICATED;
+}
+
 /* Squared norm of the stage's gradients, each parameter counted once in
- * the job: the tied embedding's copy on the last stage is left out. */
+ * the job. */
 static tl_status stage_sumsq(tl_trainer* t, double* out) {
   const struct tl_kernel_ops* ops = t->be->ops;
   float v = 0.0f;
   TL_CHECK(ops->sumsq(t->be->ctx, t->scalar->data, t->grads->data, t->me->n_params));
   TL_CHECK(read_scalar(t, &v));
   double total = v;
-  if (t->pp_size > 1 && is_last_stage(t))
+  if ((t->pp_size > 1 && is_last_stage(t)) || t->tp_rank != 0)
     for (int i = 0; i < t->me->n_segments; i++) {
       const tl_pp_segment* s = &t->me->segments[i];
-      if (!s->shared) continue;
+      if (!counted_elsewhere(t, s)) continue;
       TL_CHECK(
           ops->sumsq(t->be->ctx, t->scalar->data, (float*)t->grads->data + s->local_offset, s->n));
       TL_CHECK(read_scalar(t, &v));
@@ -462,6 +508,36 @@ static tl_status sync_tied(tl_trainer* t) {
   return TL_OK;
 }
 
+/* Sequence parallelism: each tensor-parallel rank ran the LayerNorms on its
+ * token rows only, so their gradients are parts of a sum over the group.
+ * They are packed into one buffer for one all-reduce. */
+static tl_status sync_sequence_parallel(tl_trainer* t) {
+  if (!t->local.sp || t->tp_size == 1) return TL_OK;
+  double t0 = now_us();
+  tl_device dev = t->be->device;
+  float* grads = t->grads->data;
+  for (int pass = 0; pass < 2; pass++) {
+    int64_t at = 0;
+    for (int i = 0; i < t->me->n_segments; i++) {
+      const tl_pp_segment* s = &t->me->segments[i];
+      if (t->local.tensors[s->tensor].shard != TL_SHARD_REPLICATED) continue;
+      float* pack = (float*)t->sp_pack->data + at;
+      if (pass == 0)
+        TL_CHECK(tl_memcpy(dev, pack, dev, grads + s->local_offset, sizeof(float) * (size_t)s->n));
+      else
+        TL_CHECK(tl_memcpy(dev, grads + s->local_offset, dev, pack, sizeof(float) * (size_t)s->n));
+      at += s->n;
+    }
+    if (pass == 0 && at > 0) {
+      TL_CHECK(t->be->ops->synchronize(t->be->ctx));
+      TL_CHECK(tl_group_all_reduce(t->comm.tp, t->sp_pack->data, t->sp_pack->data, (size_t)at,
+                                   TL_F32, TL_REDUCE_SUM, NULL));
+    }
+  }
+  trace_span(t, "sp_allreduce", 0, t0);
+  return TL_OK;
+}
+
 tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   const struct tl_train_config* tc = &t->cfg.train;
   const struct tl_kernel_ops* ops = t->be->ops;
@@ -481,9 +557,11 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     trace_span(t, "dp_allreduce", 0, t0);
   }
   TL_CHECK(sync_tied(t));
-  /* 3. global norm over stages, clipping */
+  TL_CHECK(sync_sequence_parallel(t));
+  /* 3. global norm over stages and shards, clipping */
   double sumsq = 0;
   TL_CHECK(stage_sumsq(t, &sumsq));
+  TL_CHECK(host_sum(t->comm.host_tp, &sumsq));
   TL_CHECK(host_sum(t->comm.host_pp, &sumsq));
   float norm = (float)sqrt(sumsq > 0 ? sumsq : 0);
   if (!isfinite(norm))
@@ -546,10 +624,10 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
 
 /* ---- whole-model views -------------------------------------------------- */
 
-tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
-  if (t->dp_rank != 0) return TL_OK; /* replicas are identical: replica 0 speaks */
-  int64_t n = t->me->n_params, total = t->model.n_params;
-  int k_max = moments ? 3 : 1;
+/* Stage 0 of this pipeline assembles the shard's flat vector(s) (k of
+ * them, shard_n elements apart) from every stage; NULL elsewhere. */
+static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
+  int64_t n = t->me->n_params, shard_n = t->local.n_params;
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * (size_t)k_max);
   if (!local) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
   tl_buffer* src[3] = {t->params, t->adam_m, t->adam_v};
@@ -573,15 +651,49 @@ tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
       }
       st = tl_group_recv(t->comm.host_pp, buf, (size_t)(sn * k_max), TL_F32, s, 30000, NULL);
     }
-    for (int i = 0; i < stage->n_segments && st == TL_OK && out; i++) {
+    for (int i = 0; i < stage->n_segments && st == TL_OK; i++) {
       const tl_pp_segment* seg = &stage->segments[i];
       for (int k = 0; k < k_max; k++)
-        memcpy(out + k * total + seg->global_offset, buf + k * sn + seg->local_offset,
+        memcpy(shard + k * shard_n + seg->global_offset, buf + k * sn + seg->local_offset,
                sizeof(float) * (size_t)seg->n);
     }
     if (buf != local) free(buf);
   }
   free(local);
+  return st;
+}
+
+tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
+  if (t->dp_rank != 0) return TL_OK; /* replicas are identical: replica 0 speaks */
+  int k_max = moments ? 3 : 1;
+  int64_t shard_n = t->local.n_params, total = t->model.n_params;
+  float* shard = malloc(sizeof(float) * (size_t)(shard_n > 0 ? shard_n : 1) * (size_t)k_max);
+  if (!shard) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
+  tl_status st = gather_stages(t, shard, k_max);
+  if (st == TL_OK && t->pp_rank == 0) {
+    if (t->tp_rank != 0) { /* to tensor-parallel rank 0, which places every shard */
+      st = tl_group_send(t->comm.host_tp, shard, (size_t)(shard_n * k_max), TL_F32, 0, 30001, NULL);
+    } else {
+      for (int r = 0; r < t->tp_size && st == TL_OK; r++) {
+        tl_model m = t->local;
+        float* buf = shard;
+        if (r != 0) {
+          st = tl_model_init_tp(&t->cfg.model, t->tp_size, r, t->local.sp, &m);
+          buf = st == TL_OK ? malloc(sizeof(float) * (size_t)(m.n_params > 0 ? m.n_params : 1) *
+                                     (size_t)k_max)
+                            : NULL;
+          if (st == TL_OK && !buf) st = TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
+          if (st == TL_OK)
+            st = tl_group_recv(t->comm.host_tp, buf, (size_t)(m.n_params * k_max), TL_F32, r, 30001,
+                               NULL);
+        }
+        for (int k = 0; k < k_max && st == TL_OK && out; k++)
+          tl_model_shard_to_full(&m, buf + k * m.n_params, out + k * total);
+        if (buf != shard) free(buf);
+      }
+    }
+  }
+  free(shard);
   return st;
 }
 

@@ -1,4 +1,4 @@
-/* trainer.h — training on one device or on a data x pipeline mesh: the
+/* trainer.h — training on one device or on a data x tensor x pipeline mesh: the
  * model, its stage of the graph and executors, the stage's flat parameter,
  * gradient and AdamW buffers, the data, and one optimizer step at a time.
  *
@@ -8,8 +8,12 @@
  *     receive gradients, backward (loss scaled by 1/(global batch tokens)),
  *     send. During the last micro-batch's backward, finished gradient
  *     buckets start their data-parallel all-reduce (a sum);
+ *     Under tensor parallelism the graph is this rank's shard of the model
+ *     (graph/model.h) and its collectives run inside forward and backward;
  *  2. wait for the buckets; sum the tied token embedding's gradient between
- *     the first and last stage;
+ *     the first and last stage; with sequence parallelism, sum the
+ *     LayerNorms' gradients over the tensor-parallel group (each rank saw
+ *     only its token rows);
  *  3. global gradient norm over all stages (each parameter counted once),
  *     clipping;
  *  4. AdamW on the stage's parameters (weight decay on weight matrices only).
@@ -37,7 +41,21 @@ struct tl_trainer_comm {
   tl_group* world;   /* host group of the whole job */
   tl_group *dp, *pp; /* device groups of this rank's replica and pipeline */
   tl_group *host_dp, *host_pp;
+  tl_group *tp, *host_tp; /* this rank's tensor-parallel group */
 };
+
+/* The job's groups, given as arrays indexed by tl_axis (a tl_worker's). */
+static inline struct tl_trainer_comm tl_trainer_comm_of(tl_group* world, tl_group* const groups[3],
+                                                        tl_group* const host_groups[3]) {
+  struct tl_trainer_comm c = {world,
+                              groups[TL_AXIS_DP],
+                              groups[TL_AXIS_PP],
+                              host_groups[TL_AXIS_DP],
+                              host_groups[TL_AXIS_PP],
+                              groups[TL_AXIS_TP],
+                              host_groups[TL_AXIS_TP]};
+  return c;
+}
 
 struct tl_step_stats {
   int64_t step; /* 1-based: the step just taken */

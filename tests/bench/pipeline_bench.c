@@ -43,9 +43,10 @@ int main(int argc, char** argv) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0)
-    printf("GPT 8 layers x 128 channels, B=%d x T=64, pp=%d, %d micro-batches; bubble formula "
-           "(p-1)/(m+p-1) = %.3f\n",
-           micro * 2, p, micro, (p - 1.0) / (micro + p - 1.0));
+    printf(
+        "GPT 8 layers x 128 channels, B=%d x T=64, pp=%d, %d micro-batches; bubble formula "
+        "(p-1)/(m+p-1) = %.3f\n",
+        micro * 2, p, micro, (p - 1.0) / (micro + p - 1.0));
   for (int k = 0; k < 2; k++) {
     struct tl_config c;
     tl_config_defaults(&c);
@@ -59,8 +60,7 @@ int main(int argc, char** argv) {
     struct tl_worker w;
     tl_trainer* t = NULL;
     if (tl_worker_init(&c, &w) != TL_OK) tl_worker_fail(tl_last_error());
-    struct tl_trainer_comm comm = {w.world, w.groups[TL_AXIS_DP], w.groups[TL_AXIS_PP],
-                                   w.host_groups[TL_AXIS_DP], w.host_groups[TL_AXIS_PP]};
+    struct tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
     if (tl_trainer_create(&c, &comm, &t) != TL_OK) tl_worker_fail(tl_last_error());
     struct tl_step_stats s;
     double step = 0, wait = 0;
@@ -74,9 +74,10 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       printf("%s:\n", k == 0 ? "gpipe" : "1f1b");
       for (int r = 0; r < p; r++)
-        printf("  stage %d: waiting in receives %5.1f%% of the step (%.1f ms/step); activation "
-               "arenas %8.1f KiB\n",
-               r, 100 * all[3 * r], all[3 * r + 2], all[3 * r + 1] / 1024);
+        printf(
+            "  stage %d: waiting in receives %5.1f%% of the step (%.1f ms/step); activation "
+            "arenas %8.1f KiB\n",
+            r, 100 * all[3 * r], all[3 * r + 2], all[3 * r + 1] / 1024);
     }
     tl_trainer_destroy(t);
     tl_worker_finalize(&w);

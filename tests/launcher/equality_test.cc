@@ -95,8 +95,7 @@ Run Train(const tl_config& c, bool single) {
   bool job = !single;
   if (job) {
     EXPECT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
-    comm = {w.world, w.groups[TL_AXIS_DP], w.groups[TL_AXIS_PP], w.host_groups[TL_AXIS_DP],
-            w.host_groups[TL_AXIS_PP]};
+    comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
   }
   EXPECT_EQ(tl_trainer_create(&c, job ? &comm : nullptr, &t), TL_OK) << tl_last_error();
   if (!t) return r;

@@ -98,7 +98,7 @@ void CompareStaged(const tl_model_config& c, int p, int b, int t) {
       memcpy((float*)sp[s]->data + seg.local_offset, (float*)params->data + seg.global_offset,
              seg.n * 4);
     }
-    tl_exec_options opt = {st[s].node_begin, st[s].node_end, st[s].param_offset};
+    tl_exec_options opt = {st[s].node_begin, st[s].node_end, st[s].param_offset, NULL};
     ASSERT_EQ(tl_exec_create_ex(g, be, sp[s], sg[s], &opt, &x[s]), TL_OK) << tl_last_error();
   }
   ASSERT_EQ(tl_exec_set_input(x[0], io.tokens, tok.data(), tok.size() * 4), TL_OK);

@@ -1,0 +1,119 @@
+/* tp_comm.c — a collective over the tensor-parallel group as a graph node:
+ * in {x}, attr {kind, tp, B, T}, out {y}. The kinds (graph/op.h):
+ *   COPY    y = x; backward dx += all-reduce(dy)              (Megatron's f)
+ *   REDUCE  y = all-reduce(x); backward dx += dy               (Megatron's g)
+ *   GATHER  x (rows, C) -> y (B, T, C), rows = B*T/tp: all-gather of token
+ *           rows; backward dx += this rank's rows of reduce-scatter(dy)
+ *   SCATTER x (..., C) with B*T rows -> y (B*T/tp, C): reduce-scatter;
+ *           backward dx += all-gather(dy)
+ * Token rows are split contiguously: rank r holds rows [r*R/tp, (r+1)*R/tp)
+ * of the flattened (B*T, C). Collectives wait for the device's queued work
+ * first and are complete when the node returns. */
+#include "core/alloc.h"
+#include "graph/ops/shape.h"
+
+static tl_status infer(tl_graph* g, tl_node* n) {
+  TL_NEED_F32(g, n, 0);
+  const tl_value* a = tl__in(g, n, 0);
+  int kind = n->attr[0], tp = n->attr[1];
+  int64_t rows = tl__rows(a), cols = tl__cols(a), shape[4];
+  if (tp < 1) return TL_ERRF(TL_ERR_INVALID, "tp_comm '%s': group of %d ranks", n->name, tp);
+  memcpy(shape, a->shape, sizeof shape);
+  int nd = a->n_dims;
+  switch (kind) {
+    case TL_TP_COPY:
+    case TL_TP_REDUCE:
+      break;
+    case TL_TP_GATHER:
+      if ((int64_t)n->attr[2] * n->attr[3] != rows * tp)
+        return TL_ERRF(TL_ERR_INVALID, "tp_comm '%s': %lld rows x %d ranks is not B*T = %d*%d",
+                       n->name, (long long)rows, tp, n->attr[2], n->attr[3]);
+      nd = 3, shape[0] = n->attr[2], shape[1] = n->attr[3], shape[2] = cols;
+      break;
+    case TL_TP_SCATTER:
+      if (rows % tp != 0)
+        return TL_ERRF(TL_ERR_INVALID,
+                       "tp_comm '%s': %lld token rows do not split over %d ranks (sequence "
+                       "parallelism needs micro-batch x seq_len divisible by mesh.tp)",
+                       n->name, (long long)rows, tp);
+      nd = 2, shape[0] = rows / tp, shape[1] = cols;
+      break;
+    default:
+      return TL_ERRF(TL_ERR_INVALID, "tp_comm '%s': unknown kind %d", n->name, kind);
+  }
+  TL_CHECK(tl__op_output(g, n, 0, "", TL_ROLE_ACTIVATION, TL_F32, nd, shape));
+  n->flops = 0;
+  n->bytes = tl__op_bytes(g, n->in, 1) + tl__op_bytes(g, n->out, 1);
+  return TL_OK;
+}
+
+static tl_status group_of(const struct tl_run_ctx* x, const tl_node* n, tl_group** out) {
+  *out = x->tp;
+  int size = x->tp ? tl_group_size(x->tp) : 1;
+  if (size != n->attr[1])
+    return TL_ERRF(TL_ERR_INVALID,
+                   "tp_comm '%s' was built for %d tensor-parallel ranks; the executor's group "
+                   "has %d",
+                   n->name, n->attr[1], size);
+  return TL_OK;
+}
+
+static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
+  tl_group* tp;
+  TL_CHECK(group_of(x, n, &tp));
+  const float* in = TL_DATA(x, n->in[0]);
+  float* out = TL_DATA(x, n->out[0]);
+  size_t count = (size_t)tl_value_numel(&x->g->values[n->in[0]]);
+  tl_device dev = x->be->device;
+  TL_CHECK(x->be->ops->synchronize(x->be->ctx));
+  if (!tp) return tl_memcpy(dev, out, dev, in, count * sizeof(float));
+  switch (n->attr[0]) {
+    case TL_TP_COPY:
+      return tl_memcpy(dev, out, dev, in, count * sizeof(float));
+    case TL_TP_REDUCE:
+      return tl_group_all_reduce(tp, in, out, count, TL_F32, TL_REDUCE_SUM, NULL);
+    case TL_TP_GATHER:
+      return tl_group_all_gather(tp, in, out, count * (size_t)n->attr[1], TL_F32, NULL);
+    default: /* TL_TP_SCATTER */
+      return tl_group_reduce_scatter(tp, in, out, count, TL_F32, TL_REDUCE_SUM, NULL);
+  }
+}
+
+/* backward node: in {dy}, out {dx} */
+static tl_status backward(tl_graph* g, int i) {
+  const tl_node* n = &g->nodes[i];
+  int in[1] = {tl__grad(g, n->out[0])};
+  int out[1] = {tl__grad(g, n->in[0])};
+  return tl__op_backward_node(g, TL_OP_TP_COMM_BACKWARD, i, 1, in, 1, out);
+}
+
+static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
+  const tl_node* f = &x->g->nodes[n->forward_of];
+  tl_group* tp;
+  TL_CHECK(group_of(x, f, &tp));
+  const float* dy = TL_DATA(x, n->in[0]);
+  float* dx = TL_DATA(x, n->out[0]);
+  if (!dx) return TL_OK;
+  size_t ny = (size_t)tl_value_numel(&x->g->values[n->in[0]]);
+  size_t nx = (size_t)tl_value_numel(&x->g->values[n->out[0]]);
+  const struct tl_kernel_ops* ops = x->be->ops;
+  int kind = f->attr[0];
+  if (!tp || kind == TL_TP_REDUCE)
+    return ops->scale_backward(x->be->ctx, dx, dy, 1.0f, (int64_t)nx);
+  if (x->scratch_bytes < nx * sizeof(float) || x->scratch_bytes < ny * sizeof(float))
+    return TL_ERRF(TL_ERR_INTERNAL, "tp_comm '%s': the executor's scratch holds %zu bytes", f->name,
+                   x->scratch_bytes);
+  float* tmp = x->scratch;
+  TL_CHECK(ops->synchronize(x->be->ctx));
+  if (kind == TL_TP_COPY) {
+    TL_CHECK(tl_group_all_reduce(tp, dy, tmp, ny, TL_F32, TL_REDUCE_SUM, NULL));
+  } else if (kind == TL_TP_GATHER) {
+    TL_CHECK(tl_group_reduce_scatter(tp, dy, tmp, ny, TL_F32, TL_REDUCE_SUM, NULL));
+  } else { /* SCATTER */
+    TL_CHECK(tl_group_all_gather(tp, dy, tmp, nx, TL_F32, NULL));
+  }
+  return ops->scale_backward(x->be->ctx, dx, tmp, 1.0f, (int64_t)nx);
+}
+
+const struct tl_op_def tl_op_tp_comm = {"tp_comm", 1, infer, run, backward};
+const struct tl_op_def tl_op_tp_comm_backward = {"tp_comm_backward", 0, NULL, run_backward, NULL};
