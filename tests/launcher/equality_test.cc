@@ -1,14 +1,17 @@
 // The one law: a parallel run is the same run. On the ranks of this job,
 // every data x pipeline mesh of it trains an MLP and a GPT for 5 steps with
-// GPipe and 1F1B and 1, 2 or 4 micro-batches; every loss and every
-// parameter must equal the single-device run of the same config within
-// 1e-5 relative (parameters: relative to their tensor's largest weight;
-// the GPT's attention key biases, whose exact gradient is zero, are checked
-// apart against a small absolute bound).
+// GPipe and 1F1B and 1, 2 or 4 micro-batches, and every mesh with tensor
+// parallelism trains the GPT (tp alone with and without sequence
+// parallelism; every dp x tp x pp factorisation with both schedules, with
+// sequence parallelism under 1F1B and without under GPipe); every loss and
+// every (gathered) parameter must equal the single-device run of the same
+// config within 1e-5 relative (parameters: relative to their tensor's
+// largest weight; the GPT's attention key biases, whose exact gradient is
+// zero, are checked apart against a small absolute bound).
 //
-// The job's rank count picks the meshes (dp * pp = ranks, dp and pp in
-// {1, 2, 4}); CI runs it on 2, 4 and 8 ranks, which covers every mesh with
-// dp * pp <= 8 (the single-device run is the reference of each).
+// The job's rank count picks the meshes (dp * tp * pp = ranks); CI runs it
+// on 2, 4 and 8 ranks, which covers every mesh of up to 8 ranks whose axes
+// are powers of two (the single-device run is the reference of each).
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -60,7 +63,8 @@ tl_config Base(tl_model_kind kind) {
   c.model.kind = kind;
   c.model.vocab_size = 64;
   if (kind == TL_MODEL_GPT) {
-    c.model.n_layers = 4, c.model.n_heads = 2, c.model.n_embd = 16, c.model.max_seq_len = 8;
+    // 8 heads and a padded vocabulary of 128: tp up to 8 divides both
+    c.model.n_layers = 4, c.model.n_heads = 8, c.model.n_embd = 32, c.model.max_seq_len = 8;
   } else {
     c.model.n_mlp_layers = 4;
     int sizes[5] = {16, 24, 24, 24, 64};
@@ -112,17 +116,19 @@ Run Train(const tl_config& c, bool single) {
 }
 
 void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int micro,
-                const std::vector<int>& stage_layers = {}) {
+                const std::vector<int>& stage_layers = {}, int tp = 1, bool sp = false) {
   tl_config c = Base(kind);
   c.schedule.n_stage_layers = (int)stage_layers.size();
   for (size_t i = 0; i < stage_layers.size(); i++) c.schedule.stage_layers[i] = stage_layers[i];
-  c.mesh.dp = dp, c.mesh.pp = pp, c.mesh.tp = 1;
+  c.mesh.dp = dp, c.mesh.pp = pp, c.mesh.tp = tp;
+  c.parallel.sequence_parallel = sp;
   c.schedule.kind = sched, c.schedule.micro_batches = micro;
   // small buckets with 2 micro-batches: all-reduces start during the
   // backward pass (overlap); otherwise one bucket at the end
   c.parallel.bucket_mb = micro == 2 ? 0.002 : 25;
   std::string what = std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") +
-                     " dp=" + std::to_string(dp) + " pp=" + std::to_string(pp) +
+                     " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
+                     " pp=" + std::to_string(pp) + (sp ? " sp" : "") +
                      (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") +
                      " micro=" + std::to_string(micro);
   for (size_t i = 0; i < stage_layers.size(); i++)
@@ -130,7 +136,7 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
   Run par = Train(c, false);
   if (WorldRank() != 0) return;
   tl_config one = c;
-  one.mesh.dp = one.mesh.pp = 1;
+  one.mesh.dp = one.mesh.pp = one.mesh.tp = 1;
   Run ref = Train(one, true);
   ASSERT_EQ(par.losses.size(), ref.losses.size()) << what;
   for (size_t s = 0; s < ref.losses.size(); s++)
@@ -142,7 +148,7 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
   tl_model_compare(&m, par.params.data(), ref.params.data(), &d);
   EXPECT_LE(d.worst, 1e-5) << what << ": tensor " << m.tensors[d.worst_tensor].name;
   EXPECT_LE(d.key_bias_worst, 1e-5) << what << ": attention key biases";
-  printf("%-32s loss diff ok, parameters %.2e (worst %s)\n", what.c_str(), d.worst,
+  printf("%-40s loss diff ok, parameters %.2e (worst %s)\n", what.c_str(), d.worst,
          m.tensors[d.worst_tensor].name);
 }
 
@@ -157,6 +163,24 @@ TEST(Equality, EveryMeshOfThisJobEqualsTheSingleDeviceRun) {
       // stages cut by the config instead of by FLOPs, unevenly
       if (pp == 2) CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 2, {3, 1});
     }
+}
+
+TEST(Equality, EveryTensorParallelMeshOfThisJobEqualsTheSingleDeviceRun) {
+  int n = WorldSize();
+  for (int tp : {2, 4, 8})
+    for (int dp : {1, 2, 4})
+      for (int pp : {1, 2, 4}) {
+        if (dp * tp * pp != n) continue;
+        if (dp == 1 && pp == 1) {  // tp alone, with and without sequence parallelism
+          CheckEqual(TL_MODEL_GPT, 1, 1, TL_SCHEDULE_1F1B, 2, {}, tp, false);
+          CheckEqual(TL_MODEL_GPT, 1, 1, TL_SCHEDULE_1F1B, 2, {}, tp, true);
+        } else if (pp == 1) {
+          CheckEqual(TL_MODEL_GPT, dp, 1, TL_SCHEDULE_1F1B, 2, {}, tp, true);
+        } else {
+          CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_GPIPE, 2, {}, tp, false);
+          CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, true);
+        }
+      }
 }
 
 }  // namespace
