@@ -11,9 +11,11 @@ static tl_status infer(tl_graph* g, tl_node* n) {
                    tl__shape_str(a, sa, sizeof sa), tl__shape_str(b, sb, sizeof sb));
   int64_t shape[4];
   memcpy(shape, a->shape, sizeof shape);
+  double numel = (double)tl_value_numel(a);
+  /* a points into g->values, which a new output may move */
   TL_CHECK(tl__op_output(g, n, 0, "", TL_ROLE_ACTIVATION, TL_F32, a->n_dims, shape));
-  n->flops = (double)tl_value_numel(a);
-  n->bytes = 12.0 * (double)tl_value_numel(a);
+  n->flops = numel;
+  n->bytes = 12.0 * numel;
   return TL_OK;
 }
 
