@@ -41,7 +41,8 @@ struct tl_trainer {
   struct slot* slots;
   /* the stage's flat buffers */
   tl_buffer *params, *grads, *adam_m, *adam_v, *scalar;
-  tl_buffer* sp_pack; /* sequence parallelism: the LayerNorm gradients, packed */
+  tl_buffer* sp_pack;  /* sequence parallelism: the LayerNorm gradients, packed */
+  int64_t param_bytes; /* what the allocator counted for the parameter buffer */
   tl_dp_buckets* buckets;
   /* data */
   tl_token_file train_file, val_file;
@@ -258,7 +259,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                 st, fail);
   /* buffers and one executor per micro-batch in flight */
   size_t bytes = sizeof(float) * (size_t)(t->me->n_params > 0 ? t->me->n_params : 1);
+  int64_t live = tl_alloc_stats_get(dev).live_bytes;
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
+  t->param_bytes = tl_alloc_stats_get(dev).live_bytes - live;
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->grads), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_m), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_v), st, fail);
@@ -742,6 +745,10 @@ double tl_trainer_step_flops(const tl_trainer* t) {
 
 int64_t tl_trainer_peak_bytes(const tl_trainer* t) {
   return tl_alloc_stats_get(t->be->device).peak_bytes;
+}
+
+int64_t tl_trainer_param_bytes(const tl_trainer* t) {
+  return t->param_bytes;
 }
 
 int64_t tl_trainer_activation_bytes(const tl_trainer* t) {

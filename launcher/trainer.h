@@ -98,6 +98,9 @@ double tl_trainer_step_flops(const tl_trainer* t);
  * arenas this rank holds (one per micro-batch in flight). */
 int64_t tl_trainer_peak_bytes(const tl_trainer* t);
 int64_t tl_trainer_activation_bytes(const tl_trainer* t);
+/* Bytes of this rank's parameter buffer, as the allocator counted them
+ * (gradients and the two AdamW moments are the same size each). */
+int64_t tl_trainer_param_bytes(const tl_trainer* t);
 /* This rank's stage: [layer_begin, layer_end) of n_stages. */
 void tl_trainer_stage(const tl_trainer* t, int* stage, int* n_stages, int* layer_begin,
                       int* layer_end);

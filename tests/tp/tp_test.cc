@@ -1,0 +1,223 @@
+// Tensor parallelism on the ranks of this job (tp = the job's size):
+//  - each rank's shard of the GPT graph computes the single-device losses,
+//    and its gradients are the slices of the single-device gradients
+//    (LayerNorm gradients under sequence parallelism once summed over the
+//    group, as the trainer does), within 1e-5 relative;
+//  - Megatron-LM's count: 2 all-reduces forward and 2 backward per layer
+//    per micro-batch, none of them under sequence parallelism (all-gather
+//    and reduce-scatter instead), read from the group's counters;
+//  - the parameter bytes each rank's trainer allocates equal the formula:
+//    split weights / tp, LayerNorms whole, wpe and the row-parallel biases
+//    whole on rank 0.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/group_mpi.h"
+#include "core/rng.h"
+#include "graph/exec.h"
+#include "graph/model.h"
+#include "kernels/backend.h"
+#include "launcher/tokens.h"
+#include "launcher/trainer.h"
+#include "launcher/worker.h"
+
+namespace {
+
+const int kB = 2, kT = 16;
+
+tl_model_config Gpt(int layers) {
+  tl_config c;
+  tl_config_defaults(&c);
+  c.model.kind = TL_MODEL_GPT;
+  c.model.vocab_size = 100;  // padded to 128
+  c.model.n_layers = layers, c.model.n_heads = 4, c.model.n_embd = 32, c.model.max_seq_len = kT;
+  return c.model;
+}
+
+tl_group* World() {
+  static tl_group* g = nullptr;
+  if (!g) {
+    EXPECT_EQ(tl_group_mpi_create(MPI_COMM_WORLD, "tp", &g), TL_OK);
+  }
+  return g;
+}
+
+struct Pass {
+  std::vector<float> losses, grads;
+  tl_group_stats fwd, bwd;
+};
+
+// One forward and backward of m's graph (its shard under tp) on a fixed batch.
+Pass RunPass(const tl_model& m, const std::vector<float>& params, tl_group* tp) {
+  Pass p = {};
+  tl_backend* be = nullptr;
+  EXPECT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+  tl_graph* g = nullptr;
+  tl_model_io io;
+  EXPECT_EQ(tl_model_build(&m, kB, kT, true, &g, &io), TL_OK) << tl_last_error();
+  size_t bytes = sizeof(float) * (size_t)(m.n_params > 0 ? m.n_params : 1);
+  tl_buffer *pb = nullptr, *gb = nullptr;
+  EXPECT_EQ(tl_buffer_create(tl_cpu(), bytes, &pb), TL_OK);
+  EXPECT_EQ(tl_buffer_create(tl_cpu(), bytes, &gb), TL_OK);
+  memcpy(pb->data, params.data(), sizeof(float) * params.size());
+  memset(gb->data, 0, bytes);
+  tl_exec_options opt = {0, g->n_forward, nullptr, tp};
+  tl_exec* x = nullptr;
+  EXPECT_EQ(tl_exec_create_ex(g, be, pb, gb, &opt, &x), TL_OK) << tl_last_error();
+  std::vector<float> u(kB * kT + 1);
+  tl_rng_uniform(5, 0, 0, u.size(), 0.0f, 100.0f, u.data());
+  std::vector<int32_t> tok(kB * kT), tgt(kB * kT);
+  for (int i = 0; i < kB * kT; i++) tok[i] = (int32_t)u[i], tgt[i] = (int32_t)u[i + 1];
+  EXPECT_EQ(tl_exec_set_input(x, io.tokens, tok.data(), tok.size() * 4), TL_OK);
+  EXPECT_EQ(tl_exec_set_input(x, io.targets, tgt.data(), tgt.size() * 4), TL_OK);
+  if (tp) tl_group_stats_reset(tp);
+  EXPECT_EQ(tl_exec_forward(x, 0, g->n_forward), TL_OK) << tl_last_error();
+  if (tp) p.fwd = tl_group_stats_get(tp), tl_group_stats_reset(tp);
+  EXPECT_EQ(tl_exec_backward(x, 0, g->n_forward, 1.0f / (kB * kT)), TL_OK) << tl_last_error();
+  if (tp) p.bwd = tl_group_stats_get(tp);
+  p.losses.resize(kB * kT);
+  EXPECT_EQ(tl_exec_get(x, io.losses, p.losses.data(), p.losses.size() * 4), TL_OK);
+  p.grads.assign((float*)gb->data, (float*)gb->data + m.n_params);
+  tl_exec_destroy(x);
+  tl_buffer_destroy(pb);
+  tl_buffer_destroy(gb);
+  tl_graph_destroy(g);
+  tl_backend_destroy(be);
+  return p;
+}
+
+int Rank() {
+  return tl_group_rank(World());
+}
+int Size() {
+  return tl_group_size(World());
+}
+
+TEST(TensorParallel, ShardGraphComputesTheSingleDeviceLossesAndGradients) {
+  const tl_model_config cfg = Gpt(2);
+  tl_model full;
+  ASSERT_EQ(tl_model_init(&cfg, &full), TL_OK);
+  std::vector<float> whole(full.n_params);
+  tl_model_init_params(&full, 0, full.n_params, whole.data());
+  Pass ref = RunPass(full, whole, nullptr);
+  for (bool sp : {false, true}) {
+    tl_model m;
+    ASSERT_EQ(tl_model_init_tp(&cfg, Size(), Rank(), sp, &m), TL_OK);
+    std::vector<float> shard(m.n_params), want(m.n_params);
+    tl_model_shard_from_full(&m, whole.data(), shard.data());
+    tl_model_shard_from_full(&m, ref.grads.data(), want.data());
+    Pass got = RunPass(m, shard, World());
+    for (size_t i = 0; i < ref.losses.size(); i++)
+      ASSERT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i]))
+          << "sp=" << sp << " position " << i;
+    for (int k = 0; k < m.n_tensors; k++) {
+      const tl_param_tensor& t = m.tensors[k];
+      if (t.numel == 0) continue;
+      float* g = got.grads.data() + t.offset;
+      if (sp && t.shard == TL_SHARD_REPLICATED) {  // parts over the token rows: sum them
+        ASSERT_EQ(
+            tl_group_all_reduce(World(), g, g, (size_t)t.numel, TL_F32, TL_REDUCE_SUM, nullptr),
+            TL_OK);
+      }
+      double diff = 0, scale = 0;
+      for (int64_t i = 0; i < t.numel; i++) {
+        diff = std::fmax(diff, std::fabs(g[i] - want[t.offset + i]));
+        scale = std::fmax(scale, std::fabs(want[t.offset + i]));
+      }
+      EXPECT_LE(diff, 1e-5 * scale) << "sp=" << sp << " rank " << Rank() << " " << t.name;
+    }
+  }
+}
+
+TEST(TensorParallel, MegatronCollectiveCountsPerLayer) {
+  const int calls_ar = TL_GROUP_ALL_REDUCE, calls_ag = TL_GROUP_ALL_GATHER,
+            calls_rs = TL_GROUP_REDUCE_SCATTER;
+  for (bool sp : {false, true}) {
+    tl_group_stats fwd[2], bwd[2];
+    for (int l = 2; l <= 3; l++) {
+      const tl_model_config cfg = Gpt(l);
+      tl_model m;
+      ASSERT_EQ(tl_model_init_tp(&cfg, Size(), Rank(), sp, &m), TL_OK);
+      std::vector<float> shard(m.n_params);
+      tl_model_init_params(&m, 0, m.n_params, shard.data());
+      Pass p = RunPass(m, shard, World());
+      fwd[l - 2] = p.fwd, bwd[l - 2] = p.bwd;
+      // beyond the layers: the embedding's sum (forward), the LM head's input
+      // (backward), the cross-entropy's max and sum (forward, all-reduces)
+      if (!sp) {
+        EXPECT_EQ(p.fwd.calls[calls_ar], 2 * l + 3);
+        EXPECT_EQ(p.bwd.calls[calls_ar], 2 * l + 1);
+        EXPECT_EQ(p.fwd.calls[calls_ag] + p.fwd.calls[calls_rs], 0);
+        EXPECT_EQ(p.bwd.calls[calls_ag] + p.bwd.calls[calls_rs], 0);
+      } else {
+        EXPECT_EQ(p.fwd.calls[calls_ar], 2);
+        EXPECT_EQ(p.bwd.calls[calls_ar], 0);
+        EXPECT_EQ(p.fwd.calls[calls_ag], 2 * l + 1);
+        EXPECT_EQ(p.fwd.calls[calls_rs], 2 * l + 1);
+        EXPECT_EQ(p.bwd.calls[calls_ag], 2 * l + 1);
+        EXPECT_EQ(p.bwd.calls[calls_rs], 2 * l + 1);
+      }
+    }
+    // what one more layer adds: Megatron's 2 + 2 all-reduces, or under
+    // sequence parallelism 2 all-gathers and 2 reduce-scatters each way
+    int per_layer_fwd = sp ? (int)(fwd[1].calls[calls_ag] - fwd[0].calls[calls_ag])
+                           : (int)(fwd[1].calls[calls_ar] - fwd[0].calls[calls_ar]);
+    int per_layer_bwd = sp ? (int)(bwd[1].calls[calls_rs] - bwd[0].calls[calls_rs])
+                           : (int)(bwd[1].calls[calls_ar] - bwd[0].calls[calls_ar]);
+    EXPECT_EQ(per_layer_fwd, 2) << "sp=" << sp;
+    EXPECT_EQ(per_layer_bwd, 2) << "sp=" << sp;
+    if (Rank() == 0)
+      printf("tp=%d%s: per layer and micro-batch %d forward and %d backward %s\n", Size(),
+             sp ? " sp" : "", per_layer_fwd, per_layer_bwd,
+             sp ? "all-gathers / reduce-scatters (each way)" : "all-reduces");
+  }
+}
+
+const char* Tokens() {
+  static std::string path;
+  if (path.empty()) {
+    const char* dir = getenv("TEST_TMPDIR");
+    path = std::string(dir ? dir : "/tmp") + "/tp_tokens.bin";
+    if (Rank() == 0) {
+      std::vector<uint16_t> tok(4000);
+      for (size_t i = 0; i < tok.size(); i++) tok[i] = (uint16_t)(i * 7 % 100);
+      EXPECT_EQ(tl_tokens_write(path.c_str(), tok.data(), (int64_t)tok.size()), TL_OK);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  return path.c_str();
+}
+
+TEST(TensorParallel, ParameterBytesPerRankFollowTheFormula) {
+  tl_config c;
+  tl_config_defaults(&c);
+  c.model = Gpt(3);
+  c.mesh.dp = 1, c.mesh.tp = Size(), c.mesh.pp = 1;
+  c.train.batch_size = 2, c.train.seq_len = kT, c.train.steps = 1, c.train.sample_tokens = 0;
+  snprintf(c.data.train, sizeof c.data.train, "%s", Tokens());
+  c.data.val[0] = '\0';
+  tl_worker w;
+  ASSERT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
+  tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+  tl_trainer* t = nullptr;
+  ASSERT_EQ(tl_trainer_create(&c, &comm, &t), TL_OK) << tl_last_error();
+  // the formula, from the config alone
+  int64_t L = 3, C = 32, Vp = 128, T = kT, tp = Size();
+  int64_t split = Vp * C + L * (3 * C * C + 3 * C + C * C + 4 * C * C + 4 * C + 4 * C * C);
+  int64_t whole = L * 4 * C + 2 * C;  // ln1, ln2 (weight, bias) per layer; lnf
+  int64_t once = T * C + L * 2 * C;   // wpe, attprojb, fcprojb
+  int64_t want = 4 * (split / tp + whole + (w.coord[TL_AXIS_TP] == 0 ? once : 0));
+  EXPECT_EQ(tl_trainer_param_bytes(t), want) << "tp rank " << w.coord[TL_AXIS_TP];
+  if (Rank() == 0)
+    printf("tp=%d: rank 0 holds %lld parameter bytes (the whole model: %lld)\n", Size(),
+           (long long)tl_trainer_param_bytes(t), (long long)(4 * (split + whole + once)));
+  tl_trainer_destroy(t);
+  tl_worker_finalize(&w);
+}
+
+}  // namespace
