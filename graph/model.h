@@ -28,7 +28,7 @@ extern "C" {
 
 typedef enum { TL_INIT_NORMAL = 0, TL_INIT_ZEROS, TL_INIT_ONES } tl_init_kind;
 
-/* How a tensor is held across a tensor-parallel group (see tl_model_init_tp). */
+/* How a tensor is held across a tensor-parallel group (tp/tp.h lays shards out). */
 typedef enum {
   TL_SHARD_REPLICATED = 0, /* whole on every rank (LayerNorms) */
   TL_SHARD_SPLIT,          /* dimension split_dim divided over the ranks */
@@ -63,36 +63,18 @@ typedef struct tl_model {
   struct tl_param_tensor tensors[TL_MODEL_MAX_TENSORS];
   int64_t n_params;      /* this rank's flat vector */
   int64_t n_params_full; /* the whole model's */
-  int tp, tp_rank;       /* the tensor-parallel shard this layout is (1, 0: the whole model) */
+  int tp, tp_rank;       /* the tensor-parallel shard this layout is (1, 0: the whole model;
+                          * tp/tp.h lays out the others) */
   bool sp;               /* sequence parallelism (graphs built from this layout) */
 } tl_model;
 
 /* Lays out the parameters of the configured model (checks the sizes). */
 tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* out);
 
-/* Tensor parallelism (Megatron-LM): rank tp_rank of a group of tp holds
- *  - wte split by vocabulary rows (the embedding and the tied LM head are
- *    vocabulary-parallel), Vp / tp rows each;
- *  - qkvw/qkvb split by output rows, Q, K and V alike (heads n_heads / tp
- *    per rank), fcw/fcb by output rows: column-parallel;
- *  - attprojw, fcprojw split by input columns: row-parallel;
- *  - LayerNorms whole on every rank; wpe, attprojb and fcprojb whole on
- *    rank 0 only (added once, before the group's sum).
- * tp must divide n_heads and the padded vocabulary; gpt only. With `sp`
- * (sequence parallelism) graphs keep LayerNorm and residual regions split
- * by token rows across the group. tp = 1 is tl_model_init. */
-tl_status tl_model_init_tp(const struct tl_model_config* cfg, int tp, int tp_rank, bool sp,
-                           tl_model* out);
-
 /* Where local element `i` of tensor k (0 <= i < numel) lies in the whole
  * logical tensor; *run receives how many local elements from i on follow it
  * contiguously there. */
 int64_t tl_model_shard_index(const tl_model* m, int k, int64_t i, int64_t* run);
-
-/* Copies this rank's elements between its flat vector and the whole
- * model's flat vector (the layout of tl_model_init: llm.c's). */
-void tl_model_shard_to_full(const tl_model* m, const float* local, float* full);
-void tl_model_shard_from_full(const tl_model* m, const float* full, float* local);
 
 /* Writes elements [begin, end) of this rank's flat parameter vector (host
  * memory, `out` holds end - begin floats) from the RNG: each element is the

@@ -13,6 +13,7 @@
 #include "launcher/tokens.h"
 #include "pp/schedule.h"
 #include "pp/stage.h"
+#include "tp/tp.h"
 
 #define MAX_SENDS 64
 
@@ -164,8 +165,7 @@ static tl_status load_start(tl_trainer* t) {
                      : TL_ERRF(TL_ERR_NOMEM, "out of memory for the stage's weights");
   if (st == TL_OK) {
     if (shard != full)
-      for (int k = 0; k < 3; k++)
-        tl_model_shard_from_full(&t->local, full + k * total, shard + k * shard_n);
+      for (int k = 0; k < 3; k++) tl_tp_from_full(&t->local, full + k * total, shard + k * shard_n);
     memset(local + n, 0, sizeof(float) * (size_t)n * 2);
     for (int i = 0; i < t->me->n_segments; i++) {
       const tl_pp_segment* s = &t->me->segments[i];
@@ -229,7 +229,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(setup_comm(t), st, fail);
   t->micro = tc->batch_size / cfg->mesh.dp / cfg->schedule.micro_batches;
   TL_CHECK_GOTO(tl_model_init(&cfg->model, &t->model), st, fail);
-  TL_CHECK_GOTO(tl_model_init_tp(&cfg->model, t->tp_size, t->tp_rank,
+  TL_CHECK_GOTO(tl_tp_model_init(&cfg->model, t->tp_size, t->tp_rank,
                                  cfg->parallel.sequence_parallel, &t->local),
                 st, fail);
   tl_device dev = cfg->device.type == TL_DEVICE_CUDA
@@ -681,7 +681,7 @@ tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
         tl_model m = t->local;
         float* buf = shard;
         if (r != 0) {
-          st = tl_model_init_tp(&t->cfg.model, t->tp_size, r, t->local.sp, &m);
+          st = tl_tp_model_init(&t->cfg.model, t->tp_size, r, t->local.sp, &m);
           buf = st == TL_OK ? malloc(sizeof(float) * (size_t)(m.n_params > 0 ? m.n_params : 1) *
                                      (size_t)k_max)
                             : NULL;
@@ -691,7 +691,7 @@ tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
                                NULL);
         }
         for (int k = 0; k < k_max && st == TL_OK && out; k++)
-          tl_model_shard_to_full(&m, buf + k * m.n_params, out + k * total);
+          tl_tp_to_full(&m, buf + k * m.n_params, out + k * total);
         if (buf != shard) free(buf);
       }
     }

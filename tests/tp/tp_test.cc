@@ -9,6 +9,8 @@
 //  - the parameter bytes each rank's trainer allocates equal the formula:
 //    split weights / tp, LayerNorms whole, wpe and the row-parallel biases
 //    whole on rank 0.
+#include "tp/tp.h"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -107,10 +109,10 @@ TEST(TensorParallel, ShardGraphComputesTheSingleDeviceLossesAndGradients) {
   Pass ref = RunPass(full, whole, nullptr);
   for (bool sp : {false, true}) {
     tl_model m;
-    ASSERT_EQ(tl_model_init_tp(&cfg, Size(), Rank(), sp, &m), TL_OK);
+    ASSERT_EQ(tl_tp_model_init(&cfg, Size(), Rank(), sp, &m), TL_OK);
     std::vector<float> shard(m.n_params), want(m.n_params);
-    tl_model_shard_from_full(&m, whole.data(), shard.data());
-    tl_model_shard_from_full(&m, ref.grads.data(), want.data());
+    tl_tp_from_full(&m, whole.data(), shard.data());
+    tl_tp_from_full(&m, ref.grads.data(), want.data());
     Pass got = RunPass(m, shard, World());
     for (size_t i = 0; i < ref.losses.size(); i++)
       ASSERT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i]))
@@ -142,7 +144,7 @@ TEST(TensorParallel, MegatronCollectiveCountsPerLayer) {
     for (int l = 2; l <= 3; l++) {
       const tl_model_config cfg = Gpt(l);
       tl_model m;
-      ASSERT_EQ(tl_model_init_tp(&cfg, Size(), Rank(), sp, &m), TL_OK);
+      ASSERT_EQ(tl_tp_model_init(&cfg, Size(), Rank(), sp, &m), TL_OK);
       std::vector<float> shard(m.n_params);
       tl_model_init_params(&m, 0, m.n_params, shard.data());
       Pass p = RunPass(m, shard, World());
