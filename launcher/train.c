@@ -137,10 +137,11 @@ static void describe(const struct run* r) {
            m->n_params / 1e6);
   int ranks = c->mesh.dp * c->mesh.tp * c->mesh.pp;
   printf(
-      "run: %d step%s of %d x %d tokens; %d rank%s (dp %d, pp %d), %s, %d micro-batch%s per "
-      "replica\n",
+      "run: %d step%s of %d x %d tokens; %d rank%s (dp %d, tp %d%s, pp %d), %s, %d micro-batch%s "
+      "per replica\n",
       c->train.steps, c->train.steps == 1 ? "" : "s", c->train.batch_size, c->train.seq_len, ranks,
-      ranks == 1 ? "" : "s", c->mesh.dp, c->mesh.pp,
+      ranks == 1 ? "" : "s", c->mesh.dp, c->mesh.tp,
+      c->mesh.tp > 1 && c->parallel.sequence_parallel ? " sequence-parallel" : "", c->mesh.pp,
       c->schedule.kind == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b", c->schedule.micro_batches,
       c->schedule.micro_batches == 1 ? "" : "es");
   printf("device: %s, %d CPU thread%s per rank; lr %g\n",

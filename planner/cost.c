@@ -194,8 +194,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double model = seqs * (L * cm->layer_flops + cm->embed_flops + cm->head_flops);
   p->flops_per_device = exec / p->t_step / devices;
   p->mfu = model / p->t_step / devices / tl_cluster_peak(c, dtype);
-  /* the trainer runs dp x pp meshes and reads neither ZeRO nor recomputation yet */
-  p->runnable = t == 1 && p->zero == 0 && !p->recompute;
+  /* the trainer runs dp x tp x pp meshes and reads neither ZeRO nor recomputation yet */
+  p->runnable = p->zero == 0 && !p->recompute;
 }
 
 const char* tl_plan_bound(const tl_plan* p) {

@@ -94,7 +94,7 @@ typedef struct tl_plan {
   double flops_per_device; /* executed FLOP/s per device (recomputation counted) */
   double mfu;              /* model FLOPs (no recomputation) / (devices × peak × t_step) */
   bool fits;               /* mem_total <= device memory */
-  bool runnable; /* `trellis train` runs it as planned today: tp 1, ZeRO 0, no recompute */
+  bool runnable;           /* `trellis train` runs it as planned today: ZeRO 0, no recompute */
 } tl_plan;
 
 /* Fills the predictions of *p (its split fields set by the caller) for a

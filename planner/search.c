@@ -81,8 +81,6 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
         why = TL_REJECT_PP_LAYERS;
       else if (B % dp)
         why = TL_REJECT_BATCH;
-      else if (o->trainer_only && tp > 1)
-        why = TL_REJECT_TRAINER;
       if (why != TL_REJECT_COUNT) {
         out->rejected[why]++;
         continue;

@@ -29,7 +29,7 @@ typedef enum {
   TL_REJECT_TP_NODE,      /* tp > devices per node */
   TL_REJECT_PP_LAYERS,    /* pp > layers */
   TL_REJECT_BATCH,        /* dp does not divide the global batch */
-  TL_REJECT_TRAINER,      /* the trainer cannot run it here (tp > 1, ZeRO, recompute) */
+  TL_REJECT_TRAINER,      /* the trainer cannot run it here (ZeRO, recompute) */
   TL_REJECT_MEMORY,       /* over device memory */
   TL_REJECT_COUNT
 } tl_reject_reason;
@@ -41,7 +41,7 @@ struct tl_search_options {
   int global_batch; /* sequences per step */
   tl_dtype dtype;   /* TL_BF16 (mixed precision) or TL_F32 */
   bool allow_tp_across_nodes;
-  /* only what `trellis train` runs today: tp = 1, ZeRO 0, no recomputation */
+  /* only what `trellis train` runs today: ZeRO 0, no recomputation */
   bool trainer_only;
   /* fixed choices; -1 = search (schedule: -1 or a tl_schedule_kind) */
   int fix_dp, fix_tp, fix_pp, fix_micro_batch, fix_n_micro, fix_zero, fix_recompute, fix_schedule;

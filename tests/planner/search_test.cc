@@ -99,11 +99,10 @@ TEST(Search, ThisMachineKeepsToWhatTheTrainerRuns) {
   EXPECT_GT(r.rejected[TL_REJECT_TRAINER], 0);
   for (int i = 0; i < r.n_plans; i++) {
     const tl_plan& p = r.plans[i];
-    EXPECT_EQ(p.tp, 1);
     EXPECT_EQ(p.zero, 0);
     EXPECT_FALSE(p.recompute);
     EXPECT_TRUE(p.runnable);
-    EXPECT_EQ(p.dp * p.pp, 2);
+    EXPECT_EQ(p.dp * p.tp * p.pp, 2);
   }
   tl_search_free(&r);
 }
