@@ -218,13 +218,19 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                   m->vocab_size);
   }
   if (mlp) {
-    if (OK(model, mlp_sizes) && OK(mesh, tp))
-      for (int i = 1; i < m->n_mlp_layers; i++)
-        if (m->mlp_sizes[i] % mesh->tp != 0)
+    /* layers pair up column-/row-parallel: every hidden size is split, and
+     * the outputs too when the last layer is column-parallel (odd count) */
+    if (OK(model, mlp_sizes) && OK(mesh, tp)) {
+      int n = m->n_mlp_layers;
+      for (int i = 1; i <= n; i++)
+        if ((i < n || n % 2 == 1) && m->mlp_sizes[i] % mesh->tp != 0)
           tl__problem(p,
-                      "mesh.tp = %d: must divide the hidden size model.mlp_sizes[%d] = %d (hidden "
-                      "layers are split across tensor-parallel ranks)",
+                      i < n ? "mesh.tp = %d: must divide the hidden size model.mlp_sizes[%d] = %d "
+                              "(hidden layers are split across tensor-parallel ranks)"
+                            : "mesh.tp = %d: must divide the output size model.mlp_sizes[%d] = %d "
+                              "(with an odd number of layers the last one is split by outputs)",
                       mesh->tp, i, m->mlp_sizes[i]);
+    }
     if (OK(parallel, sequence_parallel) && cfg->parallel.sequence_parallel)
       tl__problem(p,
                   "parallel.sequence_parallel = true: only applies to model.kind \"gpt\" (this "

@@ -129,6 +129,11 @@ int64_t tl_model_shard_index(const tl_model* m, int k, int64_t i, int64_t* run) 
   return (outer * n_full + g) * inner + r;
 }
 
+bool tl_model_logits_split(const tl_model* m) {
+  if (m->tp == 1) return false;
+  return m->cfg.kind == TL_MODEL_GPT || m->cfg.n_mlp_layers % 2 == 1;
+}
+
 int tl_model_tensor(const tl_model* m, const char* name) {
   for (int i = 0; i < m->n_tensors; i++)
     if (strcmp(m->tensors[i].name, name) == 0) return i;
@@ -304,7 +309,9 @@ static tl_status gpt_build(tl_graph* g, const tl_model* m, int tokens, int b, in
   return NODE(TL_OP_MATMUL, "lm_head", ((int[]){h, wte}), linear, logits);
 }
 
-static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
+/* The mlp; under tensor parallelism its layers go in column-/row-parallel
+ * pairs (tp/tp.h): a pair enters through COPY and leaves through REDUCE. */
+static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int b, int t, int* logits,
                            struct tl_model_io* io) {
   int wte, wpe, x;
   char name[TL_NAME_MAX];
@@ -313,14 +320,24 @@ static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logi
   TL_CHECK(NODE(TL_OP_EMBEDDING, "embed", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
   for (int i = 0; i < m->cfg.n_mlp_layers; i++) {
     io->layer_begin[i] = g->n_nodes;
-    int w, bias, tn[6] = {0, 1};
+    int w, bias = -1, tn[6] = {0, 1}, column = i % 2 == 0;
     char wn[16], bn[16];
     snprintf(wn, sizeof wn, "w%d", i);
     snprintf(bn, sizeof bn, "b%d", i);
     TL_CHECK(param(g, m, wn, -1, &w));
-    TL_CHECK(param(g, m, bn, -1, &bias));
+    if (m->tp == 1 || column || m->tp_rank == 0) TL_CHECK(param(g, m, bn, -1, &bias));
     snprintf(name, sizeof name, "linear%d", i);
-    TL_CHECK(NODE(TL_OP_MATMUL, name, ((int[]){x, w, bias}), tn, &x));
+    if (m->tp > 1 && column) {
+      snprintf(name, sizeof name, "linear%d.in", i);
+      TL_CHECK(comm(g, m, TL_TP_COPY, name, -1, x, b, t, &x));
+      snprintf(name, sizeof name, "linear%d", i);
+    }
+    TL_CHECK(tl_graph_node(g, TL_OP_MATMUL, name, bias >= 0 ? 3 : 2, (int[]){x, w, bias}, tn,
+                           TL_NODE_MAX_ATTRS, &x));
+    if (m->tp > 1 && !column) {
+      snprintf(name, sizeof name, "linear%d.sum", i);
+      TL_CHECK(comm(g, m, TL_TP_REDUCE, name, -1, x, b, t, &x));
+    }
     if (i + 1 < m->cfg.n_mlp_layers) {
       snprintf(name, sizeof name, "gelu%d", i);
       TL_CHECK(NODE(TL_OP_GELU, name, ((int[]){x}), k_no_attr, &x));
@@ -355,7 +372,7 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
   if (m->cfg.kind == TL_MODEL_GPT)
     TL_CHECK_GOTO(gpt_build(g, m, io->tokens, b, t, &io->logits, io), st, fail);
   else
-    TL_CHECK_GOTO(mlp_build(g, m, io->tokens, &io->logits, io), st, fail);
+    TL_CHECK_GOTO(mlp_build(g, m, io->tokens, b * t, 1, &io->logits, io), st, fail);
   /* logits are what an inference graph is for; a training graph reads the
    * losses instead, and need not keep (B*T, Vp) logits through backward */
   if (!with_loss) TL_CHECK_GOTO(tl_graph_mark_output(g, io->logits), st, fail);
@@ -363,7 +380,7 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
     int64_t n = (int64_t)b * t;
     int attr[6] = {m->vocab};
     TL_CHECK_GOTO(tl_graph_input(g, "targets", TL_I32, 1, &n, &io->targets), st, fail);
-    if (m->tp == 1) {
+    if (!tl_model_logits_split(m)) {
       TL_CHECK_GOTO(
           NODE(TL_OP_CROSSENTROPY, "loss", ((int[]){io->logits, io->targets}), attr, &io->losses),
           st, fail);

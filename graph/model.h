@@ -125,6 +125,11 @@ struct tl_param_diff {
 void tl_model_compare(const tl_model* m, const float* a, const float* ref,
                       struct tl_param_diff* out);
 
+/* Whether a tensor-parallel rank's logits are its vocabulary columns only
+ * (gpt; an mlp whose last layer is column-parallel): then the loss is
+ * vocabulary-parallel. */
+bool tl_model_logits_split(const tl_model* m);
+
 /* Parameter tensor index by name ("qkvw"), or -1. */
 int tl_model_tensor(const tl_model* m, const char* name);
 

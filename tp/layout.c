@@ -1,7 +1,17 @@
 /* layout.c — tensor-parallel shard layouts (see tp.h). */
+#include <stdio.h>
 #include <string.h>
 
 #include "tp/tp.h"
+
+/* Offsets of the shards, packed in the model's tensor order. */
+static void relayout(tl_model* m) {
+  m->n_params = 0;
+  for (int k = 0; k < m->n_tensors; k++) {
+    m->tensors[k].offset = m->n_params;
+    m->n_params += m->tensors[k].numel;
+  }
+}
 
 /* Tensor `name` becomes this rank's shard of kind `kind`. */
 static void shard(tl_model* m, const char* name, tl_shard_kind kind, int dim, int parts) {
@@ -18,6 +28,37 @@ static void shard(tl_model* m, const char* name, tl_shard_kind kind, int dim, in
   for (int i = 0; i < t->n_dims; i++) t->numel *= t->shape[i];
 }
 
+/* The mlp: layers in column-/row-parallel pairs (Megatron's MLP block), so
+ * that only a pair's output is summed; with an odd count the last layer is
+ * column-parallel over the vocabulary and the loss vocabulary-parallel. The
+ * token embedding is whole on every rank. */
+static tl_status mlp_layout(tl_model* m) {
+  const struct tl_model_config* c = &m->cfg;
+  int n = c->n_mlp_layers, tp = m->tp;
+  for (int i = 1; i <= n; i++) {
+    if (i == n && n % 2 == 0) break; /* a row-parallel last layer keeps its outputs whole */
+    if (c->mlp_sizes[i] % tp != 0)
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "mesh.tp=%d must divide model.mlp_sizes[%d]=%d (that layer's outputs are "
+                     "split)",
+                     tp, i, c->mlp_sizes[i]);
+  }
+  for (int i = 0; i < n; i++) {
+    char w[16], b[16];
+    snprintf(w, sizeof w, "w%d", i);
+    snprintf(b, sizeof b, "b%d", i);
+    if (i % 2 == 0) { /* column-parallel: output rows */
+      shard(m, w, TL_SHARD_SPLIT, 0, 1);
+      shard(m, b, TL_SHARD_SPLIT, 0, 1);
+    } else { /* row-parallel: input columns; the bias is added once */
+      shard(m, w, TL_SHARD_SPLIT, 1, 1);
+      shard(m, b, TL_SHARD_FIRST, 0, 0);
+    }
+  }
+  relayout(m);
+  return TL_OK;
+}
+
 tl_status tl_tp_model_init(const struct tl_model_config* cfg, int tp, int tp_rank, bool sp,
                            tl_model* m) {
   TL_CHECK(tl_model_init(cfg, m));
@@ -25,13 +66,9 @@ tl_status tl_tp_model_init(const struct tl_model_config* cfg, int tp, int tp_ran
     return TL_ERRF(TL_ERR_INVALID, "tensor-parallel rank %d of %d", tp_rank, tp);
   m->tp = tp;
   m->tp_rank = tp_rank;
-  m->sp = sp && tp > 1;
+  m->sp = sp && tp > 1 && cfg->kind == TL_MODEL_GPT;
   if (tp == 1) return TL_OK;
-  if (cfg->kind != TL_MODEL_GPT)
-    return TL_ERRF(TL_ERR_CONFIG,
-                   "mesh.tp=%d: tensor parallelism splits the gpt model's attention heads and MLP; "
-                   "the mlp model needs mesh.tp=1",
-                   tp);
+  if (cfg->kind == TL_MODEL_MLP) return mlp_layout(m);
   if (cfg->n_heads % tp != 0)
     return TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d must divide model.n_heads=%d (heads are split)", tp,
                    cfg->n_heads);
@@ -50,11 +87,7 @@ tl_status tl_tp_model_init(const struct tl_model_config* cfg, int tp, int tp_ran
   shard(m, "fcb", TL_SHARD_SPLIT, 1, 1);
   shard(m, "fcprojw", TL_SHARD_SPLIT, 2, 1);
   shard(m, "fcprojb", TL_SHARD_FIRST, 0, 0);
-  m->n_params = 0;
-  for (int k = 0; k < m->n_tensors; k++) {
-    m->tensors[k].offset = m->n_params;
-    m->n_params += m->tensors[k].numel;
-  }
+  relayout(m);
   return TL_OK;
 }
 

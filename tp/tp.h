@@ -10,6 +10,10 @@
  *  - attprojw, fcprojw split by input columns: row-parallel;
  *  - LayerNorms whole on every rank; wpe, attprojb and fcprojb whole on
  *    rank 0 only (terms added once, before the group's sum).
+ * The mlp's linear layers go in pairs, column-parallel then row-parallel
+ * (Megatron's MLP block: one all-reduce per pair); an odd last layer is
+ * column-parallel over the vocabulary, with a vocabulary-parallel loss; its
+ * token embedding is whole on every rank.
  * The layout is a tl_model whose tensors are the shards (shape, offset)
  * with their place in the whole (full_shape, full_offset, shard kind); the
  * GPT builder (graph/model.c) turns it into this rank's graph, with the
@@ -28,7 +32,8 @@ extern "C" {
 #endif
 
 /* The layout of rank tp_rank's shard. tp must divide n_heads and the padded
- * vocabulary; gpt only (TL_ERR_CONFIG naming the field otherwise). With `sp`
+ * vocabulary (gpt), or the sizes of the mlp layers' split outputs
+ * (TL_ERR_CONFIG naming the field otherwise). With `sp` (gpt only)
  * (sequence parallelism) graphs built from it keep LayerNorm and residual
  * regions split by token rows across the group. tp = 1 is tl_model_init. */
 tl_status tl_tp_model_init(const struct tl_model_config* cfg, int tp, int tp_rank, bool sp,

@@ -62,8 +62,8 @@ struct tl_config Unusual() {
   c.model.vocab_size = 50257;
   c.model.padded_vocab_size = 50304;
   c.model.max_seq_len = 1024;
-  c.model.n_mlp_layers = 3;
-  int sizes[] = {784, 256, 128, 50257};
+  c.model.n_mlp_layers = 4;  // even: the outputs stay whole under tensor parallelism
+  int sizes[] = {784, 256, 128, 64, 50257};
   memcpy(c.model.mlp_sizes, sizes, sizeof sizes);
   c.model.seed = 9223372036854775807ull;
   snprintf(c.model.init_from, sizeof c.model.init_from, "weights/gpt2 \"124M\"\\.bin");

@@ -3,7 +3,8 @@
 // GPipe and 1F1B and 1, 2 or 4 micro-batches, and every mesh with tensor
 // parallelism trains the GPT (tp alone with and without sequence
 // parallelism; every dp x tp x pp factorisation with both schedules, with
-// sequence parallelism under 1F1B and without under GPipe); every loss and
+// sequence parallelism under 1F1B and without under GPipe) and the MLP
+// (its layers in column-/row-parallel pairs) on each of them; every loss and
 // every (gathered) parameter must equal the single-device run of the same
 // config within 1e-5 relative (parameters: relative to their tensor's
 // largest weight; the GPT's attention key biases, whose exact gradient is
@@ -180,6 +181,8 @@ TEST(Equality, EveryTensorParallelMeshOfThisJobEqualsTheSingleDeviceRun) {
           CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_GPIPE, 2, {}, tp, false);
           CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, true);
         }
+        // the MLP's column-/row-parallel pairs
+        CheckEqual(TL_MODEL_MLP, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, false);
       }
 }
 

@@ -20,8 +20,21 @@ tl_model_config Gpt() {
   return c.model;
 }
 
-TEST(Shard, RanksTileTheWholeModelAndDrawTheirSlice) {
-  const tl_model_config cfg = Gpt();
+tl_model_config Mlp(int layers) {
+  tl_config c;
+  tl_config_defaults(&c);
+  c.model.kind = TL_MODEL_MLP;
+  c.model.vocab_size = 64, c.model.n_mlp_layers = layers;
+  for (int i = 0; i < layers; i++) c.model.mlp_sizes[i] = 8 + 8 * i;
+  c.model.mlp_sizes[layers] = 64;
+  return c.model;
+}
+
+class Shard : public ::testing::TestWithParam<int> {};
+
+TEST_P(Shard, RanksTileTheWholeModelAndDrawTheirSlice) {
+  // 0: gpt; n: an mlp of n layers (odd: the last layer is split too)
+  const tl_model_config cfg = GetParam() == 0 ? Gpt() : Mlp(GetParam());
   tl_model full;
   ASSERT_EQ(tl_model_init(&cfg, &full), TL_OK);
   std::vector<float> whole(full.n_params);
@@ -29,6 +42,7 @@ TEST(Shard, RanksTileTheWholeModelAndDrawTheirSlice) {
   for (int tp : {2, 4}) {
     for (bool sp : {false, true}) {
       std::vector<int> covered(full.n_params, 0);
+      std::vector<tl_shard_kind> kind(full.n_tensors);
       for (int r = 0; r < tp; r++) {
         tl_model m;
         ASSERT_EQ(tl_tp_model_init(&cfg, tp, r, sp, &m), TL_OK);
@@ -48,20 +62,26 @@ TEST(Shard, RanksTileTheWholeModelAndDrawTheirSlice) {
                          : r == 0                         ? t.full_numel
                                                           : 0;
           EXPECT_EQ(t.numel, want) << t.name;
+          kind[k] = t.shard;
         }
       }
-      // every element is held: split and rank-0 tensors once, LayerNorms by all
+      // every element is held: split and rank-0 tensors once, whole ones by all
+      int split = 0;
       for (int k = 0; k < full.n_tensors; k++) {
         const tl_param_tensor& t = full.tensors[k];
-        bool ln = t.name[0] == 'l' && t.name[1] == 'n';
+        split += kind[k] == TL_SHARD_SPLIT;
         for (int64_t i = t.offset; i < t.offset + t.numel; i++)
-          ASSERT_EQ(covered[i], ln ? tp : 1) << t.name << " element " << i - t.offset;
+          ASSERT_EQ(covered[i], kind[k] == TL_SHARD_REPLICATED ? tp : 1)
+              << t.name << " element " << i - t.offset;
       }
+      EXPECT_GE(split, 2);
     }
   }
 }
 
-TEST(Shard, QkvRowsOfRankOneAreItsHeadsOfQKAndV) {
+INSTANTIATE_TEST_SUITE_P(Models, Shard, ::testing::Values(0, 2, 3));
+
+TEST(ShardLayout, QkvRowsOfRankOneAreItsHeadsOfQKAndV) {
   // C = 16, 4 heads of 4, tp = 2: rank 1 holds heads 2-3, rows 8-15 of each of Q, K, V
   const tl_model_config cfg = Gpt();
   tl_model m;
@@ -78,7 +98,22 @@ TEST(Shard, QkvRowsOfRankOneAreItsHeadsOfQKAndV) {
   EXPECT_EQ(tl_model_shard_index(&m, k, 8, &run), 16 + 8);
 }
 
-TEST(Shard, RefusesWhatDoesNotSplit) {
+TEST(ShardLayout, MlpLayersPairColumnThenRowParallel) {
+  const tl_model_config cfg = Mlp(3);  // 8 -> 16 -> 24 -> 64
+  tl_model m;
+  ASSERT_EQ(tl_tp_model_init(&cfg, 2, 1, false, &m), TL_OK);
+  const tl_param_tensor& w0 = m.tensors[tl_model_tensor(&m, "w0")];
+  const tl_param_tensor& w1 = m.tensors[tl_model_tensor(&m, "w1")];
+  const tl_param_tensor& w2 = m.tensors[tl_model_tensor(&m, "w2")];
+  EXPECT_EQ(w0.shape[0], 8);   // 16 outputs, split
+  EXPECT_EQ(w1.shape[1], 8);   // 16 inputs, split
+  EXPECT_EQ(w1.shape[0], 24);  // its outputs whole
+  EXPECT_EQ(w2.shape[0], 32);  // the odd last layer: 64 outputs, split
+  EXPECT_EQ(m.tensors[tl_model_tensor(&m, "b1")].numel, 0);  // rank 0 adds it
+  EXPECT_TRUE(tl_model_logits_split(&m));
+}
+
+TEST(ShardLayout, RefusesWhatDoesNotSplit) {
   tl_model m;
   tl_model_config c = Gpt();
   EXPECT_EQ(tl_tp_model_init(&c, 8, 0, false, &m), TL_ERR_CONFIG);  // 4 heads
@@ -86,13 +121,9 @@ TEST(Shard, RefusesWhatDoesNotSplit) {
   c.n_heads = 8, c.padded_vocab_size = 100;  // 8 does not divide a vocabulary of 100
   EXPECT_EQ(tl_tp_model_init(&c, 8, 0, false, &m), TL_ERR_CONFIG);
   EXPECT_NE(std::string(tl_last_error()).find("padded vocabulary 100"), std::string::npos);
-  tl_config mlp;
-  tl_config_defaults(&mlp);
-  mlp.model.kind = TL_MODEL_MLP;
-  mlp.model.vocab_size = 8, mlp.model.n_mlp_layers = 1, mlp.model.mlp_sizes[0] = 4;
-  mlp.model.mlp_sizes[1] = 8;
-  EXPECT_EQ(tl_tp_model_init(&mlp.model, 2, 0, false, &m), TL_ERR_CONFIG);
-  EXPECT_NE(std::string(tl_last_error()).find("mlp model needs mesh.tp=1"), std::string::npos);
+  tl_model_config mlp = Mlp(2);  // 8 -> 16 -> 64
+  EXPECT_EQ(tl_tp_model_init(&mlp, 32, 0, false, &m), TL_ERR_CONFIG);
+  EXPECT_NE(std::string(tl_last_error()).find("model.mlp_sizes[1]=16"), std::string::npos);
 }
 
 }  // namespace

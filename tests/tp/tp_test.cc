@@ -1,5 +1,6 @@
 // Tensor parallelism on the ranks of this job (tp = the job's size):
-//  - each rank's shard of the GPT graph computes the single-device losses,
+//  - each rank's shard of the GPT graph (and of MLPs of 2 and 3 layers)
+//    computes the single-device losses,
 //    and its gradients are the slices of the single-device gradients
 //    (LayerNorm gradients under sequence parallelism once summed over the
 //    group, as the trainer does), within 1e-5 relative;
@@ -38,6 +39,18 @@ tl_model_config Gpt(int layers) {
   c.model.kind = TL_MODEL_GPT;
   c.model.vocab_size = 100;  // padded to 128
   c.model.n_layers = layers, c.model.n_heads = 4, c.model.n_embd = 32, c.model.max_seq_len = kT;
+  return c.model;
+}
+
+// An mlp of `layers` layers on the same vocabulary (an odd count splits
+// the last layer by outputs: a vocabulary-parallel loss).
+tl_model_config Mlp(int layers) {
+  tl_config c;
+  tl_config_defaults(&c);
+  c.model.kind = TL_MODEL_MLP;
+  c.model.vocab_size = 128, c.model.n_mlp_layers = layers;
+  for (int i = 0; i < layers; i++) c.model.mlp_sizes[i] = 16 + 8 * i;
+  c.model.mlp_sizes[layers] = 128;
   return c.model;
 }
 
@@ -100,16 +113,20 @@ int Size() {
   return tl_group_size(World());
 }
 
-TEST(TensorParallel, ShardGraphComputesTheSingleDeviceLossesAndGradients) {
-  const tl_model_config cfg = Gpt(2);
+class ShardGraph : public ::testing::TestWithParam<int> {};
+
+// 0: the gpt; n: an mlp of n layers.
+TEST_P(ShardGraph, ComputesTheSingleDeviceLossesAndGradients) {
+  const tl_model_config cfg = GetParam() == 0 ? Gpt(2) : Mlp(GetParam());
   tl_model full;
   ASSERT_EQ(tl_model_init(&cfg, &full), TL_OK);
   std::vector<float> whole(full.n_params);
   tl_model_init_params(&full, 0, full.n_params, whole.data());
   Pass ref = RunPass(full, whole, nullptr);
   for (bool sp : {false, true}) {
+    if (sp && cfg.kind != TL_MODEL_GPT) continue;
     tl_model m;
-    ASSERT_EQ(tl_tp_model_init(&cfg, Size(), Rank(), sp, &m), TL_OK);
+    ASSERT_EQ(tl_tp_model_init(&cfg, Size(), Rank(), sp, &m), TL_OK) << tl_last_error();
     std::vector<float> shard(m.n_params), want(m.n_params);
     tl_tp_from_full(&m, whole.data(), shard.data());
     tl_tp_from_full(&m, ref.grads.data(), want.data());
@@ -135,6 +152,8 @@ TEST(TensorParallel, ShardGraphComputesTheSingleDeviceLossesAndGradients) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, ShardGraph, ::testing::Values(0, 2, 3));
 
 TEST(TensorParallel, MegatronCollectiveCountsPerLayer) {
   const int calls_ar = TL_GROUP_ALL_REDUCE, calls_ag = TL_GROUP_ALL_GATHER,
