@@ -10,7 +10,9 @@
 // largest weight; the GPT's attention key biases, whose exact gradient is
 // zero, are checked apart against a small absolute bound).
 //
-// The job's rank count picks the meshes (dp * tp * pp = ranks); CI runs it
+// The job's rank count picks the meshes (dp * tp * pp = ranks); with
+// TL_EQUALITY_FULL=1 every tensor-parallel mesh also runs every combination
+// of model, schedule, sequence parallelism and micro-batches. CI runs it
 // on 2, 4 and 8 ranks, which covers every mesh of up to 8 ranks whose axes
 // are powers of two (the single-device run is the reference of each).
 #include <gtest/gtest.h>
@@ -127,11 +129,10 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
   // small buckets with 2 micro-batches: all-reduces start during the
   // backward pass (overlap); otherwise one bucket at the end
   c.parallel.bucket_mb = micro == 2 ? 0.002 : 25;
-  std::string what = std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") +
-                     " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
-                     " pp=" + std::to_string(pp) + (sp ? " sp" : "") +
-                     (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") +
-                     " micro=" + std::to_string(micro);
+  std::string what =
+      std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") + " dp=" + std::to_string(dp) +
+      " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + (sp ? " sp" : "") +
+      (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") + " micro=" + std::to_string(micro);
   for (size_t i = 0; i < stage_layers.size(); i++)
     what += (i ? "+" : " stage layers ") + std::to_string(stage_layers[i]);
   Run par = Train(c, false);
@@ -168,10 +169,23 @@ TEST(Equality, EveryMeshOfThisJobEqualsTheSingleDeviceRun) {
 
 TEST(Equality, EveryTensorParallelMeshOfThisJobEqualsTheSingleDeviceRun) {
   int n = WorldSize();
+  // TL_EQUALITY_FULL=1 (bazel test --test_env=TL_EQUALITY_FULL=1): every
+  // combination of model, schedule, sequence parallelism and 1, 2 or 4
+  // micro-batches on every mesh, instead of CI's cover of each
+  const char* full = getenv("TL_EQUALITY_FULL");
   for (int tp : {2, 4, 8})
     for (int dp : {1, 2, 4})
       for (int pp : {1, 2, 4}) {
         if (dp * tp * pp != n) continue;
+        if (full && full[0] == '1') {
+          for (tl_model_kind kind : {TL_MODEL_MLP, TL_MODEL_GPT})
+            for (tl_schedule_kind sched : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
+              for (bool sp : {false, true})
+                for (int micro : {1, 2, 4})
+                  if ((pp > 1 || sched == TL_SCHEDULE_1F1B) && (!sp || kind == TL_MODEL_GPT))
+                    CheckEqual(kind, dp, pp, sched, micro, {}, tp, sp);
+          continue;
+        }
         if (dp == 1 && pp == 1) {  // tp alone, with and without sequence parallelism
           CheckEqual(TL_MODEL_GPT, 1, 1, TL_SCHEDULE_1F1B, 2, {}, tp, false);
           CheckEqual(TL_MODEL_GPT, 1, 1, TL_SCHEDULE_1F1B, 2, {}, tp, true);
