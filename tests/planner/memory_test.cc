@@ -1,8 +1,8 @@
 // The planner's bytes per rank against the trainer's allocator. On the
 // ranks of this job, every dp x tp x pp mesh of it (powers of two, dp * tp *
 // pp = ranks; the 2-rank job also runs the single device on rank 0) trains
-// a small GPT (4 layers; 8 for pp = 8) for one step with GPipe and with
-// 1F1B (sequence parallelism on under 1F1B when tp > 1), and
+// a small GPT for one step with GPipe and with 1F1B (sequence parallelism
+// on under 1F1B when tp > 1), and
 // each rank's peak bytes in the allocator's count must be within 10% of
 // what the cost model predicts for its stage; the plan's figure (the
 // fullest stage) must be within 10% of the job's largest peak. The
@@ -60,16 +60,16 @@ const char* Tokens() {
   return path.c_str();
 }
 
-// 4 layers (8 for pp = 8: a layer per stage), 8 heads, 64 channels,
-// vocabulary 256, 64 tokens; 16 sequences in 2 micro-batches: activations
-// are 30-80% of a rank's bytes. (Few layers keep the tensor-parallel steps
-// short: with more ranks than cores every collective waits for ranks the
-// scheduler has parked.)
+// 8 heads, 64 channels, vocabulary 256, 64 tokens, 2 layers on one stage,
+// 4 on 2 or 4 stages, 8 on 8 (stages of one and of several layers); 16
+// sequences in 2 micro-batches: activations are 30-80% of a rank's bytes.
+// (Few layers keep the tensor-parallel steps short: with more ranks than
+// cores every collective waits for ranks the scheduler has parked.)
 tl_config Config(int dp, int tp, int pp, tl_schedule_kind sched, bool sp) {
   tl_config c;
   tl_config_defaults(&c);
   c.model.kind = TL_MODEL_GPT;
-  c.model.n_layers = pp == 8 ? 8 : 4, c.model.n_heads = 8, c.model.n_embd = 64;
+  c.model.n_layers = pp == 1 ? 2 : pp < 4 ? 4 : pp, c.model.n_heads = 8, c.model.n_embd = 64;
   c.model.vocab_size = 256, c.model.max_seq_len = 64;
   c.train.steps = 1, c.train.batch_size = 16, c.train.seq_len = 64, c.train.sample_tokens = 0;
   c.mesh.dp = dp, c.mesh.tp = tp, c.mesh.pp = pp;
@@ -85,21 +85,19 @@ struct RankBytes {
   int stage, tp_rank, layer_begin, layer_end;
 };
 
-// Trains c for one step on this job (or alone, single) and measures this
-// rank's peak bytes from before the trainer existed.
-RankBytes Measure(const tl_config& c, bool single) {
+// Trains c for one step on this job's mesh (w; NULL: alone) and measures
+// this rank's peak bytes from before the trainer existed.
+RankBytes Measure(const tl_config& c, tl_worker* w) {
   RankBytes r = {};
-  tl_worker w;
   tl_trainer_comm comm = {};
-  if (!single) {
-    EXPECT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
-    comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
-    r.tp_rank = w.coord[TL_AXIS_TP];
+  if (w) {
+    comm = tl_trainer_comm_of(w->world, w->groups, w->host_groups);
+    r.tp_rank = w->coord[TL_AXIS_TP];
   }
   tl_alloc_reset_peak(tl_cpu());
   int64_t before = tl_alloc_stats_get(tl_cpu()).live_bytes;
   tl_trainer* t = nullptr;
-  EXPECT_EQ(tl_trainer_create(&c, single ? nullptr : &comm, &t), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_trainer_create(&c, w ? &comm : nullptr, &t), TL_OK) << tl_last_error();
   if (t) {
     tl_step_stats st;
     EXPECT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
@@ -108,7 +106,6 @@ RankBytes Measure(const tl_config& c, bool single) {
     tl_trainer_stage(t, &r.stage, &n_stages, &r.layer_begin, &r.layer_end);
     tl_trainer_destroy(t);
   }
-  if (!single) tl_worker_finalize(&w);
   return r;
 }
 
@@ -117,8 +114,10 @@ struct Row {
   double plan, largest, worst_rank_error;
 };
 
-// Runs one mesh on every rank of the job and checks it; rank 0 returns the row.
-Row Check(int dp, int tp, int pp, tl_schedule_kind sched, bool single) {
+// Runs one mesh and schedule on every rank of the job (w; NULL: alone) and
+// checks it; rank 0 returns the row.
+Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w) {
+  bool single = !w;
   bool sp = tp > 1 && sched == TL_SCHEDULE_1F1B;
   tl_config c = Config(dp, tp, pp, sched, sp);
   tl_cost_model cm;
@@ -139,7 +138,7 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, bool single) {
   cluster.device_memory_bytes = 1e12;
   tl_cost_evaluate(&cm, &cluster, TL_F32, layers.data(), &p);
 
-  RankBytes mine = Measure(c, single);
+  RankBytes mine = Measure(c, w);
   double state = 0, act = 0;
   tl_cost_stage_memory(&cm, TL_F32, &p, layers.data(), mine.stage, &state, &act);
   mine.predicted = state + act;
@@ -177,14 +176,18 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
   if (n == 2) {  // the single device, on rank 0 while the others wait
     if (WorldRank() == 0)
       for (tl_schedule_kind s : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
-        rows.push_back(Check(1, 1, 1, s, true));
+        rows.push_back(Check(1, 1, 1, s, nullptr));
     MPI_Barrier(MPI_COMM_WORLD);
   }
   for (int dp = 1; dp <= n; dp *= 2)
     for (int tp = 1; dp * tp <= n; tp *= 2) {
       int pp = n / (dp * tp);
+      tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
+      tl_worker w;  // the mesh's groups serve both schedules
+      ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
       for (tl_schedule_kind s : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
-        rows.push_back(Check(dp, tp, pp, s, false));
+        rows.push_back(Check(dp, tp, pp, s, &w));
+      tl_worker_finalize(&w);
     }
   if (WorldRank() != 0) return;
   std::printf("%-26s %14s %14s %8s %17s\n", "mesh (16 x 64 tokens, m 2)", "predicted", "measured",
