@@ -68,12 +68,64 @@ static int uses(const tl_node* n, int v) {
   return 0;
 }
 
+/* Places the inputs that nodes of [begin, end) (forward and backward) read
+ * in one buffer, each 64-byte aligned: offset[v] in bytes, -1 for values
+ * not placed (offset may be NULL). Returns the buffer's size. */
+static size_t input_layout(const tl_graph* g, int begin, int end, int64_t* offset) {
+  size_t in_bytes = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    if (offset) offset[v] = -1;
+    if (g->values[v].role != TL_ROLE_INPUT) continue;
+    int used = 0;
+    for (int i = begin; i < end && !used; i++) used = uses(&g->nodes[i], v);
+    for (int i = g->n_forward; i < g->n_nodes && !used; i++)
+      used = tl_memplan_in_range(g, i, begin, end) && uses(&g->nodes[i], v);
+    if (!used) continue;
+    if (offset) offset[v] = (int64_t)in_bytes;
+    in_bytes +=
+        ((size_t)tl_value_numel(&g->values[v]) * tl_dtype_size(g->values[v].dtype) + 63) / 64 * 64;
+  }
+  return in_bytes;
+}
+
+/* The largest temporary a collective of [begin, end) needs: its input or output. */
+static size_t scratch_bytes(const tl_graph* g, int begin, int end) {
+  size_t scratch = 0;
+  for (int i = begin; i < end; i++) {
+    const tl_node* n = &g->nodes[i];
+    if (n->op != TL_OP_TP_COMM) continue;
+    for (int k = 0; k < 2; k++) {
+      int v = k ? n->out[0] : n->in[0];
+      size_t b = sizeof(float) * (size_t)tl_value_numel(&g->values[v]);
+      if (b > scratch) scratch = b;
+    }
+  }
+  return scratch;
+}
+
+static tl_status check_create_range(const tl_graph* g, int begin, int end) {
+  if (begin < 0 || end > g->n_forward || begin > end)
+    return TL_ERRF(TL_ERR_INVALID, "node range [%d, %d) is outside the %d forward nodes", begin,
+                   end, g->n_forward);
+  return TL_OK;
+}
+
+tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_bytes* out) {
+  memset(out, 0, sizeof *out);
+  TL_CHECK(check_create_range(g, begin, end));
+  tl_memplan plan;
+  TL_CHECK(tl_memplan_build_range(g, begin, end, &plan));
+  out->arena = plan.arena_bytes;
+  tl_memplan_free(&plan);
+  out->inputs = input_layout(g, begin, end, NULL);
+  out->scratch = scratch_bytes(g, begin, end);
+  return TL_OK;
+}
+
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out) {
   *out = NULL;
-  if (opt->begin < 0 || opt->end > g->n_forward || opt->begin > opt->end)
-    return TL_ERRF(TL_ERR_INVALID, "node range [%d, %d) is outside the %d forward nodes",
-                   opt->begin, opt->end, g->n_forward);
+  TL_CHECK(check_create_range(g, opt->begin, opt->end));
   tl_exec* x = calloc(1, sizeof *x);
   if (!x) return TL_ERRF(TL_ERR_NOMEM, "out of memory for an executor");
   x->g = g;
@@ -110,32 +162,11 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   /* 2. activations */
   TL_CHECK_GOTO(tl_memplan_build_range(g, opt->begin, opt->end, &x->plan), st, fail);
   /* 3. inputs this range reads */
-  size_t in_bytes = 0;
-  for (int v = 0; v < g->n_values; v++) {
-    x->input_offset[v] = -1;
-    if (g->values[v].role != TL_ROLE_INPUT) continue;
-    int used = 0;
-    for (int i = opt->begin; i < opt->end && !used; i++) used = uses(&g->nodes[i], v);
-    for (int i = g->n_forward; i < g->n_nodes && !used; i++)
-      used = tl_memplan_in_range(g, i, opt->begin, opt->end) && uses(&g->nodes[i], v);
-    if (!used) continue;
-    x->input_offset[v] = (int64_t)in_bytes;
-    in_bytes +=
-        ((size_t)tl_value_numel(&g->values[v]) * tl_dtype_size(g->values[v].dtype) + 63) / 64 * 64;
-  }
+  size_t in_bytes = input_layout(g, opt->begin, opt->end, x->input_offset);
   TL_CHECK_GOTO(tl_buffer_create(be->device, x->plan.arena_bytes, &x->arena), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(be->device, in_bytes, &x->inputs), st, fail);
   /* 4. scratch for the collectives of the nodes in range */
-  size_t scratch = 0;
-  for (int i = opt->begin; i < opt->end; i++) {
-    const tl_node* n = &g->nodes[i];
-    if (n->op != TL_OP_TP_COMM) continue;
-    for (int k = 0; k < 2; k++) {
-      int v = k ? n->out[0] : n->in[0];
-      size_t b = sizeof(float) * (size_t)tl_value_numel(&g->values[v]);
-      if (b > scratch) scratch = b;
-    }
-  }
+  size_t scratch = scratch_bytes(g, opt->begin, opt->end);
   if (scratch) {
     TL_CHECK_GOTO(tl_buffer_create(be->device, scratch, &x->scratch), st, fail);
     x->ctx.scratch = x->scratch->data;

@@ -46,6 +46,17 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);
 void tl_exec_destroy(tl_exec* x); /* NULL is fine */
 
+/* What an executor of forward nodes [begin, end) of `g` allocates on its
+ * device besides the caller's parameters and gradients — the activation
+ * arena (the memory plan), the inputs the range reads and the collectives'
+ * scratch — in bytes, as tl_exec_create_ex would count them; nothing is
+ * allocated on the device. The planner prices memory with it from graphs it
+ * never runs. */
+struct tl_exec_bytes {
+  size_t arena, inputs, scratch;
+};
+tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_bytes* out);
+
 /* Copies host data into an INPUT value (bytes must match its size). */
 tl_status tl_exec_set_input(tl_exec* x, int value, const void* host, size_t bytes);
 /* Device pointer of any value (NULL for -1). */

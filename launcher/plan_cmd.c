@@ -25,6 +25,7 @@
 #include "planner/cost.h"
 #include "planner/recommend.h"
 #include "planner/search.h"
+#include "tp/tp.h"
 
 static void usage(FILE* f) {
   fprintf(
@@ -114,15 +115,16 @@ static const char* schedule_name(tl_schedule_kind k) {
 
 static json_t* plan_json(const tl_plan* p) {
   return json_pack(
-      "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
-      "s:f, s:f, s:f, s:s, s:b}",
+      "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:b, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, "
+      "s:f, s:f, s:f, s:f, s:f, s:s, s:b}",
       "dp", p->dp, "tp", p->tp, "pp", p->pp, "micro_batch", p->micro_batch, "micro_batches",
       p->n_micro, "schedule", schedule_name(p->schedule), "zero", p->zero, "recompute",
-      p->recompute, "memory_bytes", p->mem_total, "memory_state_bytes", p->mem_state,
-      "memory_activation_bytes", p->mem_act, "step_s", p->t_step, "compute_s", p->t_compute,
-      "bubble_s", p->t_bubble, "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp,
-      "tokens_per_s", p->tokens_per_s, "tflops_per_device", p->flops_per_device / 1e12, "mfu",
-      p->mfu, "bound", tl_plan_bound(p), "runnable", p->runnable);
+      p->recompute, "sequence_parallel", p->sequence_parallel, "memory_bytes", p->mem_total,
+      "memory_state_bytes", p->mem_state, "memory_activation_bytes", p->mem_act, "memory_stage",
+      p->mem_stage, "step_s", p->t_step, "compute_s", p->t_compute, "bubble_s", p->t_bubble,
+      "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp, "tokens_per_s",
+      p->tokens_per_s, "tflops_per_device", p->flops_per_device / 1e12, "mfu", p->mfu, "bound",
+      tl_plan_bound(p), "runnable", p->runnable);
 }
 
 static int print_json(const tl_search_result* r, int top, const tl_cluster* c, double secs) {
@@ -192,7 +194,9 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
   for (int k = 0; k < TL_REJECT_COUNT; k++)
     printf(" %s %lld%s", tl_reject_name((tl_reject_reason)k), (long long)r->rejected[k],
            k + 1 < TL_REJECT_COUNT ? "," : "\n");
-  printf("(tp_*, pp_layers and batch count mesh shapes; trainer and memory count plans)\n");
+  printf(
+      "(tp_*, pp_layers and batch count mesh shapes; sp_tokens micro-batch sizes; trainer and "
+      "memory count plans)\n");
 }
 
 /* The winner's schedule and mesh as a picture (atomic write). */
@@ -308,13 +312,14 @@ int tl_cli_plan(int argc, char** argv) {
   o.allow_tp_across_nodes = allow_tp;
   /* where trellis itself trains (CPU ranks), plan only what its trainer runs */
   o.trainer_only = c.device == TL_DEVICE_CPU;
+  o.sequence_parallel = cfg.parallel.sequence_parallel; /* carried into --out: priced as run */
   if (fix[0] && !parse_fix(fix, &o)) return 2;
 
   tl_timer timer;
   tl_timer_start(&timer);
   tl_cost_model cm;
   tl_search_result r;
-  if (tl_cost_model_build(&cfg.model, seq, &cm) != TL_OK ||
+  if (tl_cost_model_build(&cfg.model, seq, tl_tp_model_init, &cm) != TL_OK ||
       tl_search_run(&cm, &c, &o, &r) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_last_error());
     return 1;

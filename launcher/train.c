@@ -60,6 +60,7 @@ struct run {
   FILE* trace;
   char trace_path[TL_PATH_MAX + 32];
   double* losses; /* per step, for --verify */
+  int64_t* peaks; /* per rank, with --metrics */
 };
 
 static int rank0(const struct run* r) {
@@ -280,6 +281,28 @@ static void trace_merge(struct run* r) {
   printf("trace: %s\n", r->opt.trace);
 }
 
+/* Every rank's allocator peak into r->peaks (collective over the job): the
+ * fullest rank is the one a memory plan must fit, and ranks differ (first
+ * and last stages, tensor-parallel rank 0). */
+static tl_status gather_peaks(struct run* r) {
+  int64_t mine = tl_trainer_peak_bytes(r->t);
+  if (!r->have_worker || r->w.world_size == 1) {
+    r->peaks[0] = mine;
+    return TL_OK;
+  }
+  /* an int64 travels as two int32s: the bytes arrive as they left */
+  return tl_group_all_gather(r->w.world, &mine, r->peaks, 2 * (size_t)r->w.world_size, TL_I32,
+                             NULL);
+}
+
+/* {"rank0": N, "rank1": N, ...} */
+static void print_peaks(FILE* f, const int64_t* peaks, int n) {
+  fputc('{', f);
+  for (int k = 0; k < n; k++)
+    fprintf(f, "%s\"rank%d\": %lld", k ? ", " : "", k, (long long)peaks[k]);
+  fputc('}', f);
+}
+
 static int train_loop(struct run* r) {
   const struct tl_train_config* tc = &r->cfg.train;
   double tokens = (double)tc->batch_size * tc->seq_len, total_s = 0;
@@ -299,12 +322,18 @@ static int train_loop(struct run* r) {
              avg * (double)(tc->steps - st.step));
       fflush(stdout);
     }
-    if (r->metrics)
-      fprintf(r->metrics,
-              "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"ms\": %.3f, "
-              "\"tokens_per_s\": %.1f, \"wait_ms\": %.3f, \"peak_bytes\": {\"rank0\": %lld}}\n",
-              (long long)st.step, st.loss, st.lr, st.grad_norm, st.seconds * 1e3,
-              tokens / st.seconds, st.bubble_seconds * 1e3, (long long)tl_trainer_peak_bytes(r->t));
+    if (r->peaks) { /* every rank takes part in gathering the peaks */
+      if (gather_peaks(r) != TL_OK) return fail(r, "metrics");
+      if (r->metrics) {
+        fprintf(r->metrics,
+                "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"ms\": "
+                "%.3f, \"tokens_per_s\": %.1f, \"wait_ms\": %.3f, \"peak_bytes\": ",
+                (long long)st.step, st.loss, st.lr, st.grad_norm, st.seconds * 1e3,
+                tokens / st.seconds, st.bubble_seconds * 1e3);
+        print_peaks(r->metrics, r->peaks, r->have_worker ? r->w.world_size : 1);
+        fputs("}\n", r->metrics);
+      }
+    }
     int last = st.step == tc->steps;
     if (tc->val_every > 0 && r->cfg.data.val[0] && (st.step % tc->val_every == 0 || last)) {
       double val;
@@ -333,6 +362,7 @@ static int finish(struct run* r, int rc) {
   if (r->trace) fclose(r->trace);
   tl_trainer_destroy(r->t);
   free(r->losses);
+  free(r->peaks);
   if (r->have_worker) tl_worker_finalize(&r->w);
   return rc;
 }
@@ -370,6 +400,10 @@ int tl_cli_train(int argc, char** argv) {
   if (r.opt.verify && rank0(&r)) {
     r.losses = calloc((size_t)r.cfg.train.steps + 1, sizeof(double));
     if (!r.losses) return finish(&r, fail(&r, "out of memory"));
+  }
+  if (r.opt.metrics) {
+    r.peaks = calloc(r.have_worker ? (size_t)r.w.world_size : 1, sizeof(int64_t));
+    if (!r.peaks) return finish(&r, fail(&r, "out of memory"));
   }
   if (rank0(&r) && r.opt.metrics) {
     snprintf(r.metrics_partial, sizeof r.metrics_partial, "%s.partial", r.opt.metrics);

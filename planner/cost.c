@@ -3,8 +3,10 @@
 #include "planner/cost.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "graph/exec.h"
 #include "graph/graph.h"
 #include "graph/model.h"
 #include "graph/op.h"
@@ -24,13 +26,120 @@ static bool replicated(const tl_graph* g, const tl_node* n, int v, int n_embd) {
   return n->op == TL_OP_MATMUL && x->shape[x->n_dims - 1] == n_embd;
 }
 
-tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out) {
+/* What forward nodes [begin, end) of g cost a device at micro-batch 1. */
+struct range_cost {
+  double params, replicated; /* elements of the parameters the nodes use (each once) */
+  double arena, io;          /* bytes an executor of the range allocates */
+  double fwd_flops, flops;   /* forward; forward + backward */
+};
+
+static tl_status range_cost(const tl_graph* g, const tl_model* m, int begin, int end,
+                            struct range_cost* out) {
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < g->n_nodes; i++) {
+    int f = forward_index(g, i);
+    if (f < begin || f >= end) continue;
+    out->flops += g->nodes[i].flops;
+    if (i < g->n_forward) out->fwd_flops += g->nodes[i].flops;
+  }
+  /* a parameter counts once however many nodes read it (the tied wte) */
+  for (int v = 0; v < g->n_values; v++) {
+    const tl_value* val = &g->values[v];
+    if (val->role != TL_ROLE_PARAM) continue;
+    int used = 0;
+    for (int i = begin; i < end && !used; i++)
+      for (int k = 0; k < g->nodes[i].n_in; k++) used |= g->nodes[i].in[k] == v;
+    if (!used) continue;
+    double e = (double)tl_value_numel(val);
+    out->params += e;
+    for (int k = 0; k < m->n_tensors; k++) {
+      const struct tl_param_tensor* t = &m->tensors[k];
+      if (val->offset >= t->offset && val->offset < t->offset + t->numel &&
+          t->shard == TL_SHARD_REPLICATED)
+        out->replicated += e;
+    }
+  }
+  struct tl_exec_bytes b;
+  TL_CHECK(tl_exec_size(g, begin, end, &b));
+  out->arena = (double)b.arena;
+  out->io = (double)(b.inputs + b.scratch);
+  return TL_OK;
+}
+
+/* stage shape from its costs at one and two layers */
+static struct tl_cost_stage_shape stage_shape(const struct range_cost* one,
+                                              const struct range_cost* two) {
+  struct tl_cost_stage_shape s = {
+      one->params, two->params - one->params, one->replicated, two->replicated - one->replicated,
+      one->arena,  two->arena - one->arena,   one->io};
+  return s;
+}
+
+static int gcd(int a, int b) {
+  while (b) {
+    int r = a % b;
+    a = b, b = r;
+  }
+  return a;
+}
+
+/* Rank 0's graphs of one and two blocks at tensor-parallel degree tp. */
+static tl_status shard_build(const struct tl_model_config* full, int seq, int tp, bool sp,
+                             tl_cost_tp_layout layout, struct tl_cost_shard* out) {
+  memset(out, 0, sizeof *out);
+  out->tp = tp;
+  out->sp = sp;
+  out->from_graph = true;
+  /* sequence parallelism splits a micro-batch's token rows over the group:
+   * the smallest micro-batch whose rows divide, then per sequence */
+  const int b = sp ? tp / gcd(seq, tp) : 1;
+  struct range_cost r[2][4]; /* [blocks - 1][stage kind] */
+  tl_status st = TL_OK;
+  for (int n = 1; n <= 2 && st == TL_OK; n++) {
+    struct tl_model_config one = *full;
+    one.n_layers = n;
+    tl_model m;
+    st = tp == 1 ? tl_model_init(&one, &m) : layout(&one, tp, 0, sp, &m);
+    tl_graph* g = NULL;
+    struct tl_model_io io;
+    if (st == TL_OK) st = tl_model_build(&m, b, seq, true, &g, &io);
+    if (st == TL_OK) {
+      /* the last n blocks, with the embedding and / or the head */
+      const int lb = io.layer_begin[0], le = io.layer_begin[n], nf = g->n_forward;
+      for (int kind = 0; kind < 4 && st == TL_OK; kind++)
+        st = range_cost(g, &m, kind & TL_COST_STAGE_EMBED ? 0 : lb,
+                        kind & TL_COST_STAGE_HEAD ? nf : le, &r[n - 1][kind]);
+      if (st == TL_OK && n == 1) {
+        struct range_cost e, l, h;
+        st = range_cost(g, &m, 0, lb, &e);
+        if (st == TL_OK) st = range_cost(g, &m, lb, le, &l);
+        if (st == TL_OK) st = range_cost(g, &m, le, nf, &h);
+        out->embed_fwd_flops = e.fwd_flops / b, out->embed_flops = e.flops / b;
+        out->layer_fwd_flops = l.fwd_flops / b, out->layer_flops = l.flops / b;
+        out->head_fwd_flops = h.fwd_flops / b, out->head_flops = h.flops / b;
+      }
+    }
+    tl_graph_destroy(g);
+  }
+  for (int kind = 0; kind < 4 && st == TL_OK; kind++) {
+    struct tl_cost_stage_shape* x = &out->stage[kind];
+    *x = stage_shape(&r[0][kind], &r[1][kind]);
+    x->arena /= b, x->arena_layer /= b, x->io /= b;
+  }
+  return st;
+}
+
+tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_tp_layout layout,
+                              tl_cost_model* out) {
   memset(out, 0, sizeof *out);
   if (mc->kind != TL_MODEL_GPT)
     return TL_ERRF(TL_ERR_UNSUPPORTED,
                    "model.kind: the planner prices GPT models only (an MLP's layers differ in "
                    "shape)");
   if (seq < 1) return TL_ERRF(TL_ERR_INVALID, "sequence length %d; expected >= 1", seq);
+  if (mc->n_layers < 1 || mc->n_layers > TL_MODEL_MAX_LAYERS)
+    return TL_ERRF(TL_ERR_CONFIG, "model.n_layers=%d; the planner prices 1 to %d", mc->n_layers,
+                   TL_MODEL_MAX_LAYERS);
   /* 1. the whole model's parameter layout (arithmetic only) */
   struct tl_model_config full = *mc;
   if (full.max_seq_len < seq) full.max_seq_len = seq;
@@ -48,8 +157,7 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
   const struct tl_param_tensor* lnfw = &m.tensors[tl_model_tensor(&m, "lnfw")];
   out->params_embed = wte->numel + wpe->numel;
   out->params_head = wte->numel + 2 * lnfw->numel;
-  out->params_layer =
-      (m.n_params - out->params_embed - 2 * lnfw->numel) / (mc->n_layers > 0 ? mc->n_layers : 1);
+  out->params_layer = (m.n_params - out->params_embed - 2 * lnfw->numel) / mc->n_layers;
 
   /* 2. one block's graph at micro-batch 1: every block has this shape */
   struct tl_model_config one = full;
@@ -74,7 +182,7 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
       if (i < g->n_forward) out->head_fwd_flops += fl;
     }
     if (i >= g->n_forward) continue;
-    /* 3. the activations this forward node writes, which its backward reads */
+    /* 3. the activations this forward node writes */
     for (int k = 0; k < n->n_out; k++) {
       int v = n->out[k];
       if (v < 0 || g->values[v].role != TL_ROLE_ACTIVATION) continue;
@@ -92,7 +200,90 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
     }
   }
   tl_graph_destroy(g);
+
+  /* 4. per device, for every tensor-parallel degree a mesh may use */
+  for (int t = 1; t <= mc->n_heads && out->n_shards < TL_COST_MAX_SHARDS; t++) {
+    if (mc->n_heads % t || m.padded_vocab % t || (t > 1 && !layout)) continue;
+    for (int sp = 0; sp <= (t > 1) && out->n_shards < TL_COST_MAX_SHARDS; sp++)
+      TL_CHECK(shard_build(&full, seq, t, sp, layout, &out->shards[out->n_shards++]));
+  }
   return TL_OK;
+}
+
+const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bool sp,
+                                             struct tl_cost_shard* tmp) {
+  sp = sp && tp > 1;
+  for (int i = 0; i < cm->n_shards; i++)
+    if (cm->shards[i].tp == tp && cm->shards[i].sp == sp) return &cm->shards[i];
+  /* no layout for tp: scale tp = 1 (parameters and FLOPs by 1/t, the
+   * activations' sharded part by 1/t, and everything by 1/t with sequence
+   * parallelism) */
+  *tmp = cm->shards[0];
+  tmp->tp = tp;
+  tmp->sp = sp;
+  tmp->from_graph = false;
+  if (tp <= 1) return tmp;
+  double t = tp, rep = cm->layer_act_rep, shard = cm->layer_act_shard;
+  double act = sp ? 1.0 / t : (rep + shard / t) / (rep + shard);
+  double* flops[] = {&tmp->layer_fwd_flops, &tmp->layer_flops,    &tmp->embed_fwd_flops,
+                     &tmp->embed_flops,     &tmp->head_fwd_flops, &tmp->head_flops};
+  for (int i = 0; i < 6; i++) *flops[i] /= t;
+  for (int k = 0; k < 4; k++) {
+    struct tl_cost_stage_shape* s = &tmp->stage[k];
+    s->params /= t, s->params_layer /= t;
+    s->replicated = s->replicated_layer = 0;
+    s->arena *= act, s->arena_layer *= act;
+  }
+  return tmp;
+}
+
+/* pp/stage.c's balance, step for step (the same comparisons in the same
+ * order give the same cut): the smallest largest stage cost over
+ * contiguous cuts, every stage at least one layer; all layers cost
+ * `layer`, the first stage adds head0, the last tail. */
+static tl_status balance(double layer, double head0, double tail, int L, int p, int* counts) {
+  double* best = malloc(sizeof(double) * (size_t)(p + 1) * (size_t)(L + 1));
+  int* cut = malloc(sizeof(int) * (size_t)(p + 1) * (size_t)(L + 1));
+  double* prefix = malloc(sizeof(double) * (size_t)(L + 1));
+  if (!best || !cut || !prefix) {
+    free(best), free(cut), free(prefix);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory cutting %d layers into %d stages", L, p);
+  }
+  prefix[0] = 0;
+  for (int l = 0; l < L; l++) prefix[l + 1] = prefix[l] + layer;
+#define BEST(s, l) best[(s) * (L + 1) + (l)]
+#define CUT(s, l) cut[(s) * (L + 1) + (l)]
+  for (int s = 0; s <= p; s++)
+    for (int l = 0; l <= L; l++) BEST(s, l) = 1e300, CUT(s, l) = 0;
+  BEST(0, 0) = 0;
+  for (int s = 1; s <= p; s++)
+    for (int l = s; l <= L - (p - s); l++)
+      for (int k = s - 1; k < l; k++) {
+        double c = prefix[l] - prefix[k] + (s == 1 ? head0 : 0) + (s == p ? tail : 0);
+        double v = BEST(s - 1, k) > c ? BEST(s - 1, k) : c;
+        if (v < BEST(s, l)) BEST(s, l) = v, CUT(s, l) = k;
+      }
+  for (int s = p, l = L; s >= 1; s--) {
+    int k = CUT(s, l);
+    counts[s - 1] = l - k;
+    l = k;
+  }
+#undef BEST
+#undef CUT
+  free(best), free(cut), free(prefix);
+  return TL_OK;
+}
+
+tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp, int* layers) {
+  if (pp < 1 || pp > cm->n_layers)
+    return TL_ERRF(TL_ERR_CONFIG, "mesh.pp=%d stages for a model of %d layers: need 1 to %d", pp,
+                   cm->n_layers, cm->n_layers);
+  struct tl_cost_shard tmp;
+  const struct tl_cost_shard* s = tl_cost_shard_of(cm, tp, sp, &tmp);
+  /* the trainer's costs are b times these: FLOPs are whole numbers, so the
+   * comparisons come out the same */
+  return balance(3.0 * s->layer_fwd_flops, 3.0 * s->embed_fwd_flops, 3.0 * s->head_fwd_flops,
+                 cm->n_layers, pp, layers);
 }
 
 struct tl_state_bytes tl_cost_state_bytes(tl_dtype dtype) {
@@ -122,51 +313,100 @@ static double ring_all_reduce(double bytes, int n, const struct tl_link* link) {
   return 2.0 * (n - 1) / n * bytes / link->bandwidth + 2.0 * (n - 1) * link->latency;
 }
 
-void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype, tl_plan* p) {
+/* Micro-batches whose activations stage s holds at once (pp/schedule.h). */
+static int in_flight(const tl_plan* p, int s) {
+  if (p->schedule == TL_SCHEDULE_GPIPE) return p->n_micro;
+  return p->pp - s < p->n_micro ? p->pp - s : p->n_micro;
+}
+
+static int stage_kind(int s, int pp) {
+  return (s == 0 ? TL_COST_STAGE_EMBED : 0) | (s == pp - 1 ? TL_COST_STAGE_HEAD : 0);
+}
+
+static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh, tl_dtype dtype,
+                         const tl_plan* p, int k, int s, double* state, double* act) {
+  const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(s, p->pp)];
+  const double b = p->micro_batch;
+  /* the graph is fp32; activations train in the dtype (inputs are int32) */
+  const double scale = tl_dtype_size(dtype) / 4.0;
+  /* 1. parameters, gradients, optimizer state; the packed LayerNorm
+   * gradients of sequence parallelism; the trainer's norm scalar */
+  double params = x->params + (k - 1) * x->params_layer;
+  *state = tl_cost_model_state(params, p->zero, p->dp, tl_cost_state_bytes(dtype)) + 4.0;
+  if (sh->sp && sh->tp > 1) {
+    double rep = x->replicated + (k - 1) * x->replicated_layer;
+    *state += 4.0 * (rep > 0 ? rep : 1);
+  }
+  /* 2. an executor per micro-batch in flight, each its whole arena */
+  double arena = (x->arena + (k - 1) * x->arena_layer) * scale;
+  double one = b * (arena + x->io);
+  if (!p->recompute) {
+    *act = in_flight(p, s) * one;
+  } else { /* each layer's input per micro-batch in flight, one layer's executor */
+    double input = cm->layer_input * 4.0 * scale / (sh->sp && sh->tp > 1 ? sh->tp : 1);
+    *act = in_flight(p, s) * k * b * input + b * (x->arena * scale + x->io);
+  }
+}
+
+void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
+                          const int* layers, int stage, double* state, double* act) {
+  struct tl_cost_shard tmp;
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, p->tp, p->sequence_parallel, &tmp);
+  stage_memory(cm, sh, dtype, p, layers[stage], stage, state, act);
+}
+
+void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
+                      const int* layers, tl_plan* p) {
   const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
   const double act_bytes = tl_dtype_size(dtype); /* the graph counts elements */
   const int dpn = c->devices_per_node;
-  const int L = cm->n_layers, Lmax = (L + pp - 1) / pp; /* the fullest stage's blocks */
-  const double bsh = (double)b * cm->layer_input;       /* (b, s, h) elements */
-
-  /* 1. memory: model state of the first and the last stage */
-  struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
-  double p_first = (double)Lmax * cm->params_layer + cm->params_embed;
-  double p_last = (double)Lmax * cm->params_layer + cm->params_head;
-  if (pp == 1) p_first = p_last = (double)cm->params_total;
-  double st_first = tl_cost_model_state(p_first / t, p->zero, d, sb);
-  double st_last = tl_cost_model_state(p_last / t, p->zero, d, sb);
-
-  /* 2. activations: saved per block and micro-batch, and the working set */
-  double layer_full = (cm->layer_act_rep + cm->layer_act_shard / t) * b * act_bytes;
-  double layer_kept = p->recompute ? bsh * act_bytes : layer_full;
-  double head = cm->head_act * b / t * 4.0; /* logits and losses stay fp32 */
-  int in_first = p->schedule == TL_SCHEDULE_GPIPE ? m : (pp < m ? pp : m);
-  int in_last = p->schedule == TL_SCHEDULE_GPIPE ? m : 1;
-  double work = layer_full; /* the block being (re)computed and its gradients */
-  double act_first = in_first * Lmax * layer_kept + work + (pp == 1 ? head * (1 + in_first) : 0);
-  double act_last = in_last * (Lmax * layer_kept + head) + work + head; /* + dlogits */
-  double first = st_first + act_first, last = st_last + act_last;
-  p->mem_reserve = c->reserve_bytes;
-  if (first >= last) {
-    p->mem_state = st_first, p->mem_act = act_first;
-  } else {
-    p->mem_state = st_last, p->mem_act = act_last;
+  const int L = cm->n_layers;
+  const double bsh = (double)b * cm->layer_input; /* (b, s, h) elements */
+  struct tl_cost_shard tmp;
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, p->sequence_parallel, &tmp);
+  if (pp < 1 || pp > L) { /* no such mesh (the search rejects it first) */
+    p->fits = p->runnable = false;
+    p->t_step = HUGE_VAL;
+    return;
   }
+  /* 0. the stages, cut as the trainer cuts them */
+  int cut[TL_MODEL_MAX_LAYERS];
+  if (!layers) {
+    layers = cut;
+    if (tl_cost_stage_layers(cm, t, p->sequence_parallel, pp, cut) != TL_OK)
+      for (int s = 0; s < pp; s++) cut[s] = L / pp + (s < L % pp); /* out of memory: even */
+  }
+
+  /* 1. memory: the fullest stage */
+  p->mem_state = p->mem_act = -1;
+  double grads = 0, slowest = 0;
+  int k_slowest = 1;
+  for (int s = 0; s < pp; s++) {
+    double state, act;
+    stage_memory(cm, sh, dtype, p, layers[s], s, &state, &act);
+    if (state + act > p->mem_state + p->mem_act)
+      p->mem_state = state, p->mem_act = act, p->mem_stage = s;
+    const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(s, pp)];
+    double params = x->params + (layers[s] - 1) * x->params_layer;
+    if (params > grads) grads = params;
+    /* the stage's arithmetic per sequence */
+    double fl = layers[s] * (sh->layer_flops + (p->recompute ? sh->layer_fwd_flops : 0));
+    if (s == 0) fl += sh->embed_flops;
+    if (s == pp - 1) fl += sh->head_flops;
+    if (fl > slowest) slowest = fl, k_slowest = layers[s];
+  }
+  p->mem_reserve = c->reserve_bytes;
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
 
-  /* 3. time of one micro-batch on the slowest stage */
-  double layer_fl = cm->layer_flops + (p->recompute ? cm->layer_fwd_flops : 0);
-  double ends = pp == 1 ? cm->embed_flops + cm->head_flops
-                        : (cm->embed_flops > cm->head_flops ? cm->embed_flops : cm->head_flops);
-  double fl_micro = ((double)Lmax * layer_fl + ends) * b / t;
+  /* 2. time of one micro-batch on the slowest stage */
+  double fl_micro = slowest * b;
   double x = cm->layer_fwd_flops * b / t; /* one block's forward on one rank */
   double eff = c->efficiency * x / (x + c->efficiency_half_flops);
   double comp = fl_micro / (tl_cluster_peak(c, dtype) * eff);
   const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
   int tp_calls = p->recompute ? 6 : 4;
-  double tp_comm = Lmax * tp_calls * ring_all_reduce(bsh * act_bytes, t, tp_link);
+  double tp_comm = k_slowest * tp_calls * ring_all_reduce(bsh * act_bytes, t, tp_link);
   double pp_comm = 0;
   if (pp > 1) {
     const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
@@ -174,12 +414,11 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   }
   double micro = comp + tp_comm + pp_comm;
 
-  /* 4. the step: m micro-batches, the bubble, then the gradient all-reduce */
+  /* 3. the step: m micro-batches, the bubble, then the gradient all-reduce */
   const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's only dtype), whatever the weights' dtype */
-  double grads = (p_first > p_last ? p_first : p_last) / t * 4.0;
-  double dp = ring_all_reduce(grads, d, dp_link) * (p->zero == 3 ? 1.5 : 1.0);
+  double dp = ring_all_reduce(grads * 4.0, d, dp_link) * (p->zero == 3 ? 1.5 : 1.0);
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;
   p->t_pp = m * pp_comm;
@@ -187,6 +426,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   p->t_dp = dp;
   p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
 
+  double layer_fl = cm->layer_flops + (p->recompute ? cm->layer_fwd_flops : 0);
   double devices = (double)d * t * pp;
   double seqs = (double)d * b * m;
   p->tokens_per_s = seqs * cm->seq / p->t_step;

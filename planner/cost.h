@@ -1,33 +1,50 @@
 /* cost.h — the planner's cost model: what one training step of a GPT costs
- * on a given split (dp, tp, pp, micro-batches, schedule, ZeRO, recompute) of
- * a given cluster, in bytes per device and seconds.
+ * on a given split (dp, tp, pp, micro-batches, schedule, ZeRO, recompute,
+ * sequence parallelism) of a given cluster, in bytes per device and seconds.
  *
- * Arithmetic and activation sizes come FROM THE GRAPH, not from a formula:
- * tl_cost_model_build builds the model's training graph once, as metadata
- * (tl_model_build allocates no tensors), for one layer at micro-batch 1, and
- * sums its nodes' FLOPs and its activations' sizes per layer (io.layer_begin
- * marks where layers start), for the embedding and for the head + loss.
- * Every term is linear in the micro-batch size and every transformer layer
- * has the same shape, so one small graph prices every plan; a search never
- * rebuilds it.
+ * Arithmetic and memory come FROM THE GRAPH, not from a formula:
+ * tl_cost_model_build builds the model's training graph as metadata
+ * (tl_model_build allocates no tensors) at micro-batch 1 and reads off it,
+ * per layer, for the embedding and for the head + loss, the FLOPs of its
+ * nodes, the parameters its nodes use and what an executor running it
+ * allocates (tl_exec_size: the memory plan's arena, inputs, scratch). It
+ * does so for every tensor-parallel degree t that divides the heads and
+ * the padded vocabulary, on the graph of t's rank 0 (the rank that also
+ * holds wpe and the row-parallel biases, so the fullest), laid out by the
+ * caller's tl_cost_tp_layout (tp/tp.h's), with and without sequence
+ * parallelism. Every such quantity is linear in the micro-batch size and,
+ * for a pipeline stage, affine in its number of layers (the blocks have one
+ * shape), so graphs of one and two blocks price every plan; a search never
+ * rebuilds them. Without a layout, t > 1 is scaled from t = 1 (parameters
+ * and FLOPs by 1/t, activations by Korthikanti's replicated/sharded split):
+ * an approximation.
  *
- * Around those measured numbers the model is analytic (REFERENCES.md):
+ * What the model assumes on top (REFERENCES.md):
+ * - stages: the trainer's cut (pp/stage.c: dynamic programming over layers
+ *   minimising the largest forward FLOPs of a stage, embedding on the
+ *   first, head on the last), reproduced exactly by tl_cost_stage_layers;
  * - model state per device by ZeRO stage, with w + g + o bytes per
- *   parameter (bf16 mixed precision 2 + 2 + 12, fp32 4 + 4 + 8):
+ *   parameter (bf16 mixed precision 2 + 2 + 12, fp32 4 + 4 + 8 — the
+ *   trainer's fp32 weights, gradients and two AdamW moments):
  *   ZeRO-0 (w+g+o)Ψ, ZeRO-1 (w+g)Ψ + oΨ/d, ZeRO-2 wΨ + (g+o)Ψ/d,
- *   ZeRO-3 (w+g+o)Ψ/d;
- * - activations: the graph's saved values per layer (fp32 there; scaled to
- *   the training dtype), tensor-parallel values split by t and the rest
- *   replicated; recomputation keeps only each layer's input (b·s·h) plus one
- *   layer's working set; the first stage holds min(p, m) micro-batches under
- *   1F1B, m under GPipe;
- * - time: arithmetic at peak × efficiency; per layer and micro-batch 4 ring
- *   all-reduces of b·s·h over tp (6 with recomputation, which re-runs the
- *   forward); b·s·h/t per stage boundary each way (Megatron's scatter/gather
- *   over tp); the gradient all-reduce over dp, 2(d-1)/d·S/β + 2(d-1)α, over
- *   the inter-node link when the dp group spans nodes (1.5x that volume for
- *   ZeRO-3's parameter gathers); the bubble (p-1)/(m+p-1) of GPipe and 1F1B.
- *   Nothing overlaps (a pessimistic and simple rule).
+ *   ZeRO-3 (w+g+o)Ψ/d, Ψ the stage's parameters on the rank;
+ * - activations: one executor per micro-batch in flight on the stage, as
+ *   the trainer holds them (GPipe m; 1F1B min(p - s, m) on stage s), each
+ *   with its whole arena (saved values and the backward's working set),
+ *   its inputs and its collectives' scratch; fp32 in the graph, scaled to
+ *   the training dtype. Recomputation keeps each layer's input (b·s·h, /t
+ *   with sequence parallelism) per micro-batch in flight plus one layer's
+ *   executor;
+ * - the fullest stage is the device's figure (first and last stages hold
+ *   the embedding and head and, under 1F1B, differ in micro-batches held);
+ * - time: arithmetic of the slowest stage at peak × efficiency; per layer
+ *   and micro-batch 4 ring all-reduces of b·s·h over tp (6 with
+ *   recomputation, which re-runs the forward); b·s·h/t per stage boundary
+ *   each way (Megatron's scatter/gather over tp); the gradient all-reduce
+ *   over dp, 2(d-1)/d·S/β + 2(d-1)α, over the inter-node link when the dp
+ *   group spans nodes (1.5x that volume for ZeRO-3's parameter gathers);
+ *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B. Nothing overlaps (a
+ *   pessimistic and simple rule).
  * GPT only: an MLP's layers differ in shape. */
 #ifndef TL_PLANNER_COST_H
 #define TL_PLANNER_COST_H
@@ -38,11 +55,48 @@
 #include "core/config.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "graph/model.h"
 #include "planner/cluster.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The layout of tensor-parallel rank tp_rank's shard of a model (tp/tp.h's
+ * tl_tp_model_init has this type). The planner reads graphs built on it;
+ * it does not depend on tp/ (the launcher composes the modules), so its
+ * callers pass it in. */
+typedef tl_status (*tl_cost_tp_layout)(const struct tl_model_config* cfg, int tp, int tp_rank,
+                                       bool sp, tl_model* out);
+
+/* Kinds of pipeline stage, as bits: the first stage embeds the tokens, the
+ * last holds the head and the loss; one stage alone does both. */
+enum { TL_COST_STAGE_EMBED = 1, TL_COST_STAGE_HEAD = 2 };
+
+/* One pipeline stage of k layers on a device (tensor-parallel rank 0), per
+ * sequence of its micro-batch where it says so, each quantity affine in k:
+ * x(k) = x + (k - 1) x_layer. */
+struct tl_cost_stage_shape {
+  double params, params_layer; /* elements of the stage's flat parameter buffer */
+  /* of those, tensors whole on every tp rank (LayerNorms), whose gradients
+   * sequence parallelism sums over the group from a packed buffer */
+  double replicated, replicated_layer;
+  double arena, arena_layer; /* bytes of one executor's arena, per sequence */
+  double io;                 /* bytes of its inputs and scratch, per sequence */
+};
+
+/* Per-device costs at tensor-parallel degree tp, with or without sequence
+ * parallelism, at micro-batch 1: FLOPs as the rank's graph counts them
+ * (forward; forward + backward) and the four kinds of stage. */
+struct tl_cost_shard {
+  int tp;
+  bool sp;
+  bool from_graph; /* read off rank 0's graph; false: scaled from tp = 1 */
+  double layer_fwd_flops, layer_flops, embed_fwd_flops, embed_flops, head_fwd_flops, head_flops;
+  struct tl_cost_stage_shape stage[4]; /* indexed by TL_COST_STAGE_* bits */
+};
+
+#define TL_COST_MAX_SHARDS 32
 
 /* Per-sequence (micro-batch 1) costs of a GPT at one sequence length, read
  * off its graph. FLOPs are executed FLOPs as the graph's nodes count them
@@ -56,18 +110,36 @@ typedef struct tl_cost_model {
   double layer_fwd_flops, layer_flops; /* one block: forward; forward + backward */
   double embed_flops, head_flops;      /* forward + backward */
   double head_fwd_flops;
-  /* elements one block's forward keeps for its backward, split into the
-   * values tensor parallelism replicates (layer norms, residual adds, the
-   * row-parallel matmul outputs) and those it shards (qkv, attention, the
-   * MLP's hidden) */
+  /* elements one block's forward writes, split into the values tensor
+   * parallelism replicates (layer norms, residual adds, the row-parallel
+   * matmul outputs) and those it shards (qkv, attention, the MLP's hidden):
+   * Korthikanti's accounting (tests/planner/cost_test.cc) */
   double layer_act_rep, layer_act_shard;
   double layer_input; /* elements of a block's input (b·s·h at b = 1) */
   double head_act;    /* final layer norm, logits, losses */
+  /* per device, by tensor-parallel degree (shards[0] is tp = 1) */
+  struct tl_cost_shard shards[TL_COST_MAX_SHARDS];
+  int n_shards;
 } tl_cost_model;
 
-/* Builds the graph of one block of `mc` (at micro-batch 1 and `seq` tokens)
- * and fills *out. The graph is destroyed before returning. */
-tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out);
+/* Builds the graphs of one and two blocks of `mc` (at micro-batch 1 and
+ * `seq` tokens) for tp = 1 and, through `layout` (may be NULL), for every
+ * tensor-parallel degree dividing the heads and the padded vocabulary, and
+ * fills *out. The graphs are destroyed before returning. */
+tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_tp_layout layout,
+                              tl_cost_model* out);
+
+/* The per-device costs at tp (sequence parallelism only counts when
+ * tp > 1): those read off the graph, else scaled from tp = 1 into *tmp. */
+const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bool sp,
+                                             struct tl_cost_shard* tmp);
+
+/* Layers per stage (layers[0 .. pp)) as the trainer cuts the graph of a
+ * rank at tp (pp/stage.c's tl_pp_partition without layers given):
+ * minimising the largest 3 x forward FLOPs of a stage, embedding on the
+ * first, head on the last, every stage at least one layer; ties broken as
+ * there, so the cut is the same. TL_ERR_CONFIG when pp > layers. */
+tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp, int* layers);
 
 /* Bytes per parameter of weights, gradients and optimizer state. */
 struct tl_state_bytes {
@@ -86,8 +158,11 @@ typedef struct tl_plan {
   tl_schedule_kind schedule;
   int zero;
   bool recompute;
-  /* memory, bytes per device (the fuller of the first and last stage) */
+  bool sequence_parallel; /* with tp > 1: LayerNorm and residual regions split by tokens */
+  /* memory, bytes per device: the fullest stage's (mem_stage), state and
+   * activations as the trainer's allocator counts them, plus the reserve */
   double mem_total, mem_state, mem_act, mem_reserve;
+  int mem_stage;
   /* time, seconds per step, and its parts (they add up to t_step) */
   double t_step, t_compute, t_bubble, t_tp, t_pp, t_dp;
   double tokens_per_s;
@@ -97,9 +172,19 @@ typedef struct tl_plan {
   bool runnable;           /* `trellis train` runs it as planned today: ZeRO 0, no recompute */
 } tl_plan;
 
-/* Fills the predictions of *p (its split fields set by the caller) for a
- * global batch of `global_batch` sequences trained in `dtype`. */
-void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype, tl_plan* p);
+/* Fills the predictions of *p (its split fields set by the caller) trained
+ * in `dtype`. `layers` is the stage cut (tl_cost_stage_layers; a search
+ * computes it once per mesh), or NULL to compute it here. */
+void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
+                      const int* layers, tl_plan* p);
+
+/* Bytes on a device of pipeline stage `stage` of plan p (tensor-parallel
+ * rank 0) with the stage cut `layers`: model state (parameters, gradients
+ * and optimizer state by ZeRO stage; with sequence parallelism the packed
+ * LayerNorm gradients; the trainer's norm scalar) and activations (an
+ * executor per micro-batch in flight). */
+void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
+                          const int* layers, int stage, double* state, double* act);
 
 /* What takes the largest share of the plan's step: "compute", "bubble",
  * "tp comm", "pp comm" or "dp comm". */

@@ -19,6 +19,7 @@ tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int 
   memset(cfg.schedule.stage_layers, 0, sizeof cfg.schedule.stage_layers);
   cfg.parallel.zero = p->zero;
   cfg.parallel.recompute = p->recompute;
+  if (p->tp > 1) cfg.parallel.sequence_parallel = p->sequence_parallel; /* as priced */
   cfg.train.batch_size = p->dp * p->micro_batch * p->n_micro;
   cfg.train.seq_len = seq;
   cfg.device.type = c->device;

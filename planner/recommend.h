@@ -2,8 +2,9 @@
  * (DESIGN.md): `trellis plan --out plan.json` writes what `trellis train`
  * runs, so the config carries everything of the user's config (model, data,
  * optimizer, checkpoints) with the plan's choices written over it: mesh,
- * schedule and micro-batches, ZeRO stage, recomputation, the global batch
- * and sequence length, and the device type of the cluster. */
+ * schedule and micro-batches, ZeRO stage, recomputation, sequence
+ * parallelism (when tp > 1), the global batch and sequence length, and the
+ * device type of the cluster. */
 #ifndef TL_PLANNER_RECOMMEND_H
 #define TL_PLANNER_RECOMMEND_H
 

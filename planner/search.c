@@ -8,7 +8,7 @@
 #include <string.h>
 
 static const char* const k_reject_names[TL_REJECT_COUNT] = {
-    "tp_heads", "tp_vocab", "tp_node", "pp_layers", "batch", "trainer", "memory"};
+    "tp_heads", "tp_vocab", "tp_node", "pp_layers", "batch", "sp_tokens", "trainer", "memory"};
 
 const char* tl_reject_name(tl_reject_reason r) {
   return r >= 0 && r < TL_REJECT_COUNT ? k_reject_names[r] : "unknown";
@@ -85,12 +85,20 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
         out->rejected[why]++;
         continue;
       }
-      /* 2. every way to cut the replica's batch, every schedule, ZeRO, recompute */
+      /* 2. the stages as the trainer cuts them (one cut per mesh) */
+      bool sp = o->sequence_parallel && tp > 1;
+      int layers[TL_MODEL_MAX_LAYERS];
+      TL_CHECK_GOTO(tl_cost_stage_layers(cm, tp, sp, pp, layers), st, fail);
+      /* 3. every way to cut the replica's batch, every schedule, ZeRO, recompute */
       int per_replica = B / dp;
       for (int mb = 1; mb <= per_replica; mb++) {
         if (per_replica % mb || !fixed_ok(o->fix_micro_batch, mb)) continue;
         int n_micro = per_replica / mb;
         if (!fixed_ok(o->fix_n_micro, n_micro)) continue;
+        if (sp && (int64_t)mb * cm->seq % tp) { /* the trainer splits token rows evenly */
+          out->rejected[TL_REJECT_SP_TOKENS]++;
+          continue;
+        }
         for (int sk = TL_SCHEDULE_GPIPE; sk <= TL_SCHEDULE_1F1B; sk++) {
           if (!fixed_ok(o->fix_schedule, sk)) continue;
           /* one stage: the two schedules are the same run; keep 1F1B */
@@ -110,7 +118,8 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
               p.schedule = (tl_schedule_kind)sk;
               p.zero = zero;
               p.recompute = rc;
-              tl_cost_evaluate(cm, c, o->dtype, &p);
+              p.sequence_parallel = sp;
+              tl_cost_evaluate(cm, c, o->dtype, layers, &p);
               out->n_evaluated++;
               if (!p.fits) {
                 out->rejected[TL_REJECT_MEMORY]++;

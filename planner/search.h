@@ -8,8 +8,10 @@
  *
  * Mesh rules: tp divides the heads and the padded vocabulary, tp <= devices
  * per node (tensor parallelism needs the node's fast links) unless allowed,
- * pp <= layers, dp divides the global batch. Rejections of a mesh shape are
- * counted once per (dp, tp, pp); memory rejections once per plan. */
+ * pp <= layers, dp divides the global batch; with sequence parallelism tp
+ * divides a micro-batch's tokens. Rejections of a mesh shape are counted
+ * once per (dp, tp, pp); micro-batch, trainer and memory rejections once
+ * per plan (sp_tokens once per micro-batch size). */
 #ifndef TL_PLANNER_SEARCH_H
 #define TL_PLANNER_SEARCH_H
 
@@ -29,12 +31,13 @@ typedef enum {
   TL_REJECT_TP_NODE,      /* tp > devices per node */
   TL_REJECT_PP_LAYERS,    /* pp > layers */
   TL_REJECT_BATCH,        /* dp does not divide the global batch */
+  TL_REJECT_SP_TOKENS,    /* sequence parallelism: tp does not divide a micro-batch's tokens */
   TL_REJECT_TRAINER,      /* the trainer cannot run it here (ZeRO, recompute) */
   TL_REJECT_MEMORY,       /* over device memory */
   TL_REJECT_COUNT
 } tl_reject_reason;
 
-/* "tp_heads", "tp_vocab", "tp_node", "pp_layers", "batch", "trainer", "memory" */
+/* "tp_heads", "tp_vocab", "tp_node", "pp_layers", "batch", "sp_tokens", "trainer", "memory" */
 const char* tl_reject_name(tl_reject_reason r);
 
 struct tl_search_options {
@@ -43,6 +46,9 @@ struct tl_search_options {
   bool allow_tp_across_nodes;
   /* only what `trellis train` runs today: ZeRO 0, no recomputation */
   bool trainer_only;
+  /* plans with tp > 1 split LayerNorm and residual regions by tokens (the
+   * config's parallel.sequence_parallel: priced, not searched) */
+  bool sequence_parallel;
   /* fixed choices; -1 = search (schedule: -1 or a tl_schedule_kind) */
   int fix_dp, fix_tp, fix_pp, fix_micro_batch, fix_n_micro, fix_zero, fix_recompute, fix_schedule;
 };

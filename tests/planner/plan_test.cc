@@ -16,6 +16,7 @@ extern "C" {
 #include "core/config.h"
 #include "planner/recommend.h"
 #include "planner/search.h"
+#include "tp/tp.h"
 }
 
 namespace {
@@ -60,7 +61,8 @@ TEST(Plan, ThisMachinesWinnerIsAConfigForItsTwoRanks) {
   tl_cluster c;
   ASSERT_EQ(tl_cluster_load(kThisMachine, &c), TL_OK) << tl_last_error();
   tl_cost_model cm;
-  ASSERT_EQ(tl_cost_model_build(&base.model, base.train.seq_len, &cm), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_cost_model_build(&base.model, base.train.seq_len, tl_tp_model_init, &cm), TL_OK)
+      << tl_last_error();
   struct tl_search_options o;
   tl_search_options_defaults(&o, base.train.batch_size, TL_F32);
   o.trainer_only = true;
@@ -198,9 +200,10 @@ TEST(PlanCli, BadUsageAndBadInput) {
 
 // The planner's bytes per device against what the trainer's allocator
 // counts: plan this machine for the small GPT, train the written config for
-// 2 steps on its 2 ranks, read the peak bytes from --metrics. The reserve
-// (runtime, fragmentation) is the planner's margin, not a count, so it is
-// left out of the comparison.
+// 2 steps on its 2 ranks, read every rank's peak bytes from --metrics; the
+// fullest must be within 10% of the plan's (issue 7; memory_test_{2,4,8}
+// check every mesh rank by rank). The reserve (runtime, fragmentation) is
+// the planner's margin, not a count, so it is left out of the comparison.
 TEST(PlanCli, PredictedBytesMatchTheAllocatorsPeak) {
   std::string text = TempPath("corpus.txt"), tokens = TempPath("tokens.bin");
   {
@@ -244,6 +247,7 @@ TEST(PlanCli, PredictedBytesMatchTheAllocatorsPeak) {
   double peak = 0;
   const char* k;
   json_t* v;
+  EXPECT_EQ(json_object_size(json_object_get(rec, "peak_bytes")), 2u) << "a peak per rank";
   json_object_foreach(json_object_get(rec, "peak_bytes"), k, v) {
     if (json_number_value(v) > peak) peak = json_number_value(v);
   }
@@ -251,5 +255,5 @@ TEST(PlanCli, PredictedBytesMatchTheAllocatorsPeak) {
   std::printf("predicted %.3g bytes per rank (state + activations), allocator peak %.3g: %+.1f%%\n",
               predicted, peak, 100 * (predicted / peak - 1));
   ASSERT_GT(peak, 0);
-  EXPECT_NEAR(predicted / peak, 1.0, 0.25);
+  EXPECT_NEAR(predicted / peak, 1.0, 0.10);
 }

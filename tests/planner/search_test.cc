@@ -9,6 +9,7 @@
 
 extern "C" {
 #include "planner/search.h"
+#include "tp/tp.h"
 }
 
 namespace {
@@ -19,7 +20,7 @@ tl_cost_model Gpt(int l, int a, int h, int V, int s) {
   cfg.model.n_layers = l, cfg.model.n_heads = a, cfg.model.n_embd = h;
   cfg.model.vocab_size = V, cfg.model.max_seq_len = s;
   tl_cost_model cm;
-  EXPECT_EQ(tl_cost_model_build(&cfg.model, s, &cm), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_cost_model_build(&cfg.model, s, tl_tp_model_init, &cm), TL_OK) << tl_last_error();
   return cm;
 }
 

@@ -1,0 +1,195 @@
+/* plan_bench.c — the planner's step times against measured ones, on the
+ * ranks of this job (not a test: figures only). Run under mpiexec from the
+ * repository root:
+ *
+ *   bazel build //tests/bench:plan_bench
+ *   mpiexec -n 4 bazel-bin/tests/bench/plan_bench [--steps S] [--layers L]
+ *       [--embd C] [--heads H] [--batch B] [--micro M]
+ *       [--cluster examples/clusters/this_machine.json]
+ *
+ * Every dp x tp x pp mesh of the job's ranks (powers of two; sequence
+ * parallelism off) trains a small GPT with GPipe and 1F1B for S steps; the
+ * first step is left out, and of the rest the best and the median step
+ * times are shown (the slowest rank's): on a shared machine the slower
+ * steps measure the neighbours, so ranks are taken from the best. Beside
+ * it, what the cost model predicts on the cluster spec with its devices
+ * set to the job's ranks (the model knows nothing of ranks sharing cores),
+ * the predicted and measured rank of each run, and Spearman's rank
+ * correlation. Also the bytes: the plan's fullest stage against the
+ * largest allocator peak. */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "launcher/tokens.h"
+#include "launcher/trainer.h"
+#include "launcher/worker.h"
+#include "planner/cost.h"
+#include "tp/tp.h"
+
+#define MAX_RUNS 64
+
+struct run {
+  int dp, tp, pp;
+  tl_schedule_kind sched;
+  double measured, median, predicted, pred_bytes, peak;
+  double t_compute, t_bubble, t_tp, t_pp, t_dp;
+};
+
+static int by_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* 1-based ranks of v[0..n) (ties share their mean rank). */
+static void ranks(const double* v, int n, double* out) {
+  for (int i = 0; i < n; i++) {
+    int less = 0, equal = 0;
+    for (int j = 0; j < n; j++) less += v[j] < v[i], equal += v[j] == v[i];
+    out[i] = less + (equal + 1) / 2.0;
+  }
+}
+
+static double spearman(const double* a, const double* b, int n) {
+  double ra[MAX_RUNS], rb[MAX_RUNS], ma = 0, mb = 0, sab = 0, saa = 0, sbb = 0;
+  ranks(a, n, ra);
+  ranks(b, n, rb);
+  for (int i = 0; i < n; i++) ma += ra[i] / n, mb += rb[i] / n;
+  for (int i = 0; i < n; i++) {
+    sab += (ra[i] - ma) * (rb[i] - mb);
+    saa += (ra[i] - ma) * (ra[i] - ma);
+    sbb += (rb[i] - mb) * (rb[i] - mb);
+  }
+  return saa > 0 && sbb > 0 ? sab / sqrt(saa * sbb) : 1.0;
+}
+
+int main(int argc, char** argv) {
+  int steps = 8, layers = 4, embd = 64, heads = 8, batch = 16, micro = 2;
+  const char* cluster_path = "examples/clusters/this_machine.json";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--embd") == 0) embd = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--heads") == 0) heads = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--batch") == 0) batch = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--micro") == 0) micro = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--cluster") == 0) cluster_path = argv[i + 1];
+  }
+  MPI_Init(&argc, &argv);
+  int rank, n;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  char path[] = "/tmp/trellis_plan_bench.bin";
+  if (rank == 0) {
+    const int64_t count = 1 << 16;
+    uint16_t* tok = malloc(sizeof(uint16_t) * count);
+    float* u = malloc(sizeof(float) * count);
+    tl_rng_uniform(5, 0, 0, count, 0.0f, 256.0f, u);
+    for (int64_t i = 0; i < count; i++) tok[i] = (uint16_t)u[i];
+    tl_tokens_write(path, tok, count);
+    free(tok), free(u);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  struct tl_config c;
+  tl_config_defaults(&c);
+  c.model.kind = TL_MODEL_GPT;
+  c.model.n_layers = layers, c.model.n_heads = heads, c.model.n_embd = embd;
+  c.model.vocab_size = 256, c.model.max_seq_len = 64;
+  c.train.batch_size = batch, c.train.seq_len = 64, c.train.steps = steps;
+  c.train.sample_tokens = 0;
+  c.schedule.micro_batches = micro;
+  snprintf(c.data.train, sizeof c.data.train, "%s", path);
+  c.data.val[0] = '\0';
+  tl_cluster cluster;
+  tl_cost_model cm;
+  if (tl_cluster_load(cluster_path, &cluster) != TL_OK ||
+      tl_cost_model_build(&c.model, c.train.seq_len, tl_tp_model_init, &cm) != TL_OK) {
+    fprintf(stderr, "plan_bench: %s\n", tl_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int devices = cluster.nodes * cluster.devices_per_node;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  cluster.nodes = 1, cluster.devices_per_node = n; /* the planner's view: a device per rank */
+  if (rank == 0)
+    printf(
+        "GPT %d layers x %d channels, %d heads, B=%d x T=64, %d micro-batches, %d ranks, %d "
+        "steps (the first left out); cluster %s (%d devices there, %d here)\n",
+        layers, embd, heads, batch, micro, n, steps, cluster.name, devices, n);
+
+  struct run runs[MAX_RUNS];
+  int n_runs = 0;
+  for (int dp = 1; dp <= n; dp *= 2)
+    for (int tp = 1; dp * tp <= n; tp *= 2) {
+      int pp = n / (dp * tp);
+      if (dp * tp * pp != n || pp > layers || heads % tp || batch % (dp * micro)) continue;
+      for (int k = 0; k < 2 && n_runs < MAX_RUNS; k++) {
+        struct run* r = &runs[n_runs++];
+        memset(r, 0, sizeof *r);
+        r->dp = dp, r->tp = tp, r->pp = pp;
+        r->sched = k ? TL_SCHEDULE_1F1B : TL_SCHEDULE_GPIPE;
+        c.mesh.dp = dp, c.mesh.tp = tp, c.mesh.pp = pp, c.schedule.kind = r->sched;
+        tl_plan p;
+        memset(&p, 0, sizeof p);
+        p.dp = dp, p.tp = tp, p.pp = pp, p.schedule = r->sched;
+        p.micro_batch = batch / dp / micro, p.n_micro = micro;
+        tl_cost_evaluate(&cm, &cluster, TL_F32, NULL, &p);
+        r->predicted = p.t_step, r->pred_bytes = p.mem_state + p.mem_act;
+        r->t_compute = p.t_compute, r->t_bubble = p.t_bubble, r->t_tp = p.t_tp;
+        r->t_pp = p.t_pp, r->t_dp = p.t_dp;
+        struct tl_worker w;
+        if (tl_worker_init(&c, &w) != TL_OK) tl_worker_fail(tl_last_error());
+        struct tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+        tl_alloc_reset_peak(tl_cpu());
+        tl_trainer* t = NULL;
+        if (tl_trainer_create(&c, &comm, &t) != TL_OK) tl_worker_fail(tl_last_error());
+        double secs[64];
+        int timed = 0;
+        for (int s = 0; s < steps; s++) {
+          struct tl_step_stats st;
+          if (tl_trainer_step(t, &st) != TL_OK) tl_worker_fail(tl_last_error());
+          if (s > 0 && timed < 64) secs[timed++] = st.seconds;
+        }
+        qsort(secs, (size_t)timed, sizeof(double), by_double);
+        double mine[3] = {timed ? secs[0] : 0, timed ? secs[timed / 2] : 0,
+                          (double)tl_trainer_peak_bytes(t)};
+        double all[3] = {0, 0, 0};
+        MPI_Reduce(mine, all, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        r->measured = all[0], r->median = all[1], r->peak = all[2];
+        tl_trainer_destroy(t);
+        tl_worker_finalize(&w);
+      }
+    }
+  if (rank == 0) {
+    double pred[MAX_RUNS], meas[MAX_RUNS], rp[MAX_RUNS], rm[MAX_RUNS];
+    for (int i = 0; i < n_runs; i++) pred[i] = runs[i].predicted, meas[i] = runs[i].measured;
+    ranks(pred, n_runs, rp);
+    ranks(meas, n_runs, rm);
+    printf("%-18s %8s %8s %8s %6s %6s   %-38s %11s %11s\n", "mesh", "best ms", "median", "pred ms",
+           "rank m", "rank p", "predicted: compute/bubble/tp/pp/dp ms", "pred bytes", "peak bytes");
+    for (int i = 0; i < n_runs; i++) {
+      const struct run* r = &runs[i];
+      char mesh[32];
+      snprintf(mesh, sizeof mesh, "%dx%dx%d %s", r->dp, r->tp, r->pp,
+               r->sched == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
+      printf("%-18s %8.1f %8.1f %8.2f %6.1f %6.1f   %6.2f/%6.2f/%6.2f/%6.2f/%6.2f %13.0f %11.0f\n",
+             mesh, r->measured * 1e3, r->median * 1e3, r->predicted * 1e3, rm[i], rp[i],
+             r->t_compute * 1e3, r->t_bubble * 1e3, r->t_tp * 1e3, r->t_pp * 1e3, r->t_dp * 1e3,
+             r->pred_bytes, r->peak);
+    }
+    printf("Spearman rank correlation, predicted vs best step time: %.2f over %d runs\n",
+           spearman(pred, meas, n_runs), n_runs);
+    if (n > cores)
+      printf(
+          "%d ranks on %d cores: ranks time-share the cores and MPICH busy-polls, so every "
+          "message of a collective waits for its peers to be scheduled; the cost model prices a "
+          "device per rank and cannot rank these meshes\n",
+          n, (int)cores);
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,201 @@
+// The planner's bytes per rank against the trainer's allocator (issue 7).
+// On the ranks of this job, every dp x tp x pp mesh of it (powers of two,
+// dp * tp * pp = ranks; the 2-rank job also runs the single device on rank
+// 0) trains a small GPT for one step with GPipe and with 1F1B (sequence
+// parallelism on under 1F1B when tp > 1), and each rank's peak bytes in the
+// allocator's count must be within 10% of what the cost model predicts for
+// its stage; the plan's figure (the fullest stage) must be within 10% of
+// the job's largest peak. The trainer's stage cut must be the planner's.
+// Rank 0 prints a table. CI runs it on 2, 4 and 8 ranks.
+//
+// The planner prices tensor-parallel rank 0, which also holds wpe and the
+// row-parallel biases; the other tp ranks hold a few kilobytes less (up to
+// 4% here, where the model is tiny).
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "launcher/tokens.h"
+#include "launcher/trainer.h"
+#include "launcher/worker.h"
+#include "planner/cost.h"
+#include "tp/tp.h"
+
+namespace {
+
+const double kTolerance = 0.10;
+
+int WorldSize() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int WorldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// Random tokens shared by every rank (written by rank 0).
+const char* Tokens() {
+  static std::string path;
+  if (path.empty()) {
+    const char* dir = getenv("TEST_TMPDIR");
+    path = std::string(dir ? dir : "/tmp") + "/memory_tokens.bin";
+    if (WorldRank() == 0) {
+      std::vector<float> u(20000);
+      std::vector<uint16_t> tok(u.size());
+      tl_rng_uniform(7, 0, 0, u.size(), 0.0f, 256.0f, u.data());
+      for (size_t i = 0; i < u.size(); i++) tok[i] = (uint16_t)u[i];
+      EXPECT_EQ(tl_tokens_write(path.c_str(), tok.data(), (int64_t)tok.size()), TL_OK);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  return path.c_str();
+}
+
+// 8 heads, 64 channels, vocabulary 256, 64 tokens, 2 layers on one stage,
+// 4 on 2 or 4 stages, 8 on 8 (stages of one and of several layers); 16
+// sequences in 2 micro-batches: activations are 30-80% of a rank's bytes.
+// (Few layers keep the tensor-parallel steps short: with more ranks than
+// cores every collective waits for ranks the scheduler has parked.)
+tl_config Config(int dp, int tp, int pp, tl_schedule_kind sched, bool sp) {
+  tl_config c;
+  tl_config_defaults(&c);
+  c.model.kind = TL_MODEL_GPT;
+  c.model.n_layers = pp == 1 ? 2 : pp < 4 ? 4 : pp, c.model.n_heads = 8, c.model.n_embd = 64;
+  c.model.vocab_size = 256, c.model.max_seq_len = 64;
+  c.train.steps = 1, c.train.batch_size = 16, c.train.seq_len = 64, c.train.sample_tokens = 0;
+  c.mesh.dp = dp, c.mesh.tp = tp, c.mesh.pp = pp;
+  c.schedule.kind = sched, c.schedule.micro_batches = 2;
+  c.parallel.sequence_parallel = sp;
+  snprintf(c.data.train, sizeof c.data.train, "%s", Tokens());
+  c.data.val[0] = '\0';
+  return c;
+}
+
+struct RankBytes {
+  double predicted, measured;
+  int stage, tp_rank, layer_begin, layer_end;
+};
+
+// Trains c for one step on this job's mesh (w; NULL: alone) and measures
+// this rank's peak bytes from before the trainer existed.
+RankBytes Measure(const tl_config& c, tl_worker* w) {
+  RankBytes r = {};
+  tl_trainer_comm comm = {};
+  if (w) {
+    comm = tl_trainer_comm_of(w->world, w->groups, w->host_groups);
+    r.tp_rank = w->coord[TL_AXIS_TP];
+  }
+  tl_alloc_reset_peak(tl_cpu());
+  int64_t before = tl_alloc_stats_get(tl_cpu()).live_bytes;
+  tl_trainer* t = nullptr;
+  EXPECT_EQ(tl_trainer_create(&c, w ? &comm : nullptr, &t), TL_OK) << tl_last_error();
+  if (t) {
+    tl_step_stats st;
+    EXPECT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
+    r.measured = (double)(tl_trainer_peak_bytes(t) - before);
+    int n_stages;
+    tl_trainer_stage(t, &r.stage, &n_stages, &r.layer_begin, &r.layer_end);
+    tl_trainer_destroy(t);
+  }
+  return r;
+}
+
+struct Row {
+  std::string mesh;
+  double plan, largest, worst_rank_error;
+};
+
+// Runs one mesh and schedule on every rank of the job (w; NULL: alone) and
+// checks it; rank 0 returns the row.
+Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w) {
+  bool single = !w;
+  bool sp = tp > 1 && sched == TL_SCHEDULE_1F1B;
+  tl_config c = Config(dp, tp, pp, sched, sp);
+  tl_cost_model cm;
+  EXPECT_EQ(tl_cost_model_build(&c.model, c.train.seq_len, tl_tp_model_init, &cm), TL_OK)
+      << tl_last_error();
+  std::string what = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
+                     " pp=" + std::to_string(pp) +
+                     (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") + (sp ? " sp" : "");
+  tl_plan p = {};
+  p.dp = dp, p.tp = tp, p.pp = pp, p.schedule = sched, p.sequence_parallel = sp;
+  p.n_micro = c.schedule.micro_batches;
+  p.micro_batch = c.train.batch_size / dp / p.n_micro;
+  std::vector<int> layers(pp);
+  EXPECT_EQ(tl_cost_stage_layers(&cm, tp, sp, pp, layers.data()), TL_OK) << tl_last_error();
+  tl_cluster cluster = {};
+  cluster.nodes = 1, cluster.devices_per_node = dp * tp * pp, cluster.peak_fp32 = 1e10;
+  cluster.efficiency = 1, cluster.intra = cluster.inter = {1e9, 1e-5};
+  cluster.device_memory_bytes = 1e12;
+  tl_cost_evaluate(&cm, &cluster, TL_F32, layers.data(), &p);
+
+  RankBytes mine = Measure(c, w);
+  double state = 0, act = 0;
+  tl_cost_stage_memory(&cm, TL_F32, &p, layers.data(), mine.stage, &state, &act);
+  mine.predicted = state + act;
+  int first = 0;
+  for (int s = 0; s < mine.stage; s++) first += layers[s];
+  EXPECT_EQ(mine.layer_begin, first) << what << ": the trainer's cut is the planner's";
+  EXPECT_EQ(mine.layer_end - mine.layer_begin, layers[mine.stage]) << what;
+  EXPECT_NEAR(mine.predicted / mine.measured, 1.0, kTolerance)
+      << what << ": stage " << mine.stage << ", tp rank " << mine.tp_rank << ": predicted "
+      << mine.predicted << " bytes, the allocator counted " << mine.measured;
+
+  // every rank's figures to rank 0
+  int n = single ? 1 : WorldSize();
+  std::vector<RankBytes> all(n);
+  if (single)
+    all[0] = mine;
+  else
+    MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
+  Row row = {what, p.mem_state + p.mem_act, 0, 0};
+  if (single || WorldRank() == 0) {
+    for (const RankBytes& r : all) {
+      row.largest = std::fmax(row.largest, r.measured);
+      double e = r.predicted / r.measured - 1;
+      if (std::fabs(e) > std::fabs(row.worst_rank_error)) row.worst_rank_error = e;
+    }
+    EXPECT_NEAR(row.plan / row.largest, 1.0, kTolerance)
+        << what << ": the plan's bytes per device (stage " << p.mem_stage << ")";
+  }
+  return row;
+}
+
+TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
+  int n = WorldSize();
+  std::vector<Row> rows;
+  if (n == 2) {  // the single device, on rank 0 while the others wait
+    if (WorldRank() == 0)
+      for (tl_schedule_kind s : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
+        rows.push_back(Check(1, 1, 1, s, nullptr));
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  for (int dp = 1; dp <= n; dp *= 2)
+    for (int tp = 1; dp * tp <= n; tp *= 2) {
+      int pp = n / (dp * tp);
+      tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
+      tl_worker w;  // the mesh's groups serve both schedules
+      ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
+      for (tl_schedule_kind s : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
+        rows.push_back(Check(dp, tp, pp, s, &w));
+      tl_worker_finalize(&w);
+    }
+  if (WorldRank() != 0) return;
+  std::printf("%-26s %14s %14s %8s %17s\n", "mesh (16 x 64 tokens, m 2)", "predicted", "measured",
+              "error", "worst rank error");
+  for (const Row& r : rows)
+    std::printf("%-26s %14.0f %14.0f %+7.2f%% %+16.2f%%\n", r.mesh.c_str(), r.plan, r.largest,
+                100 * (r.plan / r.largest - 1), 100 * r.worst_rank_error);
+}
+
+}  // namespace
