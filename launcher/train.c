@@ -408,9 +408,10 @@ int tl_cli_train(int argc, char** argv) {
   if (rank0(&r) && r.opt.metrics) {
     snprintf(r.metrics_partial, sizeof r.metrics_partial, "%s.partial", r.opt.metrics);
     if (!(r.metrics = fopen(r.metrics_partial, "w"))) {
-      fprintf(stderr, "trellis train: --metrics: cannot write '%s': %s\n", r.metrics_partial,
-              strerror(errno));
-      return finish(&r, 2);
+      /* through fail(): the other ranks are already in the job and would
+       * otherwise wait for rank 0 in their first collective */
+      TL_ERRF(TL_ERR_IO, "--metrics: cannot write '%s': %s", r.metrics_partial, strerror(errno));
+      return finish(&r, fail(&r, ""));
     }
   }
   if (r.opt.trace) {

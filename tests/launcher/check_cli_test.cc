@@ -1,6 +1,7 @@
 // `trellis check`: every broken config of the table exits 1 with its
 // message; the four-device example prints the design's mapping; with no
-// config it still runs the kernel self-check.
+// config it still runs the kernel self-check. `trellis train`: a failure on
+// rank 0 alone ends the whole job.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -48,8 +49,12 @@ TEST(CheckCliMap, TheFourDeviceExampleShowsTheDesignsMapping) {
         "    2       3    1    0    0  node 0 cpu        {0,2}          {2}            {2,3}",
         "    3       4    1    0    1  node 0 cpu        {1,3}          {3}            {2,3}"})
     EXPECT_NE(o.find(row), std::string::npos) << "missing row:\n" << row << "\nin:\n" << o;
-  EXPECT_NE(o.find("stage 0 (operator 1): layer 1        12% of FLOPs on devices 1, 3"), std::string::npos) << o;
-  EXPECT_NE(o.find("stage 1 (operator 2): layer 2        88% of FLOPs on devices 2, 4"), std::string::npos) << o;
+  EXPECT_NE(o.find("stage 0 (operator 1): layer 1        12% of FLOPs on devices 1, 3"),
+            std::string::npos)
+      << o;
+  EXPECT_NE(o.find("stage 1 (operator 2): layer 2        88% of FLOPs on devices 2, 4"),
+            std::string::npos)
+      << o;
   EXPECT_NE(o.find("data-parallel groups (gradient all-reduce):\n"
                    "  devices {1,3}  (ranks {0,2})\n"
                    "  devices {2,4}  (ranks {1,3})\n"),
@@ -80,4 +85,24 @@ TEST(CheckCliMap, WithoutAConfigCheckStillRunsTheKernelSelfCheck) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("trellis op self-check"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("checks, 0 failed"), std::string::npos) << r.output;
+}
+
+// A failure on rank 0 alone after the job has started (its --metrics file
+// cannot be written) ends every rank with the message, instead of leaving
+// the others waiting in their first collective.
+TEST(TrainCli, AnUnwritableMetricsFileOnRankZeroEndsTheWholeJob) {
+  std::string text = WriteTempFile(std::string(2000, 'a') + "bcd\n");
+  std::string tokens = text + ".bin";
+  ASSERT_EQ(RunProcess({kTrellis, "data", text, tokens}).status, 0);
+  std::string cfg = WriteTempFile(
+      R"({"model": {"kind": "mlp", "vocab_size": 256, "mlp_sizes": [8, 256]},
+          "mesh": {"dp": 2}, "train": {"steps": 2, "batch_size": 2, "seq_len": 8,
+          "sample_tokens": 0}, "device": {"threads": 1}, "data": {"train": ")" +
+      tokens + "\"}}");
+  RunResult r =
+      RunProcess({kTrellis, "train", cfg, "--metrics", "/nonexistent/dir/m.jsonl"}, {}, 45, true);
+  EXPECT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("cannot write '/nonexistent/dir/m.jsonl.partial'"), std::string::npos)
+      << r.output;
 }
