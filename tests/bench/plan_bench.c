@@ -13,7 +13,9 @@
  * times are shown (the slowest rank's): on a shared machine the slower
  * steps measure the neighbours, so ranks are taken from the best. Beside
  * it, what the cost model predicts on the cluster spec with its devices
- * set to the job's ranks (the model knows nothing of ranks sharing cores),
+ * set to the job's ranks (with more ranks than cores, pass a spec that
+ * `trellis plan --calibrate SPEC --ranks N` measured on as many ranks: it
+ * carries the shared cores' rate and the scheduling delay per message),
  * the predicted and measured rank of each run, and Spearman's rank
  * correlation. Also the bytes: the plan's fullest stage against the
  * largest allocator peak. */
@@ -186,9 +188,12 @@ int main(int argc, char** argv) {
     if (n > cores)
       printf(
           "%d ranks on %d cores: ranks time-share the cores and MPICH busy-polls, so every "
-          "message of a collective waits for its peers to be scheduled; the cost model prices a "
-          "device per rank and cannot rank these meshes\n",
-          n, (int)cores);
+          "message of a collective waits for its peers to be scheduled. The cost model prices "
+          "what the cluster spec says a rank has: a spec measured on this many ranks (trellis "
+          "plan --calibrate SPEC --ranks %d, then --cluster SPEC) carries the shared cores' "
+          "matmul rate and the scheduling delay per message; one measured on %d ranks does "
+          "not\n",
+          n, (int)cores, n, (int)cores);
   }
   MPI_Finalize();
   return 0;
