@@ -15,6 +15,7 @@
 #include "graph/model.h"
 #include "launcher/cli.h"
 #include "pp/stage.h"
+#include "tp/tp.h"
 
 static void usage(FILE* f) {
   fprintf(f,
@@ -140,6 +141,48 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   return ok;
 }
 
+/* What each tensor-parallel rank holds of every layer (tp/tp.h). */
+static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
+  int tp = mesh->size[TL_AXIS_TP];
+  if (tp == 1) return;
+  const struct tl_model_config* mc = &cfg->model;
+  int gpt = mc->kind == TL_MODEL_GPT;
+  printf("\ntensor-parallel shards (every layer split over tp = %d%s):\n", tp,
+         gpt && cfg->parallel.sequence_parallel
+             ? "; sequence-parallel: LayerNorms and residuals hold 1/tp of the token rows"
+             : "");
+  for (int r = 0; r < tp; r++) {
+    tl_model m;
+    if (tl_tp_model_init(mc, tp, r, cfg->parallel.sequence_parallel, &m) != TL_OK) {
+      printf("  (the model does not split: %s)\n", tl_last_error());
+      return;
+    }
+    printf("  tp rank %d: ", r);
+    if (gpt) {
+      int h = mc->n_heads / tp, v = m.padded_vocab / tp;
+      printf("heads %d-%d of %d, vocabulary rows %d-%d of %d, ", r * h + 1, (r + 1) * h,
+             mc->n_heads, r * v, (r + 1) * v - 1, m.padded_vocab);
+    }
+    const char* also = r != 0 ? ""
+                       : gpt  ? " (with wpe and the row-parallel biases)"
+                              : " (with the row-parallel biases)";
+    printf("%.3gM of %.3gM parameters%s, on devices", m.n_params / 1e6, m.n_params_full / 1e6,
+           also);
+    int n = 0;
+    for (int k = 0; k < mesh->n_ranks; k++) {
+      int c[3];
+      tl_mesh_coords(mesh, k, c);
+      if (c[TL_AXIS_TP] == r) printf("%s %d", n++ ? "," : "", k + 1);
+    }
+    printf("\n");
+  }
+  if (!gpt)
+    printf(
+        "  the mlp's layers pair column-parallel (outputs split) then row-parallel (inputs "
+        "split)%s\n",
+        mc->n_mlp_layers % 2 ? "; the odd last layer is split by outputs" : "");
+}
+
 /* Per stage and per group, in device numbers. */
 static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh* mesh) {
   int layers = cfg->model.kind == TL_MODEL_GPT ? cfg->model.n_layers : cfg->model.n_mlp_layers;
@@ -172,6 +215,7 @@ static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh*
     }
     printf("\n");
   }
+  print_shards(cfg, mesh);
   static const char* const titles[3] = {
       "data-parallel groups (gradient all-reduce)", "tensor-parallel groups (layer shards)",
       "pipeline groups (stages passing activations point-to-point)"};

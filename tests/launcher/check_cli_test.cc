@@ -62,6 +62,18 @@ TEST(CheckCliMap, TheFourDeviceExampleShowsTheDesignsMapping) {
       << o;
 }
 
+TEST(CheckCliMap, TheThreeAxisExampleShowsEachTensorParallelRanksShard) {
+  RunResult r = RunProcess({kTrellis, "check", "examples/gpt_dp2_tp2_pp2.json"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("tp rank 0: heads 1-2 of 4, vocabulary rows 0-127 of 256"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("tp rank 1: heads 3-4 of 4, vocabulary rows 128-255 of 256"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("parameters, on devices 2, 4, 6, 8"), std::string::npos) << r.output;
+}
+
 TEST(CheckCliMap, RanksPerNodePlacesGpusByLocalRank) {
   std::string cfg = WriteTempFile(R"({"mesh": {"dp": 2, "tp": 2}, "device": {"type": "cuda"}})");
   RunResult r = RunProcess({kTrellis, "check", cfg, "--ranks-per-node", "2"});
