@@ -313,6 +313,7 @@ int tl_cli_plan(int argc, char** argv) {
   /* where trellis itself trains (CPU ranks), plan only what its trainer runs */
   o.trainer_only = c.device == TL_DEVICE_CPU;
   o.sequence_parallel = cfg.parallel.sequence_parallel; /* carried into --out: priced as run */
+  o.dp_bucket_mb = cfg.parallel.bucket_mb;
   if (fix[0] && !parse_fix(fix, &o)) return 2;
 
   tl_timer timer;

@@ -419,6 +419,11 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's only dtype), whatever the weights' dtype */
   double dp = ring_all_reduce(grads * 4.0, d, dp_link) * (p->zero == 3 ? 1.5 : 1.0);
+  if (d > 1 && p->dp_bucket_mb > 0) { /* buckets during the last backward */
+    double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0));
+    double last = dp / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;
+    dp = dp - hidden > last ? dp - hidden : last;
+  }
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;
   p->t_pp = m * pp_comm;

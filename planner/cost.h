@@ -43,8 +43,12 @@
  *   each way (Megatron's scatter/gather over tp); the gradient all-reduce
  *   over dp, 2(d-1)/d·S/β + 2(d-1)α, over the inter-node link when the dp
  *   group spans nodes (1.5x that volume for ZeRO-3's parameter gathers);
- *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B. Nothing overlaps (a
- *   pessimistic and simple rule).
+ *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B. What overlaps: with
+ *   dp_bucket_mb > 0 the gradient all-reduce runs bucket by bucket during
+ *   the last micro-batch's backward (two thirds of its arithmetic), so only
+ *   what that backward cannot cover, and at least the last bucket, shows;
+ *   tensor- and pipeline-parallel messages do not overlap (the trainer's
+ *   are blocking).
  * GPT only: an MLP's layers differ in shape. */
 #ifndef TL_PLANNER_COST_H
 #define TL_PLANNER_COST_H
@@ -159,6 +163,11 @@ typedef struct tl_plan {
   int zero;
   bool recompute;
   bool sequence_parallel; /* with tp > 1: LayerNorm and residual regions split by tokens */
+  /* > 0: the data-parallel all-reduce runs in buckets of this many MiB during
+   * the last micro-batch's backward, as trellis's trainer does (its
+   * parallel.bucket_mb); 0: after the backward (Megatron-LM before its
+   * --overlap-grad-reduce of 2023, as in the runs of Narayanan et al. 2021) */
+  double dp_bucket_mb;
   /* memory, bytes per device: the fullest stage's (mem_stage), state and
    * activations as the trainer's allocator counts them, plus the reserve */
   double mem_total, mem_state, mem_act, mem_reserve;

@@ -20,6 +20,7 @@ void tl_search_options_defaults(struct tl_search_options* o, int global_batch, t
   o->dtype = dtype;
   o->fix_dp = o->fix_tp = o->fix_pp = o->fix_micro_batch = o->fix_n_micro = -1;
   o->fix_zero = o->fix_recompute = o->fix_schedule = -1;
+  o->dp_bucket_mb = 25;
 }
 
 void tl_search_free(tl_search_result* r) {
@@ -119,6 +120,7 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
               p.zero = zero;
               p.recompute = rc;
               p.sequence_parallel = sp;
+              p.dp_bucket_mb = o->dp_bucket_mb;
               tl_cost_evaluate(cm, c, o->dtype, layers, &p);
               out->n_evaluated++;
               if (!p.fits) {

@@ -49,6 +49,9 @@ struct tl_search_options {
   /* plans with tp > 1 split LayerNorm and residual regions by tokens (the
    * config's parallel.sequence_parallel: priced, not searched) */
   bool sequence_parallel;
+  /* the plans' dp_bucket_mb (tl_plan): default 25, the trainer's default
+   * bucket; 0 prices a runtime that all-reduces after the backward */
+  double dp_bucket_mb;
   /* fixed choices; -1 = search (schedule: -1 or a tl_schedule_kind) */
   int fix_dp, fix_tp, fix_pp, fix_micro_batch, fix_n_micro, fix_zero, fix_recompute, fix_schedule;
 };

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
         memset(&p, 0, sizeof p);
         p.dp = dp, p.tp = tp, p.pp = pp, p.schedule = r->sched;
         p.micro_batch = batch / dp / micro, p.n_micro = micro;
+        p.dp_bucket_mb = 25; /* the trainer's default bucket, which these runs use */
         tl_cost_evaluate(&cm, &cluster, TL_F32, NULL, &p);
         r->predicted = p.t_step, r->pred_bytes = p.mem_state + p.mem_act;
         r->t_compute = p.t_compute, r->t_bubble = p.t_bubble, r->t_tp = p.t_tp;

@@ -172,6 +172,32 @@ TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
   EXPECT_NEAR(p.t_compute + p.t_tp + p.t_pp + p.t_bubble + p.t_dp, p.t_step, 1e-12 * p.t_step);
 }
 
+TEST(CostModel, TheGradientAllReduceHidesBehindTheLastBackwardBucketByBucket) {
+  tl_cost_model cm = Build(kShapes[1]);
+  tl_cluster c = {};
+  c.nodes = 64, c.devices_per_node = 8, c.device_memory_bytes = 80e9;
+  c.peak_bf16 = 312e12, c.peak_fp32 = 19.5e12, c.efficiency = 0.5, c.reserve_bytes = 0;
+  c.intra = {300e9, 5e-6}, c.inter = {25e9, 1e-5};
+  tl_plan after = {};
+  after.dp = 32, after.tp = 8, after.pp = 2, after.micro_batch = 1, after.n_micro = 48;
+  after.schedule = TL_SCHEDULE_1F1B;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &after);  // dp_bucket_mb 0: after the backward
+  tl_plan during = after;
+  during.dp_bucket_mb = 25;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &during);
+  EXPECT_LT(during.t_dp, after.t_dp);
+  EXPECT_GT(during.t_dp, 0) << "the last bucket finishes with the backward";
+  // the backward hides at most two thirds of one micro-batch's arithmetic
+  double micro = after.t_compute / after.n_micro;
+  EXPECT_GE(during.t_dp, after.t_dp - micro * 2 / 3 - 1e-12);
+  EXPECT_DOUBLE_EQ(during.t_step - during.t_dp, after.t_step - after.t_dp);
+  // one bucket holding every gradient: nothing to overlap
+  tl_plan one = after;
+  one.dp_bucket_mb = 1e9;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &one);
+  EXPECT_DOUBLE_EQ(one.t_dp, after.t_dp);
+}
+
 // What the planner predicts per stage against what the trainer's code
 // allocates, computed from the same objects the trainer builds (without
 // running anything): tensor-parallel rank 0's graph at the micro-batch,
