@@ -7,56 +7,9 @@
 
 #include "core/log.h"
 #include "core/timer.h"
-#include "dp/buckets.h"
 #include "graph/op.h"
-#include "launcher/checkpoint.h"
-#include "launcher/tokens.h"
-#include "pp/schedule.h"
-#include "pp/stage.h"
+#include "launcher/trainer_impl.h"
 #include "tp/tp.h"
-
-#define MAX_SENDS 64
-
-struct slot {
-  tl_exec* exec;
-  tl_group_request* sends[MAX_SENDS];
-  int n_sends;
-};
-
-struct tl_trainer {
-  struct tl_config cfg;
-  tl_model model; /* the whole model: checkpoints, model files, gathered vectors */
-  tl_model local; /* this rank's tensor-parallel shard: the graph and the stages */
-  tl_backend* be;
-  /* the job */
-  struct tl_trainer_comm comm;
-  int world_rank, dp_size, dp_rank, pp_size, pp_rank, tp_size, tp_rank;
-  tl_group* embed; /* first + last stage of this replica: the tied embedding */
-  /* the graph and this rank's stage */
-  tl_graph* graph;
-  struct tl_model_io io;
-  tl_pp_stage* stages; /* all pp_size stages (boundaries are needed on both sides) */
-  tl_pp_stage* me;
-  tl_pp_schedule sched;
-  int n_slots;
-  struct slot* slots;
-  /* the stage's flat buffers */
-  tl_buffer *params, *grads, *adam_m, *adam_v, *scalar;
-  tl_buffer* sp_pack;  /* sequence parallelism: the LayerNorm gradients, packed */
-  int64_t param_bytes; /* what the allocator counted for the parameter buffer */
-  tl_dp_buckets* buckets;
-  /* data */
-  tl_token_file train_file, val_file;
-  tl_loader loader;
-  int micro; /* sequences per micro-batch */
-  int32_t *inputs, *targets;
-  float* losses;
-  int64_t step;
-  /* observing */
-  FILE* trace;
-  double trace_origin;
-  double wait_seconds;
-};
 
 float tl_lr_at(const struct tl_train_config* c, int64_t step) {
   if (c->warmup_steps > 0 && step < c->warmup_steps)
@@ -122,74 +75,6 @@ static tl_status check_sizes(const tl_trainer* t) {
     return TL_ERRF(TL_ERR_CONFIG, "mesh.dp * mesh.tp * mesh.pp = %d, but the job has %d rank%s",
                    cfg->mesh.dp * tp * cfg->mesh.pp, world, world == 1 ? "" : "s");
   return TL_OK;
-}
-
-/* Host copies of the starting state for the whole model: checkpoint, llm.c
- * file, or NULL for the RNG. */
-static tl_status read_start(tl_trainer* t, float** host, int64_t* position) {
-  *host = NULL;
-  *position = 0;
-  const char* resume = t->cfg.checkpoint.resume;
-  const char* from = t->cfg.model.init_from;
-  if (!resume[0] && !from[0]) return TL_OK;
-  int64_t n = t->model.n_params;
-  *host = malloc(sizeof(float) * (size_t)n * 3);
-  if (!*host) return TL_ERRF(TL_ERR_NOMEM, "out of memory reading %lld parameters", (long long)n);
-  tl_status st;
-  if (resume[0]) {
-    struct tl_train_state s;
-    st = tl_checkpoint_read(resume, &t->model, &s, *host, *host + n, *host + 2 * n);
-    t->step = s.step;
-    *position = s.data_position;
-    if (st == TL_OK) TL_LOG_INFO("resuming from %s at step %lld", resume, (long long)s.step);
-  } else {
-    memset(*host + n, 0, sizeof(float) * (size_t)n * 2);
-    st = tl_llmc_model_read(from, &t->model, *host);
-    if (st == TL_OK) TL_LOG_INFO("weights from %s", from);
-  }
-  if (st != TL_OK) free(*host), *host = NULL;
-  return st;
-}
-
-/* The stage's parameters (and moments) from the start state or the RNG. */
-static tl_status load_start(tl_trainer* t) {
-  float* full = NULL;
-  int64_t position = 0;
-  TL_CHECK(read_start(t, &full, &position));
-  int64_t n = t->me->n_params, total = t->model.n_params, shard_n = t->local.n_params;
-  float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * 3);
-  /* a checkpoint's whole vectors, cut to this rank's tensor-parallel shard */
-  float* shard = full && t->tp_size > 1 ? malloc(sizeof(float) * (size_t)shard_n * 3) : full;
-  tl_status st = local && (shard || !full)
-                     ? TL_OK
-                     : TL_ERRF(TL_ERR_NOMEM, "out of memory for the stage's weights");
-  if (st == TL_OK) {
-    if (shard != full)
-      for (int k = 0; k < 3; k++) tl_tp_from_full(&t->local, full + k * total, shard + k * shard_n);
-    memset(local + n, 0, sizeof(float) * (size_t)n * 2);
-    for (int i = 0; i < t->me->n_segments; i++) {
-      const tl_pp_segment* s = &t->me->segments[i];
-      float* dst = local + s->local_offset;
-      if (shard) {
-        for (int k = 0; k < 3; k++)
-          memcpy(dst + k * n, shard + k * shard_n + s->global_offset, sizeof(float) * (size_t)s->n);
-      } else {
-        tl_model_init_params(&t->local, s->global_offset, s->global_offset + s->n, dst);
-      }
-    }
-    size_t bytes = sizeof(float) * (size_t)n;
-    tl_device dev = t->be->device, cpu = tl_cpu();
-    st = tl_memcpy(dev, t->params->data, cpu, local, bytes);
-    if (st == TL_OK) st = tl_memcpy(dev, t->adam_m->data, cpu, local + n, bytes);
-    if (st == TL_OK) st = tl_memcpy(dev, t->adam_v->data, cpu, local + 2 * n, bytes);
-  }
-  free(local);
-  if (shard != full) free(shard);
-  free(full);
-  if (st == TL_OK)
-    st = tl_loader_init(&t->loader, &t->train_file, t->cfg.train.batch_size, t->cfg.train.seq_len,
-                        position);
-  return st;
 }
 
 static tl_status setup_comm(tl_trainer* t) {
@@ -298,7 +183,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a batch");
     goto fail;
   }
-  TL_CHECK_GOTO(load_start(t), st, fail);
+  TL_CHECK_GOTO(tl__trainer_load_start(t), st, fail);
   if (t->tp_size > 1)
     TL_LOG_INFO("tensor-parallel rank %d of %d%s: %.2fM of the model's %.2fM parameters",
                 t->tp_rank, t->tp_size, t->local.sp ? " (sequence parallel)" : "",
@@ -623,103 +508,6 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
   TL_CHECK(host_sum(t->comm.world, &sum));
   *loss = sum / ((double)batches * t->cfg.train.batch_size * t->cfg.train.seq_len);
   return TL_OK;
-}
-
-/* ---- whole-model views -------------------------------------------------- */
-
-/* Stage 0 of this pipeline assembles the shard's flat vector(s) (k of
- * them, shard_n elements apart) from every stage; NULL elsewhere. */
-static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
-  int64_t n = t->me->n_params, shard_n = t->local.n_params;
-  float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * (size_t)k_max);
-  if (!local) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
-  tl_buffer* src[3] = {t->params, t->adam_m, t->adam_v};
-  tl_status st = t->be->ops->synchronize(t->be->ctx);
-  for (int k = 0; k < k_max && st == TL_OK; k++)
-    st = tl_memcpy(tl_cpu(), local + k * n, t->be->device, src[k]->data, sizeof(float) * (size_t)n);
-  for (int s = 0; s < t->pp_size && st == TL_OK; s++) {
-    const tl_pp_stage* stage = &t->stages[s];
-    int64_t sn = stage->n_params;
-    float* buf = local;
-    if (s != t->pp_rank && t->pp_rank != 0) continue;
-    if (s != 0 && t->pp_rank == s) { /* a later stage sends to stage 0 */
-      st = tl_group_send(t->comm.host_pp, local, (size_t)(sn * k_max), TL_F32, 0, 30000, NULL);
-      continue;
-    }
-    if (s != 0) { /* stage 0 receives stage s */
-      buf = malloc(sizeof(float) * (size_t)sn * (size_t)k_max);
-      if (!buf) {
-        st = TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
-        break;
-      }
-      st = tl_group_recv(t->comm.host_pp, buf, (size_t)(sn * k_max), TL_F32, s, 30000, NULL);
-    }
-    for (int i = 0; i < stage->n_segments && st == TL_OK; i++) {
-      const tl_pp_segment* seg = &stage->segments[i];
-      for (int k = 0; k < k_max; k++)
-        memcpy(shard + k * shard_n + seg->global_offset, buf + k * sn + seg->local_offset,
-               sizeof(float) * (size_t)seg->n);
-    }
-    if (buf != local) free(buf);
-  }
-  free(local);
-  return st;
-}
-
-tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
-  if (t->dp_rank != 0) return TL_OK; /* replicas are identical: replica 0 speaks */
-  int k_max = moments ? 3 : 1;
-  int64_t shard_n = t->local.n_params, total = t->model.n_params;
-  float* shard = malloc(sizeof(float) * (size_t)(shard_n > 0 ? shard_n : 1) * (size_t)k_max);
-  if (!shard) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
-  tl_status st = gather_stages(t, shard, k_max);
-  if (st == TL_OK && t->pp_rank == 0) {
-    if (t->tp_rank != 0) { /* to tensor-parallel rank 0, which places every shard */
-      st = tl_group_send(t->comm.host_tp, shard, (size_t)(shard_n * k_max), TL_F32, 0, 30001, NULL);
-    } else {
-      for (int r = 0; r < t->tp_size && st == TL_OK; r++) {
-        tl_model m = t->local;
-        float* buf = shard;
-        if (r != 0) {
-          st = tl_tp_model_init(&t->cfg.model, t->tp_size, r, t->local.sp, &m);
-          buf = st == TL_OK ? malloc(sizeof(float) * (size_t)(m.n_params > 0 ? m.n_params : 1) *
-                                     (size_t)k_max)
-                            : NULL;
-          if (st == TL_OK && !buf) st = TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
-          if (st == TL_OK)
-            st = tl_group_recv(t->comm.host_tp, buf, (size_t)(m.n_params * k_max), TL_F32, r, 30001,
-                               NULL);
-        }
-        for (int k = 0; k < k_max && st == TL_OK && out; k++)
-          tl_tp_to_full(&m, buf + k * m.n_params, out + k * total);
-        if (buf != shard) free(buf);
-      }
-    }
-  }
-  free(shard);
-  return st;
-}
-
-tl_status tl_trainer_save(tl_trainer* t, const char* path) {
-  int64_t n = t->model.n_params;
-  float* full = t->world_rank == 0 ? malloc(sizeof(float) * (size_t)n * 3) : NULL;
-  if (t->world_rank == 0 && !full) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a checkpoint");
-  tl_status st = tl_trainer_gather(t, full, 1);
-  if (st == TL_OK && t->world_rank == 0) {
-    struct tl_train_state s = {t->step, t->loader.position};
-    st = tl_checkpoint_write(path, &t->model, &s, full, full + n, full + 2 * n);
-  }
-  free(full);
-  return st;
-}
-
-tl_status tl_trainer_export(tl_trainer* t, const char* path) {
-  float* full = t->world_rank == 0 ? malloc(sizeof(float) * (size_t)t->model.n_params) : NULL;
-  if (t->world_rank == 0 && !full) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a model file");
-  tl_status st = tl_trainer_gather(t, full, 0);
-  if (st == TL_OK && t->world_rank == 0) st = tl_llmc_model_write(path, &t->model, full);
-  free(full);
-  return st;
 }
 
 /* ---- small accessors ---------------------------------------------------- */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/partition.h"
 #include "graph/exec.h"
 #include "graph/graph.h"
 #include "graph/model.h"
@@ -237,43 +238,6 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
   return tmp;
 }
 
-/* pp/stage.c's balance, step for step (the same comparisons in the same
- * order give the same cut): the smallest largest stage cost over
- * contiguous cuts, every stage at least one layer; all layers cost
- * `layer`, the first stage adds head0, the last tail. */
-static tl_status balance(double layer, double head0, double tail, int L, int p, int* counts) {
-  double* best = malloc(sizeof(double) * (size_t)(p + 1) * (size_t)(L + 1));
-  int* cut = malloc(sizeof(int) * (size_t)(p + 1) * (size_t)(L + 1));
-  double* prefix = malloc(sizeof(double) * (size_t)(L + 1));
-  if (!best || !cut || !prefix) {
-    free(best), free(cut), free(prefix);
-    return TL_ERRF(TL_ERR_NOMEM, "out of memory cutting %d layers into %d stages", L, p);
-  }
-  prefix[0] = 0;
-  for (int l = 0; l < L; l++) prefix[l + 1] = prefix[l] + layer;
-#define BEST(s, l) best[(s) * (L + 1) + (l)]
-#define CUT(s, l) cut[(s) * (L + 1) + (l)]
-  for (int s = 0; s <= p; s++)
-    for (int l = 0; l <= L; l++) BEST(s, l) = 1e300, CUT(s, l) = 0;
-  BEST(0, 0) = 0;
-  for (int s = 1; s <= p; s++)
-    for (int l = s; l <= L - (p - s); l++)
-      for (int k = s - 1; k < l; k++) {
-        double c = prefix[l] - prefix[k] + (s == 1 ? head0 : 0) + (s == p ? tail : 0);
-        double v = BEST(s - 1, k) > c ? BEST(s - 1, k) : c;
-        if (v < BEST(s, l)) BEST(s, l) = v, CUT(s, l) = k;
-      }
-  for (int s = p, l = L; s >= 1; s--) {
-    int k = CUT(s, l);
-    counts[s - 1] = l - k;
-    l = k;
-  }
-#undef BEST
-#undef CUT
-  free(best), free(cut), free(prefix);
-  return TL_OK;
-}
-
 tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp, int* layers) {
   if (pp < 1 || pp > cm->n_layers)
     return TL_ERRF(TL_ERR_CONFIG, "mesh.pp=%d stages for a model of %d layers: need 1 to %d", pp,
@@ -282,8 +246,14 @@ tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp,
   const struct tl_cost_shard* s = tl_cost_shard_of(cm, tp, sp, &tmp);
   /* the trainer's costs are b times these: FLOPs are whole numbers, so the
    * comparisons come out the same */
-  return balance(3.0 * s->layer_fwd_flops, 3.0 * s->embed_fwd_flops, 3.0 * s->head_fwd_flops,
-                 cm->n_layers, pp, layers);
+  double* cost = malloc(sizeof(double) * (size_t)cm->n_layers);
+  if (!cost) return TL_ERRF(TL_ERR_NOMEM, "out of memory cutting %d layers", cm->n_layers);
+  for (int l = 0; l < cm->n_layers; l++) cost[l] = 3.0 * s->layer_fwd_flops;
+  /* the same function, costs and order as pp/stage.c: the same cut */
+  tl_status st = tl_partition_minmax(cost, cm->n_layers, 3.0 * s->embed_fwd_flops,
+                                     3.0 * s->head_fwd_flops, pp, layers);
+  free(cost);
+  return st;
 }
 
 struct tl_state_bytes tl_cost_state_bytes(tl_dtype dtype) {

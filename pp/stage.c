@@ -4,39 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/partition.h"
+
 static double node_cost(const tl_graph* g, int begin, int end) {
   return 3.0 * tl_graph_flops(g, begin, end); /* backward ~ twice the forward */
-}
-
-/* Minimises the largest stage cost over contiguous cuts (dynamic
- * programming over layers); every stage gets at least one layer. */
-static void balance(const double* layer, double head0, double tail, int L, int p, int* counts) {
-  /* best[s][l]: smallest max cost placing layers [0, l) on stages [0, s) */
-  double* best = malloc(sizeof(double) * (size_t)(p + 1) * (size_t)(L + 1));
-  int* cut = malloc(sizeof(int) * (size_t)(p + 1) * (size_t)(L + 1));
-  double* prefix = malloc(sizeof(double) * (size_t)(L + 1));
-  prefix[0] = 0;
-  for (int l = 0; l < L; l++) prefix[l + 1] = prefix[l] + layer[l];
-#define BEST(s, l) best[(s) * (L + 1) + (l)]
-#define CUT(s, l) cut[(s) * (L + 1) + (l)]
-  for (int s = 0; s <= p; s++)
-    for (int l = 0; l <= L; l++) BEST(s, l) = 1e300, CUT(s, l) = 0;
-  BEST(0, 0) = 0;
-  for (int s = 1; s <= p; s++)
-    for (int l = s; l <= L - (p - s); l++)
-      for (int k = s - 1; k < l; k++) {
-        double c = prefix[l] - prefix[k] + (s == 1 ? head0 : 0) + (s == p ? tail : 0);
-        double v = BEST(s - 1, k) > c ? BEST(s - 1, k) : c;
-        if (v < BEST(s, l)) BEST(s, l) = v, CUT(s, l) = k;
-      }
-  for (int s = p, l = L; s >= 1; s--) {
-    int k = CUT(s, l);
-    counts[s - 1] = l - k;
-    l = k;
-  }
-#undef BEST
-#undef CUT
-  free(best), free(cut), free(prefix);
 }
 
 static int reads(const tl_node* n, int v) {
@@ -146,8 +117,8 @@ tl_status tl_pp_partition(const tl_graph* g, const struct tl_model_io* io, const
                    sum, L);
   } else {
     for (int l = 0; l < L; l++) layer[l] = node_cost(g, io->layer_begin[l], io->layer_begin[l + 1]);
-    balance(layer, node_cost(g, 0, io->layer_begin[0]),
-            node_cost(g, io->layer_begin[L], g->n_forward), L, n_stages, counts);
+    st = tl_partition_minmax(layer, L, node_cost(g, 0, io->layer_begin[0]),
+                             node_cost(g, io->layer_begin[L], g->n_forward), n_stages, counts);
   }
   for (int s = 0, l = 0; s < n_stages && st == TL_OK; s++) {
     tl_pp_stage* p = &out[s];

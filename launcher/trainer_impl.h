@@ -1,0 +1,63 @@
+/* trainer_impl.h — the trainer's state, shared by its two files:
+ * trainer.c (set-up and the step) and trainer_state.c (the whole model in
+ * and out: the starting weights, gathering, checkpoints, model files). */
+#ifndef TL_LAUNCHER_TRAINER_IMPL_H
+#define TL_LAUNCHER_TRAINER_IMPL_H
+
+#include <stdio.h>
+
+#include "dp/buckets.h"
+#include "launcher/tokens.h"
+#include "launcher/trainer.h"
+#include "pp/schedule.h"
+#include "pp/stage.h"
+
+#define MAX_SENDS 64
+
+struct slot {
+  tl_exec* exec;
+  tl_group_request* sends[MAX_SENDS];
+  int n_sends;
+};
+
+struct tl_trainer {
+  struct tl_config cfg;
+  tl_model model; /* the whole model: checkpoints, model files, gathered vectors */
+  tl_model local; /* this rank's tensor-parallel shard: the graph and the stages */
+  tl_backend* be;
+  /* the job */
+  struct tl_trainer_comm comm;
+  int world_rank, dp_size, dp_rank, pp_size, pp_rank, tp_size, tp_rank;
+  tl_group* embed; /* first + last stage of this replica: the tied embedding */
+  /* the graph and this rank's stage */
+  tl_graph* graph;
+  struct tl_model_io io;
+  tl_pp_stage* stages; /* all pp_size stages (boundaries are needed on both sides) */
+  tl_pp_stage* me;
+  tl_pp_schedule sched;
+  int n_slots;
+  struct slot* slots;
+  /* the stage's flat buffers */
+  tl_buffer *params, *grads, *adam_m, *adam_v, *scalar;
+  tl_buffer* sp_pack;  /* sequence parallelism: the LayerNorm gradients, packed */
+  int64_t param_bytes; /* what the allocator counted for the parameter buffer */
+  tl_dp_buckets* buckets;
+  /* data */
+  tl_token_file train_file, val_file;
+  tl_loader loader;
+  int micro; /* sequences per micro-batch */
+  int32_t *inputs, *targets;
+  float* losses;
+  int64_t step;
+  /* observing */
+  FILE* trace;
+  double trace_origin;
+  double wait_seconds;
+};
+
+/* The stage's parameters (and AdamW moments) from the start state —
+ * checkpoint.resume, model.init_from, else the RNG — and the loader at the
+ * checkpoint's data position (trainer_state.c). */
+tl_status tl__trainer_load_start(tl_trainer* t);
+
+#endif
