@@ -52,6 +52,14 @@ static void load(void) {
   v = value_of("TRELLIS_NUM_THREADS", "0");
   if (!parse_int(v, 0, 4096, &g_env.num_threads))
     bad("TRELLIS_NUM_THREADS", v, "an integer from 0 (automatic) to 4096"), g_env.num_threads = 0;
+
+  static const char* const waits[] = {"auto", "spin", "yield"};
+  v = value_of("TRELLIS_MPI_WAIT", "auto");
+  g_env.mpi_wait = TL_MPI_WAIT_AUTO;
+  found = 0;
+  for (int i = 0; i < 3; i++)
+    if (strcmp(v, waits[i]) == 0) g_env.mpi_wait = (tl_mpi_wait)i, found = 1;
+  if (!found) bad("TRELLIS_MPI_WAIT", v, "one of auto, spin, yield");
 }
 
 const struct tl_env* tl_env(void) {

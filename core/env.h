@@ -22,14 +22,20 @@ extern "C" {
     "(warnings and errors always print)")                                                    \
   X(TRELLIS_NUM_THREADS, "0",                                                                \
     "CPU threads per process for kernels and OpenBLAS; 0 = every online core "               \
-    "divided by the ranks sharing this node")
+    "divided by the ranks sharing this node")                                                \
+  X(TRELLIS_MPI_WAIT, "auto",                                                                \
+    "how a rank waits for an MPI message: 'spin' (MPI's own busy-polling), 'yield' (poll, "  \
+    "giving the core away between polls) or 'auto' (yield when the node's ranks times "      \
+    "their threads outnumber its cores)")
 
 typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
+typedef enum { TL_MPI_WAIT_AUTO = 0, TL_MPI_WAIT_SPIN, TL_MPI_WAIT_YIELD } tl_mpi_wait;
 
 struct tl_env {
   tl_log_level log_level;
   int log_rank;    /* -1 = all ranks */
   int num_threads; /* 0 = automatic */
+  tl_mpi_wait mpi_wait;
 };
 
 /* The parsed knobs; parsed on the first call (thread-safe), fixed after. */

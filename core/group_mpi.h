@@ -4,7 +4,11 @@
  * A group owns a duplicate of the communicator it was made from, with
  * MPI_ERRORS_RETURN, so a failing call comes back as TL_ERR_MPI carrying
  * MPI's own message instead of killing the process from inside MPI; the
- * caller decides (the launcher's worker aborts the whole job). */
+ * caller decides (the launcher's worker aborts the whole job).
+ *
+ * Creation also decides how the group waits: by MPI's own busy-polling, or,
+ * when the node's ranks outnumber its cores (or TRELLIS_MPI_WAIT=yield), by
+ * polling and yielding the core between polls. */
 #ifndef TL_CORE_GROUP_MPI_H
 #define TL_CORE_GROUP_MPI_H
 
@@ -20,6 +24,10 @@ extern "C" {
  * communicating through a duplicate of `comm` (the caller keeps `comm`).
  * `name` (copied) labels the group in messages. MPI must be initialised. */
 tl_status tl_group_mpi_create(MPI_Comm comm, const char* name, tl_group** out);
+
+/* Whether `g` (an MPI group) gives its core away while it waits for a message
+ * (TRELLIS_MPI_WAIT; see group_mpi.c). Groups split from it inherit it. */
+bool tl_group_mpi_yields(const tl_group* g);
 
 /* The communicator behind an MPI group (owned by the group), or
  * MPI_COMM_NULL when `g` uses another backend. */

@@ -10,11 +10,12 @@ def tl_cc_test(name, srcs, deps = [], size = "small", **kwargs):
         **kwargs
     )
 
-def tl_mpi_test(name, srcs, n_ranks, deps = [], size = "small", timeout_s = 120, **kwargs):
+def tl_mpi_test(name, srcs, n_ranks, deps = [], size = "small", timeout_s = 120, env = {}, **kwargs):
     """A GoogleTest binary run on `n_ranks` local ranks under mpiexec.
 
     Every rank runs every test (see tests/mpi_main.cc); the job is killed
-    after `timeout_s` seconds so that a hang fails rather than blocks.
+    after `timeout_s` seconds so that a hang fails rather than blocks;
+    `env` adds environment variables (the job's ranks inherit them).
     """
     native.cc_binary(
         name = name + "_bin",
@@ -27,7 +28,7 @@ def tl_mpi_test(name, srcs, n_ranks, deps = [], size = "small", timeout_s = 120,
         srcs = ["//tests:mpi_run.sh"],
         args = [str(n_ranks), "$(location :%s_bin)" % name],
         data = [":%s_bin" % name],
-        env = {"TL_MPI_TIMEOUT": str(timeout_s)},
+        env = dict(env, TL_MPI_TIMEOUT = str(timeout_s)),
         size = size,
         **kwargs
     )

@@ -13,7 +13,9 @@ TEST(Env, BadValueIsReportedWithNameValueAndExpectationThenFixedForTheProcess) {
   setenv("TRELLIS_NUM_THREADS", "lots", 1);
   setenv("TRELLIS_LOG_LEVEL", "debug", 1);
   setenv("TRELLIS_LOG_RANKS", "all", 1);
+  setenv("TRELLIS_MPI_WAIT", "yield", 1);
   const struct tl_env* env = tl_env();
+  EXPECT_EQ(env->mpi_wait, TL_MPI_WAIT_YIELD);
   EXPECT_EQ(env->num_threads, 0);  // default kept
   EXPECT_EQ(env->log_level, TL_LOG_DEBUG);
   EXPECT_EQ(env->log_rank, -1);
@@ -34,7 +36,7 @@ TEST(Env, EveryKnobIsDocumented) {
     EXPECT_GT(std::string(doc).size(), 20u) << name;
     n++;
   }
-  EXPECT_EQ(n, 3);
+  EXPECT_EQ(n, 4);
 }
 
 TEST(Log, RankFilteringFollowsTheKnobs) {
