@@ -4,10 +4,13 @@
  * It runs as a job of --ranks ranks (default: the online cores), as training
  * would: every rank measures the CPU matmul rate at a GPT-2 shape at the same
  * time (so ranks share the machine as they will when training), then the
- * job measures all-reduce bus bandwidth on 4 MiB and latency on 4 bytes.
- * Rank 0 writes the spec (atomically) with a comment saying what was
- * measured. Memory per device is an assumption: half the machine's RAM
- * divided among the ranks. */
+ * job measures all-reduce bus bandwidth on 4 MiB (the median of its rounds)
+ * and the latency: what a 4-byte all-reduce adds to ranks that compute
+ * between messages, as training does (on a core per rank that is the bare
+ * latency; with more ranks than cores it holds the scheduling delays), per
+ * message of MPICH's all-reduce (2 log2 n, planner/cost.h). Rank 0 writes the spec (atomically)
+ * with a comment saying what was measured. Memory per device is an assumption: half the machine's
+ * RAM divided among the ranks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,21 +52,67 @@ static tl_status matmul_rate(double* gflops) {
   return st;
 }
 
-/* Seconds per all-reduce of `count` floats over the job (best of rounds). */
-static tl_status allreduce_time(tl_group* g, size_t count, int rounds, double* best) {
+static int by_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* Seconds per all-reduce of `count` floats over the job: the median of
+ * `rounds` (at most 64), each started together after a barrier — what a
+ * message costs in a step, not the best case. */
+static tl_status allreduce_time(tl_group* g, size_t count, int rounds, double* median) {
   float* buf = calloc(count, sizeof(float));
   if (!buf) return TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
   tl_status st = TL_OK;
-  *best = 1e30;
+  double s[64];
+  if (rounds > 64) rounds = 64;
   for (int r = 0; r < rounds && st == TL_OK; r++) {
     st = tl_group_barrier(g, NULL);
     tl_timer t;
     tl_timer_start(&t);
     if (st == TL_OK) st = tl_group_all_reduce(g, buf, buf, count, TL_F32, TL_REDUCE_SUM, NULL);
-    double s = tl_timer_elapsed_s(&t);
-    if (s < *best) *best = s;
+    s[r] = tl_timer_elapsed_s(&t);
   }
+  qsort(s, (size_t)rounds, sizeof(double), by_double);
+  *median = s[rounds / 2];
   free(buf);
+  return st;
+}
+
+/* What an all-reduce of 4 bytes adds to a job that computes between its
+ * messages, as training does: `rounds` small matmuls on every rank with an
+ * all-reduce after each, against the same matmuls without them; seconds per
+ * all-reduce (the slowest rank's difference). With a core per rank this is
+ * about the bare latency; with more ranks than cores it also holds the wait
+ * for members that the scheduler has put behind another rank's arithmetic,
+ * which a bare ping-pong of idle ranks never sees. */
+static tl_status busy_allreduce_time(tl_group* g, double* per_call) {
+  const int m = 64, k = 256, n = 256, rounds = 40;
+  tl_backend* be = NULL;
+  TL_CHECK(tl_backend_create(tl_cpu(), &be));
+  float* a = calloc((size_t)m * k, sizeof(float));
+  float* b = calloc((size_t)n * k, sizeof(float));
+  float* c = calloc((size_t)m * n, sizeof(float));
+  tl_status st = a && b && c ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
+  double t[2] = {0, 0};
+  for (int pass = 0; pass < 2 && st == TL_OK; pass++) {
+    float x = 1;
+    st = tl_group_barrier(g, NULL);
+    tl_timer tm;
+    tl_timer_start(&tm);
+    for (int r = 0; r < rounds && st == TL_OK; r++) {
+      st = be->ops->matmul(be->ctx, c, a, b, NULL, m, n, k, false, true, false);
+      if (st == TL_OK && pass) st = tl_group_all_reduce(g, &x, &x, 1, TL_F32, TL_REDUCE_SUM, NULL);
+    }
+    t[pass] = tl_timer_elapsed_s(&tm);
+  }
+  if (st == TL_OK) {
+    float d = (float)((t[1] - t[0]) / rounds);
+    st = tl_group_all_reduce(g, &d, &d, 1, TL_F32, TL_REDUCE_MAX, NULL);
+    *per_call = d > 0 ? d : 0;
+  }
+  free(a), free(b), free(c);
+  tl_backend_destroy(be);
   return st;
 }
 
@@ -91,8 +140,10 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks) {
     if (st == TL_OK) st = tl_group_all_reduce(w.world, &m, &m, 1, TL_F32, TL_REDUCE_MAX, NULL);
     lo = -m;
   }
-  if (st == TL_OK) st = allreduce_time(w.world, 1, 50, &small);
-  if (st == TL_OK) st = allreduce_time(w.world, big, 10, &large);
+  double busy = 0;
+  if (st == TL_OK) st = allreduce_time(w.world, 1, 51, &small);
+  if (st == TL_OK && w.world_size > 1) st = busy_allreduce_time(w.world, &busy);
+  if (st == TL_OK) st = allreduce_time(w.world, big, 11, &large);
   if (st != TL_OK) {
     char msg[8400];
     snprintf(msg, sizeof msg, "trellis plan --calibrate: %s", tl_last_error());
@@ -103,7 +154,10 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks) {
     double mean = sum / n;
     double factor = n > 1 ? 2.0 * (n - 1) / n : 1.0; /* ring all-reduce steps */
     double bus = n > 1 ? factor * big * sizeof(float) / large : 0;
-    double latency = n > 1 ? small / (2.0 * (n - 1)) : 0;
+    /* per message of MPICH's halving and doubling (planner/cost.h): what an
+     * all-reduce costs amid the job's arithmetic */
+    double messages = 2.0 * ceil(log2((double)n));
+    double latency = n > 1 ? busy / messages : 0;
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     double memory = floor(ram / 2 / n);
     char json[2048];
@@ -111,7 +165,9 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks) {
              "{\n  \"name\": \"this_machine\",\n  \"comment\": \"Measured by trellis plan "
              "--calibrate on %d rank%s with %d CPU thread%s each: matmul 256x768x2304 at "
              "%.1f GFLOP/s per rank (slowest rank %.1f), all-reduce bus bandwidth %.3g bytes/s on "
-             "4 MiB, %.3g s per message on 4 bytes. device_memory_bytes is an assumption: half the "
+             "4 MiB (median); latency %.3g s per message: a 4-byte all-reduce takes %.3g s between "
+             "small matmuls on every rank, against %.3g s (median) on idle ranks. "
+             "device_memory_bytes is an assumption: half the "
              "machine's RAM divided among the ranks. compute_efficiency 0.8: training reaches "
              "about 80%% of the matmul rate.\",\n  \"device\": \"cpu\",\n  \"nodes\": 1,\n"
              "  \"devices_per_node\": %d,\n  \"device_memory_bytes\": %.0f,\n"
@@ -119,8 +175,8 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks) {
              "  \"intra_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
              "  \"inter_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
              "  \"compute_efficiency\": 0.8,\n  \"reserve_bytes\": 2e8\n}\n",
-             n, n == 1 ? "" : "s", w.threads, w.threads == 1 ? "" : "s", mean, lo, bus, latency, n,
-             memory, mean * 1e9, bus > 0 ? bus : 1e9, latency > 0 ? latency : 1e-6,
+             n, n == 1 ? "" : "s", w.threads, w.threads == 1 ? "" : "s", mean, lo, bus, latency,
+             busy, small, n, memory, mean * 1e9, bus > 0 ? bus : 1e9, latency > 0 ? latency : 1e-6,
              bus > 0 ? bus : 1e9, latency > 0 ? latency : 1e-6);
     tl_atomic_file af;
     st = tl_atomic_file_open(&af, out);

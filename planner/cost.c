@@ -277,10 +277,14 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
   }
 }
 
-/* Ring all-reduce of `bytes` over n ranks on `link`. */
-static double ring_all_reduce(double bytes, int n, const struct tl_link* link) {
+/* All-reduce of `bytes` over n ranks on `link`: the bandwidth term of a
+ * ring (2(n-1)/n of the buffer through each rank's link); the latency term of
+ * the algorithm the group's backend runs — NCCL's ring on GPUs, 2(n-1)
+ * messages; on CPUs MPICH's recursive halving and doubling, 2 log2(n). */
+double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct tl_link* link) {
   if (n <= 1) return 0;
-  return 2.0 * (n - 1) / n * bytes / link->bandwidth + 2.0 * (n - 1) * link->latency;
+  double messages = c->device == TL_DEVICE_CPU ? 2.0 * ceil(log2((double)n)) : 2.0 * (n - 1);
+  return 2.0 * (n - 1) / n * bytes / link->bandwidth + messages * link->latency;
 }
 
 /* Micro-batches whose activations stage s holds at once (pp/schedule.h). */
@@ -376,7 +380,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double comp = fl_micro / (tl_cluster_peak(c, dtype) * eff);
   const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
   int tp_calls = p->recompute ? 6 : 4;
-  double tp_comm = k_slowest * tp_calls * ring_all_reduce(bsh * act_bytes, t, tp_link);
+  double tp_comm = k_slowest * tp_calls * tl_cost_all_reduce(c, bsh * act_bytes, t, tp_link);
   double pp_comm = 0;
   if (pp > 1) {
     const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
@@ -388,7 +392,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's only dtype), whatever the weights' dtype */
-  double dp = ring_all_reduce(grads * 4.0, d, dp_link) * (p->zero == 3 ? 1.5 : 1.0);
+  double dp = tl_cost_all_reduce(c, grads * 4.0, d, dp_link) * (p->zero == 3 ? 1.5 : 1.0);
   if (d > 1 && p->dp_bucket_mb > 0) { /* buckets during the last backward */
     double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0));
     double last = dp / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;

@@ -38,10 +38,12 @@
  * - the fullest stage is the device's figure (first and last stages hold
  *   the embedding and head and, under 1F1B, differ in micro-batches held);
  * - time: arithmetic of the slowest stage at peak × efficiency; per layer
- *   and micro-batch 4 ring all-reduces of b·s·h over tp (6 with
+ *   and micro-batch 4 all-reduces of b·s·h over tp (6 with
  *   recomputation, which re-runs the forward); b·s·h/t per stage boundary
  *   each way (Megatron's scatter/gather over tp); the gradient all-reduce
- *   over dp, 2(d-1)/d·S/β + 2(d-1)α, over the inter-node link when the dp
+ *   over dp, 2(d-1)/d·S/β + kα (k = 2(d-1) messages of NCCL's ring on
+ *   GPUs, 2 log2 d of MPICH's halving and doubling on CPUs; the same for
+ *   every all-reduce), over the inter-node link when the dp
  *   group spans nodes (1.5x that volume for ZeRO-3's parameter gathers);
  *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B. What overlaps: with
  *   dp_bucket_mb > 0 the gradient all-reduce runs bucket by bucket during
@@ -180,6 +182,10 @@ typedef struct tl_plan {
   bool fits;               /* mem_total <= device memory */
   bool runnable;           /* `trellis train` runs it as planned today: ZeRO 0, no recompute */
 } tl_plan;
+
+/* Seconds for an all-reduce of `bytes` over n ranks on `link` of cluster c
+ * (the formula above; 0 for n <= 1). */
+double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct tl_link* link);
 
 /* Fills the predictions of *p (its split fields set by the caller) trained
  * in `dtype`. `layers` is the stage cut (tl_cost_stage_layers; a search

@@ -188,12 +188,11 @@ int main(int argc, char** argv) {
            spearman(pred, meas, n_runs), n_runs);
     if (n > cores)
       printf(
-          "%d ranks on %d cores: ranks time-share the cores and MPICH busy-polls, so every "
-          "message of a collective waits for its peers to be scheduled. The cost model prices "
-          "what the cluster spec says a rank has: a spec measured on this many ranks (trellis "
-          "plan --calibrate SPEC --ranks %d, then --cluster SPEC) carries the shared cores' "
-          "matmul rate and the scheduling delay per message; one measured on %d ranks does "
-          "not\n",
+          "%d ranks on %d cores: ranks time-share the cores (waiting ranks yield theirs, "
+          "TRELLIS_MPI_WAIT). The cost model prices what the cluster spec says a rank has: a "
+          "spec measured on this many ranks (trellis plan --calibrate SPEC --ranks %d, then "
+          "--cluster SPEC) carries the shared cores' matmul rate and what a message costs amid "
+          "the other ranks' arithmetic; one measured on %d ranks does not\n",
           n, (int)cores, n, (int)cores);
   }
   MPI_Finalize();

@@ -198,6 +198,24 @@ TEST(CostModel, TheGradientAllReduceHidesBehindTheLastBackwardBucketByBucket) {
   EXPECT_DOUBLE_EQ(one.t_dp, after.t_dp);
 }
 
+// An all-reduce's latency term is the message count of the algorithm the
+// backend runs: NCCL's ring on GPUs (2(n-1)), MPICH's recursive halving and
+// doubling on CPUs (2 log2 n); the bandwidth term is the ring's on both.
+TEST(CostModel, AllReduceLatencyCountsTheBackendsMessages) {
+  tl_cluster gpu = {}, cpu = {};
+  gpu.device = TL_DEVICE_CUDA, cpu.device = TL_DEVICE_CPU;
+  const struct tl_link zero_bytes = {1e30, 1e-3}, no_latency = {1e9, 0};
+  for (int n : {2, 4, 8, 16}) {
+    EXPECT_NEAR(tl_cost_all_reduce(&gpu, 4, n, &zero_bytes), 2e-3 * (n - 1), 1e-12) << n;
+    EXPECT_NEAR(tl_cost_all_reduce(&cpu, 4, n, &zero_bytes), 2e-3 * std::log2(n), 1e-12) << n;
+    double bw = 2.0 * (n - 1) / n * 1e6 / 1e9;
+    EXPECT_DOUBLE_EQ(tl_cost_all_reduce(&gpu, 1e6, n, &no_latency), bw);
+    EXPECT_DOUBLE_EQ(tl_cost_all_reduce(&cpu, 1e6, n, &no_latency), bw);
+  }
+  EXPECT_NEAR(tl_cost_all_reduce(&cpu, 4, 3, &zero_bytes), 2e-3 * 2, 1e-12);  // ceil(log2 3)
+  EXPECT_EQ(tl_cost_all_reduce(&cpu, 1e6, 1, &no_latency), 0);
+}
+
 // What the planner predicts per stage against what the trainer's code
 // allocates, computed from the same objects the trainer builds (without
 // running anything): tensor-parallel rank 0's graph at the micro-batch,
