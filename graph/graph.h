@@ -52,6 +52,10 @@ typedef struct tl_value {
   int grad_of;        /* for gradients: the value differentiated, else -1 */
   bool requires_grad; /* on a path from a parameter to the loss */
   bool output;        /* read by the caller after running: live to the end */
+  /* identical on every rank of the tensor-parallel group, and so is its
+   * gradient (the residual stream outside sequence parallelism): a pipeline
+   * boundary sends each rank's 1/tp of it and all-gathers on arrival */
+  bool tp_replicated;
 } tl_value;
 
 typedef struct tl_node {

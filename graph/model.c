@@ -272,6 +272,7 @@ static tl_status gpt_build(tl_graph* g, const tl_model* m, int tokens, int b, in
   const int rows[TL_NODE_MAX_ATTRS] = {m->tp_rank * (m->padded_vocab / tp)};
   TL_CHECK(NODE(TL_OP_EMBEDDING, "encoder", ((int[]){tokens, wte, wpe}), rows, &x));
   if (tp > 1) TL_CHECK(comm(g, m, leave, "encoder.sum", -1, x, b, t, &x));
+  g->values[x].tp_replicated = tp > 1 && !m->sp;
   const int heads[TL_NODE_MAX_ATTRS] = {c->n_heads / tp};
   for (int l = 0; l < c->n_layers; l++) {
     io->layer_begin[l] = g->n_nodes;
@@ -297,6 +298,7 @@ static tl_status gpt_build(tl_graph* g, const tl_model* m, int tokens, int b, in
                       &fcproj));
     if (tp > 1) TL_CHECK(comm(g, m, leave, "fcproj.tp", l, fcproj, b, t, &fcproj));
     TL_CHECK(plain(g, TL_OP_ADD, "res2", l, 2, (int[]){x, fcproj}, k_no_attr, &x));
+    g->values[x].tp_replicated = tp > 1 && !m->sp; /* what stage boundaries cut */
   }
   io->layer_begin[c->n_layers] = g->n_nodes;
   io->n_layers = c->n_layers;

@@ -242,21 +242,30 @@ static tl_status wait_sends(struct slot* s) {
   return st;
 }
 
+/* Sends or receives the boundary values[0..n) (or their gradients) of
+ * micro-batch `micro` to or from pipeline neighbour `peer`. A value the
+ * tensor-parallel group holds identically (tl_value.tp_replicated) travels
+ * as this rank's 1/tp of it, and the receivers all-gather it over tp —
+ * Megatron-LM's scatter/gather, which cuts the pipeline's bytes by tp. */
 static tl_status exchange(tl_trainer* t, struct slot* s, const int* values, int n, int use_grad,
                           int send, int peer, int micro) {
   double t0 = now_us();
   if (send) TL_CHECK(t->be->ops->synchronize(t->be->ctx));
   for (int k = 0; k < n; k++) {
-    int v = use_grad ? t->graph->values[values[k]].grad : values[k];
+    const tl_value* fv = &t->graph->values[values[k]];
+    int v = use_grad ? fv->grad : values[k];
     if (v < 0) continue; /* an activation without gradient (none in our models) */
-    void* p = tl_exec_data(s->exec, v);
-    size_t count = (size_t)tl_value_numel(&t->graph->values[v]);
+    float* p = tl_exec_data(s->exec, v);
+    size_t count = (size_t)tl_value_numel(&t->graph->values[v]), off = 0, len = count;
+    const bool shard = t->tp_size > 1 && fv->tp_replicated;
+    if (shard) tl_group_chunk(count, t->tp_size, t->tp_rank, &off, &len);
     int tag = use_grad ? grad_tag(micro, k) : act_tag(micro, k);
     if (send) {
       if (s->n_sends == MAX_SENDS) TL_CHECK(wait_sends(s));
-      TL_CHECK(tl_group_send(t->comm.pp, p, count, TL_F32, peer, tag, &s->sends[s->n_sends++]));
+      TL_CHECK(tl_group_send(t->comm.pp, p + off, len, TL_F32, peer, tag, &s->sends[s->n_sends++]));
     } else {
-      TL_CHECK(tl_group_recv(t->comm.pp, p, count, TL_F32, peer, tag, NULL));
+      TL_CHECK(tl_group_recv(t->comm.pp, p + off, len, TL_F32, peer, tag, NULL));
+      if (shard) TL_CHECK(tl_group_all_gather(t->comm.tp, p + off, p, count, TL_F32, NULL));
     }
   }
   if (!send) t->wait_seconds += (now_us() - t0) * 1e-6;

@@ -40,7 +40,9 @@
  * - time: arithmetic of the slowest stage at peak × efficiency; per layer
  *   and micro-batch 4 all-reduces of b·s·h over tp (6 with
  *   recomputation, which re-runs the forward); b·s·h/t per stage boundary
- *   each way (Megatron's scatter/gather over tp); the gradient all-reduce
+ *   each way (Megatron's scatter/gather over tp, as the trainer sends it;
+ *   the receivers' all-gather within the node is not priced); the gradient
+ *   all-reduce
  *   over dp, 2(d-1)/d·S/β + kα (k = 2(d-1) messages of NCCL's ring on
  *   GPUs, 2 log2 d of MPICH's halving and doubling on CPUs; the same for
  *   every all-reduce), over the inter-node link when the dp

@@ -91,6 +91,7 @@ tl_config Base(tl_model_kind kind) {
 struct Run {
   std::vector<double> losses;
   std::vector<float> params;  // rank 0 only
+  int64_t pp_send_bytes = 0;  // this rank's sends over the pipeline group during the steps
 };
 
 // Trains `c` on this job (collective); the whole parameter vector lands on rank 0.
@@ -106,11 +107,13 @@ Run Train(const tl_config& c, bool single) {
   }
   EXPECT_EQ(tl_trainer_create(&c, job ? &comm : nullptr, &t), TL_OK) << tl_last_error();
   if (!t) return r;
+  if (job) tl_group_stats_reset(w.groups[TL_AXIS_PP]);
   for (int s = 0; s < c.train.steps; s++) {
     tl_step_stats st;
     EXPECT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
     r.losses.push_back(st.loss);
   }
+  if (job) r.pp_send_bytes = tl_group_stats_get(w.groups[TL_AXIS_PP]).bytes[TL_GROUP_SEND];
   r.params.resize(tl_trainer_model(t)->n_params);
   EXPECT_EQ(tl_trainer_gather(t, r.params.data(), 0), TL_OK);
   tl_trainer_destroy(t);
@@ -198,6 +201,41 @@ TEST(Equality, EveryTensorParallelMeshOfThisJobEqualsTheSingleDeviceRun) {
         // the MLP's column-/row-parallel pairs
         CheckEqual(TL_MODEL_MLP, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, false);
       }
+}
+
+// A pipeline boundary carries the residual stream: whole between stages of
+// one rank each, 1/tp of it per tensor-parallel rank otherwise — with
+// sequence parallelism each rank's token rows, without it each rank's chunk
+// of the (identical) whole, all-gathered over tp on arrival. Counted on
+// every rank over a GPT of dp x 2 x 2 (GPipe without, 1F1B with sequence
+// parallelism) and dp x 1 x 2: each step, stage 0 sends every micro-batch's
+// activations and stage 1 their gradients, b x T x C floats / tp each.
+TEST(Equality, PipelineBoundariesCarryOneTensorParallelShardEach) {
+  int n = WorldSize();
+  if (n != 4 && n != 8) GTEST_SKIP() << "runs on 4 and 8 ranks (dp x tp 2 x pp 2)";
+  for (int tp : {1, 2})
+    for (bool sp : {false, true}) {
+      if (tp == 1 && sp) continue;
+      tl_config c = Base(TL_MODEL_GPT);
+      c.mesh.tp = tp, c.mesh.pp = 2, c.mesh.dp = n / (2 * tp);
+      c.parallel.sequence_parallel = sp;
+      c.schedule.kind = sp ? TL_SCHEDULE_1F1B : TL_SCHEDULE_GPIPE, c.schedule.micro_batches = 2;
+      c.train.steps = 2;
+      struct Run r = Train(c, false);
+      const int64_t b = c.train.batch_size / c.mesh.dp / c.schedule.micro_batches;
+      const int64_t floats = b * c.train.seq_len * c.model.n_embd / tp;
+      EXPECT_EQ(r.pp_send_bytes, c.train.steps * c.schedule.micro_batches * floats * 4)
+          << "tp=" << tp << (sp ? " sp" : "") << ", rank " << WorldRank();
+      if (tp == 2 && !sp) {  // and the run is still the single-device run
+        tl_config one = c;
+        one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
+        if (WorldRank() == 0) {
+          struct Run ref = Train(one, true);
+          for (size_t s = 0; s < ref.losses.size(); s++)
+            EXPECT_NEAR(r.losses[s], ref.losses[s], 1e-5 * std::fabs(ref.losses[s]));
+        }
+      }
+    }
 }
 
 }  // namespace
