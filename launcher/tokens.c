@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/rng.h"
 #include "launcher/atomic_file.h"
 
 tl_status tl_tokens_open(const char* path, int vocab, tl_token_file* out) {
@@ -87,6 +88,29 @@ tl_status tl_tokens_write(const char* path, const uint16_t* tokens, int64_t n) {
     return st;
   }
   return tl_atomic_file_commit(&af);
+}
+
+tl_status tl_tokens_write_random(const char* path, int64_t n, int vocab, uint64_t seed) {
+  if (vocab < 1 || vocab > 65536)
+    return TL_ERRF(TL_ERR_INVALID, "random tokens: vocabulary %d; expected 1 to 65536", vocab);
+  if (n < 0 || n > INT32_MAX)
+    return TL_ERRF(TL_ERR_INVALID, "%lld tokens do not fit a token file (at most %d)", (long long)n,
+                   INT32_MAX);
+  float* u = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  uint16_t* tok = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
+  tl_status st =
+      u && tok ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for %lld tokens", (long long)n);
+  if (st == TL_OK) {
+    tl_rng_uniform(seed, 0, 0, (size_t)n, 0.0f, (float)vocab, u);
+    for (int64_t i = 0; i < n; i++) {
+      int v = (int)u[i];
+      tok[i] = (uint16_t)(v < vocab ? v : vocab - 1); /* u < vocab, but float rounding */
+    }
+    st = tl_tokens_write(path, tok, n);
+  }
+  free(u);
+  free(tok);
+  return st;
 }
 
 static tl_status read_all(const char* path, char** data, size_t* size) {

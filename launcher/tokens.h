@@ -39,6 +39,11 @@ void tl_tokens_close(tl_token_file* f);
 /* Writes a token file atomically (temporary file, then rename). */
 tl_status tl_tokens_write(const char* path, const uint16_t* tokens, int64_t n);
 
+/* Writes a token file of n tokens drawn uniformly from [0, vocab) by
+ * Philox(seed): the same file for the same arguments on every machine (the
+ * corpus of tests and benchmarks). vocab 1 to 65536. */
+tl_status tl_tokens_write_random(const char* path, int64_t n, int vocab, uint64_t seed);
+
 /* Byte-level tokenizer: token = byte (vocabulary 256). */
 tl_status tl_tokens_from_text_file(const char* text_path, uint16_t** tokens, int64_t* n);
 

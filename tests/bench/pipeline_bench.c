@@ -16,7 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/rng.h"
 #include "launcher/tokens.h"
 #include "launcher/trainer.h"
 #include "launcher/worker.h"
@@ -32,14 +31,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   char path[] = "/tmp/trellis_pipeline_bench.bin";
-  if (rank == 0) {
-    const int64_t n = 1 << 16;
-    uint16_t* tok = malloc(sizeof(uint16_t) * n);
-    float* u = malloc(sizeof(float) * n);
-    tl_rng_uniform(3, 0, 0, n, 0.0f, 256.0f, u);
-    for (int64_t i = 0; i < n; i++) tok[i] = (uint16_t)u[i];
-    tl_tokens_write(path, tok, n);
-    free(tok), free(u);
+  if (rank == 0 && tl_tokens_write_random(path, 1 << 16, 256, 3) != TL_OK) {
+    fprintf(stderr, "%s\n", tl_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0)

@@ -27,7 +27,6 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
-#include "core/rng.h"
 #include "launcher/tokens.h"
 #include "launcher/trainer.h"
 #include "launcher/worker.h"
@@ -87,14 +86,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   char path[] = "/tmp/trellis_plan_bench.bin";
-  if (rank == 0) {
-    const int64_t count = 1 << 16;
-    uint16_t* tok = malloc(sizeof(uint16_t) * count);
-    float* u = malloc(sizeof(float) * count);
-    tl_rng_uniform(5, 0, 0, count, 0.0f, 256.0f, u);
-    for (int64_t i = 0; i < count; i++) tok[i] = (uint16_t)u[i];
-    tl_tokens_write(path, tok, count);
-    free(tok), free(u);
+  if (rank == 0 && tl_tokens_write_random(path, 1 << 16, 256, 5) != TL_OK) {
+    fprintf(stderr, "plan_bench: %s\n", tl_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   struct tl_config c;

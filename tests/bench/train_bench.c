@@ -13,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/rng.h"
 #include "graph/op.h"
 #include "kernels/cpu/cpu.h"
 #include "launcher/tokens.h"
@@ -56,13 +55,15 @@ static int bench(const char* name, const struct tl_config* c, int steps) {
   /* profile pass */
   tl_trainer_profile(t, 1);
   tl_trainer_step(t, &s);
-  double mm = tl_trainer_op_seconds(t, TL_OP_MATMUL) + tl_trainer_op_seconds(t, TL_OP_MATMUL_BACKWARD);
+  double mm =
+      tl_trainer_op_seconds(t, TL_OP_MATMUL) + tl_trainer_op_seconds(t, TL_OP_MATMUL_BACKWARD);
   double graph = 0;
   for (int op = 0; op < TL_OP_COUNT; op++) graph += tl_trainer_op_seconds(t, op);
-  printf("%-6s %8.2fM params | %9.1f ms/step (best %.1f) | %8.0f tok/s | %6.1f GFLOP/s | "
-         "matmul %4.1f%% of the step | optimizer+clip %4.1f%%\n",
-         name, tl_trainer_model(t)->n_params / 1e6, avg * 1e3, best * 1e3, tokens / avg,
-         flops / avg / 1e9, 100 * mm / s.seconds, 100 * (s.seconds - graph) / s.seconds);
+  printf(
+      "%-6s %8.2fM params | %9.1f ms/step (best %.1f) | %8.0f tok/s | %6.1f GFLOP/s | "
+      "matmul %4.1f%% of the step | optimizer+clip %4.1f%%\n",
+      name, tl_trainer_model(t)->n_params / 1e6, avg * 1e3, best * 1e3, tokens / avg,
+      flops / avg / 1e9, 100 * mm / s.seconds, 100 * (s.seconds - graph) / s.seconds);
   printf("       per op (profiled step %.1f ms):", s.seconds * 1e3);
   for (int op = 0; op < TL_OP_COUNT; op++)
     if (tl_trainer_op_seconds(t, op) > 0.005 * s.seconds)
@@ -91,14 +92,10 @@ int main(int argc, char** argv) {
   int fd = mkstemp(path);
   if (fd < 0) return 1;
   close(fd);
-  const int64_t n = 1 << 16;
-  uint16_t* tok = malloc(sizeof(uint16_t) * n);
-  float* u = malloc(sizeof(float) * n);
-  tl_rng_uniform(3, 0, 0, n, 0.0f, 256.0f, u);
-  for (int64_t i = 0; i < n; i++) tok[i] = (uint16_t)u[i];
-  if (tl_tokens_write(path, tok, n) != TL_OK) return 1;
-  free(tok);
-  free(u);
+  if (tl_tokens_write_random(path, 1 << 16, 256, 3) != TL_OK) {
+    fprintf(stderr, "train_bench: %s\n", tl_last_error());
+    return 1;
+  }
   struct tl_config c;
   int rc = 0;
   printf("trellis training step, fp32 on the CPU, %s threads, B=4 T=64, %d timed steps\n",

@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
 #include "launcher/tokens.h"
 #include "launcher/trainer.h"
 #include "launcher/worker.h"
@@ -49,11 +48,7 @@ const char* Tokens() {
     const char* dir = getenv("TEST_TMPDIR");
     path = std::string(dir ? dir : "/tmp") + "/equality_tokens.bin";
     if (WorldRank() == 0) {
-      std::vector<float> u(20000);
-      std::vector<uint16_t> tok(u.size());
-      tl_rng_uniform(11, 0, 0, u.size(), 0.0f, 64.0f, u.data());
-      for (size_t i = 0; i < u.size(); i++) tok[i] = (uint16_t)u[i];
-      EXPECT_EQ(tl_tokens_write(path.c_str(), tok.data(), (int64_t)tok.size()), TL_OK);
+      EXPECT_EQ(tl_tokens_write_random(path.c_str(), 20000, 64, 11), TL_OK) << tl_last_error();
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }

@@ -77,6 +77,26 @@ TEST(Tokens, RoundTripAndBadFilesAreNamed) {
   EXPECT_NE(std::string(tl_last_error()).find("missing.bin"), std::string::npos);
 }
 
+TEST(Tokens, RandomFilesAreReproducibleAndInRange) {
+  std::string a = TempPath("r1.bin"), b = TempPath("r2.bin");
+  ASSERT_EQ(tl_tokens_write_random(a.c_str(), 5000, 50, 9), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_tokens_write_random(b.c_str(), 5000, 50, 9), TL_OK);
+  tl_token_file f, g;
+  ASSERT_EQ(tl_tokens_open(a.c_str(), 50, &f), TL_OK) << tl_last_error();  // every token < 50
+  ASSERT_EQ(tl_tokens_open(b.c_str(), 50, &g), TL_OK);
+  EXPECT_EQ(f.n_tokens, 5000);
+  EXPECT_EQ(memcmp(f.tokens, g.tokens, 5000 * sizeof(uint16_t)), 0);
+  EXPECT_EQ(f.max_token, 49);  // 5000 draws reach the top of the range
+  tl_tokens_close(&g);
+  ASSERT_EQ(tl_tokens_write_random(b.c_str(), 5000, 50, 10), TL_OK);
+  ASSERT_EQ(tl_tokens_open(b.c_str(), 50, &g), TL_OK);
+  EXPECT_NE(memcmp(f.tokens, g.tokens, 5000 * sizeof(uint16_t)), 0) << "another seed";
+  tl_tokens_close(&f);
+  tl_tokens_close(&g);
+  EXPECT_EQ(tl_tokens_write_random(a.c_str(), 10, 0, 1), TL_ERR_INVALID);
+  EXPECT_NE(std::string(tl_last_error()).find("vocabulary 0"), std::string::npos);
+}
+
 TEST(Loader, BatchesAreContiguousSequencesAndWrap) {
   std::vector<uint16_t> tok(50);
   for (int i = 0; i < 50; i++) tok[i] = i;

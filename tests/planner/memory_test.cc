@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "core/alloc.h"
-#include "core/rng.h"
 #include "launcher/tokens.h"
 #include "launcher/trainer.h"
 #include "launcher/worker.h"
@@ -50,11 +49,7 @@ const char* Tokens() {
     const char* dir = getenv("TEST_TMPDIR");
     path = std::string(dir ? dir : "/tmp") + "/memory_tokens.bin";
     if (WorldRank() == 0) {
-      std::vector<float> u(20000);
-      std::vector<uint16_t> tok(u.size());
-      tl_rng_uniform(7, 0, 0, u.size(), 0.0f, 256.0f, u.data());
-      for (size_t i = 0; i < u.size(); i++) tok[i] = (uint16_t)u[i];
-      EXPECT_EQ(tl_tokens_write(path.c_str(), tok.data(), (int64_t)tok.size()), TL_OK);
+      EXPECT_EQ(tl_tokens_write_random(path.c_str(), 20000, 256, 7), TL_OK) << tl_last_error();
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
