@@ -28,28 +28,29 @@
 #include "tp/tp.h"
 
 static void usage(FILE* f) {
-  fprintf(
-      f,
-      "usage: trellis plan --model CONFIG.json --cluster CLUSTER.json [--batch B] [--seq S]\n"
-      "                    [--top K] [--json] [--out PLAN.json] [--svg FILE] [--nodes N]\n"
-      "                    [--dtype bf16|fp32]\n"
-      "                    [--fix dp=..,tp=..,pp=..,micro_batch=..,micro_batches=..,zero=..,\n"
-      "                           recompute=0|1,schedule=gpipe|1f1b] [--allow-tp-across-nodes]\n"
-      "\n"
-      "Ranks every data x tensor x pipeline split of the cluster's devices (micro-batch\n"
-      "size and count, GPipe or 1F1B, ZeRO 0-3, recomputation) by predicted step time.\n"
-      "--model: a training config; its model section is planned and the rest (data,\n"
-      "optimizer, checkpoints) is carried into --out. --batch and --seq default to its\n"
-      "train.batch_size and train.seq_len. --cluster: a cluster spec (examples/clusters/).\n"
-      "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}}.\n"
-      "--svg FILE: the winner's pipeline schedule and mesh as a picture.\n"
-      "--calibrate OUT.json [--ranks N]: measure this machine (matmul rate, all-reduce\n"
-      "bandwidth and latency over N ranks, default the online cores) into a cluster spec.\n"
-      "--out: the best plan `trellis train` runs today (ZeRO 0, no recompute), as a\n"
-      "complete config (atomic write).\n"
-      "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
-      "--dtype: training precision (default bf16 where the cluster has a bf16 peak).\n"
-      "Exit status: 0 a plan was found, 1 none fits or bad input, 2 bad usage.\n");
+  fprintf(f,
+          "usage: trellis plan --model CONFIG.json --cluster CLUSTER.json [--batch B] [--seq S]\n"
+          "                    [--top K] [--json] [--out PLAN.json] [--svg FILE] [--nodes N]\n"
+          "                    [--dtype bf16|fp32]\n"
+          "                    [--fix dp=..,tp=..,pp=..,micro_batch=..,micro_batches=..,zero=..,\n"
+          "                           recompute=0|1,sp=0|1,schedule=gpipe|1f1b]\n"
+          "                    [--allow-tp-across-nodes]\n"
+          "\n"
+          "Ranks every data x tensor x pipeline split of the cluster's devices (micro-batch\n"
+          "size and count, GPipe or 1F1B, ZeRO 0-3, recomputation, sequence parallelism with\n"
+          "tp > 1) by predicted step time.\n"
+          "--model: a training config; its model section is planned and the rest (data,\n"
+          "optimizer, checkpoints) is carried into --out. --batch and --seq default to its\n"
+          "train.batch_size and train.seq_len. --cluster: a cluster spec (examples/clusters/).\n"
+          "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}}.\n"
+          "--svg FILE: the winner's pipeline schedule and mesh as a picture.\n"
+          "--calibrate OUT.json [--ranks N]: measure this machine (matmul rate, all-reduce\n"
+          "bandwidth and latency over N ranks, default the online cores) into a cluster spec.\n"
+          "--out: the best plan `trellis train` runs today (ZeRO 0, no recompute), as a\n"
+          "complete config (atomic write).\n"
+          "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
+          "--dtype: training precision (default bf16 where the cluster has a bf16 peak).\n"
+          "Exit status: 0 a plan was found, 1 none fits or bad input, 2 bad usage.\n");
 }
 
 static int parse_int(const char* s, int lo, int* out) {
@@ -79,6 +80,7 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
     if (strcmp(k, "micro_batches") == 0) dst = &o->fix_n_micro;
     if (strcmp(k, "zero") == 0) dst = &o->fix_zero, lo = 0;
     if (strcmp(k, "recompute") == 0) dst = &o->fix_recompute, lo = 0;
+    if (strcmp(k, "sp") == 0) dst = &o->fix_sp, lo = 0;
     if (strcmp(k, "schedule") == 0) {
       if (strcmp(v, "gpipe") == 0)
         o->fix_schedule = TL_SCHEDULE_GPIPE;
@@ -93,16 +95,16 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
     if (!dst) {
       fprintf(stderr,
               "trellis plan: --fix %s: unknown; expected dp, tp, pp, micro_batch, "
-              "micro_batches, zero, recompute or schedule\n",
+              "micro_batches, zero, recompute, sp or schedule\n",
               k);
       return 0;
     }
     if (!parse_int(v, lo, dst) || (dst == &o->fix_zero && *dst > 3) ||
-        (dst == &o->fix_recompute && *dst > 1)) {
+        ((dst == &o->fix_recompute || dst == &o->fix_sp) && *dst > 1)) {
       fprintf(stderr, "trellis plan: --fix %s=%s: expected %s\n", k, v,
-              dst == &o->fix_zero        ? "0, 1, 2 or 3"
-              : dst == &o->fix_recompute ? "0 or 1"
-                                         : "an integer >= 1");
+              dst == &o->fix_zero                             ? "0, 1, 2 or 3"
+              : dst == &o->fix_recompute || dst == &o->fix_sp ? "0 or 1"
+                                                              : "an integer >= 1");
       return 0;
     }
   }
@@ -163,16 +165,19 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
         "predicts its runs)\n");
   printf("global batch %d x %d tokens; %lld plans priced in %.1f ms, %d fit\n\n", batch, cm->seq,
          (long long)r->n_evaluated, secs * 1e3, r->n_plans);
-  printf("%4s %5s %3s %4s %5s %5s %6s %4s %3s %9s %10s %11s %8s %6s  %-8s\n", "rank", "dp", "tp",
-         "pp", "mb", "n_mb", "sched", "zero", "rc", "mem GB", "step s", "tokens/s", "TFLOP/s",
-         "MFU", "bound");
+  printf("%4s %5s %3s %4s %5s %5s %6s %4s %3s %3s %9s %10s %11s %8s %6s  %-8s\n", "rank", "dp",
+         "tp", "pp", "mb", "n_mb", "sched", "zero", "rc", "sp", "mem GB", "step s", "tokens/s",
+         "TFLOP/s", "MFU", "bound");
   for (int i = 0; i < r->n_plans && i < top; i++) {
     const tl_plan* p = &r->plans[i];
-    printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %9.2f %10.4g %11.4g %8.4g %5.1f%%  %-8s%s\n", i + 1,
-           p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, schedule_name(p->schedule), p->zero,
-           p->recompute ? "on" : "off", p->mem_total / 1e9, p->t_step, p->tokens_per_s,
-           p->flops_per_device / 1e12, 100 * p->mfu, tl_plan_bound(p),
-           p->runnable ? "" : "  (trellis train: not yet)");
+    printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %3s %9.2f %10.4g %11.4g %8.4g %5.1f%%  %-8s%s\n",
+           i + 1, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, schedule_name(p->schedule),
+           p->zero, p->recompute ? "on" : "off",
+           p->tp == 1             ? "-"
+           : p->sequence_parallel ? "on"
+                                  : "off",
+           p->mem_total / 1e9, p->t_step, p->tokens_per_s, p->flops_per_device / 1e12, 100 * p->mfu,
+           tl_plan_bound(p), p->runnable ? "" : "  (trellis train: not yet)");
   }
   if (r->n_plans > 0) {
     const tl_plan* w = &r->plans[0];
@@ -312,7 +317,6 @@ int tl_cli_plan(int argc, char** argv) {
   o.allow_tp_across_nodes = allow_tp;
   /* where trellis itself trains (CPU ranks), plan only what its trainer runs */
   o.trainer_only = c.device == TL_DEVICE_CPU;
-  o.sequence_parallel = cfg.parallel.sequence_parallel; /* carried into --out: priced as run */
   o.dp_bucket_mb = cfg.parallel.bucket_mb;
   if (fix[0] && !parse_fix(fix, &o)) return 2;
 

@@ -19,7 +19,7 @@ void tl_search_options_defaults(struct tl_search_options* o, int global_batch, t
   o->global_batch = global_batch;
   o->dtype = dtype;
   o->fix_dp = o->fix_tp = o->fix_pp = o->fix_micro_batch = o->fix_n_micro = -1;
-  o->fix_zero = o->fix_recompute = o->fix_schedule = -1;
+  o->fix_zero = o->fix_recompute = o->fix_schedule = o->fix_sp = -1;
   o->dp_bucket_mb = 25;
 }
 
@@ -35,7 +35,8 @@ static int by_step_time(const void* a, const void* b) {
   /* ties: less memory first, then smaller tp, pp (simpler meshes) */
   if (x->mem_total != y->mem_total) return x->mem_total < y->mem_total ? -1 : 1;
   if (x->tp != y->tp) return x->tp - y->tp;
-  return x->pp - y->pp;
+  if (x->pp != y->pp) return x->pp - y->pp;
+  return (int)x->sequence_parallel - (int)y->sequence_parallel;
 }
 
 static bool fixed_ok(int fix, int v) {
@@ -51,6 +52,58 @@ static tl_status push(tl_search_result* r, int* cap, const tl_plan* p) {
     *cap = nc;
   }
   r->plans[r->n_plans++] = *p;
+  return TL_OK;
+}
+
+/* Every plan of mesh dp x tp x pp (sequence parallel or not): the stages as
+ * the trainer cuts them (one cut per mesh), then every way to cut the
+ * replica's batch, every schedule, ZeRO stage and recomputation. */
+static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
+                          const struct tl_search_options* o, int dp, int tp, int pp, bool sp,
+                          tl_search_result* out, int* cap) {
+  int layers[TL_MODEL_MAX_LAYERS];
+  TL_CHECK(tl_cost_stage_layers(cm, tp, sp, pp, layers));
+  int per_replica = o->global_batch / dp;
+  for (int mb = 1; mb <= per_replica; mb++) {
+    if (per_replica % mb || !fixed_ok(o->fix_micro_batch, mb)) continue;
+    int n_micro = per_replica / mb;
+    if (!fixed_ok(o->fix_n_micro, n_micro)) continue;
+    if (sp && (int64_t)mb * cm->seq % tp) { /* the trainer splits token rows evenly */
+      out->rejected[TL_REJECT_SP_TOKENS]++;
+      continue;
+    }
+    for (int sk = TL_SCHEDULE_GPIPE; sk <= TL_SCHEDULE_1F1B; sk++) {
+      if (!fixed_ok(o->fix_schedule, sk)) continue;
+      /* one stage: the two schedules are the same run; keep 1F1B */
+      if (pp == 1 && sk == TL_SCHEDULE_GPIPE && o->fix_schedule < 0) continue;
+      for (int zero = 0; zero <= 3; zero++) {
+        if (!fixed_ok(o->fix_zero, zero)) continue;
+        if (dp == 1 && zero > 0 && o->fix_zero < 0) continue; /* nothing to shard over */
+        for (int rc = 0; rc <= 1; rc++) {
+          if (!fixed_ok(o->fix_recompute, rc)) continue;
+          if (o->trainer_only && (zero > 0 || rc)) {
+            out->rejected[TL_REJECT_TRAINER]++;
+            continue;
+          }
+          tl_plan p;
+          memset(&p, 0, sizeof p);
+          p.dp = dp, p.tp = tp, p.pp = pp, p.micro_batch = mb, p.n_micro = n_micro;
+          p.schedule = (tl_schedule_kind)sk;
+          p.zero = zero;
+          p.recompute = rc;
+          p.sequence_parallel = sp;
+          p.dp_bucket_mb = o->dp_bucket_mb;
+          tl_cost_evaluate(cm, c, o->dtype, layers, &p);
+          out->n_evaluated++;
+          if (!p.fits) {
+            out->rejected[TL_REJECT_MEMORY]++;
+            continue;
+          }
+          TL_CHECK(push(out, cap, &p));
+        }
+      }
+    }
+  }
   return TL_OK;
 }
 
@@ -86,51 +139,10 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
         out->rejected[why]++;
         continue;
       }
-      /* 2. the stages as the trainer cuts them (one cut per mesh) */
-      bool sp = o->sequence_parallel && tp > 1;
-      int layers[TL_MODEL_MAX_LAYERS];
-      TL_CHECK_GOTO(tl_cost_stage_layers(cm, tp, sp, pp, layers), st, fail);
-      /* 3. every way to cut the replica's batch, every schedule, ZeRO, recompute */
-      int per_replica = B / dp;
-      for (int mb = 1; mb <= per_replica; mb++) {
-        if (per_replica % mb || !fixed_ok(o->fix_micro_batch, mb)) continue;
-        int n_micro = per_replica / mb;
-        if (!fixed_ok(o->fix_n_micro, n_micro)) continue;
-        if (sp && (int64_t)mb * cm->seq % tp) { /* the trainer splits token rows evenly */
-          out->rejected[TL_REJECT_SP_TOKENS]++;
-          continue;
-        }
-        for (int sk = TL_SCHEDULE_GPIPE; sk <= TL_SCHEDULE_1F1B; sk++) {
-          if (!fixed_ok(o->fix_schedule, sk)) continue;
-          /* one stage: the two schedules are the same run; keep 1F1B */
-          if (pp == 1 && sk == TL_SCHEDULE_GPIPE && o->fix_schedule < 0) continue;
-          for (int zero = 0; zero <= 3; zero++) {
-            if (!fixed_ok(o->fix_zero, zero)) continue;
-            if (dp == 1 && zero > 0 && o->fix_zero < 0) continue; /* nothing to shard over */
-            for (int rc = 0; rc <= 1; rc++) {
-              if (!fixed_ok(o->fix_recompute, rc)) continue;
-              if (o->trainer_only && (zero > 0 || rc)) {
-                out->rejected[TL_REJECT_TRAINER]++;
-                continue;
-              }
-              tl_plan p;
-              memset(&p, 0, sizeof p);
-              p.dp = dp, p.tp = tp, p.pp = pp, p.micro_batch = mb, p.n_micro = n_micro;
-              p.schedule = (tl_schedule_kind)sk;
-              p.zero = zero;
-              p.recompute = rc;
-              p.sequence_parallel = sp;
-              p.dp_bucket_mb = o->dp_bucket_mb;
-              tl_cost_evaluate(cm, c, o->dtype, layers, &p);
-              out->n_evaluated++;
-              if (!p.fits) {
-                out->rejected[TL_REJECT_MEMORY]++;
-                continue;
-              }
-              TL_CHECK_GOTO(push(out, &cap, &p), st, fail);
-            }
-          }
-        }
+      /* 2. with and without sequence parallelism (tp > 1) */
+      for (int sp = 0; sp <= (tp > 1); sp++) {
+        if (!fixed_ok(o->fix_sp, sp) && !(tp == 1 && o->fix_sp == 1)) continue;
+        TL_CHECK_GOTO(add_mesh(cm, c, o, dp, tp, pp, sp, out, &cap), st, fail);
       }
     }
   }

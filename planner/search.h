@@ -1,10 +1,10 @@
 /* search.h — the search over 3D splits: every dp × tp × pp factorisation of
  * the cluster's devices, every micro-batch size and count that makes the
- * global batch, both flush schedules (GPipe, 1F1B), ZeRO 0..3 and
- * recomputation on and off. Each candidate is priced by the cost model
- * (planner/cost.h, built once per model and sequence length); those that do
- * not fit a device's memory, or break a rule of the mesh, are rejected and
- * counted by reason; the rest are ranked by predicted step time.
+ * global batch, both flush schedules (GPipe, 1F1B), ZeRO 0..3,
+ * recomputation on and off, and with tp > 1 sequence parallelism on and off. Each candidate is
+ * priced by the cost model (planner/cost.h, built once per model and sequence length); those that
+ * do not fit a device's memory, or break a rule of the mesh, are rejected and counted by reason;
+ * the rest are ranked by predicted step time.
  *
  * Mesh rules: tp divides the heads and the padded vocabulary, tp <= devices
  * per node (tensor parallelism needs the node's fast links) unless allowed,
@@ -46,14 +46,13 @@ struct tl_search_options {
   bool allow_tp_across_nodes;
   /* only what `trellis train` runs today: ZeRO 0, no recomputation */
   bool trainer_only;
-  /* plans with tp > 1 split LayerNorm and residual regions by tokens (the
-   * config's parallel.sequence_parallel: priced, not searched) */
-  bool sequence_parallel;
   /* the plans' dp_bucket_mb (tl_plan): default 25, the trainer's default
    * bucket; 0 prices a runtime that all-reduces after the backward */
   double dp_bucket_mb;
-  /* fixed choices; -1 = search (schedule: -1 or a tl_schedule_kind) */
+  /* fixed choices; -1 = search (schedule: -1 or a tl_schedule_kind;
+   * sp: sequence parallelism, 0 or 1, meaningful with tp > 1) */
   int fix_dp, fix_tp, fix_pp, fix_micro_batch, fix_n_micro, fix_zero, fix_recompute, fix_schedule;
+  int fix_sp;
 };
 
 /* Options with nothing fixed. */

@@ -143,6 +143,39 @@ TEST(PlanCli, FixKeepsTheGivenSplit) {
   json_decref(root);
 }
 
+// Sequence parallelism is searched like the other choices; --fix sp=0|1
+// pins it, and --out writes the plan's choice into the config it runs.
+TEST(PlanCli, SequenceParallelismIsAChoiceCarriedIntoTheConfig) {
+  for (int sp : {0, 1}) {
+    std::string out = TempPath("plan_sp.json");
+    std::remove(out.c_str());
+    PlanRun r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine +
+                     " --fix tp=2,sp=" + std::to_string(sp) + " --out " + out);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(" sp "), std::string::npos) << "the table's column\n" << r.output;
+    struct tl_config cfg;
+    ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
+    EXPECT_EQ(cfg.mesh.tp, 2);
+    EXPECT_EQ(cfg.parallel.sequence_parallel, sp == 1);
+  }
+  PlanRun r = Plan(std::string("--model ") + kSmall +
+                   " --cluster examples/clusters/dgx_a100.json --nodes 1 --json --fix tp=4");
+  ASSERT_EQ(r.status, 0) << r.output;
+  json_t* root = json_loads(r.output.c_str(), 0, nullptr);
+  ASSERT_NE(root, nullptr) << r.output;
+  json_t* plans = json_object_get(root, "plans");
+  int with = 0, without = 0;
+  for (size_t i = 0; i < json_array_size(plans); i++)
+    (json_is_true(json_object_get(json_array_get(plans, i), "sequence_parallel")) ? with
+                                                                                  : without)++;
+  EXPECT_GT(with, 0);
+  EXPECT_GT(without, 0);
+  json_decref(root);
+  r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " --fix sp=2");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--fix sp=2: expected 0 or 1"), std::string::npos) << r.output;
+}
+
 TEST(PlanCli, SvgDrawsEveryForwardAndBackwardOfTheWinner) {
   std::string svg = TempPath("plan.svg");
   PlanRun r = Plan(std::string("--model ") + kSmall +

@@ -124,3 +124,48 @@ TEST(Search, MeshRulesAreCountedByReason) {
   tl_search_free(&r);
   EXPECT_STREQ(tl_reject_name(TL_REJECT_MEMORY), "memory");
 }
+
+// Sequence parallelism is a searched choice: every tensor-parallel mesh is
+// priced with and without it (its plans hold less activation memory), `fix_sp`
+// pins it, and where only the sequence-parallel plans fit memory the winner
+// is one of them.
+TEST(Search, SequenceParallelismIsSearchedAndCanBeFixed) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  c.nodes = 1;
+  tl_cost_model cm = Gpt(8, 16, 2048, 51200, 2048);
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 16, TL_BF16);
+  o.fix_tp = 8, o.fix_pp = 1, o.fix_micro_batch = 2, o.fix_zero = 0, o.fix_recompute = 0;
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  ASSERT_EQ(r.n_plans, 2) << "one mesh, one micro-batch size: with and without sp";
+  const tl_plan& a = r.plans[0].sequence_parallel ? r.plans[1] : r.plans[0];
+  const tl_plan& b = r.plans[0].sequence_parallel ? r.plans[0] : r.plans[1];
+  ASSERT_FALSE(a.sequence_parallel);
+  ASSERT_TRUE(b.sequence_parallel);
+  // LayerNorm and residual regions split by tokens (the gathered inputs of
+  // the column-parallel matmuls stay whole: 21% less here)
+  EXPECT_LT(b.mem_act, a.mem_act * 0.85);
+  EXPECT_GE(b.mem_state, a.mem_state);  // + the packed LayerNorm gradients
+  EXPECT_LT(b.mem_state, a.mem_state * 1.001);
+  const double act_a = a.mem_act, act_b = b.mem_act;
+  tl_search_free(&r);
+
+  for (int sp : {0, 1}) {
+    o.fix_sp = sp;
+    ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+    ASSERT_EQ(r.n_plans, 1);
+    EXPECT_EQ(r.plans[0].sequence_parallel, sp == 1);
+    tl_search_free(&r);
+  }
+
+  // a device just big enough for the sequence-parallel plan's activations
+  o.fix_sp = -1;
+  c.device_memory_bytes = b.mem_state + c.reserve_bytes + (act_a + act_b) / 2;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  ASSERT_EQ(r.n_plans, 1);
+  EXPECT_TRUE(r.plans[0].sequence_parallel);
+  EXPECT_EQ(r.rejected[TL_REJECT_MEMORY], 1);
+  tl_search_free(&r);
+}

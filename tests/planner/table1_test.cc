@@ -70,6 +70,7 @@ TEST(Table1, PredictedThroughputAtThePublishedSplits) {
     tl_search_options_defaults(&o, r.batch, TL_BF16);
     o.fix_tp = r.t, o.fix_pp = r.p, o.fix_dp = r.gpus / (r.t * r.p);
     o.fix_micro_batch = 1, o.fix_recompute = 1, o.fix_zero = 0, o.fix_schedule = TL_SCHEDULE_1F1B;
+    o.fix_sp = 0;  // 2021: no sequence parallelism yet
     // Megatron-LM of 2021 all-reduced gradients after the backward (it
     // gained --overlap-grad-reduce in 2023)
     o.dp_bucket_mb = 0;
@@ -100,11 +101,12 @@ TEST(Table1, PredictedThroughputAtThePublishedSplits) {
         << r.params << ": the recommended plan is predicted slower than the published one";
     std::printf(
         "%8s recommended: dp %d tp %d pp %d, micro-batch %d x %d, %s, ZeRO %d, recompute "
-        "%s: %.1f TFLOP/s per GPU (%+.1f%% over the published split)\n",
+        "%s, sequence parallel %s: %.1f TFLOP/s per GPU (%+.1f%% over the published split)\n",
         r.params, best.plans[0].dp, best.plans[0].tp, best.plans[0].pp, best.plans[0].micro_batch,
         best.plans[0].n_micro, best.plans[0].schedule == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b",
         best.plans[0].zero, best.plans[0].recompute ? "on" : "off",
-        F / best.plans[0].t_step / r.gpus / 1e12, 100 * (p.t_step / best.plans[0].t_step - 1));
+        best.plans[0].sequence_parallel ? "on" : "off", F / best.plans[0].t_step / r.gpus / 1e12,
+        100 * (p.t_step / best.plans[0].t_step - 1));
     tl_search_free(&best);
     tl_search_free(&res);
   }
