@@ -27,11 +27,18 @@ struct tl_exec {
   double op_seconds[TL_OP_COUNT];
   tl_exec_hook hook;
   void* hook_user;
+  tl_exec_node_hook node_hook;
+  void* node_hook_user;
 };
 
 void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user) {
   x->hook = hook;
   x->hook_user = user;
+}
+
+void tl_exec_set_node_hook(tl_exec* x, tl_exec_node_hook hook, void* user) {
+  x->node_hook = hook;
+  x->node_hook_user = user;
 }
 
 void* tl_exec_data(const tl_exec* x, int v) {
@@ -227,6 +234,12 @@ static tl_status run_node(tl_exec* x, int i) {
                           (size_t)tl_value_numel(&x->g->values[v]) * sizeof(float)));
   }
   const struct tl_op_def* def = tl_op_get(n->op);
+  if (x->node_hook) {
+    int64_t t0 = tl_time_ns();
+    TL_CHECK(def->run(&x->ctx, n));
+    x->node_hook(x->node_hook_user, n, t0, tl_time_ns());
+    return TL_OK;
+  }
   if (!x->profile) return def->run(&x->ctx, n);
   tl_timer t;
   tl_timer_start(&t);

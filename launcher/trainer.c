@@ -41,9 +41,26 @@ static void trace_span(tl_trainer* t, const char* name, int micro, double start_
           (long long)t->step + 1);
 }
 
+/* A span per tensor-parallel collective inside a pass (the graph's tp_comm
+ * nodes and the vocabulary-parallel loss, forward and backward), nested in
+ * the micro-batch's forward or backward span. */
+static void trace_node(void* user, const tl_node* n, int64_t start_ns, int64_t end_ns) {
+  tl_trainer* t = user;
+  if (n->op != TL_OP_TP_COMM && n->op != TL_OP_TP_COMM_BACKWARD && n->op != TL_OP_XENT_SHARD &&
+      n->op != TL_OP_XENT_SHARD_BACKWARD)
+    return;
+  fprintf(t->trace,
+          "{\"name\": \"%s\", \"cat\": \"tp\", \"ph\": \"X\", \"ts\": %.1f, \"dur\": %.1f, "
+          "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"step\": %lld}},\n",
+          n->name, start_ns * 1e-3 - t->trace_origin, (end_ns - start_ns) * 1e-3, t->world_rank,
+          t->trace_micro, (long long)t->step + 1);
+}
+
 void tl_trainer_trace(tl_trainer* t, FILE* f) {
   t->trace = f;
   t->trace_origin = now_us();
+  for (int i = 0; t->tp_size > 1 && i < t->n_slots; i++)
+    tl_exec_set_node_hook(t->slots[i].exec, f ? trace_node : NULL, t);
 }
 
 /* ---- set-up ------------------------------------------------------------- */
@@ -318,6 +335,7 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
         TL_CHECK(exchange(t, s, me->recv, me->n_recv, 0, 0, t->pp_rank - 1, in.micro));
         break;
       case TL_PP_FORWARD:
+        t->trace_micro = in.micro;
         TL_CHECK(wait_sends(s));
         TL_CHECK(set_inputs(t, s->exec, &t->loader, first_seq(t, in.micro)));
         TL_CHECK(tl_exec_forward(s->exec, me->node_begin, me->node_end));
@@ -331,6 +349,7 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
         TL_CHECK(exchange(t, s, me->send, me->n_send, 1, 0, t->pp_rank + 1, in.micro));
         break;
       case TL_PP_BACKWARD: {
+        t->trace_micro = in.micro;
         int last = in.micro == m - 1 && t->buckets && t->dp_size > 1;
         if (last) tl_exec_set_backward_hook(s->exec, bucket_hook, t);
         tl_status st = tl_exec_backward(s->exec, me->node_begin, me->node_end, scale);
@@ -505,6 +524,7 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
       if (t->pp_rank > 0)
         TL_CHECK(exchange(t, s, t->me->recv, t->me->n_recv, 0, 0, t->pp_rank - 1, i));
       TL_CHECK(set_inputs(t, s->exec, &l, first_seq(t, i)));
+      t->trace_micro = i;
       TL_CHECK(tl_exec_forward(s->exec, t->me->node_begin, t->me->node_end));
       if (!is_last_stage(t))
         TL_CHECK(exchange(t, s, t->me->send, t->me->n_send, 0, 1, t->pp_rank + 1, i));

@@ -52,6 +52,7 @@ struct tl_trainer {
   /* observing */
   FILE* trace;
   double trace_origin;
+  int trace_micro; /* the micro-batch the executor is running (tensor-parallel spans) */
   double wait_seconds;
 };
 

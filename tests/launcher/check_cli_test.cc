@@ -3,8 +3,11 @@
 // config it still runs the kernel self-check. `trellis train`: a failure on
 // rank 0 alone ends the whole job.
 #include <gtest/gtest.h>
+#include <jansson.h>
 
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "tests/core/bad_configs.h"
 #include "tests/launcher/subprocess.h"
@@ -117,4 +120,57 @@ TEST(TrainCli, AnUnwritableMetricsFileOnRankZeroEndsTheWholeJob) {
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("cannot write '/nonexistent/dir/m.jsonl.partial'"), std::string::npos)
       << r.output;
+}
+
+// --trace on a tensor-parallel job: one Chrome trace holding both ranks'
+// forward and backward spans per micro-batch and, inside them, a span per
+// tensor-parallel collective of the pass (graph nodes of the tp_comm and
+// vocabulary-parallel loss ops), forward and backward.
+TEST(TrainCli, TraceShowsEachTensorParallelCollective) {
+  std::string text = WriteTempFile(std::string(3000, 'a') + "bcd efg\n");
+  std::string tokens = text + ".bin";
+  ASSERT_EQ(RunProcess({kTrellis, "data", text, tokens}).status, 0);
+  std::string cfg = WriteTempFile(
+      R"({"model": {"n_layers": 2, "n_heads": 2, "n_embd": 16, "max_seq_len": 8},
+          "mesh": {"tp": 2}, "schedule": {"micro_batches": 2},
+          "train": {"steps": 2, "batch_size": 4, "seq_len": 8, "sample_tokens": 0},
+          "device": {"threads": 1}, "checkpoint": {"every": 0},
+          "data": {"train": ")" +
+      tokens + "\"}}");
+  std::string trace = cfg + ".trace.json";
+  RunResult r = RunProcess({kTrellis, "train", cfg, "--trace", trace}, {}, 45, true);
+  ASSERT_EQ(r.status, 0) << r.output;
+  json_error_t err;
+  json_t* root = json_load_file(trace.c_str(), 0, &err);
+  ASSERT_NE(root, nullptr) << err.text;
+  json_t* events = json_object_get(root, "traceEvents");
+  ASSERT_TRUE(json_is_array(events));
+  // (rank, step, micro) -> spans of each kind
+  std::map<std::tuple<int, int, int>, std::map<std::string, int>> seen;
+  for (size_t i = 0; i < json_array_size(events); i++) {
+    json_t* e = json_array_get(events, i);
+    json_t* args = json_object_get(e, "args");
+    const char* c = json_string_value(json_object_get(e, "cat"));
+    const char* n = json_string_value(json_object_get(e, "name"));
+    if (!c || !n) continue;  // metadata (process names)
+    std::string cat = c, name = n;
+    bool grad = name.size() > 5 && name.compare(name.size() - 5, 5, ".grad") == 0;
+    if (cat == "tp") cat += grad ? " bwd" : " fwd";  // backward nodes are named "<node>.grad"
+    auto key = std::make_tuple((int)json_integer_value(json_object_get(e, "pid")),
+                               (int)json_integer_value(json_object_get(args, "step")),
+                               (int)json_integer_value(json_object_get(args, "micro")));
+    seen[key][cat]++;
+    EXPECT_GE(json_number_value(json_object_get(e, "dur")), 0) << name;
+  }
+  json_decref(root);
+  for (int rank = 0; rank < 2; rank++)
+    for (int step = 1; step <= 2; step++)
+      for (int micro = 0; micro < 2; micro++) {
+        auto& k = seen[std::make_tuple(rank, step, micro)];
+        EXPECT_EQ(k["forward"], 1) << rank << " " << step << " " << micro;
+        EXPECT_EQ(k["backward"], 1);
+        // encoder.sum, 4 per layer (ln1, attproj, ln2, fcproj), lnf, the loss
+        EXPECT_EQ(k["tp fwd"], 1 + 4 * 2 + 1 + 1);
+        EXPECT_EQ(k["tp bwd"], 1 + 4 * 2 + 1 + 1);
+      }
 }
