@@ -320,6 +320,7 @@ static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int b, in
   TL_CHECK(param(g, m, "wte", -1, &wte));
   TL_CHECK(param(g, m, "wpe", -1, &wpe));
   TL_CHECK(NODE(TL_OP_EMBEDDING, "embed", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
+  g->values[x].tp_replicated = m->tp > 1; /* the embedding is whole on every rank */
   for (int i = 0; i < m->cfg.n_mlp_layers; i++) {
     io->layer_begin[i] = g->n_nodes;
     int w, bias = -1, tn[6] = {0, 1}, column = i % 2 == 0;
@@ -344,6 +345,8 @@ static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int b, in
       snprintf(name, sizeof name, "gelu%d", i);
       TL_CHECK(NODE(TL_OP_GELU, name, ((int[]){x}), k_no_attr, &x));
     }
+    /* a pair's summed output is whole on every rank; a column layer's is split */
+    g->values[x].tp_replicated = m->tp > 1 && !column;
   }
   io->layer_begin[m->cfg.n_mlp_layers] = g->n_nodes;
   io->n_layers = m->cfg.n_mlp_layers;

@@ -154,8 +154,12 @@ static int print_json(const tl_search_result* r, int top, const tl_cluster* c, d
 
 static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
                         const tl_cost_model* cm, int batch, tl_dtype dtype, double secs) {
-  printf("model: gpt, %d layers, %d heads, %d channels, vocabulary %d; %.3g parameters\n",
-         cm->n_layers, cm->n_heads, cm->n_embd, cm->vocab, (double)cm->params_total);
+  if (cm->kind == TL_MODEL_MLP)
+    printf("model: mlp, %d layers, %d inputs, %d classes; %.3g parameters\n", cm->n_layers,
+           cm->n_embd, cm->vocab, (double)cm->params_total);
+  else
+    printf("model: gpt, %d layers, %d heads, %d channels, vocabulary %d; %.3g parameters\n",
+           cm->n_layers, cm->n_heads, cm->n_embd, cm->vocab, (double)cm->params_total);
   printf("cluster %s: %d nodes x %d devices, %.1f GB each, %.4g TFLOP/s %s peak\n", c->name,
          c->nodes, c->devices_per_node, c->device_memory_bytes / 1e9,
          tl_cluster_peak(c, dtype) / 1e12, dtype == TL_BF16 ? "bf16" : "fp32");

@@ -130,14 +130,106 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
   return st;
 }
 
+/* Elements of the activations crossing a stage cut before forward node
+ * `at` (pp/stage.c's boundary), as one rank sends them: values every tp rank
+ * holds alike go as 1/tp each. */
+static double boundary_elems(const tl_graph* g, int at, int tp) {
+  double e = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    const tl_value* val = &g->values[v];
+    if (val->role != TL_ROLE_ACTIVATION) continue;
+    int made = 0, used = 0;
+    for (int i = 0; i < at && !made; i++)
+      for (int k = 0; k < g->nodes[i].n_out; k++) made |= g->nodes[i].out[k] == v;
+    for (int i = at; i < g->n_forward && made && !used; i++)
+      for (int k = 0; k < g->nodes[i].n_in; k++) used |= g->nodes[i].in[k] == v;
+    if (made && used) e += (double)tl_value_numel(val) / (val->tp_replicated && tp > 1 ? tp : 1);
+  }
+  return e;
+}
+
+/* An MLP's costs at tensor-parallel degree tp: per layer and per range of
+ * layers, off rank 0's whole graph at one sequence. TL_ERR_CONFIG from the
+ * layout when tp does not divide its split dimensions. */
+static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int tp,
+                                 tl_cost_tp_layout layout, struct tl_cost_shard* out) {
+  memset(out, 0, sizeof *out);
+  out->tp = tp;
+  out->from_graph = true;
+  tl_model m;
+  TL_CHECK(tp == 1 ? tl_model_init(mc, &m) : layout(mc, tp, 0, false, &m));
+  tl_graph* g = NULL;
+  struct tl_model_io io;
+  TL_CHECK(tl_model_build(&m, 1, seq, true, &g, &io));
+  const int L = io.n_layers, nf = g->n_forward;
+  tl_status st = TL_OK;
+  struct range_cost r;
+  for (int l = 0; l < L && st == TL_OK; l++) {
+    struct tl_cost_mlp_layer* x = &out->mlp_layer[l];
+    st = range_cost(g, &m, io.layer_begin[l], io.layer_begin[l + 1], &r);
+    x->fwd_flops = r.fwd_flops, x->flops = r.flops;
+    for (int i = io.layer_begin[l]; i < io.layer_begin[l + 1]; i++) {
+      const tl_node* n = &g->nodes[i];
+      if (n->op != TL_OP_TP_COMM) continue; /* MLP pairs: COPY in, REDUCE out */
+      x->n_all_reduce += 1;
+      x->all_reduce_elems += (double)tl_value_numel(&g->values[n->out[0]]);
+    }
+    if (l + 1 < L) x->out_elems = boundary_elems(g, io.layer_begin[l + 1], tp);
+  }
+  if (st == TL_OK) st = range_cost(g, &m, 0, io.layer_begin[0], &r);
+  out->embed_fwd_flops = r.fwd_flops, out->embed_flops = r.flops;
+  if (st == TL_OK) st = range_cost(g, &m, io.layer_begin[L], nf, &r);
+  out->head_fwd_flops = r.fwd_flops, out->head_flops = r.flops;
+  /* the vocabulary-parallel loss of an odd last layer: the rows' maximum,
+   * sum of exponentials and target logit, summed over the group */
+  if (tl_model_logits_split(&m)) {
+    out->mlp_layer[L - 1].n_all_reduce += 3;
+    out->mlp_layer[L - 1].all_reduce_elems += 3.0 * seq;
+  }
+  for (int b = 1; b <= L && st == TL_OK; b++)
+    for (int a = 0; a < b && st == TL_OK; a++) {
+      st = range_cost(g, &m, a == 0 ? 0 : io.layer_begin[a], b == L ? nf : io.layer_begin[b], &r);
+      struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
+      x->params = r.params, x->arena = r.arena, x->io = r.io;
+    }
+  tl_graph_destroy(g);
+  return st;
+}
+
+static tl_status mlp_model_build(const struct tl_model_config* mc, int seq,
+                                 tl_cost_tp_layout layout, tl_cost_model* out) {
+  const int L = mc->n_mlp_layers;
+  if (L < 1 || L > TL_MLP_MAX_LAYERS)
+    return TL_ERRF(TL_ERR_CONFIG, "model.mlp_sizes: %d layers; the planner prices 1 to %d", L,
+                   TL_MLP_MAX_LAYERS);
+  tl_model m;
+  TL_CHECK(tl_model_init(mc, &m));
+  out->kind = TL_MODEL_MLP;
+  out->n_layers = L;
+  out->n_embd = mc->mlp_sizes[0];
+  out->vocab = m.vocab;
+  out->padded_vocab = m.padded_vocab;
+  out->seq = seq;
+  out->params_total = m.n_params;
+  /* every degree the layout accepts (each splits the pairs' hidden sizes) */
+  for (int t = 1; t <= 64 && out->n_shards < TL_COST_MAX_SHARDS; t++) {
+    if (t > 1 && !layout) break;
+    struct tl_cost_shard* s = &out->shards[out->n_shards];
+    tl_status st = mlp_shard_build(mc, seq, t, layout, s);
+    if (st == TL_OK)
+      out->n_shards++;
+    else if (t == 1 || st != TL_ERR_CONFIG)
+      return st;
+  }
+  return TL_OK;
+}
+
 tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_tp_layout layout,
                               tl_cost_model* out) {
   memset(out, 0, sizeof *out);
-  if (mc->kind != TL_MODEL_GPT)
-    return TL_ERRF(TL_ERR_UNSUPPORTED,
-                   "model.kind: the planner prices GPT models only (an MLP's layers differ in "
-                   "shape)");
+  out->kind = mc->kind;
   if (seq < 1) return TL_ERRF(TL_ERR_INVALID, "sequence length %d; expected >= 1", seq);
+  if (mc->kind == TL_MODEL_MLP) return mlp_model_build(mc, seq, layout, out);
   if (mc->n_layers < 1 || mc->n_layers > TL_MODEL_MAX_LAYERS)
     return TL_ERRF(TL_ERR_CONFIG, "model.n_layers=%d; the planner prices 1 to %d", mc->n_layers,
                    TL_MODEL_MAX_LAYERS);
@@ -211,6 +303,12 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
   return TL_OK;
 }
 
+bool tl_cost_has_shard(const tl_cost_model* cm, int tp) {
+  for (int i = 0; i < cm->n_shards; i++)
+    if (cm->shards[i].tp == tp && cm->shards[i].from_graph) return true;
+  return false;
+}
+
 const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bool sp,
                                              struct tl_cost_shard* tmp) {
   sp = sp && tp > 1;
@@ -248,7 +346,8 @@ tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp,
    * comparisons come out the same */
   double* cost = malloc(sizeof(double) * (size_t)cm->n_layers);
   if (!cost) return TL_ERRF(TL_ERR_NOMEM, "out of memory cutting %d layers", cm->n_layers);
-  for (int l = 0; l < cm->n_layers; l++) cost[l] = 3.0 * s->layer_fwd_flops;
+  for (int l = 0; l < cm->n_layers; l++)
+    cost[l] = 3.0 * (cm->kind == TL_MODEL_MLP ? s->mlp_layer[l].fwd_flops : s->layer_fwd_flops);
   /* the same function, costs and order as pp/stage.c: the same cut */
   tl_status st = tl_partition_minmax(cost, cm->n_layers, 3.0 * s->embed_fwd_flops,
                                      3.0 * s->head_fwd_flops, pp, layers);
@@ -322,15 +421,111 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   }
 }
 
+/* An MLP's stage of layers [a, b): its range's parameters and executor
+ * (no sequence parallelism, no recomputation). */
+static void mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, const tl_plan* p,
+                             int a, int b, int s, double* state, double* act) {
+  const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
+  *state = tl_cost_model_state(x->params, p->zero, p->dp, tl_cost_state_bytes(dtype)) + 4.0;
+  *act = in_flight(p, s) * p->micro_batch * (x->arena * tl_dtype_size(dtype) / 4.0 + x->io);
+}
+
 void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
                           const int* layers, int stage, double* state, double* act) {
   struct tl_cost_shard tmp;
   const struct tl_cost_shard* sh = tl_cost_shard_of(cm, p->tp, p->sequence_parallel, &tmp);
+  if (cm->kind == TL_MODEL_MLP) {
+    int a = 0;
+    for (int s = 0; s < stage; s++) a += layers[s];
+    mlp_stage_memory(sh, dtype, p, a, a + layers[stage], stage, state, act);
+    return;
+  }
   stage_memory(cm, sh, dtype, p, layers[stage], stage, state, act);
+}
+
+/* tl_cost_evaluate for an MLP: every stage priced from its own layers (they
+ * differ), the slowest stage's micro-batch setting the pace. */
+static void mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
+                         const int* layers, tl_plan* p) {
+  const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
+  const double act_bytes = tl_dtype_size(dtype);
+  const int dpn = c->devices_per_node, L = cm->n_layers;
+  struct tl_cost_shard tmp;
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, false, &tmp);
+  int cut[TL_MLP_MAX_LAYERS];
+  if (!layers) {
+    layers = cut;
+    if (tl_cost_stage_layers(cm, t, false, pp, cut) != TL_OK)
+      for (int s = 0; s < pp; s++) cut[s] = L / pp + (s < L % pp);
+  }
+  const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
+  const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
+  const double peak = tl_cluster_peak(c, dtype);
+  p->mem_state = p->mem_act = -1;
+  double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;
+  for (int s = 0, a = 0; s < pp; a += layers[s++]) {
+    const int e = a + layers[s];
+    double state, act;
+    mlp_stage_memory(sh, dtype, p, a, e, s, &state, &act);
+    if (state + act > p->mem_state + p->mem_act)
+      p->mem_state = state, p->mem_act = act, p->mem_stage = s;
+    double params = sh->mlp_range[tl_cost_range_index(a, e)].params;
+    if (params > grads) grads = params;
+    double fl = (s == 0 ? sh->embed_flops : 0) + (s == pp - 1 ? sh->head_flops : 0);
+    double fwd = 0, n_ar = 0, ar_elems = 0;
+    for (int l = a; l < e; l++) {
+      fl += sh->mlp_layer[l].flops, fwd += sh->mlp_layer[l].fwd_flops;
+      n_ar += sh->mlp_layer[l].n_all_reduce, ar_elems += sh->mlp_layer[l].all_reduce_elems;
+    }
+    total_flops += fl;
+    double x = fwd * b / layers[s]; /* one layer's forward on this rank */
+    double eff = c->efficiency * x / (x + c->efficiency_half_flops);
+    double comp_s = fl * b / (peak * eff);
+    /* all-reduces cost their bytes plus one latency term each */
+    double tp_s = n_ar > 0 ? tl_cost_all_reduce(c, ar_elems * b * act_bytes, t, tp_link) +
+                                 (n_ar - 1) * tl_cost_all_reduce(c, 0, t, tp_link)
+                           : 0;
+    double pp_s = 0;
+    if (pp > 1) { /* an activation out and its gradient back, at its larger boundary */
+      double in = a > 0 ? sh->mlp_layer[a - 1].out_elems : 0;
+      double out = e < L ? sh->mlp_layer[e - 1].out_elems : 0;
+      pp_s = 2.0 * ((in > out ? in : out) * b * act_bytes / pp_link->bandwidth + pp_link->latency);
+    }
+    if (comp_s + tp_s + pp_s > micro)
+      micro = comp_s + tp_s + pp_s, comp = comp_s, tp_comm = tp_s, pp_comm = pp_s;
+  }
+  p->mem_reserve = c->reserve_bytes;
+  p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
+  p->fits = p->mem_total <= c->device_memory_bytes;
+  const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
+  double dp = tl_cost_all_reduce(c, grads * 4.0, d, dp_link) * (p->zero == 3 ? 1.5 : 1.0);
+  if (d > 1 && p->dp_bucket_mb > 0) {
+    double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0));
+    double last = dp / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;
+    dp = dp - hidden > last ? dp - hidden : last;
+  }
+  p->t_compute = m * comp;
+  p->t_tp = m * tp_comm;
+  p->t_pp = m * pp_comm;
+  p->t_bubble = (pp - 1) * micro;
+  p->t_dp = dp;
+  p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
+  double devices = (double)d * t * pp, seqs = (double)d * b * m;
+  p->tokens_per_s = seqs * cm->seq / p->t_step;
+  /* a rank's FLOPs times the tp ranks: the shards' arithmetic (the split
+   * layers' is divided, the whole embedding's is repeated on each) */
+  double model = seqs * total_flops * t;
+  p->flops_per_device = model / p->t_step / devices;
+  p->mfu = p->flops_per_device / peak;
+  p->runnable = p->zero == 0 && !p->recompute;
 }
 
 void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
                       const int* layers, tl_plan* p) {
+  if (cm->kind == TL_MODEL_MLP && p->pp >= 1 && p->pp <= cm->n_layers) {
+    mlp_evaluate(cm, c, dtype, layers, p);
+    return;
+  }
   const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
   const double act_bytes = tl_dtype_size(dtype); /* the graph counts elements */
   const int dpn = c->devices_per_node;

@@ -53,7 +53,10 @@
  *   what that backward cannot cover, and at least the last bucket, shows;
  *   tensor- and pipeline-parallel messages do not overlap (the trainer's
  *   are blocking).
- * GPT only: an MLP's layers differ in shape. */
+ * An MLP's layers differ in shape: its costs are per layer and per range of
+ * layers (a stage), read off its whole graph at every tensor-parallel
+ * degree its layout splits; each stage is priced from its own layers and
+ * the slowest sets the pace; no sequence parallelism, no recomputation. */
 #ifndef TL_PLANNER_COST_H
 #define TL_PLANNER_COST_H
 
@@ -93,6 +96,20 @@ struct tl_cost_stage_shape {
   double io;                 /* bytes of its inputs and scratch, per sequence */
 };
 
+/* An MLP's layers differ in shape, so its costs are per layer and per range
+ * of layers [a, b) (a stage), read off the whole graph of rank 0 at one
+ * sequence; tl_cost_range_index(a, b) indexes the ranges. */
+#define TL_COST_MLP_RANGES (TL_MLP_MAX_LAYERS * (TL_MLP_MAX_LAYERS + 1) / 2)
+struct tl_cost_range {
+  double params, arena, io; /* as tl_cost_stage_shape, for the stage of layers [a, b) */
+};
+struct tl_cost_mlp_layer {
+  double fwd_flops, flops; /* per sequence */
+  /* its tensor-parallel all-reduces (count; elements per sequence, summed) */
+  double n_all_reduce, all_reduce_elems;
+  double out_elems; /* elements per sequence a rank sends to the next stage after this layer */
+};
+
 /* Per-device costs at tensor-parallel degree tp, with or without sequence
  * parallelism, at micro-batch 1: FLOPs as the rank's graph counts them
  * (forward; forward + backward) and the four kinds of stage. */
@@ -102,14 +119,24 @@ struct tl_cost_shard {
   bool from_graph; /* read off rank 0's graph; false: scaled from tp = 1 */
   double layer_fwd_flops, layer_flops, embed_fwd_flops, embed_flops, head_fwd_flops, head_flops;
   struct tl_cost_stage_shape stage[4]; /* indexed by TL_COST_STAGE_* bits */
+  /* MLP only: per layer, and per range of layers */
+  struct tl_cost_mlp_layer mlp_layer[TL_MLP_MAX_LAYERS];
+  struct tl_cost_range mlp_range[TL_COST_MLP_RANGES];
 };
+
+static inline int tl_cost_range_index(int a, int b) { /* 0 <= a < b <= TL_MLP_MAX_LAYERS */
+  return (b - 1) * b / 2 + a;
+}
 
 #define TL_COST_MAX_SHARDS 32
 
-/* Per-sequence (micro-batch 1) costs of a GPT at one sequence length, read
- * off its graph. FLOPs are executed FLOPs as the graph's nodes count them
- * (forward; backward twice the forward). Activation sizes are elements. */
+/* Per-sequence (micro-batch 1) costs of a GPT or an MLP at one sequence
+ * length, read off its graph. FLOPs are executed FLOPs as the graph's nodes
+ * count them (forward; backward twice the forward). Activation sizes are
+ * elements. For an MLP (kind TL_MODEL_MLP) the shards' mlp_* tables hold
+ * the costs; the GPT's per-block fields are zero (n_heads 0). */
 typedef struct tl_cost_model {
+  tl_model_kind kind;
   int n_layers, n_heads, n_embd, vocab, padded_vocab, seq;
   int64_t params_total;
   int64_t params_layer;                /* one transformer block */
@@ -133,9 +160,14 @@ typedef struct tl_cost_model {
 /* Builds the graphs of one and two blocks of `mc` (at micro-batch 1 and
  * `seq` tokens) for tp = 1 and, through `layout` (may be NULL), for every
  * tensor-parallel degree dividing the heads and the padded vocabulary, and
- * fills *out. The graphs are destroyed before returning. */
+ * fills *out. An MLP: its whole graph, for tp = 1 and every degree its
+ * layout accepts (tl_cost_has_shard says which). The graphs are destroyed
+ * before returning. */
 tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_tp_layout layout,
                               tl_cost_model* out);
+
+/* Whether costs at tp were read off a graph (an MLP plans only those). */
+bool tl_cost_has_shard(const tl_cost_model* cm, int tp);
 
 /* The per-device costs at tp (sequence parallelism only counts when
  * tp > 1): those read off the graph, else scaled from tp = 1 into *tmp. */

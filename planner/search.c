@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char* const k_reject_names[TL_REJECT_COUNT] = {
-    "tp_heads", "tp_vocab", "tp_node", "pp_layers", "batch", "sp_tokens", "trainer", "memory"};
+static const char* const k_reject_names[TL_REJECT_COUNT] = {"tp_heads",  "tp_vocab",  "tp_split",
+                                                            "tp_node",   "pp_layers", "batch",
+                                                            "sp_tokens", "trainer",   "memory"};
 
 const char* tl_reject_name(tl_reject_reason r) {
   return r >= 0 && r < TL_REJECT_COUNT ? k_reject_names[r] : "unknown";
@@ -79,7 +80,8 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
       for (int zero = 0; zero <= 3; zero++) {
         if (!fixed_ok(o->fix_zero, zero)) continue;
         if (dp == 1 && zero > 0 && o->fix_zero < 0) continue; /* nothing to shard over */
-        for (int rc = 0; rc <= 1; rc++) {
+        /* an MLP is priced without recomputation */
+        for (int rc = 0; rc <= (cm->kind != TL_MODEL_MLP); rc++) {
           if (!fixed_ok(o->fix_recompute, rc)) continue;
           if (o->trainer_only && (zero > 0 || rc)) {
             out->rejected[TL_REJECT_TRAINER]++;
@@ -125,9 +127,12 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
       if (!fixed_ok(o->fix_dp, dp)) continue;
       /* 1. the mesh's own rules */
       tl_reject_reason why = TL_REJECT_COUNT;
-      if (cm->n_heads % tp)
+      const bool mlp = cm->kind == TL_MODEL_MLP;
+      if (mlp && !tl_cost_has_shard(cm, tp))
+        why = TL_REJECT_TP_SPLIT;
+      else if (!mlp && cm->n_heads % tp)
         why = TL_REJECT_TP_HEADS;
-      else if (cm->padded_vocab % tp)
+      else if (!mlp && cm->padded_vocab % tp)
         why = TL_REJECT_TP_VOCAB;
       else if (tp > c->devices_per_node && !o->allow_tp_across_nodes)
         why = TL_REJECT_TP_NODE;
@@ -140,7 +145,7 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
         continue;
       }
       /* 2. with and without sequence parallelism (tp > 1) */
-      for (int sp = 0; sp <= (tp > 1); sp++) {
+      for (int sp = 0; sp <= (tp > 1 && !mlp); sp++) { /* an MLP has no sequence */
         if (!fixed_ok(o->fix_sp, sp) && !(tp == 1 && o->fix_sp == 1)) continue;
         TL_CHECK_GOTO(add_mesh(cm, c, o, dp, tp, pp, sp, out, &cap), st, fail);
       }

@@ -6,7 +6,8 @@
  * do not fit a device's memory, or break a rule of the mesh, are rejected and counted by reason;
  * the rest are ranked by predicted step time.
  *
- * Mesh rules: tp divides the heads and the padded vocabulary, tp <= devices
+ * Mesh rules: tp divides the heads and the padded vocabulary (an MLP: the
+ * sizes its layout splits; no sequence parallelism, no recomputation), tp <= devices
  * per node (tensor parallelism needs the node's fast links) unless allowed,
  * pp <= layers, dp divides the global batch; with sequence parallelism tp
  * divides a micro-batch's tokens. Rejections of a mesh shape are counted
@@ -28,6 +29,7 @@ extern "C" {
 typedef enum {
   TL_REJECT_TP_HEADS = 0, /* tp does not divide the attention heads */
   TL_REJECT_TP_VOCAB,     /* tp does not divide the padded vocabulary */
+  TL_REJECT_TP_SPLIT,     /* MLP: tp does not divide a split layer's size */
   TL_REJECT_TP_NODE,      /* tp > devices per node */
   TL_REJECT_PP_LAYERS,    /* pp > layers */
   TL_REJECT_BATCH,        /* dp does not divide the global batch */
@@ -37,7 +39,8 @@ typedef enum {
   TL_REJECT_COUNT
 } tl_reject_reason;
 
-/* "tp_heads", "tp_vocab", "tp_node", "pp_layers", "batch", "sp_tokens", "trainer", "memory" */
+/* "tp_heads", "tp_vocab", "tp_split", "tp_node", "pp_layers", "batch", "sp_tokens", "trainer",
+ * "memory" */
 const char* tl_reject_name(tl_reject_reason r);
 
 struct tl_search_options {

@@ -1,8 +1,9 @@
 // The planner's bytes per rank against the trainer's allocator (issue 7).
 // On the ranks of this job, every dp x tp x pp mesh of it (powers of two,
 // dp * tp * pp = ranks; the 2-rank job also runs the single device on rank
-// 0) trains a small GPT for one step with GPipe and with 1F1B (sequence
-// parallelism on under 1F1B when tp > 1), and each rank's peak bytes in the
+// 0) trains a small GPT and an MLP for one step each with GPipe and with
+// 1F1B (the GPT sequence-parallel under 1F1B when tp > 1), and each rank's
+// peak bytes in the
 // allocator's count must be within 10% of what the cost model predicts for
 // its stage; the plan's figure (the fullest stage) must be within 10% of
 // the job's largest peak. The trainer's stage cut must be the planner's.
@@ -61,12 +62,21 @@ const char* Tokens() {
 // sequences in 2 micro-batches: activations are 30-80% of a rank's bytes.
 // (Few layers keep the tensor-parallel steps short: with more ranks than
 // cores every collective waits for ranks the scheduler has parked.)
-tl_config Config(int dp, int tp, int pp, tl_schedule_kind sched, bool sp) {
+// The MLP: 5 layers (the last, odd one vocabulary-parallel under tp), 8 on
+// 8 stages; every split size divisible by 8.
+tl_config Config(int dp, int tp, int pp, tl_schedule_kind sched, bool sp,
+                 tl_model_kind kind = TL_MODEL_GPT) {
   tl_config c;
   tl_config_defaults(&c);
-  c.model.kind = TL_MODEL_GPT;
+  c.model.kind = kind;
   c.model.n_layers = pp == 1 ? 2 : pp < 4 ? 4 : pp, c.model.n_heads = 8, c.model.n_embd = 64;
   c.model.vocab_size = 256, c.model.max_seq_len = 64;
+  if (kind == TL_MODEL_MLP) {
+    c.model.n_mlp_layers = pp == 8 ? 8 : 5;
+    c.model.mlp_sizes[0] = 32;
+    for (int i = 1; i < c.model.n_mlp_layers; i++) c.model.mlp_sizes[i] = 96 + 32 * (i % 3);
+    c.model.mlp_sizes[c.model.n_mlp_layers] = 256;
+  }
   c.train.steps = 1, c.train.batch_size = 16, c.train.seq_len = 64, c.train.sample_tokens = 0;
   c.mesh.dp = dp, c.mesh.tp = tp, c.mesh.pp = pp;
   c.schedule.kind = sched, c.schedule.micro_batches = 2;
@@ -112,15 +122,16 @@ struct Row {
 
 // Runs one mesh and schedule on every rank of the job (w; NULL: alone) and
 // checks it; rank 0 returns the row.
-Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w) {
+Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
+          tl_model_kind kind = TL_MODEL_GPT) {
   bool single = !w;
-  bool sp = tp > 1 && sched == TL_SCHEDULE_1F1B;
-  tl_config c = Config(dp, tp, pp, sched, sp);
+  bool sp = tp > 1 && sched == TL_SCHEDULE_1F1B && kind == TL_MODEL_GPT;
+  tl_config c = Config(dp, tp, pp, sched, sp, kind);
   tl_cost_model cm;
   EXPECT_EQ(tl_cost_model_build(&c.model, c.train.seq_len, tl_tp_model_init, &cm), TL_OK)
       << tl_last_error();
-  std::string what = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
-                     " pp=" + std::to_string(pp) +
+  std::string what = std::string(kind == TL_MODEL_MLP ? "mlp " : "") + "dp=" + std::to_string(dp) +
+                     " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
                      (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") + (sp ? " sp" : "");
   tl_plan p = {};
   p.dp = dp, p.tp = tp, p.pp = pp, p.schedule = sched, p.sequence_parallel = sp;
@@ -171,8 +182,9 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
   std::vector<Row> rows;
   if (n == 2) {  // the single device, on rank 0 while the others wait
     if (WorldRank() == 0)
-      for (tl_schedule_kind s : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
-        rows.push_back(Check(1, 1, 1, s, nullptr));
+      for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_MLP})
+        for (tl_schedule_kind s : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
+          rows.push_back(Check(1, 1, 1, s, nullptr, k));
     MPI_Barrier(MPI_COMM_WORLD);
   }
   for (int dp = 1; dp <= n; dp *= 2)
@@ -181,15 +193,16 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
       tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
       tl_worker w;  // the mesh's groups serve both schedules
       ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
-      for (tl_schedule_kind s : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
-        rows.push_back(Check(dp, tp, pp, s, &w));
+      for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_MLP})
+        for (tl_schedule_kind s : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
+          rows.push_back(Check(dp, tp, pp, s, &w, k));
       tl_worker_finalize(&w);
     }
   if (WorldRank() != 0) return;
-  std::printf("%-26s %14s %14s %8s %17s\n", "mesh (16 x 64 tokens, m 2)", "predicted", "measured",
+  std::printf("%-30s %14s %14s %8s %17s\n", "mesh (16 x 64 tokens, m 2)", "predicted", "measured",
               "error", "worst rank error");
   for (const Row& r : rows)
-    std::printf("%-26s %14.0f %14.0f %+7.2f%% %+16.2f%%\n", r.mesh.c_str(), r.plan, r.largest,
+    std::printf("%-30s %14.0f %14.0f %+7.2f%% %+16.2f%%\n", r.mesh.c_str(), r.plan, r.largest,
                 100 * (r.plan / r.largest - 1), 100 * r.worst_rank_error);
 }
 

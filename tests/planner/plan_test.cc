@@ -176,6 +176,50 @@ TEST(PlanCli, SequenceParallelismIsAChoiceCarriedIntoTheConfig) {
   EXPECT_NE(r.output.find("--fix sp=2: expected 0 or 1"), std::string::npos) << r.output;
 }
 
+// An MLP config plans like a GPT's, and every split of this machine's two
+// ranks it writes trains as written.
+TEST(PlanCli, AnMlpPlanIsAConfigThatTrains) {
+  std::string text = TempPath("mlp_corpus.txt"), tokens = TempPath("mlp_tokens.bin");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; i++) f << "operator 1, operator 2, line " << i << ".\n";
+  }
+  ASSERT_EQ(
+      std::system(("launcher/trellis data " + text + " " + tokens + " > /dev/null 2>&1").c_str()),
+      0);
+  std::string cfg_path = TempPath("mlp_model.json");
+  {
+    std::ofstream f(cfg_path);
+    f << R"({"model": {"kind": "mlp", "vocab_size": 256, "mlp_sizes": [32, 64, 64, 256]},
+             "train": {"steps": 2, "batch_size": 8, "seq_len": 16, "sample_tokens": 0},
+             "device": {"threads": 1}, "checkpoint": {"every": 0},
+             "data": {"train": ")"
+      << tokens << "\"}}";
+  }
+  std::string out = TempPath("plan_mlp.json");
+  std::remove(out.c_str());
+  PlanRun r = Plan("--model " + cfg_path + " --cluster " + kThisMachine + " --out " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("model: mlp, 3 layers, 32 inputs, 256 classes"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("tp_split 0"), std::string::npos) << r.output;
+  for (const char* fix : {"dp=2", "tp=2", "pp=2"}) {
+    std::remove(out.c_str());
+    r = Plan("--model " + cfg_path + " --cluster " + kThisMachine + " --fix " + fix + " --out " +
+             out);
+    ASSERT_EQ(r.status, 0) << fix << "\n" << r.output;
+    struct tl_config cfg;
+    ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
+    EXPECT_EQ(cfg.model.kind, TL_MODEL_MLP);
+    EXPECT_EQ(tl_config_check_world(&cfg, 2), TL_OK) << fix << ": " << tl_last_error();
+    std::string log = TempPath("mlp_train.log");
+    std::string cmd =
+        "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" launcher/trellis train " +
+        out + " > " + log + " 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << fix << ": see " << log;
+  }
+}
+
 TEST(PlanCli, SvgDrawsEveryForwardAndBackwardOfTheWinner) {
   std::string svg = TempPath("plan.svg");
   PlanRun r = Plan(std::string("--model ") + kSmall +

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 extern "C" {
 #include "planner/search.h"
@@ -168,4 +169,53 @@ TEST(Search, SequenceParallelismIsSearchedAndCanBeFixed) {
   EXPECT_TRUE(r.plans[0].sequence_parallel);
   EXPECT_EQ(r.rejected[TL_REJECT_MEMORY], 1);
   tl_search_free(&r);
+}
+
+// An MLP is planned from its own graph: tensor-parallel degrees its layout
+// cannot split are rejected as tp_split, it has neither sequence
+// parallelism nor recomputation, and stages follow its (unequal) layers.
+TEST(Search, AnMlpIsPlannedFromItsOwnLayers) {
+  struct tl_config cfg;
+  tl_config_defaults(&cfg);
+  cfg.model.kind = TL_MODEL_MLP;
+  cfg.model.vocab_size = 256;
+  cfg.model.n_mlp_layers = 4;
+  int sizes[5] = {64, 2048, 96, 2048, 256};  // 96: tp 64 does not divide it
+  memcpy(cfg.model.mlp_sizes, sizes, sizeof sizes);
+  tl_cost_model cm;
+  ASSERT_EQ(tl_cost_model_build(&cfg.model, 128, tl_tp_model_init, &cm), TL_OK) << tl_last_error();
+  EXPECT_EQ(cm.kind, TL_MODEL_MLP);
+  EXPECT_EQ(cm.n_layers, 4);
+  EXPECT_TRUE(tl_cost_has_shard(&cm, 1));
+  EXPECT_TRUE(tl_cost_has_shard(&cm, 8));    // 2048 and 96 split 8 ways
+  EXPECT_FALSE(tl_cost_has_shard(&cm, 64));  // 96 does not
+  // each layer costs its own matrix product (2 x in x out per token, plus
+  // the bias and GELU), and the cut balances the unequal layers: 3 + 1
+  const tl_cost_shard& s = cm.shards[0];
+  for (int l = 0; l < 4; l++)
+    EXPECT_NEAR(s.mlp_layer[l].fwd_flops / (2.0 * 128 * sizes[l] * sizes[l + 1]), 1.0, 0.15) << l;
+  int layers[2];
+  ASSERT_EQ(tl_cost_stage_layers(&cm, 1, false, 2, layers), TL_OK);
+  EXPECT_EQ(layers[0], 3);
+  EXPECT_EQ(layers[1], 1);
+
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  c.nodes = 8, c.devices_per_node = 8;
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 64, TL_BF16);
+  o.allow_tp_across_nodes = true;
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  ASSERT_GT(r.n_plans, 0);
+  EXPECT_GT(r.rejected[TL_REJECT_TP_SPLIT], 0) << "tp = 64";
+  EXPECT_EQ(r.rejected[TL_REJECT_TP_HEADS], 0);
+  for (int i = 0; i < r.n_plans; i++) {
+    EXPECT_FALSE(r.plans[i].sequence_parallel);
+    EXPECT_FALSE(r.plans[i].recompute);
+    EXPECT_NE(r.plans[i].tp, 64);
+    EXPECT_GT(r.plans[i].t_step, 0);
+  }
+  tl_search_free(&r);
+  EXPECT_STREQ(tl_reject_name(TL_REJECT_TP_SPLIT), "tp_split");
 }
