@@ -323,6 +323,11 @@ int tl_cli_plan(int argc, char** argv) {
   o.trainer_only = c.device == TL_DEVICE_CPU;
   o.dp_bucket_mb = cfg.parallel.bucket_mb;
   if (fix[0] && !parse_fix(fix, &o)) return 2;
+  if (cfg.model.kind == TL_MODEL_MLP && (o.fix_sp == 1 || o.fix_recompute == 1)) {
+    fprintf(stderr, "trellis plan: --fix %s=1: an MLP is planned without it (GPT only)\n",
+            o.fix_sp == 1 ? "sp" : "recompute");
+    return 2;
+  }
 
   tl_timer timer;
   tl_timer_start(&timer);

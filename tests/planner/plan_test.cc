@@ -203,6 +203,10 @@ TEST(PlanCli, AnMlpPlanIsAConfigThatTrains) {
   EXPECT_NE(r.output.find("model: mlp, 3 layers, 32 inputs, 256 classes"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("tp_split 0"), std::string::npos) << r.output;
+  r = Plan("--model " + cfg_path + " --cluster " + kThisMachine + " --fix tp=2,sp=1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--fix sp=1: an MLP is planned without it"), std::string::npos)
+      << r.output;
   for (const char* fix : {"dp=2", "tp=2", "pp=2"}) {
     std::remove(out.c_str());
     r = Plan("--model " + cfg_path + " --cluster " + kThisMachine + " --fix " + fix + " --out " +

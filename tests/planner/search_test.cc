@@ -141,8 +141,8 @@ TEST(Search, SequenceParallelismIsSearchedAndCanBeFixed) {
   tl_search_result r;
   ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
   ASSERT_EQ(r.n_plans, 2) << "one mesh, one micro-batch size: with and without sp";
-  const tl_plan& a = r.plans[0].sequence_parallel ? r.plans[1] : r.plans[0];
-  const tl_plan& b = r.plans[0].sequence_parallel ? r.plans[0] : r.plans[1];
+  const tl_plan a = r.plans[0].sequence_parallel ? r.plans[1] : r.plans[0];  // copies: r is
+  const tl_plan b = r.plans[0].sequence_parallel ? r.plans[0] : r.plans[1];  // freed below
   ASSERT_FALSE(a.sequence_parallel);
   ASSERT_TRUE(b.sequence_parallel);
   // LayerNorm and residual regions split by tokens (the gathered inputs of
@@ -150,7 +150,6 @@ TEST(Search, SequenceParallelismIsSearchedAndCanBeFixed) {
   EXPECT_LT(b.mem_act, a.mem_act * 0.85);
   EXPECT_GE(b.mem_state, a.mem_state);  // + the packed LayerNorm gradients
   EXPECT_LT(b.mem_state, a.mem_state * 1.001);
-  const double act_a = a.mem_act, act_b = b.mem_act;
   tl_search_free(&r);
 
   for (int sp : {0, 1}) {
@@ -163,7 +162,7 @@ TEST(Search, SequenceParallelismIsSearchedAndCanBeFixed) {
 
   // a device just big enough for the sequence-parallel plan's activations
   o.fix_sp = -1;
-  c.device_memory_bytes = b.mem_state + c.reserve_bytes + (act_a + act_b) / 2;
+  c.device_memory_bytes = b.mem_state + c.reserve_bytes + (a.mem_act + b.mem_act) / 2;
   ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
   ASSERT_EQ(r.n_plans, 1);
   EXPECT_TRUE(r.plans[0].sequence_parallel);
