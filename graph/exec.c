@@ -283,7 +283,8 @@ tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale) {
     int f = g->nodes[i].forward_of;
     if (f < begin || f >= end) continue;
     TL_CHECK(run_node(x, i));
-    if (x->hook) TL_CHECK(x->hook(x->hook_user, f));
+    /* a forward node run again says nothing about which gradients are final */
+    if (x->hook && !g->nodes[i].again) TL_CHECK(x->hook(x->hook_user, f));
   }
   return TL_OK;
 }

@@ -240,6 +240,63 @@ done:
   return st;
 }
 
+static bool reads_any(const tl_node* n, const int* vals, int nv) {
+  for (int k = 0; k < n->n_in; k++)
+    for (int j = 0; j < nv; j++)
+      if (n->in[k] >= 0 && n->in[k] == vals[j]) return true;
+  return false;
+}
+
+tl_status tl_graph_rematerialize(tl_graph* g, int fwd) {
+  if (fwd < 0 || fwd >= g->n_forward)
+    return TL_ERRF(TL_ERR_INVALID, "rematerialize: node %d is not a forward node", fwd);
+  if (g->n_nodes == g->n_forward)
+    return TL_ERRF(TL_ERR_INVALID, "rematerialize '%s': the graph has no backward pass yet",
+                   g->nodes[fwd].name);
+  const int n_out = g->nodes[fwd].n_out;
+  int outs[TL_NODE_MAX_IO];
+  memcpy(outs, g->nodes[fwd].out, sizeof outs);
+  int at = -1;
+  for (int i = g->n_forward; i < g->n_nodes && at < 0; i++)
+    if (reads_any(&g->nodes[i], outs, n_out)) at = i;
+  if (at < 0) return TL_OK;
+  /* the copy's outputs */
+  int again[TL_NODE_MAX_IO];
+  for (int k = 0; k < TL_NODE_MAX_IO; k++) again[k] = -1;
+  for (int k = 0; k < n_out; k++) {
+    if (outs[k] < 0) continue;
+    tl_value v = g->values[outs[k]];
+    char name[TL_NAME_MAX];
+    snprintf(name, sizeof name, "%.41s.again", v.name);
+    TL_CHECK(tl_graph_value(g, name, TL_ROLE_ACTIVATION, v.dtype, v.n_dims, v.shape, &again[k]));
+    g->values[again[k]].tp_replicated = v.tp_replicated;
+  }
+  /* the copy, appended then moved to `at` */
+  char node_name[TL_NAME_MAX];
+  snprintf(node_name, sizeof node_name, "%.41s.again", g->nodes[fwd].name);
+  tl_node* n = NULL;
+  TL_CHECK(append_node(g, g->nodes[fwd].op, node_name, &n));
+  const tl_node* f = &g->nodes[fwd];
+  n->n_in = f->n_in;
+  memcpy(n->in, f->in, sizeof n->in);
+  n->n_out = n_out;
+  memcpy(n->out, again, sizeof n->out);
+  memcpy(n->attr, f->attr, sizeof n->attr);
+  n->flops = f->flops, n->bytes = f->bytes;
+  n->forward_of = g->nodes[at].forward_of;
+  n->again = true;
+  tl_node copy = *n;
+  memmove(&g->nodes[at + 1], &g->nodes[at], sizeof(tl_node) * (size_t)(g->n_nodes - at));
+  g->nodes[at] = copy;
+  g->n_nodes++;
+  /* backward readers read the copy */
+  for (int i = at + 1; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++)
+      for (int j = 0; j < n_out; j++)
+        if (g->nodes[i].in[k] >= 0 && g->nodes[i].in[k] == outs[j]) g->nodes[i].in[k] = again[j];
+  return TL_OK;
+}
+
 double tl_graph_flops(const tl_graph* g, int begin, int end) {
   double f = 0;
   for (int i = begin; i < end; i++) f += g->nodes[i].flops;

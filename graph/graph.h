@@ -66,6 +66,7 @@ typedef struct tl_node {
   int out[TL_NODE_MAX_IO]; /* value ids; -1 for an absent optional output */
   int attr[TL_NODE_MAX_ATTRS];
   int forward_of; /* backward nodes: their forward node; forward nodes: -1 */
+  bool again;     /* a forward node's copy re-run in the backward (tl_graph_rematerialize) */
   double flops;   /* arithmetic of one execution */
   double bytes;   /* bytes read and written by one execution */
 } tl_node;
@@ -118,6 +119,18 @@ tl_status tl_graph_set_loss(tl_graph* g, int loss);
  * parameter to the loss. The loss's gradient value (an input of the backward
  * pass, filled by the executor with the loss scale) is g->values[loss].grad. */
 tl_status tl_graph_backward(tl_graph* g);
+
+/* After tl_graph_backward: forward node `fwd`'s outputs are computed again
+ * for the backward pass instead of kept from the forward. A copy of the
+ * node ("<name>.again": same op, inputs and attributes; outputs
+ * "<output>.again"; flag `again`) is placed just before the first backward node that reads one of
+ * its outputs, and every backward reader reads the copy's — so the forward
+ * outputs die with their last forward reader and the inputs live on
+ * instead (Megatron-LM's sequence parallelism keeps a matmul's token shard
+ * and all-gathers it again for the weight gradient). The copy's forward_of
+ * is that first reader's forward node, so a pipeline stage runs it with
+ * its reader. Nothing to do when no backward node reads the outputs. */
+tl_status tl_graph_rematerialize(tl_graph* g, int fwd);
 
 /* Sums of flops and bytes over nodes [begin, end). */
 double tl_graph_flops(const tl_graph* g, int begin, int end);

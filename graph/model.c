@@ -397,6 +397,13 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
     }
     TL_CHECK_GOTO(tl_graph_set_loss(g, io->losses), st, fail);
     TL_CHECK_GOTO(tl_graph_backward(g), st, fail);
+    /* sequence parallelism keeps the token shard a column-parallel matmul
+     * gathers, not the gathered whole, and gathers it again for the weight
+     * gradient (Megatron-LM's way: b·s·h/tp held instead of b·s·h) */
+    for (int i = 0; m->sp && m->tp > 1 && i < g->n_forward && st == TL_OK; i++)
+      if (g->nodes[i].op == TL_OP_TP_COMM && g->nodes[i].attr[0] == TL_TP_GATHER)
+        st = tl_graph_rematerialize(g, i);
+    if (st != TL_OK) goto fail;
   }
   *out = g;
   return TL_OK;

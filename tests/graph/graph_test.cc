@@ -1,6 +1,7 @@
 // The graph IR, shape inference, the memory plan and range execution.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,83 @@ TEST(Exec, RunningRangesEqualsRunningTheWhole) {
   tl_buffer_destroy(g2);
   tl_backend_destroy(be);
   tl_graph_destroy(g);
+}
+
+// Computing the GELU outputs again in the backward instead of keeping them
+// gives the same gradients bit for bit from a smaller arena: the copies run
+// just before their first backward reader, no backward node reads the
+// originals any more, and the gradient-readiness hook ignores the copies.
+TEST(Graph, RematerialisedNodesGiveTheSameGradientsFromLessMemory) {
+  tl_model m;
+  tl_model_config c = SmallGpt();
+  ASSERT_EQ(tl_model_init(&c, &m), TL_OK);
+  tl_graph *g1 = nullptr, *g2 = nullptr;
+  tl_model_io io;
+  ASSERT_EQ(tl_model_build(&m, 2, 8, true, &g1, &io), TL_OK);
+  ASSERT_EQ(tl_model_build(&m, 2, 8, true, &g2, &io), TL_OK);
+  std::vector<int> gelus, outs;
+  for (int i = 0; i < g2->n_forward; i++)
+    if (g2->nodes[i].op == TL_OP_GELU) gelus.push_back(i), outs.push_back(g2->nodes[i].out[0]);
+  ASSERT_EQ(gelus.size(), (size_t)c.n_layers);
+  for (int i : gelus) ASSERT_EQ(tl_graph_rematerialize(g2, i), TL_OK) << tl_last_error();
+  EXPECT_EQ(g2->n_nodes, g1->n_nodes + c.n_layers);
+  int copies = 0;
+  for (int i = g2->n_forward; i < g2->n_nodes; i++) {
+    const tl_node& n = g2->nodes[i];
+    for (int k = 0; k < n.n_in; k++)
+      for (int v : outs) EXPECT_NE(n.in[k], v) << n.name << " reads a kept GELU output";
+    if (!n.again) continue;
+    copies++;
+    EXPECT_EQ(n.op, TL_OP_GELU);
+    // the next node (its first reader) reads what it wrote
+    const tl_node& next = g2->nodes[i + 1];
+    bool reads = false;
+    for (int k = 0; k < next.n_in; k++) reads |= next.in[k] == n.out[0];
+    EXPECT_TRUE(reads) << n.name;
+    EXPECT_EQ(n.forward_of, next.forward_of);
+  }
+  EXPECT_EQ(copies, c.n_layers);
+  EXPECT_EQ(tl_graph_rematerialize(g2, g2->n_forward), TL_ERR_INVALID);
+
+  tl_backend* be = nullptr;
+  ASSERT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+  size_t bytes = sizeof(float) * m.n_params;
+  tl_buffer *p = nullptr, *d1 = nullptr, *d2 = nullptr;
+  ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &p), TL_OK);
+  ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &d1), TL_OK);
+  ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &d2), TL_OK);
+  memset(d1->data, 0, bytes);
+  memset(d2->data, 0, bytes);
+  tl_model_init_params(&m, 0, m.n_params, (float*)p->data);
+  tl_exec *x1 = nullptr, *x2 = nullptr;
+  ASSERT_EQ(tl_exec_create(g1, be, p, d1, &x1), TL_OK);
+  ASSERT_EQ(tl_exec_create(g2, be, p, d2, &x2), TL_OK);
+  EXPECT_LT(tl_exec_plan(x2)->arena_bytes, tl_exec_plan(x1)->arena_bytes);
+  std::vector<int32_t> tok(16), tgt(16);
+  for (int i = 0; i < 16; i++) tok[i] = (i * 7 + 1) % 50, tgt[i] = (i * 3 + 2) % 50;
+  int hooks[2] = {0, 0};
+  auto count = [](void* user, int) -> tl_status {
+    ++*static_cast<int*>(user);
+    return TL_OK;
+  };
+  tl_exec* xs[2] = {x1, x2};
+  for (int k = 0; k < 2; k++) {
+    ASSERT_EQ(tl_exec_set_input(xs[k], io.tokens, tok.data(), 64), TL_OK);
+    ASSERT_EQ(tl_exec_set_input(xs[k], io.targets, tgt.data(), 64), TL_OK);
+    tl_exec_set_backward_hook(xs[k], count, &hooks[k]);
+    ASSERT_EQ(tl_exec_forward(xs[k], 0, g1->n_forward), TL_OK);
+    ASSERT_EQ(tl_exec_backward(xs[k], 0, g1->n_forward, 1.0f / 16), TL_OK) << tl_last_error();
+  }
+  EXPECT_EQ(memcmp(d1->data, d2->data, bytes), 0) << "the same gradients, bit for bit";
+  EXPECT_EQ(hooks[0], hooks[1]) << "copies do not report gradients final";
+  tl_exec_destroy(x1);
+  tl_exec_destroy(x2);
+  tl_buffer_destroy(p);
+  tl_buffer_destroy(d1);
+  tl_buffer_destroy(d2);
+  tl_backend_destroy(be);
+  tl_graph_destroy(g1);
+  tl_graph_destroy(g2);
 }
 
 TEST(Model, InitialisationOfAnySliceEqualsTheWhole) {

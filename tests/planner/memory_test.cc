@@ -11,7 +11,7 @@
 //
 // The planner prices tensor-parallel rank 0, which also holds wpe and the
 // row-parallel biases; the other tp ranks hold a few kilobytes less (up to
-// 4% here, where the model is tiny).
+// 5% here, where the model is tiny).
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <stdlib.h>

@@ -145,9 +145,12 @@ TEST(Search, SequenceParallelismIsSearchedAndCanBeFixed) {
   const tl_plan b = r.plans[0].sequence_parallel ? r.plans[0] : r.plans[1];  // freed below
   ASSERT_FALSE(a.sequence_parallel);
   ASSERT_TRUE(b.sequence_parallel);
-  // LayerNorm and residual regions split by tokens (the gathered inputs of
-  // the column-parallel matmuls stay whole: 21% less here)
-  EXPECT_LT(b.mem_act, a.mem_act * 0.85);
+  // LayerNorm and residual regions split by tokens, and each column-parallel
+  // matmul's input kept as its shard (gathered again in the backward)
+  std::printf("tp 8, 2048 channels, 2 x 2048 tokens: activations %.3g bytes, %.3g with sequence "
+              "parallelism (%.0f%% less)\n",
+              a.mem_act, b.mem_act, 100 * (1 - b.mem_act / a.mem_act));
+  EXPECT_LT(b.mem_act, a.mem_act * 0.7);
   EXPECT_GE(b.mem_state, a.mem_state);  // + the packed LayerNorm gradients
   EXPECT_LT(b.mem_state, a.mem_state * 1.001);
   tl_search_free(&r);
