@@ -125,7 +125,8 @@ static tl_status issued(const struct mpi_ctx* c, struct mpi_req* r, int rc, cons
                         MPI_Status* status, tl_group_request** out) {
   if (rc == MPI_SUCCESS && !out && c->yield) {
     rc = wait_yielding(&r->mpi, status);
-    call = "MPI_Test";
+    /* a failed wait may leave the request active: its counts stay (leaked) */
+    if (rc != MPI_SUCCESS) return tl_mpi_error(rc, "MPI_Test", __FILE__, __LINE__);
   }
   if (rc != MPI_SUCCESS) {
     free(r->arrays);
@@ -311,8 +312,7 @@ static tl_status mpi_wait(void* ctx, tl_group_request* req) {
   } else {
     MPI_Status status;
     int rc = c->yield ? wait_yielding(&r->mpi, &status) : MPI_Wait(&r->mpi, &status);
-    if (rc != MPI_SUCCESS) {
-      free(r->arrays);
+    if (rc != MPI_SUCCESS) { /* the request may still be active: its counts stay (leaked) */
       st = tl_mpi_error(rc, c->yield ? "MPI_Test" : "MPI_Wait", __FILE__, __LINE__);
     } else {
       st = finish(r, &status);
@@ -381,12 +381,12 @@ static const struct tl_group_ops k_mpi_ops = {
 };
 
 /* TRELLIS_MPI_WAIT: spin, yield, or auto — yield when this node's members of
- * `comm` times their threads outnumber its online cores (every member asks
- * the same question of the same node, so the node's ranks agree). */
+ * `comm` times their threads outnumber its online cores. Collective, and the
+ * members agree: one that yields issues nonblocking collectives, which must
+ * not meet blocking ones on the same communicator, so if any member yields
+ * (another node more crowded, another setting) they all do. */
 static tl_status should_yield(MPI_Comm comm, bool* yield) {
   tl_mpi_wait mode = tl_env()->mpi_wait;
-  *yield = mode == TL_MPI_WAIT_YIELD;
-  if (mode != TL_MPI_WAIT_AUTO) return TL_OK;
   MPI_Comm node = MPI_COMM_NULL;
   TL_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int local = 1;
@@ -397,7 +397,11 @@ static tl_status should_yield(MPI_Comm comm, bool* yield) {
   if (cores < 1) cores = 1;
   int threads = tl_env()->num_threads;
   if (threads < 1) threads = (int)(cores / local > 0 ? cores / local : 1); /* the automatic count */
-  *yield = (long)local * threads > cores;
+  int mine =
+      mode == TL_MPI_WAIT_YIELD || (mode == TL_MPI_WAIT_AUTO && (long)local * threads > cores);
+  int any = mine;
+  TL_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm));
+  *yield = any != 0;
   return TL_OK;
 }
 

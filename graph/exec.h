@@ -80,9 +80,10 @@ typedef tl_status (*tl_exec_hook)(void* user, int forward_node);
 void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user);
 
 /* Called after every node has run with the times (tl_time_ns) it started and
- * ended — issue times on a GPU, except for nodes that synchronise (the
- * collectives) — how a trainer traces what happens inside a pass. Replaces
- * per-op profiling while set. NULL removes it. */
+ * ended — issue times on a GPU, except for the collectives (tensor-parallel
+ * communication and the vocabulary-parallel loss), which are timed from a
+ * synchronised device to their end — how a trainer traces what happens
+ * inside a pass. Replaces per-op profiling while set. NULL removes it. */
 typedef void (*tl_exec_node_hook)(void* user, const tl_node* node, int64_t start_ns,
                                   int64_t end_ns);
 void tl_exec_set_node_hook(tl_exec* x, tl_exec_node_hook hook, void* user);

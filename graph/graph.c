@@ -289,11 +289,15 @@ tl_status tl_graph_rematerialize(tl_graph* g, int fwd) {
   memmove(&g->nodes[at + 1], &g->nodes[at], sizeof(tl_node) * (size_t)(g->n_nodes - at));
   g->nodes[at] = copy;
   g->n_nodes++;
-  /* backward readers read the copy */
-  for (int i = at + 1; i < g->n_nodes; i++)
+  /* backward readers of the same forward node's stage read the copy; any
+   * other keeps reading the original (kept alive for it): a pipeline stage
+   * runs the copy with that first reader, and only there */
+  for (int i = at + 1; i < g->n_nodes; i++) {
+    if (g->nodes[i].forward_of != copy.forward_of) continue;
     for (int k = 0; k < g->nodes[i].n_in; k++)
       for (int j = 0; j < n_out; j++)
         if (g->nodes[i].in[k] >= 0 && g->nodes[i].in[k] == outs[j]) g->nodes[i].in[k] = again[j];
+  }
   return TL_OK;
 }
 

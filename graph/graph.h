@@ -123,13 +123,15 @@ tl_status tl_graph_backward(tl_graph* g);
 /* After tl_graph_backward: forward node `fwd`'s outputs are computed again
  * for the backward pass instead of kept from the forward. A copy of the
  * node ("<name>.again": same op, inputs and attributes; outputs
- * "<output>.again"; flag `again`) is placed just before the first backward node that reads one of
- * its outputs, and every backward reader reads the copy's — so the forward
- * outputs die with their last forward reader and the inputs live on
- * instead (Megatron-LM's sequence parallelism keeps a matmul's token shard
- * and all-gathers it again for the weight gradient). The copy's forward_of
- * is that first reader's forward node, so a pipeline stage runs it with
- * its reader. Nothing to do when no backward node reads the outputs. */
+ * "<output>.again"; flag `again`) is placed just before the first backward
+ * node that reads one of its outputs, and the backward nodes of that
+ * reader's forward node read the copy's — so the forward outputs die with
+ * their last other reader and the inputs live on instead (Megatron-LM's
+ * sequence parallelism keeps a matmul's token shard and all-gathers it again
+ * for the weight gradient). The copy's forward_of is that reader's forward
+ * node, so a pipeline stage runs it with its reader; backward readers of
+ * other forward nodes keep reading the original. Nothing to do when no
+ * backward node reads the outputs. */
 tl_status tl_graph_rematerialize(tl_graph* g, int fwd);
 
 /* Sums of flops and bytes over nodes [begin, end). */

@@ -66,15 +66,18 @@ static tl_status allreduce_time(tl_group* g, size_t count, int rounds, double* m
   tl_status st = TL_OK;
   double s[64];
   if (rounds > 64) rounds = 64;
-  for (int r = 0; r < rounds && st == TL_OK; r++) {
+  int done = 0;
+  for (; done < rounds && st == TL_OK; done++) {
     st = tl_group_barrier(g, NULL);
     tl_timer t;
     tl_timer_start(&t);
     if (st == TL_OK) st = tl_group_all_reduce(g, buf, buf, count, TL_F32, TL_REDUCE_SUM, NULL);
-    s[r] = tl_timer_elapsed_s(&t);
+    s[done] = tl_timer_elapsed_s(&t);
   }
-  qsort(s, (size_t)rounds, sizeof(double), by_double);
-  *median = s[rounds / 2];
+  if (st == TL_OK) {
+    qsort(s, (size_t)done, sizeof(double), by_double);
+    *median = s[done / 2];
+  }
   free(buf);
   return st;
 }

@@ -211,8 +211,12 @@ static tl_status mlp_model_build(const struct tl_model_config* mc, int seq,
   out->padded_vocab = m.padded_vocab;
   out->seq = seq;
   out->params_total = m.n_params;
-  /* every degree the layout accepts (each splits the pairs' hidden sizes) */
-  for (int t = 1; t <= 64 && out->n_shards < TL_COST_MAX_SHARDS; t++) {
+  /* every degree the layout accepts (each splits the pairs' hidden sizes,
+   * so none beyond the widest layer) */
+  int widest = 1;
+  for (int i = 0; i <= L; i++)
+    if (mc->mlp_sizes[i] > widest) widest = mc->mlp_sizes[i];
+  for (int t = 1; t <= widest && out->n_shards < TL_COST_MAX_SHARDS; t++) {
     if (t > 1 && !layout) break;
     struct tl_cost_shard* s = &out->shards[out->n_shards];
     tl_status st = mlp_shard_build(mc, seq, t, layout, s);
@@ -311,7 +315,7 @@ bool tl_cost_has_shard(const tl_cost_model* cm, int tp) {
 
 const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bool sp,
                                              struct tl_cost_shard* tmp) {
-  sp = sp && tp > 1;
+  sp = sp && tp > 1 && cm->kind != TL_MODEL_MLP; /* an MLP has no sequence */
   for (int i = 0; i < cm->n_shards; i++)
     if (cm->shards[i].tp == tp && cm->shards[i].sp == sp) return &cm->shards[i];
   /* no layout for tp: scale tp = 1 (parameters and FLOPs by 1/t, the
@@ -386,6 +390,12 @@ double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct
   return 2.0 * (n - 1) / n * bytes / link->bandwidth + messages * link->latency;
 }
 
+double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct tl_link* link) {
+  if (n <= 1) return 0;
+  double messages = c->device == TL_DEVICE_CPU ? ceil(log2((double)n)) : (double)(n - 1);
+  return (double)(n - 1) / n * bytes / link->bandwidth + messages * link->latency;
+}
+
 /* Micro-batches whose activations stage s holds at once (pp/schedule.h). */
 static int in_flight(const tl_plan* p, int s) {
   if (p->schedule == TL_SCHEDULE_GPIPE) return p->n_micro;
@@ -435,6 +445,10 @@ void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan
   struct tl_cost_shard tmp;
   const struct tl_cost_shard* sh = tl_cost_shard_of(cm, p->tp, p->sequence_parallel, &tmp);
   if (cm->kind == TL_MODEL_MLP) {
+    if (!tl_cost_has_shard(cm, p->tp)) { /* no such split: nothing fits */
+      *state = *act = HUGE_VAL;
+      return;
+    }
     int a = 0;
     for (int s = 0; s < stage; s++) a += layers[s];
     mlp_stage_memory(sh, dtype, p, a, a + layers[stage], stage, state, act);
@@ -448,6 +462,11 @@ void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan
 static void mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
                          const int* layers, tl_plan* p) {
   const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
+  if (!tl_cost_has_shard(cm, t)) { /* its layout cannot split the MLP t ways */
+    p->fits = p->runnable = false;
+    p->t_step = HUGE_VAL;
+    return;
+  }
   const double act_bytes = tl_dtype_size(dtype);
   const int dpn = c->devices_per_node, L = cm->n_layers;
   struct tl_cost_shard tmp;
@@ -548,7 +567,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
 
   /* 1. memory: the fullest stage */
   p->mem_state = p->mem_act = -1;
-  double grads = 0, slowest = 0;
+  double grads = 0, slowest = 0, ln_grads = 0;
   int k_slowest = 1;
   for (int s = 0; s < pp; s++) {
     double state, act;
@@ -558,6 +577,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(s, pp)];
     double params = x->params + (layers[s] - 1) * x->params_layer;
     if (params > grads) grads = params;
+    double rep = x->replicated + (layers[s] - 1) * x->replicated_layer;
+    if (rep > ln_grads) ln_grads = rep;
     /* the stage's arithmetic per sequence */
     double fl = layers[s] * (sh->layer_flops + (p->recompute ? sh->layer_fwd_flops : 0));
     if (s == 0) fl += sh->embed_flops;
@@ -576,6 +597,11 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
   int tp_calls = p->recompute ? 6 : 4;
   double tp_comm = k_slowest * tp_calls * tl_cost_all_reduce(c, bsh * act_bytes, t, tp_link);
+  /* sequence parallelism moves the same bytes (a reduce-scatter and an
+   * all-gather for each all-reduce), and gathers each column-parallel
+   * matmul's input once more in the backward: 2 all-gathers per layer */
+  if (sh->sp && t > 1)
+    tp_comm += k_slowest * 2 * tl_cost_all_gather(c, bsh * act_bytes, t, tp_link);
   double pp_comm = 0;
   if (pp > 1) {
     const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
@@ -595,6 +621,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   }
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;
+  /* and once a step, the LayerNorm gradients summed over the group (packed) */
+  if (sh->sp && t > 1) p->t_tp += tl_cost_all_reduce(c, ln_grads * 4.0, t, tp_link);
   p->t_pp = m * pp_comm;
   p->t_bubble = (pp - 1) * micro;
   p->t_dp = dp;

@@ -39,7 +39,10 @@
  *   the embedding and head and, under 1F1B, differ in micro-batches held);
  * - time: arithmetic of the slowest stage at peak × efficiency; per layer
  *   and micro-batch 4 all-reduces of b·s·h over tp (6 with
- *   recomputation, which re-runs the forward); b·s·h/t per stage boundary
+ *   recomputation, which re-runs the forward; sequence parallelism moves
+ *   the same bytes as reduce-scatters and all-gathers, plus 2 all-gathers
+ *   per layer re-gathering matmul inputs in the backward and, once a step,
+ *   the packed LayerNorm gradients' all-reduce); b·s·h/t per stage boundary
  *   each way (Megatron's scatter/gather over tp, as the trainer sends it;
  *   the receivers' all-gather within the node is not priced); the gradient
  *   all-reduce
@@ -220,6 +223,11 @@ typedef struct tl_plan {
 /* Seconds for an all-reduce of `bytes` over n ranks on `link` of cluster c
  * (the formula above; 0 for n <= 1). */
 double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct tl_link* link);
+
+/* Seconds for an all-gather assembling `bytes` on each of n ranks: half an
+ * all-reduce's bandwidth, (n-1) ring messages on GPUs, log2 n recursive
+ * doubling steps on CPUs. */
+double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct tl_link* link);
 
 /* Fills the predictions of *p (its split fields set by the caller) trained
  * in `dtype`. `layers` is the stage cut (tl_cost_stage_layers; a search

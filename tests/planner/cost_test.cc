@@ -214,6 +214,37 @@ TEST(CostModel, AllReduceLatencyCountsTheBackendsMessages) {
   }
   EXPECT_NEAR(tl_cost_all_reduce(&cpu, 4, 3, &zero_bytes), 2e-3 * 2, 1e-12);  // ceil(log2 3)
   EXPECT_EQ(tl_cost_all_reduce(&cpu, 1e6, 1, &no_latency), 0);
+  // an all-gather: half an all-reduce's bandwidth and half its messages
+  for (int n : {2, 4, 8}) {
+    EXPECT_NEAR(tl_cost_all_gather(&gpu, 4, n, &zero_bytes), 1e-3 * (n - 1), 1e-12) << n;
+    EXPECT_NEAR(tl_cost_all_gather(&cpu, 4, n, &zero_bytes), 1e-3 * std::log2(n), 1e-12) << n;
+    EXPECT_DOUBLE_EQ(2 * tl_cost_all_gather(&gpu, 1e6, n, &no_latency),
+                     tl_cost_all_reduce(&gpu, 1e6, n, &no_latency));
+  }
+}
+
+// Sequence parallelism moves an all-reduce's bytes as a reduce-scatter and
+// an all-gather, re-gathers each column-parallel matmul's input in the
+// backward (2 all-gathers per layer) and sums the LayerNorm gradients once a
+// step: its tensor-parallel time is the plain plan's plus exactly those.
+TEST(CostModel, SequenceParallelismPaysForItsReGathers) {
+  tl_cost_model cm = Build(kShapes[1]);
+  tl_cluster c = {};
+  c.device = TL_DEVICE_CUDA, c.nodes = 1, c.devices_per_node = 8, c.device_memory_bytes = 80e9;
+  c.peak_bf16 = 312e12, c.peak_fp32 = 19.5e12, c.efficiency = 0.5;
+  c.intra = {300e9, 5e-6}, c.inter = {25e9, 1e-5};
+  tl_plan plain = {};
+  plain.dp = 1, plain.tp = 8, plain.pp = 1, plain.micro_batch = 1, plain.n_micro = 4;
+  plain.schedule = TL_SCHEDULE_1F1B;
+  tl_plan sp = plain;
+  sp.sequence_parallel = true;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &plain);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &sp);
+  const double bsh = cm.layer_input * 2;  // bf16 bytes of one micro-batch's (s, h)
+  const double regather = cm.n_layers * 2 * tl_cost_all_gather(&c, bsh, 8, &c.intra);
+  EXPECT_GT(sp.t_tp, plain.t_tp + plain.n_micro * regather);
+  EXPECT_LT(sp.t_tp, plain.t_tp + plain.n_micro * regather * 1.01);  // + the LayerNorm sum
+  EXPECT_LT(sp.mem_act, plain.mem_act);
 }
 
 // What the planner predicts per stage against what the trainer's code
