@@ -41,6 +41,17 @@ const Shape kShapes[] = {
     {"gpt2_124M", 12, 12, 768, 50257, 1024},
 };
 
+// `nodes` DGX A100 nodes (8 GPUs, NVLink inside, InfiniBand between), as
+// the tests below price them; no memory reserve.
+tl_cluster A100Nodes(int nodes) {
+  tl_cluster c = {};
+  c.device = TL_DEVICE_CUDA, c.nodes = nodes, c.devices_per_node = 8;
+  c.device_memory_bytes = 80e9, c.reserve_bytes = 0;
+  c.peak_bf16 = 312e12, c.peak_fp32 = 19.5e12, c.efficiency = 0.5;
+  c.intra = {300e9, 5e-6}, c.inter = {25e9, 1e-5};
+  return c;
+}
+
 tl_cost_model Build(const Shape& x) {
   struct tl_config cfg;
   tl_config_defaults(&cfg);
@@ -148,10 +159,7 @@ TEST(CostModel, ModelStateByZeroStage) {
 
 TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
   tl_cost_model cm = Build(kShapes[1]);
-  tl_cluster c = {};
-  c.nodes = 64, c.devices_per_node = 8, c.device_memory_bytes = 80e9;
-  c.peak_bf16 = 312e12, c.peak_fp32 = 19.5e12, c.efficiency = 0.5, c.reserve_bytes = 0;
-  c.intra = {300e9, 5e-6}, c.inter = {25e9, 1e-5};
+  tl_cluster c = A100Nodes(64);
   tl_plan p = {};
   p.dp = 32, p.tp = 8, p.pp = 2, p.micro_batch = 1, p.n_micro = 48;
   p.schedule = TL_SCHEDULE_1F1B;
@@ -174,10 +182,7 @@ TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
 
 TEST(CostModel, TheGradientAllReduceHidesBehindTheLastBackwardBucketByBucket) {
   tl_cost_model cm = Build(kShapes[1]);
-  tl_cluster c = {};
-  c.nodes = 64, c.devices_per_node = 8, c.device_memory_bytes = 80e9;
-  c.peak_bf16 = 312e12, c.peak_fp32 = 19.5e12, c.efficiency = 0.5, c.reserve_bytes = 0;
-  c.intra = {300e9, 5e-6}, c.inter = {25e9, 1e-5};
+  tl_cluster c = A100Nodes(64);
   tl_plan after = {};
   after.dp = 32, after.tp = 8, after.pp = 2, after.micro_batch = 1, after.n_micro = 48;
   after.schedule = TL_SCHEDULE_1F1B;
@@ -229,10 +234,7 @@ TEST(CostModel, AllReduceLatencyCountsTheBackendsMessages) {
 // step: its tensor-parallel time is the plain plan's plus exactly those.
 TEST(CostModel, SequenceParallelismPaysForItsReGathers) {
   tl_cost_model cm = Build(kShapes[1]);
-  tl_cluster c = {};
-  c.device = TL_DEVICE_CUDA, c.nodes = 1, c.devices_per_node = 8, c.device_memory_bytes = 80e9;
-  c.peak_bf16 = 312e12, c.peak_fp32 = 19.5e12, c.efficiency = 0.5;
-  c.intra = {300e9, 5e-6}, c.inter = {25e9, 1e-5};
+  tl_cluster c = A100Nodes(1);
   tl_plan plain = {};
   plain.dp = 1, plain.tp = 8, plain.pp = 1, plain.micro_batch = 1, plain.n_micro = 4;
   plain.schedule = TL_SCHEDULE_1F1B;

@@ -25,13 +25,20 @@ tl_cost_model Gpt(int l, int a, int h, int V, int s) {
   return cm;
 }
 
+// examples/clusters/dgx_a100.json cut to `nodes` nodes (0: as shipped).
+tl_cluster DgxA100(int nodes = 0) {
+  tl_cluster c;
+  EXPECT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  if (nodes) c.nodes = nodes;
+  return c;
+}
+
 }  // namespace
 
 // The whole space of the trillion-parameter row; the time is printed (a
 // figure, not a bound: machines are shared and noisy).
 TEST(Search, TheTrillionParameterRowSearchesTheWholeSpace) {
-  tl_cluster c;
-  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  tl_cluster c = DgxA100();
   ASSERT_EQ(tl_cluster_devices(&c), 3072);
   auto t0 = std::chrono::steady_clock::now();
   // the graph is built once (one block); every plan reuses it
@@ -71,9 +78,7 @@ TEST(Search, TheTrillionParameterRowSearchesTheWholeSpace) {
 }
 
 TEST(Search, FixedChoicesAreKept) {
-  tl_cluster c;
-  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
-  c.nodes = 64;
+  tl_cluster c = DgxA100(64);
   tl_cost_model cm = Gpt(48, 64, 8192, 51200, 2048);
   struct tl_search_options o;
   tl_search_options_defaults(&o, 1536, TL_BF16);
@@ -111,9 +116,7 @@ TEST(Search, ThisMachineKeepsToWhatTheTrainerRuns) {
 }
 
 TEST(Search, MeshRulesAreCountedByReason) {
-  tl_cluster c;
-  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
-  c.nodes = 2;                                     // 16 GPUs
+  tl_cluster c = DgxA100(2);                       // 16 GPUs
   tl_cost_model cm = Gpt(2, 6, 768, 50257, 1024);  // 6 heads: tp 4, 8, 16 break the heads
   struct tl_search_options o;
   tl_search_options_defaults(&o, 6, TL_BF16);  // dp 4, 8, 16 do not divide 6
@@ -131,9 +134,7 @@ TEST(Search, MeshRulesAreCountedByReason) {
 // pins it, and where only the sequence-parallel plans fit memory the winner
 // is one of them.
 TEST(Search, SequenceParallelismIsSearchedAndCanBeFixed) {
-  tl_cluster c;
-  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
-  c.nodes = 1;
+  tl_cluster c = DgxA100(1);
   tl_cost_model cm = Gpt(8, 16, 2048, 51200, 2048);
   struct tl_search_options o;
   tl_search_options_defaults(&o, 16, TL_BF16);
@@ -147,9 +148,10 @@ TEST(Search, SequenceParallelismIsSearchedAndCanBeFixed) {
   ASSERT_TRUE(b.sequence_parallel);
   // LayerNorm and residual regions split by tokens, and each column-parallel
   // matmul's input kept as its shard (gathered again in the backward)
-  std::printf("tp 8, 2048 channels, 2 x 2048 tokens: activations %.3g bytes, %.3g with sequence "
-              "parallelism (%.0f%% less)\n",
-              a.mem_act, b.mem_act, 100 * (1 - b.mem_act / a.mem_act));
+  std::printf(
+      "tp 8, 2048 channels, 2 x 2048 tokens: activations %.3g bytes, %.3g with sequence "
+      "parallelism (%.0f%% less)\n",
+      a.mem_act, b.mem_act, 100 * (1 - b.mem_act / a.mem_act));
   EXPECT_LT(b.mem_act, a.mem_act * 0.7);
   EXPECT_GE(b.mem_state, a.mem_state);  // + the packed LayerNorm gradients
   EXPECT_LT(b.mem_state, a.mem_state * 1.001);
@@ -201,9 +203,7 @@ TEST(Search, AnMlpIsPlannedFromItsOwnLayers) {
   EXPECT_EQ(layers[0], 3);
   EXPECT_EQ(layers[1], 1);
 
-  tl_cluster c;
-  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
-  c.nodes = 8, c.devices_per_node = 8;
+  tl_cluster c = DgxA100(8);
   struct tl_search_options o;
   tl_search_options_defaults(&o, 64, TL_BF16);
   o.allow_tp_across_nodes = true;
