@@ -41,16 +41,18 @@ const char* const tl__config_sections[] = {"model", "mesh",   "schedule",   "par
 #define AT_LEAST(v) .lo = (v), .no_hi = true
 #define BETWEEN(a, b) .lo = (a), .hi = (b)
 #define ABOVE(v) .lo = (v), .lo_open = true, .no_hi = true
+#define GPT_ONLY .only_kind = 1 + TL_MODEL_GPT
+#define MLP_ONLY .only_kind = 1 + TL_MODEL_MLP
 
 const struct tl__config_field tl__config_fields[] = {
     FIELD(model, kind, TL__FIELD_ENUM, .names = k_model_kinds),
-    FIELD(model, n_layers, TL__FIELD_INT, AT_LEAST(1)),
-    FIELD(model, n_heads, TL__FIELD_INT, AT_LEAST(1)),
-    FIELD(model, n_embd, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(model, n_layers, TL__FIELD_INT, AT_LEAST(1), GPT_ONLY),
+    FIELD(model, n_heads, TL__FIELD_INT, AT_LEAST(1), GPT_ONLY),
+    FIELD(model, n_embd, TL__FIELD_INT, AT_LEAST(1), GPT_ONLY),
     FIELD(model, vocab_size, TL__FIELD_INT, AT_LEAST(1)),
-    FIELD(model, padded_vocab_size, TL__FIELD_INT, AT_LEAST(0)),
-    FIELD(model, max_seq_len, TL__FIELD_INT, AT_LEAST(1)),
-    FIELD(model, mlp_sizes, TL__FIELD_SIZES, AT_LEAST(1)),
+    FIELD(model, padded_vocab_size, TL__FIELD_INT, AT_LEAST(0), GPT_ONLY),
+    FIELD(model, max_seq_len, TL__FIELD_INT, AT_LEAST(1), GPT_ONLY),
+    FIELD(model, mlp_sizes, TL__FIELD_SIZES, AT_LEAST(1), MLP_ONLY),
     FIELD(model, seed, TL__FIELD_U64, AT_LEAST(0)), /* and <= INT64_MAX: JSON integers are signed */
     FIELD(model, init_from, TL__FIELD_STRING),
 
@@ -492,6 +494,22 @@ static void unknown_section(const char* key, const json_t* v, struct tl__problem
   tl__problem(p, "%s: unknown section; the sections are: %s", key, list);
 }
 
+/* A field only the other model kind reads is not silently ignored: naming
+ * model.n_heads in an MLP's config is refused (it would change nothing). */
+static void other_kind_fields(const struct tl_config* cfg, const bool* given, bool* bad,
+                              struct tl__problems* p) {
+  const int kind_field = find_field("model", "kind");
+  if (bad[kind_field]) return;
+  for (int i = 0; i < tl__config_n_fields; i++) {
+    const struct tl__config_field* f = &tl__config_fields[i];
+    if (!given[i] || f->only_kind == 0 || f->only_kind == 1 + (int)cfg->model.kind) continue;
+    const char* mine = k_model_kinds[f->only_kind - 1];
+    tl__problem(p, "%s.%s: only model.kind \"%s\" reads it; this model is \"%s\" (remove the key)",
+                f->section, f->key, mine, k_model_kinds[cfg->model.kind]);
+    bad[i] = true;
+  }
+}
+
 tl_status tl_config_parse(const char* json_text, const char* source_name, struct tl_config* out) {
   const char* source = source_name ? source_name : "<string>";
   memset(out, 0, sizeof *out);
@@ -506,6 +524,7 @@ tl_status tl_config_parse(const char* json_text, const char* source_name, struct
   struct tl_config cfg;
   tl_config_defaults(&cfg);
   bool bad[sizeof tl__config_fields / sizeof tl__config_fields[0]] = {false};
+  bool given[sizeof tl__config_fields / sizeof tl__config_fields[0]] = {false};
 
   if (!json_is_object(root)) {
     char val[64];
@@ -536,8 +555,10 @@ tl_status tl_config_parse(const char* json_text, const char* source_name, struct
           unknown_key(name, key, &p);
         else if (!read_field(&tl__config_fields[i], v, &cfg, &p))
           bad[i] = true;
+        if (i >= 0) given[i] = true;
       }
     }
+    other_kind_fields(&cfg, given, bad, &p);
     tl__config_validate(&cfg, bad, &p);
   }
   json_decref(root);

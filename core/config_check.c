@@ -276,6 +276,28 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
     }
   }
 
+  /* What the runtime does not run yet: refused here, before any rank
+   * starts, rather than accepted and ignored (the config never lies). */
+  if (OK(parallel, zero) && cfg->parallel.zero != 0)
+    tl__problem(p,
+                "parallel.zero = %d: ZeRO stages 1-3 (sharded optimizer state, gradients, "
+                "parameters) are not implemented yet; expected 0 (every data-parallel replica "
+                "holds the whole model state)",
+                cfg->parallel.zero);
+  if (OK(parallel, recompute) && cfg->parallel.recompute)
+    tl__problem(p,
+                "parallel.recompute = true: activation recomputation is not implemented yet; "
+                "expected false (every activation the backward reads is kept)");
+  if (OK(schedule, kind) && s->kind == TL_SCHEDULE_INTERLEAVED)
+    tl__problem(p,
+                "schedule.kind = \"interleaved\": the interleaved schedule is not implemented "
+                "yet; expected \"gpipe\" or \"1f1b\"");
+  if (OK(train, val_every) && OK(data, val) && t->val_every > 0 && cfg->data.val[0] == '\0')
+    tl__problem(p,
+                "train.val_every = %d: needs data.val (the token file to validate on); set it, "
+                "or train.val_every to 0",
+                t->val_every);
+
   if (OK(train, lr) && OK(train, min_lr) && t->min_lr > t->lr)
     tl__problem(p, "train.min_lr = %g: must be <= train.lr = %g", t->min_lr, t->lr);
   if (OK(checkpoint, every) && OK(checkpoint, dir) && cfg->checkpoint.every > 0 &&

@@ -41,6 +41,9 @@ struct tl__config_field {
   double lo, hi;
   bool lo_open, hi_open, no_hi;
   const char* const* names; /* TL__FIELD_ENUM: names by enum value, NULL-terminated */
+  /* 0: any model; 1 + tl_model_kind: only that model kind reads the field, so
+   * a config of the other kind that names it is refused (and it is not saved) */
+  int only_kind;
 };
 
 extern const struct tl__config_field tl__config_fields[];

@@ -1,4 +1,4 @@
-/* config_save.c — writes a config as JSON: every field, in the table's order,
+/* config_save.c — writes a config as JSON: every field its model kind reads, in the table's order,
  * atomically (a temporary file in the same directory, then rename), so a
  * reader never sees half a file and a failed write leaves the old one.
  *
@@ -119,6 +119,7 @@ static tl_status write_all(FILE* f, const struct tl_config* cfg) {
     for (int i = 0; i < tl__config_n_fields; i++) {
       const struct tl__config_field* fd = &tl__config_fields[i];
       if (strcmp(fd->section, tl__config_sections[s]) != 0) continue;
+      if (fd->only_kind != 0 && fd->only_kind != 1 + (int)cfg->model.kind) continue;
       fprintf(f, "%s\n    \"%s\": ", n++ ? "," : "", fd->key);
       TL_CHECK(write_value(f, fd, cfg));
     }

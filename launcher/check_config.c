@@ -14,6 +14,7 @@
 #include "core/mesh.h"
 #include "graph/model.h"
 #include "launcher/cli.h"
+#include "launcher/inputs.h"
 #include "pp/stage.h"
 #include "tp/tp.h"
 
@@ -89,8 +90,6 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
     printf("CPU threads per rank automatic\n");
   printf("nodes     %d rank%s per node (%s)\n", per_node, per_node == 1 ? "" : "s",
          per_node >= me->dp * me->tp * me->pp ? "all on one node" : "--ranks-per-node");
-  if (cfg->data.train[0] == '\0')
-    printf("note      data.train is not set: trellis train needs a token file\n");
 }
 
 static void print_rank_map(const struct tl_config* cfg, const tl_mesh* mesh, int per_node) {
@@ -275,6 +274,11 @@ int tl_cli_check_config(int argc, char** argv) {
   tl_mesh mesh;
   if (tl_mesh_from_config(&cfg.mesh, &mesh) != TL_OK) {
     fprintf(stderr, "trellis check: %s\n", tl_last_error());
+    return 1;
+  }
+  /* the files it names, as training will read them */
+  if (tl_inputs_check(&cfg) != TL_OK) {
+    fprintf(stderr, "trellis check: %s: %s\n", path, tl_last_error());
     return 1;
   }
   if (per_node == 0 || per_node > mesh.n_ranks) per_node = mesh.n_ranks;

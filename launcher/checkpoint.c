@@ -15,10 +15,22 @@ static tl_status read_exact(FILE* f, const char* path, void* dst, size_t bytes, 
   return TL_OK;
 }
 
-static tl_status expect_end(FILE* f, const char* path) {
-  if (fgetc(f) != EOF)
-    return TL_ERRF(TL_ERR_FORMAT, "'%s' is longer than its header says: extra bytes at the end",
-                   path);
+/* The file must hold exactly `bytes` (its header says what follows it). */
+static tl_status expect_size(FILE* f, const char* path, size_t bytes, const char* what) {
+  long at = ftell(f);
+  if (at < 0 || fseek(f, 0, SEEK_END) != 0)
+    return TL_ERRF(TL_ERR_IO, "cannot seek in '%s': %s", path, strerror(errno));
+  long size = ftell(f);
+  if (size < 0 || fseek(f, at, SEEK_SET) != 0)
+    return TL_ERRF(TL_ERR_IO, "cannot seek in '%s': %s", path, strerror(errno));
+  if ((size_t)size < bytes)
+    return TL_ERRF(TL_ERR_FORMAT, "'%s' is cut short: %ld bytes, its header promises %zu (the %s)",
+                   path, size, bytes, what);
+  if ((size_t)size > bytes)
+    return TL_ERRF(TL_ERR_FORMAT,
+                   "'%s' is longer than its header says: %ld bytes, expected %zu (extra bytes at "
+                   "the end)",
+                   path, size, bytes);
   return TL_OK;
 }
 
@@ -46,7 +58,10 @@ static tl_status check_llmc_header(const char* path, const int32_t* h, const tl_
   return TL_OK;
 }
 
-tl_status tl_llmc_model_read(const char* path, const tl_model* m, float* params) {
+/* Opens an llm.c model file whose header matches m and whose size is
+ * exactly the header and the parameters; *bf16 says which dtype they are. */
+static tl_status llmc_open(const char* path, const tl_model* m, FILE** out, int* bf16) {
+  *out = NULL;
   if (m->cfg.kind != TL_MODEL_GPT)
     return TL_ERRF(TL_ERR_CONFIG, "llm.c model files hold GPT-2 models; model.kind is not gpt");
   FILE* f = fopen(path, "rb");
@@ -54,16 +69,40 @@ tl_status tl_llmc_model_read(const char* path, const tl_model* m, float* params)
   int32_t h[256];
   tl_status st = read_exact(f, path, h, sizeof h, "1024-byte header");
   if (st == TL_OK) st = check_llmc_header(path, h, m);
-  if (st == TL_OK && h[1] == 3) {
+  if (st == TL_OK) {
+    *bf16 = h[1] == 5;
+    st = expect_size(f, path, sizeof h + (*bf16 ? 2 : 4) * (size_t)m->n_params, "parameters");
+  }
+  if (st != TL_OK) {
+    fclose(f);
+    return st;
+  }
+  *out = f;
+  return TL_OK;
+}
+
+tl_status tl_llmc_model_check(const char* path, const tl_model* m) {
+  FILE* f = NULL;
+  int bf16 = 0;
+  TL_CHECK(llmc_open(path, m, &f, &bf16));
+  fclose(f);
+  return TL_OK;
+}
+
+tl_status tl_llmc_model_read(const char* path, const tl_model* m, float* params) {
+  FILE* f = NULL;
+  int bf16 = 0;
+  TL_CHECK(llmc_open(path, m, &f, &bf16));
+  tl_status st = TL_OK;
+  if (!bf16) {
     st = read_exact(f, path, params, sizeof(float) * (size_t)m->n_params, "parameters");
-  } else if (st == TL_OK) {
+  } else {
     uint16_t* tmp = malloc(sizeof(uint16_t) * (size_t)m->n_params);
     st = tmp ? read_exact(f, path, tmp, sizeof(uint16_t) * (size_t)m->n_params, "parameters")
              : TL_ERRF(TL_ERR_NOMEM, "out of memory reading '%s'", path);
     for (int64_t i = 0; st == TL_OK && i < m->n_params; i++) params[i] = tl_bf16_to_f32(tmp[i]);
     free(tmp);
   }
-  if (st == TL_OK) st = expect_end(f, path);
   fclose(f);
   return st;
 }
@@ -150,13 +189,14 @@ tl_status tl_checkpoint_write(const char* path, const tl_model* m, const struct 
   return tl_atomic_file_commit(&af);
 }
 
-tl_status tl_checkpoint_read(const char* path, const tl_model* m, struct tl_train_state* s,
-                             float* params, float* adam_m, float* adam_v) {
+/* Opens a trellis checkpoint of model m: header and exact size checked. */
+static tl_status checkpoint_open(const char* path, const tl_model* m, int32_t* h, FILE** out) {
+  *out = NULL;
   FILE* f = fopen(path, "rb");
   if (!f) return TL_ERRF(TL_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
-  int32_t h[256], want[256];
+  int32_t want[256];
   model_header(m, want);
-  tl_status st = read_exact(f, path, h, sizeof h, "1024-byte header");
+  tl_status st = read_exact(f, path, h, 1024, "1024-byte header");
   if (st == TL_OK && h[H_MAGIC] != TL_CHECKPOINT_MAGIC)
     st = TL_ERRF(TL_ERR_FORMAT, "'%s' is not a trellis checkpoint: magic %d, expected %d%s", path,
                  h[H_MAGIC], TL_CHECKPOINT_MAGIC,
@@ -184,11 +224,34 @@ tl_status tl_checkpoint_read(const char* path, const tl_model* m, struct tl_trai
   if (st == TL_OK && get64(h, H_PARAMS) != m->n_params)
     st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' holds %lld parameters; the model has %lld", path,
                  (long long)get64(h, H_PARAMS), (long long)m->n_params);
+  if (st == TL_OK)
+    st = expect_size(f, path, 1024 + 3 * sizeof(float) * (size_t)m->n_params,
+                     "parameters and both AdamW moments");
+  if (st != TL_OK) {
+    fclose(f);
+    return st;
+  }
+  *out = f;
+  return TL_OK;
+}
+
+tl_status tl_checkpoint_check(const char* path, const tl_model* m) {
+  int32_t h[256];
+  FILE* f = NULL;
+  TL_CHECK(checkpoint_open(path, m, h, &f));
+  fclose(f);
+  return TL_OK;
+}
+
+tl_status tl_checkpoint_read(const char* path, const tl_model* m, struct tl_train_state* s,
+                             float* params, float* adam_m, float* adam_v) {
+  int32_t h[256];
+  FILE* f = NULL;
+  TL_CHECK(checkpoint_open(path, m, h, &f));
   size_t bytes = sizeof(float) * (size_t)m->n_params;
-  if (st == TL_OK) st = read_exact(f, path, params, bytes, "parameters");
+  tl_status st = read_exact(f, path, params, bytes, "parameters");
   if (st == TL_OK) st = read_exact(f, path, adam_m, bytes, "first AdamW moments");
   if (st == TL_OK) st = read_exact(f, path, adam_v, bytes, "second AdamW moments");
-  if (st == TL_OK) st = expect_end(f, path);
   fclose(f);
   if (st == TL_OK) {
     s->step = get64(h, H_STEP);

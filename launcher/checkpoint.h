@@ -26,6 +26,8 @@ extern "C" {
 #define TL_CHECKPOINT_MAGIC 20261129
 
 tl_status tl_llmc_model_read(const char* path, const tl_model* m, float* params);
+/* Header and size only: what tl_llmc_model_read would refuse, without reading. */
+tl_status tl_llmc_model_check(const char* path, const tl_model* m);
 tl_status tl_llmc_model_write(const char* path, const tl_model* m, const float* params);
 
 struct tl_train_state {
@@ -37,6 +39,8 @@ tl_status tl_checkpoint_write(const char* path, const tl_model* m, const struct 
                               const float* params, const float* adam_m, const float* adam_v);
 tl_status tl_checkpoint_read(const char* path, const tl_model* m, struct tl_train_state* s,
                              float* params, float* adam_m, float* adam_v);
+/* Header and size only: what tl_checkpoint_read would refuse, without reading. */
+tl_status tl_checkpoint_check(const char* path, const tl_model* m);
 
 #ifdef __cplusplus
 }

@@ -21,10 +21,12 @@
 #include <sys/stat.h>
 
 #include "core/config.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/cpu/cpu.h"
 #include "launcher/cli.h"
+#include "launcher/inputs.h"
 #include "launcher/sample.h"
 #include "launcher/spawn.h"
 #include "launcher/trainer.h"
@@ -193,6 +195,7 @@ static int parse(int argc, char** argv, struct options* o) {
 static int verify(struct run* r, const float* params) {
   struct tl_config one = r->cfg;
   one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
+  one.schedule.n_stage_layers = 0; /* one stage holds every layer */
   one.checkpoint.dir[0] = '\0';
   tl_trainer* t = NULL;
   if (tl_trainer_create(&one, NULL, &t) != TL_OK) return fail(r, "--verify");
@@ -327,9 +330,10 @@ static int train_loop(struct run* r) {
       if (r->metrics) {
         fprintf(r->metrics,
                 "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"ms\": "
-                "%.3f, \"tokens_per_s\": %.1f, \"wait_ms\": %.3f, \"peak_bytes\": ",
+                "%.3f, \"tokens_per_s\": %.1f, \"wait_ms\": %.3f, \"dp_buckets\": %d, "
+                "\"dp_buckets_early\": %d, \"peak_bytes\": ",
                 (long long)st.step, st.loss, st.lr, st.grad_norm, st.seconds * 1e3,
-                tokens / st.seconds, st.bubble_seconds * 1e3);
+                tokens / st.seconds, st.bubble_seconds * 1e3, st.dp_buckets, st.dp_buckets_early);
         print_peaks(r->metrics, r->peaks, r->have_worker ? r->w.world_size : 1);
         fputs("}\n", r->metrics);
       }
@@ -378,9 +382,15 @@ int tl_cli_train(int argc, char** argv) {
   }
   if (r.opt.steps > 0) r.cfg.train.steps = (int)r.opt.steps;
   int world = r.cfg.mesh.dp * r.cfg.mesh.tp * r.cfg.mesh.pp, status = 0;
+  char who[64];
+  /* started by hand: the config's files are checked once, here, before any
+   * rank starts (inside a job each rank's trainer opens them again) */
+  if (!tl_launch_detected(who, sizeof who) && tl_inputs_check(&r.cfg) != TL_OK) {
+    fprintf(stderr, "trellis train: %s: %s\n", r.opt.config, tl_last_error());
+    return 1;
+  }
   /* by hand with several ranks: start the job and report its status */
   if (tl_launch_maybe_spawn(argc + 2, argv - 2, world, &status)) return status;
-  char who[64];
   struct tl_trainer_comm comm = {0};
   if (world > 1 || tl_launch_detected(who, sizeof who)) {
     if (tl_worker_init(&r.cfg, &r.w) != TL_OK) {
@@ -391,9 +401,9 @@ int tl_cli_train(int argc, char** argv) {
     r.have_worker = 1;
     comm = tl_trainer_comm_of(r.w.world, r.w.groups, r.w.host_groups);
   } else if (r.cfg.device.threads > 0) {
-    char buf[16];
-    snprintf(buf, sizeof buf, "%d", r.cfg.device.threads);
-    setenv("TRELLIS_NUM_THREADS", buf, 1);
+    /* one rank started by hand: the config's threads, as a job's worker
+     * sets them (the environment was read once already) */
+    tl_env_set_num_threads(r.cfg.device.threads);
   }
   if (tl_trainer_create(&r.cfg, r.have_worker ? &comm : NULL, &r.t) != TL_OK)
     return finish(&r, fail(&r, ""));

@@ -153,7 +153,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for stages");
     goto fail;
   }
-  TL_CHECK_GOTO(tl_pp_partition(t->graph, &t->io, &t->local, t->pp_size, NULL, t->stages), st,
+  /* the config's cut when it gives one, else stages balanced by FLOPs */
+  const int* cut = cfg->schedule.n_stage_layers > 0 ? cfg->schedule.stage_layers : NULL;
+  TL_CHECK_GOTO(tl_pp_partition(t->graph, &t->io, &t->local, t->pp_size, cut, t->stages), st,
                 fail);
   t->me = &t->stages[t->pp_rank];
   TL_CHECK_GOTO(tl_pp_schedule_build(cfg->schedule.kind, t->pp_size, t->pp_rank,
@@ -507,6 +509,8 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   out->grad_norm = norm;
   out->seconds = tl_timer_elapsed_s(&timer);
   out->bubble_seconds = t->wait_seconds;
+  out->dp_buckets = t->buckets && t->dp_size > 1 ? tl_dp_buckets_count(t->buckets) : 0;
+  out->dp_buckets_early = t->buckets && t->dp_size > 1 ? tl_dp_buckets_early(t->buckets) : 0;
   return TL_OK;
 }
 

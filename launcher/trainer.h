@@ -64,6 +64,9 @@ struct tl_step_stats {
   float grad_norm; /* before clipping */
   double seconds;
   double bubble_seconds; /* time this rank waited on pipeline receives */
+  /* this rank's data-parallel gradient buckets (parallel.bucket_mb), and how
+   * many of them started during the last backward (overlapped); 0 at dp = 1 */
+  int dp_buckets, dp_buckets_early;
 };
 
 /* Builds this rank's part from the config (every rank of the job calls it:

@@ -108,6 +108,22 @@ const std::vector<BadConfig>& BadConfigs() {
        "train.min_lr = 0.01: must be <= train.lr = 0.001"},
       {"CheckpointEveryNeedsDir", R"({"checkpoint": {"every": 10}})",
        "checkpoint.every = 10: needs checkpoint.dir"},
+      // fields the runtime does not run yet are refused, not ignored
+      {"ZeroNotImplementedYet", R"({"mesh": {"dp": 2}, "parallel": {"zero": 3}})",
+       "parallel.zero = 3: ZeRO stages 1-3 (sharded optimizer state, gradients, parameters) are "
+       "not implemented yet; expected 0"},
+      {"RecomputeNotImplementedYet", R"({"parallel": {"recompute": true}})",
+       "parallel.recompute = true: activation recomputation is not implemented yet; expected "
+       "false"},
+      {"InterleavedNotImplementedYet", R"({"schedule": {"kind": "interleaved"}})",
+       "schedule.kind = \"interleaved\": the interleaved schedule is not implemented yet; "
+       "expected \"gpipe\" or \"1f1b\""},
+      {"ValidationNeedsValidationData", R"({"train": {"val_every": 10}})",
+       "train.val_every = 10: needs data.val"},
+      {"GptFieldInAnMlpConfig", R"({"model": {"kind": "mlp", "n_heads": 8}})",
+       "model.n_heads: only model.kind \"gpt\" reads it; this model is \"mlp\""},
+      {"MlpFieldInAGptConfig", R"({"model": {"mlp_sizes": [16, 256]}})",
+       "model.mlp_sizes: only model.kind \"mlp\" reads it; this model is \"gpt\""},
   };
   return k;
 }

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <jansson.h>
 
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -20,6 +22,31 @@ std::string Replace(std::string s, const std::string& from, const std::string& t
   for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
     s.replace(at, from.size(), to);
   return s;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// A byte-level token file of `bytes` tokens, made by `trellis data`.
+std::string Tokens(size_t bytes) {
+  std::string text = WriteTempFile(std::string(bytes, 'a') + "bcd efg\n", ".txt");
+  std::string tokens = text + ".bin";
+  EXPECT_EQ(RunProcess({kTrellis, "data", text, tokens}).status, 0);
+  return tokens;
+}
+
+// An example config with its default-corpus paths pointed at a token file
+// of this test (`trellis check` opens the files a config names).
+std::string ExampleWithData(const std::string& example) {
+  std::string tokens = Tokens(4000);
+  std::string json = ReadFile(example);
+  json = Replace(json, "data/fortunes_train.bin", tokens);
+  json = Replace(json, "data/fortunes_val.bin", tokens);
+  return WriteTempFile(json);
 }
 
 }  // namespace
@@ -40,10 +67,11 @@ INSTANTIATE_TEST_SUITE_P(Table, CheckCli, testing::ValuesIn(BadConfigs()),
                          [](const testing::TestParamInfo<BadConfig>& i) { return i.param.name; });
 
 TEST(CheckCliMap, TheFourDeviceExampleShowsTheDesignsMapping) {
-  RunResult r = RunProcess({kTrellis, "check", "examples/four_device.json"});
+  std::string cfg = ExampleWithData("examples/four_device.json");
+  RunResult r = RunProcess({kTrellis, "check", cfg});
   ASSERT_EQ(r.status, 0) << r.output;
   const std::string& o = r.output;
-  EXPECT_NE(o.find("examples/four_device.json: valid"), std::string::npos) << o;
+  EXPECT_NE(o.find(cfg + ": valid"), std::string::npos) << o;
   EXPECT_NE(o.find("ranks count from 0 (as MPI numbers them), devices from 1"), std::string::npos);
   // rank, device, dp, tp, pp, then the groups' ranks
   for (const char* row :
@@ -66,7 +94,7 @@ TEST(CheckCliMap, TheFourDeviceExampleShowsTheDesignsMapping) {
 }
 
 TEST(CheckCliMap, TheThreeAxisExampleShowsEachTensorParallelRanksShard) {
-  RunResult r = RunProcess({kTrellis, "check", "examples/gpt_dp2_tp2_pp2.json"});
+  RunResult r = RunProcess({kTrellis, "check", ExampleWithData("examples/gpt_dp2_tp2_pp2.json")});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("tp rank 0: heads 1-2 of 4, vocabulary rows 0-127 of 256"),
             std::string::npos)
@@ -78,7 +106,9 @@ TEST(CheckCliMap, TheThreeAxisExampleShowsEachTensorParallelRanksShard) {
 }
 
 TEST(CheckCliMap, RanksPerNodePlacesGpusByLocalRank) {
-  std::string cfg = WriteTempFile(R"({"mesh": {"dp": 2, "tp": 2}, "device": {"type": "cuda"}})");
+  std::string cfg = WriteTempFile(R"({"mesh": {"dp": 2, "tp": 2}, "device": {"type": "cuda"},
+                                      "data": {"train": ")" +
+                                  Tokens(2000) + "\"}}");
   RunResult r = RunProcess({kTrellis, "check", cfg, "--ranks-per-node", "2"});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("    3       4    1    1    0  node 1 cuda:1"), std::string::npos)
@@ -93,6 +123,49 @@ TEST(CheckCliMap, UsageErrorsExitTwo) {
   RunResult missing = RunProcess({kTrellis, "check", "/nonexistent/x.json"});
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.output.find("cannot open config '/nonexistent/x.json'"), std::string::npos);
+}
+
+// The files a config names are opened as training will read them: each
+// missing or malformed one is refused by name, all at once, with exit 1 —
+// by `trellis check` and by `trellis train` before any rank starts.
+TEST(CheckCliFiles, MissingOrMalformedInputFilesAreRefusedByName) {
+  std::string good = Tokens(2000);
+  std::string garbage = WriteTempFile(std::string(2048, 'x'), ".bin");
+  std::string few = Tokens(10);  // fewer tokens than one batch of 4 x 64
+  std::string model = WriteTempFile(std::string(1024, '\0'), ".bin");
+  struct Case {
+    std::string fields, want;
+  } cases[] = {
+      {R"("data": {"train": "/nonexistent/train.bin"})",
+       "data.train: cannot open token file '/nonexistent/train.bin'"},
+      {R"("data": {"train": ")" + garbage + "\"}", "data.train: '" + garbage + "' is not a token file"},
+      {R"("data": {"train": ")" + few + "\"}", "needs at least 257"},
+      {R"("data": {"train": ")" + good + R"(", "val": "/nonexistent/val.bin"})",
+       "data.val: cannot open token file '/nonexistent/val.bin'"},
+      {R"("data": {"train": ")" + good + R"("}, "model": {"vocab_size": 90})",
+       "data.train: '" + good + "': token 97 at position 0 is outside the model's vocabulary"},
+      {R"("data": {"train": ")" + good + R"("}, "model": {"init_from": ")" + model + "\"}",
+       "model.init_from: '" + model + "' is not an llm.c model file"},
+      {R"("data": {"train": ")" + good + R"("}, "checkpoint": {"resume": "/nonexistent/c.ckpt"})",
+       "checkpoint.resume: cannot open checkpoint '/nonexistent/c.ckpt'"},
+      {R"("train": {"sample_tokens": 0})", "data.train: not set"},
+  };
+  for (const Case& c : cases) {
+    std::string cfg = WriteTempFile("{" + c.fields + "}");
+    for (const char* cmd : {"check", "train"}) {
+      RunResult r = RunProcess({kTrellis, cmd, cfg}, {}, 30);
+      EXPECT_EQ(r.status, 1) << cmd << " " << c.fields << "\n" << r.output;
+      EXPECT_NE(r.output.find(c.want), std::string::npos)
+          << cmd << ": wanted: " << c.want << "\ngot: " << r.output;
+      EXPECT_EQ(r.output.find("rank map"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("step "), std::string::npos) << "no step may run:\n" << r.output;
+    }
+  }
+  // every problem at once
+  std::string both = WriteTempFile(
+      R"({"data": {"train": "/nonexistent/a.bin", "val": "/nonexistent/b.bin"}})");
+  RunResult r = RunProcess({kTrellis, "check", both});
+  EXPECT_NE(r.output.find("2 input file problems"), std::string::npos) << r.output;
 }
 
 TEST(CheckCliMap, WithoutAConfigCheckStillRunsTheKernelSelfCheck) {

@@ -87,6 +87,7 @@ struct Run {
   std::vector<double> losses;
   std::vector<float> params;  // rank 0 only
   int64_t pp_send_bytes = 0;  // this rank's sends over the pipeline group during the steps
+  int stage = 0, stage_layers = 0;  // this rank's pipeline stage and how many layers it holds
 };
 
 // Trains `c` on this job (collective); the whole parameter vector lands on rank 0.
@@ -103,6 +104,9 @@ Run Train(const tl_config& c, bool single) {
   EXPECT_EQ(tl_trainer_create(&c, job ? &comm : nullptr, &t), TL_OK) << tl_last_error();
   if (!t) return r;
   if (job) tl_group_stats_reset(w.groups[TL_AXIS_PP]);
+  int n_stages, begin, end;
+  tl_trainer_stage(t, &r.stage, &n_stages, &begin, &end);
+  r.stage_layers = end - begin;
   for (int s = 0; s < c.train.steps; s++) {
     tl_step_stats st;
     EXPECT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
@@ -134,9 +138,13 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
   for (size_t i = 0; i < stage_layers.size(); i++)
     what += (i ? "+" : " stage layers ") + std::to_string(stage_layers[i]);
   Run par = Train(c, false);
+  if (!stage_layers.empty()) {  // the cut is the config's, not the balanced one
+    EXPECT_EQ(par.stage_layers, stage_layers[par.stage]) << what << ": stage " << par.stage;
+  }
   if (WorldRank() != 0) return;
   tl_config one = c;
   one.mesh.dp = one.mesh.pp = one.mesh.tp = 1;
+  one.schedule.n_stage_layers = 0;  // one stage holds every layer
   Run ref = Train(one, true);
   ASSERT_EQ(par.losses.size(), ref.losses.size()) << what;
   for (size_t s = 0; s < ref.losses.size(); s++)
