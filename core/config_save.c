@@ -1,6 +1,7 @@
-/* config_save.c — writes a config as JSON: every field its model kind reads, in the table's order,
- * atomically (a temporary file in the same directory, then rename), so a
- * reader never sees half a file and a failed write leaves the old one.
+/* config_save.c — writes a config as JSON: every field its model kind
+ * reads, in the table's order, atomically (core/atomic_file.h: a temporary
+ * file in the same directory, then rename), so a reader never sees half a
+ * file and a failed write leaves the old one.
  *
  * Numbers are written in the shortest form that reads back to the same bits
  * (a float's 1e-3 is "0.001", not "0.0010000000474974513"), so a saved
@@ -12,9 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/config_impl.h"
 
@@ -135,47 +135,14 @@ tl_status tl_config_save(const struct tl_config* cfg, const char* path) {
   tl__config_validate(cfg, NULL, &p);
   TL_CHECK(tl__problems_status(&p, "(to be saved)"));
 
-  size_t len = strlen(path);
-  char* tmp = (char*)malloc(len + 16);
-  if (!tmp) return TL_ERRF(TL_ERR_NOMEM, "no memory to save config '%s'", path);
-  snprintf(tmp, len + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    tl_status st = TL_ERRF(TL_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
-                           strerror(errno));
-    free(tmp);
+  tl_atomic_file af;
+  TL_CHECK(tl_atomic_file_open(&af, path));
+  tl_status st = write_all(af.f, cfg);
+  if (st == TL_OK && ferror(af.f))
+    st = TL_ERRF(TL_ERR_IO, "cannot write '%s': %s", af.tmp, strerror(errno));
+  if (st != TL_OK) {
+    tl_atomic_file_abort(&af);
     return st;
   }
-  tl_status st = TL_OK;
-  FILE* f = fdopen(fd, "w");
-  if (!f) {
-    st = TL_ERRF(TL_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-    close(fd);
-    goto fail;
-  }
-  TL_CHECK_GOTO(write_all(f, cfg), st, fail_file);
-  if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-    st = TL_ERRF(TL_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-    goto fail_file;
-  }
-  /* mkstemp makes the file 0600; a config is an ordinary, shareable file. */
-  fchmod(fileno(f), 0644);
-  if (fclose(f) != 0) {
-    f = NULL;
-    st = TL_ERRF(TL_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
-    goto fail;
-  }
-  if (rename(tmp, path) != 0) {
-    st = TL_ERRF(TL_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    goto fail;
-  }
-  free(tmp);
-  return TL_OK;
-
-fail_file:
-  fclose(f);
-fail:
-  unlink(tmp);
-  free(tmp);
-  return st;
+  return tl_atomic_file_commit(&af);
 }

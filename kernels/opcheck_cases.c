@@ -112,28 +112,12 @@ static void gelu_ref(const struct opcheck_case* c, const double* const* in, doub
   }
 }
 
-/* ---- softmax: d = {rows, cols} */
-
-static tl_status softmax_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
-                             float* const* out) {
-  return OPS->softmax_forward(CTX, out[0], F(in[0]), c->d[0], c->d[1]);
-}
-
-static tl_status softmax_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
-                             float* const* out, float* const* dout, float* const* din) {
-  (void)in;
-  return OPS->softmax_backward(CTX, din[0], out[0], dout[0], c->d[0], c->d[1]);
-}
-
+/* the softmax of one row (the attention reference uses it) */
 static void softmax_row(const double* x, double* y, int n) {
   double mx = -INFINITY, s = 0;
   for (int j = 0; j < n; j++) mx = fmax(mx, x[j]);
   for (int j = 0; j < n; j++) s += (y[j] = exp(x[j] - mx));
   for (int j = 0; j < n; j++) y[j] /= s;
-}
-
-static void softmax_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
-  for (int i = 0; i < c->d[0]; i++) softmax_row(in[0] + i * c->d[1], out[0] + i * c->d[1], c->d[1]);
 }
 
 /* ---- attention: d = {B, T, C, NH} */
@@ -262,7 +246,7 @@ static void xent_shard_ref(const struct opcheck_case* c, const double* const* in
   }
 }
 
-/* ---- add, scale, sum: d = {n} */
+/* ---- add, scale, sum of squares: d = {n} */
 
 static tl_status add_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
                          float* const* out) {
@@ -292,23 +276,6 @@ static tl_status scale_bwd(const struct opcheck_case* c, const tl_backend* be, v
 
 static void scale_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
   for (int i = 0; i < c->d[0]; i++) out[0][i] = (double)c->alpha * in[0][i];
-}
-
-static tl_status sum_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
-                         float* const* out) {
-  return OPS->sum_forward(CTX, out[0], F(in[0]), c->alpha, c->d[0]);
-}
-
-static tl_status sum_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
-                         float* const* out, float* const* dout, float* const* din) {
-  (void)in, (void)out;
-  return OPS->sum_backward(CTX, din[0], dout[0], c->alpha, c->d[0]);
-}
-
-static void sum_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
-  double s = 0;
-  for (int i = 0; i < c->d[0]; i++) s += in[0][i];
-  out[0][0] = (double)c->alpha * s;
 }
 
 static tl_status sumsq_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
@@ -372,11 +339,6 @@ static void adamw_ref(const struct opcheck_case* c, const double* const* in, dou
    .forward = layernorm_fwd, .backward = layernorm_bwd, .reference = layernorm_ref,     \
    .fwd_tol = 1e-5, .grad_tol = 1e-4}
 
-#define SOFTMAX(nm, R, C)                                                               \
-  {.name = nm, .n_in = 1, .n_out = 1, .in = {{"inp", (R) * (C), OPCHECK_F32, -3, 3, 1}}, \
-   .out = {{"out", (R) * (C), 1}}, .d = {R, C}, .forward = softmax_fwd,                  \
-   .backward = softmax_bwd, .reference = softmax_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4}
-
 #define ATTENTION(nm, B, T, C, NH)                                                      \
   {.name = nm, .n_in = 1, .n_out = 2,                                                   \
    .in = {{"qkv", (B) * (T) * 3 * (C), OPCHECK_F32, -1, 1, 1}},                          \
@@ -410,7 +372,6 @@ const struct opcheck_case tl__opcheck_cases[] = {
     MATMUL("matmul_tn_bias_accumulate", 4, 9, 3, 1, 0, 3),
     LAYERNORM("layernorm", 6, 10),
     ELEMENTWISE("gelu", 64, gelu_fwd, gelu_bwd, gelu_ref, -5.0f, 5.0f, 0),
-    SOFTMAX("softmax", 4, 9),
     ATTENTION("attention", 2, 5, 12, 3),
     {.name = "embedding", .n_in = 3, .n_out = 1,
      .in = {{"tokens", 2 * 4, OPCHECK_I32, 0, 5, 0},
@@ -431,7 +392,6 @@ const struct opcheck_case tl__opcheck_cases[] = {
     /* Wider shapes: rows longer than a warp (32) or a block (256), sequences
      * longer than a warp, heads of 32 — the paths GPU kernels take at real sizes. */
     LAYERNORM("layernorm_wide", 4, 100),
-    SOFTMAX("softmax_wide", 3, 300),
     ATTENTION("attention_long", 1, 40, 64, 2),
     CROSSENTROPY("crossentropy_wide", 3, 300, 384),
     {.name = "add", .n_in = 2, .n_out = 1,
@@ -439,9 +399,6 @@ const struct opcheck_case tl__opcheck_cases[] = {
      .out = {{"out", 50, 1}}, .d = {50}, .forward = add_fwd, .backward = add_bwd,
      .reference = add_ref, .fwd_tol = 1e-6, .grad_tol = 1e-5},
     ELEMENTWISE("scale", 50, scale_fwd, scale_bwd, scale_ref, -1.0f, 1.0f, 0.37f),
-    ELEMENTWISE("sum", 300, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f),
-    ELEMENTWISE("mean", 300, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f / 300.0f),
-    ELEMENTWISE("sum_long", 5000, sum_fwd, sum_bwd, sum_ref, -1.0f, 1.0f, 1.0f),
     /* forward-only: more than one fixed-size chunk of the CPU reduction */
     {.name = "sumsq", .n_in = 1, .n_out = 1, .in = {{"x", 70000, OPCHECK_F32, -1, 1, 0}},
      .out = {{"out", 1, 0}}, .d = {70000}, .forward = sumsq_fwd, .reference = sumsq_ref,

@@ -58,10 +58,6 @@ struct tl_kernel_ops {
   tl_status (*gelu_backward)(void* ctx, float* dinp, const float* inp, const float* dout,
                              int64_t n);
 
-  /* Row-wise softmax of (rows, cols). Backward uses the forward's output. */
-  tl_status (*softmax_forward)(void* ctx, float* out, const float* inp, int rows, int cols);
-  tl_status (*softmax_backward)(void* ctx, float* dinp, const float* out, const float* dout,
-                                int rows, int cols);
 
   /* Causal multi-head self-attention. qkv (B,T,3C) -> out (B,T,C); att
    * (B,NH,T,T) keeps the softmax probabilities for backward, zero above the
@@ -115,14 +111,9 @@ struct tl_kernel_ops {
   tl_status (*scale_forward)(void* ctx, float* out, const float* inp, float alpha, int64_t n);
   tl_status (*scale_backward)(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
 
-  /* out[0] = alpha * sum(inp) — alpha = 1/n gives the mean. Accumulates in
-   * double on the CPU and in a fixed-order tree on the GPU, so the result is
-   * deterministic. Backward: dinp += alpha * dout[0]. out is one float. */
-  tl_status (*sum_forward)(void* ctx, float* out, const float* inp, float alpha, int64_t n);
-  tl_status (*sum_backward)(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
-
-  /* out[0] = sum(inp^2), accumulated like sum_forward (deterministic): the
-   * squared global gradient norm. */
+  /* out[0] = sum(inp^2) (one float): the squared global gradient norm.
+   * Accumulates in double, in fixed chunks on the CPU and a fixed-order tree
+   * on the GPU, so the result is deterministic. */
   tl_status (*sumsq)(void* ctx, float* out, const float* inp, int64_t n);
 
   /* One AdamW step on n parameters, in place (decoupled weight decay, bias

@@ -20,7 +20,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "kernels/backend.h"
-#include "launcher/atomic_file.h"
+#include "core/atomic_file.h"
 #include "launcher/cli.h"
 #include "launcher/spawn.h"
 #include "launcher/worker.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/dtype.h"
-#include "launcher/atomic_file.h"
+#include "core/atomic_file.h"
 
 static tl_status read_exact(FILE* f, const char* path, void* dst, size_t bytes, const char* what) {
   if (fread(dst, 1, bytes, f) != bytes)

@@ -18,7 +18,7 @@
 
 #include "core/config.h"
 #include "core/timer.h"
-#include "launcher/atomic_file.h"
+#include "core/atomic_file.h"
 #include "launcher/cli.h"
 #include "launcher/plan_svg.h"
 #include "planner/cluster.h"

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "core/rng.h"
-#include "launcher/atomic_file.h"
+#include "core/atomic_file.h"
 
 tl_status tl_tokens_open(const char* path, int vocab, tl_token_file* out) {
   memset(out, 0, sizeof *out);

@@ -70,8 +70,6 @@ const struct tl_kernel_ops tl_cpu_kernel_ops = {
     .layernorm_backward = tl__cpu_layernorm_backward,
     .gelu_forward = tl__cpu_gelu_forward,
     .gelu_backward = tl__cpu_gelu_backward,
-    .softmax_forward = tl__cpu_softmax_forward,
-    .softmax_backward = tl__cpu_softmax_backward,
     .attention_forward = tl__cpu_attention_forward,
     .attention_backward = tl__cpu_attention_backward,
     .embedding_forward = tl__cpu_embedding_forward,
@@ -83,8 +81,6 @@ const struct tl_kernel_ops tl_cpu_kernel_ops = {
     .add_backward = tl__cpu_add_backward,
     .scale_forward = tl__cpu_scale_forward,
     .scale_backward = tl__cpu_scale_backward,
-    .sum_forward = tl__cpu_sum_forward,
-    .sum_backward = tl__cpu_sum_backward,
     .sumsq = tl__cpu_sumsq,
     .adamw = tl__cpu_adamw,
 };

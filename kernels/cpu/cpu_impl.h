@@ -23,9 +23,6 @@ tl_status tl__cpu_layernorm_backward(void* ctx, float* dinp, float* dweight, flo
 tl_status tl__cpu_gelu_forward(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cpu_gelu_backward(void* ctx, float* dinp, const float* inp, const float* dout,
                                 int64_t n);
-tl_status tl__cpu_softmax_forward(void* ctx, float* out, const float* inp, int rows, int cols);
-tl_status tl__cpu_softmax_backward(void* ctx, float* dinp, const float* out, const float* dout,
-                                   int rows, int cols);
 tl_status tl__cpu_attention_forward(void* ctx, float* out, float* att, const float* qkv, int b,
                                     int t, int c, int nh);
 tl_status tl__cpu_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
@@ -48,8 +45,6 @@ tl_status tl__cpu_add_forward(void* ctx, float* out, const float* a, const float
 tl_status tl__cpu_add_backward(void* ctx, float* da, float* db, const float* dout, int64_t n);
 tl_status tl__cpu_scale_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
 tl_status tl__cpu_scale_backward(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
-tl_status tl__cpu_sum_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
-tl_status tl__cpu_sum_backward(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
 tl_status tl__cpu_sumsq(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cpu_adamw(void* ctx, float* params, const float* grads, float* m, float* v, int64_t n,
                         float lr, float beta1, float beta2, float eps, float weight_decay,

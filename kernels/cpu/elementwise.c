@@ -1,6 +1,7 @@
-/* elementwise.c — residual add, scale and the full sum, with their
- * backwards. The sum adds fixed-size chunks in double and then the chunk
- * totals in order, so its result does not depend on the thread count. */
+/* elementwise.c — residual add and scale with their backwards, and the sum
+ * of squares (the gradient norm). That sum adds fixed-size chunks in double
+ * and then the chunk totals in order, so its result does not depend on the
+ * thread count. */
 #include "kernels/cpu/cpu_impl.h"
 
 tl_status tl__cpu_add_forward(void* ctx, float* out, const float* a, const float* b, int64_t n) {
@@ -38,9 +39,9 @@ tl_status tl__cpu_scale_backward(void* ctx, float* dinp, const float* dout, floa
 #define SUM_CHUNK 65536
 #define SUM_MAX_CHUNKS 4096
 
-/* Fixed chunks summed in double, then the chunk totals in order: the same
+/* Squares in fixed chunks summed in double, then the chunk totals in order: the same
  * result for any thread count. */
-static double chunked_sum(const float* inp, int64_t n, int square) {
+static double chunked_sumsq(const float* inp, int64_t n) {
   int64_t n_chunks = (n + SUM_CHUNK - 1) / SUM_CHUNK;
   double partial[SUM_MAX_CHUNKS];
   double total = 0.0;
@@ -50,13 +51,8 @@ static double chunked_sum(const float* inp, int64_t n, int square) {
     for (int64_t ch = 0; ch < count; ch++) {
       int64_t begin = (base + ch) * SUM_CHUNK, end = begin + SUM_CHUNK < n ? begin + SUM_CHUNK : n;
       double s = 0.0;
-      if (square) {
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = begin; i < end; i++) s += (double)inp[i] * inp[i];
-      } else {
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = begin; i < end; i++) s += inp[i];
-      }
+      for (int64_t i = begin; i < end; i++) s += (double)inp[i] * inp[i];
       partial[ch] = s;
     }
     for (int64_t ch = 0; ch < count; ch++) total += partial[ch];
@@ -64,22 +60,8 @@ static double chunked_sum(const float* inp, int64_t n, int square) {
   return total;
 }
 
-tl_status tl__cpu_sum_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n) {
-  (void)ctx;
-  out[0] = (float)(alpha * chunked_sum(inp, n, 0));
-  return TL_OK;
-}
-
 tl_status tl__cpu_sumsq(void* ctx, float* out, const float* inp, int64_t n) {
   (void)ctx;
-  out[0] = (float)chunked_sum(inp, n, 1);
-  return TL_OK;
-}
-
-tl_status tl__cpu_sum_backward(void* ctx, float* dinp, const float* dout, float alpha, int64_t n) {
-  (void)ctx;
-  float g = alpha * dout[0];
-#pragma omp parallel for if (n > TL_CPU_PAR_MIN)
-  for (int64_t i = 0; i < n; i++) dinp[i] += g;
+  out[0] = (float)chunked_sumsq(inp, n);
   return TL_OK;
 }

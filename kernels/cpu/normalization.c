@@ -1,4 +1,4 @@
-/* normalization.c — layernorm and row softmax, forward and backward. Row
+/* normalization.c — layernorm, forward and backward. Row
  * loops are independent and run in parallel; the layernorm parameter
  * gradients sum over rows, so they run in a second pass split by column,
  * which keeps every sum in one fixed order (deterministic for any thread
@@ -71,39 +71,6 @@ tl_status tl__cpu_layernorm_backward(void* ctx, float* dinp, float* dweight, flo
       if (dweight) dweight[j] += dw;
       if (dbias) dbias[j] += db;
     }
-  }
-  return TL_OK;
-}
-
-tl_status tl__cpu_softmax_forward(void* ctx, float* out, const float* inp, int rows, int cols) {
-  (void)ctx;
-#pragma omp parallel for if ((int64_t)rows * cols > TL_CPU_PAR_MIN)
-  for (int i = 0; i < rows; i++) {
-    const float* x = inp + (int64_t)i * cols;
-    float* y = out + (int64_t)i * cols;
-    float mx = -INFINITY;
-    for (int j = 0; j < cols; j++) mx = x[j] > mx ? x[j] : mx;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < cols; j++) sum += (y[j] = tl__expf(x[j] - mx));
-    float inv = 1.0f / sum;
-    for (int j = 0; j < cols; j++) y[j] *= inv;
-  }
-  return TL_OK;
-}
-
-tl_status tl__cpu_softmax_backward(void* ctx, float* dinp, const float* out, const float* dout,
-                                   int rows, int cols) {
-  (void)ctx;
-#pragma omp parallel for if ((int64_t)rows * cols > TL_CPU_PAR_MIN)
-  for (int i = 0; i < rows; i++) {
-    const float* y = out + (int64_t)i * cols;
-    const float* dy = dout + (int64_t)i * cols;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int j = 0; j < cols; j++) dot += y[j] * dy[j];
-    float* dx = dinp + (int64_t)i * cols;
-    for (int j = 0; j < cols; j++) dx[j] += y[j] * (dy[j] - dot);
   }
   return TL_OK;
 }

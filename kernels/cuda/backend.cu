@@ -139,8 +139,6 @@ extern "C" const struct tl_kernel_ops tl_cuda_kernel_ops = {
     tl__cuda_layernorm_backward,
     tl__cuda_gelu_forward,
     tl__cuda_gelu_backward,
-    tl__cuda_softmax_forward,
-    tl__cuda_softmax_backward,
     tl__cuda_attention_forward,
     tl__cuda_attention_backward,
     tl__cuda_embedding_forward,
@@ -152,8 +150,6 @@ extern "C" const struct tl_kernel_ops tl_cuda_kernel_ops = {
     tl__cuda_add_backward,
     tl__cuda_scale_forward,
     tl__cuda_scale_backward,
-    tl__cuda_sum_forward,
-    tl__cuda_sum_backward,
     tl__cuda_sumsq,
     tl__cuda_adamw,
 };

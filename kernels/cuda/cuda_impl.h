@@ -59,9 +59,6 @@ tl_status tl__cuda_layernorm_backward(void* ctx, float* dinp, float* dweight, fl
 tl_status tl__cuda_gelu_forward(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cuda_gelu_backward(void* ctx, float* dinp, const float* inp, const float* dout,
                                  int64_t n);
-tl_status tl__cuda_softmax_forward(void* ctx, float* out, const float* inp, int rows, int cols);
-tl_status tl__cuda_softmax_backward(void* ctx, float* dinp, const float* out, const float* dout,
-                                    int rows, int cols);
 tl_status tl__cuda_attention_forward(void* ctx, float* out, float* att, const float* qkv, int b,
                                      int t, int c, int nh);
 tl_status tl__cuda_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
@@ -86,8 +83,6 @@ tl_status tl__cuda_add_backward(void* ctx, float* da, float* db, const float* do
 tl_status tl__cuda_scale_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
 tl_status tl__cuda_scale_backward(void* ctx, float* dinp, const float* dout, float alpha,
                                   int64_t n);
-tl_status tl__cuda_sum_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);
-tl_status tl__cuda_sum_backward(void* ctx, float* dinp, const float* dout, float alpha, int64_t n);
 tl_status tl__cuda_sumsq(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cuda_adamw(void* ctx, float* params, const float* grads, float* m, float* v,
                          int64_t n, float lr, float beta1, float beta2, float eps,

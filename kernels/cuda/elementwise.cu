@@ -53,26 +53,17 @@ __global__ static void scale_backward_kernel(float* dinp, const float* dout, flo
   FOR_EACH(i, n) dinp[i] += alpha * dout[i];
 }
 
-__global__ static void sum_kernel(float* out, const float* inp, float alpha, int64_t n,
-                                  int square) {
+__global__ static void sumsq_kernel(float* out, const float* inp, int64_t n) {
   __shared__ double shared[1024];
   double s = 0.0;
-  if (square)
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)inp[i] * inp[i];
-  else
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += inp[i];
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)inp[i] * inp[i];
   shared[threadIdx.x] = s;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
     if ((int)threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[0] = (float)(alpha * shared[0]);
-}
-
-__global__ static void sum_backward_kernel(float* dinp, const float* dout, float alpha, int64_t n) {
-  float g = alpha * dout[0];
-  FOR_EACH(i, n) dinp[i] += g;
+  if (threadIdx.x == 0) out[0] = (float)shared[0];
 }
 
 #define STREAM TL_CUDA_CTX(ctx)->stream
@@ -118,22 +109,8 @@ extern "C" tl_status tl__cuda_scale_backward(void* ctx, float* dinp, const float
   return TL_OK;
 }
 
-extern "C" tl_status tl__cuda_sum_forward(void* ctx, float* out, const float* inp, float alpha,
-                                          int64_t n) {
-  sum_kernel<<<1, 1024, 0, STREAM>>>(out, inp, alpha, n, 0);
-  TL_CUDA_LAUNCHED();
-  return TL_OK;
-}
-
 extern "C" tl_status tl__cuda_sumsq(void* ctx, float* out, const float* inp, int64_t n) {
-  sum_kernel<<<1, 1024, 0, STREAM>>>(out, inp, 1.0f, n, 1);
-  TL_CUDA_LAUNCHED();
-  return TL_OK;
-}
-
-extern "C" tl_status tl__cuda_sum_backward(void* ctx, float* dinp, const float* dout, float alpha,
-                                           int64_t n) {
-  sum_backward_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(dinp, dout, alpha, n);
+  sumsq_kernel<<<1, 1024, 0, STREAM>>>(out, inp, n);
   TL_CUDA_LAUNCHED();
   return TL_OK;
 }

@@ -1,4 +1,4 @@
-// normalization.cu — layernorm and row softmax. One warp per row; the
+// normalization.cu — layernorm. One warp per row; the
 // layernorm parameter gradients use one thread per column walking the rows
 // in order, so results do not depend on scheduling.
 #include "kernels/cuda/cuda_impl.h"
@@ -86,54 +86,5 @@ extern "C" tl_status tl__cuda_layernorm_backward(void* pctx, float* dinp, float*
         dweight, dbias, dout, inp, mean, rstd, n, c);
     TL_CUDA_LAUNCHED();
   }
-  return TL_OK;
-}
-
-__global__ static void softmax_forward_kernel(float* out, const float* inp, int rows, int cols) {
-  int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
-  if (row >= rows) return;
-  int lane = threadIdx.x;
-  const float* x = inp + (int64_t)row * cols;
-  float* y = out + (int64_t)row * cols;
-  float mx = -INFINITY;
-  for (int j = lane; j < cols; j += 32) mx = fmaxf(mx, x[j]);
-  mx = tl__warp_max(mx);
-  float s = 0.0f;
-  for (int j = lane; j < cols; j += 32) s += expf(x[j] - mx);
-  float inv = 1.0f / tl__warp_sum(s);
-  for (int j = lane; j < cols; j += 32) y[j] = expf(x[j] - mx) * inv;
-}
-
-__global__ static void softmax_backward_kernel(float* dinp, const float* out, const float* dout,
-                                               int rows, int cols) {
-  int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;
-  if (row >= rows) return;
-  int lane = threadIdx.x;
-  const float* y = out + (int64_t)row * cols;
-  const float* dy = dout + (int64_t)row * cols;
-  float dot = 0.0f;
-  for (int j = lane; j < cols; j += 32) dot += y[j] * dy[j];
-  dot = tl__warp_sum(dot);
-  float* dx = dinp + (int64_t)row * cols;
-  for (int j = lane; j < cols; j += 32) dx[j] += y[j] * (dy[j] - dot);
-}
-
-extern "C" tl_status tl__cuda_softmax_forward(void* pctx, float* out, const float* inp, int rows,
-                                              int cols) {
-  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
-  dim3 block(32, ROWS_PER_BLOCK);
-  softmax_forward_kernel<<<tl__cuda_blocks(rows, ROWS_PER_BLOCK), block, 0, ctx->stream>>>(
-      out, inp, rows, cols);
-  TL_CUDA_LAUNCHED();
-  return TL_OK;
-}
-
-extern "C" tl_status tl__cuda_softmax_backward(void* pctx, float* dinp, const float* out,
-                                               const float* dout, int rows, int cols) {
-  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
-  dim3 block(32, ROWS_PER_BLOCK);
-  softmax_backward_kernel<<<tl__cuda_blocks(rows, ROWS_PER_BLOCK), block, 0, ctx->stream>>>(
-      dinp, out, dout, rows, cols);
-  TL_CUDA_LAUNCHED();
   return TL_OK;
 }

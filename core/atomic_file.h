@@ -1,8 +1,10 @@
 /* atomic_file.h — write a file so that readers see the old one or the whole
  * new one, never a part: write a temporary file beside it, flush it to disk,
- * rename it over the target. Abort removes the temporary. */
-#ifndef TL_LAUNCHER_ATOMIC_FILE_H
-#define TL_LAUNCHER_ATOMIC_FILE_H
+ * rename it over the target. Abort removes the temporary. Every file trellis
+ * writes (configs, token files, checkpoints, model files, plans) goes
+ * through it. */
+#ifndef TL_CORE_ATOMIC_FILE_H
+#define TL_CORE_ATOMIC_FILE_H
 
 #include <stddef.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
-/* atomic_file.c */
-#include "launcher/atomic_file.h"
+/* atomic_file.c — see atomic_file.h. */
+#include "core/atomic_file.h"
 
 #include <errno.h>
 #include <stdlib.h>
