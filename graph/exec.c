@@ -24,7 +24,7 @@ struct tl_exec {
   float* seed; /* host copy of the loss-gradient fill */
   int64_t seed_n;
   int profile;
-  double op_seconds[TL_OP_COUNT];
+  double op_seconds[TL_OP_MAX];
   tl_exec_hook hook;
   void* hook_user;
   tl_exec_node_hook node_hook;
@@ -66,15 +66,6 @@ tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* par
   return tl_exec_create_ex(g, be, params, grads, &opt, out);
 }
 
-/* Whether node i uses value v. */
-static int uses(const tl_node* n, int v) {
-  for (int k = 0; k < n->n_in; k++)
-    if (n->in[k] == v) return 1;
-  for (int k = 0; k < n->n_out; k++)
-    if (n->out[k] == v) return 1;
-  return 0;
-}
-
 /* Places the inputs that nodes of [begin, end) (forward and backward) read
  * in one buffer, each 64-byte aligned: offset[v] in bytes, -1 for values
  * not placed (offset may be NULL). Returns the buffer's size. */
@@ -83,10 +74,10 @@ static size_t input_layout(const tl_graph* g, int begin, int end, int64_t* offse
   for (int v = 0; v < g->n_values; v++) {
     if (offset) offset[v] = -1;
     if (g->values[v].role != TL_ROLE_INPUT) continue;
-    int used = 0;
-    for (int i = begin; i < end && !used; i++) used = uses(&g->nodes[i], v);
+    bool used = false;
+    for (int i = begin; i < end && !used; i++) used = tl_node_uses(&g->nodes[i], v);
     for (int i = g->n_forward; i < g->n_nodes && !used; i++)
-      used = tl_memplan_in_range(g, i, begin, end) && uses(&g->nodes[i], v);
+      used = tl_memplan_in_range(g, i, begin, end) && tl_node_uses(&g->nodes[i], v);
     if (!used) continue;
     if (offset) offset[v] = (int64_t)in_bytes;
     in_bytes +=
@@ -95,17 +86,14 @@ static size_t input_layout(const tl_graph* g, int begin, int end, int64_t* offse
   return in_bytes;
 }
 
-/* The largest temporary a collective of [begin, end) needs: its input or output. */
+/* The largest temporary a node of the range (forward or backward) needs. */
 static size_t scratch_bytes(const tl_graph* g, int begin, int end) {
   size_t scratch = 0;
-  for (int i = begin; i < end; i++) {
-    const tl_node* n = &g->nodes[i];
-    if (n->op != TL_OP_TP_COMM) continue;
-    for (int k = 0; k < 2; k++) {
-      int v = k ? n->out[0] : n->in[0];
-      size_t b = sizeof(float) * (size_t)tl_value_numel(&g->values[v]);
-      if (b > scratch) scratch = b;
-    }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const struct tl_op_def* def = tl_op_get(g->nodes[i].op);
+    if (!def->scratch_bytes || !tl_memplan_in_range(g, i, begin, end)) continue;
+    size_t b = def->scratch_bytes(g, &g->nodes[i]);
+    if (b > scratch) scratch = b;
   }
   return scratch;
 }
@@ -141,7 +129,7 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   x->grads = grads;
   x->begin = opt->begin;
   x->end = opt->end;
-  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->tp, NULL, 0};
+  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->group, NULL, 0};
   tl_status st = TL_OK;
   x->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
   x->input_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
@@ -237,9 +225,7 @@ static tl_status run_node(tl_exec* x, int i) {
   if (x->node_hook) {
     /* the collectives synchronise first anyway: do it before the clock
      * starts, so that their time is theirs and not the queued kernels' */
-    if (n->op == TL_OP_TP_COMM || n->op == TL_OP_TP_COMM_BACKWARD || n->op == TL_OP_XENT_SHARD ||
-        n->op == TL_OP_XENT_SHARD_BACKWARD)
-      TL_CHECK(x->be->ops->synchronize(x->be->ctx));
+    if (def->flags & TL_OP_COLLECTIVE) TL_CHECK(x->be->ops->synchronize(x->be->ctx));
     int64_t t0 = tl_time_ns();
     TL_CHECK(def->run(&x->ctx, n));
     x->node_hook(x->node_hook_user, n, t0, tl_time_ns());
@@ -304,5 +290,5 @@ void tl_exec_profile(tl_exec* x, int on) {
 }
 
 double tl_exec_op_seconds(const tl_exec* x, int op) {
-  return op >= 0 && op < TL_OP_COUNT ? x->op_seconds[op] : 0.0;
+  return op >= 0 && op < TL_OP_MAX ? x->op_seconds[op] : 0.0;
 }

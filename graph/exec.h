@@ -36,11 +36,11 @@ tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* par
  * their backward nodes, plans memory for those alone, and finds parameter
  * value v at element param_offset[v] of `params` / `grads` (a stage's compact
  * buffers) instead of at g->values[v].offset; param_offset may be NULL. A
- * graph built for tensor parallelism needs its rank's tensor-parallel group. */
+ * graph with collective ops needs the group they communicate over. */
 struct tl_exec_options {
   int begin, end;
   const int64_t* param_offset; /* indexed by value id; NULL: the graph's offsets */
-  tl_group* tp; /* the tensor-parallel group the graph's tp_comm and xent_shard nodes use */
+  tl_group* group; /* the group the graph's collective ops (TL_OP_COLLECTIVE) run over */
 };
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);
@@ -80,10 +80,10 @@ typedef tl_status (*tl_exec_hook)(void* user, int forward_node);
 void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user);
 
 /* Called after every node has run with the times (tl_time_ns) it started and
- * ended — issue times on a GPU, except for the collectives (tensor-parallel
- * communication and the vocabulary-parallel loss), which are timed from a
- * synchronised device to their end — how a trainer traces what happens
- * inside a pass. Replaces per-op profiling while set. NULL removes it. */
+ * ended — issue times on a GPU, except for collective ops
+ * (TL_OP_COLLECTIVE), which are timed from a synchronised device to their
+ * end — how a trainer traces what happens inside a pass. Replaces per-op
+ * profiling while set. NULL removes it. */
 typedef void (*tl_exec_node_hook)(void* user, const tl_node* node, int64_t start_ns,
                                   int64_t end_ns);
 void tl_exec_set_node_hook(tl_exec* x, tl_exec_node_hook hook, void* user);

@@ -241,9 +241,8 @@ done:
 }
 
 static bool reads_any(const tl_node* n, const int* vals, int nv) {
-  for (int k = 0; k < n->n_in; k++)
-    for (int j = 0; j < nv; j++)
-      if (n->in[k] >= 0 && n->in[k] == vals[j]) return true;
+  for (int j = 0; j < nv; j++)
+    if (tl_node_reads(n, vals[j])) return true;
   return false;
 }
 
@@ -317,4 +316,40 @@ int tl_graph_find(const tl_graph* g, const char* name) {
   for (int v = 0; v < g->n_values; v++)
     if (strcmp(g->values[v].name, name) == 0) return v;
   return -1;
+}
+
+bool tl_node_reads(const tl_node* n, int v) {
+  for (int k = 0; k < n->n_in; k++)
+    if (n->in[k] >= 0 && n->in[k] == v) return true;
+  return false;
+}
+
+bool tl_node_writes(const tl_node* n, int v) {
+  for (int k = 0; k < n->n_out; k++)
+    if (n->out[k] >= 0 && n->out[k] == v) return true;
+  return false;
+}
+
+int tl_graph_producer(const tl_graph* g, int v) {
+  for (int i = 0; i < g->n_forward; i++)
+    if (tl_node_writes(&g->nodes[i], v)) return i;
+  return -1;
+}
+
+int tl_graph_first_reader(const tl_graph* g, int v, int begin, int end) {
+  for (int i = begin; i < end; i++)
+    if (tl_node_reads(&g->nodes[i], v)) return i;
+  return -1;
+}
+
+int tl_graph_crossing(const tl_graph* g, int at, int* ids, int max) {
+  int n = 0;
+  for (int v = 0; v < g->n_values; v++) {
+    if (g->values[v].role != TL_ROLE_ACTIVATION) continue;
+    int p = tl_graph_producer(g, v);
+    if (p < 0 || p >= at || tl_graph_first_reader(g, v, at, g->n_forward) < 0) continue;
+    if (n < max) ids[n] = v;
+    n++;
+  }
+  return n;
 }

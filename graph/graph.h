@@ -141,6 +141,25 @@ double tl_graph_bytes(const tl_graph* g, int begin, int end);
 /* Find a value by name; -1 when absent. */
 int tl_graph_find(const tl_graph* g, const char* name);
 
+/* Whether node n reads value v (an input), writes it (an output), or either. */
+bool tl_node_reads(const tl_node* n, int v);
+bool tl_node_writes(const tl_node* n, int v);
+static inline bool tl_node_uses(const tl_node* n, int v) {
+  return tl_node_reads(n, v) || tl_node_writes(n, v);
+}
+
+/* The forward node that writes value v, or -1 (parameters, inputs,
+ * gradients). */
+int tl_graph_producer(const tl_graph* g, int v);
+
+/* The first forward node in [begin, end) that reads v, or -1. */
+int tl_graph_first_reader(const tl_graph* g, int v, int begin, int end);
+
+/* The activations crossing a cut before forward node `at`: written by a
+ * forward node before it and read by one at or after it, in value order.
+ * Writes up to `max` ids and returns how many there are (which may be more). */
+int tl_graph_crossing(const tl_graph* g, int at, int* ids, int max);
+
 #ifdef __cplusplus
 }
 #endif

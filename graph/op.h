@@ -1,6 +1,10 @@
-/* op.h — the op table: each op is one file in graph/ops/ defining a
- * struct tl_op_def (shape inference, kernel dispatch, backward), listed once
- * in op_table.c. The executor and autodiff know ops only through this table. */
+/* op.h — the op table: each op is one file defining a struct tl_op_def
+ * (shape inference, kernel dispatch, backward, flags). The graph's own ops
+ * (graph/ops/) are listed once in op_table.c; a module above the graph adds
+ * its ops with tl_op_register (tp/ its collectives). The executor and
+ * autodiff know ops only through this table: what an op needs of them (a
+ * device synchronisation before a collective, scratch memory) is a flag or
+ * a callback here, never a test of which op it is. */
 #ifndef TL_GRAPH_OP_H
 #define TL_GRAPH_OP_H
 
@@ -18,7 +22,7 @@ struct tl_run_ctx {
   const tl_graph* g;
   void* (*data)(const struct tl_run_ctx* x, int value); /* NULL for value -1 */
   void* exec;
-  tl_group* tp;  /* the tensor-parallel group (tp_comm, xent_shard), or NULL */
+  tl_group* group; /* the group collective ops communicate over (the executor's), or NULL */
   void* scratch; /* device memory for collectives' temporaries: scratch_bytes */
   size_t scratch_bytes;
 };
@@ -40,7 +44,16 @@ struct tl_op_def {
    * index `index`); NULL for backward ops. Gradients of values come from
    * g->values[v].grad (-1 when a value needs none). */
   tl_status (*backward)(tl_graph* g, int index);
+  unsigned flags; /* TL_OP_* flags below */
+  /* Device bytes of temporary memory one run of node n needs (the executor
+   * allocates the largest over its nodes); NULL: none. */
+  size_t (*scratch_bytes)(const tl_graph* g, const tl_node* n);
 };
+
+/* The op communicates over the run context's group when it runs (forward
+ * or backward): every member runs it, in the same order. The executor
+ * synchronises the device before timing one, so that its time is its own. */
+#define TL_OP_COLLECTIVE 1u
 
 enum {
   TL_OP_EMBEDDING = 0,
@@ -61,7 +74,8 @@ enum {
   TL_OP_TP_COMM_BACKWARD,
   TL_OP_XENT_SHARD,
   TL_OP_XENT_SHARD_BACKWARD,
-  TL_OP_COUNT
+  TL_OP_COUNT, /* ops of the graph itself; registered ones follow */
+  TL_OP_MAX = 64
 };
 
 /* tp_comm's collectives over the tensor-parallel group (attr[0]); each
@@ -74,7 +88,13 @@ enum {
   TL_TP_SCATTER,  /* forward reduce-scatter into token-row shards, backward all-gather */
 };
 
+/* The op of index `op`, or NULL. */
 const struct tl_op_def* tl_op_get(int op);
+
+/* Adds `def` (static storage) to the table and returns its index; the same
+ * def again returns the same index. Thread-safe. TL_ERR_INVALID when the
+ * table is full. */
+tl_status tl_op_register(const struct tl_op_def* def, int* index);
 
 /* Helpers for op files. */
 tl_status tl__op_output(tl_graph* g, tl_node* n, int slot, const char* suffix, tl_value_role role,

@@ -1,5 +1,8 @@
-/* op_table.c — every op, once. Adding an op: one file in graph/ops/ and one
- * line here (and its enum entry in op.h). */
+/* op_table.c — every op, once. Adding a graph op: one file in graph/ops/
+ * and one line here (and its enum entry in op.h); a module above the graph
+ * registers its ops at run time (tl_op_register). */
+#include <pthread.h>
+
 #include "graph/op.h"
 
 #define TL__OPS(X)                                      \
@@ -26,12 +29,30 @@
 TL__OPS(TL__DECLARE)
 #undef TL__DECLARE
 
-static const struct tl_op_def* const k_ops[TL_OP_COUNT] = {
+static const struct tl_op_def* k_ops[TL_OP_MAX] = {
 #define TL__ENTRY(id, name) [id] = &tl_op_##name,
     TL__OPS(TL__ENTRY)
 #undef TL__ENTRY
 };
+static int g_n_ops = TL_OP_COUNT;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 const struct tl_op_def* tl_op_get(int op) {
-  return op >= 0 && op < TL_OP_COUNT ? k_ops[op] : 0;
+  return op >= 0 && op < TL_OP_MAX ? __atomic_load_n(&k_ops[op], __ATOMIC_ACQUIRE) : 0;
+}
+
+tl_status tl_op_register(const struct tl_op_def* def, int* index) {
+  pthread_mutex_lock(&g_lock);
+  int at = -1;
+  for (int i = 0; i < g_n_ops && at < 0; i++)
+    if (k_ops[i] == def) at = i;
+  if (at < 0 && g_n_ops < TL_OP_MAX) {
+    at = g_n_ops++;
+    __atomic_store_n(&k_ops[at], def, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&g_lock);
+  *index = at;
+  if (at < 0)
+    return TL_ERRF(TL_ERR_INVALID, "op '%s': the op table is full (%d ops)", def->name, TL_OP_MAX);
+  return TL_OK;
 }

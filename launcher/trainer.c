@@ -46,9 +46,7 @@ static void trace_span(tl_trainer* t, const char* name, int micro, double start_
  * the micro-batch's forward or backward span. */
 static void trace_node(void* user, const tl_node* n, int64_t start_ns, int64_t end_ns) {
   tl_trainer* t = user;
-  if (n->op != TL_OP_TP_COMM && n->op != TL_OP_TP_COMM_BACKWARD && n->op != TL_OP_XENT_SHARD &&
-      n->op != TL_OP_XENT_SHARD_BACKWARD)
-    return;
+  if (!(tl_op_get(n->op)->flags & TL_OP_COLLECTIVE)) return;
   fprintf(t->trace,
           "{\"name\": \"%s\", \"cat\": \"tp\", \"ph\": \"X\", \"ts\": %.1f, \"dur\": %.1f, "
           "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"step\": %lld}},\n",

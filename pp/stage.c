@@ -10,33 +10,13 @@ static double node_cost(const tl_graph* g, int begin, int end) {
   return 3.0 * tl_graph_flops(g, begin, end); /* backward ~ twice the forward */
 }
 
-static int reads(const tl_node* n, int v) {
-  for (int k = 0; k < n->n_in; k++)
-    if (n->in[k] == v) return 1;
-  return 0;
-}
-
-static int produced_in(const tl_graph* g, int v, int begin, int end) {
-  for (int i = begin; i < end; i++)
-    for (int k = 0; k < g->nodes[i].n_out; k++)
-      if (g->nodes[i].out[k] == v) return 1;
-  return 0;
-}
-
 /* Activations crossing the cut at node `at`: produced before it, read at or after it. */
 static tl_status boundary(const tl_graph* g, int at, int* ids, int* n) {
-  *n = 0;
-  for (int v = 0; v < g->n_values; v++) {
-    if (g->values[v].role != TL_ROLE_ACTIVATION || !produced_in(g, v, 0, at)) continue;
-    int used = 0;
-    for (int i = at; i < g->n_forward && !used; i++) used = reads(&g->nodes[i], v);
-    if (!used) continue;
-    if (*n == TL_PP_MAX_BOUNDARY)
-      return TL_ERRF(TL_ERR_UNSUPPORTED,
-                     "more than %d activations cross the stage boundary at node %d",
-                     TL_PP_MAX_BOUNDARY, at);
-    ids[(*n)++] = v;
-  }
+  *n = tl_graph_crossing(g, at, ids, TL_PP_MAX_BOUNDARY);
+  if (*n > TL_PP_MAX_BOUNDARY)
+    return TL_ERRF(TL_ERR_UNSUPPORTED,
+                   "%d activations cross the stage boundary at node %d; at most %d can", *n, at,
+                   TL_PP_MAX_BOUNDARY);
   return TL_OK;
 }
 

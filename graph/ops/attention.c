@@ -44,6 +44,7 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
       TL_DATA(x, n->in[2]), (int)dy->shape[0], (int)dy->shape[1], (int)dy->shape[2], n->attr[0]);
 }
 
-const struct tl_op_def tl_op_attention = {"attention", 1, infer, run, backward};
-const struct tl_op_def tl_op_attention_backward = {"attention_backward", 0, NULL, run_backward,
-                                                   NULL};
+const struct tl_op_def tl_op_attention = {
+    .name = "attention", .n_diff_out = 1, .infer = infer, .run = run, .backward = backward};
+const struct tl_op_def tl_op_attention_backward = {
+    .name = "attention_backward", .n_diff_out = 0, .run = run_backward};

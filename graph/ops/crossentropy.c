@@ -45,6 +45,7 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
       (int)tl__cols(lg));
 }
 
-const struct tl_op_def tl_op_crossentropy = {"crossentropy", 1, infer, run, backward};
-const struct tl_op_def tl_op_crossentropy_backward = {"crossentropy_backward", 0, NULL,
-                                                      run_backward, NULL};
+const struct tl_op_def tl_op_crossentropy = {
+    .name = "crossentropy", .n_diff_out = 1, .infer = infer, .run = run, .backward = backward};
+const struct tl_op_def tl_op_crossentropy_backward = {
+    .name = "crossentropy_backward", .n_diff_out = 0, .run = run_backward};

@@ -53,6 +53,7 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
                                         f->attr[0], (int)x->g->values[f->in[1]].shape[0]);
 }
 
-const struct tl_op_def tl_op_embedding = {"embedding", 1, infer, run, backward};
-const struct tl_op_def tl_op_embedding_backward = {"embedding_backward", 0, NULL, run_backward,
-                                                   NULL};
+const struct tl_op_def tl_op_embedding = {
+    .name = "embedding", .n_diff_out = 1, .infer = infer, .run = run, .backward = backward};
+const struct tl_op_def tl_op_embedding_backward = {
+    .name = "embedding_backward", .n_diff_out = 0, .run = run_backward};

@@ -76,5 +76,7 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
                                      n->attr[0], n->attr[1]);
 }
 
-const struct tl_op_def tl_op_matmul = {"matmul", 1, infer, run, backward};
-const struct tl_op_def tl_op_matmul_backward = {"matmul_backward", 0, NULL, run_backward, NULL};
+const struct tl_op_def tl_op_matmul = {
+    .name = "matmul", .n_diff_out = 1, .infer = infer, .run = run, .backward = backward};
+const struct tl_op_def tl_op_matmul_backward = {
+    .name = "matmul_backward", .n_diff_out = 0, .run = run_backward};

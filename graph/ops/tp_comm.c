@@ -48,8 +48,8 @@ static tl_status infer(tl_graph* g, tl_node* n) {
 }
 
 static tl_status group_of(const struct tl_run_ctx* x, const tl_node* n, tl_group** out) {
-  *out = x->tp;
-  int size = x->tp ? tl_group_size(x->tp) : 1;
+  *out = x->group;
+  int size = x->group ? tl_group_size(x->group) : 1;
   if (size != n->attr[1])
     return TL_ERRF(TL_ERR_INVALID,
                    "tp_comm '%s' was built for %d tensor-parallel ranks; the executor's group "
@@ -115,5 +115,21 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   return ops->scale_backward(x->be->ctx, dx, tmp, 1.0f, (int64_t)nx);
 }
 
-const struct tl_op_def tl_op_tp_comm = {"tp_comm", 1, infer, run, backward};
-const struct tl_op_def tl_op_tp_comm_backward = {"tp_comm_backward", 0, NULL, run_backward, NULL};
+/* the backward's temporary: the larger of the gradients it reads and writes */
+static size_t scratch(const tl_graph* g, const tl_node* n) {
+  size_t a = (size_t)tl_value_numel(&g->values[n->in[0]]);
+  size_t b = n->out[0] >= 0 ? (size_t)tl_value_numel(&g->values[n->out[0]]) : 0;
+  return sizeof(float) * (a > b ? a : b);
+}
+
+const struct tl_op_def tl_op_tp_comm = {.name = "tp_comm",
+                                        .n_diff_out = 1,
+                                        .infer = infer,
+                                        .run = run,
+                                        .backward = backward,
+                                        .flags = TL_OP_COLLECTIVE};
+const struct tl_op_def tl_op_tp_comm_backward = {.name = "tp_comm_backward",
+                                                 .n_diff_out = 0,
+                                                 .run = run_backward,
+                                                 .flags = TL_OP_COLLECTIVE,
+                                                 .scratch_bytes = scratch};

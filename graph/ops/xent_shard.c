@@ -30,15 +30,15 @@ static tl_status infer(tl_graph* g, tl_node* n) {
 }
 
 static tl_status reduce(const struct tl_run_ctx* x, float* p, size_t n, tl_reduce_op op) {
-  if (!x->tp || tl_group_size(x->tp) == 1) return TL_OK;
+  if (!x->group || tl_group_size(x->group) == 1) return TL_OK;
   TL_CHECK(x->be->ops->synchronize(x->be->ctx));
-  return tl_group_all_reduce(x->tp, p, p, n, TL_F32, op, NULL);
+  return tl_group_all_reduce(x->group, p, p, n, TL_F32, op, NULL);
 }
 
 static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   const tl_value* lg = &x->g->values[n->in[0]];
   int rows = (int)tl__rows(lg), cols = (int)tl__cols(lg);
-  int size = x->tp ? tl_group_size(x->tp) : 1;
+  int size = x->group ? tl_group_size(x->group) : 1;
   if (size != n->attr[2])
     return TL_ERRF(TL_ERR_INVALID,
                    "xent_shard '%s' was built for %d tensor-parallel ranks; the executor's group "
@@ -75,6 +75,11 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
                                          f->attr[1], f->attr[0]);
 }
 
-const struct tl_op_def tl_op_xent_shard = {"xent_shard", 1, infer, run, backward};
-const struct tl_op_def tl_op_xent_shard_backward = {"xent_shard_backward", 0, NULL, run_backward,
-                                                    NULL};
+const struct tl_op_def tl_op_xent_shard = {.name = "xent_shard",
+                                           .n_diff_out = 1,
+                                           .infer = infer,
+                                           .run = run,
+                                           .backward = backward,
+                                           .flags = TL_OP_COLLECTIVE};
+const struct tl_op_def tl_op_xent_shard_backward = {
+    .name = "xent_shard_backward", .n_diff_out = 0, .run = run_backward};
