@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/partition.h"
+#include "pp/cut.h"
+#include "pp/schedule.h"
 #include "graph/exec.h"
 #include "graph/graph.h"
 #include "graph/model.h"
@@ -131,19 +132,15 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
 }
 
 /* Elements of the activations crossing a stage cut before forward node
- * `at` (pp/stage.c's boundary), as one rank sends them: values every tp rank
- * holds alike go as 1/tp each. */
+ * `at` (pp/stage.c's boundary: tl_graph_crossing), as one rank sends them:
+ * values every tp rank holds alike go as 1/tp each. */
 static double boundary_elems(const tl_graph* g, int at, int tp) {
+  int ids[16];
+  int n = tl_graph_crossing(g, at, ids, 16);
   double e = 0;
-  for (int v = 0; v < g->n_values; v++) {
-    const tl_value* val = &g->values[v];
-    if (val->role != TL_ROLE_ACTIVATION) continue;
-    int made = 0, used = 0;
-    for (int i = 0; i < at && !made; i++)
-      for (int k = 0; k < g->nodes[i].n_out; k++) made |= g->nodes[i].out[k] == v;
-    for (int i = at; i < g->n_forward && made && !used; i++)
-      for (int k = 0; k < g->nodes[i].n_in; k++) used |= g->nodes[i].in[k] == v;
-    if (made && used) e += (double)tl_value_numel(val) / (val->tp_replicated && tp > 1 ? tp : 1);
+  for (int k = 0; k < n && k < 16; k++) {
+    const tl_value* val = &g->values[ids[k]];
+    e += (double)tl_value_numel(val) / (val->tp_replicated && tp > 1 ? tp : 1);
   }
   return e;
 }
@@ -351,10 +348,9 @@ tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp,
   double* cost = malloc(sizeof(double) * (size_t)cm->n_layers);
   if (!cost) return TL_ERRF(TL_ERR_NOMEM, "out of memory cutting %d layers", cm->n_layers);
   for (int l = 0; l < cm->n_layers; l++)
-    cost[l] = 3.0 * (cm->kind == TL_MODEL_MLP ? s->mlp_layer[l].fwd_flops : s->layer_fwd_flops);
-  /* the same function, costs and order as pp/stage.c: the same cut */
-  tl_status st = tl_partition_minmax(cost, cm->n_layers, 3.0 * s->embed_fwd_flops,
-                                     3.0 * s->head_fwd_flops, pp, layers);
+    cost[l] = cm->kind == TL_MODEL_MLP ? s->mlp_layer[l].fwd_flops : s->layer_fwd_flops;
+  /* pp's own cut, on the forward FLOPs the trainer's graph counts */
+  tl_status st = tl_pp_cut(cost, cm->n_layers, s->embed_fwd_flops, s->head_fwd_flops, pp, layers);
   free(cost);
   return st;
 }
@@ -396,10 +392,9 @@ double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct
   return (double)(n - 1) / n * bytes / link->bandwidth + messages * link->latency;
 }
 
-/* Micro-batches whose activations stage s holds at once (pp/schedule.h). */
+/* Micro-batches whose activations stage s holds at once: pp's schedule's. */
 static int in_flight(const tl_plan* p, int s) {
-  if (p->schedule == TL_SCHEDULE_GPIPE) return p->n_micro;
-  return p->pp - s < p->n_micro ? p->pp - s : p->n_micro;
+  return tl_pp_schedule_in_flight(p->schedule, p->pp, s, p->n_micro);
 }
 
 static int stage_kind(int s, int pp) {

@@ -39,7 +39,7 @@ tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, i
   if (kind == TL_SCHEDULE_GPIPE) {
     for (int i = 0; i < n_micro; i++) forward(s, i);
     for (int i = 0; i < n_micro; i++) backward(s, i);
-    s->max_in_flight = n_micro;
+    s->max_in_flight = tl_pp_schedule_in_flight(kind, n_stages, stage, n_micro);
     return TL_OK;
   }
   int warmup = n_stages - stage - 1;
@@ -51,8 +51,15 @@ tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, i
     backward(s, b++);
   }
   while (b < n_micro) backward(s, b++);
-  s->max_in_flight = warmup + 1 < n_micro ? warmup + 1 : n_micro;
+  s->max_in_flight = tl_pp_schedule_in_flight(kind, n_stages, stage, n_micro);
   return TL_OK;
+}
+
+int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int n_micro) {
+  if (kind == TL_SCHEDULE_GPIPE) return n_micro;
+  /* warm-up forwards, then one more before the first backward */
+  int warmup = n_stages - stage - 1 < n_micro ? n_stages - stage - 1 : n_micro;
+  return warmup + 1 < n_micro ? warmup + 1 : n_micro;
 }
 
 void tl_pp_schedule_free(tl_pp_schedule* s) {

@@ -48,6 +48,11 @@ typedef struct tl_pp_schedule {
   int max_in_flight; /* most micro-batches whose activations are held at once */
 } tl_pp_schedule;
 
+/* Micro-batches whose activations stage `stage` of n_stages holds at once
+ * under `kind`: GPipe all n_micro, 1F1B min(n_stages - stage, n_micro) — the
+ * executors a trainer keeps, and what the planner prices. */
+int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int n_micro);
+
 /* The instruction list of `stage` (0-based) of n_stages for n_micro
  * micro-batches. TL_ERR_UNSUPPORTED for the interleaved kind. */
 tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, int n_micro,

@@ -4,10 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/partition.h"
+#include "pp/cut.h"
 
+/* Forward and backward of forward nodes [begin, end): the backward is
+ * about twice the forward (the cut weighs stages the same way). */
 static double node_cost(const tl_graph* g, int begin, int end) {
-  return 3.0 * tl_graph_flops(g, begin, end); /* backward ~ twice the forward */
+  return 3.0 * tl_graph_flops(g, begin, end);
 }
 
 /* Activations crossing the cut at node `at`: produced before it, read at or after it. */
@@ -96,9 +98,10 @@ tl_status tl_pp_partition(const tl_graph* g, const struct tl_model_io* io, const
       st = TL_ERRF(TL_ERR_CONFIG, "the stages' layer counts add up to %d; the model has %d layers",
                    sum, L);
   } else {
-    for (int l = 0; l < L; l++) layer[l] = node_cost(g, io->layer_begin[l], io->layer_begin[l + 1]);
-    st = tl_partition_minmax(layer, L, node_cost(g, 0, io->layer_begin[0]),
-                             node_cost(g, io->layer_begin[L], g->n_forward), n_stages, counts);
+    for (int l = 0; l < L; l++)
+      layer[l] = tl_graph_flops(g, io->layer_begin[l], io->layer_begin[l + 1]);
+    st = tl_pp_cut(layer, L, tl_graph_flops(g, 0, io->layer_begin[0]),
+                   tl_graph_flops(g, io->layer_begin[L], g->n_forward), n_stages, counts);
   }
   for (int s = 0, l = 0; s < n_stages && st == TL_OK; s++) {
     tl_pp_stage* p = &out[s];

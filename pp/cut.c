@@ -1,23 +1,27 @@
-/* partition.c — contiguous min-max partition (see partition.h). */
-#include "core/partition.h"
+/* cut.c — the balanced contiguous cut (see cut.h). */
+#include "pp/cut.h"
 
 #include <stdlib.h>
 
-tl_status tl_partition_minmax(const double* cost, int n, double first_extra, double last_extra,
-                              int parts, int* counts) {
-  int L = n, p = parts;
+/* A stage's cost: its forward and its backward, about twice the forward. */
+#define COST(fwd_flops) (3.0 * (fwd_flops))
+
+tl_status tl_pp_cut(const double* layer_fwd_flops, int n, double embed_fwd_flops,
+                    double head_fwd_flops, int stages, int* counts) {
+  int L = n, p = stages;
+  const double first_extra = COST(embed_fwd_flops), last_extra = COST(head_fwd_flops);
   if (p < 1 || p > L)
-    return TL_ERRF(TL_ERR_INVALID, "%d parts of %d items: need 1 to %d parts", p, L, L);
+    return TL_ERRF(TL_ERR_INVALID, "%d stages of %d layers: need 1 to %d stages", p, L, L);
   /* best[s][l]: smallest max cost placing items [0, l) in runs [0, s) */
   double* best = malloc(sizeof(double) * (size_t)(p + 1) * (size_t)(L + 1));
   int* cut = malloc(sizeof(int) * (size_t)(p + 1) * (size_t)(L + 1));
   double* prefix = malloc(sizeof(double) * (size_t)(L + 1));
   if (!best || !cut || !prefix) {
     free(best), free(cut), free(prefix);
-    return TL_ERRF(TL_ERR_NOMEM, "out of memory cutting %d items into %d parts", L, p);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory cutting %d layers into %d stages", L, p);
   }
   prefix[0] = 0;
-  for (int l = 0; l < L; l++) prefix[l + 1] = prefix[l] + cost[l];
+  for (int l = 0; l < L; l++) prefix[l + 1] = prefix[l] + COST(layer_fwd_flops[l]);
 #define BEST(s, l) best[(s) * (L + 1) + (l)]
 #define CUT(s, l) cut[(s) * (L + 1) + (l)]
   for (int s = 0; s <= p; s++)
