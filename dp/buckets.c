@@ -1,10 +1,11 @@
-/* buckets.c */
+/* buckets.c — see buckets.h. */
 #include "dp/buckets.h"
 
 #include <stdlib.h>
 
 struct tl_dp_buckets {
   tl_group* group;
+  const tl_dp_layout* layout;
   float* grads;
   int64_t n;
   int n_buckets;
@@ -14,13 +15,15 @@ struct tl_dp_buckets {
   int early, early_last;
 };
 
-tl_status tl_dp_buckets_create(tl_group* dp, float* grads, int64_t n, double bucket_mb,
-                               tl_dp_buckets** out) {
+tl_status tl_dp_buckets_create(tl_group* dp, const tl_dp_layout* layout, float* grads,
+                               double bucket_mb, tl_dp_buckets** out) {
   *out = NULL;
+  const int64_t n = layout->n;
   if (bucket_mb <= 0) return TL_ERRF(TL_ERR_CONFIG, "parallel.bucket_mb=%g must be > 0", bucket_mb);
   tl_dp_buckets* b = calloc(1, sizeof *b);
   if (!b) return TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
   b->group = dp;
+  b->layout = layout;
   b->grads = grads;
   b->n = n;
   int64_t per = (int64_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
@@ -50,8 +53,9 @@ static tl_status launch(tl_dp_buckets* b, int i) {
   return tl_group_all_reduce(b->group, p, p, count, TL_F32, TL_REDUCE_SUM, &b->req[i]);
 }
 
-tl_status tl_dp_buckets_ready(tl_dp_buckets* b, int64_t upto) {
+tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node) {
   if (tl_group_size(b->group) == 1) return TL_OK;
+  const int64_t upto = tl_dp_layout_final_upto(b->layout, forward_node);
   while (b->launched < b->n_buckets && b->begin[b->launched + 1] <= upto) {
     TL_CHECK(launch(b, b->launched));
     b->launched++;

@@ -1,12 +1,13 @@
 /* buckets.h — data-parallel gradient all-reduce in buckets.
  *
- * The flat gradient buffer of a stage is cut into buckets of about
- * parallel.bucket_mb each, in buffer order. During the backward pass of the
- * last micro-batch the trainer reports how much of the buffer's front is
- * final (the stage lays out parameters in the order their gradients finish),
- * and every bucket lying entirely in that front starts its all-reduce at
- * once, asynchronously, so communication overlaps the rest of the backward
- * pass. tl_dp_buckets_finish starts what is left and waits for everything.
+ * The flat gradient buffer of a stage (dp/layout.h) is cut into buckets of
+ * about parallel.bucket_mb each, in buffer order. During the backward pass
+ * of the last micro-batch the trainer reports each forward node whose
+ * backward has run; the layout says how much of the buffer's front is then
+ * final (it holds parameters in the order their gradients finish), and
+ * every bucket lying entirely in that front starts its all-reduce at once,
+ * asynchronously, so communication overlaps the rest of the backward pass.
+ * tl_dp_buckets_finish starts what is left and waits for everything.
  *
  * The reduction is a SUM: each replica's gradients are already scaled by
  * 1 / (global batch tokens), so the sum is the gradient of the mean loss over
@@ -18,6 +19,7 @@
 #include <stdint.h>
 
 #include "core/group.h"
+#include "dp/layout.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,14 +27,16 @@ extern "C" {
 
 typedef struct tl_dp_buckets tl_dp_buckets;
 
-/* grads: n floats on the group's device (not owned). A group of size 1
+/* grads: the layout's n floats on the group's device; the layout and the
+ * buffer are not owned and must outlive the buckets. A group of size 1
  * makes every call a no-op. */
-tl_status tl_dp_buckets_create(tl_group* dp, float* grads, int64_t n, double bucket_mb,
-                               tl_dp_buckets** out);
+tl_status tl_dp_buckets_create(tl_group* dp, const tl_dp_layout* layout, float* grads,
+                               double bucket_mb, tl_dp_buckets** out);
 void tl_dp_buckets_destroy(tl_dp_buckets* b); /* waits for nothing: finish first */
 
-/* Elements [0, upto) of the buffer are final: launch their whole buckets. */
-tl_status tl_dp_buckets_ready(tl_dp_buckets* b, int64_t upto);
+/* The backward of forward node `forward_node` has run: launch every bucket
+ * whose gradients are now all final. */
+tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node);
 /* Launches the remaining buckets and waits for all; then resets for the
  * next step. */
 tl_status tl_dp_buckets_finish(tl_dp_buckets* b);

@@ -124,7 +124,7 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   tl_pp_stage* st = calloc((size_t)pp, sizeof *st);
   int ok = st && tl_model_init(&cfg->model, &m) == TL_OK &&
            tl_model_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, true, &g, &io) == TL_OK &&
-           tl_pp_partition(g, &io, &m, pp,
+           tl_pp_partition(g, &io, pp,
                            cfg->schedule.n_stage_layers ? cfg->schedule.stage_layers : NULL,
                            st) == TL_OK;
   double total = 0;
@@ -133,7 +133,6 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
     first[s] = st[s].layer_begin + 1;
     last[s] = st[s].layer_end;
     share[s] = total > 0 ? st[s].flops / total : 0;
-    tl_pp_stage_free(&st[s]);
   }
   free(st);
   tl_graph_destroy(g);

@@ -63,6 +63,16 @@ void tl_trainer_trace(tl_trainer* t, FILE* f) {
 
 /* ---- set-up ------------------------------------------------------------- */
 
+int tl__trainer_tensor_of(const tl_trainer* t, int v) {
+  int64_t at = t->graph->values[v].offset;
+  for (int k = 0; k < t->local.n_tensors; k++)
+    if (at >= t->local.tensors[k].offset &&
+        at < t->local.tensors[k].offset + t->local.tensors[k].numel)
+      return k;
+  TL_ASSERT(!"a parameter outside every tensor");
+  return -1;
+}
+
 static tl_status check_sizes(const tl_trainer* t) {
   const struct tl_config* cfg = &t->cfg;
   const struct tl_train_config* tc = &cfg->train;
@@ -153,14 +163,23 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   }
   /* the config's cut when it gives one, else stages balanced by FLOPs */
   const int* cut = cfg->schedule.n_stage_layers > 0 ? cfg->schedule.stage_layers : NULL;
-  TL_CHECK_GOTO(tl_pp_partition(t->graph, &t->io, &t->local, t->pp_size, cut, t->stages), st,
-                fail);
+  TL_CHECK_GOTO(tl_pp_partition(t->graph, &t->io, t->pp_size, cut, t->stages), st, fail);
   t->me = &t->stages[t->pp_rank];
+  t->layouts = calloc((size_t)t->pp_size, sizeof(tl_dp_layout));
+  if (!t->layouts) {
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for stage layouts");
+    goto fail;
+  }
+  for (int s = 0; s < t->pp_size; s++)
+    TL_CHECK_GOTO(tl_dp_layout_build(t->graph, t->stages[s].node_begin, t->stages[s].node_end,
+                                     &t->layouts[s]),
+                  st, fail);
+  t->lay = &t->layouts[t->pp_rank];
   TL_CHECK_GOTO(tl_pp_schedule_build(cfg->schedule.kind, t->pp_size, t->pp_rank,
                                      cfg->schedule.micro_batches, &t->sched),
                 st, fail);
   /* buffers and one executor per micro-batch in flight */
-  size_t bytes = sizeof(float) * (size_t)(t->me->n_params > 0 ? t->me->n_params : 1);
+  size_t bytes = sizeof(float) * (size_t)(t->lay->n > 0 ? t->lay->n : 1);
   int64_t live = tl_alloc_stats_get(dev).live_bytes;
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
   t->param_bytes = tl_alloc_stats_get(dev).live_bytes - live;
@@ -170,9 +189,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(tl_buffer_create(dev, sizeof(float), &t->scalar), st, fail);
   if (t->local.sp) {
     int64_t packed = 0;
-    for (int i = 0; i < t->me->n_segments; i++)
-      if (t->local.tensors[t->me->segments[i].tensor].shard == TL_SHARD_REPLICATED)
-        packed += t->me->segments[i].n;
+    for (int i = 0; i < t->lay->n_segments; i++)
+      if (t->local.tensors[tl__trainer_tensor_of(t, t->lay->segments[i].value)].shard ==
+          TL_SHARD_REPLICATED)
+        packed += t->lay->segments[i].n;
     TL_CHECK_GOTO(
         tl_buffer_create(dev, sizeof(float) * (size_t)(packed > 0 ? packed : 1), &t->sp_pack), st,
         fail);
@@ -183,13 +203,13 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for executors");
     goto fail;
   }
-  struct tl_exec_options opt = {t->me->node_begin, t->me->node_end, t->me->param_offset,
+  struct tl_exec_options opt = {t->me->node_begin, t->me->node_end, t->lay->offset,
                                 t->comm.tp};
   for (int i = 0; i < t->n_slots; i++)
     TL_CHECK_GOTO(tl_exec_create_ex(t->graph, t->be, t->params, t->grads, &opt, &t->slots[i].exec),
                   st, fail);
   if (t->comm.dp)
-    TL_CHECK_GOTO(tl_dp_buckets_create(t->comm.dp, (float*)t->grads->data, t->me->n_params,
+    TL_CHECK_GOTO(tl_dp_buckets_create(t->comm.dp, t->lay, (float*)t->grads->data,
                                        cfg->parallel.bucket_mb, &t->buckets),
                   st, fail);
   size_t n = (size_t)t->micro * (size_t)tc->seq_len;
@@ -208,7 +228,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   if (t->pp_size > 1)
     TL_LOG_INFO("pipeline stage %d of %d: layers %d-%d (%d of %d), %.2fM parameters", t->pp_rank,
                 t->pp_size, t->me->layer_begin, t->me->layer_end - 1,
-                t->me->layer_end - t->me->layer_begin, t->io.n_layers, t->me->n_params / 1e6);
+                t->me->layer_end - t->me->layer_begin, t->io.n_layers, t->lay->n / 1e6);
   *out = t;
   return TL_OK;
 fail:
@@ -226,7 +246,8 @@ void tl_trainer_destroy(tl_trainer* t) {
   tl_dp_buckets_destroy(t->buckets);
   tl_group_destroy(t->embed);
   tl_pp_schedule_free(&t->sched);
-  for (int s = 0; t->stages && s < t->pp_size; s++) tl_pp_stage_free(&t->stages[s]);
+  for (int s = 0; t->layouts && s < t->pp_size; s++) tl_dp_layout_free(&t->layouts[s]);
+  free(t->layouts);
   free(t->stages);
   tl_graph_destroy(t->graph);
   tl_buffer_destroy(t->params);
@@ -313,7 +334,7 @@ static tl_status add_losses(tl_trainer* t, tl_exec* x, double* sum) {
 
 static tl_status bucket_hook(void* user, int forward_node) {
   tl_trainer* t = user;
-  return tl_dp_buckets_ready(t->buckets, tl_pp_stage_final_upto(t->me, forward_node));
+  return tl_dp_buckets_node_done(t->buckets, forward_node);
 }
 
 /* First sequence of micro-batch i of this replica within the global batch. */
@@ -385,9 +406,10 @@ static tl_status host_sum(tl_group* g, double* v) {
 /* Whether segment s is counted elsewhere in the global norm: the tied
  * embedding's copy on the last stage, and a tensor that every
  * tensor-parallel rank holds whole (rank 0 counts it). */
-static int counted_elsewhere(const tl_trainer* t, const tl_pp_segment* s) {
-  if (s->shared && t->pp_size > 1 && is_last_stage(t)) return 1;
-  return t->tp_rank != 0 && t->local.tensors[s->tensor].shard == TL_SHARD_REPLICATED;
+static int counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
+  if (tl_pp_stage_shares(t->me, s->value) && t->pp_size > 1 && is_last_stage(t)) return 1;
+  return t->tp_rank != 0 &&
+         t->local.tensors[tl__trainer_tensor_of(t, s->value)].shard == TL_SHARD_REPLICATED;
 }
 
 /* Squared norm of the stage's gradients, each parameter counted once in
@@ -395,15 +417,14 @@ static int counted_elsewhere(const tl_trainer* t, const tl_pp_segment* s) {
 static tl_status stage_sumsq(tl_trainer* t, double* out) {
   const struct tl_kernel_ops* ops = t->be->ops;
   float v = 0.0f;
-  TL_CHECK(ops->sumsq(t->be->ctx, t->scalar->data, t->grads->data, t->me->n_params));
+  TL_CHECK(ops->sumsq(t->be->ctx, t->scalar->data, t->grads->data, t->lay->n));
   TL_CHECK(read_scalar(t, &v));
   double total = v;
   if ((t->pp_size > 1 && is_last_stage(t)) || t->tp_rank != 0)
-    for (int i = 0; i < t->me->n_segments; i++) {
-      const tl_pp_segment* s = &t->me->segments[i];
+    for (int i = 0; i < t->lay->n_segments; i++) {
+      const tl_dp_segment* s = &t->lay->segments[i];
       if (!counted_elsewhere(t, s)) continue;
-      TL_CHECK(
-          ops->sumsq(t->be->ctx, t->scalar->data, (float*)t->grads->data + s->local_offset, s->n));
+      TL_CHECK(ops->sumsq(t->be->ctx, t->scalar->data, (float*)t->grads->data + s->offset, s->n));
       TL_CHECK(read_scalar(t, &v));
       total -= v;
     }
@@ -414,10 +435,10 @@ static tl_status stage_sumsq(tl_trainer* t, double* out) {
 static tl_status sync_tied(tl_trainer* t) {
   if (!t->embed) return TL_OK;
   double t0 = now_us();
-  for (int i = 0; i < t->me->n_segments; i++) {
-    const tl_pp_segment* s = &t->me->segments[i];
-    if (!s->shared) continue;
-    float* p = (float*)t->grads->data + s->local_offset;
+  for (int i = 0; i < t->lay->n_segments; i++) {
+    const tl_dp_segment* s = &t->lay->segments[i];
+    if (!tl_pp_stage_shares(t->me, s->value)) continue;
+    float* p = (float*)t->grads->data + s->offset;
     TL_CHECK(tl_group_all_reduce(t->embed, p, p, (size_t)s->n, TL_F32, TL_REDUCE_SUM, NULL));
   }
   trace_span(t, "tied_allreduce", 0, t0);
@@ -434,14 +455,15 @@ static tl_status sync_sequence_parallel(tl_trainer* t) {
   float* grads = t->grads->data;
   for (int pass = 0; pass < 2; pass++) {
     int64_t at = 0;
-    for (int i = 0; i < t->me->n_segments; i++) {
-      const tl_pp_segment* s = &t->me->segments[i];
-      if (t->local.tensors[s->tensor].shard != TL_SHARD_REPLICATED) continue;
+    for (int i = 0; i < t->lay->n_segments; i++) {
+      const tl_dp_segment* s = &t->lay->segments[i];
+      if (t->local.tensors[tl__trainer_tensor_of(t, s->value)].shard != TL_SHARD_REPLICATED)
+        continue;
       float* pack = (float*)t->sp_pack->data + at;
       if (pass == 0)
-        TL_CHECK(tl_memcpy(dev, pack, dev, grads + s->local_offset, sizeof(float) * (size_t)s->n));
+        TL_CHECK(tl_memcpy(dev, pack, dev, grads + s->offset, sizeof(float) * (size_t)s->n));
       else
-        TL_CHECK(tl_memcpy(dev, grads + s->local_offset, dev, pack, sizeof(float) * (size_t)s->n));
+        TL_CHECK(tl_memcpy(dev, grads + s->offset, dev, pack, sizeof(float) * (size_t)s->n));
       at += s->n;
     }
     if (pass == 0 && at > 0) {
@@ -485,16 +507,17 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
                    (long long)t->step + 1, norm);
   if (tc->grad_clip > 0.0f && norm > tc->grad_clip)
     TL_CHECK(ops->scale_forward(ctx, t->grads->data, t->grads->data, tc->grad_clip / (norm + 1e-6f),
-                                t->me->n_params));
+                                t->lay->n));
   /* 4. AdamW per segment: decay on weight matrices only */
   float lr = tl_lr_at(tc, t->step);
-  for (int i = 0; i < t->me->n_segments; i++) {
-    const tl_pp_segment* s = &t->me->segments[i];
-    int64_t o = s->local_offset;
+  for (int i = 0; i < t->lay->n_segments; i++) {
+    const tl_dp_segment* s = &t->lay->segments[i];
+    int64_t o = s->offset;
     TL_CHECK(ops->adamw(
         ctx, (float*)t->params->data + o, (float*)t->grads->data + o, (float*)t->adam_m->data + o,
         (float*)t->adam_v->data + o, s->n, lr, tc->beta1, tc->beta2, tc->eps,
-        t->model.tensors[s->tensor].decay ? tc->weight_decay : 0.0f, (int)(t->step + 1)));
+        t->model.tensors[tl__trainer_tensor_of(t, s->value)].decay ? tc->weight_decay : 0.0f,
+        (int)(t->step + 1)));
   }
   TL_CHECK(ops->synchronize(ctx));
   /* the loss lives on the last stages: everyone learns it */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "dp/buckets.h"
+#include "dp/layout.h"
 #include "launcher/tokens.h"
 #include "launcher/trainer.h"
 #include "pp/schedule.h"
@@ -34,6 +35,8 @@ struct tl_trainer {
   struct tl_model_io io;
   tl_pp_stage* stages; /* all pp_size stages (boundaries are needed on both sides) */
   tl_pp_stage* me;
+  tl_dp_layout* layouts; /* each stage's flat buffers (stage 0 gathers every stage's) */
+  tl_dp_layout* lay;     /* this rank's stage's */
   tl_pp_schedule sched;
   int n_slots;
   struct slot* slots;
@@ -55,6 +58,9 @@ struct tl_trainer {
   int trace_micro; /* the micro-batch the executor is running (tensor-parallel spans) */
   double wait_seconds;
 };
+
+/* The tensor of the model holding parameter value v of the graph. */
+int tl__trainer_tensor_of(const tl_trainer* t, int v);
 
 /* The stage's parameters (and AdamW moments) from the start state —
  * checkpoint.resume, model.init_from, else the RNG — and the loader at the

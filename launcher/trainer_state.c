@@ -42,7 +42,7 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
   float* full = NULL;
   int64_t position = 0;
   TL_CHECK(read_start(t, &full, &position));
-  int64_t n = t->me->n_params, total = t->model.n_params, shard_n = t->local.n_params;
+  int64_t n = t->lay->n, total = t->model.n_params, shard_n = t->local.n_params;
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * 3);
   /* a checkpoint's whole vectors, cut to this rank's tensor-parallel shard */
   float* shard = full && t->tp_size > 1 ? malloc(sizeof(float) * (size_t)shard_n * 3) : full;
@@ -53,14 +53,15 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
     if (shard != full)
       for (int k = 0; k < 3; k++) tl_tp_from_full(&t->local, full + k * total, shard + k * shard_n);
     memset(local + n, 0, sizeof(float) * (size_t)n * 2);
-    for (int i = 0; i < t->me->n_segments; i++) {
-      const tl_pp_segment* s = &t->me->segments[i];
-      float* dst = local + s->local_offset;
+    for (int i = 0; i < t->lay->n_segments; i++) {
+      const tl_dp_segment* s = &t->lay->segments[i];
+      const int64_t at = t->graph->values[s->value].offset; /* in the shard's vector */
+      float* dst = local + s->offset;
       if (shard) {
         for (int k = 0; k < 3; k++)
-          memcpy(dst + k * n, shard + k * shard_n + s->global_offset, sizeof(float) * (size_t)s->n);
+          memcpy(dst + k * n, shard + k * shard_n + at, sizeof(float) * (size_t)s->n);
       } else {
-        tl_model_init_params(&t->local, s->global_offset, s->global_offset + s->n, dst);
+        tl_model_init_params(&t->local, at, at + s->n, dst);
       }
     }
     size_t bytes = sizeof(float) * (size_t)n;
@@ -83,7 +84,7 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
 /* Stage 0 of this pipeline assembles the shard's flat vector(s) (k of
  * them, shard_n elements apart) from every stage; NULL elsewhere. */
 static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
-  int64_t n = t->me->n_params, shard_n = t->local.n_params;
+  int64_t n = t->lay->n, shard_n = t->local.n_params;
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * (size_t)k_max);
   if (!local) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
   tl_buffer* src[3] = {t->params, t->adam_m, t->adam_v};
@@ -91,8 +92,8 @@ static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
   for (int k = 0; k < k_max && st == TL_OK; k++)
     st = tl_memcpy(tl_cpu(), local + k * n, t->be->device, src[k]->data, sizeof(float) * (size_t)n);
   for (int s = 0; s < t->pp_size && st == TL_OK; s++) {
-    const tl_pp_stage* stage = &t->stages[s];
-    int64_t sn = stage->n_params;
+    const tl_dp_layout* stage = &t->layouts[s];
+    int64_t sn = stage->n;
     float* buf = local;
     if (s != t->pp_rank && t->pp_rank != 0) continue;
     if (s != 0 && t->pp_rank == s) { /* a later stage sends to stage 0 */
@@ -108,10 +109,10 @@ static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
       st = tl_group_recv(t->comm.host_pp, buf, (size_t)(sn * k_max), TL_F32, s, 30000, NULL);
     }
     for (int i = 0; i < stage->n_segments && st == TL_OK; i++) {
-      const tl_pp_segment* seg = &stage->segments[i];
+      const tl_dp_segment* seg = &stage->segments[i];
+      const int64_t at = t->graph->values[seg->value].offset;
       for (int k = 0; k < k_max; k++)
-        memcpy(shard + k * shard_n + seg->global_offset, buf + k * sn + seg->local_offset,
-               sizeof(float) * (size_t)seg->n);
+        memcpy(shard + k * shard_n + at, buf + k * sn + seg->offset, sizeof(float) * (size_t)seg->n);
     }
     if (buf != local) free(buf);
   }

@@ -1,4 +1,4 @@
-/* stage.c — partition, boundaries and stage parameter layouts. */
+/* stage.c — the cut into stages, what crosses it, what stages share. */
 #include "pp/stage.h"
 
 #include <stdlib.h>
@@ -22,57 +22,8 @@ static tl_status boundary(const tl_graph* g, int at, int* ids, int* n) {
   return TL_OK;
 }
 
-static int tensor_of(const tl_model* m, int64_t offset) {
-  for (int k = 0; k < m->n_tensors; k++)
-    if (offset >= m->tensors[k].offset && offset < m->tensors[k].offset + m->tensors[k].numel)
-      return k;
-  return -1;
-}
-
-/* Parameters used by forward nodes [begin, end), ordered so that gradients
- * finish front to back: a parameter's gradient is final once the backward
- * of its FIRST forward use has run, so later first uses come first. */
-static tl_status layout(const tl_graph* g, const tl_model* m, tl_pp_stage* s) {
-  s->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
-  s->segments = malloc(sizeof(tl_pp_segment) * (size_t)g->n_values);
-  s->first_use = malloc(sizeof(int) * (size_t)g->n_values);
-  int* first = malloc(sizeof(int) * (size_t)g->n_values);
-  if (!s->param_offset || !s->segments || !s->first_use || !first) {
-    free(first);
-    return TL_ERRF(TL_ERR_NOMEM, "out of memory for a stage");
-  }
-  for (int v = 0; v < g->n_values; v++) s->param_offset[v] = -1, first[v] = -1;
-  for (int i = s->node_begin; i < s->node_end; i++) {
-    const tl_node* n = &g->nodes[i];
-    for (int k = 0; k < n->n_in; k++) {
-      int v = n->in[k];
-      if (v >= 0 && g->values[v].role == TL_ROLE_PARAM && first[v] < 0) first[v] = i;
-    }
-  }
-  s->n_params = 0;
-  for (int i = s->node_end - 1; i >= s->node_begin; i--)
-    for (int v = 0; v < g->n_values; v++) {
-      if (first[v] != i) continue;
-      const tl_value* val = &g->values[v];
-      s->param_offset[v] = s->n_params;
-      s->first_use[s->n_segments] = i;
-      s->segments[s->n_segments++] = (tl_pp_segment){val->offset, s->n_params, tl_value_numel(val),
-                                                     tensor_of(m, val->offset), 0};
-      s->n_params += tl_value_numel(val);
-    }
-  free(first);
-  return TL_OK;
-}
-
-int64_t tl_pp_stage_final_upto(const tl_pp_stage* s, int forward_node) {
-  int64_t upto = 0;
-  for (int i = 0; i < s->n_segments && s->first_use[i] >= forward_node; i++)
-    upto = s->segments[i].local_offset + s->segments[i].n;
-  return upto;
-}
-
-tl_status tl_pp_partition(const tl_graph* g, const struct tl_model_io* io, const tl_model* m,
-                          int n_stages, const int* layers_per_stage, tl_pp_stage* out) {
+tl_status tl_pp_partition(const tl_graph* g, const struct tl_model_io* io, int n_stages,
+                          const int* layers_per_stage, tl_pp_stage* out) {
   int L = io->n_layers;
   if (n_stages < 1 || n_stages > L)
     return TL_ERRF(TL_ERR_CONFIG, "mesh.pp=%d stages for a model of %d layers: need 1 to %d",
@@ -115,31 +66,29 @@ tl_status tl_pp_partition(const tl_graph* g, const struct tl_model_io* io, const
     l = p->layer_end;
     if (st == TL_OK && s > 0) st = boundary(g, p->node_begin, p->recv, &p->n_recv);
     if (st == TL_OK && s < n_stages - 1) st = boundary(g, p->node_end, p->send, &p->n_send);
-    if (st == TL_OK) st = layout(g, m, p);
   }
-  /* parameters held by more than one stage */
-  for (int a = 0; a < n_stages && st == TL_OK; a++)
-    for (int i = 0; i < out[a].n_segments; i++)
-      for (int b = 0; b < n_stages; b++) {
-        if (b == a) continue;
-        for (int j = 0; j < out[b].n_segments; j++)
-          if (out[b].segments[j].global_offset == out[a].segments[i].global_offset)
-            out[a].segments[i].shared = 1;
-      }
+  /* parameters read by more than one stage */
+  for (int v = 0; v < g->n_values && st == TL_OK; v++) {
+    if (g->values[v].role != TL_ROLE_PARAM) continue;
+    int readers = 0;
+    for (int s = 0; s < n_stages; s++)
+      readers += tl_graph_first_reader(g, v, out[s].node_begin, out[s].node_end) >= 0;
+    for (int s = 0; s < n_stages && readers > 1 && st == TL_OK; s++) {
+      if (tl_graph_first_reader(g, v, out[s].node_begin, out[s].node_end) < 0) continue;
+      if (out[s].n_shared == TL_PP_MAX_SHARED)
+        st = TL_ERRF(TL_ERR_UNSUPPORTED, "stage %d shares more than %d parameters with others", s,
+                     TL_PP_MAX_SHARED);
+      else
+        out[s].shared[out[s].n_shared++] = v;
+    }
+  }
   free(counts);
   free(layer);
-  if (st != TL_OK)
-    for (int s = 0; s < n_stages; s++) tl_pp_stage_free(&out[s]);
   return st;
 }
 
-void tl_pp_stage_free(tl_pp_stage* s) {
-  if (!s) return;
-  free(s->param_offset);
-  free(s->segments);
-  free(s->first_use);
-  s->param_offset = NULL;
-  s->segments = NULL;
-  s->first_use = NULL;
-  s->n_segments = 0;
+bool tl_pp_stage_shares(const tl_pp_stage* s, int v) {
+  for (int i = 0; i < s->n_shared; i++)
+    if (s->shared[i] == v) return true;
+  return false;
 }

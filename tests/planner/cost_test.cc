@@ -19,6 +19,7 @@
 #include <vector>
 
 extern "C" {
+#include "dp/layout.h"
 #include "graph/exec.h"
 #include "planner/cost.h"
 #include "pp/schedule.h"
@@ -285,7 +286,7 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
           for (int pp : {1, 2, 3, 4}) {
             if (pp > x.l) continue;
             std::vector<tl_pp_stage> stages(pp);
-            ASSERT_EQ(tl_pp_partition(g, &io, &local, pp, nullptr, stages.data()), TL_OK);
+            ASSERT_EQ(tl_pp_partition(g, &io, pp, nullptr, stages.data()), TL_OK);
             std::vector<int> layers(pp);
             ASSERT_EQ(tl_cost_stage_layers(&cm, tp, sp, pp, layers.data()), TL_OK);
             for (tl_schedule_kind kind : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B}) {
@@ -304,11 +305,19 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
                 tl_pp_schedule_free(&sched);
                 struct tl_exec_bytes eb;
                 ASSERT_EQ(tl_exec_size(g, st.node_begin, st.node_end, &eb), TL_OK);
+                tl_dp_layout lay;
+                ASSERT_EQ(tl_dp_layout_build(g, st.node_begin, st.node_end, &lay), TL_OK);
                 double packed = 0;
-                for (int i = 0; i < st.n_segments; i++)
-                  if (local.tensors[st.segments[i].tensor].shard == TL_SHARD_REPLICATED)
-                    packed += st.segments[i].n;
-                double state = 16.0 * st.n_params + 4 + (sp ? 4 * std::fmax(packed, 1) : 0);
+                for (int i = 0; i < lay.n_segments; i++) {
+                  int64_t at = g->values[lay.segments[i].value].offset;
+                  for (int k = 0; k < local.n_tensors; k++)
+                    if (at >= local.tensors[k].offset &&
+                        at < local.tensors[k].offset + local.tensors[k].numel &&
+                        local.tensors[k].shard == TL_SHARD_REPLICATED)
+                      packed += lay.segments[i].n;
+                }
+                double state = 16.0 * lay.n + 4 + (sp ? 4 * std::fmax(packed, 1) : 0);
+                tl_dp_layout_free(&lay);
                 double act = in_flight * (double)(eb.arena + eb.inputs + eb.scratch);
                 double ps, pa;
                 tl_cost_stage_memory(&cm, TL_F32, &p, layers.data(), s, &ps, &pa);
@@ -320,7 +329,6 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
                 checked++;
               }
             }
-            for (tl_pp_stage& st : stages) tl_pp_stage_free(&st);
           }
           tl_graph_destroy(g);
         }

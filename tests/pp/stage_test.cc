@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dp/layout.h"
 #include "graph/exec.h"
 
 namespace {
@@ -29,7 +30,7 @@ TEST(Partition, BalancesFlopsAndKeepsEveryLayer) {
   tl_model_io io;
   ASSERT_EQ(tl_model_build(&m, 2, 8, true, &g, &io), TL_OK);
   tl_pp_stage st[2];
-  ASSERT_EQ(tl_pp_partition(g, &io, &m, 2, nullptr, st), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_pp_partition(g, &io, 2, nullptr, st), TL_OK) << tl_last_error();
   EXPECT_EQ(st[0].layer_begin, 0);
   EXPECT_EQ(st[0].layer_end, st[1].layer_begin);
   EXPECT_EQ(st[1].layer_end, 5);  // 5 layers over 2 stages: uneven, none dropped
@@ -42,20 +43,19 @@ TEST(Partition, BalancesFlopsAndKeepsEveryLayer) {
   double total = tl_graph_flops(g, 0, g->n_forward) * 3;
   EXPECT_NEAR(st[0].flops + st[1].flops, total, 1e-6 * total);
   // wte is on both stages, marked shared; nothing else is
-  int shared = 0;
-  for (auto& s : st)
-    for (int i = 0; i < s.n_segments; i++) shared += s.segments[i].shared;
-  EXPECT_EQ(shared, 2);
-  for (auto& s : st) tl_pp_stage_free(&s);
+  int wte = tl_graph_find(g, "wte");
+  for (auto& s : st) {
+    EXPECT_EQ(s.n_shared, 1);
+    EXPECT_TRUE(tl_pp_stage_shares(&s, wte));
+  }
   int fixed[2] = {1, 4};
-  ASSERT_EQ(tl_pp_partition(g, &io, &m, 2, fixed, st), TL_OK);
+  ASSERT_EQ(tl_pp_partition(g, &io, 2, fixed, st), TL_OK);
   EXPECT_EQ(st[0].layer_end, 1);
-  for (auto& s : st) tl_pp_stage_free(&s);
   int bad[2] = {2, 2};
-  EXPECT_EQ(tl_pp_partition(g, &io, &m, 2, bad, st), TL_ERR_CONFIG);
+  EXPECT_EQ(tl_pp_partition(g, &io, 2, bad, st), TL_ERR_CONFIG);
   EXPECT_NE(std::string(tl_last_error()).find("add up to 4; the model has 5 layers"),
             std::string::npos);
-  EXPECT_EQ(tl_pp_partition(g, &io, &m, 6, nullptr, st), TL_ERR_CONFIG);
+  EXPECT_EQ(tl_pp_partition(g, &io, 6, nullptr, st), TL_ERR_CONFIG);
   tl_graph_destroy(g);
 }
 
@@ -87,18 +87,20 @@ void CompareStaged(const tl_model_config& c, int p, int b, int t) {
   ASSERT_EQ(tl_exec_get(whole, io.losses, losses_whole.data(), b * t * 4), TL_OK);
   // staged
   std::vector<tl_pp_stage> st(p);
-  ASSERT_EQ(tl_pp_partition(g, &io, &m, p, nullptr, st.data()), TL_OK) << tl_last_error();
+  std::vector<tl_dp_layout> lay(p);
+  ASSERT_EQ(tl_pp_partition(g, &io, p, nullptr, st.data()), TL_OK) << tl_last_error();
   std::vector<tl_buffer*> sp(p), sg(p);
   std::vector<tl_exec*> x(p);
   for (int s = 0; s < p; s++) {
-    ASSERT_EQ(tl_buffer_create(tl_cpu(), sizeof(float) * st[s].n_params, &sp[s]), TL_OK);
-    ASSERT_EQ(tl_buffer_create(tl_cpu(), sizeof(float) * st[s].n_params, &sg[s]), TL_OK);
-    for (int i = 0; i < st[s].n_segments; i++) {
-      const tl_pp_segment& seg = st[s].segments[i];
-      memcpy((float*)sp[s]->data + seg.local_offset, (float*)params->data + seg.global_offset,
+    ASSERT_EQ(tl_dp_layout_build(g, st[s].node_begin, st[s].node_end, &lay[s]), TL_OK);
+    ASSERT_EQ(tl_buffer_create(tl_cpu(), sizeof(float) * lay[s].n, &sp[s]), TL_OK);
+    ASSERT_EQ(tl_buffer_create(tl_cpu(), sizeof(float) * lay[s].n, &sg[s]), TL_OK);
+    for (int i = 0; i < lay[s].n_segments; i++) {
+      const tl_dp_segment& seg = lay[s].segments[i];
+      memcpy((float*)sp[s]->data + seg.offset, (float*)params->data + g->values[seg.value].offset,
              seg.n * 4);
     }
-    tl_exec_options opt = {st[s].node_begin, st[s].node_end, st[s].param_offset, NULL};
+    tl_exec_options opt = {st[s].node_begin, st[s].node_end, lay[s].offset, NULL};
     ASSERT_EQ(tl_exec_create_ex(g, be, sp[s], sg[s], &opt, &x[s]), TL_OK) << tl_last_error();
   }
   ASSERT_EQ(tl_exec_set_input(x[0], io.tokens, tok.data(), tok.size() * 4), TL_OK);
@@ -122,10 +124,10 @@ void CompareStaged(const tl_model_config& c, int p, int b, int t) {
   // gradients mapped back; shared segments summed
   std::vector<float> staged(m.n_params, 0.0f);
   for (int s = 0; s < p; s++)
-    for (int i = 0; i < st[s].n_segments; i++) {
-      const tl_pp_segment& seg = st[s].segments[i];
+    for (int i = 0; i < lay[s].n_segments; i++) {
+      const tl_dp_segment& seg = lay[s].segments[i];
       for (int64_t j = 0; j < seg.n; j++)
-        staged[seg.global_offset + j] += ((float*)sg[s]->data)[seg.local_offset + j];
+        staged[g->values[seg.value].offset + j] += ((float*)sg[s]->data)[seg.offset + j];
     }
   const float* want = (const float*)grads->data;
   double worst = 0;
@@ -136,7 +138,7 @@ void CompareStaged(const tl_model_config& c, int p, int b, int t) {
     tl_exec_destroy(x[s]);
     tl_buffer_destroy(sp[s]);
     tl_buffer_destroy(sg[s]);
-    tl_pp_stage_free(&st[s]);
+    tl_dp_layout_free(&lay[s]);
   }
   tl_exec_destroy(whole);
   tl_buffer_destroy(params);

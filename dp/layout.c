@@ -1,0 +1,52 @@
+/* layout.c — stage buffers in gradient-readiness order (see layout.h). */
+#include "dp/layout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+tl_status tl_dp_layout_build(const tl_graph* g, int begin, int end, tl_dp_layout* out) {
+  memset(out, 0, sizeof *out);
+  out->offset = malloc(sizeof(int64_t) * (size_t)(g->n_values > 0 ? g->n_values : 1));
+  out->segments = malloc(sizeof(tl_dp_segment) * (size_t)(g->n_values > 0 ? g->n_values : 1));
+  int* first = malloc(sizeof(int) * (size_t)(g->n_values > 0 ? g->n_values : 1));
+  if (!out->offset || !out->segments || !first) {
+    free(first);
+    tl_dp_layout_free(out);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for a parameter layout");
+  }
+  for (int v = 0; v < g->n_values; v++) {
+    out->offset[v] = -1;
+    first[v] = g->values[v].role == TL_ROLE_PARAM ? tl_graph_first_reader(g, v, begin, end) : -1;
+  }
+  /* 1. later first uses first: their gradients are final earliest */
+  for (int i = end - 1; i >= begin; i--)
+    for (int v = 0; v < g->n_values; v++) {
+      if (first[v] != i) continue;
+      int64_t n = tl_value_numel(&g->values[v]);
+      out->offset[v] = out->n;
+      out->segments[out->n_segments++] = (tl_dp_segment){v, out->n, n, i};
+      out->n += n;
+    }
+  free(first);
+  return TL_OK;
+}
+
+void tl_dp_layout_free(tl_dp_layout* l) {
+  if (!l) return;
+  free(l->offset);
+  free(l->segments);
+  memset(l, 0, sizeof *l);
+}
+
+int64_t tl_dp_layout_final_upto(const tl_dp_layout* l, int forward_node) {
+  int64_t upto = 0;
+  for (int i = 0; i < l->n_segments && l->segments[i].first_use >= forward_node; i++)
+    upto = l->segments[i].offset + l->segments[i].n;
+  return upto;
+}
+
+const tl_dp_segment* tl_dp_layout_find(const tl_dp_layout* l, int value) {
+  for (int i = 0; i < l->n_segments; i++)
+    if (l->segments[i].value == value) return &l->segments[i];
+  return NULL;
+}

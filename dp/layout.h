@@ -1,0 +1,56 @@
+/* layout.h — a pipeline stage's flat parameter and gradient buffers: which
+ * parameter values of the graph they hold, where, and in what order their
+ * gradients become final.
+ *
+ * Parameters and gradients live in one flat buffer each (llm.c), so a
+ * data-parallel all-reduce moves a few large buckets, not one message per
+ * tensor. The stage's buffer holds the parameters its forward nodes
+ * [begin, end) read, each once (a tied weight read twice is one segment),
+ * ordered so that gradients finish front to back: a gradient is final once
+ * the backward of the parameter's FIRST forward use has run, and the
+ * backward runs from the last node down, so later first uses come first.
+ * Buckets (dp/buckets.h) then fill from the buffer's front while the
+ * backward pass goes on. */
+#ifndef TL_DP_LAYOUT_H
+#define TL_DP_LAYOUT_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+#include "graph/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tl_dp_segment {
+  int value;      /* the parameter value of the graph */
+  int64_t offset; /* elements into the flat buffers */
+  int64_t n;      /* elements */
+  int first_use;  /* the first forward node that reads it */
+} tl_dp_segment;
+
+typedef struct tl_dp_layout {
+  int n_segments;
+  tl_dp_segment* segments; /* in buffer order */
+  int64_t* offset;         /* per graph value: element offset in the buffers, or -1 */
+  int64_t n;               /* elements of each flat buffer */
+} tl_dp_layout;
+
+/* The layout of the parameters that forward nodes [begin, end) of g read. */
+tl_status tl_dp_layout_build(const tl_graph* g, int begin, int end, tl_dp_layout* out);
+void tl_dp_layout_free(tl_dp_layout* l); /* zeroes it; a zeroed layout is fine */
+
+/* How much of the buffers' front has final gradients once the backward of
+ * forward node `forward_node` has run (in a pass running backward from the
+ * range's last node down). */
+int64_t tl_dp_layout_final_upto(const tl_dp_layout* l, int forward_node);
+
+/* The segment holding parameter value v, or NULL. */
+const tl_dp_segment* tl_dp_layout_find(const tl_dp_layout* l, int value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
