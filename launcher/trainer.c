@@ -31,14 +31,24 @@ static double now_us(void) {
   return (double)tl_time_ns() * 1e-3;
 }
 
-static void trace_span(tl_trainer* t, const char* name, int micro, double start_us) {
+static void trace_span_to(tl_trainer* t, const char* name, int micro, double start_us,
+                          double end) {
   if (!t->trace) return;
-  double end = now_us();
   fprintf(t->trace,
           "{\"name\": \"%s %d\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.1f, \"dur\": %.1f, "
           "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"step\": %lld}},\n",
           name, micro, name, start_us - t->trace_origin, end - start_us, t->world_rank, micro,
           (long long)t->step + 1);
+}
+
+static void trace_span(tl_trainer* t, const char* name, int micro, double start_us) {
+  if (t->trace) trace_span_to(t, name, micro, start_us, now_us());
+}
+
+/* The pipeline's exchanges (pp/runtime.h's span hook). */
+static void trace_exchange(void* user, const char* name, int micro, int64_t start_ns,
+                           int64_t end_ns) {
+  trace_span_to(user, name, micro, start_ns * 1e-3, end_ns * 1e-3);
 }
 
 /* A span per tensor-parallel collective inside a pass (the graph's tp_comm
@@ -57,8 +67,9 @@ static void trace_node(void* user, const tl_node* n, int64_t start_ns, int64_t e
 void tl_trainer_trace(tl_trainer* t, FILE* f) {
   t->trace = f;
   t->trace_origin = now_us();
-  for (int i = 0; t->tp_size > 1 && i < t->n_slots; i++)
-    tl_exec_set_node_hook(t->slots[i].exec, f ? trace_node : NULL, t);
+  tl_pp_runtime_set_span_hook(t->rt, f ? trace_exchange : NULL, t);
+  for (int i = 0; t->tp_size > 1 && i < tl_pp_runtime_n_slots(t->rt); i++)
+    tl_exec_set_node_hook(tl_pp_runtime_exec(t->rt, i), f ? trace_node : NULL, t);
 }
 
 /* ---- set-up ------------------------------------------------------------- */
@@ -116,14 +127,7 @@ static tl_status setup_comm(tl_trainer* t) {
                    "mesh.pp=%d",
                    t->dp_size, t->tp_size, t->pp_size, t->cfg.mesh.dp, t->cfg.mesh.tp,
                    t->cfg.mesh.pp);
-  if (!t->comm.world) return TL_OK;
-  /* the tied embedding (this tensor-parallel rank's shard of it) lives on
-   * the first and the last stage of each pipeline */
-  int p = t->pp_size;
-  int member = p > 1 && (t->pp_rank == 0 || t->pp_rank == p - 1);
-  return tl_group_split(t->comm.world,
-                        member ? t->dp_rank * t->tp_size + t->tp_rank : TL_GROUP_UNDEFINED,
-                        t->pp_rank, "embedding", &t->embed);
+  return TL_OK;
 }
 
 tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer_comm* comm,
@@ -197,17 +201,29 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         tl_buffer_create(dev, sizeof(float) * (size_t)(packed > 0 ? packed : 1), &t->sp_pack), st,
         fail);
   }
-  t->n_slots = t->sched.max_in_flight;
-  t->slots = calloc((size_t)t->n_slots, sizeof(struct slot));
-  if (!t->slots) {
-    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for executors");
+  /* the pipeline: one executor per micro-batch in flight, the exchanges
+   * (a boundary value the tp group holds alike goes as 1/tp each), and the
+   * stages sharing the tied embedding */
+  t->scatter = calloc((size_t)t->graph->n_values, sizeof(bool));
+  if (!t->scatter) {
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
     goto fail;
   }
-  struct tl_exec_options opt = {t->me->node_begin, t->me->node_end, t->lay->offset,
-                                t->comm.tp};
-  for (int i = 0; i < t->n_slots; i++)
-    TL_CHECK_GOTO(tl_exec_create_ex(t->graph, t->be, t->params, t->grads, &opt, &t->slots[i].exec),
-                  st, fail);
+  for (int v = 0; v < t->graph->n_values; v++) t->scatter[v] = t->graph->values[v].tp_replicated;
+  struct tl_pp_runtime_config rc = {
+      .g = t->graph,
+      .stage = t->me,
+      .pp = t->comm.pp,
+      .scatter = t->comm.tp,
+      .scatter_value = t->scatter,
+      .be = t->be,
+      .params = t->params,
+      .grads = t->grads,
+      .exec = {t->me->node_begin, t->me->node_end, t->lay->offset, t->comm.tp},
+      .n_slots = t->sched.max_in_flight,
+  };
+  TL_CHECK_GOTO(tl_pp_runtime_create(&rc, &t->rt), st, fail);
+  TL_CHECK_GOTO(tl_pp_shared_group(t->comm.pp, t->me, &t->shared), st, fail);
   if (t->comm.dp)
     TL_CHECK_GOTO(tl_dp_buckets_create(t->comm.dp, t->lay, (float*)t->grads->data,
                                        cfg->parallel.bucket_mb, &t->buckets),
@@ -238,13 +254,10 @@ fail:
 
 void tl_trainer_destroy(tl_trainer* t) {
   if (!t) return;
-  for (int i = 0; t->slots && i < t->n_slots; i++) {
-    tl_group_wait_all(t->slots[i].n_sends, t->slots[i].sends);
-    tl_exec_destroy(t->slots[i].exec);
-  }
-  free(t->slots);
+  tl_pp_runtime_destroy(t->rt);
+  free(t->scatter);
   tl_dp_buckets_destroy(t->buckets);
-  tl_group_destroy(t->embed);
+  tl_group_destroy(t->shared);
   tl_pp_schedule_free(&t->sched);
   for (int s = 0; t->layouts && s < t->pp_size; s++) tl_dp_layout_free(&t->layouts[s]);
   free(t->layouts);
@@ -266,52 +279,6 @@ void tl_trainer_destroy(tl_trainer* t) {
 }
 
 /* ---- the pipeline ------------------------------------------------------- */
-
-static int act_tag(int micro, int k) {
-  return micro * 2 * TL_PP_MAX_BOUNDARY + k;
-}
-static int grad_tag(int micro, int k) {
-  return act_tag(micro, k) + TL_PP_MAX_BOUNDARY;
-}
-
-static tl_status wait_sends(struct slot* s) {
-  tl_status st = tl_group_wait_all(s->n_sends, s->sends);
-  s->n_sends = 0;
-  return st;
-}
-
-/* Sends or receives the boundary values[0..n) (or their gradients) of
- * micro-batch `micro` to or from pipeline neighbour `peer`. A value the
- * tensor-parallel group holds identically (tl_value.tp_replicated) travels
- * as this rank's 1/tp of it, and the receivers all-gather it over tp —
- * Megatron-LM's scatter/gather, which cuts the pipeline's bytes by tp. */
-static tl_status exchange(tl_trainer* t, struct slot* s, const int* values, int n, int use_grad,
-                          int send, int peer, int micro) {
-  double t0 = now_us();
-  if (send) TL_CHECK(t->be->ops->synchronize(t->be->ctx));
-  for (int k = 0; k < n; k++) {
-    const tl_value* fv = &t->graph->values[values[k]];
-    int v = use_grad ? fv->grad : values[k];
-    if (v < 0) continue; /* an activation without gradient (none in our models) */
-    float* p = tl_exec_data(s->exec, v);
-    size_t count = (size_t)tl_value_numel(&t->graph->values[v]), off = 0, len = count;
-    const bool shard = t->tp_size > 1 && fv->tp_replicated;
-    if (shard) tl_group_chunk(count, t->tp_size, t->tp_rank, &off, &len);
-    int tag = use_grad ? grad_tag(micro, k) : act_tag(micro, k);
-    if (send) {
-      if (s->n_sends == MAX_SENDS) TL_CHECK(wait_sends(s));
-      TL_CHECK(tl_group_send(t->comm.pp, p + off, len, TL_F32, peer, tag, &s->sends[s->n_sends++]));
-    } else {
-      TL_CHECK(tl_group_recv(t->comm.pp, p + off, len, TL_F32, peer, tag, NULL));
-      if (shard) TL_CHECK(tl_group_all_gather(t->comm.tp, p + off, p, count, TL_F32, NULL));
-    }
-  }
-  if (!send) t->wait_seconds += (now_us() - t0) * 1e-6;
-  trace_span(t,
-             send ? (use_grad ? "send_grad" : "send_act") : (use_grad ? "recv_grad" : "recv_act"),
-             micro, t0);
-  return TL_OK;
-}
 
 /* Sets micro-batch i's inputs (tokens on the first stage, targets on the last). */
 static tl_status set_inputs(tl_trainer* t, tl_exec* x, const tl_loader* l, int seq0) {
@@ -342,50 +309,36 @@ static int first_seq(const tl_trainer* t, int i) {
   return t->dp_rank * (t->cfg.train.batch_size / t->dp_size) + i * t->micro;
 }
 
+/* One step's forwards and backwards as the stage's schedule orders them;
+ * the runtime exchanges activations and gradients in between. */
 static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
   const tl_pp_stage* me = t->me;
   int m = t->cfg.schedule.micro_batches;
   float scale = 1.0f / ((float)t->cfg.train.batch_size * (float)t->cfg.train.seq_len);
-  for (int k = 0; k < t->sched.n; k++) {
-    tl_pp_instr in = t->sched.instr[k];
-    struct slot* s = &t->slots[in.micro % t->n_slots];
+  TL_CHECK(tl_pp_runtime_start(t->rt, &t->sched));
+  for (;;) {
+    tl_pp_task task;
+    bool done;
+    TL_CHECK(tl_pp_runtime_next(t->rt, &task, &done));
+    if (done) break;
     double t0 = now_us();
-    switch (in.op) {
-      case TL_PP_RECV_ACT:
-        TL_CHECK(wait_sends(s)); /* the slot's memory is about to be written */
-        TL_CHECK(exchange(t, s, me->recv, me->n_recv, 0, 0, t->pp_rank - 1, in.micro));
-        break;
-      case TL_PP_FORWARD:
-        t->trace_micro = in.micro;
-        TL_CHECK(wait_sends(s));
-        TL_CHECK(set_inputs(t, s->exec, &t->loader, first_seq(t, in.micro)));
-        TL_CHECK(tl_exec_forward(s->exec, me->node_begin, me->node_end));
-        trace_span(t, "forward", in.micro, t0);
-        break;
-      case TL_PP_SEND_ACT:
-        TL_CHECK(exchange(t, s, me->send, me->n_send, 0, 1, t->pp_rank + 1, in.micro));
-        break;
-      case TL_PP_RECV_GRAD:
-        TL_CHECK(wait_sends(s));
-        TL_CHECK(exchange(t, s, me->send, me->n_send, 1, 0, t->pp_rank + 1, in.micro));
-        break;
-      case TL_PP_BACKWARD: {
-        t->trace_micro = in.micro;
-        int last = in.micro == m - 1 && t->buckets && t->dp_size > 1;
-        if (last) tl_exec_set_backward_hook(s->exec, bucket_hook, t);
-        tl_status st = tl_exec_backward(s->exec, me->node_begin, me->node_end, scale);
-        tl_exec_set_backward_hook(s->exec, NULL, NULL);
-        TL_CHECK(st);
-        if (is_last_stage(t)) TL_CHECK(add_losses(t, s->exec, loss_sum));
-        trace_span(t, "backward", in.micro, t0);
-        break;
-      }
-      case TL_PP_SEND_GRAD:
-        TL_CHECK(exchange(t, s, me->recv, me->n_recv, 1, 1, t->pp_rank - 1, in.micro));
-        break;
+    t->trace_micro = task.micro;
+    if (task.op == TL_PP_FORWARD) {
+      TL_CHECK(set_inputs(t, task.exec, &t->loader, first_seq(t, task.micro)));
+      TL_CHECK(tl_exec_forward(task.exec, me->node_begin, me->node_end));
+      trace_span(t, "forward", task.micro, t0);
+      continue;
     }
+    /* the last micro-batch's backward starts the buckets' all-reduces */
+    int last = task.micro == m - 1 && t->buckets && t->dp_size > 1;
+    if (last) tl_exec_set_backward_hook(task.exec, bucket_hook, t);
+    tl_status st = tl_exec_backward(task.exec, me->node_begin, me->node_end, scale);
+    tl_exec_set_backward_hook(task.exec, NULL, NULL);
+    TL_CHECK(st);
+    if (is_last_stage(t)) TL_CHECK(add_losses(t, task.exec, loss_sum));
+    trace_span(t, "backward", task.micro, t0);
   }
-  for (int i = 0; i < t->n_slots; i++) TL_CHECK(wait_sends(&t->slots[i]));
+  t->wait_seconds = tl_pp_runtime_wait_seconds(t->rt);
   return TL_OK;
 }
 
@@ -433,14 +386,9 @@ static tl_status stage_sumsq(tl_trainer* t, double* out) {
 }
 
 static tl_status sync_tied(tl_trainer* t) {
-  if (!t->embed) return TL_OK;
+  if (!t->shared) return TL_OK;
   double t0 = now_us();
-  for (int i = 0; i < t->lay->n_segments; i++) {
-    const tl_dp_segment* s = &t->lay->segments[i];
-    if (!tl_pp_stage_shares(t->me, s->value)) continue;
-    float* p = (float*)t->grads->data + s->offset;
-    TL_CHECK(tl_group_all_reduce(t->embed, p, p, (size_t)s->n, TL_F32, TL_REDUCE_SUM, NULL));
-  }
+  TL_CHECK(tl_pp_sync_shared(t->me, t->shared, t->graph, t->grads->data, t->lay->offset));
   trace_span(t, "tied_allreduce", 0, t0);
   return TL_OK;
 }
@@ -540,25 +488,27 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
     return TL_ERRF(TL_ERR_CONFIG, "validation needs data.val: the path of a token file");
   tl_loader l;
   TL_CHECK(tl_loader_init(&l, &t->val_file, t->cfg.train.batch_size, t->cfg.train.seq_len, 0));
+  tl_pp_schedule fwd;
+  TL_CHECK(tl_pp_schedule_build_forward(t->pp_size, t->pp_rank, t->cfg.schedule.micro_batches,
+                                        &fwd));
   double sum = 0.0;
   int batches = t->cfg.train.val_batches > 0 ? t->cfg.train.val_batches : 1;
-  struct slot* s = &t->slots[0];
-  for (int b = 0; b < batches; b++) {
-    for (int i = 0; i < t->cfg.schedule.micro_batches; i++) {
-      TL_CHECK(wait_sends(s));
-      if (t->pp_rank > 0)
-        TL_CHECK(exchange(t, s, t->me->recv, t->me->n_recv, 0, 0, t->pp_rank - 1, i));
-      TL_CHECK(set_inputs(t, s->exec, &l, first_seq(t, i)));
-      t->trace_micro = i;
-      TL_CHECK(tl_exec_forward(s->exec, t->me->node_begin, t->me->node_end));
-      if (!is_last_stage(t))
-        TL_CHECK(exchange(t, s, t->me->send, t->me->n_send, 0, 1, t->pp_rank + 1, i));
-      else
-        TL_CHECK(add_losses(t, s->exec, &sum));
+  tl_status st = TL_OK;
+  for (int b = 0; b < batches && st == TL_OK; b++) {
+    st = tl_pp_runtime_start(t->rt, &fwd);
+    for (bool done = false; st == TL_OK;) {
+      tl_pp_task task;
+      st = tl_pp_runtime_next(t->rt, &task, &done);
+      if (st != TL_OK || done) break;
+      t->trace_micro = task.micro;
+      st = set_inputs(t, task.exec, &l, first_seq(t, task.micro));
+      if (st == TL_OK) st = tl_exec_forward(task.exec, t->me->node_begin, t->me->node_end);
+      if (st == TL_OK && is_last_stage(t)) st = add_losses(t, task.exec, &sum);
     }
     tl_loader_advance(&l);
   }
-  TL_CHECK(wait_sends(s));
+  tl_pp_schedule_free(&fwd);
+  TL_CHECK(st);
   TL_CHECK(host_sum(t->comm.world, &sum));
   *loss = sum / ((double)batches * t->cfg.train.batch_size * t->cfg.train.seq_len);
   return TL_OK;
@@ -595,7 +545,8 @@ int64_t tl_trainer_param_bytes(const tl_trainer* t) {
 
 int64_t tl_trainer_activation_bytes(const tl_trainer* t) {
   int64_t b = 0;
-  for (int i = 0; i < t->n_slots; i++) b += (int64_t)tl_exec_plan(t->slots[i].exec)->arena_bytes;
+  for (int i = 0; i < tl_pp_runtime_n_slots(t->rt); i++)
+    b += (int64_t)tl_exec_plan(tl_pp_runtime_exec(t->rt, i))->arena_bytes;
   return b;
 }
 
@@ -608,11 +559,13 @@ void tl_trainer_stage(const tl_trainer* t, int* stage, int* n_stages, int* layer
 }
 
 void tl_trainer_profile(tl_trainer* t, int on) {
-  for (int i = 0; i < t->n_slots; i++) tl_exec_profile(t->slots[i].exec, on);
+  for (int i = 0; i < tl_pp_runtime_n_slots(t->rt); i++)
+    tl_exec_profile(tl_pp_runtime_exec(t->rt, i), on);
 }
 
 double tl_trainer_op_seconds(const tl_trainer* t, int op) {
   double s = 0;
-  for (int i = 0; i < t->n_slots; i++) s += tl_exec_op_seconds(t->slots[i].exec, op);
+  for (int i = 0; i < tl_pp_runtime_n_slots(t->rt); i++)
+    s += tl_exec_op_seconds(tl_pp_runtime_exec(t->rt, i), op);
   return s;
 }

@@ -10,16 +10,9 @@
 #include "dp/layout.h"
 #include "launcher/tokens.h"
 #include "launcher/trainer.h"
+#include "pp/runtime.h"
 #include "pp/schedule.h"
 #include "pp/stage.h"
-
-#define MAX_SENDS 64
-
-struct slot {
-  tl_exec* exec;
-  tl_group_request* sends[MAX_SENDS];
-  int n_sends;
-};
 
 struct tl_trainer {
   struct tl_config cfg;
@@ -29,7 +22,7 @@ struct tl_trainer {
   /* the job */
   struct tl_trainer_comm comm;
   int world_rank, dp_size, dp_rank, pp_size, pp_rank, tp_size, tp_rank;
-  tl_group* embed; /* first + last stage of this replica: the tied embedding */
+  tl_group* shared; /* the stages of this pipeline sharing parameters (the tied embedding) */
   /* the graph and this rank's stage */
   tl_graph* graph;
   struct tl_model_io io;
@@ -38,8 +31,8 @@ struct tl_trainer {
   tl_dp_layout* layouts; /* each stage's flat buffers (stage 0 gathers every stage's) */
   tl_dp_layout* lay;     /* this rank's stage's */
   tl_pp_schedule sched;
-  int n_slots;
-  struct slot* slots;
+  tl_pp_runtime* rt; /* the stage's executors and exchanges */
+  bool* scatter;     /* per graph value: a boundary value the tp group holds alike */
   /* the stage's flat buffers */
   tl_buffer *params, *grads, *adam_m, *adam_v, *scalar;
   tl_buffer* sp_pack;  /* sequence parallelism: the LayerNorm gradients, packed */

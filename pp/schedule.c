@@ -62,6 +62,22 @@ int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int
   return warmup + 1 < n_micro ? warmup + 1 : n_micro;
 }
 
+tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_pp_schedule* s) {
+  memset(s, 0, sizeof *s);
+  if (n_stages < 1 || stage < 0 || stage >= n_stages || n_micro < 1)
+    return TL_ERRF(TL_ERR_INVALID, "schedule of stage %d of %d for %d micro-batches", stage,
+                   n_stages, n_micro);
+  s->kind = TL_SCHEDULE_GPIPE;
+  s->n_stages = n_stages;
+  s->stage = stage;
+  s->n_micro = n_micro;
+  s->instr = malloc(sizeof(tl_pp_instr) * 3 * (size_t)n_micro);
+  if (!s->instr) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
+  for (int i = 0; i < n_micro; i++) forward(s, i);
+  s->max_in_flight = 1;
+  return TL_OK;
+}
+
 void tl_pp_schedule_free(tl_pp_schedule* s) {
   if (!s) return;
   free(s->instr);

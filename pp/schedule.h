@@ -59,6 +59,10 @@ tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, i
                                tl_pp_schedule* out);
 void tl_pp_schedule_free(tl_pp_schedule* s);
 
+/* Forward passes only (evaluation): each micro-batch received, run and
+ * sent on, in order; one micro-batch in flight. */
+tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_pp_schedule* out);
+
 /* Simulates all stages' lists together (sends never block, receives wait
  * for their send) and checks that every micro-batch is forwarded and
  * backwarded once per stage, in dependency order, with no deadlock. On

@@ -1,0 +1,192 @@
+/* runtime.c — a stage's schedule, walked (see runtime.h). */
+#include "pp/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+
+#define MAX_SENDS 64
+
+struct slot {
+  tl_exec* exec;
+  tl_group_request* sends[MAX_SENDS];
+  int n_sends;
+};
+
+struct tl_pp_runtime {
+  struct tl_pp_runtime_config c;
+  int n_slots;
+  struct slot* slots;
+  const tl_pp_schedule* sched;
+  int pc; /* the next instruction of sched */
+  int64_t wait_ns;
+  tl_pp_span_hook hook;
+  void* hook_user;
+};
+
+/* Tags: a micro-batch's boundary values, activations then gradients. */
+static int act_tag(int micro, int k) {
+  return micro * 2 * TL_PP_MAX_BOUNDARY + k;
+}
+static int grad_tag(int micro, int k) {
+  return act_tag(micro, k) + TL_PP_MAX_BOUNDARY;
+}
+
+static tl_status wait_sends(struct slot* s) {
+  tl_status st = tl_group_wait_all(s->n_sends, s->sends);
+  s->n_sends = 0;
+  return st;
+}
+
+tl_status tl_pp_runtime_create(const struct tl_pp_runtime_config* c, tl_pp_runtime** out) {
+  *out = NULL;
+  if (c->n_slots < 1)
+    return TL_ERRF(TL_ERR_INVALID, "a pipeline runtime needs at least one executor");
+  tl_pp_runtime* r = calloc(1, sizeof *r);
+  if (!r) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a pipeline runtime");
+  r->c = *c;
+  r->slots = calloc((size_t)c->n_slots, sizeof(struct slot));
+  tl_status st = r->slots ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for executors");
+  for (int i = 0; i < c->n_slots && st == TL_OK; i++) {
+    st = tl_exec_create_ex(c->g, c->be, c->params, c->grads, &c->exec, &r->slots[i].exec);
+    if (st == TL_OK) r->n_slots++;
+  }
+  if (st != TL_OK) {
+    tl_pp_runtime_destroy(r);
+    return st;
+  }
+  *out = r;
+  return TL_OK;
+}
+
+void tl_pp_runtime_destroy(tl_pp_runtime* r) {
+  if (!r) return;
+  for (int i = 0; i < r->n_slots; i++) {
+    wait_sends(&r->slots[i]);
+    tl_exec_destroy(r->slots[i].exec);
+  }
+  free(r->slots);
+  free(r);
+}
+
+int tl_pp_runtime_n_slots(const tl_pp_runtime* r) {
+  return r->n_slots;
+}
+
+tl_exec* tl_pp_runtime_exec(const tl_pp_runtime* r, int slot) {
+  return slot >= 0 && slot < r->n_slots ? r->slots[slot].exec : NULL;
+}
+
+void tl_pp_runtime_set_span_hook(tl_pp_runtime* r, tl_pp_span_hook hook, void* user) {
+  r->hook = hook;
+  r->hook_user = user;
+}
+
+double tl_pp_runtime_wait_seconds(const tl_pp_runtime* r) {
+  return (double)r->wait_ns * 1e-9;
+}
+
+typedef enum { RECV = 0, SEND } direction;
+typedef enum { ACTIVATIONS = 0, GRADIENTS } payload;
+
+/* Sends or receives the boundary values[0..n) (or their gradients) of
+ * micro-batch `micro` to or from pipeline neighbour `peer`; a value the
+ * scatter group holds alike goes as this rank's chunk, gathered on arrival. */
+static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, int n, payload what,
+                          direction dir, int peer, int micro) {
+  const tl_graph* g = r->c.g;
+  int64_t t0 = tl_time_ns();
+  /* what the device computed must be in memory before it leaves */
+  if (dir == SEND) TL_CHECK(r->c.be->ops->synchronize(r->c.be->ctx));
+  for (int k = 0; k < n; k++) {
+    int v = what == GRADIENTS ? g->values[values[k]].grad : values[k];
+    if (v < 0) continue; /* an activation without gradient */
+    float* p = tl_exec_data(s->exec, v);
+    size_t count = (size_t)tl_value_numel(&g->values[v]), off = 0, len = count;
+    const bool split = r->c.scatter && tl_group_size(r->c.scatter) > 1 && r->c.scatter_value &&
+                       r->c.scatter_value[values[k]];
+    if (split)
+      tl_group_chunk(count, tl_group_size(r->c.scatter), tl_group_rank(r->c.scatter), &off, &len);
+    int tag = what == GRADIENTS ? grad_tag(micro, k) : act_tag(micro, k);
+    if (dir == SEND) {
+      if (s->n_sends == MAX_SENDS) TL_CHECK(wait_sends(s));
+      TL_CHECK(tl_group_send(r->c.pp, p + off, len, TL_F32, peer, tag, &s->sends[s->n_sends++]));
+    } else {
+      TL_CHECK(tl_group_recv(r->c.pp, p + off, len, TL_F32, peer, tag, NULL));
+      if (split) TL_CHECK(tl_group_all_gather(r->c.scatter, p + off, p, count, TL_F32, NULL));
+    }
+  }
+  int64_t t1 = tl_time_ns();
+  if (dir == RECV) r->wait_ns += t1 - t0;
+  if (r->hook) {
+    static const char* const names[2][2] = {{"recv_act", "send_act"}, {"recv_grad", "send_grad"}};
+    r->hook(r->hook_user, names[what][dir], micro, t0, t1);
+  }
+  return TL_OK;
+}
+
+tl_status tl_pp_runtime_start(tl_pp_runtime* r, const tl_pp_schedule* s) {
+  if (s->stage != r->c.stage->stage || s->n_stages != r->c.stage->n_stages)
+    return TL_ERRF(TL_ERR_INVALID, "a schedule of stage %d of %d for stage %d of %d", s->stage,
+                   s->n_stages, r->c.stage->stage, r->c.stage->n_stages);
+  r->sched = s;
+  r->pc = 0;
+  r->wait_ns = 0;
+  return TL_OK;
+}
+
+tl_status tl_pp_runtime_next(tl_pp_runtime* r, tl_pp_task* task, bool* done) {
+  *done = false;
+  const tl_pp_stage* me = r->c.stage;
+  const int stage = me->stage;
+  while (r->sched && r->pc < r->sched->n) {
+    tl_pp_instr in = r->sched->instr[r->pc++];
+    struct slot* s = &r->slots[in.micro % r->n_slots];
+    switch (in.op) {
+      case TL_PP_RECV_ACT:
+        TL_CHECK(wait_sends(s)); /* the slot's memory is about to be written */
+        TL_CHECK(exchange(r, s, me->recv, me->n_recv, ACTIVATIONS, RECV, stage - 1, in.micro));
+        break;
+      case TL_PP_SEND_ACT:
+        TL_CHECK(exchange(r, s, me->send, me->n_send, ACTIVATIONS, SEND, stage + 1, in.micro));
+        break;
+      case TL_PP_RECV_GRAD:
+        TL_CHECK(wait_sends(s));
+        TL_CHECK(exchange(r, s, me->send, me->n_send, GRADIENTS, RECV, stage + 1, in.micro));
+        break;
+      case TL_PP_SEND_GRAD:
+        TL_CHECK(exchange(r, s, me->recv, me->n_recv, GRADIENTS, SEND, stage - 1, in.micro));
+        break;
+      case TL_PP_FORWARD:
+        TL_CHECK(wait_sends(s));
+        /* fallthrough */
+      case TL_PP_BACKWARD:
+        *task = (tl_pp_task){in.op, in.micro, s->exec};
+        return TL_OK;
+    }
+  }
+  for (int i = 0; i < r->n_slots; i++) TL_CHECK(wait_sends(&r->slots[i]));
+  r->sched = NULL;
+  *done = true;
+  return TL_OK;
+}
+
+tl_status tl_pp_shared_group(tl_group* pp, const tl_pp_stage* s, tl_group** out) {
+  *out = NULL;
+  if (!pp || tl_group_size(pp) == 1) return TL_OK;
+  /* every stage takes part in the split; those sharing nothing stay out */
+  return tl_group_split(pp, s->n_shared > 0 ? 0 : TL_GROUP_UNDEFINED, s->stage, "shared", out);
+}
+
+tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g,
+                            float* grads, const int64_t* offset) {
+  if (!shared) return TL_OK;
+  for (int i = 0; i < s->n_shared; i++) {
+    int v = s->shared[i];
+    float* p = grads + offset[v];
+    TL_CHECK(tl_group_all_reduce(shared, p, p, (size_t)tl_value_numel(&g->values[v]), TL_F32,
+                                 TL_REDUCE_SUM, NULL));
+  }
+  return TL_OK;
+}
