@@ -218,18 +218,20 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                   m->vocab_size);
   }
   if (mlp) {
-    /* layers pair up column-/row-parallel: every hidden size is split, and
-     * the outputs too when the last layer is column-parallel (odd count) */
+    /* layers pair up column- then row-parallel (tp/tp.h): layer 2k splits
+     * its outputs mlp_sizes[2k+1], layer 2k+1 the same as its inputs, and
+     * with an odd count the last layer splits the vocabulary; the pairs'
+     * outputs stay whole */
     if (OK(model, mlp_sizes) && OK(mesh, tp)) {
       int n = m->n_mlp_layers;
-      for (int i = 1; i <= n; i++)
-        if ((i < n || n % 2 == 1) && m->mlp_sizes[i] % mesh->tp != 0)
+      for (int i = 1; i <= n; i += 2)
+        if (m->mlp_sizes[i] % mesh->tp != 0)
           tl__problem(p,
                       i < n ? "mesh.tp = %d: must divide the hidden size model.mlp_sizes[%d] = %d "
-                              "(hidden layers are split across tensor-parallel ranks)"
+                              "(the outputs of layer %d are split across tensor-parallel ranks)"
                             : "mesh.tp = %d: must divide the output size model.mlp_sizes[%d] = %d "
                               "(with an odd number of layers the last one is split by outputs)",
-                      mesh->tp, i, m->mlp_sizes[i]);
+                      mesh->tp, i, m->mlp_sizes[i], i - 1);
     }
     if (OK(parallel, sequence_parallel) && cfg->parallel.sequence_parallel)
       tl__problem(p,

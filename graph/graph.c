@@ -268,7 +268,6 @@ tl_status tl_graph_rematerialize(tl_graph* g, int fwd) {
     char name[TL_NAME_MAX];
     snprintf(name, sizeof name, "%.41s.again", v.name);
     TL_CHECK(tl_graph_value(g, name, TL_ROLE_ACTIVATION, v.dtype, v.n_dims, v.shape, &again[k]));
-    g->values[again[k]].tp_replicated = v.tp_replicated;
   }
   /* the copy, appended then moved to `at` */
   char node_name[TL_NAME_MAX];

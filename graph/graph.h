@@ -52,10 +52,6 @@ typedef struct tl_value {
   int grad_of;        /* for gradients: the value differentiated, else -1 */
   bool requires_grad; /* on a path from a parameter to the loss */
   bool output;        /* read by the caller after running: live to the end */
-  /* identical on every rank of the tensor-parallel group, and so is its
-   * gradient (the residual stream outside sequence parallelism): a pipeline
-   * boundary sends each rank's 1/tp of it and all-gathers on arrival */
-  bool tp_replicated;
 } tl_value;
 
 typedef struct tl_node {
@@ -126,9 +122,8 @@ tl_status tl_graph_backward(tl_graph* g);
  * "<output>.again"; flag `again`) is placed just before the first backward
  * node that reads one of its outputs, and the backward nodes of that
  * reader's forward node read the copy's — so the forward outputs die with
- * their last other reader and the inputs live on instead (Megatron-LM's
- * sequence parallelism keeps a matmul's token shard and all-gathers it again
- * for the weight gradient). The copy's forward_of is that reader's forward
+ * their last other reader and the inputs live on instead (a gathered input
+ * is gathered again instead of kept, say). The copy's forward_of is that reader's forward
  * node, so a pipeline stage runs it with its reader; backward readers of
  * other forward nodes keep reading the original. Nothing to do when no
  * backward node reads the outputs. */

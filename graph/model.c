@@ -23,12 +23,7 @@ static void add_tensor(tl_model* m, const char* name, int n_dims, const int64_t*
   t->init = init;
   t->init_std = std;
   t->init_rows = shape[0];
-  memcpy(t->full_shape, shape, sizeof(int64_t) * (size_t)n_dims);
-  t->full_numel = t->numel;
-  t->full_offset = m->n_params;
-  t->shard = TL_SHARD_REPLICATED;
   m->n_params += t->numel;
-  m->n_params_full = m->n_params;
 }
 
 static tl_status gpt_layout(tl_model* m) {
@@ -95,7 +90,6 @@ static tl_status mlp_layout(tl_model* m) {
 tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* m) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
-  m->tp = 1;
   m->vocab = cfg->vocab_size;
   if (m->vocab < 1 || m->vocab > 65536)
     return TL_ERRF(TL_ERR_CONFIG, "model.vocab_size=%d; expected 1 to 65536 (tokens are uint16)",
@@ -112,26 +106,11 @@ tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* m) {
   return mlp_layout(m);
 }
 
-int64_t tl_model_shard_index(const tl_model* m, int k, int64_t i, int64_t* run) {
-  const struct tl_param_tensor* t = &m->tensors[k];
-  if (t->shard != TL_SHARD_SPLIT) {
-    *run = t->numel - i;
-    return i;
-  }
-  int d = t->split_dim;
-  int64_t inner = 1;
-  for (int j = d + 1; j < t->n_dims; j++) inner *= t->shape[j];
-  int64_t n_local = t->shape[d], n_full = t->full_shape[d], chunk = n_local / t->split_parts;
-  int64_t outer = i / (n_local * inner), rem = i % (n_local * inner);
-  int64_t row = rem / inner, r = rem % inner, part = row / chunk, j = row % chunk;
-  int64_t g = part * (n_full / t->split_parts) + m->tp_rank * chunk + j;
-  *run = (chunk - j) * inner - r;
-  return (outer * n_full + g) * inner + r;
-}
-
-bool tl_model_logits_split(const tl_model* m) {
-  if (m->tp == 1) return false;
-  return m->cfg.kind == TL_MODEL_GPT || m->cfg.n_mlp_layers % 2 == 1;
+int tl_model_tensor_at(const tl_model* m, int64_t offset) {
+  for (int k = 0; k < m->n_tensors; k++)
+    if (offset >= m->tensors[k].offset && offset < m->tensors[k].offset + m->tensors[k].numel)
+      return k;
+  return -1;
 }
 
 int tl_model_tensor(const tl_model* m, const char* name) {
@@ -179,20 +158,17 @@ void tl_model_init_params(const tl_model* m, int64_t begin, int64_t end, float* 
     const struct tl_param_tensor* t = &m->tensors[k];
     int64_t lo = begin > t->offset ? begin : t->offset;
     int64_t hi = end < t->offset + t->numel ? end : t->offset + t->numel;
-    int64_t zero_from = t->init_rows * (t->full_numel / t->full_shape[0]);
-    for (int64_t i = lo - t->offset, run; i < hi - t->offset; i += run) {
-      int64_t first = tl_model_shard_index(m, k, i, &run);
-      if (run > hi - t->offset - i) run = hi - t->offset - i;
-      float* dst = out + (t->offset + i - begin);
-      if (t->init == TL_INIT_NORMAL) {
-        tl_rng_normal(m->cfg.seed, (uint32_t)k, (uint64_t)first, (size_t)run, 0.0f, t->init_std,
-                      dst);
-        for (int64_t e = 0; e < run; e++)
-          if (first + e >= zero_from) dst[e] = 0.0f;
-      } else {
-        float v = t->init == TL_INIT_ONES ? 1.0f : 0.0f;
-        for (int64_t e = 0; e < run; e++) dst[e] = v;
-      }
+    if (lo >= hi) continue;
+    int64_t first = lo - t->offset, run = hi - lo;
+    int64_t zero_from = t->init_rows * (t->numel / t->shape[0]);
+    float* dst = out + (lo - begin);
+    if (t->init == TL_INIT_NORMAL) {
+      tl_rng_normal(m->cfg.seed, (uint32_t)k, (uint64_t)first, (size_t)run, 0.0f, t->init_std, dst);
+      for (int64_t e = 0; e < run; e++)
+        if (first + e >= zero_from) dst[e] = 0.0f;
+    } else {
+      float v = t->init == TL_INIT_ONES ? 1.0f : 0.0f;
+      for (int64_t e = 0; e < run; e++) dst[e] = v;
     }
   }
 }
@@ -234,18 +210,6 @@ static tl_status weighted(tl_graph* g, const tl_model* m, int op, const char* wh
                        op == TL_OP_MATMUL ? linear : k_no_attr, TL_NODE_MAX_ATTRS, out);
 }
 
-/* A tensor-parallel collective "h<layer>.<what>" (or `what`) over a (b, t) batch. */
-static tl_status comm(tl_graph* g, const tl_model* m, int kind, const char* what, int layer, int x,
-                      int b, int t, int* out) {
-  const int attr[TL_NODE_MAX_ATTRS] = {kind, m->tp, b, t};
-  char name[TL_NAME_MAX];
-  if (layer < 0)
-    snprintf(name, sizeof name, "%s", what);
-  else
-    snprintf(name, sizeof name, "h%d.%s", layer, what);
-  return tl_graph_node(g, TL_OP_TP_COMM, name, 1, &x, attr, TL_NODE_MAX_ATTRS, out);
-}
-
 /* A parameter-free node "h<layer>.<what>". */
 static tl_status plain(tl_graph* g, int op, const char* what, int layer, int n_in, const int* in,
                        const int* attr, int* out) {
@@ -254,99 +218,65 @@ static tl_status plain(tl_graph* g, int op, const char* what, int layer, int n_i
   return tl_graph_node(g, op, name, n_in, in, attr, TL_NODE_MAX_ATTRS, out);
 }
 
-/* The GPT; under tensor parallelism (m->tp > 1) this rank's part of it,
- * Megatron-LM's way: each block enters its column-parallel matmuls (qkv, fc)
- * through `enter` and leaves its row-parallel ones (attproj, fcproj) through
- * `leave` — identity/all-reduce pairs, or with sequence parallelism
- * all-gather/reduce-scatter around LayerNorms and residuals that hold only
- * this rank's token rows. Terms added once before a sum (wpe, the
- * row-parallel biases) are rank 0's. */
-static tl_status gpt_build(tl_graph* g, const tl_model* m, int tokens, int b, int t, int* logits,
+/* The GPT: token + position embedding, then per block x = x + attn(ln1(x))
+ * and x = x + mlp(ln2(x)), a final layer norm and the LM head tied to the
+ * token embedding. */
+static tl_status gpt_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
                            struct tl_model_io* io) {
   const struct tl_model_config* c = &m->cfg;
-  const int tp = m->tp, first = m->tp_rank == 0;
-  const int enter = m->sp ? TL_TP_GATHER : TL_TP_COPY, leave = m->sp ? TL_TP_SCATTER : TL_TP_REDUCE;
-  int wte, wpe = -1, x, o[3];
+  int wte, wpe, x, o[3];
   TL_CHECK(param(g, m, "wte", -1, &wte));
-  if (first) TL_CHECK(param(g, m, "wpe", -1, &wpe));
-  const int rows[TL_NODE_MAX_ATTRS] = {m->tp_rank * (m->padded_vocab / tp)};
-  TL_CHECK(NODE(TL_OP_EMBEDDING, "encoder", ((int[]){tokens, wte, wpe}), rows, &x));
-  if (tp > 1) TL_CHECK(comm(g, m, leave, "encoder.sum", -1, x, b, t, &x));
-  g->values[x].tp_replicated = tp > 1 && !m->sp;
-  const int heads[TL_NODE_MAX_ATTRS] = {c->n_heads / tp};
+  TL_CHECK(param(g, m, "wpe", -1, &wpe));
+  TL_CHECK(NODE(TL_OP_EMBEDDING, "encoder", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
+  const int heads[TL_NODE_MAX_ATTRS] = {c->n_heads};
   for (int l = 0; l < c->n_layers; l++) {
     io->layer_begin[l] = g->n_nodes;
-    int h, qkv, att, proj, fc, act, fcproj;
+    int qkv, proj, fc, act, fcproj;
     /* x = x + attention(layernorm(x)) */
     TL_CHECK(weighted(g, m, TL_OP_LAYERNORM, "ln1", l, x, "ln1w", "ln1b", o));
-    h = o[0];
-    if (tp > 1) TL_CHECK(comm(g, m, enter, "ln1.tp", l, h, b, t, &h));
-    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "qkv", l, h, "qkvw", "qkvb", &qkv));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "qkv", l, o[0], "qkvw", "qkvb", &qkv));
     TL_CHECK(plain(g, TL_OP_ATTENTION, "attn", l, 1, &qkv, heads, o));
-    att = o[0];
-    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "attproj", l, att, "attprojw", first ? "attprojb" : NULL,
-                      &proj));
-    if (tp > 1) TL_CHECK(comm(g, m, leave, "attproj.tp", l, proj, b, t, &proj));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "attproj", l, o[0], "attprojw", "attprojb", &proj));
     TL_CHECK(plain(g, TL_OP_ADD, "res1", l, 2, (int[]){x, proj}, k_no_attr, &x));
     /* x = x + mlp(layernorm(x)) */
     TL_CHECK(weighted(g, m, TL_OP_LAYERNORM, "ln2", l, x, "ln2w", "ln2b", o));
-    h = o[0];
-    if (tp > 1) TL_CHECK(comm(g, m, enter, "ln2.tp", l, h, b, t, &h));
-    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fc", l, h, "fcw", "fcb", &fc));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fc", l, o[0], "fcw", "fcb", &fc));
     TL_CHECK(plain(g, TL_OP_GELU, "gelu", l, 1, &fc, k_no_attr, &act));
-    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fcproj", l, act, "fcprojw", first ? "fcprojb" : NULL,
-                      &fcproj));
-    if (tp > 1) TL_CHECK(comm(g, m, leave, "fcproj.tp", l, fcproj, b, t, &fcproj));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "fcproj", l, act, "fcprojw", "fcprojb", &fcproj));
     TL_CHECK(plain(g, TL_OP_ADD, "res2", l, 2, (int[]){x, fcproj}, k_no_attr, &x));
-    g->values[x].tp_replicated = tp > 1 && !m->sp; /* what stage boundaries cut */
   }
   io->layer_begin[c->n_layers] = g->n_nodes;
   io->n_layers = c->n_layers;
   TL_CHECK(weighted(g, m, TL_OP_LAYERNORM, "lnf", -1, x, "lnfw", "lnfb", o));
-  int h = o[0];
-  if (tp > 1) TL_CHECK(comm(g, m, enter, "lnf.tp", -1, h, b, t, &h));
-  /* the LM head is the token embedding, transposed (weight tying); under
-   * tensor parallelism this rank's vocabulary columns of the logits */
+  /* the LM head is the token embedding, transposed (weight tying) */
   static const int linear[TL_NODE_MAX_ATTRS] = {0, 1};
-  return NODE(TL_OP_MATMUL, "lm_head", ((int[]){h, wte}), linear, logits);
+  return NODE(TL_OP_MATMUL, "lm_head", ((int[]){o[0], wte}), linear, logits);
 }
 
-/* The mlp; under tensor parallelism its layers go in column-/row-parallel
- * pairs (tp/tp.h): a pair enters through COPY and leaves through REDUCE. */
-static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int b, int t, int* logits,
+/* The mlp: a token embedding, then linear layers with GELU between them. */
+static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
                            struct tl_model_io* io) {
   int wte, wpe, x;
   char name[TL_NAME_MAX];
   TL_CHECK(param(g, m, "wte", -1, &wte));
   TL_CHECK(param(g, m, "wpe", -1, &wpe));
   TL_CHECK(NODE(TL_OP_EMBEDDING, "embed", ((int[]){tokens, wte, wpe}), k_no_attr, &x));
-  g->values[x].tp_replicated = m->tp > 1; /* the embedding is whole on every rank */
+  static const int linear[TL_NODE_MAX_ATTRS] = {0, 1};
   for (int i = 0; i < m->cfg.n_mlp_layers; i++) {
     io->layer_begin[i] = g->n_nodes;
-    int w, bias = -1, tn[6] = {0, 1}, column = i % 2 == 0;
+    int w, bias;
     char wn[16], bn[16];
     snprintf(wn, sizeof wn, "w%d", i);
     snprintf(bn, sizeof bn, "b%d", i);
     TL_CHECK(param(g, m, wn, -1, &w));
-    if (m->tp == 1 || column || m->tp_rank == 0) TL_CHECK(param(g, m, bn, -1, &bias));
+    TL_CHECK(param(g, m, bn, -1, &bias));
     snprintf(name, sizeof name, "linear%d", i);
-    if (m->tp > 1 && column) {
-      snprintf(name, sizeof name, "linear%d.in", i);
-      TL_CHECK(comm(g, m, TL_TP_COPY, name, -1, x, b, t, &x));
-      snprintf(name, sizeof name, "linear%d", i);
-    }
-    TL_CHECK(tl_graph_node(g, TL_OP_MATMUL, name, bias >= 0 ? 3 : 2, (int[]){x, w, bias}, tn,
+    TL_CHECK(tl_graph_node(g, TL_OP_MATMUL, name, 3, (int[]){x, w, bias}, linear,
                            TL_NODE_MAX_ATTRS, &x));
-    if (m->tp > 1 && !column) {
-      snprintf(name, sizeof name, "linear%d.sum", i);
-      TL_CHECK(comm(g, m, TL_TP_REDUCE, name, -1, x, b, t, &x));
-    }
     if (i + 1 < m->cfg.n_mlp_layers) {
       snprintf(name, sizeof name, "gelu%d", i);
       TL_CHECK(NODE(TL_OP_GELU, name, ((int[]){x}), k_no_attr, &x));
     }
-    /* a pair's summed output is whole on every rank; a column layer's is split */
-    g->values[x].tp_replicated = m->tp > 1 && !column;
   }
   io->layer_begin[m->cfg.n_mlp_layers] = g->n_nodes;
   io->n_layers = m->cfg.n_mlp_layers;
@@ -354,8 +284,8 @@ static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int b, in
   return TL_OK;
 }
 
-tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_graph** out,
-                         struct tl_model_io* io) {
+tl_status tl_model_build_forward(const tl_model* m, int b, int t, bool with_loss, tl_graph** out,
+                                 struct tl_model_io* io) {
   *out = NULL;
   io->tokens = io->targets = io->logits = io->losses = -1;
   if (b < 1 || t < 1)
@@ -375,9 +305,9 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
                           m->cfg.kind == TL_MODEL_GPT ? t : 1};
   TL_CHECK_GOTO(tl_graph_input(g, "tokens", TL_I32, 2, tok_shape, &io->tokens), st, fail);
   if (m->cfg.kind == TL_MODEL_GPT)
-    TL_CHECK_GOTO(gpt_build(g, m, io->tokens, b, t, &io->logits, io), st, fail);
+    TL_CHECK_GOTO(gpt_build(g, m, io->tokens, &io->logits, io), st, fail);
   else
-    TL_CHECK_GOTO(mlp_build(g, m, io->tokens, b * t, 1, &io->logits, io), st, fail);
+    TL_CHECK_GOTO(mlp_build(g, m, io->tokens, &io->logits, io), st, fail);
   /* logits are what an inference graph is for; a training graph reads the
    * losses instead, and need not keep (B*T, Vp) logits through backward */
   if (!with_loss) TL_CHECK_GOTO(tl_graph_mark_output(g, io->logits), st, fail);
@@ -385,29 +315,26 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
     int64_t n = (int64_t)b * t;
     int attr[6] = {m->vocab};
     TL_CHECK_GOTO(tl_graph_input(g, "targets", TL_I32, 1, &n, &io->targets), st, fail);
-    if (!tl_model_logits_split(m)) {
-      TL_CHECK_GOTO(
-          NODE(TL_OP_CROSSENTROPY, "loss", ((int[]){io->logits, io->targets}), attr, &io->losses),
-          st, fail);
-    } else { /* vocabulary-parallel: never the full logits on one rank */
-      int shard[6] = {m->vocab, m->tp_rank * (m->padded_vocab / m->tp), m->tp}, o[2];
-      TL_CHECK_GOTO(NODE(TL_OP_XENT_SHARD, "loss", ((int[]){io->logits, io->targets}), shard, o),
-                    st, fail);
-      io->losses = o[0];
-    }
+    TL_CHECK_GOTO(
+        NODE(TL_OP_CROSSENTROPY, "loss", ((int[]){io->logits, io->targets}), attr, &io->losses),
+        st, fail);
     TL_CHECK_GOTO(tl_graph_set_loss(g, io->losses), st, fail);
-    TL_CHECK_GOTO(tl_graph_backward(g), st, fail);
-    /* sequence parallelism keeps the token shard a column-parallel matmul
-     * gathers, not the gathered whole, and gathers it again for the weight
-     * gradient (Megatron-LM's way: b·s·h/tp held instead of b·s·h) */
-    for (int i = 0; m->sp && m->tp > 1 && i < g->n_forward && st == TL_OK; i++)
-      if (g->nodes[i].op == TL_OP_TP_COMM && g->nodes[i].attr[0] == TL_TP_GATHER)
-        st = tl_graph_rematerialize(g, i);
-    if (st != TL_OK) goto fail;
   }
   *out = g;
   return TL_OK;
 fail:
   tl_graph_destroy(g);
+  return st;
+}
+
+tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_graph** out,
+                         struct tl_model_io* io) {
+  TL_CHECK(tl_model_build_forward(m, b, t, with_loss, out, io));
+  if (!with_loss) return TL_OK;
+  tl_status st = tl_graph_backward(*out);
+  if (st != TL_OK) {
+    tl_graph_destroy(*out);
+    *out = NULL;
+  }
   return st;
 }

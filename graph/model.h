@@ -9,9 +9,12 @@
  *   between them, predicting the next token from the current one; the
  *   design's "operator 1, operator 2" example.
  *
+ * The graphs are the whole logical model, the same for every mesh: the
+ * modules above rewrite, cut and replicate them.
+ *
  * Initialisation is keyed per parameter tensor: element i of tensor k is
- * drawn from Philox(seed, k, i) with i its index in the FULL logical tensor,
- * so any slice (a shard) can be initialised alone and equals the whole. */
+ * drawn from Philox(seed, k, i) with i its index in the whole tensor, so any
+ * slice (a shard) can be drawn alone and equals the whole's. */
 #ifndef TL_GRAPH_MODEL_H
 #define TL_GRAPH_MODEL_H
 
@@ -28,58 +31,37 @@ extern "C" {
 
 typedef enum { TL_INIT_NORMAL = 0, TL_INIT_ZEROS, TL_INIT_ONES } tl_init_kind;
 
-/* How a tensor is held across a tensor-parallel group (tp/tp.h lays shards out). */
-typedef enum {
-  TL_SHARD_REPLICATED = 0, /* whole on every rank (LayerNorms) */
-  TL_SHARD_SPLIT,          /* dimension split_dim divided over the ranks */
-  TL_SHARD_FIRST,          /* whole on tp rank 0 only: a term added once before a sum
-                            * over the group (position embedding, row-parallel biases) */
-} tl_shard_kind;
-
 struct tl_param_tensor {
   char name[16];
   int n_dims;
-  int64_t shape[4]; /* this rank's shard (the whole tensor when tp = 1) */
-  int64_t offset;   /* elements into the flat parameter buffer */
+  int64_t shape[4];
+  int64_t offset; /* elements into the flat parameter vector */
   int64_t numel;
   bool decay; /* a weight matrix: weight decay applies */
   tl_init_kind init;
   float init_std;
   int64_t init_rows; /* NORMAL: rows [0, init_rows) of dim 0 drawn, the rest zero (wte padding) */
-  /* the logical tensor and this rank's part of it */
-  int64_t full_shape[4];
-  int64_t full_numel;
-  int64_t full_offset; /* in the whole model's flat vector */
-  tl_shard_kind shard;
-  int split_dim;   /* SPLIT: the dimension divided */
-  int split_parts; /* SPLIT: the dimension is this many equal blocks ([Q|K|V]: 3), each divided */
 };
 
 typedef struct tl_model {
   struct tl_model_config cfg;
   int vocab;        /* real vocabulary V */
-  int padded_vocab; /* Vp: rows of wte and columns of the logits (whole model) */
+  int padded_vocab; /* Vp: rows of wte and columns of the logits */
   int n_tensors;
   struct tl_param_tensor tensors[TL_MODEL_MAX_TENSORS];
-  int64_t n_params;      /* this rank's flat vector */
-  int64_t n_params_full; /* the whole model's */
-  int tp, tp_rank;       /* the tensor-parallel shard this layout is (1, 0: the whole model;
-                          * tp/tp.h lays out the others) */
-  bool sp;               /* sequence parallelism (graphs built from this layout) */
+  int64_t n_params; /* elements of the flat vector */
 } tl_model;
 
 /* Lays out the parameters of the configured model (checks the sizes). */
 tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* out);
 
-/* Where local element `i` of tensor k (0 <= i < numel) lies in the whole
- * logical tensor; *run receives how many local elements from i on follow it
- * contiguously there. */
-int64_t tl_model_shard_index(const tl_model* m, int k, int64_t i, int64_t* run);
-
-/* Writes elements [begin, end) of this rank's flat parameter vector (host
- * memory, `out` holds end - begin floats) from the RNG: each element is the
- * one the whole model draws at its place, so shards equal slices. */
+/* Writes elements [begin, end) of the flat parameter vector (host memory,
+ * `out` holds end - begin floats) from the RNG; any range draws what the
+ * whole vector holds there. */
 void tl_model_init_params(const tl_model* m, int64_t begin, int64_t end, float* out);
+
+/* The tensor holding element `offset` of the flat vector, or -1. */
+int tl_model_tensor_at(const tl_model* m, int64_t offset);
 
 #define TL_MODEL_MAX_LAYERS 256
 
@@ -101,6 +83,11 @@ struct tl_model_io {
  * it computes logits only (evaluation, sampling). */
 tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_graph** out,
                          struct tl_model_io* io);
+
+/* The same, forward only (with the loss set but not differentiated): what a
+ * pass rewrites before autodiff. */
+tl_status tl_model_build_forward(const tl_model* m, int b, int t, bool with_loss, tl_graph** out,
+                                 struct tl_model_io* io);
 
 /* Whether element i of the flat parameter vector has a gradient that is
  * exactly zero in exact arithmetic: the GPT's attention key biases (adding
@@ -124,11 +111,6 @@ struct tl_param_diff {
 };
 void tl_model_compare(const tl_model* m, const float* a, const float* ref,
                       struct tl_param_diff* out);
-
-/* Whether a tensor-parallel rank's logits are its vocabulary columns only
- * (gpt; an mlp whose last layer is column-parallel): then the loss is
- * vocabulary-parallel. */
-bool tl_model_logits_split(const tl_model* m);
 
 /* Parameter tensor index by name ("qkvw"), or -1. */
 int tl_model_tensor(const tl_model* m, const char* name);

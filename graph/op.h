@@ -1,7 +1,7 @@
 /* op.h — the op table: each op is one file defining a struct tl_op_def
  * (shape inference, kernel dispatch, backward, flags). The graph's own ops
  * (graph/ops/) are listed once in op_table.c; a module above the graph adds
- * its ops with tl_op_register (tp/ its collectives). The executor and
+ * its ops with tl_op_register (collectives, say). The executor and
  * autodiff know ops only through this table: what an op needs of them (a
  * device synchronisation before a collective, scratch memory) is a flag or
  * a callback here, never a test of which op it is. */
@@ -70,22 +70,8 @@ enum {
   TL_OP_ADD_BACKWARD,
   TL_OP_CROSSENTROPY,
   TL_OP_CROSSENTROPY_BACKWARD,
-  TL_OP_TP_COMM,
-  TL_OP_TP_COMM_BACKWARD,
-  TL_OP_XENT_SHARD,
-  TL_OP_XENT_SHARD_BACKWARD,
   TL_OP_COUNT, /* ops of the graph itself; registered ones follow */
   TL_OP_MAX = 64
-};
-
-/* tp_comm's collectives over the tensor-parallel group (attr[0]); each
- * backward runs the conjugate one. Megatron-LM's f and g are COPY and REDUCE;
- * sequence parallelism replaces them by GATHER and SCATTER. */
-enum {
-  TL_TP_COPY = 0, /* forward identity, backward all-reduce */
-  TL_TP_REDUCE,   /* forward all-reduce (sum), backward identity */
-  TL_TP_GATHER,   /* forward all-gather of token-row shards, backward reduce-scatter */
-  TL_TP_SCATTER,  /* forward reduce-scatter into token-row shards, backward all-gather */
 };
 
 /* The op of index `op`, or NULL. */

@@ -19,11 +19,7 @@
   X(TL_OP_ADD, add)                                     \
   X(TL_OP_ADD_BACKWARD, add_backward)                   \
   X(TL_OP_CROSSENTROPY, crossentropy)                   \
-  X(TL_OP_CROSSENTROPY_BACKWARD, crossentropy_backward) \
-  X(TL_OP_TP_COMM, tp_comm)                             \
-  X(TL_OP_TP_COMM_BACKWARD, tp_comm_backward)           \
-  X(TL_OP_XENT_SHARD, xent_shard)                       \
-  X(TL_OP_XENT_SHARD_BACKWARD, xent_shard_backward)
+  X(TL_OP_CROSSENTROPY_BACKWARD, crossentropy_backward)
 
 #define TL__DECLARE(id, name) extern const struct tl_op_def tl_op_##name;
 TL__OPS(TL__DECLARE)

@@ -139,33 +139,66 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   return ok;
 }
 
-/* What each tensor-parallel rank holds of every layer (tp/tp.h). */
+/* "wpe, attprojb, fcprojb": the tensors (per-layer views without their
+ * ".N") of the parameters rank 0 alone holds. */
+static void first_only(const tl_graph* full, const tl_tp_shard* sh, char* buf, size_t size) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < sh->n_params; k++) {
+    if (sh->params[k].kind != TL_TP_FIRST || sh->params[k].numel == 0) continue;
+    char name[TL_NAME_MAX];
+    snprintf(name, sizeof name, "%s", full->values[sh->params[k].full_value].name);
+    char* dot = strchr(name, '.');
+    if (dot) *dot = '\0';
+    char key[TL_NAME_MAX + 4];
+    snprintf(key, sizeof key, ", %s,", name);
+    char have[1024];
+    snprintf(have, sizeof have, ", %s,", buf);
+    if (strstr(have, key) || len >= size) continue;
+    len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? ", " : "", name);
+  }
+}
+
+/* What each tensor-parallel rank holds (tp/tp.h's pass over the model). */
 static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
   int tp = mesh->size[TL_AXIS_TP];
   if (tp == 1) return;
   const struct tl_model_config* mc = &cfg->model;
-  int gpt = mc->kind == TL_MODEL_GPT;
-  printf("\ntensor-parallel shards (every layer split over tp = %d%s):\n", tp,
-         gpt && cfg->parallel.sequence_parallel
-             ? "; sequence-parallel: LayerNorms and residuals hold 1/tp of the token rows"
-             : "");
+  const bool gpt = mc->kind == TL_MODEL_GPT, sp = cfg->parallel.sequence_parallel;
+  printf("\ntensor-parallel shards (tp = %d%s):\n", tp,
+         gpt && sp ? "; sequence-parallel: LayerNorms and residuals hold 1/tp of the token rows"
+                   : "");
+  tl_model m;
+  tl_graph* full = NULL;
+  struct tl_model_io io;
+  if (tl_model_init(mc, &m) != TL_OK ||
+      tl_model_build_forward(&m, 1, cfg->train.seq_len, true, &full, &io) != TL_OK) {
+    printf("  (the model could not be built here: %s)\n", tl_last_error());
+    return;
+  }
+  const int wte = tl_graph_find(full, "wte");
   for (int r = 0; r < tp; r++) {
-    tl_model m;
-    if (tl_tp_model_init(mc, tp, r, cfg->parallel.sequence_parallel, &m) != TL_OK) {
+    tl_tp_shard sh;
+    if (tl_tp_shard_layout(full, tp, r, sp, &sh) != TL_OK) {
       printf("  (the model does not split: %s)\n", tl_last_error());
-      return;
+      break;
     }
     printf("  tp rank %d: ", r);
     if (gpt) {
-      int h = mc->n_heads / tp, v = m.padded_vocab / tp;
-      printf("heads %d-%d of %d, vocabulary rows %d-%d of %d, ", r * h + 1, (r + 1) * h,
-             mc->n_heads, r * v, (r + 1) * v - 1, m.padded_vocab);
+      int h = mc->n_heads / tp;
+      printf("heads %d-%d of %d, ", r * h + 1, (r + 1) * h, mc->n_heads);
     }
-    const char* also = r != 0 ? ""
-                       : gpt  ? " (with wpe and the row-parallel biases)"
-                              : " (with the row-parallel biases)";
-    printf("%.3gM of %.3gM parameters%s, on devices", m.n_params / 1e6, m.n_params_full / 1e6,
-           also);
+    for (int k = 0; k < sh.n_params; k++) {
+      const struct tl_tp_param* p = &sh.params[k];
+      if (p->full_value != wte || p->kind != TL_TP_SPLIT || p->dim != 0) continue;
+      int64_t v = p->shape[0];
+      printf("vocabulary rows %lld-%lld of %lld, ", (long long)(r * v),
+             (long long)((r + 1) * v - 1), (long long)p->full_shape[0]);
+    }
+    char also[256];
+    first_only(full, &sh, also, sizeof also);
+    printf("%.3gM of %.3gM parameters%s%s%s, on devices", sh.n_local / 1e6, sh.n_full / 1e6,
+           also[0] ? " (with " : "", also, also[0] ? ", added once)" : "");
     int n = 0;
     for (int k = 0; k < mesh->n_ranks; k++) {
       int c[3];
@@ -173,12 +206,13 @@ static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
       if (c[TL_AXIS_TP] == r) printf("%s %d", n++ ? "," : "", k + 1);
     }
     printf("\n");
+    if (r == tp - 1)
+      printf("  %d of %d linear layers split (column-parallel, then row-parallel); the loss %s\n",
+             sh.n_linear_split, sh.n_linear,
+             sh.loss_split ? "vocabulary-parallel" : "whole on every rank");
+    tl_tp_shard_free(&sh);
   }
-  if (!gpt)
-    printf(
-        "  the mlp's layers pair column-parallel (outputs split) then row-parallel (inputs "
-        "split)%s\n",
-        mc->n_mlp_layers % 2 ? "; the odd last layer is split by outputs" : "");
+  tl_graph_destroy(full);
 }
 
 /* Per stage and per group, in device numbers. */

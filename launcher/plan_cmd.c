@@ -334,7 +334,7 @@ int tl_cli_plan(int argc, char** argv) {
   tl_timer_start(&timer);
   tl_cost_model cm;
   tl_search_result r;
-  if (tl_cost_model_build(&cfg.model, seq, tl_tp_model_init, &cm) != TL_OK ||
+  if (tl_cost_model_build(&cfg.model, seq, &cm) != TL_OK ||
       tl_search_run(&cm, &c, &o, &r) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_last_error());
     return 1;

@@ -75,13 +75,10 @@ void tl_trainer_trace(tl_trainer* t, FILE* f) {
 /* ---- set-up ------------------------------------------------------------- */
 
 int tl__trainer_tensor_of(const tl_trainer* t, int v) {
-  int64_t at = t->graph->values[v].offset;
-  for (int k = 0; k < t->local.n_tensors; k++)
-    if (at >= t->local.tensors[k].offset &&
-        at < t->local.tensors[k].offset + t->local.tensors[k].numel)
-      return k;
-  TL_ASSERT(!"a parameter outside every tensor");
-  return -1;
+  const struct tl_tp_param* p = tl_tp_param_of(&t->shard, v);
+  int k = p ? tl_model_tensor_at(&t->model, p->full_offset) : -1;
+  TL_ASSERT(k >= 0);
+  return k;
 }
 
 static tl_status check_sizes(const tl_trainer* t) {
@@ -143,9 +140,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(setup_comm(t), st, fail);
   t->micro = tc->batch_size / cfg->mesh.dp / cfg->schedule.micro_batches;
   TL_CHECK_GOTO(tl_model_init(&cfg->model, &t->model), st, fail);
-  TL_CHECK_GOTO(tl_tp_model_init(&cfg->model, t->tp_size, t->tp_rank,
-                                 cfg->parallel.sequence_parallel, &t->local),
-                st, fail);
+
   tl_device dev = cfg->device.type == TL_DEVICE_CUDA
                       ? (t->comm.dp ? tl_group_device(t->comm.dp) : tl_cuda(0))
                       : tl_cpu();
@@ -158,8 +153,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   if (cfg->data.val[0])
     TL_CHECK_GOTO(tl_tokens_open(cfg->data.val, t->model.vocab, &t->val_file), st, fail);
   /* the graph of one micro-batch, cut into stages */
-  TL_CHECK_GOTO(tl_model_build(&t->local, t->micro, tc->seq_len, true, &t->graph, &t->io), st,
-                fail);
+  TL_CHECK_GOTO(tl_tp_build(&t->model, t->micro, tc->seq_len, t->tp_size, t->tp_rank,
+                            cfg->parallel.sequence_parallel, &t->graph, &t->io, &t->shard,
+                            &t->full),
+                st, fail);
   t->stages = calloc((size_t)t->pp_size, sizeof(tl_pp_stage));
   if (!t->stages) {
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for stages");
@@ -191,12 +188,8 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_m), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_v), st, fail);
   TL_CHECK_GOTO(tl_buffer_create(dev, sizeof(float), &t->scalar), st, fail);
-  if (t->local.sp) {
-    int64_t packed = 0;
-    for (int i = 0; i < t->lay->n_segments; i++)
-      if (t->local.tensors[tl__trainer_tensor_of(t, t->lay->segments[i].value)].shard ==
-          TL_SHARD_REPLICATED)
-        packed += t->lay->segments[i].n;
+  if (t->shard.sp) {
+    int64_t packed = tl_tp_partial_elems(&t->shard, t->lay->offset);
     TL_CHECK_GOTO(
         tl_buffer_create(dev, sizeof(float) * (size_t)(packed > 0 ? packed : 1), &t->sp_pack), st,
         fail);
@@ -209,7 +202,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
     goto fail;
   }
-  for (int v = 0; v < t->graph->n_values; v++) t->scatter[v] = t->graph->values[v].tp_replicated;
+  for (int v = 0; v < t->graph->n_values; v++) t->scatter[v] = tl_tp_value_whole(&t->shard, v);
   struct tl_pp_runtime_config rc = {
       .g = t->graph,
       .stage = t->me,
@@ -239,8 +232,8 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(tl__trainer_load_start(t), st, fail);
   if (t->tp_size > 1)
     TL_LOG_INFO("tensor-parallel rank %d of %d%s: %.2fM of the model's %.2fM parameters",
-                t->tp_rank, t->tp_size, t->local.sp ? " (sequence parallel)" : "",
-                t->local.n_params / 1e6, t->model.n_params / 1e6);
+                t->tp_rank, t->tp_size, t->shard.sp ? " (sequence parallel)" : "",
+                t->shard.n_local / 1e6, t->model.n_params / 1e6);
   if (t->pp_size > 1)
     TL_LOG_INFO("pipeline stage %d of %d: layers %d-%d (%d of %d), %.2fM parameters", t->pp_rank,
                 t->pp_size, t->me->layer_begin, t->me->layer_end - 1,
@@ -263,6 +256,8 @@ void tl_trainer_destroy(tl_trainer* t) {
   free(t->layouts);
   free(t->stages);
   tl_graph_destroy(t->graph);
+  tl_graph_destroy(t->full);
+  tl_tp_shard_free(&t->shard);
   tl_buffer_destroy(t->params);
   tl_buffer_destroy(t->grads);
   tl_buffer_destroy(t->adam_m);
@@ -361,8 +356,7 @@ static tl_status host_sum(tl_group* g, double* v) {
  * tensor-parallel rank holds whole (rank 0 counts it). */
 static int counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
   if (tl_pp_stage_shares(t->me, s->value) && t->pp_size > 1 && is_last_stage(t)) return 1;
-  return t->tp_rank != 0 &&
-         t->local.tensors[tl__trainer_tensor_of(t, s->value)].shard == TL_SHARD_REPLICATED;
+  return !tl_tp_counts(&t->shard, s->value);
 }
 
 /* Squared norm of the stage's gradients, each parameter counted once in
@@ -393,33 +387,14 @@ static tl_status sync_tied(tl_trainer* t) {
   return TL_OK;
 }
 
-/* Sequence parallelism: each tensor-parallel rank ran the LayerNorms on its
- * token rows only, so their gradients are parts of a sum over the group.
- * They are packed into one buffer for one all-reduce. */
+/* Sequence parallelism: the parameters every rank holds whole but ran on
+ * its token rows only (the LayerNorms) have gradients that are parts of a
+ * sum over the tensor-parallel group (tp/tp.h). */
 static tl_status sync_sequence_parallel(tl_trainer* t) {
-  if (!t->local.sp || t->tp_size == 1) return TL_OK;
+  if (!t->shard.sp || t->tp_size == 1) return TL_OK;
   double t0 = now_us();
-  tl_device dev = t->be->device;
-  float* grads = t->grads->data;
-  for (int pass = 0; pass < 2; pass++) {
-    int64_t at = 0;
-    for (int i = 0; i < t->lay->n_segments; i++) {
-      const tl_dp_segment* s = &t->lay->segments[i];
-      if (t->local.tensors[tl__trainer_tensor_of(t, s->value)].shard != TL_SHARD_REPLICATED)
-        continue;
-      float* pack = (float*)t->sp_pack->data + at;
-      if (pass == 0)
-        TL_CHECK(tl_memcpy(dev, pack, dev, grads + s->offset, sizeof(float) * (size_t)s->n));
-      else
-        TL_CHECK(tl_memcpy(dev, grads + s->offset, dev, pack, sizeof(float) * (size_t)s->n));
-      at += s->n;
-    }
-    if (pass == 0 && at > 0) {
-      TL_CHECK(t->be->ops->synchronize(t->be->ctx));
-      TL_CHECK(tl_group_all_reduce(t->comm.tp, t->sp_pack->data, t->sp_pack->data, (size_t)at,
-                                   TL_F32, TL_REDUCE_SUM, NULL));
-    }
-  }
+  TL_CHECK(tl_tp_sync_partial(&t->shard, t->comm.tp, t->be, t->grads->data, t->lay->offset,
+                              t->sp_pack->data));
   trace_span(t, "sp_allreduce", 0, t0);
   return TL_OK;
 }

@@ -13,11 +13,13 @@
 #include "pp/runtime.h"
 #include "pp/schedule.h"
 #include "pp/stage.h"
+#include "tp/tp.h"
 
 struct tl_trainer {
   struct tl_config cfg;
   tl_model model; /* the whole model: checkpoints, model files, gathered vectors */
-  tl_model local; /* this rank's tensor-parallel shard: the graph and the stages */
+  tl_tp_shard shard; /* how this tensor-parallel rank holds the model (tp/tp.h) */
+  tl_graph* full;    /* the whole model's forward graph: the other tp ranks' shards */
   tl_backend* be;
   /* the job */
   struct tl_trainer_comm comm;
@@ -35,7 +37,7 @@ struct tl_trainer {
   bool* scatter;     /* per graph value: a boundary value the tp group holds alike */
   /* the stage's flat buffers */
   tl_buffer *params, *grads, *adam_m, *adam_v, *scalar;
-  tl_buffer* sp_pack;  /* sequence parallelism: the LayerNorm gradients, packed */
+  tl_buffer* sp_pack;  /* sequence parallelism: the partial gradients, packed */
   int64_t param_bytes; /* what the allocator counted for the parameter buffer */
   tl_dp_buckets* buckets;
   /* data */

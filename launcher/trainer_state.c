@@ -42,7 +42,7 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
   float* full = NULL;
   int64_t position = 0;
   TL_CHECK(read_start(t, &full, &position));
-  int64_t n = t->lay->n, total = t->model.n_params, shard_n = t->local.n_params;
+  int64_t n = t->lay->n, total = t->model.n_params, shard_n = t->shard.n_local;
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * 3);
   /* a checkpoint's whole vectors, cut to this rank's tensor-parallel shard */
   float* shard = full && t->tp_size > 1 ? malloc(sizeof(float) * (size_t)shard_n * 3) : full;
@@ -51,7 +51,7 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
                      : TL_ERRF(TL_ERR_NOMEM, "out of memory for the stage's weights");
   if (st == TL_OK) {
     if (shard != full)
-      for (int k = 0; k < 3; k++) tl_tp_from_full(&t->local, full + k * total, shard + k * shard_n);
+      for (int k = 0; k < 3; k++) tl_tp_from_full(&t->shard, full + k * total, shard + k * shard_n);
     memset(local + n, 0, sizeof(float) * (size_t)n * 2);
     for (int i = 0; i < t->lay->n_segments; i++) {
       const tl_dp_segment* s = &t->lay->segments[i];
@@ -61,7 +61,7 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
         for (int k = 0; k < 3; k++)
           memcpy(dst + k * n, shard + k * shard_n + at, sizeof(float) * (size_t)s->n);
       } else {
-        tl_model_init_params(&t->local, at, at + s->n, dst);
+        tl_tp_init_params(&t->shard, &t->model, at, at + s->n, dst);
       }
     }
     size_t bytes = sizeof(float) * (size_t)n;
@@ -84,7 +84,7 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
 /* Stage 0 of this pipeline assembles the shard's flat vector(s) (k of
  * them, shard_n elements apart) from every stage; NULL elsewhere. */
 static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
-  int64_t n = t->lay->n, shard_n = t->local.n_params;
+  int64_t n = t->lay->n, shard_n = t->shard.n_local;
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * (size_t)k_max);
   if (!local) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
   tl_buffer* src[3] = {t->params, t->adam_m, t->adam_v};
@@ -123,7 +123,7 @@ static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
 tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
   if (t->dp_rank != 0) return TL_OK; /* replicas are identical: replica 0 speaks */
   int k_max = moments ? 3 : 1;
-  int64_t shard_n = t->local.n_params, total = t->model.n_params;
+  int64_t shard_n = t->shard.n_local, total = t->model.n_params;
   float* shard = malloc(sizeof(float) * (size_t)(shard_n > 0 ? shard_n : 1) * (size_t)k_max);
   if (!shard) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
   tl_status st = gather_stages(t, shard, k_max);
@@ -132,21 +132,25 @@ tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
       st = tl_group_send(t->comm.host_tp, shard, (size_t)(shard_n * k_max), TL_F32, 0, 30001, NULL);
     } else {
       for (int r = 0; r < t->tp_size && st == TL_OK; r++) {
-        tl_model m = t->local;
+        /* rank r's layout: the same decisions over the full graph */
+        tl_tp_shard other = {0};
+        const tl_tp_shard* m = &t->shard;
         float* buf = shard;
         if (r != 0) {
-          st = tl_tp_model_init(&t->cfg.model, t->tp_size, r, t->local.sp, &m);
-          buf = st == TL_OK ? malloc(sizeof(float) * (size_t)(m.n_params > 0 ? m.n_params : 1) *
+          st = tl_tp_shard_layout(t->full, t->tp_size, r, t->shard.sp, &other);
+          m = &other;
+          buf = st == TL_OK ? malloc(sizeof(float) * (size_t)(m->n_local > 0 ? m->n_local : 1) *
                                      (size_t)k_max)
                             : NULL;
           if (st == TL_OK && !buf) st = TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
           if (st == TL_OK)
-            st = tl_group_recv(t->comm.host_tp, buf, (size_t)(m.n_params * k_max), TL_F32, r, 30001,
-                               NULL);
+            st = tl_group_recv(t->comm.host_tp, buf, (size_t)(m->n_local * k_max), TL_F32, r,
+                               30001, NULL);
         }
         for (int k = 0; k < k_max && st == TL_OK && out; k++)
-          tl_tp_to_full(&m, buf + k * m.n_params, out + k * total);
+          tl_tp_to_full(m, buf + k * m->n_local, out + k * total);
         if (buf != shard) free(buf);
+        tl_tp_shard_free(&other);
       }
     }
   }

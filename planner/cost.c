@@ -6,36 +6,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pp/cut.h"
-#include "pp/schedule.h"
 #include "graph/exec.h"
 #include "graph/graph.h"
 #include "graph/model.h"
-#include "graph/op.h"
+#include "pp/cut.h"
+#include "pp/schedule.h"
+#include "tp/tp.h"
 
 /* Which forward region node i (forward or backward) belongs to. */
 static int forward_index(const tl_graph* g, int i) {
   return i < g->n_forward ? i : g->nodes[i].forward_of;
 }
 
-/* Whether tensor parallelism replicates value v (produced by node n): layer
- * norms and residual adds run on every tp rank, and the row-parallel matmuls
- * (attention projection, MLP projection) end in an all-reduce that leaves
- * their (B, T, C) output whole on every rank. */
-static bool replicated(const tl_graph* g, const tl_node* n, int v, int n_embd) {
-  if (n->op == TL_OP_LAYERNORM || n->op == TL_OP_ADD || n->op == TL_OP_EMBEDDING) return true;
-  const tl_value* x = &g->values[v];
-  return n->op == TL_OP_MATMUL && x->shape[x->n_dims - 1] == n_embd;
-}
-
-/* What forward nodes [begin, end) of g cost a device at micro-batch 1. */
+/* What forward nodes [begin, end) of a rank's graph g (sharded as sh) cost
+ * a device at micro-batch 1. */
 struct range_cost {
-  double params, replicated; /* elements of the parameters the nodes use (each once) */
-  double arena, io;          /* bytes an executor of the range allocates */
-  double fwd_flops, flops;   /* forward; forward + backward */
+  /* elements of the parameters the nodes use (each once), and of those
+   * whose gradients sequence parallelism sums over the group */
+  double params, replicated;
+  double arena, io;        /* bytes an executor of the range allocates */
+  double fwd_flops, flops; /* forward; forward + backward */
 };
 
-static tl_status range_cost(const tl_graph* g, const tl_model* m, int begin, int end,
+static tl_status range_cost(const tl_graph* g, const tl_tp_shard* sh, int begin, int end,
                             struct range_cost* out) {
   memset(out, 0, sizeof *out);
   for (int i = 0; i < g->n_nodes; i++) {
@@ -48,18 +41,11 @@ static tl_status range_cost(const tl_graph* g, const tl_model* m, int begin, int
   for (int v = 0; v < g->n_values; v++) {
     const tl_value* val = &g->values[v];
     if (val->role != TL_ROLE_PARAM) continue;
-    int used = 0;
-    for (int i = begin; i < end && !used; i++)
-      for (int k = 0; k < g->nodes[i].n_in; k++) used |= g->nodes[i].in[k] == v;
-    if (!used) continue;
+    if (tl_graph_first_reader(g, v, begin, end) < 0) continue;
     double e = (double)tl_value_numel(val);
     out->params += e;
-    for (int k = 0; k < m->n_tensors; k++) {
-      const struct tl_param_tensor* t = &m->tensors[k];
-      if (val->offset >= t->offset && val->offset < t->offset + t->numel &&
-          t->shard == TL_SHARD_REPLICATED)
-        out->replicated += e;
-    }
+    const struct tl_tp_param* p = tl_tp_param_of(sh, v);
+    if (p && p->partial) out->replicated += e;
   }
   struct tl_exec_bytes b;
   TL_CHECK(tl_exec_size(g, begin, end, &b));
@@ -87,7 +73,7 @@ static int gcd(int a, int b) {
 
 /* Rank 0's graphs of one and two blocks at tensor-parallel degree tp. */
 static tl_status shard_build(const struct tl_model_config* full, int seq, int tp, bool sp,
-                             tl_cost_tp_layout layout, struct tl_cost_shard* out) {
+                             struct tl_cost_shard* out) {
   memset(out, 0, sizeof *out);
   out->tp = tp;
   out->sp = sp;
@@ -101,27 +87,30 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
     struct tl_model_config one = *full;
     one.n_layers = n;
     tl_model m;
-    st = tp == 1 ? tl_model_init(&one, &m) : layout(&one, tp, 0, sp, &m);
+    tl_tp_shard sh = {0};
+    st = tl_model_init(&one, &m);
     tl_graph* g = NULL;
     struct tl_model_io io;
-    if (st == TL_OK) st = tl_model_build(&m, b, seq, true, &g, &io);
+    /* rank 0's graph, as the trainer builds it (tp/tp.h) */
+    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, &g, &io, &sh, NULL);
     if (st == TL_OK) {
       /* the last n blocks, with the embedding and / or the head */
       const int lb = io.layer_begin[0], le = io.layer_begin[n], nf = g->n_forward;
       for (int kind = 0; kind < 4 && st == TL_OK; kind++)
-        st = range_cost(g, &m, kind & TL_COST_STAGE_EMBED ? 0 : lb,
+        st = range_cost(g, &sh, kind & TL_COST_STAGE_EMBED ? 0 : lb,
                         kind & TL_COST_STAGE_HEAD ? nf : le, &r[n - 1][kind]);
       if (st == TL_OK && n == 1) {
         struct range_cost e, l, h;
-        st = range_cost(g, &m, 0, lb, &e);
-        if (st == TL_OK) st = range_cost(g, &m, lb, le, &l);
-        if (st == TL_OK) st = range_cost(g, &m, le, nf, &h);
+        st = range_cost(g, &sh, 0, lb, &e);
+        if (st == TL_OK) st = range_cost(g, &sh, lb, le, &l);
+        if (st == TL_OK) st = range_cost(g, &sh, le, nf, &h);
         out->embed_fwd_flops = e.fwd_flops / b, out->embed_flops = e.flops / b;
         out->layer_fwd_flops = l.fwd_flops / b, out->layer_flops = l.flops / b;
         out->head_fwd_flops = h.fwd_flops / b, out->head_flops = h.flops / b;
       }
     }
     tl_graph_destroy(g);
+    tl_tp_shard_free(&sh);
   }
   for (int kind = 0; kind < 4 && st == TL_OK; kind++) {
     struct tl_cost_stage_shape* x = &out->stage[kind];
@@ -134,67 +123,82 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
 /* Elements of the activations crossing a stage cut before forward node
  * `at` (pp/stage.c's boundary: tl_graph_crossing), as one rank sends them:
  * values every tp rank holds alike go as 1/tp each. */
-static double boundary_elems(const tl_graph* g, int at, int tp) {
+static double boundary_elems(const tl_graph* g, const tl_tp_shard* sh, int at) {
   int ids[16];
   int n = tl_graph_crossing(g, at, ids, 16);
   double e = 0;
   for (int k = 0; k < n && k < 16; k++) {
     const tl_value* val = &g->values[ids[k]];
-    e += (double)tl_value_numel(val) / (val->tp_replicated && tp > 1 ? tp : 1);
+    e += (double)tl_value_numel(val) / (tl_tp_value_whole(sh, ids[k]) ? sh->tp : 1);
   }
   return e;
 }
 
+/* The collectives of forward nodes [begin, end): how many, and the
+ * elements each moves per sequence, summed. */
+static void collectives(const tl_graph* g, int begin, int end, double* n, double* elems) {
+  for (int i = begin; i < end; i++) {
+    const tl_node* node = &g->nodes[i];
+    if (!tl_tp_is_comm(node)) continue; /* COPY in (all-reduce backward), REDUCE out */
+    *n += 1;
+    *elems += (double)tl_value_numel(&g->values[node->out[0]]);
+  }
+}
+
 /* An MLP's costs at tensor-parallel degree tp: per layer and per range of
- * layers, off rank 0's whole graph at one sequence. TL_ERR_CONFIG from the
- * layout when tp does not divide its split dimensions. */
+ * layers, off rank 0's whole graph at one sequence. TL_ERR_CONFIG when tp
+ * leaves a linear layer unsplit (the config check refuses such a mesh). */
 static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int tp,
-                                 tl_cost_tp_layout layout, struct tl_cost_shard* out) {
+                                 struct tl_cost_shard* out) {
   memset(out, 0, sizeof *out);
   out->tp = tp;
   out->from_graph = true;
   tl_model m;
-  TL_CHECK(tp == 1 ? tl_model_init(mc, &m) : layout(mc, tp, 0, false, &m));
+  TL_CHECK(tl_model_init(mc, &m));
   tl_graph* g = NULL;
   struct tl_model_io io;
-  TL_CHECK(tl_model_build(&m, 1, seq, true, &g, &io));
-  const int L = io.n_layers, nf = g->n_forward;
+  tl_tp_shard sh;
+  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, &g, &io, &sh, NULL));
   tl_status st = TL_OK;
+  if (tp > 1 && sh.n_linear_split < sh.n_linear)
+    st = TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d leaves a linear layer of the MLP unsplit", tp);
+  const int L = io.n_layers, nf = g->n_forward;
   struct range_cost r;
   for (int l = 0; l < L && st == TL_OK; l++) {
     struct tl_cost_mlp_layer* x = &out->mlp_layer[l];
-    st = range_cost(g, &m, io.layer_begin[l], io.layer_begin[l + 1], &r);
+    st = range_cost(g, &sh, io.layer_begin[l], io.layer_begin[l + 1], &r);
     x->fwd_flops = r.fwd_flops, x->flops = r.flops;
-    for (int i = io.layer_begin[l]; i < io.layer_begin[l + 1]; i++) {
-      const tl_node* n = &g->nodes[i];
-      if (n->op != TL_OP_TP_COMM) continue; /* MLP pairs: COPY in, REDUCE out */
-      x->n_all_reduce += 1;
-      x->all_reduce_elems += (double)tl_value_numel(&g->values[n->out[0]]);
-    }
-    if (l + 1 < L) x->out_elems = boundary_elems(g, io.layer_begin[l + 1], tp);
+    collectives(g, io.layer_begin[l], io.layer_begin[l + 1], &x->n_all_reduce,
+                &x->all_reduce_elems);
+    if (l + 1 < L) x->out_elems = boundary_elems(g, &sh, io.layer_begin[l + 1]);
   }
-  if (st == TL_OK) st = range_cost(g, &m, 0, io.layer_begin[0], &r);
+  /* the vocabulary-parallel embedding's sum: stage 0, with the first layer */
+  if (st == TL_OK)
+    collectives(g, 0, io.layer_begin[0], &out->mlp_layer[0].n_all_reduce,
+                &out->mlp_layer[0].all_reduce_elems);
+  if (st == TL_OK) st = range_cost(g, &sh, 0, io.layer_begin[0], &r);
   out->embed_fwd_flops = r.fwd_flops, out->embed_flops = r.flops;
-  if (st == TL_OK) st = range_cost(g, &m, io.layer_begin[L], nf, &r);
+  if (st == TL_OK) st = range_cost(g, &sh, io.layer_begin[L], nf, &r);
   out->head_fwd_flops = r.fwd_flops, out->head_flops = r.flops;
   /* the vocabulary-parallel loss of an odd last layer: the rows' maximum,
    * sum of exponentials and target logit, summed over the group */
-  if (tl_model_logits_split(&m)) {
+  if (st == TL_OK && sh.loss_split) {
     out->mlp_layer[L - 1].n_all_reduce += 3;
     out->mlp_layer[L - 1].all_reduce_elems += 3.0 * seq;
   }
   for (int b = 1; b <= L && st == TL_OK; b++)
     for (int a = 0; a < b && st == TL_OK; a++) {
-      st = range_cost(g, &m, a == 0 ? 0 : io.layer_begin[a], b == L ? nf : io.layer_begin[b], &r);
+      st = range_cost(g, &sh, a == 0 ? 0 : io.layer_begin[a], b == L ? nf : io.layer_begin[b],
+                      &r);
       struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
       x->params = r.params, x->arena = r.arena, x->io = r.io;
     }
   tl_graph_destroy(g);
+  tl_tp_shard_free(&sh);
   return st;
 }
 
-static tl_status mlp_model_build(const struct tl_model_config* mc, int seq,
-                                 tl_cost_tp_layout layout, tl_cost_model* out) {
+static tl_status mlp_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out) {
   const int L = mc->n_mlp_layers;
   if (L < 1 || L > TL_MLP_MAX_LAYERS)
     return TL_ERRF(TL_ERR_CONFIG, "model.mlp_sizes: %d layers; the planner prices 1 to %d", L,
@@ -208,15 +212,13 @@ static tl_status mlp_model_build(const struct tl_model_config* mc, int seq,
   out->padded_vocab = m.padded_vocab;
   out->seq = seq;
   out->params_total = m.n_params;
-  /* every degree the layout accepts (each splits the pairs' hidden sizes,
-   * so none beyond the widest layer) */
+  /* every degree that splits each linear layer (so none beyond the widest) */
   int widest = 1;
   for (int i = 0; i <= L; i++)
     if (mc->mlp_sizes[i] > widest) widest = mc->mlp_sizes[i];
   for (int t = 1; t <= widest && out->n_shards < TL_COST_MAX_SHARDS; t++) {
-    if (t > 1 && !layout) break;
     struct tl_cost_shard* s = &out->shards[out->n_shards];
-    tl_status st = mlp_shard_build(mc, seq, t, layout, s);
+    tl_status st = mlp_shard_build(mc, seq, t, s);
     if (st == TL_OK)
       out->n_shards++;
     else if (t == 1 || st != TL_ERR_CONFIG)
@@ -225,12 +227,11 @@ static tl_status mlp_model_build(const struct tl_model_config* mc, int seq,
   return TL_OK;
 }
 
-tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_tp_layout layout,
-                              tl_cost_model* out) {
+tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out) {
   memset(out, 0, sizeof *out);
   out->kind = mc->kind;
   if (seq < 1) return TL_ERRF(TL_ERR_INVALID, "sequence length %d; expected >= 1", seq);
-  if (mc->kind == TL_MODEL_MLP) return mlp_model_build(mc, seq, layout, out);
+  if (mc->kind == TL_MODEL_MLP) return mlp_model_build(mc, seq, out);
   if (mc->n_layers < 1 || mc->n_layers > TL_MODEL_MAX_LAYERS)
     return TL_ERRF(TL_ERR_CONFIG, "model.n_layers=%d; the planner prices 1 to %d", mc->n_layers,
                    TL_MODEL_MAX_LAYERS);
@@ -262,6 +263,26 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
   struct tl_model_io io;
   TL_CHECK(tl_model_build(&m1, 1, seq, true, &g, &io));
   int lb = io.layer_begin[0], le = io.layer_begin[1];
+  /* which of the block's activations tensor parallelism keeps whole on
+   * every rank (Korthikanti's replicated part): as tp's pass holds them at
+   * the smallest degree the block splits by (none: all of them) */
+  tl_graph* fwd = NULL;
+  tl_tp_shard sh = {0};
+  int t0 = 2;
+  while (t0 <= mc->n_heads && (mc->n_heads % t0 || m.padded_vocab % t0)) t0++;
+  tl_status st = TL_OK;
+  if (t0 <= mc->n_heads) {
+    tl_graph* split = NULL;
+    struct tl_model_io fio;
+    st = tl_model_build_forward(&m1, 1, seq, true, &fwd, &fio);
+    if (st == TL_OK) st = tl_tp_shard_graph(fwd, t0, 0, false, &split, &sh);
+    tl_graph_destroy(split);
+  }
+  if (st != TL_OK) {
+    tl_graph_destroy(g);
+    tl_graph_destroy(fwd);
+    return st;
+  }
   for (int i = 0; i < g->n_nodes; i++) {
     const tl_node* n = &g->nodes[i];
     int f = forward_index(g, i);
@@ -284,7 +305,8 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
       if (f < lb) {
         out->layer_input += e; /* the embedding's output is block 0's input */
       } else if (f < le) {
-        if (replicated(g, n, v, mc->n_embd))
+        /* both graphs are built by the same calls: values are numbered alike */
+        if (!fwd || tl_tp_value_whole(&sh, sh.value_map[v]))
           out->layer_act_rep += e;
         else
           out->layer_act_shard += e;
@@ -294,12 +316,14 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
     }
   }
   tl_graph_destroy(g);
+  tl_graph_destroy(fwd);
+  tl_tp_shard_free(&sh);
 
   /* 4. per device, for every tensor-parallel degree a mesh may use */
   for (int t = 1; t <= mc->n_heads && out->n_shards < TL_COST_MAX_SHARDS; t++) {
-    if (mc->n_heads % t || m.padded_vocab % t || (t > 1 && !layout)) continue;
+    if (mc->n_heads % t || m.padded_vocab % t) continue;
     for (int sp = 0; sp <= (t > 1) && out->n_shards < TL_COST_MAX_SHARDS; sp++)
-      TL_CHECK(shard_build(&full, seq, t, sp, layout, &out->shards[out->n_shards++]));
+      TL_CHECK(shard_build(&full, seq, t, sp, &out->shards[out->n_shards++]));
   }
   return TL_OK;
 }

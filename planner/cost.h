@@ -10,14 +10,15 @@
  * allocates (tl_exec_size: the memory plan's arena, inputs, scratch). It
  * does so for every tensor-parallel degree t that divides the heads and
  * the padded vocabulary, on the graph of t's rank 0 (the rank that also
- * holds wpe and the row-parallel biases, so the fullest), laid out by the
- * caller's tl_cost_tp_layout (tp/tp.h's), with and without sequence
+ * holds wpe and the row-parallel biases, so the fullest) as tp's own pass
+ * shards it (tl_tp_build, the trainer's call), with and without sequence
  * parallelism. Every such quantity is linear in the micro-batch size and,
  * for a pipeline stage, affine in its number of layers (the blocks have one
  * shape), so graphs of one and two blocks price every plan; a search never
- * rebuilds them. Without a layout, t > 1 is scaled from t = 1 (parameters
- * and FLOPs by 1/t, activations by Korthikanti's replicated/sharded split):
- * an approximation.
+ * rebuilds them. Beyond TL_COST_MAX_SHARDS degrees, t > 1 is scaled from
+ * t = 1 (parameters and FLOPs by 1/t, activations by Korthikanti's
+ * replicated/sharded split, as tp's pass classifies a block's values): an
+ * approximation.
  *
  * What the model assumes on top (REFERENCES.md):
  * - stages: the trainer's cut (pp/stage.c: dynamic programming over layers
@@ -58,7 +59,8 @@
  *   are blocking).
  * An MLP's layers differ in shape: its costs are per layer and per range of
  * layers (a stage), read off its whole graph at every tensor-parallel
- * degree its layout splits; each stage is priced from its own layers and
+ * degree that splits each of its linear layers; each stage is priced from
+ * its own layers and
  * the slowest sets the pace; no sequence parallelism, no recomputation. */
 #ifndef TL_PLANNER_COST_H
 #define TL_PLANNER_COST_H
@@ -75,13 +77,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The layout of tensor-parallel rank tp_rank's shard of a model (tp/tp.h's
- * tl_tp_model_init has this type). The planner reads graphs built on it;
- * it does not depend on tp/ (the launcher composes the modules), so its
- * callers pass it in. */
-typedef tl_status (*tl_cost_tp_layout)(const struct tl_model_config* cfg, int tp, int tp_rank,
-                                       bool sp, tl_model* out);
 
 /* Kinds of pipeline stage, as bits: the first stage embeds the tokens, the
  * last holds the head and the loss; one stage alone does both. */
@@ -161,13 +156,12 @@ typedef struct tl_cost_model {
 } tl_cost_model;
 
 /* Builds the graphs of one and two blocks of `mc` (at micro-batch 1 and
- * `seq` tokens) for tp = 1 and, through `layout` (may be NULL), for every
- * tensor-parallel degree dividing the heads and the padded vocabulary, and
- * fills *out. An MLP: its whole graph, for tp = 1 and every degree its
- * layout accepts (tl_cost_has_shard says which). The graphs are destroyed
- * before returning. */
-tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_tp_layout layout,
-                              tl_cost_model* out);
+ * `seq` tokens) for tp = 1 and every tensor-parallel degree dividing the
+ * heads and the padded vocabulary, and fills *out. An MLP: its whole graph,
+ * for tp = 1 and every degree that splits each of its linear layers
+ * (tl_cost_has_shard says which). The graphs are destroyed before
+ * returning. */
+tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out);
 
 /* Whether costs at tp were read off a graph (an MLP plans only those). */
 bool tl_cost_has_shard(const tl_cost_model* cm, int tp);

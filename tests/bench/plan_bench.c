@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   tl_cluster cluster;
   tl_cost_model cm;
   if (tl_cluster_load(cluster_path, &cluster) != TL_OK ||
-      tl_cost_model_build(&c.model, c.train.seq_len, tl_tp_model_init, &cm) != TL_OK) {
+      tl_cost_model_build(&c.model, c.train.seq_len, &cm) != TL_OK) {
     fprintf(stderr, "plan_bench: %s\n", tl_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

@@ -62,7 +62,7 @@ tl_cost_model Build(const Shape& x) {
   cfg.model.vocab_size = x.V;
   cfg.model.max_seq_len = x.s;
   tl_cost_model cm;
-  EXPECT_EQ(tl_cost_model_build(&cfg.model, x.s, tl_tp_model_init, &cm), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_cost_model_build(&cfg.model, x.s, &cm), TL_OK) << tl_last_error();
   return cm;
 }
 
@@ -272,17 +272,19 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
     cfg.model.n_layers = x.l, cfg.model.n_heads = x.a, cfg.model.n_embd = x.h;
     cfg.model.vocab_size = x.V, cfg.model.max_seq_len = x.s;
     tl_cost_model cm;
-    ASSERT_EQ(tl_cost_model_build(&cfg.model, x.s, tl_tp_model_init, &cm), TL_OK)
+    ASSERT_EQ(tl_cost_model_build(&cfg.model, x.s, &cm), TL_OK)
         << tl_last_error();
     for (int tp = 1; tp <= x.a; tp++)
       for (int sp = 0; sp <= (tp > 1); sp++)
         for (int b : {1, 3}) {
           if (x.a % tp || cm.padded_vocab % tp || (sp && b * x.s % tp)) continue;
-          tl_model local;
-          ASSERT_EQ(tl_tp_model_init(&cfg.model, tp, 0, sp, &local), TL_OK) << tl_last_error();
+          tl_model whole;
+          ASSERT_EQ(tl_model_init(&cfg.model, &whole), TL_OK);
           tl_graph* g = nullptr;
           struct tl_model_io io;
-          ASSERT_EQ(tl_model_build(&local, b, x.s, true, &g, &io), TL_OK) << tl_last_error();
+          tl_tp_shard sh;
+          ASSERT_EQ(tl_tp_build(&whole, b, x.s, tp, 0, sp, &g, &io, &sh, nullptr), TL_OK)
+              << tl_last_error();
           for (int pp : {1, 2, 3, 4}) {
             if (pp > x.l) continue;
             std::vector<tl_pp_stage> stages(pp);
@@ -307,15 +309,7 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
                 ASSERT_EQ(tl_exec_size(g, st.node_begin, st.node_end, &eb), TL_OK);
                 tl_dp_layout lay;
                 ASSERT_EQ(tl_dp_layout_build(g, st.node_begin, st.node_end, &lay), TL_OK);
-                double packed = 0;
-                for (int i = 0; i < lay.n_segments; i++) {
-                  int64_t at = g->values[lay.segments[i].value].offset;
-                  for (int k = 0; k < local.n_tensors; k++)
-                    if (at >= local.tensors[k].offset &&
-                        at < local.tensors[k].offset + local.tensors[k].numel &&
-                        local.tensors[k].shard == TL_SHARD_REPLICATED)
-                      packed += lay.segments[i].n;
-                }
+                double packed = (double)tl_tp_partial_elems(&sh, lay.offset);
                 double state = 16.0 * lay.n + 4 + (sp ? 4 * std::fmax(packed, 1) : 0);
                 tl_dp_layout_free(&lay);
                 double act = in_flight * (double)(eb.arena + eb.inputs + eb.scratch);
@@ -331,6 +325,7 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
             }
           }
           tl_graph_destroy(g);
+          tl_tp_shard_free(&sh);
         }
   }
   std::printf("%d stages: state exact, activations within %.3f%%\n", checked, 100 * worst);

@@ -128,7 +128,7 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
   bool sp = tp > 1 && sched == TL_SCHEDULE_1F1B && kind == TL_MODEL_GPT;
   tl_config c = Config(dp, tp, pp, sched, sp, kind);
   tl_cost_model cm;
-  EXPECT_EQ(tl_cost_model_build(&c.model, c.train.seq_len, tl_tp_model_init, &cm), TL_OK)
+  EXPECT_EQ(tl_cost_model_build(&c.model, c.train.seq_len, &cm), TL_OK)
       << tl_last_error();
   std::string what = std::string(kind == TL_MODEL_MLP ? "mlp " : "") + "dp=" + std::to_string(dp) +
                      " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +

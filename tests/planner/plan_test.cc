@@ -61,7 +61,7 @@ TEST(Plan, ThisMachinesWinnerIsAConfigForItsTwoRanks) {
   tl_cluster c;
   ASSERT_EQ(tl_cluster_load(kThisMachine, &c), TL_OK) << tl_last_error();
   tl_cost_model cm;
-  ASSERT_EQ(tl_cost_model_build(&base.model, base.train.seq_len, tl_tp_model_init, &cm), TL_OK)
+  ASSERT_EQ(tl_cost_model_build(&base.model, base.train.seq_len, &cm), TL_OK)
       << tl_last_error();
   struct tl_search_options o;
   tl_search_options_defaults(&o, base.train.batch_size, TL_F32);

@@ -21,7 +21,7 @@ tl_cost_model Gpt(int l, int a, int h, int V, int s) {
   cfg.model.n_layers = l, cfg.model.n_heads = a, cfg.model.n_embd = h;
   cfg.model.vocab_size = V, cfg.model.max_seq_len = s;
   tl_cost_model cm;
-  EXPECT_EQ(tl_cost_model_build(&cfg.model, s, tl_tp_model_init, &cm), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_cost_model_build(&cfg.model, s, &cm), TL_OK) << tl_last_error();
   return cm;
 }
 
@@ -184,10 +184,10 @@ TEST(Search, AnMlpIsPlannedFromItsOwnLayers) {
   cfg.model.kind = TL_MODEL_MLP;
   cfg.model.vocab_size = 256;
   cfg.model.n_mlp_layers = 4;
-  int sizes[5] = {64, 2048, 96, 2048, 256};  // 96: tp 64 does not divide it
+  int sizes[5] = {64, 96, 2048, 2048, 256};  // 96: tp 64 does not divide it
   memcpy(cfg.model.mlp_sizes, sizes, sizeof sizes);
   tl_cost_model cm;
-  ASSERT_EQ(tl_cost_model_build(&cfg.model, 128, tl_tp_model_init, &cm), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_cost_model_build(&cfg.model, 128, &cm), TL_OK) << tl_last_error();
   EXPECT_EQ(cm.kind, TL_MODEL_MLP);
   EXPECT_EQ(cm.n_layers, 4);
   EXPECT_TRUE(tl_cost_has_shard(&cm, 1));

@@ -63,7 +63,7 @@ TEST(Table1, PredictedThroughputAtThePublishedSplits) {
     cfg.model.n_layers = r.l, cfg.model.n_heads = r.a, cfg.model.n_embd = r.h;
     cfg.model.vocab_size = 51200, cfg.model.max_seq_len = 2048;
     tl_cost_model cm;
-    ASSERT_EQ(tl_cost_model_build(&cfg.model, 2048, tl_tp_model_init, &cm), TL_OK)
+    ASSERT_EQ(tl_cost_model_build(&cfg.model, 2048, &cm), TL_OK)
         << tl_last_error();
     c.nodes = r.gpus / c.devices_per_node;
     struct tl_search_options o;

@@ -1,8 +1,12 @@
-// A tensor-parallel rank's parameters are a slice of the single-device
-// model's: its layout names where each element lies in the whole tensor, the
-// RNG draws it there, and the shards of all ranks tile the whole vector.
+// The tensor-parallel pass's layouts: what it decides for each parameter of
+// the GPT and the MLP graphs (Megatron-LM's split, found by rules on op
+// patterns), that a rank's parameters are a slice of the single-device
+// model's (the RNG draws each element at its place in the whole, and the
+// shards of all ranks tile the whole vector), and that a degree the model
+// cannot split runs that part whole instead of failing.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,11 +15,11 @@
 
 namespace {
 
-tl_model_config Gpt() {
+tl_model_config Gpt(int heads = 4) {
   tl_config c;
   tl_config_defaults(&c);
   c.model.kind = TL_MODEL_GPT;
-  c.model.vocab_size = 100, c.model.n_layers = 2, c.model.n_heads = 4, c.model.n_embd = 16;
+  c.model.vocab_size = 100, c.model.n_layers = 2, c.model.n_heads = heads, c.model.n_embd = 16;
   c.model.max_seq_len = 8;
   return c.model;
 }
@@ -30,9 +34,94 @@ tl_model_config Mlp(int layers) {
   return c.model;
 }
 
-class Shard : public ::testing::TestWithParam<int> {};
+// The full forward graph of a model and its layout on rank r of tp.
+struct Layout {
+  tl_model m;
+  tl_graph* full = nullptr;
+  tl_tp_shard sh = {};
+  Layout(const tl_model_config& cfg, int tp, int r, bool sp) {
+    EXPECT_EQ(tl_model_init(&cfg, &m), TL_OK);
+    tl_model_io io;
+    EXPECT_EQ(tl_model_build_forward(&m, 2, 8, true, &full, &io), TL_OK) << tl_last_error();
+    EXPECT_EQ(tl_tp_shard_layout(full, tp, r, sp, &sh), TL_OK) << tl_last_error();
+  }
+  ~Layout() {
+    tl_tp_shard_free(&sh);
+    tl_graph_destroy(full);
+  }
+  // kind, dim and parts of the parameter value named `name`
+  std::string Of(const std::string& name) const {
+    int v = tl_graph_find(full, name.c_str());
+    for (int k = 0; k < sh.n_params; k++) {
+      const tl_tp_param& p = sh.params[k];
+      if (p.full_value != v) continue;
+      if (p.kind == TL_TP_WHOLE) return "whole";
+      if (p.kind == TL_TP_FIRST) return "first";
+      return "split " + std::to_string(p.dim) + (p.parts > 1 ? "/" + std::to_string(p.parts) : "");
+    }
+    return "absent";
+  }
+};
 
-TEST_P(Shard, RanksTileTheWholeModelAndDrawTheirSlice) {
+TEST(Shard, TheGptSplitsAsMegatronDoes) {
+  Layout l(Gpt(), 2, 1, false);
+  EXPECT_EQ(l.Of("wte"), "split 0");  // vocabulary rows (embedding and tied head)
+  EXPECT_EQ(l.Of("wpe"), "first");    // added once, before the embedding's sum
+  for (const char* layer : {".0", ".1"}) {
+    std::string s = layer;
+    EXPECT_EQ(l.Of("qkvw" + s), "split 0/3");  // column-parallel, Q, K and V alike
+    EXPECT_EQ(l.Of("qkvb" + s), "split 0/3");
+    EXPECT_EQ(l.Of("attprojw" + s), "split 1");  // row-parallel
+    EXPECT_EQ(l.Of("attprojb" + s), "first");
+    EXPECT_EQ(l.Of("fcw" + s), "split 0");
+    EXPECT_EQ(l.Of("fcb" + s), "split 0");
+    EXPECT_EQ(l.Of("fcprojw" + s), "split 1");
+    EXPECT_EQ(l.Of("fcprojb" + s), "first");
+    EXPECT_EQ(l.Of("ln1w" + s), "whole");
+    EXPECT_EQ(l.Of("ln2b" + s), "whole");
+  }
+  EXPECT_EQ(l.Of("lnfw"), "whole");
+  EXPECT_TRUE(l.sh.loss_split);
+  EXPECT_EQ(l.sh.n_linear, 9);  // 4 per block and the head, all of them split
+  EXPECT_EQ(l.sh.n_linear_split, 9);
+  // rank 1 holds neither wpe nor the row-parallel biases
+  for (int k = 0; k < l.sh.n_params; k++)
+    if (l.sh.params[k].kind == TL_TP_FIRST) {
+      EXPECT_EQ(l.sh.params[k].numel, 0);
+    }
+}
+
+TEST(Shard, TheMlpPairsColumnThenRowParallel) {
+  for (int layers : {2, 3}) {
+    Layout l(Mlp(layers), 2, 0, false);
+    EXPECT_EQ(l.Of("wte"), "split 0");
+    EXPECT_EQ(l.Of("w0"), "split 0");
+    EXPECT_EQ(l.Of("b0"), "split 0");
+    EXPECT_EQ(l.Of("w1"), "split 1");
+    EXPECT_EQ(l.Of("b1"), "first");
+    if (layers == 3) {
+      EXPECT_EQ(l.Of("w2"), "split 0");  // an odd last layer: by outputs
+    }
+    EXPECT_EQ(l.sh.loss_split, layers == 3) << layers;
+    EXPECT_EQ(l.sh.n_linear_split, layers);
+  }
+}
+
+// 4 heads do not split 8 ways: the attention block runs whole on every
+// rank (its projections too: their output meets the whole residual), the
+// MLP blocks still split.
+TEST(Shard, ADegreeTheAttentionCannotTakeRunsItWhole) {
+  Layout l(Gpt(4), 8, 3, false);
+  EXPECT_EQ(l.Of("qkvw.0"), "whole");
+  EXPECT_EQ(l.Of("attprojw.0"), "whole");
+  EXPECT_EQ(l.Of("fcw.0"), "split 0");
+  EXPECT_EQ(l.Of("fcprojw.1"), "split 1");
+  EXPECT_LT(l.sh.n_linear_split, l.sh.n_linear);
+}
+
+class Tiling : public ::testing::TestWithParam<int> {};
+
+TEST_P(Tiling, RanksTileTheWholeModelAndDrawTheirSlice) {
   // 0: gpt; n: an mlp of n layers (odd: the last layer is split too)
   const tl_model_config cfg = GetParam() == 0 ? Gpt() : Mlp(GetParam());
   tl_model full;
@@ -42,88 +131,72 @@ TEST_P(Shard, RanksTileTheWholeModelAndDrawTheirSlice) {
   for (int tp : {2, 4}) {
     for (bool sp : {false, true}) {
       std::vector<int> covered(full.n_params, 0);
-      std::vector<tl_shard_kind> kind(full.n_tensors);
+      std::map<int, tl_tp_kind> kind;  // by parameter value
       for (int r = 0; r < tp; r++) {
-        tl_model m;
-        ASSERT_EQ(tl_tp_model_init(&cfg, tp, r, sp, &m), TL_OK);
-        std::vector<float> drawn(m.n_params), sliced(m.n_params);
-        tl_model_init_params(&m, 0, m.n_params, drawn.data());
-        tl_tp_from_full(&m, whole.data(), sliced.data());
+        Layout l(cfg, tp, r, sp);
+        const tl_tp_shard& sh = l.sh;
+        std::vector<float> drawn(sh.n_local), sliced(sh.n_local);
+        tl_tp_init_params(&sh, &full, 0, sh.n_local, drawn.data());
+        tl_tp_from_full(&sh, whole.data(), sliced.data());
         ASSERT_EQ(drawn, sliced) << "tp=" << tp << " rank " << r;
-        // mark where this rank's elements land
-        std::vector<float> marks(m.n_params, 1.0f), out(full.n_params, 0.0f);
-        tl_tp_to_full(&m, marks.data(), out.data());
-        for (int64_t i = 0; i < full.n_params; i++) covered[i] += out[i] != 0.0f;
-        // split tensors are a tp-th of the whole; rank 0 alone holds wpe
-        for (int k = 0; k < m.n_tensors; k++) {
-          const tl_param_tensor& t = m.tensors[k];
-          int64_t want = t.shard == TL_SHARD_SPLIT        ? t.full_numel / tp
-                         : t.shard == TL_SHARD_REPLICATED ? t.full_numel
-                         : r == 0                         ? t.full_numel
-                                                          : 0;
-          EXPECT_EQ(t.numel, want) << t.name;
-          kind[k] = t.shard;
+        // a range that starts and ends inside parameters draws the same
+        if (sh.n_local > 10) {
+          std::vector<float> part(sh.n_local - 10);
+          tl_tp_init_params(&sh, &full, 5, sh.n_local - 5, part.data());
+          ASSERT_TRUE(std::equal(part.begin(), part.end(), drawn.begin() + 5));
         }
+        // mark where this rank's elements land
+        std::vector<float> marks(sh.n_local, 1.0f), out(full.n_params, 0.0f);
+        tl_tp_to_full(&sh, marks.data(), out.data());
+        for (int64_t i = 0; i < full.n_params; i++) covered[i] += out[i] != 0.0f;
+        for (int k = 0; k < sh.n_params; k++) {
+          const tl_tp_param& p = sh.params[k];
+          int64_t want = p.kind == TL_TP_SPLIT   ? p.full_numel / tp
+                         : p.kind == TL_TP_WHOLE ? p.full_numel
+                         : r == 0                ? p.full_numel
+                                                 : 0;
+          EXPECT_EQ(p.numel, want) << full.tensors[tl_model_tensor_at(&full, p.full_offset)].name;
+          kind[p.full_value] = p.kind;
+        }
+        EXPECT_EQ(sh.n_full, full.n_params);
       }
-      // every element is held: split and rank-0 tensors once, whole ones by all
-      int split = 0;
-      for (int k = 0; k < full.n_tensors; k++) {
-        const tl_param_tensor& t = full.tensors[k];
-        split += kind[k] == TL_SHARD_SPLIT;
-        for (int64_t i = t.offset; i < t.offset + t.numel; i++)
-          ASSERT_EQ(covered[i], kind[k] == TL_SHARD_REPLICATED ? tp : 1)
-              << t.name << " element " << i - t.offset;
+      // split and rank-0 parameters once, whole ones on every rank
+      Layout l(cfg, tp, 0, sp);
+      for (int k = 0; k < l.sh.n_params; k++) {
+        const tl_tp_param& p = l.sh.params[k];
+        int want = p.kind == TL_TP_WHOLE ? tp : 1;
+        for (int64_t i = p.full_offset; i < p.full_offset + p.full_numel; i++)
+          ASSERT_EQ(covered[i], want) << "element " << i << " tp=" << tp;
       }
-      EXPECT_GE(split, 2);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Shard, ::testing::Values(0, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Models, Tiling, ::testing::Values(0, 2, 3));
 
-TEST(ShardLayout, QkvRowsOfRankOneAreItsHeadsOfQKAndV) {
-  // C = 16, 4 heads of 4, tp = 2: rank 1 holds heads 2-3, rows 8-15 of each of Q, K, V
-  const tl_model_config cfg = Gpt();
-  tl_model m;
-  ASSERT_EQ(tl_tp_model_init(&cfg, 2, 1, false, &m), TL_OK);
-  int k = tl_model_tensor(&m, "qkvw");
-  int64_t run = 0;
-  EXPECT_EQ(tl_model_shard_index(&m, k, 0, &run), 8 * 16);  // Q row 8
-  EXPECT_EQ(run, 8 * 16);
-  EXPECT_EQ(tl_model_shard_index(&m, k, 8 * 16, &run), (16 + 8) * 16);      // K row 8
-  EXPECT_EQ(tl_model_shard_index(&m, k, 24 * 16, &run), 48 * 16 + 8 * 16);  // layer 1, Q row 8
-  k = tl_model_tensor(&m, "attprojw");  // row-parallel: input columns 8-15
-  EXPECT_EQ(tl_model_shard_index(&m, k, 0, &run), 8);
-  EXPECT_EQ(run, 8);
-  EXPECT_EQ(tl_model_shard_index(&m, k, 8, &run), 16 + 8);
-}
-
-TEST(ShardLayout, MlpLayersPairColumnThenRowParallel) {
-  const tl_model_config cfg = Mlp(3);  // 8 -> 16 -> 24 -> 64
-  tl_model m;
-  ASSERT_EQ(tl_tp_model_init(&cfg, 2, 1, false, &m), TL_OK);
-  const tl_param_tensor& w0 = m.tensors[tl_model_tensor(&m, "w0")];
-  const tl_param_tensor& w1 = m.tensors[tl_model_tensor(&m, "w1")];
-  const tl_param_tensor& w2 = m.tensors[tl_model_tensor(&m, "w2")];
-  EXPECT_EQ(w0.shape[0], 8);   // 16 outputs, split
-  EXPECT_EQ(w1.shape[1], 8);   // 16 inputs, split
-  EXPECT_EQ(w1.shape[0], 24);  // its outputs whole
-  EXPECT_EQ(w2.shape[0], 32);  // the odd last layer: 64 outputs, split
-  EXPECT_EQ(m.tensors[tl_model_tensor(&m, "b1")].numel, 0);  // rank 0 adds it
-  EXPECT_TRUE(tl_model_logits_split(&m));
-}
-
-TEST(ShardLayout, RefusesWhatDoesNotSplit) {
-  tl_model m;
-  tl_model_config c = Gpt();
-  EXPECT_EQ(tl_tp_model_init(&c, 8, 0, false, &m), TL_ERR_CONFIG);  // 4 heads
-  EXPECT_NE(std::string(tl_last_error()).find("model.n_heads=4"), std::string::npos);
-  c.n_heads = 8, c.padded_vocab_size = 100;  // 8 does not divide a vocabulary of 100
-  EXPECT_EQ(tl_tp_model_init(&c, 8, 0, false, &m), TL_ERR_CONFIG);
-  EXPECT_NE(std::string(tl_last_error()).find("padded vocabulary 100"), std::string::npos);
-  tl_model_config mlp = Mlp(2);  // 8 -> 16 -> 64
-  EXPECT_EQ(tl_tp_model_init(&mlp, 32, 0, false, &m), TL_ERR_CONFIG);
-  EXPECT_NE(std::string(tl_last_error()).find("model.mlp_sizes[1]=16"), std::string::npos);
+// Where a rank's elements lie: Q, K and V rows of this rank's heads; a
+// row-parallel weight's columns.
+TEST(Shard, ElementsLieWhereTheirHeadsAndColumnsAre) {
+  Layout l(Gpt(), 2, 1, false);
+  const int64_t C = 16;
+  for (int k = 0; k < l.sh.n_params; k++) {
+    const tl_tp_param& p = l.sh.params[k];
+    std::string name = l.full->values[p.full_value].name;
+    int64_t run = 0;
+    if (name == "qkvw.0") {
+      // local rows [0, C/2) are Q rows [C/2, C); [C/2, C) are K rows [3C/2, 2C)
+      EXPECT_EQ(tl_tp_full_index(&l.sh, &p, 0, &run), p.full_offset + (C / 2) * C);
+      EXPECT_EQ(run, (C / 2) * C);
+      EXPECT_EQ(tl_tp_full_index(&l.sh, &p, (C / 2) * C, &run), p.full_offset + (C + C / 2) * C);
+      EXPECT_EQ(tl_tp_full_index(&l.sh, &p, C * C + 3, &run),
+                p.full_offset + (2 * C + C / 2) * C + 3);
+    } else if (name == "attprojw.0") {
+      // (C, C/2): row i holds columns [C/2, C) of the whole's row i
+      EXPECT_EQ(tl_tp_full_index(&l.sh, &p, 0, &run), p.full_offset + C / 2);
+      EXPECT_EQ(run, C / 2);
+      EXPECT_EQ(tl_tp_full_index(&l.sh, &p, 3 * (C / 2) + 1, &run), p.full_offset + 3 * C + C / 2 + 1);
+    }
+  }
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "core/rng.h"
 #include "graph/exec.h"
 #include "graph/model.h"
+#include "graph/op.h"
 #include "kernels/backend.h"
 #include "launcher/tokens.h"
 #include "launcher/trainer.h"
@@ -67,15 +68,13 @@ struct Pass {
   tl_group_stats fwd, bwd;
 };
 
-// One forward and backward of m's graph (its shard under tp) on a fixed batch.
-Pass RunPass(const tl_model& m, const std::vector<float>& params, tl_group* tp) {
+// One forward and backward of graph g (parameters `params`) on a fixed batch.
+Pass RunGraph(const tl_graph* g, const tl_model_io& io, const std::vector<float>& params,
+              tl_group* tp) {
   Pass p = {};
   tl_backend* be = nullptr;
   EXPECT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
-  tl_graph* g = nullptr;
-  tl_model_io io;
-  EXPECT_EQ(tl_model_build(&m, kB, kT, true, &g, &io), TL_OK) << tl_last_error();
-  size_t bytes = sizeof(float) * (size_t)(m.n_params > 0 ? m.n_params : 1);
+  size_t bytes = sizeof(float) * (size_t)(params.size() > 0 ? params.size() : 1);
   tl_buffer *pb = nullptr, *gb = nullptr;
   EXPECT_EQ(tl_buffer_create(tl_cpu(), bytes, &pb), TL_OK);
   EXPECT_EQ(tl_buffer_create(tl_cpu(), bytes, &gb), TL_OK);
@@ -97,12 +96,21 @@ Pass RunPass(const tl_model& m, const std::vector<float>& params, tl_group* tp) 
   if (tp) p.bwd = tl_group_stats_get(tp);
   p.losses.resize(kB * kT);
   EXPECT_EQ(tl_exec_get(x, io.losses, p.losses.data(), p.losses.size() * 4), TL_OK);
-  p.grads.assign((float*)gb->data, (float*)gb->data + m.n_params);
+  p.grads.assign((float*)gb->data, (float*)gb->data + params.size());
   tl_exec_destroy(x);
   tl_buffer_destroy(pb);
   tl_buffer_destroy(gb);
-  tl_graph_destroy(g);
   tl_backend_destroy(be);
+  return p;
+}
+
+// The whole model's pass on one device.
+Pass RunWhole(const tl_model& m, const std::vector<float>& params) {
+  tl_graph* g = nullptr;
+  tl_model_io io;
+  EXPECT_EQ(tl_model_build(&m, kB, kT, true, &g, &io), TL_OK) << tl_last_error();
+  Pass p = RunGraph(g, io, params, nullptr);
+  tl_graph_destroy(g);
   return p;
 }
 
@@ -113,6 +121,21 @@ int Size() {
   return tl_group_size(World());
 }
 
+// This rank's shard of m (tp/tp.h), its pass on the rank's parameters.
+struct Sharded {
+  tl_graph* g = nullptr;
+  tl_model_io io;
+  tl_tp_shard sh = {};
+  Sharded(const tl_model& m, bool sp) {
+    EXPECT_EQ(tl_tp_build(&m, kB, kT, Size(), Rank(), sp, &g, &io, &sh, nullptr), TL_OK)
+        << tl_last_error();
+  }
+  ~Sharded() {
+    tl_graph_destroy(g);
+    tl_tp_shard_free(&sh);
+  }
+};
+
 class ShardGraph : public ::testing::TestWithParam<int> {};
 
 // 0: the gpt; n: an mlp of n layers.
@@ -122,33 +145,39 @@ TEST_P(ShardGraph, ComputesTheSingleDeviceLossesAndGradients) {
   ASSERT_EQ(tl_model_init(&cfg, &full), TL_OK);
   std::vector<float> whole(full.n_params);
   tl_model_init_params(&full, 0, full.n_params, whole.data());
-  Pass ref = RunPass(full, whole, nullptr);
+  Pass ref = RunWhole(full, whole);
   for (bool sp : {false, true}) {
     if (sp && cfg.kind != TL_MODEL_GPT) continue;
-    tl_model m;
-    ASSERT_EQ(tl_tp_model_init(&cfg, Size(), Rank(), sp, &m), TL_OK) << tl_last_error();
-    std::vector<float> shard(m.n_params), want(m.n_params);
-    tl_tp_from_full(&m, whole.data(), shard.data());
-    tl_tp_from_full(&m, ref.grads.data(), want.data());
-    Pass got = RunPass(m, shard, World());
+    Sharded r(full, sp);
+    const tl_tp_shard& sh = r.sh;
+    std::vector<float> shard(sh.n_local), want(sh.n_local);
+    tl_tp_from_full(&sh, whole.data(), shard.data());
+    tl_tp_from_full(&sh, ref.grads.data(), want.data());
+    Pass got = RunGraph(r.g, r.io, shard, World());
     for (size_t i = 0; i < ref.losses.size(); i++)
       ASSERT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::fabs(ref.losses[i]))
           << "sp=" << sp << " position " << i;
-    for (int k = 0; k < m.n_tensors; k++) {
-      const tl_param_tensor& t = m.tensors[k];
+    // parts over the token rows (sequence parallelism's layer norms): summed
+    std::vector<int64_t> offset(r.g->n_values, -1);
+    for (int k = 0; k < sh.n_params; k++)
+      if (sh.params[k].value >= 0) offset[sh.params[k].value] = sh.params[k].offset;
+    std::vector<float> pack(tl_tp_partial_elems(&sh, offset.data()) + 1);
+    tl_backend* be = nullptr;
+    ASSERT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+    ASSERT_EQ(tl_tp_sync_partial(&sh, World(), be, got.grads.data(), offset.data(), pack.data()),
+              TL_OK);
+    tl_backend_destroy(be);
+    for (int k = 0; k < sh.n_params; k++) {
+      const tl_tp_param& t = sh.params[k];
       if (t.numel == 0) continue;
-      float* g = got.grads.data() + t.offset;
-      if (sp && t.shard == TL_SHARD_REPLICATED) {  // parts over the token rows: sum them
-        ASSERT_EQ(
-            tl_group_all_reduce(World(), g, g, (size_t)t.numel, TL_F32, TL_REDUCE_SUM, nullptr),
-            TL_OK);
-      }
+      const float* g = got.grads.data() + t.offset;
       double diff = 0, scale = 0;
       for (int64_t i = 0; i < t.numel; i++) {
         diff = std::fmax(diff, std::fabs(g[i] - want[t.offset + i]));
         scale = std::fmax(scale, std::fabs(want[t.offset + i]));
       }
-      EXPECT_LE(diff, 1e-5 * scale) << "sp=" << sp << " rank " << Rank() << " " << t.name;
+      EXPECT_LE(diff, 1e-5 * scale) << "sp=" << sp << " rank " << Rank() << " "
+                                    << r.g->values[t.value].name;
     }
   }
 }
@@ -163,10 +192,11 @@ TEST(TensorParallel, MegatronCollectiveCountsPerLayer) {
     for (int l = 2; l <= 3; l++) {
       const tl_model_config cfg = Gpt(l);
       tl_model m;
-      ASSERT_EQ(tl_tp_model_init(&cfg, Size(), Rank(), sp, &m), TL_OK);
-      std::vector<float> shard(m.n_params);
-      tl_model_init_params(&m, 0, m.n_params, shard.data());
-      Pass p = RunPass(m, shard, World());
+      ASSERT_EQ(tl_model_init(&cfg, &m), TL_OK);
+      Sharded r(m, sp);
+      std::vector<float> shard(r.sh.n_local);
+      tl_tp_init_params(&r.sh, &m, 0, r.sh.n_local, shard.data());
+      Pass p = RunGraph(r.g, r.io, shard, World());
       fwd[l - 2] = p.fwd, bwd[l - 2] = p.bwd;
       // beyond the layers: the embedding's sum (forward), the LM head's input
       // (backward), the cross-entropy's max and sum (forward, all-reduces)
@@ -297,3 +327,169 @@ TEST(TensorParallel, CheckpointResumesOnOneDeviceAsTheMeshWouldContinue) {
 }
 
 }  // namespace
+
+namespace {
+
+// A model the GPT and MLP builders know nothing of, built from the graph's
+// ops alone: an embedding with a position table, a pre-norm residual MLP
+// block, a final norm and an untied output layer with a bias. No tp code is
+// written for it: the pass finds its splits.
+struct Custom {
+  static const int V = 64, C = 16;
+  tl_graph* g = nullptr;
+  tl_model_io io = {};
+  std::vector<float> params;
+  int64_t n = 0;
+  // a parameter of `shape` drawn from the RNG (or filled with `fill`)
+  int Param(const char* name, std::vector<int64_t> shape, float std, float fill = 0) {
+    int v;
+    EXPECT_EQ(tl_graph_param(g, name, n, (int)shape.size(), shape.data(), &v), TL_OK);
+    int64_t e = tl_value_numel(&g->values[v]);
+    params.resize(n + e, fill);
+    if (std > 0) tl_rng_normal(77, (uint32_t)v, 0, (size_t)e, 0.0f, std, params.data() + n);
+    n += e;
+    return v;
+  }
+  int Node(int op, const char* name, std::vector<int> in, std::vector<int> attr, int* out = nullptr) {
+    int a[TL_NODE_MAX_ATTRS] = {0};
+    for (size_t i = 0; i < attr.size(); i++) a[i] = attr[i];
+    int o[TL_NODE_MAX_IO];
+    EXPECT_EQ(tl_graph_node(g, op, name, (int)in.size(), in.data(), a, TL_NODE_MAX_ATTRS, o), TL_OK)
+        << tl_last_error();
+    if (out)
+      for (int k = 0; k < 3; k++) out[k] = o[k];
+    return o[0];
+  }
+  Custom() {
+    EXPECT_EQ(tl_graph_create(&g), TL_OK);
+    int64_t ts[2] = {kB, kT}, ns = kB * kT;
+    EXPECT_EQ(tl_graph_input(g, "tokens", TL_I32, 2, ts, &io.tokens), TL_OK);
+    EXPECT_EQ(tl_graph_input(g, "targets", TL_I32, 1, &ns, &io.targets), TL_OK);
+    int emb = Param("emb", {V, C}, 0.1f), pos = Param("pos", {kT, C}, 0.1f);
+    int x = Node(TL_OP_EMBEDDING, "embed", {io.tokens, emb, pos}, {0});
+    int n1[3];
+    Node(TL_OP_LAYERNORM, "norm1", {x, Param("g1", {C}, 0, 1), Param("c1", {C}, 0)}, {}, n1);
+    int u = Node(TL_OP_MATMUL, "up", {n1[0], Param("w_up", {4 * C, C}, 0.2f), Param("b_up", {4 * C}, 0.05f)},
+                 {0, 1});
+    u = Node(TL_OP_GELU, "act", {u}, {});
+    int d = Node(TL_OP_MATMUL, "down",
+                 {u, Param("w_down", {C, 4 * C}, 0.1f), Param("b_down", {C}, 0.05f)}, {0, 1});
+    x = Node(TL_OP_ADD, "residual", {x, d}, {});
+    int n2[3];
+    Node(TL_OP_LAYERNORM, "norm2", {x, Param("g2", {C}, 0, 1), Param("c2", {C}, 0)}, {}, n2);
+    io.logits = Node(TL_OP_MATMUL, "out",
+                     {n2[0], Param("w_out", {V, C}, 0.2f), Param("b_out", {V}, 0.05f)}, {0, 1});
+    io.losses = Node(TL_OP_CROSSENTROPY, "loss", {io.logits, io.targets}, {V});
+    EXPECT_EQ(tl_graph_set_loss(g, io.losses), TL_OK);
+  }
+  ~Custom() { tl_graph_destroy(g); }
+};
+
+// Trains graph g (forward only; differentiated here, sharded when sh) for
+// `steps` AdamW steps from `params`: the losses of each step, the final
+// parameters.
+std::vector<double> TrainGraph(tl_graph* g, const tl_model_io& io, std::vector<float>* params,
+                               const tl_tp_shard* sh, int steps) {
+  std::vector<double> losses;
+  tl_backend* be = nullptr;
+  EXPECT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+  size_t bytes = sizeof(float) * params->size();
+  tl_buffer *pb, *gb, *m, *v;
+  for (tl_buffer** b : {&pb, &gb, &m, &v}) {
+    EXPECT_EQ(tl_buffer_create(tl_cpu(), bytes, b), TL_OK);
+    memset((*b)->data, 0, bytes);
+  }
+  memcpy(pb->data, params->data(), bytes);
+  tl_exec_options opt = {0, g->n_forward, nullptr, sh ? World() : nullptr};
+  tl_exec* x = nullptr;
+  EXPECT_EQ(tl_exec_create_ex(g, be, pb, gb, &opt, &x), TL_OK) << tl_last_error();
+  std::vector<int64_t> offset(g->n_values, -1);
+  for (int k = 0; sh && k < sh->n_params; k++)
+    if (sh->params[k].value >= 0) offset[sh->params[k].value] = sh->params[k].offset;
+  std::vector<float> pack(sh ? tl_tp_partial_elems(sh, offset.data()) + 1 : 1);
+  for (int s = 0; s < steps; s++) {
+    std::vector<float> u(kB * kT + 1);
+    tl_rng_uniform(100 + s, 0, 0, u.size(), 0.0f, (float)Custom::V, u.data());
+    std::vector<int32_t> tok(kB * kT), tgt(kB * kT);
+    for (int i = 0; i < kB * kT; i++) tok[i] = (int32_t)u[i], tgt[i] = (int32_t)u[i + 1];
+    memset(gb->data, 0, bytes);
+    EXPECT_EQ(tl_exec_set_input(x, io.tokens, tok.data(), tok.size() * 4), TL_OK);
+    EXPECT_EQ(tl_exec_set_input(x, io.targets, tgt.data(), tgt.size() * 4), TL_OK);
+    EXPECT_EQ(tl_exec_forward(x, 0, g->n_forward), TL_OK) << tl_last_error();
+    EXPECT_EQ(tl_exec_backward(x, 0, g->n_forward, 1.0f / (kB * kT)), TL_OK) << tl_last_error();
+    if (sh) {
+      EXPECT_EQ(tl_tp_sync_partial(sh, World(), be, (float*)gb->data, offset.data(), pack.data()),
+                TL_OK);
+    }
+    std::vector<float> l(kB * kT);
+    EXPECT_EQ(tl_exec_get(x, io.losses, l.data(), l.size() * 4), TL_OK);
+    double sum = 0;
+    for (float e : l) sum += e;
+    losses.push_back(sum / l.size());
+    EXPECT_EQ(be->ops->adamw(be->ctx, (float*)pb->data, (float*)gb->data, (float*)m->data,
+                             (float*)v->data, (int64_t)params->size(), 1e-2f, 0.9f, 0.95f, 1e-3f,
+                             0.0f, s + 1),
+              TL_OK);
+  }
+  memcpy(params->data(), pb->data, bytes);
+  tl_exec_destroy(x);
+  for (tl_buffer* b : {pb, gb, m, v}) tl_buffer_destroy(b);
+  tl_backend_destroy(be);
+  return losses;
+}
+
+}  // namespace
+
+// The one law for a model built from ops alone: its tensor-parallel run on
+// this job (with and without sequence parallelism) trains as one device
+// does, step by step, to the same parameters — and it is split (its linear
+// layers are column- then row-parallel, its loss vocabulary-parallel), not
+// merely run whole on every rank.
+TEST(TensorParallel, AModelBuiltFromOpsAloneTrainsAsOneDeviceDoes) {
+  const int steps = 4;
+  Custom ref;
+  std::vector<float> whole = ref.params;
+  tl_graph* one = nullptr;
+  tl_tp_shard one_sh;
+  ASSERT_EQ(tl_tp_shard_graph(ref.g, 1, 0, false, &one, &one_sh), TL_OK);
+  ASSERT_EQ(tl_tp_backward(one, &one_sh), TL_OK);
+  tl_model_io one_io = ref.io;
+  one_io.tokens = one_sh.value_map[ref.io.tokens], one_io.targets = one_sh.value_map[ref.io.targets];
+  one_io.losses = one_sh.value_map[ref.io.losses];
+  std::vector<double> want = TrainGraph(one, one_io, &whole, nullptr, steps);
+  tl_graph_destroy(one);
+  tl_tp_shard_free(&one_sh);
+  for (bool sp : {false, true}) {
+    Custom c;
+    tl_graph* g = nullptr;
+    tl_tp_shard sh;
+    ASSERT_EQ(tl_tp_shard_graph(c.g, Size(), Rank(), sp, &g, &sh), TL_OK) << tl_last_error();
+    ASSERT_EQ(tl_tp_backward(g, &sh), TL_OK) << tl_last_error();
+    EXPECT_EQ(sh.n_linear, 3);
+    EXPECT_EQ(sh.n_linear_split, 3) << "every linear layer tensor-parallel";
+    EXPECT_TRUE(sh.loss_split);
+    EXPECT_LT(sh.n_local * 3, sh.n_full * 2) << "a shard, not a copy";
+    tl_model_io io = c.io;
+    io.tokens = sh.value_map[c.io.tokens], io.targets = sh.value_map[c.io.targets];
+    io.losses = sh.value_map[c.io.losses];
+    std::vector<float> local(sh.n_local), start = c.params;
+    tl_tp_from_full(&sh, start.data(), local.data());
+    std::vector<double> got = TrainGraph(g, io, &local, &sh, steps);
+    for (int s = 0; s < steps; s++)
+      EXPECT_NEAR(got[s], want[s], 1e-5 * std::fabs(want[s])) << "sp=" << sp << " step " << s + 1;
+    std::vector<float> expect(sh.n_local);
+    tl_tp_from_full(&sh, whole.data(), expect.data());
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < sh.n_local; i++) {
+      worst = std::fmax(worst, std::fabs(local[i] - expect[i]));
+      scale = std::fmax(scale, std::fabs(expect[i]));
+    }
+    EXPECT_LE(worst, 1e-5 * scale) << "sp=" << sp << ": parameters after " << steps << " steps";
+    if (Rank() == 0)
+      printf("a model of ops alone, tp=%d%s: %d linear layers split, losses equal, parameters %.1e "
+             "apart\n",
+             Size(), sp ? " sp" : "", sh.n_linear_split, worst / scale);
+    tl_graph_destroy(g);
+    tl_tp_shard_free(&sh);
+  }
+}

@@ -1,4 +1,4 @@
-/* xent_shard.c — vocabulary-parallel softmax + cross-entropy: in {logits
+/* xent.c — vocabulary-parallel softmax + cross-entropy: in {logits
  * (..., cols) — this rank's columns [v0, v0 + cols) of the padded
  * vocabulary — and targets (rows) i32}, attr {V, v0, tp}, out {losses (rows),
  * stats (3, rows)}. The full logits are never on one rank: the row maxima
@@ -7,6 +7,7 @@
  * rank ends with the same losses. stats keep max, sum and target logit for
  * the backward, which WRITES dlogits (the logits' only consumer). */
 #include "graph/ops/shape.h"
+#include "tp/tp_impl.h"
 
 static tl_status infer(tl_graph* g, tl_node* n) {
   TL_NEED_F32(g, n, 0);
@@ -63,7 +64,7 @@ static tl_status backward(tl_graph* g, int i) {
   const tl_node* n = &g->nodes[i];
   int in[4] = {tl__grad(g, n->out[0]), n->in[0], n->in[1], n->out[1]};
   int out[1] = {tl__grad(g, n->in[0])};
-  return tl__op_backward_node(g, TL_OP_XENT_SHARD_BACKWARD, i, 4, in, 1, out);
+  return tl__op_backward_node(g, tl__tp_ops()->xent_backward, i, 4, in, 1, out);
 }
 
 static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
@@ -75,11 +76,11 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
                                          f->attr[1], f->attr[0]);
 }
 
-const struct tl_op_def tl_op_xent_shard = {.name = "xent_shard",
-                                           .n_diff_out = 1,
-                                           .infer = infer,
-                                           .run = run,
-                                           .backward = backward,
-                                           .flags = TL_OP_COLLECTIVE};
-const struct tl_op_def tl_op_xent_shard_backward = {
-    .name = "xent_shard_backward", .n_diff_out = 0, .run = run_backward};
+const struct tl_op_def tl__tp_op_xent = {.name = "xent_shard",
+                                         .n_diff_out = 1,
+                                         .infer = infer,
+                                         .run = run,
+                                         .backward = backward,
+                                         .flags = TL_OP_COLLECTIVE};
+const struct tl_op_def tl__tp_op_xent_backward = {.name = "xent_shard_backward",
+                                                  .run = run_backward};

@@ -1,16 +1,22 @@
-/* tp_comm.c — a collective over the tensor-parallel group as a graph node:
- * in {x}, attr {kind, tp, B, T}, out {y}. The kinds (graph/op.h):
+/* comm.c — a collective over the tensor-parallel group as a graph node:
+ * in {x}, attr {kind, tp, d0, d1}, out {y}. The kinds (tp_impl.h):
  *   COPY    y = x; backward dx += all-reduce(dy)              (Megatron's f)
  *   REDUCE  y = all-reduce(x); backward dx += dy               (Megatron's g)
- *   GATHER  x (rows, C) -> y (B, T, C), rows = B*T/tp: all-gather of token
- *           rows; backward dx += this rank's rows of reduce-scatter(dy)
- *   SCATTER x (..., C) with B*T rows -> y (B*T/tp, C): reduce-scatter;
+ *   GATHER  x (rows, C) -> y (d0, d1, C), or (d0, C) when d1 is 0, with
+ *           d0*d1 = rows*tp: all-gather of token rows; backward dx += this
+ *           rank's rows of reduce-scatter(dy)
+ *   SCATTER x (..., C) with R rows -> y (R/tp, C): reduce-scatter;
  *           backward dx += all-gather(dy)
+ *   SLICE   x (..., C) with R rows, the same on every rank -> y (R/tp, C):
+ *           this rank's rows; backward dx += all-gather(dy)
  * Token rows are split contiguously: rank r holds rows [r*R/tp, (r+1)*R/tp)
- * of the flattened (B*T, C). Collectives wait for the device's queued work
+ * of the flattened (R, C). Collectives wait for the device's queued work
  * first and are complete when the node returns. */
+#include <pthread.h>
+
 #include "core/alloc.h"
 #include "graph/ops/shape.h"
+#include "tp/tp_impl.h"
 
 static tl_status infer(tl_graph* g, tl_node* n) {
   TL_NEED_F32(g, n, 0);
@@ -24,12 +30,18 @@ static tl_status infer(tl_graph* g, tl_node* n) {
     case TL_TP_COPY:
     case TL_TP_REDUCE:
       break;
-    case TL_TP_GATHER:
-      if ((int64_t)n->attr[2] * n->attr[3] != rows * tp)
-        return TL_ERRF(TL_ERR_INVALID, "tp_comm '%s': %lld rows x %d ranks is not B*T = %d*%d",
-                       n->name, (long long)rows, tp, n->attr[2], n->attr[3]);
-      nd = 3, shape[0] = n->attr[2], shape[1] = n->attr[3], shape[2] = cols;
+    case TL_TP_GATHER: {
+      int64_t d0 = n->attr[2], d1 = n->attr[3] > 0 ? n->attr[3] : 1;
+      if (d0 * d1 != rows * tp)
+        return TL_ERRF(TL_ERR_INVALID, "tp_comm '%s': %lld rows x %d ranks is not %lld*%lld",
+                       n->name, (long long)rows, tp, (long long)d0, (long long)d1);
+      if (n->attr[3] > 0)
+        nd = 3, shape[0] = d0, shape[1] = d1, shape[2] = cols;
+      else
+        nd = 2, shape[0] = d0, shape[1] = cols;
       break;
+    }
+    case TL_TP_SLICE:
     case TL_TP_SCATTER:
       if (rows % tp != 0)
         return TL_ERRF(TL_ERR_INVALID,
@@ -74,6 +86,11 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
       return tl_group_all_reduce(tp, in, out, count, TL_F32, TL_REDUCE_SUM, NULL);
     case TL_TP_GATHER:
       return tl_group_all_gather(tp, in, out, count * (size_t)n->attr[1], TL_F32, NULL);
+    case TL_TP_SLICE: { /* this rank's rows, as reduce-scatter would place them */
+      size_t off, len;
+      tl_group_chunk(count, tl_group_size(tp), tl_group_rank(tp), &off, &len);
+      return tl_memcpy(dev, out, dev, in + off, len * sizeof(float));
+    }
     default: /* TL_TP_SCATTER */
       return tl_group_reduce_scatter(tp, in, out, count, TL_F32, TL_REDUCE_SUM, NULL);
   }
@@ -84,7 +101,7 @@ static tl_status backward(tl_graph* g, int i) {
   const tl_node* n = &g->nodes[i];
   int in[1] = {tl__grad(g, n->out[0])};
   int out[1] = {tl__grad(g, n->in[0])};
-  return tl__op_backward_node(g, TL_OP_TP_COMM_BACKWARD, i, 1, in, 1, out);
+  return tl__op_backward_node(g, tl__tp_ops()->comm_backward, i, 1, in, 1, out);
 }
 
 static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
@@ -109,7 +126,7 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
     TL_CHECK(tl_group_all_reduce(tp, dy, tmp, ny, TL_F32, TL_REDUCE_SUM, NULL));
   } else if (kind == TL_TP_GATHER) {
     TL_CHECK(tl_group_reduce_scatter(tp, dy, tmp, ny, TL_F32, TL_REDUCE_SUM, NULL));
-  } else { /* SCATTER */
+  } else { /* SCATTER, SLICE */
     TL_CHECK(tl_group_all_gather(tp, dy, tmp, nx, TL_F32, NULL));
   }
   return ops->scale_backward(x->be->ctx, dx, tmp, 1.0f, (int64_t)nx);
@@ -122,14 +139,30 @@ static size_t scratch(const tl_graph* g, const tl_node* n) {
   return sizeof(float) * (a > b ? a : b);
 }
 
-const struct tl_op_def tl_op_tp_comm = {.name = "tp_comm",
-                                        .n_diff_out = 1,
-                                        .infer = infer,
-                                        .run = run,
-                                        .backward = backward,
-                                        .flags = TL_OP_COLLECTIVE};
-const struct tl_op_def tl_op_tp_comm_backward = {.name = "tp_comm_backward",
-                                                 .n_diff_out = 0,
-                                                 .run = run_backward,
-                                                 .flags = TL_OP_COLLECTIVE,
-                                                 .scratch_bytes = scratch};
+const struct tl_op_def tl__tp_op_comm = {.name = "tp_comm",
+                                         .n_diff_out = 1,
+                                         .infer = infer,
+                                         .run = run,
+                                         .backward = backward,
+                                         .flags = TL_OP_COLLECTIVE};
+const struct tl_op_def tl__tp_op_comm_backward = {.name = "tp_comm_backward",
+                                                  .run = run_backward,
+                                                  .flags = TL_OP_COLLECTIVE,
+                                                  .scratch_bytes = scratch};
+
+static struct tl__tp_ops g_ops;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void register_ops(void) {
+  /* the table has room for many more ops than the graph's own: these fit */
+  tl_status st = tl_op_register(&tl__tp_op_comm, &g_ops.comm);
+  if (st == TL_OK) st = tl_op_register(&tl__tp_op_comm_backward, &g_ops.comm_backward);
+  if (st == TL_OK) st = tl_op_register(&tl__tp_op_xent, &g_ops.xent);
+  if (st == TL_OK) st = tl_op_register(&tl__tp_op_xent_backward, &g_ops.xent_backward);
+  TL_ASSERT(st == TL_OK);
+}
+
+const struct tl__tp_ops* tl__tp_ops(void) {
+  pthread_once(&g_once, register_ops);
+  return &g_ops;
+}
