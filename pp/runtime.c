@@ -179,8 +179,8 @@ tl_status tl_pp_shared_group(tl_group* pp, const tl_pp_stage* s, tl_group** out)
   return tl_group_split(pp, s->n_shared > 0 ? 0 : TL_GROUP_UNDEFINED, s->stage, "shared", out);
 }
 
-tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g,
-                            float* grads, const int64_t* offset) {
+tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g, float* grads,
+                            const int64_t* offset) {
   if (!shared) return TL_OK;
   for (int i = 0; i < s->n_shared; i++) {
     int v = s->shared[i];

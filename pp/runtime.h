@@ -91,8 +91,8 @@ tl_status tl_pp_shared_group(tl_group* pp, const tl_pp_stage* s, tl_group** out)
 /* Sums the gradients of the stage's shared parameters over `shared`
  * (tl_pp_shared_group; collective over it): grads is the stage's flat
  * gradient buffer, offset[v] where parameter value v lies in it. */
-tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g,
-                            float* grads, const int64_t* offset);
+tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g, float* grads,
+                            const int64_t* offset);
 
 #ifdef __cplusplus
 }

@@ -68,7 +68,8 @@ static bool decide(struct pass* p, int v, int kind, int dim, int parts, int i) {
   if (v < 0) return true;
   struct pdec* d = &p->pd[v];
   if (d->kind == P_UNDECIDED) {
-    *d = (struct pdec){(unsigned char)kind, (unsigned char)dim, (unsigned char)parts, i, d->partial};
+    *d =
+        (struct pdec){(unsigned char)kind, (unsigned char)dim, (unsigned char)parts, i, d->partial};
     return true;
   }
   if (d->kind == kind && (kind != P_SPLIT || (d->dim == dim && d->parts == parts))) return true;
@@ -386,7 +387,8 @@ static tl_status rule_rowwise(struct pass* p, int i) {
   if (state == ROWS) rows_read(p, n);
   TL_CHECK(emit(p, i, n->op, n->n_in, in, n->attr, state));
   for (int k = 0; k < n->n_out; k++)
-    if (n->out[k] >= 0) p->vs[n->out[k]] = (struct vstate){(unsigned char)state, (unsigned char)parts, origin};
+    if (n->out[k] >= 0)
+      p->vs[n->out[k]] = (struct vstate){(unsigned char)state, (unsigned char)parts, origin};
   return TL_OK;
 }
 

@@ -121,8 +121,8 @@ int64_t tl_tp_partial_elems(const tl_tp_shard* s, const int64_t* offset) {
   return n;
 }
 
-tl_status tl_tp_sync_partial(const tl_tp_shard* s, tl_group* tp, const tl_backend* be,
-                             float* grads, const int64_t* offset, float* pack) {
+tl_status tl_tp_sync_partial(const tl_tp_shard* s, tl_group* tp, const tl_backend* be, float* grads,
+                             const int64_t* offset, float* pack) {
   if (!s->sp || !tp || tl_group_size(tp) == 1) return TL_OK;
   const tl_device dev = be->device;
   /* 1. pack, 2. one all-reduce, 3. unpack */

@@ -89,10 +89,10 @@ typedef struct tl_tp_shard {
   int tp, rank;
   bool sp;
   int n_params;
-  struct tl_tp_param* params; /* in full-offset order */
-  int64_t n_local;            /* elements of the rank's flat vector */
-  int64_t n_full;             /* and of the full one */
-  bool loss_split;            /* the loss is vocabulary-parallel */
+  struct tl_tp_param* params;   /* in full-offset order */
+  int64_t n_local;              /* elements of the rank's flat vector */
+  int64_t n_full;               /* and of the full one */
+  bool loss_split;              /* the loss is vocabulary-parallel */
   int n_linear, n_linear_split; /* linear layers, and those split (column or row) */
   /* maps, when the rank's graph was built (tl_tp_shard_graph) */
   int n_full_values, n_full_nodes, n_values;
@@ -162,8 +162,8 @@ void tl_tp_init_params(const tl_tp_shard* s, const tl_model* m, int64_t begin, i
  * group `tp` (collective), through `pack` (device memory of
  * tl_tp_partial_elems floats). Nothing to do without sequence parallelism. */
 int64_t tl_tp_partial_elems(const tl_tp_shard* s, const int64_t* offset);
-tl_status tl_tp_sync_partial(const tl_tp_shard* s, tl_group* tp, const tl_backend* be,
-                             float* grads, const int64_t* offset, float* pack);
+tl_status tl_tp_sync_partial(const tl_tp_shard* s, tl_group* tp, const tl_backend* be, float* grads,
+                             const int64_t* offset, float* pack);
 
 #ifdef __cplusplus
 }

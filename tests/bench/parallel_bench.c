@@ -17,9 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "launcher/tokens.h"
-#include "launcher/trainer.h"
-#include "launcher/worker.h"
+#include "launcher/data/tokens.h"
+#include "launcher/train/trainer.h"
+#include "launcher/job/worker.h"
 
 /* Bytes this rank sends in a step, from each group's counters: a ring
  * all-reduce of n bytes over g ranks sends 2(g-1)/g n, a reduce-scatter or

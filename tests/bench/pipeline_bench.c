@@ -16,9 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "launcher/tokens.h"
-#include "launcher/trainer.h"
-#include "launcher/worker.h"
+#include "launcher/data/tokens.h"
+#include "launcher/train/trainer.h"
+#include "launcher/job/worker.h"
 
 int main(int argc, char** argv) {
   int micro = 8, steps = 6;

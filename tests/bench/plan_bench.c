@@ -27,9 +27,9 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
-#include "launcher/tokens.h"
-#include "launcher/trainer.h"
-#include "launcher/worker.h"
+#include "launcher/data/tokens.h"
+#include "launcher/train/trainer.h"
+#include "launcher/job/worker.h"
 #include "planner/cost.h"
 #include "tp/tp.h"
 

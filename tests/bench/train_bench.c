@@ -15,8 +15,8 @@
 
 #include "graph/op.h"
 #include "kernels/cpu/cpu.h"
-#include "launcher/tokens.h"
-#include "launcher/trainer.h"
+#include "launcher/data/tokens.h"
+#include "launcher/train/trainer.h"
 
 static void config(struct tl_config* c, int layers, int heads, int channels, int vocab,
                    const char* data) {

@@ -12,7 +12,7 @@
 
 #include "graph/exec.h"
 #include "graph/model.h"
-#include "launcher/checkpoint.h"
+#include "launcher/train/checkpoint.h"
 
 namespace {
 

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/tokens.h"
-#include "launcher/trainer.h"
-#include "launcher/worker.h"
+#include "launcher/data/tokens.h"
+#include "launcher/train/trainer.h"
+#include "launcher/job/worker.h"
 
 namespace {
 

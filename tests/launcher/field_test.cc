@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "graph/model.h"
-#include "launcher/checkpoint.h"
+#include "launcher/train/checkpoint.h"
 #include "tests/launcher/subprocess.h"
 
 namespace {
@@ -126,9 +126,9 @@ Outcome Train(const std::string& json, int ranks) {
   Outcome r;
   r.dir = dir;
   RunResult check = RunProcess({kTrellis, "check", cfg}, {}, 60);
-  RunResult train = RunProcess({kTrellis, "train", cfg, "--metrics", dir + "/m.jsonl", "--trace",
-                                dir + "/t.json"},
-                               {}, 120, ranks > 1);
+  RunResult train = RunProcess(
+      {kTrellis, "train", cfg, "--metrics", dir + "/m.jsonl", "--trace", dir + "/t.json"}, {}, 120,
+      ranks > 1);
   r.output = Replace(check.output + "\n--- train\n" + train.output, dir, "RUN");
   if (check.status != 0) {
     r.refused = true;
@@ -145,7 +145,8 @@ Outcome Train(const std::string& json, int ranks) {
   while (std::getline(lines, line)) {
     bool timed = line.rfind("step ", 0) == 0 && line.find(" ms") != std::string::npos;
     if (line.rfind("device: ", 0) == 0) line = line.substr(0, line.find(';'));  // threads used
-    for (const char* kept : {"sample: ", "checkpoint: ", "step ", "device: ", "[trellis", "trellis train: "})
+    for (const char* kept :
+         {"sample: ", "checkpoint: ", "step ", "device: ", "[trellis", "trellis train: "})
       if (!timed && line.rfind(kept, 0) == 0) {
         fp << line << "\n";
         break;
@@ -188,10 +189,10 @@ Outcome Train(const std::string& json, int ranks) {
 }
 
 struct Field {
-  std::string key;   // "section.name", as docs/config.md lists it
-  std::string base;  // sections merged into the common base
-  std::string value; // the other value, as JSON
-  int ranks;         // of the base and the other run
+  std::string key;    // "section.name", as docs/config.md lists it
+  std::string base;   // sections merged into the common base
+  std::string value;  // the other value, as JSON
+  int ranks;          // of the base and the other run
 };
 
 }  // namespace
@@ -206,11 +207,12 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
   // the common base: the tiny GPT for 2 steps on one rank, a checkpoint at the end
   const std::string base = std::string(R"({"model": )") + kModel + R"(,
       "train": {"steps": 2, "batch_size": 4, "seq_len": 8, "sample_tokens": 0},
-      "data": {"train": ")" + corpus_a + R"("},
+      "data": {"train": ")" +
+                           corpus_a + R"("},
       "device": {"threads": 1}, "checkpoint": {"dir": "RUN/ckpt"}})";
   const std::string with_val = R"({"data": {"val": ")" + corpus_a + R"("}})";
-  const std::string validating = R"({"data": {"val": ")" + corpus_a +
-                                 R"("}, "train": {"val_every": 1}})";
+  const std::string validating =
+      R"({"data": {"val": ")" + corpus_a + R"("}, "train": {"val_every": 1}})";
   const std::vector<Field> table = {
       {"model.kind", R"({"model": {}})", R"("mlp")", 1},
       {"model.n_layers", "{}", "3", 1},
@@ -293,8 +295,8 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
     const std::string name = f.key.substr(f.key.find('.') + 1);
     std::string value = f.value;
     if (value == R"("RESUME")") {  // a checkpoint of the base after its first step
-      Outcome first = Train(Merge(b, R"({"train": {"steps": 1}, "checkpoint": {"dir": "RUN/ckpt"}})"),
-                        f.ranks);
+      Outcome first =
+          Train(Merge(b, R"({"train": {"steps": 1}, "checkpoint": {"dir": "RUN/ckpt"}})"), f.ranks);
       value = "\"" + first.dir + "/ckpt/step_000001.ckpt\"";
     }
     std::string over = "{\"" + sec + "\": {\"" + name + "\": " + value + "}}";

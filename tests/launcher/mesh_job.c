@@ -17,8 +17,8 @@
 #include "core/config.h"
 #include "core/group.h"
 #include "core/mesh.h"
-#include "launcher/spawn.h"
-#include "launcher/worker.h"
+#include "launcher/job/spawn.h"
+#include "launcher/job/worker.h"
 
 /* Sums (rank + 1) and ones over `g`, whose members are `members`. */
 static void check_group(tl_group* g, const int* members, int n, const char* what) {

@@ -1,7 +1,7 @@
 // The launcher's decisions, without running anything: which launcher
 // started this process, which options belong to the launcher, and the
 // command that starts a job (mpiexec, or srun inside a Slurm allocation).
-#include "launcher/spawn.h"
+#include "launcher/job/spawn.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -8,10 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "launcher/checkpoint.h"
-#include "launcher/sample.h"
-#include "launcher/tokens.h"
-#include "launcher/trainer.h"
+#include "launcher/train/checkpoint.h"
+#include "launcher/train/optimizer.h"
+#include "launcher/train/sample.h"
+#include "launcher/data/corpus.h"
+#include "launcher/data/loader.h"
+#include "launcher/data/tokens.h"
+#include "launcher/train/trainer.h"
 
 namespace {
 

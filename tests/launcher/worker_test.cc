@@ -1,7 +1,7 @@
 // A rank's start-up on 4 ranks: coordinates, node-local rank, groups,
 // device and threads from the config; the job's size checked against the
 // mesh; CUDA refused with the reason where there is no GPU.
-#include "launcher/worker.h"
+#include "launcher/job/worker.h"
 
 #include <gtest/gtest.h>
 #include <mpi.h>

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "core/alloc.h"
-#include "launcher/tokens.h"
-#include "launcher/trainer.h"
-#include "launcher/worker.h"
+#include "launcher/data/tokens.h"
+#include "launcher/train/trainer.h"
+#include "launcher/job/worker.h"
 #include "planner/cost.h"
 #include "tp/tp.h"
 

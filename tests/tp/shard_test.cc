@@ -194,7 +194,8 @@ TEST(Shard, ElementsLieWhereTheirHeadsAndColumnsAre) {
       // (C, C/2): row i holds columns [C/2, C) of the whole's row i
       EXPECT_EQ(tl_tp_full_index(&l.sh, &p, 0, &run), p.full_offset + C / 2);
       EXPECT_EQ(run, C / 2);
-      EXPECT_EQ(tl_tp_full_index(&l.sh, &p, 3 * (C / 2) + 1, &run), p.full_offset + 3 * C + C / 2 + 1);
+      EXPECT_EQ(tl_tp_full_index(&l.sh, &p, 3 * (C / 2) + 1, &run),
+                p.full_offset + 3 * C + C / 2 + 1);
     }
   }
 }

@@ -26,9 +26,9 @@
 #include "graph/model.h"
 #include "graph/op.h"
 #include "kernels/backend.h"
-#include "launcher/tokens.h"
-#include "launcher/trainer.h"
-#include "launcher/worker.h"
+#include "launcher/data/tokens.h"
+#include "launcher/job/worker.h"
+#include "launcher/train/trainer.h"
 
 namespace {
 
@@ -176,8 +176,8 @@ TEST_P(ShardGraph, ComputesTheSingleDeviceLossesAndGradients) {
         diff = std::fmax(diff, std::fabs(g[i] - want[t.offset + i]));
         scale = std::fmax(scale, std::fabs(want[t.offset + i]));
       }
-      EXPECT_LE(diff, 1e-5 * scale) << "sp=" << sp << " rank " << Rank() << " "
-                                    << r.g->values[t.value].name;
+      EXPECT_LE(diff, 1e-5 * scale)
+          << "sp=" << sp << " rank " << Rank() << " " << r.g->values[t.value].name;
     }
   }
 }
@@ -350,7 +350,8 @@ struct Custom {
     n += e;
     return v;
   }
-  int Node(int op, const char* name, std::vector<int> in, std::vector<int> attr, int* out = nullptr) {
+  int Node(int op, const char* name, std::vector<int> in, std::vector<int> attr,
+           int* out = nullptr) {
     int a[TL_NODE_MAX_ATTRS] = {0};
     for (size_t i = 0; i < attr.size(); i++) a[i] = attr[i];
     int o[TL_NODE_MAX_IO];
@@ -369,8 +370,8 @@ struct Custom {
     int x = Node(TL_OP_EMBEDDING, "embed", {io.tokens, emb, pos}, {0});
     int n1[3];
     Node(TL_OP_LAYERNORM, "norm1", {x, Param("g1", {C}, 0, 1), Param("c1", {C}, 0)}, {}, n1);
-    int u = Node(TL_OP_MATMUL, "up", {n1[0], Param("w_up", {4 * C, C}, 0.2f), Param("b_up", {4 * C}, 0.05f)},
-                 {0, 1});
+    int u = Node(TL_OP_MATMUL, "up",
+                 {n1[0], Param("w_up", {4 * C, C}, 0.2f), Param("b_up", {4 * C}, 0.05f)}, {0, 1});
     u = Node(TL_OP_GELU, "act", {u}, {});
     int d = Node(TL_OP_MATMUL, "down",
                  {u, Param("w_down", {C, 4 * C}, 0.1f), Param("b_down", {C}, 0.05f)}, {0, 1});
@@ -454,7 +455,8 @@ TEST(TensorParallel, AModelBuiltFromOpsAloneTrainsAsOneDeviceDoes) {
   ASSERT_EQ(tl_tp_shard_graph(ref.g, 1, 0, false, &one, &one_sh), TL_OK);
   ASSERT_EQ(tl_tp_backward(one, &one_sh), TL_OK);
   tl_model_io one_io = ref.io;
-  one_io.tokens = one_sh.value_map[ref.io.tokens], one_io.targets = one_sh.value_map[ref.io.targets];
+  one_io.tokens = one_sh.value_map[ref.io.tokens],
+  one_io.targets = one_sh.value_map[ref.io.targets];
   one_io.losses = one_sh.value_map[ref.io.losses];
   std::vector<double> want = TrainGraph(one, one_io, &whole, nullptr, steps);
   tl_graph_destroy(one);
@@ -486,9 +488,10 @@ TEST(TensorParallel, AModelBuiltFromOpsAloneTrainsAsOneDeviceDoes) {
     }
     EXPECT_LE(worst, 1e-5 * scale) << "sp=" << sp << ": parameters after " << steps << " steps";
     if (Rank() == 0)
-      printf("a model of ops alone, tp=%d%s: %d linear layers split, losses equal, parameters %.1e "
-             "apart\n",
-             Size(), sp ? " sp" : "", sh.n_linear_split, worst / scale);
+      printf(
+          "a model of ops alone, tp=%d%s: %d linear layers split, losses equal, parameters %.1e "
+          "apart\n",
+          Size(), sp ? " sp" : "", sh.n_linear_split, worst / scale);
     tl_graph_destroy(g);
     tl_tp_shard_free(&sh);
   }

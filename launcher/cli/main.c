@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "core/env.h"
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 static void usage(FILE* f) {
   fprintf(f,

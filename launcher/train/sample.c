@@ -1,5 +1,5 @@
 /* sample.c — top-k sampling with an inference graph (batch 1) on the CPU. */
-#include "launcher/sample.h"
+#include "launcher/train/sample.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -114,10 +114,6 @@ double tl_trainer_op_seconds(const tl_trainer* t, int op);
  * all-reduce per micro-batch) appended for every later step; NULL stops. */
 void tl_trainer_trace(tl_trainer* t, FILE* f);
 
-/* The learning rate at 0-based step `step`: linear warmup over
- * warmup_steps, then cosine decay to min_lr at `steps` (or constant). */
-float tl_lr_at(const struct tl_train_config* c, int64_t step);
-
 #ifdef __cplusplus
 }
 #endif

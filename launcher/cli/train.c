@@ -25,12 +25,12 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/cpu/cpu.h"
-#include "launcher/cli.h"
-#include "launcher/inputs.h"
-#include "launcher/sample.h"
-#include "launcher/spawn.h"
-#include "launcher/trainer.h"
-#include "launcher/worker.h"
+#include "launcher/cli/cli.h"
+#include "launcher/train/inputs.h"
+#include "launcher/train/sample.h"
+#include "launcher/job/spawn.h"
+#include "launcher/train/trainer.h"
+#include "launcher/job/worker.h"
 
 static void usage(FILE* f) {
   fprintf(f,

@@ -5,7 +5,7 @@
  * SLURM_STEP_ID inside an srun step), and the copies trellis starts carry
  * TRELLIS_SPAWNED=1 so that nothing can spawn twice. The parent does no MPI
  * at all: it only runs the launcher and passes its exit status on. */
-#include "launcher/spawn.h"
+#include "launcher/job/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "core/env.h"
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 int tl_cli_env(int argc, char** argv) {
   (void)argv;

@@ -1,12 +1,12 @@
 /* inputs.c — the config's files, checked before a run (see inputs.h). */
-#include "launcher/inputs.h"
+#include "launcher/train/inputs.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "graph/model.h"
-#include "launcher/checkpoint.h"
-#include "launcher/tokens.h"
+#include "launcher/data/tokens.h"
+#include "launcher/train/checkpoint.h"
 
 struct problems {
   char text[6144];
@@ -23,9 +23,10 @@ static const char* bare(const char* msg) {
 
 static void add(struct problems* p, const char* field) {
   p->n++;
-  int k = snprintf(p->text + p->len, sizeof p->text - p->len, "%s%s: %s", p->len ? "\n" : "",
-                   field, bare(tl_last_error()));
-  if (k > 0) p->len += (size_t)k < sizeof p->text - p->len ? (size_t)k : sizeof p->text - p->len - 1;
+  int k = snprintf(p->text + p->len, sizeof p->text - p->len, "%s%s: %s", p->len ? "\n" : "", field,
+                   bare(tl_last_error()));
+  if (k > 0)
+    p->len += (size_t)k < sizeof p->text - p->len ? (size_t)k : sizeof p->text - p->len - 1;
 }
 
 /* A token file the loader will read b sequences of t tokens from. */

@@ -13,8 +13,8 @@
 #include "core/config.h"
 #include "core/mesh.h"
 #include "graph/model.h"
-#include "launcher/cli.h"
-#include "launcher/inputs.h"
+#include "launcher/cli/cli.h"
+#include "launcher/train/inputs.h"
 #include "pp/stage.h"
 #include "tp/tp.h"
 

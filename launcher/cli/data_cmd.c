@@ -5,8 +5,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "launcher/cli.h"
-#include "launcher/tokens.h"
+#include "launcher/cli/cli.h"
+#include "launcher/data/corpus.h"
+#include "launcher/data/tokens.h"
 
 static void usage(FILE* f) {
   fprintf(f,

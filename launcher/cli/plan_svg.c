@@ -2,7 +2,7 @@
  * backward 2), the same one that checks the schedules; device numbers follow
  * the default rank order (tensor parallel innermost, then data, then
  * pipeline), counted from 1 as the design's pictures count devices. */
-#include "launcher/plan_svg.h"
+#include "launcher/cli/plan_svg.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
 /* trainer.c — one optimizer step on one rank of a data x tensor x pipeline mesh. */
-#include "launcher/trainer.h"
+#include "launcher/train/trainer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -8,18 +8,8 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "graph/op.h"
-#include "launcher/trainer_impl.h"
+#include "launcher/train/trainer_impl.h"
 #include "tp/tp.h"
-
-float tl_lr_at(const struct tl_train_config* c, int64_t step) {
-  if (c->warmup_steps > 0 && step < c->warmup_steps)
-    return c->lr * (float)(step + 1) / (float)c->warmup_steps;
-  if (c->lr_schedule == TL_LR_CONSTANT || c->steps <= c->warmup_steps) return c->lr;
-  double ratio = (double)(step - c->warmup_steps) / (double)(c->steps - c->warmup_steps);
-  if (ratio > 1.0) ratio = 1.0;
-  double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
-  return (float)(c->min_lr + coeff * (c->lr - c->min_lr));
-}
 
 static int is_last_stage(const tl_trainer* t) {
   return t->pp_rank == t->pp_size - 1;
@@ -79,6 +69,14 @@ int tl__trainer_tensor_of(const tl_trainer* t, int v) {
   int k = p ? tl_model_tensor_at(&t->model, p->full_offset) : -1;
   TL_ASSERT(k >= 0);
   return k;
+}
+
+/* Whether segment s is counted elsewhere in the global norm: the tied
+ * embedding's copy on the last stage, and a tensor that every
+ * tensor-parallel rank holds whole (rank 0 counts it). */
+static int counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
+  if (tl_pp_stage_shares(t->me, s->value) && t->pp_size > 1 && is_last_stage(t)) return 1;
+  return !tl_tp_counts(&t->shard, s->value);
 }
 
 static tl_status check_sizes(const tl_trainer* t) {
@@ -185,9 +183,24 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
   t->param_bytes = tl_alloc_stats_get(dev).live_bytes - live;
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->grads), st, fail);
-  TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_m), st, fail);
-  TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->adam_v), st, fail);
-  TL_CHECK_GOTO(tl_buffer_create(dev, sizeof(float), &t->scalar), st, fail);
+  /* the optimizer: a segment per parameter, counted in the global norm on
+   * one rank only (the last stage leaves the tied embedding to the first,
+   * tp ranks other than 0 leave the tensors every rank holds whole) */
+  struct tl_optim_segment* segs =
+      malloc(sizeof *segs * (size_t)(t->lay->n_segments > 0 ? t->lay->n_segments : 1));
+  if (!segs) {
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
+    goto fail;
+  }
+  for (int i = 0; i < t->lay->n_segments; i++) {
+    const tl_dp_segment* s = &t->lay->segments[i];
+    segs[i] = (struct tl_optim_segment){s->offset, s->n,
+                                        t->model.tensors[tl__trainer_tensor_of(t, s->value)].decay,
+                                        !counted_elsewhere(t, s)};
+  }
+  st = tl_optim_create(t->be, tc, t->params, t->grads, segs, t->lay->n_segments, &t->optim);
+  free(segs);
+  if (st != TL_OK) goto fail;
   if (t->shard.sp) {
     int64_t packed = tl_tp_partial_elems(&t->shard, t->lay->offset);
     TL_CHECK_GOTO(
@@ -260,9 +273,7 @@ void tl_trainer_destroy(tl_trainer* t) {
   tl_tp_shard_free(&t->shard);
   tl_buffer_destroy(t->params);
   tl_buffer_destroy(t->grads);
-  tl_buffer_destroy(t->adam_m);
-  tl_buffer_destroy(t->adam_v);
-  tl_buffer_destroy(t->scalar);
+  tl_optim_destroy(t->optim);
   tl_buffer_destroy(t->sp_pack);
   tl_tokens_close(&t->train_file);
   tl_tokens_close(&t->val_file);
@@ -337,45 +348,12 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
   return TL_OK;
 }
 
-static tl_status read_scalar(tl_trainer* t, float* out) {
-  TL_CHECK(t->be->ops->synchronize(t->be->ctx));
-  return tl_memcpy(tl_cpu(), out, t->be->device, t->scalar->data, sizeof(float));
-}
-
 /* Sum of a float over a host group (every member gets it). */
 static tl_status host_sum(tl_group* g, double* v) {
   if (!g || tl_group_size(g) == 1) return TL_OK;
   float x = (float)*v;
   TL_CHECK(tl_group_all_reduce(g, &x, &x, 1, TL_F32, TL_REDUCE_SUM, NULL));
   *v = x;
-  return TL_OK;
-}
-
-/* Whether segment s is counted elsewhere in the global norm: the tied
- * embedding's copy on the last stage, and a tensor that every
- * tensor-parallel rank holds whole (rank 0 counts it). */
-static int counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
-  if (tl_pp_stage_shares(t->me, s->value) && t->pp_size > 1 && is_last_stage(t)) return 1;
-  return !tl_tp_counts(&t->shard, s->value);
-}
-
-/* Squared norm of the stage's gradients, each parameter counted once in
- * the job. */
-static tl_status stage_sumsq(tl_trainer* t, double* out) {
-  const struct tl_kernel_ops* ops = t->be->ops;
-  float v = 0.0f;
-  TL_CHECK(ops->sumsq(t->be->ctx, t->scalar->data, t->grads->data, t->lay->n));
-  TL_CHECK(read_scalar(t, &v));
-  double total = v;
-  if ((t->pp_size > 1 && is_last_stage(t)) || t->tp_rank != 0)
-    for (int i = 0; i < t->lay->n_segments; i++) {
-      const tl_dp_segment* s = &t->lay->segments[i];
-      if (!counted_elsewhere(t, s)) continue;
-      TL_CHECK(ops->sumsq(t->be->ctx, t->scalar->data, (float*)t->grads->data + s->offset, s->n));
-      TL_CHECK(read_scalar(t, &v));
-      total -= v;
-    }
-  *out = total;
   return TL_OK;
 }
 
@@ -421,27 +399,16 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   TL_CHECK(sync_sequence_parallel(t));
   /* 3. global norm over stages and shards, clipping */
   double sumsq = 0;
-  TL_CHECK(stage_sumsq(t, &sumsq));
+  TL_CHECK(tl_optim_sumsq(t->optim, &sumsq));
   TL_CHECK(host_sum(t->comm.host_tp, &sumsq));
   TL_CHECK(host_sum(t->comm.host_pp, &sumsq));
   float norm = (float)sqrt(sumsq > 0 ? sumsq : 0);
   if (!isfinite(norm))
     return TL_ERRF(TL_ERR_INTERNAL, "step %lld: the gradient norm is %f (the loss diverged)",
                    (long long)t->step + 1, norm);
-  if (tc->grad_clip > 0.0f && norm > tc->grad_clip)
-    TL_CHECK(ops->scale_forward(ctx, t->grads->data, t->grads->data, tc->grad_clip / (norm + 1e-6f),
-                                t->lay->n));
-  /* 4. AdamW per segment: decay on weight matrices only */
-  float lr = tl_lr_at(tc, t->step);
-  for (int i = 0; i < t->lay->n_segments; i++) {
-    const tl_dp_segment* s = &t->lay->segments[i];
-    int64_t o = s->offset;
-    TL_CHECK(ops->adamw(
-        ctx, (float*)t->params->data + o, (float*)t->grads->data + o, (float*)t->adam_m->data + o,
-        (float*)t->adam_v->data + o, s->n, lr, tc->beta1, tc->beta2, tc->eps,
-        t->model.tensors[tl__trainer_tensor_of(t, s->value)].decay ? tc->weight_decay : 0.0f,
-        (int)(t->step + 1)));
-  }
+  /* 4. clipping and AdamW on the stage's parameters */
+  float lr;
+  TL_CHECK(tl_optim_step(t->optim, norm, t->step, &lr));
   TL_CHECK(ops->synchronize(ctx));
   /* the loss lives on the last stages: everyone learns it */
   TL_CHECK(host_sum(t->comm.world, &loss));

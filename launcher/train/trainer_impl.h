@@ -8,8 +8,10 @@
 
 #include "dp/buckets.h"
 #include "dp/layout.h"
-#include "launcher/tokens.h"
-#include "launcher/trainer.h"
+#include "launcher/data/loader.h"
+#include "launcher/data/tokens.h"
+#include "launcher/train/optimizer.h"
+#include "launcher/train/trainer.h"
 #include "pp/runtime.h"
 #include "pp/schedule.h"
 #include "pp/stage.h"
@@ -36,7 +38,8 @@ struct tl_trainer {
   tl_pp_runtime* rt; /* the stage's executors and exchanges */
   bool* scatter;     /* per graph value: a boundary value the tp group holds alike */
   /* the stage's flat buffers */
-  tl_buffer *params, *grads, *adam_m, *adam_v, *scalar;
+  tl_buffer *params, *grads;
+  tl_optim* optim; /* AdamW's moments, the norm and clipping (optimizer.h) */
   tl_buffer* sp_pack;  /* sequence parallelism: the partial gradients, packed */
   int64_t param_bytes; /* what the allocator counted for the parameter buffer */
   tl_dp_buckets* buckets;

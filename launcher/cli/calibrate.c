@@ -21,9 +21,9 @@
 #include "core/timer.h"
 #include "kernels/backend.h"
 #include "core/atomic_file.h"
-#include "launcher/cli.h"
-#include "launcher/spawn.h"
-#include "launcher/worker.h"
+#include "launcher/cli/cli.h"
+#include "launcher/job/spawn.h"
+#include "launcher/job/worker.h"
 
 /* GFLOP/s of the CPU backend's matmul, x (256, 768) times W^T, W (2304, 768). */
 static tl_status matmul_rate(double* gflops) {

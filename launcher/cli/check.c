@@ -13,7 +13,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/opcheck.h"
-#include "launcher/cli.h"
+#include "launcher/cli/cli.h"
 
 static void usage(FILE* f) {
   fprintf(f,

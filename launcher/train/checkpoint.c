@@ -1,5 +1,5 @@
 /* checkpoint.c */
-#include "launcher/checkpoint.h"
+#include "launcher/train/checkpoint.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * other: MPI, the job's size against the mesh, the node-local rank, the
  * mesh groups over MPI, then the device and its groups. Also the abort path:
  * the one place besides main() that ends the process. */
-#include "launcher/worker.h"
+#include "launcher/job/worker.h"
 
 #include <mpi.h>
 #include <stdio.h>

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "launcher/checkpoint.h"
-#include "launcher/trainer_impl.h"
+#include "launcher/train/checkpoint.h"
+#include "launcher/train/trainer_impl.h"
 #include "tp/tp.h"
 
 /* Host copies of the starting state for the whole model: checkpoint, llm.c
@@ -67,8 +67,8 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
     size_t bytes = sizeof(float) * (size_t)n;
     tl_device dev = t->be->device, cpu = tl_cpu();
     st = tl_memcpy(dev, t->params->data, cpu, local, bytes);
-    if (st == TL_OK) st = tl_memcpy(dev, t->adam_m->data, cpu, local + n, bytes);
-    if (st == TL_OK) st = tl_memcpy(dev, t->adam_v->data, cpu, local + 2 * n, bytes);
+    for (int k = 0; k < 2 && st == TL_OK; k++)
+      st = tl_memcpy(dev, tl_optim_moment(t->optim, k)->data, cpu, local + (k + 1) * n, bytes);
   }
   free(local);
   if (shard != full) free(shard);
@@ -87,7 +87,7 @@ static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
   int64_t n = t->lay->n, shard_n = t->shard.n_local;
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * (size_t)k_max);
   if (!local) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
-  tl_buffer* src[3] = {t->params, t->adam_m, t->adam_v};
+  tl_buffer* src[3] = {t->params, tl_optim_moment(t->optim, 0), tl_optim_moment(t->optim, 1)};
   tl_status st = t->be->ops->synchronize(t->be->ctx);
   for (int k = 0; k < k_max && st == TL_OK; k++)
     st = tl_memcpy(tl_cpu(), local + k * n, t->be->device, src[k]->data, sizeof(float) * (size_t)n);

@@ -1,0 +1,61 @@
+/* optimizer.h — what updates a stage's parameters: the learning-rate
+ * schedule, the global gradient norm and its clipping, and AdamW, over the
+ * stage's flat buffers cut into segments (one per parameter value).
+ *
+ * The norm is global: each rank sums the squares of the gradients it is
+ * the one to count (a parameter held by several ranks — a tied embedding on
+ * two stages, a layer norm on every tensor-parallel rank — is counted on
+ * one of them, as the caller marks it), the caller sums those over the job,
+ * and every rank clips by the same factor. Weight decay applies to weight
+ * matrices only (the caller marks them). */
+#ifndef TL_LAUNCHER_TRAIN_OPTIMIZER_H
+#define TL_LAUNCHER_TRAIN_OPTIMIZER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/alloc.h"
+#include "core/config.h"
+#include "kernels/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tl_optim_segment {
+  int64_t offset, n; /* elements of the flat buffers */
+  bool decay;        /* a weight matrix: weight decay applies */
+  bool counted;      /* this rank counts it in the global norm */
+};
+
+typedef struct tl_optim tl_optim;
+
+/* params and grads: the stage's flat buffers of n floats on be's device
+ * (not owned); segs (copied) tile them. Allocates the two AdamW moments,
+ * zeroed. */
+tl_status tl_optim_create(const tl_backend* be, const struct tl_train_config* c, tl_buffer* params,
+                          tl_buffer* grads, const struct tl_optim_segment* segs, int n_segs,
+                          tl_optim** out);
+void tl_optim_destroy(tl_optim* o); /* NULL is fine */
+
+/* The AdamW moments (checkpoints read and write them). */
+tl_buffer* tl_optim_moment(const tl_optim* o, int which); /* 0: first, 1: second */
+
+/* This rank's share of the squared global gradient norm: the squares of
+ * the counted segments' gradients. */
+tl_status tl_optim_sumsq(tl_optim* o, double* out);
+
+/* Clips the gradients to train.grad_clip when `norm` (the global norm)
+ * exceeds it, then takes AdamW step `step` (0-based) at the schedule's
+ * learning rate, which *lr receives. */
+tl_status tl_optim_step(tl_optim* o, float norm, int64_t step, float* lr);
+
+/* The learning rate at 0-based step `step`: linear warmup over
+ * warmup_steps, then cosine decay to min_lr at `steps` (or constant). */
+float tl_lr_at(const struct tl_train_config* c, int64_t step);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
