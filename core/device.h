@@ -25,10 +25,6 @@ static inline tl_device tl_cpu(void) {
 static inline tl_device tl_cuda(int index) {
   return (tl_device){TL_DEVICE_CUDA, index};
 }
-static inline int tl_device_equal(tl_device a, tl_device b) {
-  return a.type == b.type && a.index == b.index;
-}
-
 /* "cpu" or "cuda:N" into buf; returns buf. */
 const char* tl_device_name(tl_device d, char* buf, size_t size);
 /* Parses "cpu", "cuda" (= cuda:0) or "cuda:N". */

@@ -15,12 +15,6 @@ const char* tl_dtype_name(tl_dtype t) {
   return (unsigned)t < TL_DTYPE_COUNT ? k_names[t] : "?";
 }
 
-tl_status tl_dtype_parse(const char* name, tl_dtype* out) {
-  for (int i = 0; i < TL_DTYPE_COUNT; i++)
-    if (strcmp(name, k_names[i]) == 0) return *out = (tl_dtype)i, TL_OK;
-  return TL_ERRF(TL_ERR_INVALID, "dtype '%s' is not one of f32, bf16, f16, i32, u16", name);
-}
-
 static uint32_t bits_of(float x) {
   uint32_t u;
   memcpy(&u, &x, 4);

@@ -18,8 +18,6 @@ typedef enum { TL_F32 = 0, TL_BF16, TL_F16, TL_I32, TL_U16, TL_DTYPE_COUNT } tl_
 
 size_t tl_dtype_size(tl_dtype t);
 const char* tl_dtype_name(tl_dtype t); /* "f32", "bf16", ... */
-/* Parses a name as tl_dtype_name prints it; TL_ERR_INVALID otherwise. */
-tl_status tl_dtype_parse(const char* name, tl_dtype* out);
 
 uint16_t tl_f32_to_bf16(float x);
 float tl_bf16_to_f32(uint16_t x);

@@ -44,9 +44,3 @@ int64_t tl_dp_layout_final_upto(const tl_dp_layout* l, int forward_node) {
     upto = l->segments[i].offset + l->segments[i].n;
   return upto;
 }
-
-const tl_dp_segment* tl_dp_layout_find(const tl_dp_layout* l, int value) {
-  for (int i = 0; i < l->n_segments; i++)
-    if (l->segments[i].value == value) return &l->segments[i];
-  return NULL;
-}

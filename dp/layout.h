@@ -46,9 +46,6 @@ void tl_dp_layout_free(tl_dp_layout* l); /* zeroes it; a zeroed layout is fine *
  * range's last node down). */
 int64_t tl_dp_layout_final_upto(const tl_dp_layout* l, int forward_node);
 
-/* The segment holding parameter value v, or NULL. */
-const tl_dp_segment* tl_dp_layout_find(const tl_dp_layout* l, int value);
-
 #ifdef __cplusplus
 }
 #endif

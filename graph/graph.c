@@ -305,12 +305,6 @@ double tl_graph_flops(const tl_graph* g, int begin, int end) {
   return f;
 }
 
-double tl_graph_bytes(const tl_graph* g, int begin, int end) {
-  double b = 0;
-  for (int i = begin; i < end; i++) b += g->nodes[i].bytes;
-  return b;
-}
-
 int tl_graph_find(const tl_graph* g, const char* name) {
   for (int v = 0; v < g->n_values; v++)
     if (strcmp(g->values[v].name, name) == 0) return v;

@@ -129,9 +129,8 @@ tl_status tl_graph_backward(tl_graph* g);
  * backward node reads the outputs. */
 tl_status tl_graph_rematerialize(tl_graph* g, int fwd);
 
-/* Sums of flops and bytes over nodes [begin, end). */
+/* The flops of nodes [begin, end), summed. */
 double tl_graph_flops(const tl_graph* g, int begin, int end);
-double tl_graph_bytes(const tl_graph* g, int begin, int end);
 
 /* Find a value by name; -1 when absent. */
 int tl_graph_find(const tl_graph* g, const char* name);

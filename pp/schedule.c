@@ -84,12 +84,6 @@ void tl_pp_schedule_free(tl_pp_schedule* s) {
   memset(s, 0, sizeof *s);
 }
 
-const char* tl_pp_op_name(tl_pp_op op) {
-  static const char* const names[] = {"recv_act",  "forward",  "send_act",
-                                      "recv_grad", "backward", "send_grad"};
-  return (unsigned)op < 6 ? names[op] : "?";
-}
-
 void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all) {
   static const char* const short_names[] = {"ra", "F", "sa", "rg", "B", "sg"};
   for (int k = 0, first = 1; k < s->n; k++) {

@@ -83,7 +83,6 @@ typedef struct tl_pp_span {
 tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro,
                                   tl_pp_span* spans, int* n_spans, int* ticks);
 
-const char* tl_pp_op_name(tl_pp_op op);
 /* "F0 F1 B0 F2 B1 ..." (sends and receives omitted unless `all`). */
 void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all);
 

@@ -464,10 +464,6 @@ int64_t tl_trainer_steps_done(const tl_trainer* t) {
 const tl_model* tl_trainer_model(const tl_trainer* t) {
   return &t->model;
 }
-int tl_trainer_world_rank(const tl_trainer* t) {
-  return t->world_rank;
-}
-
 int32_t tl_trainer_first_token(const tl_trainer* t) {
   const tl_token_file* f = t->val_file.tokens ? &t->val_file : &t->train_file;
   return f->n_tokens > 0 ? f->tokens[0] : 0;

@@ -92,7 +92,6 @@ tl_status tl_trainer_export(tl_trainer* t, const char* path);
 
 int64_t tl_trainer_steps_done(const tl_trainer* t);
 const tl_model* tl_trainer_model(const tl_trainer* t);
-int tl_trainer_world_rank(const tl_trainer* t);
 /* The first token of the validation (else training) data: a natural prompt. */
 int32_t tl_trainer_first_token(const tl_trainer* t);
 /* FLOPs of one optimizer step on this rank. */
