@@ -1,21 +1,27 @@
-/* trainer.h — training on one device or on a data x tensor x pipeline mesh: the
- * model, its stage of the graph and executors, the stage's flat parameter,
- * gradient and AdamW buffers, the data, and one optimizer step at a time.
+/* trainer.h — training on one device or on a data x tensor x pipeline mesh:
+ * the one place where the axes meet.
  *
- * One step, on every rank:
+ * Set-up, on every rank: graph/ builds the whole model's graph for one
+ * micro-batch; tp/ rewrites it into this tensor-parallel rank's graph (and
+ * says where each of its parameters lies in the whole model); pp/ cuts that
+ * into stages and runs this rank's stage; dp/ lays out the stage's flat
+ * parameter and gradient buffers in the order the backward finishes them;
+ * the optimizer (optimizer.h) holds the AdamW moments.
+ *
+ * One step:
  *  1. zero the gradients; walk the stage's pipeline schedule (GPipe or 1F1B)
- *     over the replica's micro-batches: receive activations, forward, send;
- *     receive gradients, backward (loss scaled by 1/(global batch tokens)),
- *     send. During the last micro-batch's backward, finished gradient
- *     buckets start their data-parallel all-reduce (a sum);
- *     Under tensor parallelism the graph is this rank's shard of the model
- *     (graph/model.h) and its collectives run inside forward and backward;
+ *     over the replica's micro-batches (pp/runtime.h: receive activations,
+ *     forward, send; receive gradients, backward with the loss scaled by
+ *     1/(global batch tokens), send); the graph's tensor-parallel
+ *     collectives run inside forward and backward. During the last
+ *     micro-batch's backward, finished gradient buckets start their
+ *     data-parallel all-reduce (a sum);
  *  2. wait for the buckets; sum the tied token embedding's gradient between
- *     the first and last stage; with sequence parallelism, sum the
- *     LayerNorms' gradients over the tensor-parallel group (each rank saw
- *     only its token rows);
- *  3. global gradient norm over all stages (each parameter counted once),
- *     clipping;
+ *     the first and last stage (pp); with sequence parallelism, sum the
+ *     gradients of the parameters each tp rank saw only its token rows of
+ *     (tp);
+ *  3. global gradient norm over all stages and shards (each parameter
+ *     counted once), clipping;
  *  4. AdamW on the stage's parameters (weight decay on weight matrices only).
  * A single device is the mesh (1, 1, 1): the same code, with no messages. */
 #ifndef TL_LAUNCHER_TRAINER_H

@@ -255,7 +255,7 @@ TEST(CostModel, SequenceParallelismPaysForItsReGathers) {
 // running anything): tensor-parallel rank 0's graph at the micro-batch,
 // cut by tl_pp_partition, one executor per micro-batch in flight
 // (tl_pp_schedule_build) of tl_exec_size bytes, and the stage's flat
-// parameters, gradients and two AdamW moments (launcher/trainer.c; the
+// parameters, gradients and two AdamW moments (launcher/train/trainer.c; the
 // multi-rank memory_test checks the allocator's own count). Odd layer
 // counts cut unevenly, a vocabulary that pads, sequence lengths that are
 // not multiples of 16, micro-batches of 1 and 3.
