@@ -120,10 +120,13 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   tl_model m;
   tl_graph* g = NULL;
   struct tl_model_io io;
+  tl_tp_shard sh = {0};
   int micro = cfg->train.batch_size / cfg->mesh.dp / cfg->schedule.micro_batches;
   tl_pp_stage* st = calloc((size_t)pp, sizeof *st);
+  /* the graph tensor-parallel rank 0 trains, cut as the trainer cuts it */
   int ok = st && tl_model_init(&cfg->model, &m) == TL_OK &&
-           tl_model_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, true, &g, &io) == TL_OK &&
+           tl_tp_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, cfg->mesh.tp, 0,
+                       cfg->parallel.sequence_parallel, &g, &io, &sh, NULL) == TL_OK &&
            tl_pp_partition(g, &io, pp,
                            cfg->schedule.n_stage_layers ? cfg->schedule.stage_layers : NULL,
                            st) == TL_OK;
@@ -136,6 +139,7 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   }
   free(st);
   tl_graph_destroy(g);
+  tl_tp_shard_free(&sh);
   return ok;
 }
 
