@@ -263,19 +263,6 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                   "schedule.virtual_stages = %d: only schedule.kind \"interleaved\" uses virtual "
                   "stages (expected 1 for \"%s\")",
                   s->virtual_stages, s->kind == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
-    if (s->kind == TL_SCHEDULE_INTERLEAVED) {
-      if (OK(schedule, micro_batches) && OK(mesh, pp) && s->micro_batches % mesh->pp != 0)
-        tl__problem(p,
-                    "schedule.micro_batches = %d: the interleaved schedule needs a multiple of "
-                    "mesh.pp = %d",
-                    s->micro_batches, mesh->pp);
-      if (layers > 0 && OK(mesh, pp) && (long long)mesh->pp * s->virtual_stages > layers)
-        tl__problem(p,
-                    "schedule.virtual_stages = %d: mesh.pp * virtual_stages = %lld model chunks, "
-                    "more than %s = %d",
-                    s->virtual_stages, (long long)mesh->pp * s->virtual_stages, layers_name,
-                    layers);
-    }
   }
 
   /* What the runtime does not run yet: refused here, before any rank
