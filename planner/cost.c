@@ -177,13 +177,14 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
     collectives(g, 0, io.layer_begin[0], &out->mlp_layer[0].n_all_reduce,
                 &out->mlp_layer[0].all_reduce_elems);
   if (st == TL_OK) st = range_cost(g, &sh, 0, io.layer_begin[0], &r);
-  out->embed_fwd_flops = r.fwd_flops, out->embed_flops = r.flops;
+  if (st == TL_OK) out->embed_fwd_flops = r.fwd_flops, out->embed_flops = r.flops;
   if (st == TL_OK) st = range_cost(g, &sh, io.layer_begin[L], nf, &r);
-  out->head_fwd_flops = r.fwd_flops, out->head_flops = r.flops;
-  /* the vocabulary-parallel loss of an odd last layer: the rows' maximum,
-   * sum of exponentials and target logit, summed over the group */
+  if (st == TL_OK) out->head_fwd_flops = r.fwd_flops, out->head_flops = r.flops;
+  /* the vocabulary-parallel loss of an odd last layer: the rows' maximum
+   * (one all-reduce), then their sums of exponentials and target logits
+   * (one more, of two values a row) */
   if (st == TL_OK && sh.loss_split) {
-    out->mlp_layer[L - 1].n_all_reduce += 3;
+    out->mlp_layer[L - 1].n_all_reduce += 2;
     out->mlp_layer[L - 1].all_reduce_elems += 3.0 * seq;
   }
   for (int b = 1; b <= L && st == TL_OK; b++)

@@ -82,6 +82,22 @@ tl_status tl_pp_partition(const tl_graph* g, const struct tl_model_io* io, int n
         out[s].shared[out[s].n_shared++] = v;
     }
   }
+  /* the stages sharing parameters sum them over one group, parameter by
+   * parameter: they must share the same ones (the tied embedding: the
+   * first and the last stage) */
+  for (int s = 0, first = -1; s < n_stages && st == TL_OK; s++) {
+    if (out[s].n_shared == 0) continue;
+    if (first < 0) {
+      first = s;
+      continue;
+    }
+    if (out[s].n_shared != out[first].n_shared ||
+        memcmp(out[s].shared, out[first].shared, sizeof(int) * (size_t)out[s].n_shared) != 0)
+      st = TL_ERRF(TL_ERR_UNSUPPORTED,
+                   "stages %d and %d share different parameters with other stages; trellis sums "
+                   "one set of shared parameters per pipeline",
+                   first, s);
+  }
   free(counts);
   free(layer);
   return st;

@@ -26,13 +26,14 @@ tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp
     tl_graph_destroy(full);
     return st;
   }
-  /* 1. the builder's handles, on the rank's graph */
-  *io = fio;
-  io->tokens = shard->value_map[fio.tokens];
-  io->targets = fio.targets >= 0 ? shard->value_map[fio.targets] : -1;
-  io->logits = fio.logits >= 0 ? shard->value_map[fio.logits] : -1;
-  io->losses = fio.losses >= 0 ? shard->value_map[fio.losses] : -1;
-  for (int l = 0; l <= fio.n_layers; l++) io->layer_begin[l] = shard->node_map[fio.layer_begin[l]];
+  /* the builder's handles, on the rank's graph (forward node indices stay
+   * as they are through autodiff) */
+  struct tl_model_io rio = fio;
+  rio.tokens = shard->value_map[fio.tokens];
+  rio.targets = fio.targets >= 0 ? shard->value_map[fio.targets] : -1;
+  rio.logits = fio.logits >= 0 ? shard->value_map[fio.logits] : -1;
+  rio.losses = fio.losses >= 0 ? shard->value_map[fio.losses] : -1;
+  for (int l = 0; l <= fio.n_layers; l++) rio.layer_begin[l] = shard->node_map[fio.layer_begin[l]];
   st = tl_tp_backward(g, shard);
   if (st != TL_OK) {
     tl_graph_destroy(g);
@@ -40,6 +41,7 @@ tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp
     tl_tp_shard_free(shard);
     return st;
   }
+  *io = rio;
   *out = g;
   if (full_out)
     *full_out = full;

@@ -9,6 +9,8 @@
  *           backward dx += all-gather(dy)
  *   SLICE   x (..., C) with R rows, the same on every rank -> y (R/tp, C):
  *           this rank's rows; backward dx += all-gather(dy)
+ *   GATHER_WHOLE  as GATHER, for a reader every rank runs whole: backward
+ *           dx += this rank's rows of dy (the same dy on every rank)
  * Token rows are split contiguously: rank r holds rows [r*R/tp, (r+1)*R/tp)
  * of the flattened (R, C). Collectives wait for the device's queued work
  * first and are complete when the node returns. */
@@ -30,7 +32,8 @@ static tl_status infer(tl_graph* g, tl_node* n) {
     case TL_TP_COPY:
     case TL_TP_REDUCE:
       break;
-    case TL_TP_GATHER: {
+    case TL_TP_GATHER:
+    case TL_TP_GATHER_WHOLE: {
       int64_t d0 = n->attr[2], d1 = n->attr[3] > 0 ? n->attr[3] : 1;
       if (d0 * d1 != rows * tp)
         return TL_ERRF(TL_ERR_INVALID, "tp_comm '%s': %lld rows x %d ranks is not %lld*%lld",
@@ -85,6 +88,7 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
     case TL_TP_REDUCE:
       return tl_group_all_reduce(tp, in, out, count, TL_F32, TL_REDUCE_SUM, NULL);
     case TL_TP_GATHER:
+    case TL_TP_GATHER_WHOLE:
       return tl_group_all_gather(tp, in, out, count * (size_t)n->attr[1], TL_F32, NULL);
     case TL_TP_SLICE: { /* this rank's rows, as reduce-scatter would place them */
       size_t off, len;
@@ -117,6 +121,11 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   int kind = f->attr[0];
   if (!tp || kind == TL_TP_REDUCE)
     return ops->scale_backward(x->be->ctx, dx, dy, 1.0f, (int64_t)nx);
+  if (kind == TL_TP_GATHER_WHOLE) { /* every rank holds the same dy: its rows */
+    size_t off, len;
+    tl_group_chunk(ny, tl_group_size(tp), tl_group_rank(tp), &off, &len);
+    return ops->scale_backward(x->be->ctx, dx, dy + off, 1.0f, (int64_t)len);
+  }
   if (x->scratch_bytes < nx * sizeof(float) || x->scratch_bytes < ny * sizeof(float))
     return TL_ERRF(TL_ERR_INTERNAL, "tp_comm '%s': the executor's scratch holds %zu bytes", f->name,
                    x->scratch_bytes);

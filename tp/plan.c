@@ -23,7 +23,7 @@
 
 enum { WHOLE = 0, SPLIT, PARTIAL, ROWS };
 enum { P_UNDECIDED = 0, P_WHOLE, P_SPLIT, P_FIRST };
-enum { CONV_COPY = 0, CONV_GATHER, CONV_SLICE, N_CONV };
+enum { CONV_COPY = 0, CONV_GATHER, CONV_SLICE, CONV_GATHER_WHOLE, N_CONV };
 
 struct vstate {
   unsigned char st, parts;
@@ -32,8 +32,9 @@ struct vstate {
 
 struct pdec {
   unsigned char kind, dim, parts;
-  int by; /* the node that decided it */
-  bool partial;
+  int by;          /* the node that decided it */
+  bool partial;    /* a node reads it on token-row shards */
+  bool read_whole; /* a node every rank runs whole (all rows) reads it */
 };
 
 struct pass {
@@ -68,8 +69,8 @@ static bool decide(struct pass* p, int v, int kind, int dim, int parts, int i) {
   if (v < 0) return true;
   struct pdec* d = &p->pd[v];
   if (d->kind == P_UNDECIDED) {
-    *d =
-        (struct pdec){(unsigned char)kind, (unsigned char)dim, (unsigned char)parts, i, d->partial};
+    *d = (struct pdec){(unsigned char)kind, (unsigned char)dim, (unsigned char)parts, i,
+                       d->partial,          d->read_whole};
     return true;
   }
   if (d->kind == kind && (kind != P_SPLIT || (d->dim == dim && d->parts == parts))) return true;
@@ -130,12 +131,13 @@ static tl_status rank_value(struct pass* p, int v, int* out) {
 static tl_status comm(struct pass* p, int kind, int x, int v, int* out) {
   const tl_value* f = val(p, v);
   int attr[TL_NODE_MAX_ATTRS] = {kind, p->tp, 0, 0};
-  if (kind == TL_TP_GATHER) { /* the whole value's rows: (d0, d1, C) or (d0, C) */
+  if (kind == TL_TP_GATHER || kind == TL_TP_GATHER_WHOLE) { /* the whole's (d0, d1, C) or (d0, C) */
     attr[2] = (int)f->shape[0];
     attr[3] = f->n_dims == 3 ? (int)f->shape[1] : 0;
   }
+  static const char* const kinds[] = {"copy", "reduce", "gather", "scatter", "slice", "gather"};
   char name[TL_NAME_MAX];
-  snprintf(name, sizeof name, "%.44s.tp", f->name);
+  snprintf(name, sizeof name, "%.38s.%s", f->name, kinds[kind]);
   return tl_graph_node(p->out, tl__tp_ops()->comm, name, 1, &x, attr, TL_NODE_MAX_ATTRS, out);
 }
 
@@ -152,9 +154,10 @@ static tl_status input(struct pass* p, int v, int conv, int* out) {
   if (!p->out) return TL_OK;
   int x;
   TL_CHECK(rank_value(p, v, &x));
-  static const int kinds[N_CONV] = {TL_TP_COPY, TL_TP_GATHER, TL_TP_SLICE};
+  static const int kinds[N_CONV] = {TL_TP_COPY, TL_TP_GATHER, TL_TP_SLICE, TL_TP_GATHER_WHOLE};
   TL_CHECK(comm(p, kinds[conv], x, v, &p->conv[v][conv]));
-  p->sh->whole[p->conv[v][conv]] = conv != CONV_SLICE;
+  /* a conversion is one reader's view: its gradient differs by rank */
+  p->sh->whole[p->conv[v][conv]] = false;
   *out = p->conv[v][conv];
   return TL_OK;
 }
@@ -201,10 +204,16 @@ static int column_parts(const struct pass* p, int i) {
   return 1;
 }
 
-/* Marks the whole parameters of a node reading token-row shards. */
-static void rows_read(struct pass* p, const tl_node* n) {
-  for (int k = 0; k < n->n_in; k++)
-    if (is_param(p, n->in[k])) p->pd[n->in[k]].partial = true;
+/* Notes how the whole parameters of node n are read: on token-row shards
+ * (their gradients are then parts of a sum over the group) or whole. */
+static void params_read(struct pass* p, const tl_node* n, bool rows) {
+  for (int k = 0; k < n->n_in; k++) {
+    if (!is_param(p, n->in[k]) || p->pd[n->in[k]].kind != P_WHOLE) continue;
+    if (rows)
+      p->pd[n->in[k]].partial = true;
+    else
+      p->pd[n->in[k]].read_whole = true;
+  }
 }
 
 /* A linear layer: matmul(x, W^T [, b]) with W a 2-D parameter (out, in). */
@@ -254,7 +263,7 @@ static tl_status rule_linear(struct pass* p, int i) {
   }
   /* whole on every rank, row by row (on token rows too) */
   if (!decide(p, w, P_WHOLE, 0, 1, i) || !decide(p, b, P_WHOLE, 0, 1, i)) return TL_OK;
-  if (xs.st == ROWS) rows_read(p, n);
+  params_read(p, n, xs.st == ROWS);
   TL_CHECK(input(p, x, -1, &in[0]));
   TL_CHECK(rank_value(p, w, &in[1]));
   TL_CHECK(rank_value(p, b, &in[2]));
@@ -283,6 +292,7 @@ static tl_status rule_embedding(struct pass* p, int i) {
     return TL_OK;
   }
   if (!decide(p, wte, P_WHOLE, 0, 1, i) || !decide(p, wpe, P_WHOLE, 0, 1, i)) return TL_OK;
+  params_read(p, n, false);
   TL_CHECK(rank_value(p, wte, &in[1]));
   TL_CHECK(rank_value(p, wpe, &in[2]));
   TL_CHECK(emit(p, i, n->op, n->n_in, in, attr, WHOLE));
@@ -308,7 +318,7 @@ static tl_status rule_attention(struct pass* p, int i) {
     return TL_OK;
   }
   /* whole: every rank attends over every head of whole sequences */
-  TL_CHECK(input(p, n->in[0], xs.st == ROWS ? CONV_GATHER : -1, &in[0]));
+  TL_CHECK(input(p, n->in[0], xs.st == ROWS ? CONV_GATHER_WHOLE : -1, &in[0]));
   TL_CHECK(emit(p, i, n->op, 1, in, attr, WHOLE));
   for (int k = 0; k < n->n_out; k++)
     if (n->out[k] >= 0) p->vs[n->out[k]] = (struct vstate){WHOLE, 1, -1};
@@ -331,7 +341,7 @@ static tl_status rule_crossentropy(struct pass* p, int i) {
     TL_CHECK(emit(p, i, tl__tp_ops()->xent, 2, in, attr, WHOLE));
     p->loss_split = true;
   } else {
-    TL_CHECK(input(p, n->in[0], xs.st == ROWS ? CONV_GATHER : -1, &in[0]));
+    TL_CHECK(input(p, n->in[0], xs.st == ROWS ? CONV_GATHER_WHOLE : -1, &in[0]));
     TL_CHECK(emit(p, i, n->op, 2, in, n->attr, WHOLE));
   }
   p->vs[n->out[0]] = (struct vstate){WHOLE, 1, -1};
@@ -340,37 +350,43 @@ static tl_status rule_crossentropy(struct pass* p, int i) {
 
 /* Ops that work row by row (layer norm), or element by element (add,
  * gelu): the outputs are held as the inputs are; a whole input meeting
- * token rows takes its own rows; split inputs must split alike. Anything
- * else runs whole on every rank. */
+ * token rows takes its own rows; split inputs must all split alike, with
+ * no whole operand. Anything else — or an elementwise op with a parameter
+ * operand on token rows, whose shape is the whole's — runs whole on every
+ * rank, token rows gathered first. */
 static tl_status rule_rowwise(struct pass* p, int i) {
   const tl_node* n = &p->g->nodes[i];
   const bool elementwise = n->op == TL_OP_ADD || n->op == TL_OP_GELU;
   const bool rowwise = elementwise || n->op == TL_OP_LAYERNORM;
-  int state = WHOLE, parts = 1, origin = -1;
+  bool any_split = false, any_rows = false, any_whole = false, any_param = false, mixed = false;
+  int parts = -1, origin = -1;
   for (int k = 0; k < n->n_in; k++) {
     int v = n->in[k];
-    if (v < 0 || is_param(p, v) || val(p, v)->dtype != TL_F32) continue;
+    if (v < 0 || val(p, v)->dtype != TL_F32) continue;
+    if (is_param(p, v)) {
+      any_param = true;
+      continue;
+    }
     const struct vstate* s = &p->vs[v];
     if (s->st == SPLIT) {
-      if (!elementwise || (state == SPLIT && s->parts != parts) || state == ROWS) {
-        fail_at(p, s->origin);
-        return TL_OK;
-      }
-      if (state == WHOLE && k > 0) { /* a whole value added to a split one */
-        fail_at(p, s->origin);
-        return TL_OK;
-      }
-      state = SPLIT, parts = s->parts, origin = s->origin;
-    } else if (s->st == ROWS && rowwise) {
-      if (state == SPLIT) {
-        fail_at(p, origin);
-        return TL_OK;
-      }
-      state = ROWS;
-    } else if (s->st == WHOLE && state == SPLIT) {
+      if (parts >= 0 && s->parts != parts) mixed = true;
+      if (parts < 0) parts = s->parts, origin = s->origin;
+      any_split = true;
+    } else if (s->st == ROWS) {
+      any_rows = true;
+    } else {
+      any_whole = true;
+    }
+  }
+  int state = WHOLE;
+  if (any_split) {
+    if (!elementwise || any_rows || any_whole || any_param || mixed) {
       fail_at(p, origin);
       return TL_OK;
     }
+    state = SPLIT;
+  } else if (any_rows && rowwise && !(elementwise && any_param)) {
+    state = ROWS;
   }
   int in[TL_NODE_MAX_IO];
   for (int k = 0; k < n->n_in; k++) {
@@ -380,15 +396,16 @@ static tl_status rule_rowwise(struct pass* p, int i) {
     } else if (v >= 0 && val(p, v)->dtype == TL_F32) {
       int st = p->vs[v].st;
       if (state == ROWS && st == WHOLE) conv = CONV_SLICE;
-      if (!rowwise && st == ROWS) conv = CONV_GATHER;
+      if (state == WHOLE && st == ROWS) conv = CONV_GATHER_WHOLE;
     }
     TL_CHECK(input(p, v, conv, &in[k]));
   }
-  if (state == ROWS) rows_read(p, n);
+  params_read(p, n, state == ROWS);
   TL_CHECK(emit(p, i, n->op, n->n_in, in, n->attr, state));
   for (int k = 0; k < n->n_out; k++)
     if (n->out[k] >= 0)
-      p->vs[n->out[k]] = (struct vstate){(unsigned char)state, (unsigned char)parts, origin};
+      p->vs[n->out[k]] =
+          (struct vstate){(unsigned char)state, (unsigned char)(parts > 0 ? parts : 1), origin};
   return TL_OK;
 }
 
@@ -400,7 +417,7 @@ static tl_status walk(struct pass* p) {
   p->n_linear = p->n_linear_split = 0;
   for (int v = 0; v < g->n_values; v++) {
     p->vs[v] = (struct vstate){WHOLE, 1, -1};
-    if (!p->out) p->pd[v] = (struct pdec){P_UNDECIDED, 0, 1, -1, false};
+    if (!p->out) p->pd[v] = (struct pdec){P_UNDECIDED, 0, 1, -1, false, false};
   }
   for (int i = 0; i < g->n_forward && p->fail < 0; i++) {
     const tl_node* n = &g->nodes[i];
@@ -425,8 +442,17 @@ static tl_status decide_all(struct pass* p) {
   for (int tries = 0; tries <= p->g->n_forward; tries++) {
     TL_CHECK(walk(p));
     if (p->fail < 0) {
-      for (int v = 0; v < p->g->n_values; v++)
-        if (is_param(p, v) && p->pd[v].kind == P_UNDECIDED) p->pd[v].kind = P_WHOLE;
+      for (int v = 0; v < p->g->n_values; v++) {
+        if (!is_param(p, v)) continue;
+        if (p->pd[v].kind == P_UNDECIDED) p->pd[v].kind = P_WHOLE;
+        /* its gradient would be a sum of row parts plus a whole part that
+         * every rank holds: no sum over the group is right for both */
+        if (p->sp && p->pd[v].partial && p->pd[v].read_whole)
+          return TL_ERRF(TL_ERR_UNSUPPORTED,
+                         "tp: parameter '%s' is read both on token-row shards and whole on "
+                         "every rank under sequence parallelism",
+                         p->g->values[v].name);
+      }
       return TL_OK;
     }
     p->forbid[p->fail] = true;
@@ -449,7 +475,8 @@ static tl_status layout(struct pass* p, tl_tp_shard* sh) {
   sh->params = calloc((size_t)(n > 0 ? n : 1), sizeof *sh->params);
   if (!sh->params) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a tensor-parallel layout");
   for (int v = 0; v < g->n_values; v++) {
-    if (!is_param(p, v)) continue;
+    /* a parameter no node reads takes no room (nothing would ever write it) */
+    if (!is_param(p, v) || tl_graph_first_reader(g, v, 0, g->n_forward) < 0) continue;
     const tl_value* x = val(p, v);
     const struct pdec* d = &p->pd[v];
     struct tl_tp_param* q = &sh->params[sh->n_params++];

@@ -8,13 +8,18 @@
 /* tp_comm's collectives over the group (attr[0]); each backward runs the
  * conjugate one. Megatron-LM's f and g are COPY and REDUCE; sequence
  * parallelism replaces them by GATHER and SCATTER; SLICE takes this rank's
- * token rows of a value every rank holds whole. */
+ * token rows of a value every rank holds whole, GATHER_WHOLE makes token
+ * rows whole for a computation every rank repeats. */
 enum {
   TL_TP_COPY = 0, /* forward identity, backward all-reduce */
   TL_TP_REDUCE,   /* forward all-reduce (sum), backward identity */
   TL_TP_GATHER,   /* forward all-gather of token-row shards, backward reduce-scatter */
   TL_TP_SCATTER,  /* forward reduce-scatter into token-row shards, backward all-gather */
   TL_TP_SLICE,    /* forward this rank's token rows, backward all-gather */
+  /* forward all-gather of token-row shards for a computation every rank
+   * repeats whole (its gradient is then the same on every rank): backward
+   * this rank's rows of dy, nothing summed */
+  TL_TP_GATHER_WHOLE,
 };
 
 /* The op-table indices of this module's ops, registered on first use. */

@@ -335,7 +335,8 @@ namespace {
 // block, a final norm and an untied output layer with a bias. No tp code is
 // written for it: the pass finds its splits.
 struct Custom {
-  static const int V = 64, C = 16;
+  static const int C = 16;
+  const int V; /* vocabulary: 64 splits 2 and 4 ways, 65 neither */
   tl_graph* g = nullptr;
   tl_model_io io = {};
   std::vector<float> params;
@@ -361,7 +362,7 @@ struct Custom {
       for (int k = 0; k < 3; k++) out[k] = o[k];
     return o[0];
   }
-  Custom() {
+  explicit Custom(int vocab) : V(vocab) {
     EXPECT_EQ(tl_graph_create(&g), TL_OK);
     int64_t ts[2] = {kB, kT}, ns = kB * kT;
     EXPECT_EQ(tl_graph_input(g, "tokens", TL_I32, 2, ts, &io.tokens), TL_OK);
@@ -390,7 +391,7 @@ struct Custom {
 // `steps` AdamW steps from `params`: the losses of each step, the final
 // parameters.
 std::vector<double> TrainGraph(tl_graph* g, const tl_model_io& io, std::vector<float>* params,
-                               const tl_tp_shard* sh, int steps) {
+                               const tl_tp_shard* sh, int steps, int vocab) {
   std::vector<double> losses;
   tl_backend* be = nullptr;
   EXPECT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
@@ -410,7 +411,7 @@ std::vector<double> TrainGraph(tl_graph* g, const tl_model_io& io, std::vector<f
   std::vector<float> pack(sh ? tl_tp_partial_elems(sh, offset.data()) + 1 : 1);
   for (int s = 0; s < steps; s++) {
     std::vector<float> u(kB * kT + 1);
-    tl_rng_uniform(100 + s, 0, 0, u.size(), 0.0f, (float)Custom::V, u.data());
+    tl_rng_uniform(100 + s, 0, 0, u.size(), 0.0f, (float)vocab, u.data());
     std::vector<int32_t> tok(kB * kT), tgt(kB * kT);
     for (int i = 0; i < kB * kT; i++) tok[i] = (int32_t)u[i], tgt[i] = (int32_t)u[i + 1];
     memset(gb->data, 0, bytes);
@@ -443,56 +444,66 @@ std::vector<double> TrainGraph(tl_graph* g, const tl_model_io& io, std::vector<f
 
 // The one law for a model built from ops alone: its tensor-parallel run on
 // this job (with and without sequence parallelism) trains as one device
-// does, step by step, to the same parameters — and it is split (its linear
-// layers are column- then row-parallel, its loss vocabulary-parallel), not
-// merely run whole on every rank.
+// does, step by step, to the same parameters. With a vocabulary of 64 it is
+// split (its linear layers column- then row-parallel, its loss
+// vocabulary-parallel), not merely run whole on every rank; with 65, which
+// neither 2 nor 4 divides, the embedding, the output layer and the loss run
+// whole on every rank — under sequence parallelism on token rows sliced
+// from the whole and gathered back — and the run is still the same run.
 TEST(TensorParallel, AModelBuiltFromOpsAloneTrainsAsOneDeviceDoes) {
   const int steps = 4;
-  Custom ref;
-  std::vector<float> whole = ref.params;
-  tl_graph* one = nullptr;
-  tl_tp_shard one_sh;
-  ASSERT_EQ(tl_tp_shard_graph(ref.g, 1, 0, false, &one, &one_sh), TL_OK);
-  ASSERT_EQ(tl_tp_backward(one, &one_sh), TL_OK);
-  tl_model_io one_io = ref.io;
-  one_io.tokens = one_sh.value_map[ref.io.tokens],
-  one_io.targets = one_sh.value_map[ref.io.targets];
-  one_io.losses = one_sh.value_map[ref.io.losses];
-  std::vector<double> want = TrainGraph(one, one_io, &whole, nullptr, steps);
-  tl_graph_destroy(one);
-  tl_tp_shard_free(&one_sh);
-  for (bool sp : {false, true}) {
-    Custom c;
-    tl_graph* g = nullptr;
-    tl_tp_shard sh;
-    ASSERT_EQ(tl_tp_shard_graph(c.g, Size(), Rank(), sp, &g, &sh), TL_OK) << tl_last_error();
-    ASSERT_EQ(tl_tp_backward(g, &sh), TL_OK) << tl_last_error();
-    EXPECT_EQ(sh.n_linear, 3);
-    EXPECT_EQ(sh.n_linear_split, 3) << "every linear layer tensor-parallel";
-    EXPECT_TRUE(sh.loss_split);
-    EXPECT_LT(sh.n_local * 3, sh.n_full * 2) << "a shard, not a copy";
-    tl_model_io io = c.io;
-    io.tokens = sh.value_map[c.io.tokens], io.targets = sh.value_map[c.io.targets];
-    io.losses = sh.value_map[c.io.losses];
-    std::vector<float> local(sh.n_local), start = c.params;
-    tl_tp_from_full(&sh, start.data(), local.data());
-    std::vector<double> got = TrainGraph(g, io, &local, &sh, steps);
-    for (int s = 0; s < steps; s++)
-      EXPECT_NEAR(got[s], want[s], 1e-5 * std::fabs(want[s])) << "sp=" << sp << " step " << s + 1;
-    std::vector<float> expect(sh.n_local);
-    tl_tp_from_full(&sh, whole.data(), expect.data());
-    double worst = 0, scale = 0;
-    for (int64_t i = 0; i < sh.n_local; i++) {
-      worst = std::fmax(worst, std::fabs(local[i] - expect[i]));
-      scale = std::fmax(scale, std::fabs(expect[i]));
+  for (int vocab : {64, 65}) {
+    Custom ref(vocab);
+    std::vector<float> whole = ref.params;
+    tl_graph* one = nullptr;
+    tl_tp_shard one_sh;
+    ASSERT_EQ(tl_tp_shard_graph(ref.g, 1, 0, false, &one, &one_sh), TL_OK);
+    ASSERT_EQ(tl_tp_backward(one, &one_sh), TL_OK);
+    tl_model_io one_io = ref.io;
+    one_io.tokens = one_sh.value_map[ref.io.tokens];
+    one_io.targets = one_sh.value_map[ref.io.targets];
+    one_io.losses = one_sh.value_map[ref.io.losses];
+    std::vector<double> want = TrainGraph(one, one_io, &whole, nullptr, steps, vocab);
+    tl_graph_destroy(one);
+    tl_tp_shard_free(&one_sh);
+    for (bool sp : {false, true}) {
+      Custom c(vocab);
+      tl_graph* g = nullptr;
+      tl_tp_shard sh;
+      ASSERT_EQ(tl_tp_shard_graph(c.g, Size(), Rank(), sp, &g, &sh), TL_OK) << tl_last_error();
+      ASSERT_EQ(tl_tp_backward(g, &sh), TL_OK) << tl_last_error();
+      const bool splits = vocab % Size() == 0;
+      EXPECT_EQ(sh.n_linear, 3);
+      EXPECT_EQ(sh.n_linear_split, splits ? 3 : 2) << "the up and down layers always split";
+      EXPECT_EQ(sh.loss_split, splits);
+      if (splits) {
+        EXPECT_LT(sh.n_local * 3, sh.n_full * 2) << "a shard, not a copy";
+      }
+      tl_model_io io = c.io;
+      io.tokens = sh.value_map[c.io.tokens], io.targets = sh.value_map[c.io.targets];
+      io.losses = sh.value_map[c.io.losses];
+      std::vector<float> local(sh.n_local), start = c.params;
+      tl_tp_from_full(&sh, start.data(), local.data());
+      std::vector<double> got = TrainGraph(g, io, &local, &sh, steps, vocab);
+      for (int s = 0; s < steps; s++)
+        EXPECT_NEAR(got[s], want[s], 1e-5 * std::fabs(want[s]))
+            << "vocab " << vocab << (sp ? " sp" : "") << " step " << s + 1;
+      std::vector<float> expect(sh.n_local);
+      tl_tp_from_full(&sh, whole.data(), expect.data());
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < sh.n_local; i++) {
+        worst = std::fmax(worst, std::fabs(local[i] - expect[i]));
+        scale = std::fmax(scale, std::fabs(expect[i]));
+      }
+      EXPECT_LE(worst, 1e-5 * scale)
+          << "vocab " << vocab << (sp ? " sp" : "") << ": parameters after " << steps << " steps";
+      if (Rank() == 0)
+        printf(
+            "a model of ops alone, vocabulary %d, tp=%d%s: %d of 3 linear layers split, losses "
+            "equal, parameters %.1e apart\n",
+            vocab, Size(), sp ? " sp" : "", sh.n_linear_split, worst / scale);
+      tl_graph_destroy(g);
+      tl_tp_shard_free(&sh);
     }
-    EXPECT_LE(worst, 1e-5 * scale) << "sp=" << sp << ": parameters after " << steps << " steps";
-    if (Rank() == 0)
-      printf(
-          "a model of ops alone, tp=%d%s: %d linear layers split, losses equal, parameters %.1e "
-          "apart\n",
-          Size(), sp ? " sp" : "", sh.n_linear_split, worst / scale);
-    tl_graph_destroy(g);
-    tl_tp_shard_free(&sh);
   }
 }
