@@ -60,6 +60,23 @@ static void load(void) {
   for (int i = 0; i < 3; i++)
     if (strcmp(v, waits[i]) == 0) g_env.mpi_wait = (tl_mpi_wait)i, found = 1;
   if (!found) bad("TRELLIS_MPI_WAIT", v, "one of auto, spin, yield");
+
+  v = value_of("TRELLIS_FAULT", "none");
+  g_env.fault = TL_FAULT_NONE;
+  found = 0;
+  for (int i = 0; i < TL_FAULT_COUNT; i++)
+    if (strcmp(v, tl_fault_name((tl_fault)i)) == 0) g_env.fault = (tl_fault)i, found = 1;
+  if (!found)
+    bad("TRELLIS_FAULT", v,
+        "one of none, micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, "
+        "tp_allreduce_skipped, sp_sync_skipped, pp_grad_misrouted, update_repeated");
+}
+
+const char* tl_fault_name(tl_fault f) {
+  static const char* const names[TL_FAULT_COUNT] = {
+      "none",           "micro_batch_dropped", "dp_scaled_twice",   "tied_sync_skipped",
+      "tp_allreduce_skipped", "sp_sync_skipped", "pp_grad_misrouted", "update_repeated"};
+  return f >= 0 && f < TL_FAULT_COUNT ? names[f] : "?";
 }
 
 const struct tl_env* tl_env(void) {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/timer.h"
 
 #define MAX_SENDS 64
@@ -151,10 +152,15 @@ tl_status tl_pp_runtime_next(tl_pp_runtime* r, tl_pp_task* task, bool* done) {
       case TL_PP_SEND_ACT:
         TL_CHECK(exchange(r, s, me->send, me->n_send, ACTIVATIONS, SEND, stage + 1, in.micro));
         break;
-      case TL_PP_RECV_GRAD:
+      case TL_PP_RECV_GRAD: {
+        struct slot* into = s;
+        if (tl_fault_on(TL_FAULT_PP_GRAD_MISROUTED) && r->n_slots > 1 &&
+            (in.micro ^ 1) < r->sched->n_micro) /* a deliberate bug (core/env.h) */
+          into = &r->slots[(in.micro ^ 1) % r->n_slots];
         TL_CHECK(wait_sends(s));
-        TL_CHECK(exchange(r, s, me->send, me->n_send, GRADIENTS, RECV, stage + 1, in.micro));
+        TL_CHECK(exchange(r, into, me->send, me->n_send, GRADIENTS, RECV, stage + 1, in.micro));
         break;
+      }
       case TL_PP_SEND_GRAD:
         TL_CHECK(exchange(r, s, me->recv, me->n_recv, GRADIENTS, SEND, stage - 1, in.micro));
         break;
@@ -181,7 +187,7 @@ tl_status tl_pp_shared_group(tl_group* pp, const tl_pp_stage* s, tl_group** out)
 
 tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g, float* grads,
                             const int64_t* offset) {
-  if (!shared) return TL_OK;
+  if (!shared || tl_fault_on(TL_FAULT_TIED_SYNC_SKIPPED)) return TL_OK;
   for (int i = 0; i < s->n_shared; i++) {
     int v = s->shared[i];
     float* p = grads + offset[v];

@@ -17,6 +17,7 @@
 #include <pthread.h>
 
 #include "core/alloc.h"
+#include "core/env.h"
 #include "graph/ops/shape.h"
 #include "tp/tp_impl.h"
 
@@ -86,6 +87,8 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
     case TL_TP_COPY:
       return tl_memcpy(dev, out, dev, in, count * sizeof(float));
     case TL_TP_REDUCE:
+      if (tl_fault_on(TL_FAULT_TP_ALLREDUCE_SKIPPED)) /* a deliberate bug (core/env.h) */
+        return tl_memcpy(dev, out, dev, in, count * sizeof(float));
       return tl_group_all_reduce(tp, in, out, count, TL_F32, TL_REDUCE_SUM, NULL);
     case TL_TP_GATHER:
     case TL_TP_GATHER_WHOLE:
@@ -96,6 +99,11 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
       return tl_memcpy(dev, out, dev, in + off, len * sizeof(float));
     }
     default: /* TL_TP_SCATTER */
+      if (tl_fault_on(TL_FAULT_TP_ALLREDUCE_SKIPPED)) { /* a deliberate bug (core/env.h) */
+        size_t off, len;
+        tl_group_chunk(count, tl_group_size(tp), tl_group_rank(tp), &off, &len);
+        return tl_memcpy(dev, out, dev, in + off, len * sizeof(float));
+      }
       return tl_group_reduce_scatter(tp, in, out, count, TL_F32, TL_REDUCE_SUM, NULL);
   }
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/env.h"
 #include "tp/tp.h"
 #include "tp/tp_impl.h"
 
@@ -124,6 +125,7 @@ int64_t tl_tp_partial_elems(const tl_tp_shard* s, const int64_t* offset) {
 tl_status tl_tp_sync_partial(const tl_tp_shard* s, tl_group* tp, const tl_backend* be, float* grads,
                              const int64_t* offset, float* pack) {
   if (!s->sp || !tp || tl_group_size(tp) == 1) return TL_OK;
+  if (tl_fault_on(TL_FAULT_SP_SYNC_SKIPPED)) return TL_OK; /* a deliberate bug (core/env.h) */
   const tl_device dev = be->device;
   /* 1. pack, 2. one all-reduce, 3. unpack */
   for (int pass = 0; pass < 2; pass++) {

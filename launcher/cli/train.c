@@ -11,8 +11,9 @@
  *                   to FILE when the run ends
  *   --trace FILE    a Chrome trace (Perfetto, chrome://tracing) of every
  *                   rank's forward, backward, send, receive and all-reduce
- *   --verify        after the run, rank 0 runs the same config on one device
- *                   and reports the largest loss and parameter differences */
+ *   --verify        rank 0 runs the same config on one device beside the
+ *                   mesh, checks every step against it (launcher/train/verify.h)
+ *                   and reports what it compared and the verdict */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include "launcher/train/sample.h"
 #include "launcher/job/spawn.h"
 #include "launcher/train/trainer.h"
+#include "launcher/train/verify.h"
 #include "launcher/job/worker.h"
 
 static void usage(FILE* f) {
@@ -61,7 +63,7 @@ struct run {
   char metrics_partial[TL_PATH_MAX + 16];
   FILE* trace;
   char trace_path[TL_PATH_MAX + 32];
-  double* losses; /* per step, for --verify */
+  tl_verify* verify; /* --verify: the single-device run beside this one */
   int64_t* peaks; /* per rank, with --metrics */
 };
 
@@ -191,67 +193,48 @@ static int parse(int argc, char** argv, struct options* o) {
   return 0;
 }
 
-/* Rank 0: the same config on one device; compare losses and parameters. */
-static int verify(struct run* r, const float* params) {
-  struct tl_config one = r->cfg;
-  one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
-  one.schedule.n_stage_layers = 0; /* one stage holds every layer */
-  one.checkpoint.dir[0] = '\0';
-  tl_trainer* t = NULL;
-  if (tl_trainer_create(&one, NULL, &t) != TL_OK) return fail(r, "--verify");
-  printf("verify: the same config on one device...\n");
-  double worst_loss = 0;
-  int64_t done = tl_trainer_steps_done(t);
-  for (int64_t s = done; s < r->cfg.train.steps; s++) {
-    struct tl_step_stats st;
-    if (tl_trainer_step(t, &st) != TL_OK) {
-      tl_trainer_destroy(t);
-      return fail(r, "--verify");
-    }
-    double d = fabs(st.loss - r->losses[s]) / fabs(st.loss);
-    if (d > worst_loss) worst_loss = d;
+static const char* tensor_name(const tl_model* m, int k) {
+  return k >= 0 ? m->tensors[k].name : "-";
+}
+
+/* Rank 0: what --verify compared, the figures and the verdict. */
+static int print_verify(const struct run* r) {
+  const struct tl_verify_report* v = tl_verify_result(r->verify);
+  const tl_model* m = tl_trainer_model(r->t);
+  printf("verify: %d step%s checked against the same config on one device, each step started "
+         "from the mesh's state (README: the equality oracle)\n",
+         v->steps, v->steps == 1 ? "" : "s");
+  printf("verify:   start       %s\n", v->start.value == 0
+                                          ? "parameters equal bit for bit"
+                                          : "parameters DIFFER");
+  printf("verify:   loss        %.3g relative, worst at step %d (allowed %g)\n", v->loss.value,
+         v->loss.step, TL_VERIFY_LOSS_TOL);
+  printf("verify:   grad norm   %.3g relative, worst at step %d (allowed %g)\n", v->norm.value,
+         v->norm.step, TL_VERIFY_NORM_TOL);
+  printf("verify:   gradients   %.3g of the tensor's largest, worst %s element %lld at step %d "
+         "(allowed %g; %lld attention key biases, exactly zero, left out)\n",
+         v->grad.value, tensor_name(m, v->grad.tensor),
+         (long long)(v->grad.element >= 0 ? v->grad.element - m->tensors[v->grad.tensor].offset
+                                          : -1),
+         v->grad.step, TL_VERIFY_GRAD_TOL, (long long)v->n_key_bias);
+  printf("verify:   AdamW       parameters %.3g lr from AdamW replayed on the mesh's state and "
+         "gradients (%.3g of the bound 1e-3 lr + 2 roundings), moments %.3g (allowed %g)\n",
+         v->update.value, v->update_bound.value, v->moment.value, TL_VERIFY_MOMENT_TOL);
+  printf("verify:   copies      %s\n",
+         v->copies_agree ? "replicas, the tied embedding and whole tensor-parallel copies hold the "
+                           "same bits"
+                         : v->copies_what);
+  if (v->flips)
+    printf("verify:   note        %lld element%s took a step more than lr/2 from one device's; "
+           "the largest gradient among them is %.3g of its tensor's largest: rounding noise, "
+           "which AdamW (eps %g) turns into a whole step\n",
+           (long long)v->flips, v->flips == 1 ? "" : "s", v->flip_grad, r->cfg.train.eps);
+  if (v->equal) {
+    printf("verify: EQUAL to the single-device run\n");
+    return 0;
   }
-  int64_t n = tl_trainer_model(t)->n_params;
-  float* ref = malloc(sizeof(float) * (size_t)n);
-  if (!ref || tl_trainer_gather(t, ref, 0) != TL_OK) {
-    free(ref);
-    tl_trainer_destroy(t);
-    return fail(r, "--verify");
-  }
-  struct tl_param_diff d;
-  const tl_model* m = tl_trainer_model(t);
-  tl_model_compare(m, params, ref, &d);
-  /* Losses must agree to 1e-5. Parameters do over a few steps; over many,
-   * AdamW (g / (|g| + eps), eps small) turns rounding differences in
-   * gradients that nearly cancel into visibly different steps, so a larger
-   * parameter difference with equal losses is reported as such. */
-  int losses_ok = worst_loss <= 1e-5;
-  int ok = losses_ok && d.worst <= 1e-5;
-  int drift = losses_ok && !ok && d.worst <= 1e-3;
-  printf(
-      "verify: largest loss difference %.3g (relative); largest parameter difference %.3g "
-      "(relative to its tensor's largest weight; %s, element %lld of %lld)\n",
-      worst_loss, d.worst, m->tensors[d.worst_tensor].name, (long long)d.worst_element,
-      (long long)n);
-  if (d.n_key_bias)
-    printf(
-        "verify: the %lld attention key biases are measured apart (their exact gradient is "
-        "zero, so AdamW steps there follow rounding noise): largest difference %.3g\n",
-        (long long)d.n_key_bias, d.key_bias_worst);
-  if (ok)
-    printf("verify: EQUAL to the single-device run within 1e-5\n");
-  else if (drift)
-    printf(
-        "verify: losses EQUAL within 1e-5; parameters within 1e-3 — AdamW (eps %g) amplifies "
-        "summation-order rounding in near-zero gradients over %d steps; a run of 5 steps, or "
-        "eps >= 1e-3, shows parameters equal within 1e-5\n",
-        r->cfg.train.eps, r->cfg.train.steps);
-  else
-    printf("verify: DIFFERENT from the single-device run\n");
-  ok = ok || drift;
-  free(ref);
-  tl_trainer_destroy(t);
-  return ok ? 0 : 1;
+  printf("verify: DIFFERENT from the single-device run: %s\n", v->failure);
+  return 1;
 }
 
 /* Per-rank trace files, merged by rank 0 into one Chrome trace. */
@@ -314,7 +297,7 @@ static int train_loop(struct run* r) {
   for (int64_t s = first; s < tc->steps; s++) {
     struct tl_step_stats st;
     if (tl_trainer_step(r->t, &st) != TL_OK) return fail(r, "");
-    if (r->losses) r->losses[s] = st.loss;
+    if (r->verify && tl_verify_step(r->verify, &st) != TL_OK) return fail(r, "--verify");
     if (s > first) total_s += st.seconds, timed++; /* the first step warms caches */
     double avg = timed ? total_s / timed : st.seconds;
     if (rank0(r)) {
@@ -365,7 +348,7 @@ static int finish(struct run* r, int rc) {
   }
   if (r->trace) fclose(r->trace);
   tl_trainer_destroy(r->t);
-  free(r->losses);
+  tl_verify_destroy(r->verify);
   free(r->peaks);
   if (r->have_worker) tl_worker_finalize(&r->w);
   return rc;
@@ -407,10 +390,8 @@ int tl_cli_train(int argc, char** argv) {
   }
   if (tl_trainer_create(&r.cfg, r.have_worker ? &comm : NULL, &r.t) != TL_OK)
     return finish(&r, fail(&r, ""));
-  if (r.opt.verify && rank0(&r)) {
-    r.losses = calloc((size_t)r.cfg.train.steps + 1, sizeof(double));
-    if (!r.losses) return finish(&r, fail(&r, "out of memory"));
-  }
+  if (r.opt.verify && tl_verify_create(r.t, &r.verify) != TL_OK)
+    return finish(&r, fail(&r, "--verify"));
   if (r.opt.metrics) {
     r.peaks = calloc(r.have_worker ? (size_t)r.w.world_size : 1, sizeof(int64_t));
     if (!r.peaks) return finish(&r, fail(&r, "out of memory"));
@@ -438,10 +419,10 @@ int tl_cli_train(int argc, char** argv) {
   tl_trainer_trace(r.t, NULL);
   if (rc == 0) trace_merge(&r);
   if (rc == 0) rc = save_checkpoint(&r);
-  /* the whole model on rank 0: sample, verify */
+  /* the whole model on rank 0: a sample */
   const tl_model* m = tl_trainer_model(r.t);
   float* params = NULL;
-  if (rc == 0 && (r.cfg.train.sample_tokens > 0 || r.opt.verify)) {
+  if (rc == 0 && r.cfg.train.sample_tokens > 0) {
     if (rank0(&r) && !(params = malloc(sizeof(float) * (size_t)m->n_params)))
       return finish(&r, fail(&r, "out of memory"));
     if (tl_trainer_gather(r.t, params, 0) != TL_OK) rc = fail(&r, "gathering parameters");
@@ -457,7 +438,7 @@ int tl_cli_train(int argc, char** argv) {
       rc = fail(&r, "sampling");
     free(tok);
   }
-  if (rc == 0 && r.opt.verify && rank0(&r)) rc = verify(&r, params);
+  if (rc == 0 && r.verify && rank0(&r)) rc = print_verify(&r);
   free(params);
   if (r.have_worker && r.w.world_size > 1) {
     /* everyone learns whether rank 0's verification passed */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "graph/op.h"
@@ -13,6 +14,11 @@
 
 static int is_last_stage(const tl_trainer* t) {
   return t->pp_rank == t->pp_size - 1;
+}
+
+/* Part of a job of more than one rank. */
+static int in_job(const tl_trainer* t) {
+  return t->comm.world && tl_group_size(t->comm.world) > 1;
 }
 
 /* ---- tracing ------------------------------------------------------------ */
@@ -243,6 +249,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     goto fail;
   }
   TL_CHECK_GOTO(tl__trainer_load_start(t), st, fail);
+  if (tl_env()->fault != TL_FAULT_NONE && in_job(t))
+    TL_LOG_WARN("TRELLIS_FAULT=%s: this run has a deliberate bug (for testing --verify)",
+                tl_fault_name(tl_env()->fault));
   if (t->tp_size > 1)
     TL_LOG_INFO("tensor-parallel rank %d of %d%s: %.2fM of the model's %.2fM parameters",
                 t->tp_rank, t->tp_size, t->shard.sp ? " (sequence parallel)" : "",
@@ -338,7 +347,11 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
     /* the last micro-batch's backward starts the buckets' all-reduces */
     int last = task.micro == m - 1 && t->buckets && t->dp_size > 1;
     if (last) tl_exec_set_backward_hook(task.exec, bucket_hook, t);
-    tl_status st = tl_exec_backward(task.exec, me->node_begin, me->node_end, scale);
+    float s = scale;
+    if (task.micro == m - 1 && t->dp_rank == t->dp_size - 1 && in_job(t) &&
+        tl_fault_on(TL_FAULT_MICRO_BATCH_DROPPED))
+      s = 0.0f; /* a deliberate bug (core/env.h) */
+    tl_status st = tl_exec_backward(task.exec, me->node_begin, me->node_end, s);
     tl_exec_set_backward_hook(task.exec, NULL, NULL);
     TL_CHECK(st);
     if (is_last_stage(t)) TL_CHECK(add_losses(t, task.exec, loss_sum));
@@ -393,6 +406,9 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     double t0 = now_us();
     TL_CHECK(ops->synchronize(ctx));
     TL_CHECK(tl_dp_buckets_finish(t->buckets));
+    if (t->dp_size > 1 && tl_fault_on(TL_FAULT_DP_SCALED_TWICE)) /* a deliberate bug (core/env.h) */
+      TL_CHECK(ops->scale_forward(ctx, t->grads->data, t->grads->data, 1.0f / (float)t->dp_size,
+                                  t->lay->n));
     trace_span(t, "dp_allreduce", 0, t0);
   }
   TL_CHECK(sync_tied(t));
@@ -409,6 +425,9 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   /* 4. clipping and AdamW on the stage's parameters */
   float lr;
   TL_CHECK(tl_optim_step(t->optim, norm, t->step, &lr));
+  if (in_job(t) && t->dp_rank == 0 && t->tp_rank == 0 && is_last_stage(t) &&
+      tl_fault_on(TL_FAULT_UPDATE_REPEATED)) /* a deliberate bug (core/env.h) */
+    TL_CHECK(tl_optim_step(t->optim, 0.0f, t->step, &lr));
   TL_CHECK(ops->synchronize(ctx));
   /* the loss lives on the last stages: everyone learns it */
   TL_CHECK(host_sum(t->comm.world, &loss));
@@ -460,6 +479,12 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
 
 int64_t tl_trainer_steps_done(const tl_trainer* t) {
   return t->step;
+}
+const struct tl_config* tl_trainer_config(const tl_trainer* t) {
+  return &t->cfg;
+}
+int tl_trainer_world_rank(const tl_trainer* t) {
+  return t->world_rank;
 }
 const tl_model* tl_trainer_model(const tl_trainer* t) {
   return &t->model;

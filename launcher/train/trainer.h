@@ -91,12 +91,27 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss);
  * on world rank 0 (collective; `out` may be NULL on other ranks). With
  * `moments`, also the AdamW moments into out + n and out + 2n. */
 tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments);
+/* The gradients AdamW took in the last step (after clipping), as a full
+ * flat vector in the model's order on world rank 0 (collective). */
+tl_status tl_trainer_gather_grads(tl_trainer* t, float* out);
+/* Sets this rank's parameters and AdamW moments from whole-model vectors
+ * (parameters, first and second moment, n_params apart; the same on every
+ * rank of the job). */
+tl_status tl_trainer_set_state(tl_trainer* t, const float* full);
+/* Whether every copy of a parameter holds the same bits (collective):
+ * data-parallel replicas, the tied embedding on the first and last stage,
+ * the parameters every tensor-parallel rank holds whole. On disagreement,
+ * `what` (cap bytes) says where, on every rank. */
+tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t cap);
 /* Writes a trellis checkpoint from world rank 0 (collective, atomic). */
 tl_status tl_trainer_save(tl_trainer* t, const char* path);
 /* Writes the weights as an llm.c model file (collective; gpt only). */
 tl_status tl_trainer_export(tl_trainer* t, const char* path);
 
 int64_t tl_trainer_steps_done(const tl_trainer* t);
+const struct tl_config* tl_trainer_config(const tl_trainer* t);
+/* This rank's place in the job (0 on a single device). */
+int tl_trainer_world_rank(const tl_trainer* t);
 const tl_model* tl_trainer_model(const tl_trainer* t);
 /* The first token of the validation (else training) data: a natural prompt. */
 int32_t tl_trainer_first_token(const tl_trainer* t);

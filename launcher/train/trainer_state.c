@@ -2,6 +2,8 @@
  * starting weights cut to this rank's stage and tensor-parallel shard, and
  * the shards gathered back (parameters and AdamW moments) for checkpoints,
  * llm.c model files, sampling and --verify. */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,21 +39,21 @@ static tl_status read_start(tl_trainer* t, float** host, int64_t* position) {
   return st;
 }
 
-/* The stage's parameters (and moments) from the start state or the RNG. */
-tl_status tl__trainer_load_start(tl_trainer* t) {
-  float* full = NULL;
-  int64_t position = 0;
-  TL_CHECK(read_start(t, &full, &position));
+/* Places whole-model vectors (parameters and both moments, n_params
+ * apart) into this rank's stage buffers; NULL: parameters from the RNG,
+ * moments zero. */
+static tl_status place_full(tl_trainer* t, const float* full) {
   int64_t n = t->lay->n, total = t->model.n_params, shard_n = t->shard.n_local;
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * 3);
-  /* a checkpoint's whole vectors, cut to this rank's tensor-parallel shard */
-  float* shard = full && t->tp_size > 1 ? malloc(sizeof(float) * (size_t)shard_n * 3) : full;
-  tl_status st = local && (shard || !full)
+  /* the whole vectors, cut to this rank's tensor-parallel shard */
+  float* cut = full && t->tp_size > 1 ? malloc(sizeof(float) * (size_t)shard_n * 3) : NULL;
+  const float* shard = cut ? cut : full;
+  tl_status st = local && (cut || !full || t->tp_size == 1)
                      ? TL_OK
                      : TL_ERRF(TL_ERR_NOMEM, "out of memory for the stage's weights");
   if (st == TL_OK) {
-    if (shard != full)
-      for (int k = 0; k < 3; k++) tl_tp_from_full(&t->shard, full + k * total, shard + k * shard_n);
+    if (cut)
+      for (int k = 0; k < 3; k++) tl_tp_from_full(&t->shard, full + k * total, cut + k * shard_n);
     memset(local + n, 0, sizeof(float) * (size_t)n * 2);
     for (int i = 0; i < t->lay->n_segments; i++) {
       const tl_dp_segment* s = &t->lay->segments[i];
@@ -71,7 +73,16 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
       st = tl_memcpy(dev, tl_optim_moment(t->optim, k)->data, cpu, local + (k + 1) * n, bytes);
   }
   free(local);
-  if (shard != full) free(shard);
+  free(cut);
+  return st;
+}
+
+/* The stage's parameters (and moments) from the start state or the RNG. */
+tl_status tl__trainer_load_start(tl_trainer* t) {
+  float* full = NULL;
+  int64_t position = 0;
+  TL_CHECK(read_start(t, &full, &position));
+  tl_status st = place_full(t, full);
   free(full);
   if (st == TL_OK)
     st = tl_loader_init(&t->loader, &t->train_file, t->cfg.train.batch_size, t->cfg.train.seq_len,
@@ -79,15 +90,18 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
   return st;
 }
 
+tl_status tl_trainer_set_state(tl_trainer* t, const float* full) {
+  return place_full(t, full);
+}
+
 /* ---- whole-model views -------------------------------------------------- */
 
-/* Stage 0 of this pipeline assembles the shard's flat vector(s) (k of
- * them, shard_n elements apart) from every stage; NULL elsewhere. */
-static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
+/* Stage 0 of this pipeline assembles the shard's flat vector(s) of the
+ * stage buffers src[0..k_max) (shard_n elements apart) from every stage. */
+static tl_status gather_stages(tl_trainer* t, tl_buffer* const* src, float* shard, int k_max) {
   int64_t n = t->lay->n, shard_n = t->shard.n_local;
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1) * (size_t)k_max);
   if (!local) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
-  tl_buffer* src[3] = {t->params, tl_optim_moment(t->optim, 0), tl_optim_moment(t->optim, 1)};
   tl_status st = t->be->ops->synchronize(t->be->ctx);
   for (int k = 0; k < k_max && st == TL_OK; k++)
     st = tl_memcpy(tl_cpu(), local + k * n, t->be->device, src[k]->data, sizeof(float) * (size_t)n);
@@ -120,13 +134,13 @@ static tl_status gather_stages(tl_trainer* t, float* shard, int k_max) {
   return st;
 }
 
-tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
+/* The stage buffers src[0..k_max) as whole-model vectors on world rank 0. */
+static tl_status gather(tl_trainer* t, tl_buffer* const* src, int k_max, float* out) {
   if (t->dp_rank != 0) return TL_OK; /* replicas are identical: replica 0 speaks */
-  int k_max = moments ? 3 : 1;
   int64_t shard_n = t->shard.n_local, total = t->model.n_params;
   float* shard = malloc(sizeof(float) * (size_t)(shard_n > 0 ? shard_n : 1) * (size_t)k_max);
   if (!shard) return TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
-  tl_status st = gather_stages(t, shard, k_max);
+  tl_status st = gather_stages(t, src, shard, k_max);
   if (st == TL_OK && t->pp_rank == 0) {
     if (t->tp_rank != 0) { /* to tensor-parallel rank 0, which places every shard */
       st = tl_group_send(t->comm.host_tp, shard, (size_t)(shard_n * k_max), TL_F32, 0, 30001, NULL);
@@ -158,6 +172,16 @@ tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
   return st;
 }
 
+tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
+  tl_buffer* src[3] = {t->params, tl_optim_moment(t->optim, 0), tl_optim_moment(t->optim, 1)};
+  return gather(t, src, moments ? 3 : 1, out);
+}
+
+tl_status tl_trainer_gather_grads(tl_trainer* t, float* out) {
+  tl_buffer* src[1] = {t->grads};
+  return gather(t, src, 1, out);
+}
+
 tl_status tl_trainer_save(tl_trainer* t, const char* path) {
   int64_t n = t->model.n_params;
   float* full = t->world_rank == 0 ? malloc(sizeof(float) * (size_t)n * 3) : NULL;
@@ -178,4 +202,93 @@ tl_status tl_trainer_export(tl_trainer* t, const char* path) {
   if (st == TL_OK && t->world_rank == 0) st = tl_llmc_model_write(path, &t->model, full);
   free(full);
   return st;
+}
+
+/* ---- every copy the same ------------------------------------------------ */
+
+/* 64 bits of a float vector's bits (FNV-1a over 32-bit words, folded). */
+static uint64_t hash_floats(const float* x, int64_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const uint32_t* w = (const uint32_t*)(const void*)x;
+  for (int64_t i = 0; i < n; i++) h = (h ^ w[i]) * 1099511628211ull;
+  return h;
+}
+
+/* Whether this rank's hash agrees with every other member's of a host
+ * group (each member sends its hash, 0 where it holds none of the kind;
+ * members holding some must agree). */
+static tl_status group_agrees(tl_group* g, uint64_t mine, int* agree, int* other) {
+  *agree = 1;
+  if (!g || tl_group_size(g) == 1) return TL_OK;
+  int n = tl_group_size(g);
+  uint64_t* all = malloc(sizeof(uint64_t) * (size_t)n);
+  if (!all) return TL_ERRF(TL_ERR_NOMEM, "out of memory comparing copies");
+  /* a uint64 travels as two int32s: the bits arrive as they left */
+  tl_status st = tl_group_all_gather(g, &mine, all, 2 * (size_t)n, TL_I32, NULL);
+  for (int r = 0; st == TL_OK && r < n && *agree; r++)
+    if (mine && all[r] && all[r] != mine) *agree = 0, *other = r;
+  free(all);
+  return st;
+}
+
+tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t cap) {
+  int64_t n = t->lay->n;
+  float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  if (!local) return TL_ERRF(TL_ERR_NOMEM, "out of memory comparing copies");
+  tl_status st = t->be->ops->synchronize(t->be->ctx);
+  if (st == TL_OK)
+    st = tl_memcpy(tl_cpu(), local, t->be->device, t->params->data, sizeof(float) * (size_t)n);
+  /* the hashes of what this rank shares with others: everything with its
+   * data-parallel replicas, the tied embedding with the other end of its
+   * pipeline, the parameters every tensor-parallel rank holds whole with
+   * the rest of its tp group (each a sum over its segments, so that the
+   * segments' order does not matter) */
+  uint64_t all = hash_floats(local, n), tied = 0, whole = 0;
+  for (int i = 0; i < t->lay->n_segments; i++) {
+    const tl_dp_segment* s = &t->lay->segments[i];
+    const struct tl_tp_param* p = tl_tp_param_of(&t->shard, s->value);
+    uint64_t h = hash_floats(local + s->offset, s->n) ^ (uint64_t)(p ? p->full_offset : 0) * 31ull;
+    if (tl_pp_stage_shares(t->me, s->value)) tied += h | 1;
+    if (p && p->kind == TL_TP_WHOLE) whole += h | 1;
+  }
+  free(local);
+  int ok[3] = {1, 1, 1}, other[3] = {0, 0, 0};
+  if (st == TL_OK) st = group_agrees(t->comm.host_dp, all, &ok[0], &other[0]);
+  if (st == TL_OK) st = group_agrees(t->comm.host_pp, tied, &ok[1], &other[1]);
+  if (st == TL_OK) st = group_agrees(t->comm.host_tp, whole, &ok[2], &other[2]);
+  if (st != TL_OK) return st;
+  /* the job's verdict, and the first disagreeing rank's words */
+  char mine[256] = "";
+  if (!ok[0])
+    snprintf(mine, sizeof mine,
+             "data-parallel replicas %d and %d of pipeline stage %d (tp rank %d) hold different "
+             "parameters",
+             t->dp_rank, other[0], t->pp_rank, t->tp_rank);
+  else if (!ok[1])
+    snprintf(mine, sizeof mine,
+             "the tied token embedding differs between pipeline stages %d and %d (dp rank %d, "
+             "tp rank %d)",
+             t->pp_rank, other[1], t->dp_rank, t->tp_rank);
+  else if (!ok[2])
+    snprintf(mine, sizeof mine,
+             "tensor-parallel ranks %d and %d hold different copies of a parameter both hold "
+             "whole (stage %d, dp rank %d)",
+             t->tp_rank, other[2], t->pp_rank, t->dp_rank);
+  int32_t bad = mine[0] ? t->world_rank : INT32_MAX;
+  if (t->comm.world && tl_group_size(t->comm.world) > 1) {
+    int size = tl_group_size(t->comm.world);
+    int32_t* bads = malloc(sizeof(int32_t) * (size_t)size);
+    if (!bads) return TL_ERRF(TL_ERR_NOMEM, "out of memory comparing copies");
+    st = tl_group_all_gather(t->comm.world, &bad, bads, (size_t)size, TL_I32, NULL);
+    for (int r = 0; r < size; r++)
+      if (bads[r] < bad) bad = bads[r];
+    free(bads);
+    if (st == TL_OK && bad != INT32_MAX)
+      st = tl_group_broadcast(t->comm.world, mine, sizeof mine / sizeof(int32_t), TL_I32, bad,
+                              NULL);
+    if (st != TL_OK) return st;
+  }
+  *agree = bad == INT32_MAX;
+  if (what && cap) snprintf(what, cap, "%s", *agree ? "" : mine);
+  return TL_OK;
 }

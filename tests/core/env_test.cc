@@ -36,7 +36,20 @@ TEST(Env, EveryKnobIsDocumented) {
     EXPECT_GT(std::string(doc).size(), 20u) << name;
     n++;
   }
-  EXPECT_EQ(n, 4);
+  EXPECT_EQ(n, 5);
+}
+
+TEST(Env, EveryFaultHasTheNameItIsSetBy) {
+  for (int f = 0; f < TL_FAULT_COUNT; f++) {
+    std::string name = tl_fault_name((tl_fault)f);
+    EXPECT_NE(name, "?");
+    const char *knob, *def, *doc;
+    for (int i = 0; tl_env_describe(i, &knob, &def, &doc); i++)
+      if (std::string(knob) == "TRELLIS_FAULT") {
+        EXPECT_NE(std::string(doc).find(name), std::string::npos) << name;
+      }
+  }
+  EXPECT_EQ(tl_env()->fault, TL_FAULT_NONE);  // unset: no fault
 }
 
 TEST(Log, RankFilteringFollowsTheKnobs) {

@@ -1,0 +1,108 @@
+/* verify.h — the equality oracle: a run on a mesh checked, step by step,
+ * against the same config on one device.
+ *
+ * "A parallel run is the same run" cannot be checked by training both runs
+ * apart and comparing their weights at the end: AdamW moves an element by
+ * about lr whatever the size of its gradient, so an element whose gradient
+ * is within rounding noise of zero (a model of 124M parameters has many)
+ * steps one way on one mesh and the other way on another, and two correct
+ * runs drift apart by a few lr per step in those elements. What a mesh may
+ * change is only the order of the sums. So the oracle holds the
+ * single-device run (the reference, on world rank 0) to the mesh's state at
+ * every step and checks each piece of the step on its own:
+ *
+ *  0. start: the mesh's gathered starting parameters equal the reference's
+ *     bit for bit (both draw or read them element by element);
+ *  1. loss and gradient norm of each step, relative, within 1e-5;
+ *  2. the gradients AdamW took (after clipping), gathered from the mesh,
+ *     against the reference's gradients at the same parameters, element by
+ *     element in units of the tensor's largest gradient, within 1e-4
+ *     (reassociating a float32 sum of n terms moves it by at most about
+ *     n * 2^-24 of the sum of the terms' sizes; the gradients here are sums
+ *     over at most a few thousand token rows or one reduction dimension,
+ *     and cancellation leaves the largest gradient of a tensor well above
+ *     what it sums, so real differences are orders of magnitude below 1e-4
+ *     and a dropped micro-batch, a missing collective or a wrong scale
+ *     orders of magnitude above). The attention key biases, whose exact
+ *     gradient is zero, are left out of this check only;
+ *  3. the optimizer: the mesh's parameters and moments after the step equal
+ *     AdamW replayed here, in double precision, from its state before the
+ *     step and the gradients it took: parameters within 1e-3 lr plus two
+ *     float32 roundings of the parameter, moments within 1e-5 of their
+ *     tensor's largest (an update skipped, repeated or given the wrong
+ *     gradient or learning rate is a whole step off);
+ *  4. every copy of a parameter holds the same bits: data-parallel
+ *     replicas, the tied embedding's two ends, what tensor-parallel ranks
+ *     hold whole (tl_trainer_copies_agree).
+ * Each step then starts the reference from the mesh's state again, so
+ * differences never compound and the tolerances hold at any size and any
+ * number of steps. How many elements took a visibly different AdamW step
+ * than the reference (more than lr/2 apart) is reported, with the largest
+ * gradient among them: it shows they sit at the noise floor.
+ *
+ * Rank 0 holds the reference's state and four whole-model vectors besides
+ * its own: about 11 floats per parameter. */
+#ifndef TL_LAUNCHER_VERIFY_H
+#define TL_LAUNCHER_VERIFY_H
+
+#include <stdint.h>
+
+#include "launcher/train/trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TL_VERIFY_LOSS_TOL 1e-5
+#define TL_VERIFY_NORM_TOL 1e-5
+#define TL_VERIFY_GRAD_TOL 1e-4
+#define TL_VERIFY_STEP_TOL 1e-3 /* of lr, besides two roundings of the parameter */
+#define TL_VERIFY_MOMENT_TOL 1e-5
+
+typedef struct tl_verify tl_verify;
+
+/* A worst case over the steps checked so far: the value, and where. */
+struct tl_verify_worst {
+  double value;
+  int step;           /* 1-based; 0 before any step */
+  int tensor;         /* into the model's tensors; -1 when not a tensor's */
+  int64_t element;    /* in the flat parameter vector; -1 when none */
+};
+
+struct tl_verify_report {
+  int steps;                      /* checked */
+  struct tl_verify_worst start;   /* |parameter difference| at the start (must be 0) */
+  struct tl_verify_worst loss;    /* relative */
+  struct tl_verify_worst norm;    /* relative */
+  struct tl_verify_worst grad;    /* |difference| / the tensor's largest |gradient| */
+  struct tl_verify_worst update;  /* |parameter - replay| / lr */
+  struct tl_verify_worst update_bound; /* the same over its bound (must be <= 1) */
+  struct tl_verify_worst moment;  /* |moment - replay| / the tensor's largest moment */
+  int copies_agree;
+  int copies_step; /* the first step they did not */
+  char copies_what[256];
+  /* information: elements whose step differed from the reference's by more
+   * than lr/2, and the largest |gradient| among them over its tensor's largest */
+  int64_t flips;
+  double flip_grad;
+  int64_t n_key_bias; /* left out of the gradient check */
+  /* the verdict, and the first check that failed, in words */
+  int equal;
+  char failure[320];
+};
+
+/* Starts checking `par` (collective, before its first step): world rank 0
+ * builds the reference from par's config on one device and compares the
+ * starting parameters. */
+tl_status tl_verify_create(tl_trainer* par, tl_verify** out);
+/* Checks the step `par` just took (collective, after each tl_trainer_step). */
+tl_status tl_verify_step(tl_verify* v, const struct tl_step_stats* par_step);
+/* What was checked so far (meaningful on world rank 0). */
+const struct tl_verify_report* tl_verify_result(const tl_verify* v);
+void tl_verify_destroy(tl_verify* v);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
