@@ -70,6 +70,7 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(parallel, bucket_mb, TL__FIELD_DOUBLE, ABOVE(0)),
     FIELD(parallel, recompute, TL__FIELD_BOOL),
     FIELD(parallel, sequence_parallel, TL__FIELD_BOOL),
+    FIELD(parallel, deterministic, TL__FIELD_BOOL),
 
     FIELD(train, steps, TL__FIELD_INT, AT_LEAST(0)),
     FIELD(train, batch_size, TL__FIELD_INT, AT_LEAST(1)),

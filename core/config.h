@@ -68,6 +68,10 @@ struct tl_parallel_config {
   double bucket_mb;       /* DP all-reduce bucket size; default 25 */
   bool recompute;         /* activation recomputation; default false */
   bool sequence_parallel; /* default false */
+  /* every mesh-dependent sum in one canonical order (exact fixed-point
+   * gradient sums): bit-identical parameters across data x pipeline meshes
+   * with the same micro-batch size; default false */
+  bool deterministic;
 };
 
 struct tl_train_config {

@@ -277,6 +277,22 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
     tl__problem(p,
                 "parallel.recompute = true: activation recomputation is not implemented yet; "
                 "expected false (every activation the backward reads is kept)");
+  /* the deterministic mode's canonical order covers the sums over the batch,
+   * micro-batches, replicas and stages; tensor parallelism splits sums
+   * inside a layer (partial products, vocabulary and sequence shards) that
+   * it does not order yet, and its fixed-point kernels exist on the CPU */
+  if (OK(parallel, deterministic) && cfg->parallel.deterministic) {
+    if (OK(mesh, tp) && mesh->tp > 1)
+      tl__problem(p,
+                  "parallel.deterministic = true with mesh.tp = %d: the deterministic mode covers "
+                  "data and pipeline parallelism (any mesh.dp and mesh.pp); tensor parallelism's "
+                  "partial sums are not in its canonical order yet; expected mesh.tp = 1",
+                  mesh->tp);
+    if (OK(device, type) && cfg->device.type == TL_DEVICE_CUDA)
+      tl__problem(p,
+                  "parallel.deterministic = true with device.type = \"cuda\": its exact "
+                  "fixed-point gradient sums run on the CPU backend only; expected \"cpu\"");
+  }
   if (OK(schedule, kind) && s->kind == TL_SCHEDULE_INTERLEAVED)
     tl__problem(p,
                 "schedule.kind = \"interleaved\": the interleaved schedule is not implemented "

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-static const char* const k_names[TL_DTYPE_COUNT] = {"f32", "bf16", "f16", "i32", "u16"};
-static const size_t k_sizes[TL_DTYPE_COUNT] = {4, 2, 2, 4, 2};
+static const char* const k_names[TL_DTYPE_COUNT] = {"f32", "bf16", "f16", "i32", "u16", "i64"};
+static const size_t k_sizes[TL_DTYPE_COUNT] = {4, 2, 2, 4, 2, 8};
 
 size_t tl_dtype_size(tl_dtype t) {
   return (unsigned)t < TL_DTYPE_COUNT ? k_sizes[t] : 0;

@@ -14,7 +14,8 @@
 extern "C" {
 #endif
 
-typedef enum { TL_F32 = 0, TL_BF16, TL_F16, TL_I32, TL_U16, TL_DTYPE_COUNT } tl_dtype;
+/* TL_I64: fixed-point gradients of the deterministic mode (exact sums) */
+typedef enum { TL_F32 = 0, TL_BF16, TL_F16, TL_I32, TL_U16, TL_I64, TL_DTYPE_COUNT } tl_dtype;
 
 size_t tl_dtype_size(tl_dtype t);
 const char* tl_dtype_name(tl_dtype t); /* "f32", "bf16", ... */

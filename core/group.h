@@ -15,7 +15,7 @@
  * operation is complete. On MPICH, a nonblocking operation advances only
  * inside MPI calls; tl_group_test lets a compute loop push it along.
  *
- * Types. Elements are TL_F32 or TL_I32; TL_REDUCE_AVG is f32 only (the sum
+ * Types. Elements are TL_F32, TL_I32 or TL_I64; TL_REDUCE_AVG is f32 only (the sum
  * divided by the group size). Buffers live on tl_group_device(g): host
  * memory for MPI groups, the group's GPU for NCCL groups.
  *

@@ -55,7 +55,7 @@ struct mpi_req {
 };
 
 static MPI_Datatype dt_of(tl_dtype d) {
-  return d == TL_F32 ? MPI_FLOAT : MPI_INT;
+  return d == TL_F32 ? MPI_FLOAT : d == TL_I64 ? MPI_INT64_T : MPI_INT;
 }
 
 static MPI_Op op_of(tl_reduce_op op) {

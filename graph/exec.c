@@ -20,6 +20,7 @@ struct tl_exec {
   tl_memplan plan;
   int begin, end;        /* forward nodes this executor runs */
   int64_t* param_offset; /* per value: element offset in params/grads */
+  int64_t* grad_acc;      /* exact gradient sums, or NULL (tl_exec_options) */
   struct tl_run_ctx ctx;
   float* seed; /* host copy of the loss-gradient fill */
   int64_t seed_n;
@@ -62,7 +63,7 @@ static void* ctx_data(const struct tl_run_ctx* c, int v) {
 
 tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                          tl_buffer* grads, tl_exec** out) {
-  struct tl_exec_options opt = {0, g->n_forward, NULL, NULL};
+  struct tl_exec_options opt = {.begin = 0, .end = g->n_forward};
   return tl_exec_create_ex(g, be, params, grads, &opt, out);
 }
 
@@ -129,6 +130,13 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   x->grads = grads;
   x->begin = opt->begin;
   x->end = opt->end;
+  x->grad_acc = opt->grad_acc;
+  if (x->grad_acc && (!grads || !be->ops->fixed_add)) {
+    free(x);
+    return TL_ERRF(TL_ERR_UNSUPPORTED, "exact gradient sums need a gradient buffer and a backend "
+                                       "with fixed-point kernels (the %s backend has none)",
+                   be->ops->name);
+  }
   x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->group, NULL, 0};
   tl_status st = TL_OK;
   x->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
@@ -212,6 +220,19 @@ tl_status tl_exec_get(const tl_exec* x, int v, void* host, size_t bytes) {
   return tl_memcpy(tl_cpu(), host, x->be->device, p, bytes);
 }
 
+/* Exact gradient sums: the parameter gradients node n just wrote, into
+ * the fixed-point buffer. */
+static tl_status move_param_grads(tl_exec* x, const tl_node* n) {
+  for (int k = 0; k < n->n_out; k++) {
+    int v = n->out[k];
+    if (v < 0 || x->g->values[v].role != TL_ROLE_PARAM_GRAD) continue;
+    int64_t off = x->param_offset[x->g->values[v].grad_of];
+    TL_CHECK(x->be->ops->fixed_add(x->be->ctx, x->grad_acc + off, (float*)x->grads->data + off,
+                                   tl_value_numel(&x->g->values[v])));
+  }
+  return TL_OK;
+}
+
 static tl_status run_node(tl_exec* x, int i) {
   const tl_node* n = &x->g->nodes[i];
   /* activation gradients start from zero in each backward pass */
@@ -229,15 +250,18 @@ static tl_status run_node(tl_exec* x, int i) {
     int64_t t0 = tl_time_ns();
     TL_CHECK(def->run(&x->ctx, n));
     x->node_hook(x->node_hook_user, n, t0, tl_time_ns());
-    return TL_OK;
+    return x->grad_acc ? move_param_grads(x, n) : TL_OK;
   }
-  if (!x->profile) return def->run(&x->ctx, n);
-  tl_timer t;
-  tl_timer_start(&t);
-  TL_CHECK(def->run(&x->ctx, n));
-  TL_CHECK(x->be->ops->synchronize(x->be->ctx));
-  x->op_seconds[n->op] += tl_timer_elapsed_s(&t);
-  return TL_OK;
+  if (!x->profile) {
+    TL_CHECK(def->run(&x->ctx, n));
+  } else {
+    tl_timer t;
+    tl_timer_start(&t);
+    TL_CHECK(def->run(&x->ctx, n));
+    TL_CHECK(x->be->ops->synchronize(x->be->ctx));
+    x->op_seconds[n->op] += tl_timer_elapsed_s(&t);
+  }
+  return x->grad_acc ? move_param_grads(x, n) : TL_OK;
 }
 
 static tl_status check_range(const tl_exec* x, int begin, int end) {

@@ -41,6 +41,12 @@ struct tl_exec_options {
   int begin, end;
   const int64_t* param_offset; /* indexed by value id; NULL: the graph's offsets */
   tl_group* group; /* the group the graph's collective ops (TL_OP_COLLECTIVE) run over */
+  /* exact gradient sums (the deterministic mode): after each backward node,
+   * the parameter gradients it wrote move into this 64-bit fixed-point
+   * buffer (laid out as the gradients; kernels/ops.h fixed_add), leaving
+   * zeros, so that how a sum over nodes, micro-batches or ranks is split
+   * cannot change it. NULL: gradients accumulate in the float buffer. */
+  int64_t* grad_acc;
 };
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);

@@ -122,7 +122,25 @@ struct tl_kernel_ops {
    *   p -= lr * (m/(1-b1^step) / (sqrt(v/(1-b2^step)) + eps) + wd * p) */
   tl_status (*adamw)(void* ctx, float* params, const float* grads, float* m, float* v, int64_t n,
                      float lr, float beta1, float beta2, float eps, float weight_decay, int step);
+
+  /* The deterministic mode's exact sums (parallel.deterministic): integers
+   * add in any order to the same result. NULL where a backend lacks them.
+   *   fixed_add:      acc[i] += round(x[i] * 2^TL_FIXED_SHIFT), then x[i] = 0;
+   *                   TL_ERR_INVALID when |x[i]| >= 2^(62 - TL_FIXED_SHIFT)
+   *                   or x[i] is not finite
+   *   fixed_to_float: out[i] = acc[i] * 2^-TL_FIXED_SHIFT
+   *   sumsq_fixed:    out[0] (high 64 bits), out[1] (low 64 bits) = the sum
+   *                   of round(x[i]^2 * 2^TL_FIXED_SQ_SHIFT), a 128-bit
+   *                   integer; TL_ERR_INVALID past 2^126 */
+  tl_status (*fixed_add)(void* ctx, int64_t* acc, float* x, int64_t n);
+  tl_status (*fixed_to_float)(void* ctx, float* out, const int64_t* acc, int64_t n);
+  tl_status (*sumsq_fixed)(void* ctx, int64_t* out, const float* x, int64_t n);
 };
+
+/* Fixed-point units of the exact sums: gradients in 2^-48 (|g| < 2^14,
+ * exact for |g| >= 2^-25), squares in 2^-64. */
+#define TL_FIXED_SHIFT 48
+#define TL_FIXED_SQ_SHIFT 64
 
 /* The backward of matmul expressed as three matmuls and a column sum; shared
  * by backends whose GEMM already handles every transpose. `colsum_add`

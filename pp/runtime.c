@@ -185,13 +185,13 @@ tl_status tl_pp_shared_group(tl_group* pp, const tl_pp_stage* s, tl_group** out)
   return tl_group_split(pp, s->n_shared > 0 ? 0 : TL_GROUP_UNDEFINED, s->stage, "shared", out);
 }
 
-tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g, float* grads,
-                            const int64_t* offset) {
+tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g, void* grads,
+                            tl_dtype dtype, const int64_t* offset) {
   if (!shared || tl_fault_on(TL_FAULT_TIED_SYNC_SKIPPED)) return TL_OK;
   for (int i = 0; i < s->n_shared; i++) {
     int v = s->shared[i];
-    float* p = grads + offset[v];
-    TL_CHECK(tl_group_all_reduce(shared, p, p, (size_t)tl_value_numel(&g->values[v]), TL_F32,
+    char* p = (char*)grads + (size_t)offset[v] * tl_dtype_size(dtype);
+    TL_CHECK(tl_group_all_reduce(shared, p, p, (size_t)tl_value_numel(&g->values[v]), dtype,
                                  TL_REDUCE_SUM, NULL));
   }
   return TL_OK;

@@ -90,9 +90,11 @@ tl_status tl_pp_shared_group(tl_group* pp, const tl_pp_stage* s, tl_group** out)
 
 /* Sums the gradients of the stage's shared parameters over `shared`
  * (tl_pp_shared_group; collective over it): grads is the stage's flat
- * gradient buffer, offset[v] where parameter value v lies in it. */
-tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g, float* grads,
-                            const int64_t* offset);
+ * gradient buffer of `dtype` elements (TL_F32, or TL_I64 for the
+ * deterministic mode's fixed point), offset[v] where parameter value v lies
+ * in it. */
+tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g, void* grads,
+                            tl_dtype dtype, const int64_t* offset);
 
 #ifdef __cplusplus
 }

@@ -83,4 +83,7 @@ const struct tl_kernel_ops tl_cpu_kernel_ops = {
     .scale_backward = tl__cpu_scale_backward,
     .sumsq = tl__cpu_sumsq,
     .adamw = tl__cpu_adamw,
+    .fixed_add = tl__cpu_fixed_add,
+    .fixed_to_float = tl__cpu_fixed_to_float,
+    .sumsq_fixed = tl__cpu_sumsq_fixed,
 };

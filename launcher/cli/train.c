@@ -224,6 +224,15 @@ static int print_verify(const struct run* r) {
          v->copies_agree ? "replicas, the tied embedding and whole tensor-parallel copies hold the "
                            "same bits"
                          : v->copies_what);
+  if (v->deterministic) {
+    if (v->bits_differ == 0)
+      printf("verify:   bits        parallel.deterministic: every parameter, moment and gradient "
+             "equal to the single-device run's (%d micro-batches of the same size) bit for bit\n",
+             r->cfg.schedule.micro_batches * r->cfg.mesh.dp);
+    else
+      printf("verify:   bits        parallel.deterministic: %lld elements differ in their bits\n",
+             (long long)v->bits_differ);
+  }
   if (v->flips)
     printf("verify:   note        %lld element%s took a step more than lr/2 from one device's; "
            "the largest gradient among them is %.3g of its tensor's largest: rounding noise, "

@@ -44,7 +44,8 @@ tl_status tl_optim_create(const tl_backend* be, const struct tl_train_config* c,
   }
   if (st == TL_OK) st = tl_buffer_create(be->device, params->bytes, &o->m);
   if (st == TL_OK) st = tl_buffer_create(be->device, params->bytes, &o->v);
-  if (st == TL_OK) st = tl_buffer_create(be->device, sizeof(float), &o->scalar);
+  /* a float, or the two words of a 128-bit integer */
+  if (st == TL_OK) st = tl_buffer_create(be->device, 2 * sizeof(int64_t), &o->scalar);
   if (st == TL_OK) st = tl_memzero(be->device, o->m->data, o->m->bytes);
   if (st == TL_OK) st = tl_memzero(be->device, o->v->data, o->v->bytes);
   if (st != TL_OK) {
@@ -86,6 +87,31 @@ tl_status tl_optim_sumsq(tl_optim* o, double* out) {
     double part;
     TL_CHECK(sumsq(o, (const float*)o->grads->data + o->segs[i].offset, o->segs[i].n, &part));
     total -= part;
+  }
+  *out = total;
+  return TL_OK;
+}
+
+static tl_status sumsq_fixed(tl_optim* o, const float* x, int64_t n, __int128* out) {
+  if (!o->be->ops->sumsq_fixed)
+    return TL_ERRF(TL_ERR_UNSUPPORTED, "the %s backend has no fixed-point sum of squares",
+                   o->be->ops->name);
+  int64_t w[2];
+  TL_CHECK(o->be->ops->sumsq_fixed(o->be->ctx, o->scalar->data, x, n));
+  TL_CHECK(o->be->ops->synchronize(o->be->ctx));
+  TL_CHECK(tl_memcpy(tl_cpu(), w, o->be->device, o->scalar->data, sizeof w));
+  *out = (__int128)(((unsigned __int128)(uint64_t)w[0] << 64) | (uint64_t)w[1]);
+  return TL_OK;
+}
+
+tl_status tl_optim_sumsq_fixed(tl_optim* o, __int128* out) {
+  __int128 total;
+  TL_CHECK(sumsq_fixed(o, o->grads->data, o->n, &total));
+  for (int i = 0; i < o->n_segs; i++) {
+    if (o->segs[i].counted) continue;
+    __int128 part;
+    TL_CHECK(sumsq_fixed(o, (const float*)o->grads->data + o->segs[i].offset, o->segs[i].n, &part));
+    total -= part; /* exact */
   }
   *out = total;
   return TL_OK;

@@ -44,6 +44,10 @@ tl_buffer* tl_optim_moment(const tl_optim* o, int which); /* 0: first, 1: second
 /* This rank's share of the squared global gradient norm: the squares of
  * the counted segments' gradients. */
 tl_status tl_optim_sumsq(tl_optim* o, double* out);
+/* The same, exact: a 128-bit fixed-point integer (units of
+ * 2^-TL_FIXED_SQ_SHIFT), so that summing the shares of any split over
+ * ranks gives the same bits (the deterministic mode). */
+tl_status tl_optim_sumsq_fixed(tl_optim* o, __int128* out);
 
 /* Clips the gradients to train.grad_clip when `norm` (the global norm)
  * exceeds it, then takes AdamW step `step` (0-based) at the schedule's

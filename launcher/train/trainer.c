@@ -189,6 +189,16 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
   t->param_bytes = tl_alloc_stats_get(dev).live_bytes - live;
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->grads), st, fail);
+  if (cfg->parallel.deterministic) {
+    if (t->tp_size > 1 || !t->be->ops->fixed_add) {
+      st = TL_ERRF(TL_ERR_CONFIG,
+                   "parallel.deterministic covers data and pipeline parallelism on the CPU "
+                   "backend (mesh.tp = %d, backend %s)",
+                   t->tp_size, t->be->ops->name);
+      goto fail;
+    }
+    TL_CHECK_GOTO(tl_buffer_create(dev, 2 * bytes, &t->grad_acc), st, fail);
+  }
   /* the optimizer: a segment per parameter, counted in the global norm on
    * one rank only (the last stage leaves the tied embedding to the first,
    * tp ranks other than 0 leave the tensors every rank holds whole) */
@@ -231,12 +241,16 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
       .be = t->be,
       .params = t->params,
       .grads = t->grads,
-      .exec = {t->me->node_begin, t->me->node_end, t->lay->offset, t->comm.tp},
+      .exec = {.begin = t->me->node_begin,
+               .end = t->me->node_end,
+               .param_offset = t->lay->offset,
+               .group = t->comm.tp,
+               .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL},
       .n_slots = t->sched.max_in_flight,
   };
   TL_CHECK_GOTO(tl_pp_runtime_create(&rc, &t->rt), st, fail);
   TL_CHECK_GOTO(tl_pp_shared_group(t->comm.pp, t->me, &t->shared), st, fail);
-  if (t->comm.dp)
+  if (t->comm.dp && !t->grad_acc) /* the deterministic mode sums its fixed point at the end */
     TL_CHECK_GOTO(tl_dp_buckets_create(t->comm.dp, t->lay, (float*)t->grads->data,
                                        cfg->parallel.bucket_mb, &t->buckets),
                   st, fail);
@@ -282,6 +296,7 @@ void tl_trainer_destroy(tl_trainer* t) {
   tl_tp_shard_free(&t->shard);
   tl_buffer_destroy(t->params);
   tl_buffer_destroy(t->grads);
+  tl_buffer_destroy(t->grad_acc);
   tl_optim_destroy(t->optim);
   tl_buffer_destroy(t->sp_pack);
   tl_tokens_close(&t->train_file);
@@ -373,7 +388,11 @@ static tl_status host_sum(tl_group* g, double* v) {
 static tl_status sync_tied(tl_trainer* t) {
   if (!t->shared) return TL_OK;
   double t0 = now_us();
-  TL_CHECK(tl_pp_sync_shared(t->me, t->shared, t->graph, t->grads->data, t->lay->offset));
+  if (t->grad_acc)
+    TL_CHECK(tl_pp_sync_shared(t->me, t->shared, t->graph, t->grad_acc->data, TL_I64,
+                               t->lay->offset));
+  else
+    TL_CHECK(tl_pp_sync_shared(t->me, t->shared, t->graph, t->grads->data, TL_F32, t->lay->offset));
   trace_span(t, "tied_allreduce", 0, t0);
   return TL_OK;
 }
@@ -390,6 +409,44 @@ static tl_status sync_sequence_parallel(tl_trainer* t) {
   return TL_OK;
 }
 
+/* The deterministic mode: the micro-batches' fixed-point gradients summed
+ * over the replicas (integers: any order gives the same bits), the tied
+ * embedding's over its stages, then back to floats. */
+static tl_status sum_exact(tl_trainer* t) {
+  double t0 = now_us();
+  int64_t* acc = t->grad_acc->data;
+  if (t->comm.dp && t->dp_size > 1)
+    TL_CHECK(tl_group_all_reduce(t->comm.dp, acc, acc, (size_t)t->lay->n, TL_I64, TL_REDUCE_SUM,
+                                 NULL));
+  TL_CHECK(sync_tied(t));
+  TL_CHECK(t->be->ops->fixed_to_float(t->be->ctx, t->grads->data, acc, t->lay->n));
+  trace_span(t, "dp_allreduce", 0, t0);
+  return TL_OK;
+}
+
+/* The squared global norm from 128-bit fixed-point shares, summed exactly
+ * over the stages. */
+static tl_status norm_exact(tl_trainer* t, double* sumsq) {
+  __int128 mine, total = 0;
+  TL_CHECK(tl_optim_sumsq_fixed(t->optim, &mine));
+  tl_group* g = t->comm.host_pp;
+  int n = g ? tl_group_size(g) : 1;
+  if (n == 1) {
+    total = mine;
+  } else {
+    int64_t words[2] = {(int64_t)(mine >> 64), (int64_t)(uint64_t)mine};
+    int64_t* all = malloc(sizeof(int64_t) * 2 * (size_t)n);
+    if (!all) return TL_ERRF(TL_ERR_NOMEM, "out of memory for the gradient norm");
+    tl_status st = tl_group_all_gather(g, words, all, 2 * (size_t)n, TL_I64, NULL);
+    for (int r = 0; r < n && st == TL_OK; r++)
+      total += (__int128)(((unsigned __int128)(uint64_t)all[2 * r] << 64) | (uint64_t)all[2 * r + 1]);
+    free(all);
+    TL_CHECK(st);
+  }
+  *sumsq = ldexp((double)total, -TL_FIXED_SQ_SHIFT);
+  return TL_OK;
+}
+
 tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   const struct tl_train_config* tc = &t->cfg.train;
   const struct tl_kernel_ops* ops = t->be->ops;
@@ -399,25 +456,34 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   t->wait_seconds = 0;
   /* 1. gradients of the mean loss over the global batch */
   TL_CHECK(tl_memzero(t->be->device, t->grads->data, t->grads->bytes));
+  if (t->grad_acc) TL_CHECK(tl_memzero(t->be->device, t->grad_acc->data, t->grad_acc->bytes));
   double loss = 0.0;
   TL_CHECK(run_schedule(t, &loss));
   /* 2. replicas and the tied embedding */
-  if (t->buckets) {
-    double t0 = now_us();
-    TL_CHECK(ops->synchronize(ctx));
-    TL_CHECK(tl_dp_buckets_finish(t->buckets));
-    if (t->dp_size > 1 && tl_fault_on(TL_FAULT_DP_SCALED_TWICE)) /* a deliberate bug (core/env.h) */
-      TL_CHECK(ops->scale_forward(ctx, t->grads->data, t->grads->data, 1.0f / (float)t->dp_size,
-                                  t->lay->n));
-    trace_span(t, "dp_allreduce", 0, t0);
+  if (t->grad_acc) {
+    TL_CHECK(sum_exact(t));
+  } else {
+    if (t->buckets) {
+      double t0 = now_us();
+      TL_CHECK(ops->synchronize(ctx));
+      TL_CHECK(tl_dp_buckets_finish(t->buckets));
+      trace_span(t, "dp_allreduce", 0, t0);
+    }
+    TL_CHECK(sync_tied(t));
+    TL_CHECK(sync_sequence_parallel(t));
   }
-  TL_CHECK(sync_tied(t));
-  TL_CHECK(sync_sequence_parallel(t));
+  if (t->dp_size > 1 && tl_fault_on(TL_FAULT_DP_SCALED_TWICE)) /* a deliberate bug (core/env.h) */
+    TL_CHECK(ops->scale_forward(ctx, t->grads->data, t->grads->data, 1.0f / (float)t->dp_size,
+                                t->lay->n));
   /* 3. global norm over stages and shards, clipping */
   double sumsq = 0;
-  TL_CHECK(tl_optim_sumsq(t->optim, &sumsq));
-  TL_CHECK(host_sum(t->comm.host_tp, &sumsq));
-  TL_CHECK(host_sum(t->comm.host_pp, &sumsq));
+  if (t->grad_acc) {
+    TL_CHECK(norm_exact(t, &sumsq));
+  } else {
+    TL_CHECK(tl_optim_sumsq(t->optim, &sumsq));
+    TL_CHECK(host_sum(t->comm.host_tp, &sumsq));
+    TL_CHECK(host_sum(t->comm.host_pp, &sumsq));
+  }
   float norm = (float)sqrt(sumsq > 0 ? sumsq : 0);
   if (!isfinite(norm))
     return TL_ERRF(TL_ERR_INTERNAL, "step %lld: the gradient norm is %f (the loss diverged)",

@@ -39,6 +39,9 @@ struct tl_trainer {
   bool* scatter;     /* per graph value: a boundary value the tp group holds alike */
   /* the stage's flat buffers */
   tl_buffer *params, *grads;
+  /* parallel.deterministic: the gradients as exact 64-bit fixed-point sums
+   * (graph/exec.h grad_acc), laid out as grads */
+  tl_buffer* grad_acc;
   tl_optim* optim; /* AdamW's moments, the norm and clipping (optimizer.h) */
   tl_buffer* sp_pack;  /* sequence parallelism: the partial gradients, packed */
   int64_t param_bytes; /* what the allocator counted for the parameter buffer */

@@ -19,6 +19,7 @@ struct tl_verify {
   float *before, *after, *grads, *ref_after, *ref_grads;
   struct tl_verify_report rep;
   double replay_at_worst; /* AdamW's replayed parameter where rep.update_bound is */
+  int64_t first_bits;     /* the first element whose bits differed */
 };
 
 static void fail_once(tl_verify* v, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -61,6 +62,7 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
   v->root = tl_trainer_world_rank(par) == 0;
   v->n = tl_trainer_model(par)->n_params;
   v->rep.equal = 1;
+  v->rep.deterministic = tl_trainer_config(par)->parallel.deterministic;
   v->rep.copies_agree = 1;
   struct tl_verify_worst* all[] = {&v->rep.start,  &v->rep.loss,         &v->rep.norm,
                                    &v->rep.grad,   &v->rep.update,       &v->rep.update_bound,
@@ -84,6 +86,8 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
   if (st == TL_OK) st = g;
   if (st == TL_OK && v->root) {
     struct tl_config one = *tl_trainer_config(par);
+    /* the deterministic mode's canonical order is per micro-batch size */
+    if (one.parallel.deterministic) one.schedule.micro_batches *= one.mesh.dp;
     one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
     one.schedule.n_stage_layers = 0; /* one stage holds every layer */
     one.checkpoint.dir[0] = '\0';
@@ -152,6 +156,15 @@ static void compare_tensor(tl_verify* v, const struct adamw* a, int k, int step)
     double dm = fabs(m1[i] - mi) / (mscale > 0 ? mscale : 1);
     double dv = fabs(v1[i] - vi) / (vscale > 0 ? vscale : 1);
     worst(&v->rep.moment, dm > dv ? dm : dv, step, k, i);
+    /* the deterministic mode: the same bits */
+    if (v->rep.deterministic) {
+      const float* rm1 = v->ref_after + n;
+      const float* rv1 = v->ref_after + 2 * n;
+      if (memcmp(&p1[i], &rp1[i], 4) || memcmp(&m1[i], &rm1[i], 4) ||
+          memcmp(&v1[i], &rv1[i], 4) || memcmp(&g[i], &rg[i], 4)) {
+        if (v->rep.bits_differ++ == 0) v->first_bits = i;
+      }
+    }
     /* information: a visibly different step than the reference's */
     if (fabs((double)p1[i] - rp1[i]) > 0.5 * a->lr) {
       v->rep.flips++;
@@ -193,6 +206,7 @@ tl_status tl_verify_step(tl_verify* v, const struct tl_step_stats* ps) {
   struct adamw a = {ps->lr, tc->beta1, tc->beta2, tc->eps,
                     1.0 - powf(tc->beta1, (float)step), 1.0 - powf(tc->beta2, (float)step)};
   struct tl_verify_worst g0 = r->grad, u0 = r->update_bound, m0 = r->moment;
+  int64_t bits0 = r->bits_differ;
   for (int k = 0; k < m->n_tensors; k++) compare_tensor(v, &a, k, step);
   if (r->grad.value > TL_VERIFY_GRAD_TOL && r->grad.step == step && g0.value <= TL_VERIFY_GRAD_TOL)
     fail_once(v,
@@ -225,6 +239,14 @@ tl_status tl_verify_step(tl_verify* v, const struct tl_step_stats* ps) {
               step, m->tensors[r->moment.tensor].name,
               (long long)(r->moment.element - m->tensors[r->moment.tensor].offset),
               r->moment.value);
+  if (r->deterministic && r->bits_differ > 0 && bits0 == 0) {
+    int k = tl_model_tensor_at(m, v->first_bits);
+    fail_once(v,
+              "step %d: parallel.deterministic: %lld elements' parameters, moments or gradients "
+              "differ in their bits from the single-device run's (first: %s, element %lld)",
+              step, (long long)r->bits_differ, k >= 0 ? m->tensors[k].name : "?",
+              (long long)(v->first_bits - (k >= 0 ? m->tensors[k].offset : 0)));
+  }
   /* 4. the copies no gather reads (checked last: a wrong value that was
    * gathered is reported above, where it is named) */
   if (!agree && r->copies_agree) {

@@ -40,6 +40,10 @@
  * than the reference (more than lr/2 apart) is reported, with the largest
  * gradient among them: it shows they sit at the noise floor.
  *
+ * With parallel.deterministic the reference takes the mesh's micro-batch
+ * size (schedule.micro_batches x mesh.dp micro-batches) and every
+ * parameter, moment and gradient after each step must equal it bit for bit.
+ *
  * Rank 0 holds the reference's state and four whole-model vectors besides
  * its own: about 11 floats per parameter. */
 #ifndef TL_LAUNCHER_VERIFY_H
@@ -86,6 +90,11 @@ struct tl_verify_report {
   int64_t flips;
   double flip_grad;
   int64_t n_key_bias; /* left out of the gradient check */
+  /* parallel.deterministic: the reference runs the same micro-batch size,
+   * and parameters, moments and gradients must equal it bit for bit; how
+   * many elements did not, over the steps */
+  int deterministic;
+  int64_t bits_differ;
   /* the verdict, and the first check that failed, in words */
   int equal;
   char failure[320];

@@ -234,4 +234,97 @@ TEST(Equality, PipelineBoundariesCarryOneTensorParallelShardEach) {
     }
 }
 
+// parallel.deterministic: after 20 steps the parameters and AdamW moments
+// of every data x pipeline mesh of this job are the single-device run's bit
+// for bit (the same micro-batch size: 2 sequences), and so are the llm.c
+// model files they export; without it a mesh with data parallelism is not
+// (so the comparison can fail).
+struct Bits {
+  std::vector<float> state;  // parameters, first and second moments (rank 0)
+  std::string exported;      // the llm.c model file's bytes (rank 0, gpt)
+};
+
+std::string ReadAll(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "rb");
+  std::string s;
+  if (!f) return s;
+  char buf[65536];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+  fclose(f);
+  return s;
+}
+
+Bits TrainFree(const tl_config& c, bool single) {
+  Bits b;
+  tl_worker w;
+  tl_trainer* t = nullptr;
+  tl_trainer_comm comm = {};
+  if (!single) {
+    EXPECT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
+    comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+  }
+  EXPECT_EQ(tl_trainer_create(&c, single ? nullptr : &comm, &t), TL_OK) << tl_last_error();
+  if (!t) return b;
+  for (int s = 0; s < c.train.steps; s++) {
+    tl_step_stats st;
+    EXPECT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
+  }
+  int64_t n = tl_trainer_model(t)->n_params;
+  bool root = single || WorldRank() == 0;
+  if (root) b.state.resize(3 * n);
+  EXPECT_EQ(tl_trainer_gather(t, root ? b.state.data() : nullptr, 1), TL_OK) << tl_last_error();
+  if (c.model.kind == TL_MODEL_GPT) {
+    const char* dir = getenv("TEST_TMPDIR");
+    std::string path = std::string(dir ? dir : "/tmp") + (single ? "/one.bin" : "/mesh.bin");
+    EXPECT_EQ(tl_trainer_export(t, path.c_str()), TL_OK) << tl_last_error();
+    if (root) b.exported = ReadAll(path);
+  }
+  tl_trainer_destroy(t);
+  if (!single) tl_worker_finalize(&w);
+  return b;
+}
+
+TEST(Equality, DeterministicModeGivesTheSingleDeviceBits) {
+  int n = WorldSize();
+  for (int dp : {1, 2, 4})
+    for (int pp : {1, 2, 4})
+      for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_MLP}) {
+        if (dp * pp != n) continue;
+        for (bool det : {true, false}) {
+          if (!det && dp == 1) continue;  // pipelines alone may well agree either way
+          tl_config c = Base(kind);
+          c.train.steps = 20;
+          c.mesh.dp = dp, c.mesh.pp = pp;
+          c.parallel.deterministic = det;
+          c.schedule.kind = TL_SCHEDULE_1F1B;
+          c.schedule.micro_batches = c.train.batch_size / dp / 2;  // 2 sequences each
+          std::string what = std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") +
+                             " dp=" + std::to_string(dp) + " pp=" + std::to_string(pp) +
+                             (det ? " deterministic" : " normal");
+          Bits mesh = TrainFree(c, false);
+          if (WorldRank() != 0) continue;
+          tl_config one = c;
+          one.mesh.dp = one.mesh.pp = 1;
+          one.schedule.micro_batches = c.train.batch_size / 2;
+          Bits ref = TrainFree(one, true);
+          ASSERT_EQ(mesh.state.size(), ref.state.size()) << what;
+          size_t differ = 0;
+          for (size_t i = 0; i < ref.state.size(); i++)
+            differ += memcmp(&mesh.state[i], &ref.state[i], sizeof(float)) != 0;
+          if (det) {
+            EXPECT_EQ(differ, 0u) << what << ": parameters and moments, of " << ref.state.size();
+            EXPECT_TRUE(mesh.exported == ref.exported) << what << ": the llm.c model files";
+          } else {
+            EXPECT_GT(differ, 0u) << what << ": the normal mode sums in the mesh's order";
+          }
+          printf("%-32s %zu of %zu parameter and moment elements differ in their bits%s\n",
+                 what.c_str(), differ, ref.state.size(),
+                 kind == TL_MODEL_GPT && det ? (mesh.exported == ref.exported
+                                                    ? "; model files identical"
+                                                    : "; model files DIFFER")
+                                             : "");
+        }
+      }
+}
+
 }  // namespace
