@@ -104,6 +104,14 @@ const std::vector<BadConfig>& BadConfigs() {
        "train.min_lr = 0.01: must be <= train.lr = 0.001"},
       {"CheckpointEveryNeedsDir", R"({"checkpoint": {"every": 10}})",
        "checkpoint.every = 10: needs checkpoint.dir"},
+      {"DeterministicCoversDataAndPipelineOnly",
+       R"({"mesh": {"tp": 2}, "parallel": {"deterministic": true}})",
+       "parallel.deterministic = true with mesh.tp = 2: the deterministic mode covers data and "
+       "pipeline parallelism"},
+      {"DeterministicRunsOnTheCpu",
+       R"({"device": {"type": "cuda"}, "parallel": {"deterministic": true}})",
+       "parallel.deterministic = true with device.type = \"cuda\": its exact fixed-point "
+       "gradient sums run on the CPU backend only"},
       // fields the runtime does not run yet are refused, not ignored
       {"ZeroNotImplementedYet", R"({"mesh": {"dp": 2}, "parallel": {"zero": 3}})",
        "parallel.zero = 3: ZeRO stages 1-3 (sharded optimizer state, gradients, parameters) are "

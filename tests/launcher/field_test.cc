@@ -241,6 +241,7 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"parallel.bucket_mb", R"({"mesh": {"dp": 2}})", "0.0001", 2},
       {"parallel.recompute", "{}", "true", 1},
       {"parallel.sequence_parallel", R"({"mesh": {"tp": 2}})", "true", 2},
+      {"parallel.deterministic", R"({"mesh": {"dp": 2}})", "true", 2},
       {"train.steps", "{}", "3", 1},
       {"train.batch_size", "{}", "8", 1},
       {"train.seq_len", "{}", "16", 1},
