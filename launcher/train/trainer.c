@@ -321,10 +321,16 @@ static tl_status set_inputs(tl_trainer* t, tl_exec* x, const tl_loader* l, int s
   return TL_OK;
 }
 
-static tl_status add_losses(tl_trainer* t, tl_exec* x, double* sum) {
+/* The micro-batch's token losses into *sum, or into *fixed (units of
+ * 2^-32: the deterministic mode's exact sum) when fixed is given. */
+static tl_status add_losses(tl_trainer* t, tl_exec* x, double* sum, int64_t* fixed) {
   if (t->tp_rank != 0) return TL_OK; /* the tensor-parallel group agrees; rank 0 counts */
   int n = t->micro * t->cfg.train.seq_len;
   TL_CHECK(tl_exec_get(x, t->io.losses, t->losses, sizeof(float) * (size_t)n));
+  if (fixed) {
+    for (int i = 0; i < n; i++) *fixed += llrint(ldexp((double)t->losses[i], 32));
+    return TL_OK;
+  }
   for (int i = 0; i < n; i++) *sum += t->losses[i];
   return TL_OK;
 }
@@ -369,7 +375,8 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
     tl_status st = tl_exec_backward(task.exec, me->node_begin, me->node_end, s);
     tl_exec_set_backward_hook(task.exec, NULL, NULL);
     TL_CHECK(st);
-    if (is_last_stage(t)) TL_CHECK(add_losses(t, task.exec, loss_sum));
+    if (is_last_stage(t))
+      TL_CHECK(add_losses(t, task.exec, loss_sum, t->grad_acc ? &t->loss_fixed : NULL));
     trace_span(t, "backward", task.micro, t0);
   }
   t->wait_seconds = tl_pp_runtime_wait_seconds(t->rt);
@@ -496,7 +503,15 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     TL_CHECK(tl_optim_step(t->optim, 0.0f, t->step, &lr));
   TL_CHECK(ops->synchronize(ctx));
   /* the loss lives on the last stages: everyone learns it */
-  TL_CHECK(host_sum(t->comm.world, &loss));
+  if (t->grad_acc) {
+    if (t->comm.world && tl_group_size(t->comm.world) > 1)
+      TL_CHECK(tl_group_all_reduce(t->comm.world, &t->loss_fixed, &t->loss_fixed, 1, TL_I64,
+                                   TL_REDUCE_SUM, NULL));
+    loss = ldexp((double)t->loss_fixed, -32);
+    t->loss_fixed = 0;
+  } else {
+    TL_CHECK(host_sum(t->comm.world, &loss));
+  }
   tl_loader_advance(&t->loader);
   t->step++;
   out->step = t->step;
@@ -530,7 +545,7 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
       t->trace_micro = task.micro;
       st = set_inputs(t, task.exec, &l, first_seq(t, task.micro));
       if (st == TL_OK) st = tl_exec_forward(task.exec, t->me->node_begin, t->me->node_end);
-      if (st == TL_OK && is_last_stage(t)) st = add_losses(t, task.exec, &sum);
+      if (st == TL_OK && is_last_stage(t)) st = add_losses(t, task.exec, &sum, NULL);
     }
     tl_loader_advance(&l);
   }

@@ -42,6 +42,7 @@ struct tl_trainer {
   /* parallel.deterministic: the gradients as exact 64-bit fixed-point sums
    * (graph/exec.h grad_acc), laid out as grads */
   tl_buffer* grad_acc;
+  int64_t loss_fixed; /* the step's loss sum, in fixed point (deterministic mode) */
   tl_optim* optim; /* AdamW's moments, the norm and clipping (optimizer.h) */
   tl_buffer* sp_pack;  /* sequence parallelism: the partial gradients, packed */
   int64_t param_bytes; /* what the allocator counted for the parameter buffer */

@@ -237,11 +237,12 @@ TEST(Equality, PipelineBoundariesCarryOneTensorParallelShardEach) {
 // parallel.deterministic: after 20 steps the parameters and AdamW moments
 // of every data x pipeline mesh of this job are the single-device run's bit
 // for bit (the same micro-batch size: 2 sequences), and so are the llm.c
-// model files they export; without it a mesh with data parallelism is not
+// model files they export and every step's loss; without it a mesh with data parallelism is not
 // (so the comparison can fail).
 struct Bits {
   std::vector<float> state;  // parameters, first and second moments (rank 0)
   std::string exported;      // the llm.c model file's bytes (rank 0, gpt)
+  std::vector<double> losses;
 };
 
 std::string ReadAll(const std::string& path) {
@@ -268,6 +269,7 @@ Bits TrainFree(const tl_config& c, bool single) {
   for (int s = 0; s < c.train.steps; s++) {
     tl_step_stats st;
     EXPECT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
+    b.losses.push_back(st.loss);
   }
   int64_t n = tl_trainer_model(t)->n_params;
   bool root = single || WorldRank() == 0;
@@ -314,6 +316,7 @@ TEST(Equality, DeterministicModeGivesTheSingleDeviceBits) {
           if (det) {
             EXPECT_EQ(differ, 0u) << what << ": parameters and moments, of " << ref.state.size();
             EXPECT_TRUE(mesh.exported == ref.exported) << what << ": the llm.c model files";
+            EXPECT_TRUE(mesh.losses == ref.losses) << what << ": the losses";
           } else {
             EXPECT_GT(differ, 0u) << what << ": the normal mode sums in the mesh's order";
           }
