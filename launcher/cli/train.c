@@ -44,7 +44,8 @@ static void usage(FILE* f) {
           "  --steps N        override train.steps\n"
           "  --metrics FILE   one JSON object per step\n"
           "  --trace FILE     Chrome trace of every rank's work per micro-batch\n"
-          "  --verify         also run the config on one device and compare\n");
+          "  --verify         check every step against the same config on one device\n"
+          "                   (rank 0 runs it beside the mesh; README: the equality oracle)\n");
 }
 
 struct options {
