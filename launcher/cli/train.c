@@ -202,6 +202,11 @@ static const char* tensor_name(const tl_model* m, int k) {
 static int print_verify(const struct run* r) {
   const struct tl_verify_report* v = tl_verify_result(r->verify);
   const tl_model* m = tl_trainer_model(r->t);
+  if (v->steps == 0) {
+    printf("verify: no step was taken (train.steps = %d already done): nothing to compare\n",
+           r->cfg.train.steps);
+    return v->equal ? 0 : 1;
+  }
   printf("verify: %d step%s checked against the same config on one device, each step started "
          "from the mesh's state (README: the equality oracle)\n",
          v->steps, v->steps == 1 ? "" : "s");
