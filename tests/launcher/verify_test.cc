@@ -7,7 +7,8 @@
 // again, the tied embedding's sync skipped, pipeline gradients delivered to
 // the wrong micro-batch, an optimizer step repeated on one stage, a
 // tensor-parallel reduction skipped, sequence parallelism's LayerNorm sync
-// skipped. (dp_scaled_twice is caught by the norm: clipping to 1.0 makes
+// skipped. With parallel.deterministic the correct run must also be equal
+// bit for bit at every step. (dp_scaled_twice is caught by the norm: clipping to 1.0 makes
 // the clipped gradients AdamW takes the same.)
 #include <gtest/gtest.h>
 
@@ -32,14 +33,15 @@ std::string Tokens() {
 }
 
 // A 4-layer GPT on the mesh, 3 steps, eps 1e-8.
-std::string Config(const std::string& mesh, bool sp) {
+std::string Config(const std::string& mesh, bool sp, bool det = false) {
   std::string t = Tokens();
   return WriteTempFile(
       "{\"model\": {\"kind\": \"gpt\", \"n_layers\": 4, \"n_heads\": 4, \"n_embd\": 32, "
       "\"vocab_size\": 256, \"max_seq_len\": 16},\n"
       " \"mesh\": " + mesh + ",\n"
       " \"schedule\": {\"kind\": \"1f1b\", \"micro_batches\": 2},\n"
-      " \"parallel\": {\"sequence_parallel\": " + (sp ? "true" : "false") + "},\n"
+      " \"parallel\": {\"sequence_parallel\": " + (sp ? "true" : "false") +
+      ", \"deterministic\": " + (det ? "true" : "false") + "},\n"
       " \"train\": {\"steps\": 3, \"batch_size\": 8, \"seq_len\": 16, \"lr\": 0.001, "
       "\"eps\": 1e-8, \"warmup_steps\": 0, \"grad_clip\": 1.0, \"sample_tokens\": 0},\n"
       " \"data\": {\"train\": \"" + t + "\"},\n"
@@ -48,14 +50,16 @@ std::string Config(const std::string& mesh, bool sp) {
 
 struct Case {
   const char* fault;
-  const char* mesh;  // "dp2pp2" or "tp2sp"
+  const char* mesh;  // "dp2pp2", "tp2sp" or "dp2pp2det" (parallel.deterministic)
   const char* says;  // in the DIFFERENT line
 };
 
 RunResult Verify(const Case& c) {
   static std::string dp_pp = Config("{\"dp\": 2, \"tp\": 1, \"pp\": 2}", false);
   static std::string tp_sp = Config("{\"dp\": 1, \"tp\": 2, \"pp\": 1}", true);
-  const std::string& cfg = std::string(c.mesh) == "dp2pp2" ? dp_pp : tp_sp;
+  static std::string dp_pp_det = Config("{\"dp\": 2, \"tp\": 1, \"pp\": 2}", false, true);
+  std::string mesh = c.mesh;
+  const std::string& cfg = mesh == "dp2pp2" ? dp_pp : mesh == "tp2sp" ? tp_sp : dp_pp_det;
   return RunProcess({kTrellis, "train", cfg, "--verify"}, {{"TRELLIS_FAULT", c.fault}}, 120,
                     true);
 }
@@ -81,6 +85,15 @@ TEST_P(Faults, VerifyCatchesIt) {
     EXPECT_NE(r.output.find("verify:   start       parameters equal bit for bit"),
               std::string::npos)
         << r.output;
+    if (std::string(c.mesh) == "dp2pp2det") {  // every step's state, bit for bit
+      EXPECT_NE(r.output.find("verify:   bits        parallel.deterministic: every parameter, "
+                              "moment and gradient equal to the single-device run's"),
+                std::string::npos)
+          << r.output;
+      EXPECT_NE(r.output.find("verify:   gradients   0 of the tensor's largest"),
+                std::string::npos)
+          << r.output;
+    }
     return;
   }
   EXPECT_EQ(r.status, 1) << r.output;
@@ -93,6 +106,8 @@ TEST_P(Faults, VerifyCatchesIt) {
 INSTANTIATE_TEST_SUITE_P(
     Table, Faults,
     testing::Values(Case{"none", "dp2pp2", ""}, Case{"none", "tp2sp", ""},
+                    Case{"none", "dp2pp2det", ""},
+                    Case{"update_repeated", "dp2pp2det", "the optimizer's update"},
                     Case{"micro_batch_dropped", "dp2pp2", "gradient of"},
                     Case{"dp_scaled_twice", "dp2pp2", "gradient norm"},
                     Case{"tied_sync_skipped", "dp2pp2", "gradient of wte"},
