@@ -239,11 +239,14 @@ static int print_verify(const struct run* r) {
       printf("verify:   bits        parallel.deterministic: %lld elements differ in their bits\n",
              (long long)v->bits_differ);
   }
-  if (v->flips)
+  if (v->flips && v->equal)
     printf("verify:   note        %lld element%s took a step more than lr/2 from one device's; "
            "the largest gradient among them is %.3g of its tensor's largest: rounding noise, "
            "which AdamW (eps %g) turns into a whole step\n",
            (long long)v->flips, v->flips == 1 ? "" : "s", v->flip_grad, r->cfg.train.eps);
+  else if (v->flips)
+    printf("verify:   note        %lld element%s took a step more than lr/2 from one device's\n",
+           (long long)v->flips, v->flips == 1 ? "" : "s");
   if (v->equal) {
     printf("verify: EQUAL to the single-device run\n");
     return 0;

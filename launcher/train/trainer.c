@@ -491,7 +491,8 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     TL_CHECK(host_sum(t->comm.host_tp, &sumsq));
     TL_CHECK(host_sum(t->comm.host_pp, &sumsq));
   }
-  float norm = (float)sqrt(sumsq > 0 ? sumsq : 0);
+  /* a NaN sum of squares must not read as 0 (no clipping, garbage steps) */
+  float norm = isfinite(sumsq) ? (float)sqrt(sumsq > 0 ? sumsq : 0) : (float)sumsq;
   if (!isfinite(norm))
     return TL_ERRF(TL_ERR_INTERNAL, "step %lld: the gradient norm is %f (the loss diverged)",
                    (long long)t->step + 1, norm);

@@ -207,6 +207,25 @@ TEST(Train, ResumeContinuesBitForBit) {
   tl_trainer_destroy(b);
 }
 
+// A weight gone NaN makes every gradient NaN: the step must stop, naming
+// the norm, not read the NaN sum of squares as 0 and step on.
+TEST(Train, ANonFiniteGradientStopsTheStep) {
+  tl_config c = SmallConfig();
+  c.model.n_layers = 1, c.model.n_embd = 32, c.train.steps = 2;
+  tl_trainer* t = nullptr;
+  ASSERT_EQ(tl_trainer_create(&c, nullptr, &t), TL_OK) << tl_last_error();
+  int64_t n = tl_trainer_model(t)->n_params;
+  std::vector<float> state(3 * n);
+  ASSERT_EQ(tl_trainer_gather(t, state.data(), 1), TL_OK);
+  state[n / 2] = NAN;
+  ASSERT_EQ(tl_trainer_set_state(t, state.data()), TL_OK);
+  tl_step_stats s;
+  EXPECT_EQ(tl_trainer_step(t, &s), TL_ERR_INTERNAL);
+  EXPECT_NE(std::string(tl_last_error()).find("the gradient norm is"), std::string::npos)
+      << tl_last_error();
+  tl_trainer_destroy(t);
+}
+
 TEST(Checkpoint, MismatchesAndDamageAreNamed) {
   tl_config c = SmallConfig();
   c.model.n_layers = 1, c.model.n_embd = 32;
