@@ -13,9 +13,11 @@
 
 /* e^x: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite), e^r by a degree-6
  * polynomial (Cephes' coefficients), then 2^n through the exponent bits.
- * Inputs below -87.3 give 0-ish (tiny), above 88.7 are clamped. */
-static inline float tl__expf(float x) {
-  x = x < -87.3f ? -87.3f : x;
+ * Inputs below -87.3 give 0-ish (tiny), above 88.7 are clamped; NaN stays
+ * NaN (computed on a clamped stand-in, so that no NaN is converted to an
+ * integer, which C leaves undefined). */
+static inline float tl__expf(float in) {
+  float x = in >= -87.3f ? in : -87.3f; /* NaN: -87.3 */
   x = x > 88.7f ? 88.7f : x;
   const float shift = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
   float n = (x * 1.44269504088896341f + shift) - shift;
@@ -31,7 +33,7 @@ static inline float tl__expf(float x) {
   int32_t bits = ((int32_t)n + 127) << 23;
   float scale;
   memcpy(&scale, &bits, 4);
-  return y * scale;
+  return in == in ? y * scale : in;
 }
 
 /* tanh: for |x| >= 0.625, 1 - 2 / (e^{2|x|} + 1) with the sign restored;
