@@ -157,6 +157,8 @@ tl_status tl_pp_runtime_next(tl_pp_runtime* r, tl_pp_task* task, bool* done) {
         if (tl_fault_on(TL_FAULT_PP_GRAD_MISROUTED) && r->n_slots > 1 &&
             (in.micro ^ 1) < r->sched->n_micro) /* a deliberate bug (core/env.h) */
           into = &r->slots[(in.micro ^ 1) % r->n_slots];
+        /* only this slot's sends are waited for: waiting for `into`'s
+         * (its activations, still travelling) would deadlock the fault */
         TL_CHECK(wait_sends(s));
         TL_CHECK(exchange(r, into, me->send, me->n_send, GRADIENTS, RECV, stage + 1, in.micro));
         break;

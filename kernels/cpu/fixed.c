@@ -19,7 +19,12 @@ tl_status tl__cpu_fixed_add(void* ctx, int64_t* acc, float* x, int64_t n) {
       bad = i;
       continue;
     }
-    acc[i] += llrint(v * scale); /* v * 2^48 is exact in double */
+    /* v * 2^48 is exact in double; a running sum past int64 is refused */
+    if (__builtin_add_overflow(acc[i], (int64_t)llrint(v * scale), &acc[i])) {
+#pragma omp critical
+      bad = i;
+      continue;
+    }
     x[i] = 0.0f;
   }
   if (bad >= 0)
@@ -33,8 +38,21 @@ tl_status tl__cpu_fixed_add(void* ctx, int64_t* acc, float* x, int64_t n) {
 tl_status tl__cpu_fixed_to_float(void* ctx, float* out, const int64_t* acc, int64_t n) {
   (void)ctx;
   const double unit = ldexp(1.0, -TL_FIXED_SHIFT);
+  const int64_t limit = (int64_t)1 << 62; /* sums over ranks wrap silently past int64 */
+  int64_t bad = -1;
 #pragma omp parallel for if (n > TL_CPU_PAR_MIN)
-  for (int64_t i = 0; i < n; i++) out[i] = (float)((double)acc[i] * unit);
+  for (int64_t i = 0; i < n; i++) {
+    if (acc[i] > limit || acc[i] < -limit) {
+#pragma omp critical
+      bad = i;
+    }
+    out[i] = (float)((double)acc[i] * unit);
+  }
+  if (bad >= 0)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "a summed gradient at element %lld is outside the deterministic mode's "
+                   "fixed-point range (|g| < 2^%d)",
+                   (long long)bad, 62 - TL_FIXED_SHIFT);
   return TL_OK;
 }
 

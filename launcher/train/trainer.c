@@ -328,7 +328,14 @@ static tl_status add_losses(tl_trainer* t, tl_exec* x, double* sum, int64_t* fix
   int n = t->micro * t->cfg.train.seq_len;
   TL_CHECK(tl_exec_get(x, t->io.losses, t->losses, sizeof(float) * (size_t)n));
   if (fixed) {
-    for (int i = 0; i < n; i++) *fixed += llrint(ldexp((double)t->losses[i], 32));
+    for (int i = 0; i < n; i++) {
+      float l = t->losses[i];
+      /* NaN too (llrint of it is undefined), and a sum past int64 */
+      if (!(fabsf(l) < 1048576.0f) ||
+          __builtin_add_overflow(*fixed, (int64_t)llrint(ldexp((double)l, 32)), fixed))
+        return TL_ERRF(TL_ERR_INTERNAL, "step %lld: a token's loss is %g (the loss diverged)",
+                       (long long)t->step + 1, (double)l);
+    }
     return TL_OK;
   }
   for (int i = 0; i < n; i++) *sum += t->losses[i];

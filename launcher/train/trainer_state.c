@@ -280,7 +280,7 @@ tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t 
     int32_t* bads = malloc(sizeof(int32_t) * (size_t)size);
     if (!bads) return TL_ERRF(TL_ERR_NOMEM, "out of memory comparing copies");
     st = tl_group_all_gather(t->comm.world, &bad, bads, (size_t)size, TL_I32, NULL);
-    for (int r = 0; r < size; r++)
+    for (int r = 0; st == TL_OK && r < size; r++)
       if (bads[r] < bad) bad = bads[r];
     free(bads);
     if (st == TL_OK && bad != INT32_MAX)

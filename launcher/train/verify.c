@@ -140,7 +140,7 @@ static void compare_tensor(tl_verify* v, const struct adamw* a, int k, int step)
   for (int64_t i = lo; i < hi; i++) {
     /* 2. gradients at the same parameters */
     if (tl_model_param_is_key_bias(m, i)) {
-      if (step == 1) v->rep.n_key_bias++;
+      if (v->rep.steps == 1) v->rep.n_key_bias++; /* counted on the first step checked */
     } else {
       double d = fabs((double)g[i] - rg[i]);
       worst(&v->rep.grad, gscale > 0 ? d / gscale : d, step, k, i);

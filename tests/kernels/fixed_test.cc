@@ -96,6 +96,16 @@ TEST_F(Fixed, OutOfRangeIsRefusedWithTheElement) {
   EXPECT_NE(std::string(tl_last_error()).find("element 1"), std::string::npos) << tl_last_error();
   x[1] = NAN;
   EXPECT_EQ(ops()->fixed_add(be_->ctx, acc.data(), x.data(), 3), TL_ERR_INVALID);
+  // a running sum past int64, and a sum over ranks past the range, are refused too
+  std::vector<float> big = {std::ldexp(1.0f, 61 - TL_FIXED_SHIFT)};
+  std::vector<int64_t> one = {INT64_MAX - 5};
+  EXPECT_EQ(ops()->fixed_add(be_->ctx, one.data(), big.data(), 1), TL_ERR_INVALID);
+  std::vector<float> out(1);
+  one[0] = ((int64_t)1 << 62) + 1;
+  EXPECT_EQ(ops()->fixed_to_float(be_->ctx, out.data(), one.data(), 1), TL_ERR_INVALID);
+  one[0] = (int64_t)1 << 40;
+  EXPECT_EQ(ops()->fixed_to_float(be_->ctx, out.data(), one.data(), 1), TL_OK);
+  EXPECT_EQ(out[0], std::ldexp(1.0f, 40 - TL_FIXED_SHIFT));
 }
 
 }  // namespace
