@@ -267,11 +267,17 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
 
   /* What the runtime does not run yet: refused here, before any rank
    * starts, rather than accepted and ignored (the config never lies). */
-  if (OK(parallel, zero) && cfg->parallel.zero != 0)
+  if (OK(parallel, zero) && cfg->parallel.zero == 3)
     tl__problem(p,
-                "parallel.zero = %d: ZeRO stages 1-3 (sharded optimizer state, gradients, "
-                "parameters) are not implemented yet; expected 0 (every data-parallel replica "
-                "holds the whole model state)",
+                "parallel.zero = 3: ZeRO-3 (parameters sharded too, gathered per block) is not "
+                "implemented yet; expected 0 (every replica holds the whole model state), 1 "
+                "(AdamW moments sharded over mesh.dp) or 2 (moments and gradients sharded)");
+  if (OK(parallel, zero) && OK(parallel, deterministic) && cfg->parallel.zero > 0 &&
+      cfg->parallel.deterministic)
+    tl__problem(p,
+                "parallel.zero = %d with parallel.deterministic = true: the deterministic mode "
+                "sums whole fixed-point gradients over the replicas and does not shard them; "
+                "expected parallel.zero = 0",
                 cfg->parallel.zero);
   if (OK(parallel, recompute) && cfg->parallel.recompute)
     tl__problem(p,

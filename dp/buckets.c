@@ -2,40 +2,207 @@
 #include "dp/buckets.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
 
 struct tl_dp_buckets {
-  tl_group* group;
+  tl_group* group; /* NULL for a group of one */
+  int size, rank, zero;
   const tl_dp_layout* layout;
-  float* grads;
-  int64_t n;
-  int n_buckets;
+  const tl_backend* be;
+  float* grads; /* zero 0, 1: the caller's whole gradient buffer */
+  int64_t n, per;
+  int n_buckets, n_early_buckets;
   int64_t* begin; /* n_buckets + 1 boundaries */
-  tl_group_request** req;
-  int launched; /* buckets [0, launched) are in flight or done */
+  int64_t* at;    /* per bucket: where this rank's chunk lies in the shard */
+  int64_t shard_n;
+  tl_group_request** req; /* zero 0, 1: per bucket */
+  int launched;           /* zero 0, 1: buckets [0, launched) are in flight or done */
   int early, early_last;
+  double wait_s, wait_last;
+  /* zero 2 */
+  tl_buffer* gbuf; /* staging, then the late parameters' whole gradients */
+  int64_t staging;
+  int64_t* goff;            /* per graph value: its gradient's offset in gbuf */
+  tl_buffer *slot[2], *temp[2];
+  int slot_bucket[2];        /* the bucket a slot holds, or -1 */
+  const float* slot_sum[2];  /* where that bucket's reduced chunk lands */
+  tl_group_request* slot_req[2];
+  tl_buffer* shard;          /* the reduced gradients of this rank's chunks */
+  int cur;                   /* the bucket the stream fills next */
+  int64_t filled;            /* elements of the stream given in this pass */
 };
 
-tl_status tl_dp_buckets_create(tl_group* dp, const tl_dp_layout* layout, float* grads,
-                               double bucket_mb, tl_dp_buckets** out) {
+/* n > 0 elements, or one (buffers are never empty) */
+static int64_t at_least_one(int64_t n) {
+  return n > 0 ? n : 1;
+}
+
+static int64_t per_bucket(double bucket_mb) {
+  int64_t per = (int64_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
+  return per < 1 ? 1 : per;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+/* Buckets of [0, n_early) and of [n_early, n), `per` elements each (the
+ * last of each part shorter): their count, and the boundaries into begin
+ * (n_buckets + 1 of them) when it is not NULL. */
+static int cut(int64_t n_early, int64_t n, int64_t per, int64_t* begin, int* n_early_buckets) {
+  int k = 0;
+  int64_t parts[3] = {0, n_early, n};
+  for (int part = 0; part < 2; part++) {
+    for (int64_t b = parts[part]; b < parts[part + 1]; b += per)
+      if (begin) begin[k++] = b;
+      else k++;
+    if (part == 0 && n_early_buckets) *n_early_buckets = k;
+  }
+  if (begin) begin[k] = n;
+  return k;
+}
+
+/* This rank's chunk of bucket i (zero 0: the whole bucket). */
+static void chunk_of(const tl_dp_buckets* b, int i, int64_t* off, int64_t* len) {
+  if (b->zero == 0) {
+    *off = b->begin[i];
+    *len = b->begin[i + 1] - b->begin[i];
+    return;
+  }
+  size_t o, l;
+  tl_group_chunk((size_t)(b->begin[i + 1] - b->begin[i]), b->size, b->rank, &o, &l);
+  *off = b->begin[i] + (int64_t)o;
+  *len = (int64_t)l;
+}
+
+int64_t tl_dp_layout_staging(const tl_dp_layout* l) {
+  int64_t most = 0;
+  for (int i = 0; i < l->n_segments && l->segments[i].offset < l->n_early;) {
+    int j = i;
+    int64_t sum = 0;
+    for (; j < l->n_segments && l->segments[j].offset < l->n_early &&
+           l->segments[j].first_use == l->segments[i].first_use;
+         j++)
+      sum += l->segments[j].n;
+    if (sum > most) most = sum;
+    i = j;
+  }
+  return most;
+}
+
+static int64_t shard_elems(int64_t n, int64_t n_late, int size, int64_t per) {
+  int64_t total = 0;
+  int64_t parts[2] = {n - n_late, n_late};
+  for (int p = 0; p < 2; p++)
+    for (int64_t b = 0; b < parts[p]; b += per)
+      total += ceil_div(parts[p] - b < per ? parts[p] - b : per, size < 1 ? 1 : size);
+  return total;
+}
+
+int64_t tl_dp_shard_elems(int64_t n, int64_t n_late, int size, double bucket_mb) {
+  return shard_elems(n, n_late, size, per_bucket(bucket_mb));
+}
+
+/* zero 2's buffers, in elements: gradient buffer, one slot, one temp */
+static void zero2_sizes(int64_t n, int64_t n_late, int64_t staging, int size, int64_t per,
+                        int64_t* gbuf, int64_t* slot, int64_t* temp) {
+  int64_t early = n - n_late;
+  int64_t longest = early > n_late ? early : n_late;
+  if (longest > per) longest = per;
+  *gbuf = at_least_one(staging + n_late);
+  *slot = at_least_one(early < per ? early : per);
+  *temp = size > 1 ? at_least_one(ceil_div(longest, size)) : 0;
+}
+
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int size,
+                            double bucket_mb) {
+  if (zero != 2) return 0;
+  int64_t gbuf, slot, temp, per = per_bucket(bucket_mb);
+  zero2_sizes(n, n_late, staging, size, per, &gbuf, &slot, &temp);
+  int64_t shard = at_least_one(shard_elems(n, n_late, size, per));
+  return (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
+}
+
+static tl_status create_zero2(tl_dp_buckets* b) {
+  const tl_dp_layout* l = b->layout;
+  tl_device dev = b->be->device;
+  b->staging = tl_dp_layout_staging(l);
+  int64_t gbuf, slot, temp;
+  zero2_sizes(l->n, l->n - l->n_early, b->staging, b->size, b->per, &gbuf, &slot, &temp);
+  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)gbuf, &b->gbuf));
+  for (int s = 0; s < 2; s++) {
+    TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)slot, &b->slot[s]));
+    if (temp) TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)temp, &b->temp[s]));
+    b->slot_bucket[s] = -1;
+  }
+  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)at_least_one(b->shard_n), &b->shard));
+  /* where each gradient goes: an early one at its place among the
+   * gradients its backward node writes, a late one behind the staging */
+  for (int i = 0; i < l->n_segments;) {
+    const tl_dp_segment* s = &l->segments[i];
+    if (s->offset >= l->n_early) {
+      b->goff[s->value] = b->staging + (s->offset - l->n_early);
+      i++;
+      continue;
+    }
+    int j = i;
+    for (; j < l->n_segments && l->segments[j].offset < l->n_early &&
+           l->segments[j].first_use == s->first_use;
+         j++)
+      b->goff[l->segments[j].value] = l->segments[j].offset - s->offset;
+    i = j;
+  }
+  return tl_dp_buckets_zero_grads(b);
+}
+
+tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_buckets** out) {
   *out = NULL;
-  const int64_t n = layout->n;
-  if (bucket_mb <= 0) return TL_ERRF(TL_ERR_CONFIG, "parallel.bucket_mb=%g must be > 0", bucket_mb);
+  if (c->bucket_mb <= 0)
+    return TL_ERRF(TL_ERR_CONFIG, "parallel.bucket_mb=%g must be > 0", c->bucket_mb);
+  if (c->zero < 0 || c->zero > 2)
+    return TL_ERRF(TL_ERR_INVALID, "gradient buckets run ZeRO stages 0-2, not %d", c->zero);
+  if ((c->zero == 2) != !c->grads)
+    return TL_ERRF(TL_ERR_INVALID, "gradient buckets: a gradient buffer is given %s",
+                   c->zero == 2 ? "with zero 2 (the buckets own it)" : "by the caller with zero 0, 1");
   tl_dp_buckets* b = calloc(1, sizeof *b);
   if (!b) return TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
-  b->group = dp;
-  b->layout = layout;
-  b->grads = grads;
-  b->n = n;
-  int64_t per = (int64_t)(bucket_mb * 1024.0 * 1024.0 / sizeof(float));
-  if (per < 1) per = 1;
-  b->n_buckets = n > 0 ? (int)((n + per - 1) / per) : 0;
+  b->group = c->dp && tl_group_size(c->dp) > 1 ? c->dp : NULL;
+  b->size = b->group ? tl_group_size(b->group) : 1;
+  b->rank = b->group ? tl_group_rank(b->group) : 0;
+  b->zero = c->zero;
+  b->layout = c->layout;
+  b->be = c->be;
+  b->grads = c->grads;
+  b->n = c->layout->n;
+  b->per = per_bucket(c->bucket_mb);
+  b->n_buckets = cut(c->layout->n_early, b->n, b->per, NULL, NULL);
   b->begin = malloc(sizeof(int64_t) * (size_t)(b->n_buckets + 1));
+  b->at = malloc(sizeof(int64_t) * (size_t)(b->n_buckets + 1));
   b->req = calloc((size_t)(b->n_buckets + 1), sizeof(tl_group_request*));
-  if (!b->begin || !b->req) {
-    tl_dp_buckets_destroy(b);
-    return TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
+  tl_status st = TL_OK;
+  if (!b->begin || !b->at || !b->req) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
+  if (st == TL_OK) {
+    cut(c->layout->n_early, b->n, b->per, b->begin, &b->n_early_buckets);
+    for (int i = 0; i < b->n_buckets; i++) {
+      int64_t off, len;
+      chunk_of(b, i, &off, &len);
+      b->at[i] = b->shard_n;
+      b->shard_n += len;
+    }
   }
-  for (int i = 0; i <= b->n_buckets; i++) b->begin[i] = (int64_t)i * per < n ? (int64_t)i * per : n;
+  if (st == TL_OK && b->zero == 2) {
+    int n_values = c->layout->n_values;
+    b->goff = malloc(sizeof(int64_t) * (size_t)at_least_one(n_values));
+    if (!b->goff) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
+    for (int v = 0; st == TL_OK && v < n_values; v++) b->goff[v] = -1;
+    if (st == TL_OK) st = create_zero2(b);
+  }
+  if (st != TL_OK) {
+    tl_dp_buckets_destroy(b);
+    return st;
+  }
   *out = b;
   return TL_OK;
 }
@@ -43,20 +210,117 @@ tl_status tl_dp_buckets_create(tl_group* dp, const tl_dp_layout* layout, float* 
 void tl_dp_buckets_destroy(tl_dp_buckets* b) {
   if (!b) return;
   free(b->begin);
+  free(b->at);
   free(b->req);
+  free(b->goff);
+  tl_buffer_destroy(b->gbuf);
+  for (int s = 0; s < 2; s++) {
+    tl_buffer_destroy(b->slot[s]);
+    tl_buffer_destroy(b->temp[s]);
+  }
+  tl_buffer_destroy(b->shard);
   free(b);
 }
 
+/* ---- zero 0 and 1: in place in the caller's buffer ---------------------- */
+
 static tl_status launch(tl_dp_buckets* b, int i) {
+  if (!b->group) return TL_OK;
   size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
   float* p = b->grads + b->begin[i];
-  return tl_group_all_reduce(b->group, p, p, count, TL_F32, TL_REDUCE_SUM, &b->req[i]);
+  if (b->zero == 0)
+    return tl_group_all_reduce(b->group, p, p, count, TL_F32, TL_REDUCE_SUM, &b->req[i]);
+  int64_t off, len;
+  chunk_of(b, i, &off, &len);
+  return tl_group_reduce_scatter(b->group, p, b->grads + off, count, TL_F32, TL_REDUCE_SUM,
+                                 &b->req[i]);
+}
+
+/* ---- zero 2: the stream of staged gradients ------------------------------ */
+
+/* Waits for slot s's bucket, adds its reduced chunk into the shard. */
+static tl_status retire(tl_dp_buckets* b, int s) {
+  int i = b->slot_bucket[s];
+  if (i < 0) return TL_OK;
+  int64_t t0 = tl_time_ns();
+  tl_status st = tl_group_wait(b->slot_req[s]);
+  b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
+  b->slot_req[s] = NULL;
+  b->slot_bucket[s] = -1;
+  TL_CHECK(st);
+  int64_t off, len;
+  chunk_of(b, i, &off, &len);
+  float* dst = (float*)b->shard->data + b->at[i];
+  return len ? b->be->ops->add_forward(b->be->ctx, dst, dst, b->slot_sum[s], len) : TL_OK;
+}
+
+/* Reduce-scatters bucket i from `src` (its elements, contiguous) through slot s. */
+static tl_status reduce_bucket(tl_dp_buckets* b, int i, int s, const float* src) {
+  b->slot_bucket[s] = i;
+  if (!b->group) {
+    b->slot_sum[s] = src; /* a group of one: the chunk is the bucket */
+    return TL_OK;
+  }
+  TL_CHECK(b->be->ops->synchronize(b->be->ctx)); /* the copies in, before the group reads */
+  b->slot_sum[s] = b->temp[s]->data;
+  return tl_group_reduce_scatter(b->group, src, b->temp[s]->data,
+                                 (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, TL_REDUCE_SUM,
+                                 &b->slot_req[s]);
+}
+
+/* Elements [a, e) of the layout's front, staged from gbuf's start, into
+ * their buckets; every bucket they complete is reduced. */
+static tl_status stream(tl_dp_buckets* b, int64_t a, int64_t e) {
+  tl_device dev = b->be->device;
+  const float* staged = b->gbuf->data;
+  if (a != b->filled)
+    return TL_ERRF(TL_ERR_INTERNAL,
+                   "ZeRO-2: gradients [%lld, %lld) of the stage arrived where the stream expected "
+                   "element %lld (the backward finished them out of the layout's order)",
+                   (long long)a, (long long)e, (long long)b->filled);
+  for (int64_t p = a; p < e;) {
+    int i = b->cur, s = i % 2;
+    if (b->slot_bucket[s] != i) {
+      TL_CHECK(retire(b, s)); /* the bucket two before, still in flight */
+      b->slot_bucket[s] = -2; /* being filled */
+    }
+    int64_t end = e < b->begin[i + 1] ? e : b->begin[i + 1];
+    float* dst = (float*)b->slot[s]->data + (p - b->begin[i]);
+    TL_CHECK(tl_memcpy(dev, dst, dev, staged + (p - a), sizeof(float) * (size_t)(end - p)));
+    p = end;
+    if (p == b->begin[i + 1]) { /* the bucket is whole */
+      TL_CHECK(reduce_bucket(b, i, s, b->slot[s]->data));
+      if (!b->group) TL_CHECK(retire(b, s)); /* added now: the slot is refilled next */
+      b->early++;
+      b->cur = i + 1 < b->n_early_buckets ? i + 1 : 0;
+    }
+  }
+  b->filled = e < b->layout->n_early ? e : 0;
+  return tl_memzero(dev, b->gbuf->data, sizeof(float) * (size_t)(e - a));
+}
+
+tl_status tl_dp_buckets_zero_grads(tl_dp_buckets* b) {
+  if (b->zero != 2) return TL_OK;
+  TL_CHECK(tl_memzero(b->be->device, b->gbuf->data, b->gbuf->bytes));
+  return tl_memzero(b->be->device, b->shard->data, b->shard->bytes);
 }
 
 tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node) {
-  if (tl_group_size(b->group) == 1) return TL_OK;
+  if (b->zero == 2) {
+    /* the early segments node `forward_node` finished: contiguous */
+    const tl_dp_layout* l = b->layout;
+    int64_t a = -1, e = -1;
+    for (int i = 0; i < l->n_segments && l->segments[i].offset < l->n_early; i++) {
+      const tl_dp_segment* s = &l->segments[i];
+      if (s->first_use != forward_node) continue;
+      if (a < 0) a = s->offset;
+      e = s->offset + s->n;
+    }
+    return a < 0 ? TL_OK : stream(b, a, e);
+  }
+  if (!b->group) return TL_OK;
   const int64_t upto = tl_dp_layout_final_upto(b->layout, forward_node);
-  while (b->launched < b->n_buckets && b->begin[b->launched + 1] <= upto) {
+  while (b->launched < b->n_early_buckets && b->begin[b->launched + 1] <= upto) {
     TL_CHECK(launch(b, b->launched));
     b->launched++;
     b->early++;
@@ -66,14 +330,35 @@ tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node) {
 
 tl_status tl_dp_buckets_finish(tl_dp_buckets* b) {
   tl_status st = TL_OK;
-  if (tl_group_size(b->group) > 1) {
+  int64_t t0 = tl_time_ns();
+  if (b->zero == 2) {
+    if (b->filled != 0 || b->cur != 0)
+      st = TL_ERRF(TL_ERR_INTERNAL,
+                   "ZeRO-2: a backward pass streamed %lld of the stage's %lld early gradient "
+                   "elements",
+                   (long long)b->filled, (long long)b->layout->n_early);
+    /* the late buckets, from their whole gradients behind the staging */
+    const float* late = (const float*)b->gbuf->data + b->staging;
+    for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++) {
+      int s = i % 2;
+      st = retire(b, s);
+      if (st == TL_OK) st = reduce_bucket(b, i, s, late + (b->begin[i] - b->layout->n_early));
+    }
+    for (int s = 0; s < 2; s++) {
+      tl_status w = retire(b, s);
+      if (st == TL_OK) st = w;
+    }
+  } else if (b->group) {
     while (b->launched < b->n_buckets && st == TL_OK) st = launch(b, b->launched++);
     tl_status w = tl_group_wait_all(b->launched, b->req);
     if (st == TL_OK) st = w;
   }
+  if (b->zero != 2) b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
   b->launched = 0;
   b->early_last = b->early;
   b->early = 0;
+  b->wait_last = b->wait_s;
+  b->wait_s = 0;
   return st;
 }
 
@@ -83,4 +368,88 @@ int tl_dp_buckets_count(const tl_dp_buckets* b) {
 
 int tl_dp_buckets_early(const tl_dp_buckets* b) {
   return b->early_last;
+}
+
+double tl_dp_buckets_wait_seconds(const tl_dp_buckets* b) {
+  return b->wait_last;
+}
+
+/* ---- the shard ---------------------------------------------------------- */
+
+int64_t tl_dp_buckets_shard_n(const tl_dp_buckets* b) {
+  return b->shard_n;
+}
+
+int tl_dp_buckets_pieces(const tl_dp_buckets* b, struct tl_dp_piece* out) {
+  const tl_dp_layout* l = b->layout;
+  int k = 0, seg = 0;
+  for (int i = 0; i < b->n_buckets; i++) {
+    int64_t c0, len;
+    chunk_of(b, i, &c0, &len);
+    int64_t c1 = c0 + len;
+    while (seg < l->n_segments && l->segments[seg].offset + l->segments[seg].n <= c0) seg++;
+    for (int j = seg; j < l->n_segments && l->segments[j].offset < c1; j++) {
+      const tl_dp_segment* s = &l->segments[j];
+      int64_t p0 = s->offset > c0 ? s->offset : c0;
+      int64_t p1 = s->offset + s->n < c1 ? s->offset + s->n : c1;
+      if (p1 <= p0) continue;
+      if (out) out[k] = (struct tl_dp_piece){j, p0, p1 - p0, b->at[i] + (p0 - c0)};
+      k++;
+    }
+  }
+  return k;
+}
+
+tl_status tl_dp_buckets_gather_params(tl_dp_buckets* b, float* params) {
+  if (b->zero == 0 || !b->group) return TL_OK;
+  tl_status st = TL_OK;
+  for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
+    int64_t off, len;
+    chunk_of(b, i, &off, &len);
+    st = tl_group_all_gather(b->group, params + off, params + b->begin[i],
+                             (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, &b->req[i]);
+  }
+  tl_status w = tl_group_wait_all(b->n_buckets, b->req);
+  return st == TL_OK ? w : st;
+}
+
+tl_status tl_dp_buckets_unshard(tl_dp_buckets* b, const float* src, bool src_is_shard,
+                                float* full) {
+  tl_device dev = b->be->device;
+  tl_status st = b->be->ops->synchronize(b->be->ctx);
+  for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
+    int64_t off, len;
+    chunk_of(b, i, &off, &len);
+    const float* mine = src_is_shard ? src + b->at[i] : src + off;
+    if (mine != full + off && len)
+      st = tl_memcpy(dev, full + off, dev, mine, sizeof(float) * (size_t)len);
+    if (st == TL_OK && b->group)
+      st = tl_group_all_gather(b->group, full + off, full + b->begin[i],
+                               (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, NULL);
+  }
+  return st;
+}
+
+tl_status tl_dp_buckets_to_shard(const tl_dp_buckets* b, const float* full, float* shard) {
+  tl_status st = TL_OK;
+  for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
+    int64_t off, len;
+    chunk_of(b, i, &off, &len);
+    if (len)
+      st = tl_memcpy(b->be->device, shard + b->at[i], tl_cpu(), full + off,
+                     sizeof(float) * (size_t)len);
+  }
+  return st;
+}
+
+tl_buffer* tl_dp_buckets_grad_buffer(const tl_dp_buckets* b) {
+  return b->gbuf;
+}
+
+const int64_t* tl_dp_buckets_grad_offset(const tl_dp_buckets* b) {
+  return b->goff;
+}
+
+float* tl_dp_buckets_shard_grads(const tl_dp_buckets* b) {
+  return b->shard ? b->shard->data : NULL;
 }

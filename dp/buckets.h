@@ -1,25 +1,59 @@
-/* buckets.h — data-parallel gradient all-reduce in buckets.
+/* buckets.h — the data-parallel gradient reduction in buckets, whole
+ * (all-reduce) or sharded (ZeRO-1 and ZeRO-2: reduce-scatter, each rank
+ * keeping its chunk of every bucket).
  *
  * The flat gradient buffer of a stage (dp/layout.h) is cut into buckets of
- * about parallel.bucket_mb each, in buffer order. During the backward pass
- * of the last micro-batch the trainer reports each forward node whose
- * backward has run; the layout says how much of the buffer's front is then
- * final (it holds parameters in the order their gradients finish), and
- * every bucket lying entirely in that front starts its all-reduce at once,
- * asynchronously, so communication overlaps the rest of the backward pass.
- * tl_dp_buckets_finish starts what is left and waits for everything.
+ * about parallel.bucket_mb each, in buffer order: the layout's front
+ * [0, n_early) and its back of late parameters [n_early, n) are cut apart,
+ * so no bucket mixes the two. During the backward pass the trainer reports
+ * each forward node whose backward has run; the layout says how much of the
+ * buffer's front is then final, and every bucket lying entirely in that
+ * front starts its collective at once, asynchronously, so communication
+ * overlaps the rest of the backward pass. tl_dp_buckets_finish starts what
+ * is left (the late buckets: after the caller's sums over other groups) and
+ * waits for everything.
  *
  * The reduction is a SUM: each replica's gradients are already scaled by
- * 1 / (global batch tokens), so the sum is the gradient of the mean loss over
- * the global batch. Gradients of intermediate micro-batches are never
- * reduced: they accumulate locally first. */
+ * 1 / (global batch tokens), so the sum is the gradient of the mean loss
+ * over the global batch.
+ *
+ * The three forms (parallel.zero):
+ * - 0: every bucket all-reduced in place; each replica keeps the whole
+ *   gradient, and the caller updates every parameter. Gradients of
+ *   intermediate micro-batches accumulate locally: only the last
+ *   micro-batch's backward starts buckets.
+ * - 1: every bucket reduce-scattered in place over the group: rank r ends
+ *   with the sum of chunk r of each bucket (tl_group_chunk's split) and
+ *   updates only those elements, whose AdamW moments it alone holds (its
+ *   shard, tl_dp_buckets_shard_n elements); tl_dp_buckets_gather_params
+ *   then all-gathers the updated chunks. Gradients still accumulate over
+ *   micro-batches in the whole buffer.
+ * - 2: the gradients too exist only as the rank's shard. The executor
+ *   writes each parameter gradient into a staging area that holds one
+ *   backward node's gradients (tl_dp_buckets_grad_buffer and _grad_offset
+ *   say where); when the node has run, its gradients are copied into the
+ *   bucket they fall in (two bucket buffers take turns), each full bucket
+ *   is reduce-scattered and its chunk added into the rank's shard of
+ *   gradients, and the staging is zeroed for the next node. This happens
+ *   for EVERY micro-batch's backward (gradient accumulation is over
+ *   shards): m micro-batches reduce m times the bytes of ZeRO-0/1 and in
+ *   return no rank holds the whole gradient. Late parameters (several
+ *   writers, or a sum over another group first) keep a whole gradient in
+ *   the back of the grad buffer, accumulate there over micro-batches and
+ *   are reduce-scattered by tl_dp_buckets_finish.
+ *
+ * A group of one (or NULL) runs every form without communication: ZeRO over
+ * one rank shards nothing, and the shard is the whole buffer. */
 #ifndef TL_DP_BUCKETS_H
 #define TL_DP_BUCKETS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
+#include "core/alloc.h"
 #include "core/group.h"
 #include "dp/layout.h"
+#include "kernels/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,23 +61,91 @@ extern "C" {
 
 typedef struct tl_dp_buckets tl_dp_buckets;
 
-/* grads: the layout's n floats on the group's device; the layout and the
- * buffer are not owned and must outlive the buckets. A group of size 1
- * makes every call a no-op. */
-tl_status tl_dp_buckets_create(tl_group* dp, const tl_dp_layout* layout, float* grads,
-                               double bucket_mb, tl_dp_buckets** out);
+struct tl_dp_buckets_config {
+  tl_group* dp; /* the data-parallel group; NULL: a group of one */
+  const tl_dp_layout* layout;
+  double bucket_mb;
+  int zero; /* 0, 1 or 2 */
+  const tl_backend* be;
+  /* zero 0 and 1: the layout's n floats of gradients on be's device (not
+   * owned); zero 2: NULL (the buckets own their gradient buffers) */
+  float* grads;
+};
+
+/* The layout and grads must outlive the buckets. */
+tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_buckets** out);
 void tl_dp_buckets_destroy(tl_dp_buckets* b); /* waits for nothing: finish first */
 
-/* The backward of forward node `forward_node` has run: launch every bucket
- * whose gradients are now all final. */
+/* The backward of forward node `forward_node` has run: zero 0 and 1 launch
+ * every bucket whose gradients are now all final (call it during the last
+ * micro-batch's backward only); zero 2 moves the node's staged gradients
+ * into their buckets (call it during every backward). */
 tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node);
+/* Zeroes the gradient memory the buckets own (zero 2: staging, late
+ * gradients, the shard) before a step; nothing for zero 0 and 1. */
+tl_status tl_dp_buckets_zero_grads(tl_dp_buckets* b);
 /* Launches the remaining buckets and waits for all; then resets for the
- * next step. */
+ * next step. Zero 1 and 2: the late parameters' gradients must hold their
+ * sums over other groups by then. */
 tl_status tl_dp_buckets_finish(tl_dp_buckets* b);
 
 int tl_dp_buckets_count(const tl_dp_buckets* b);
 /* Buckets launched before finish in the last step (how much overlapped). */
 int tl_dp_buckets_early(const tl_dp_buckets* b);
+/* Seconds spent waiting on the group inside node_done and finish in the
+ * last step (what stayed exposed). */
+double tl_dp_buckets_wait_seconds(const tl_dp_buckets* b);
+
+/* ---- the shard (zero >= 1; with zero 0 the shard is the whole buffer) -- */
+
+/* Elements this rank owns: the sum of its chunks of every bucket. */
+int64_t tl_dp_buckets_shard_n(const tl_dp_buckets* b);
+
+/* A piece of the shard: elements [offset, offset + n) of the stage's flat
+ * buffers, of layout segment `segment`, at element `at` of the shard. */
+struct tl_dp_piece {
+  int segment;
+  int64_t offset, n, at;
+};
+/* The shard as pieces, in buffer order, into out (NULL: counts only). */
+int tl_dp_buckets_pieces(const tl_dp_buckets* b, struct tl_dp_piece* out);
+
+/* Zero 1 and 2, after the update of the shard: every chunk of `params`
+ * (the whole stage buffer, updated in this rank's chunks) to every rank —
+ * an all-gather per bucket, in place. Collective; nothing with zero 0. */
+tl_status tl_dp_buckets_gather_params(tl_dp_buckets* b, float* params);
+
+/* The whole stage vector into `full` (the layout's n floats, device) from
+ * every rank's shard: `src` is a shard (tl_dp_buckets_shard_n floats) when
+ * src_is_shard, else a stage buffer whose chunks this rank holds. Collective. */
+tl_status tl_dp_buckets_unshard(tl_dp_buckets* b, const float* src, bool src_is_shard,
+                                float* full);
+/* This rank's shard (device) of a whole stage vector `full` (host). */
+tl_status tl_dp_buckets_to_shard(const tl_dp_buckets* b, const float* full, float* shard);
+
+/* ---- zero 2's gradient buffers ------------------------------------------ */
+
+/* The buffer the executor writes parameter gradients into (staging, then
+ * the late parameters' whole gradients) and, per graph value, where in it
+ * (-1 for values the stage does not hold); the late ones' offsets serve
+ * the caller's sums over other groups. The rank's shard of the reduced
+ * gradients (tl_dp_buckets_shard_n floats). NULL for zero 0 and 1. */
+tl_buffer* tl_dp_buckets_grad_buffer(const tl_dp_buckets* b);
+const int64_t* tl_dp_buckets_grad_offset(const tl_dp_buckets* b);
+float* tl_dp_buckets_shard_grads(const tl_dp_buckets* b);
+
+/* What the buckets allocate on the device for a stage of n elements, n_late
+ * of them late, whose largest backward node writes `staging` elements of
+ * early gradients, over `size` ranks: the planner prices ZeRO with it.
+ * Zero 0 and 1: nothing (the gradients are the caller's). */
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int size,
+                            double bucket_mb);
+/* The elements a rank owns of a stage of n elements, n_late late, over
+ * `size` ranks (the largest rank's share: rank 0). */
+int64_t tl_dp_shard_elems(int64_t n, int64_t n_late, int size, double bucket_mb);
+/* The staging a layout needs: the most early gradient elements one
+ * backward node writes. */
+int64_t tl_dp_layout_staging(const tl_dp_layout* l);
 
 #ifdef __cplusplus
 }

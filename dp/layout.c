@@ -5,6 +5,17 @@
 #include <string.h>
 
 tl_status tl_dp_layout_build(const tl_graph* g, int begin, int end, tl_dp_layout* out) {
+  return tl_dp_layout_build_late(g, begin, end, NULL, out);
+}
+
+int tl_dp_readers(const tl_graph* g, int begin, int end, int v) {
+  int n = 0;
+  for (int i = begin; i < end; i++) n += tl_node_reads(&g->nodes[i], v);
+  return n;
+}
+
+tl_status tl_dp_layout_build_late(const tl_graph* g, int begin, int end, const bool* late,
+                                  tl_dp_layout* out) {
   memset(out, 0, sizeof *out);
   out->offset = malloc(sizeof(int64_t) * (size_t)(g->n_values > 0 ? g->n_values : 1));
   out->segments = malloc(sizeof(tl_dp_segment) * (size_t)(g->n_values > 0 ? g->n_values : 1));
@@ -14,19 +25,24 @@ tl_status tl_dp_layout_build(const tl_graph* g, int begin, int end, tl_dp_layout
     tl_dp_layout_free(out);
     return TL_ERRF(TL_ERR_NOMEM, "out of memory for a parameter layout");
   }
+  out->n_values = g->n_values;
   for (int v = 0; v < g->n_values; v++) {
     out->offset[v] = -1;
     first[v] = g->values[v].role == TL_ROLE_PARAM ? tl_graph_first_reader(g, v, begin, end) : -1;
   }
-  /* 1. later first uses first: their gradients are final earliest */
-  for (int i = end - 1; i >= begin; i--)
-    for (int v = 0; v < g->n_values; v++) {
-      if (first[v] != i) continue;
-      int64_t n = tl_value_numel(&g->values[v]);
-      out->offset[v] = out->n;
-      out->segments[out->n_segments++] = (tl_dp_segment){v, out->n, n, i};
-      out->n += n;
-    }
+  /* 1. later first uses first: their gradients are final earliest; the
+   * late ones after all of them */
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = end - 1; i >= begin; i--)
+      for (int v = 0; v < g->n_values; v++) {
+        if (first[v] != i || (late && late[v]) != (pass == 1)) continue;
+        int64_t n = tl_value_numel(&g->values[v]);
+        out->offset[v] = out->n;
+        out->segments[out->n_segments++] = (tl_dp_segment){v, out->n, n, i};
+        out->n += n;
+      }
+    if (pass == 0) out->n_early = out->n;
+  }
   free(first);
   return TL_OK;
 }
@@ -40,7 +56,9 @@ void tl_dp_layout_free(tl_dp_layout* l) {
 
 int64_t tl_dp_layout_final_upto(const tl_dp_layout* l, int forward_node) {
   int64_t upto = 0;
-  for (int i = 0; i < l->n_segments && l->segments[i].first_use >= forward_node; i++)
+  for (int i = 0; i < l->n_segments && l->segments[i].offset < l->n_early &&
+                  l->segments[i].first_use >= forward_node;
+       i++)
     upto = l->segments[i].offset + l->segments[i].n;
   return upto;
 }

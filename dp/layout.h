@@ -14,6 +14,7 @@
 #ifndef TL_DP_LAYOUT_H
 #define TL_DP_LAYOUT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -34,16 +35,31 @@ typedef struct tl_dp_layout {
   int n_segments;
   tl_dp_segment* segments; /* in buffer order */
   int64_t* offset;         /* per graph value: element offset in the buffers, or -1 */
+  int n_values;            /* the graph's values (offset's length) */
   int64_t n;               /* elements of each flat buffer */
+  /* the buffers' front [0, n_early) holds the parameters whose gradients
+   * the backward finishes; the back [n_early, n) the "late" ones, whose
+   * gradients need a sum over another group (the tied embedding over the
+   * pipeline, sequence parallelism's partial LayerNorms over the tensor-
+   * parallel group) or several writers before a sharded data-parallel
+   * reduction may take them (ZeRO, dp/buckets.h) */
+  int64_t n_early;
 } tl_dp_layout;
 
 /* The layout of the parameters that forward nodes [begin, end) of g read. */
 tl_status tl_dp_layout_build(const tl_graph* g, int begin, int end, tl_dp_layout* out);
+/* The same with the parameter values late[v] placed at the back, in the
+ * same order among themselves (late NULL: none; tl_dp_layout_build). */
+tl_status tl_dp_layout_build_late(const tl_graph* g, int begin, int end, const bool* late,
+                                  tl_dp_layout* out);
+
+/* How many of forward nodes [begin, end) read value v. */
+int tl_dp_readers(const tl_graph* g, int begin, int end, int v);
 void tl_dp_layout_free(tl_dp_layout* l); /* zeroes it; a zeroed layout is fine */
 
 /* How much of the buffers' front has final gradients once the backward of
  * forward node `forward_node` has run (in a pass running backward from the
- * range's last node down). */
+ * range's last node down); never past n_early. */
 int64_t tl_dp_layout_final_upto(const tl_dp_layout* l, int forward_node);
 
 #ifdef __cplusplus

@@ -19,7 +19,8 @@ struct tl_exec {
   int64_t* input_offset; /* bytes into `inputs`, per value; -1 otherwise */
   tl_memplan plan;
   int begin, end;        /* forward nodes this executor runs */
-  int64_t* param_offset; /* per value: element offset in params/grads */
+  int64_t* param_offset; /* per value: element offset in params */
+  int64_t* grad_offset;  /* per parameter value: element offset of its gradient in grads */
   int64_t* grad_acc;      /* exact gradient sums, or NULL (tl_exec_options) */
   struct tl_run_ctx ctx;
   float* seed; /* host copy of the loss-gradient fill */
@@ -49,7 +50,7 @@ void* tl_exec_data(const tl_exec* x, int v) {
     case TL_ROLE_PARAM:
       return (float*)x->params->data + x->param_offset[v];
     case TL_ROLE_PARAM_GRAD:
-      return x->grads ? (float*)x->grads->data + x->param_offset[val->grad_of] : NULL;
+      return x->grads ? (float*)x->grads->data + x->grad_offset[val->grad_of] : NULL;
     case TL_ROLE_INPUT:
       return x->input_offset[v] >= 0 ? (char*)x->inputs->data + x->input_offset[v] : NULL;
     default:
@@ -140,26 +141,35 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->group, NULL, 0};
   tl_status st = TL_OK;
   x->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
+  x->grad_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
   x->input_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
-  if (!x->param_offset || !x->input_offset) {
+  if (!x->param_offset || !x->grad_offset || !x->input_offset) {
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for an executor");
     goto fail;
   }
   /* 1. parameters this range uses must fit the buffers given */
-  size_t need = 0;
+  size_t need = 0, need_grads = 0;
   for (int v = 0; v < g->n_values; v++) {
     const tl_value* val = &g->values[v];
-    x->param_offset[v] = -1;
+    x->param_offset[v] = x->grad_offset[v] = -1;
     if (val->role != TL_ROLE_PARAM) continue;
     x->param_offset[v] = opt->param_offset ? opt->param_offset[v] : val->offset;
     if (x->param_offset[v] < 0) continue; /* not part of this range */
+    x->grad_offset[v] = opt->grad_offset ? opt->grad_offset[v] : x->param_offset[v];
     size_t end = sizeof(float) * (size_t)(x->param_offset[v] + tl_value_numel(val));
+    size_t gend = sizeof(float) * (size_t)(x->grad_offset[v] + tl_value_numel(val));
     if (end > need) need = end;
+    if (x->grad_offset[v] < 0) {
+      st = TL_ERRF(TL_ERR_INVALID, "parameter %s is in the range but has no gradient offset",
+                   val->name);
+      goto fail;
+    }
+    if (gend > need_grads) need_grads = gend;
   }
-  if (!params || params->bytes < need || (grads && grads->bytes < need)) {
+  if (!params || params->bytes < need || (grads && grads->bytes < need_grads)) {
     st = TL_ERRF(TL_ERR_INVALID,
-                 "parameter/gradient buffers hold %zu/%zu bytes; the graph needs %zu",
-                 params ? params->bytes : 0, grads ? grads->bytes : need, need);
+                 "parameter/gradient buffers hold %zu/%zu bytes; the graph needs %zu/%zu",
+                 params ? params->bytes : 0, grads ? grads->bytes : need_grads, need, need_grads);
     goto fail;
   }
   /* 2. activations */
@@ -198,6 +208,7 @@ void tl_exec_destroy(tl_exec* x) {
   tl_memplan_free(&x->plan);
   free(x->input_offset);
   free(x->param_offset);
+  free(x->grad_offset);
   free(x->seed);
   free(x);
 }
@@ -226,7 +237,7 @@ static tl_status move_param_grads(tl_exec* x, const tl_node* n) {
   for (int k = 0; k < n->n_out; k++) {
     int v = n->out[k];
     if (v < 0 || x->g->values[v].role != TL_ROLE_PARAM_GRAD) continue;
-    int64_t off = x->param_offset[x->g->values[v].grad_of];
+    int64_t off = x->grad_offset[x->g->values[v].grad_of];
     TL_CHECK(x->be->ops->fixed_add(x->be->ctx, x->grad_acc + off, (float*)x->grads->data + off,
                                    tl_value_numel(&x->g->values[v])));
   }

@@ -47,6 +47,10 @@ struct tl_exec_options {
    * zeros, so that how a sum over nodes, micro-batches or ranks is split
    * cannot change it. NULL: gradients accumulate in the float buffer. */
   int64_t* grad_acc;
+  /* where parameter value v's gradient lies in `grads`, when not at
+   * param_offset[v] (ZeRO-2 keeps gradients in a small staging area, see
+   * dp/buckets.h); NULL: at param_offset */
+  const int64_t* grad_offset;
 };
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);

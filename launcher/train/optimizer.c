@@ -9,10 +9,12 @@
 struct tl_optim {
   const tl_backend* be;
   struct tl_train_config cfg;
-  tl_buffer *params, *grads, *m, *v, *scalar;
+  tl_buffer *params, *m, *v, *scalar;
+  float* grads;
   struct tl_optim_segment* segs;
   int n_segs;
-  int64_t n;
+  int64_t grad_n;
+  bool tiled; /* the segments' gradients tile grads[0, grad_n) */
 };
 
 float tl_lr_at(const struct tl_train_config* c, int64_t step) {
@@ -26,8 +28,8 @@ float tl_lr_at(const struct tl_train_config* c, int64_t step) {
 }
 
 tl_status tl_optim_create(const tl_backend* be, const struct tl_train_config* c, tl_buffer* params,
-                          tl_buffer* grads, const struct tl_optim_segment* segs, int n_segs,
-                          tl_optim** out) {
+                          float* grads, int64_t grad_n, const struct tl_optim_segment* segs,
+                          int n_segs, int64_t state_n, tl_optim** out) {
   *out = NULL;
   tl_optim* o = calloc(1, sizeof *o);
   if (!o) return TL_ERRF(TL_ERR_NOMEM, "out of memory for an optimizer");
@@ -35,15 +37,24 @@ tl_status tl_optim_create(const tl_backend* be, const struct tl_train_config* c,
   o->cfg = *c;
   o->params = params;
   o->grads = grads;
-  o->n = (int64_t)(params->bytes / sizeof(float));
+  o->grad_n = grad_n;
   o->segs = malloc(sizeof *segs * (size_t)(n_segs > 0 ? n_segs : 1));
   tl_status st = o->segs ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for an optimizer");
   if (st == TL_OK) {
-    if (n_segs) memcpy(o->segs, segs, sizeof *segs * (size_t)n_segs);
+    if (n_segs > 0) memcpy(o->segs, segs, sizeof *segs * (size_t)n_segs);
     o->n_segs = n_segs;
+    /* tiled: in gradient order, each segment starting where the last ended */
+    int64_t at = 0;
+    o->tiled = true;
+    for (int i = 0; i < n_segs && o->tiled; i++) {
+      o->tiled = segs[i].grad_at == at;
+      at += segs[i].n;
+    }
+    o->tiled = o->tiled && at == grad_n;
   }
-  if (st == TL_OK) st = tl_buffer_create(be->device, params->bytes, &o->m);
-  if (st == TL_OK) st = tl_buffer_create(be->device, params->bytes, &o->v);
+  size_t state_bytes = sizeof(float) * (size_t)(state_n > 0 ? state_n : 1);
+  if (st == TL_OK) st = tl_buffer_create(be->device, state_bytes, &o->m);
+  if (st == TL_OK) st = tl_buffer_create(be->device, state_bytes, &o->v);
   /* a float, or the two words of a 128-bit integer */
   if (st == TL_OK) st = tl_buffer_create(be->device, 2 * sizeof(int64_t), &o->scalar);
   if (st == TL_OK) st = tl_memzero(be->device, o->m->data, o->m->bytes);
@@ -79,13 +90,23 @@ static tl_status sumsq(tl_optim* o, const float* x, int64_t n, double* out) {
 }
 
 tl_status tl_optim_sumsq(tl_optim* o, double* out) {
+  double total = 0;
+  if (!o->tiled) { /* segment by segment, what this rank counts */
+    for (int i = 0; i < o->n_segs; i++) {
+      if (!o->segs[i].counted) continue;
+      double part;
+      TL_CHECK(sumsq(o, o->grads + o->segs[i].grad_at, o->segs[i].n, &part));
+      total += part;
+    }
+    *out = total;
+    return TL_OK;
+  }
   /* the whole buffer at once, less what another rank counts */
-  double total;
-  TL_CHECK(sumsq(o, o->grads->data, o->n, &total));
+  TL_CHECK(sumsq(o, o->grads, o->grad_n, &total));
   for (int i = 0; i < o->n_segs; i++) {
     if (o->segs[i].counted) continue;
     double part;
-    TL_CHECK(sumsq(o, (const float*)o->grads->data + o->segs[i].offset, o->segs[i].n, &part));
+    TL_CHECK(sumsq(o, o->grads + o->segs[i].grad_at, o->segs[i].n, &part));
     total -= part;
   }
   *out = total;
@@ -105,12 +126,22 @@ static tl_status sumsq_fixed(tl_optim* o, const float* x, int64_t n, __int128* o
 }
 
 tl_status tl_optim_sumsq_fixed(tl_optim* o, __int128* out) {
-  __int128 total;
-  TL_CHECK(sumsq_fixed(o, o->grads->data, o->n, &total));
+  __int128 total = 0;
+  for (int i = 0; !o->tiled && i < o->n_segs; i++) {
+    if (!o->segs[i].counted) continue;
+    __int128 part;
+    TL_CHECK(sumsq_fixed(o, o->grads + o->segs[i].grad_at, o->segs[i].n, &part));
+    total += part;
+  }
+  if (!o->tiled) {
+    *out = total;
+    return TL_OK;
+  }
+  TL_CHECK(sumsq_fixed(o, o->grads, o->grad_n, &total));
   for (int i = 0; i < o->n_segs; i++) {
     if (o->segs[i].counted) continue;
     __int128 part;
-    TL_CHECK(sumsq_fixed(o, (const float*)o->grads->data + o->segs[i].offset, o->segs[i].n, &part));
+    TL_CHECK(sumsq_fixed(o, o->grads + o->segs[i].grad_at, o->segs[i].n, &part));
     total -= part; /* exact */
   }
   *out = total;
@@ -121,16 +152,23 @@ tl_status tl_optim_step(tl_optim* o, float norm, int64_t step, float* lr_out) {
   const struct tl_train_config* c = &o->cfg;
   const struct tl_kernel_ops* ops = o->be->ops;
   void* ctx = o->be->ctx;
-  if (c->grad_clip > 0.0f && norm > c->grad_clip)
-    TL_CHECK(ops->scale_forward(ctx, o->grads->data, o->grads->data, c->grad_clip / (norm + 1e-6f),
-                                o->n));
+  if (c->grad_clip > 0.0f && norm > c->grad_clip) {
+    float k = c->grad_clip / (norm + 1e-6f);
+    if (o->tiled)
+      TL_CHECK(ops->scale_forward(ctx, o->grads, o->grads, k, o->grad_n));
+    else
+      for (int i = 0; i < o->n_segs; i++) {
+        float* g = o->grads + o->segs[i].grad_at;
+        TL_CHECK(ops->scale_forward(ctx, g, g, k, o->segs[i].n));
+      }
+  }
   float lr = tl_lr_at(c, step);
   for (int i = 0; i < o->n_segs; i++) {
     const struct tl_optim_segment* s = &o->segs[i];
-    int64_t at = s->offset;
-    TL_CHECK(ops->adamw(ctx, (float*)o->params->data + at, (float*)o->grads->data + at,
-                        (float*)o->m->data + at, (float*)o->v->data + at, s->n, lr, c->beta1,
-                        c->beta2, c->eps, s->decay ? c->weight_decay : 0.0f, (int)(step + 1)));
+    TL_CHECK(ops->adamw(ctx, (float*)o->params->data + s->offset, o->grads + s->grad_at,
+                        (float*)o->m->data + s->state_at, (float*)o->v->data + s->state_at, s->n,
+                        lr, c->beta1, c->beta2, c->eps, s->decay ? c->weight_decay : 0.0f,
+                        (int)(step + 1)));
   }
   *lr_out = lr;
   return TL_OK;

@@ -23,19 +23,24 @@ extern "C" {
 #endif
 
 struct tl_optim_segment {
-  int64_t offset, n; /* elements of the flat buffers */
-  bool decay;        /* a weight matrix: weight decay applies */
-  bool counted;      /* this rank counts it in the global norm */
+  int64_t offset;   /* elements into the parameter buffer */
+  int64_t grad_at;  /* elements into the gradient buffer */
+  int64_t state_at; /* elements into the moments */
+  int64_t n;
+  bool decay;   /* a weight matrix: weight decay applies */
+  bool counted; /* this rank counts it in the global norm */
 };
 
 typedef struct tl_optim tl_optim;
 
-/* params and grads: the stage's flat buffers of n floats on be's device
- * (not owned); segs (copied) tile them. Allocates the two AdamW moments,
- * zeroed. */
+/* params: the stage's flat parameters; grads: grad_n floats of gradients;
+ * both on be's device, not owned. The segments (copied) are the parts of
+ * them this rank updates — the whole stage, or its ZeRO shard
+ * (dp/buckets.h) — and their moments lie at state_at in two buffers of
+ * state_n floats each, which this allocates, zeroed. */
 tl_status tl_optim_create(const tl_backend* be, const struct tl_train_config* c, tl_buffer* params,
-                          tl_buffer* grads, const struct tl_optim_segment* segs, int n_segs,
-                          tl_optim** out);
+                          float* grads, int64_t grad_n, const struct tl_optim_segment* segs,
+                          int n_segs, int64_t state_n, tl_optim** out);
 void tl_optim_destroy(tl_optim* o); /* NULL is fine */
 
 /* The AdamW moments (checkpoints read and write them). */

@@ -85,6 +85,71 @@ static int counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
   return !tl_tp_counts(&t->shard, s->value);
 }
 
+/* Stage s's flat buffers. With ZeRO the parameters whose gradients need a
+ * sum over another group before the sharded reduction (the tied embedding
+ * over the pipeline, sequence parallelism's partial LayerNorms over the
+ * tensor-parallel group) go to the back, reduced last; ZeRO-2 sends there
+ * too the ones several nodes write (a tied embedding on one stage), whose
+ * gradients stay whole until the end. */
+static tl_status build_layout(tl_trainer* t, int s) {
+  const tl_pp_stage* st = &t->stages[s];
+  if (t->zero == 0)
+    return tl_dp_layout_build(t->graph, st->node_begin, st->node_end, &t->layouts[s]);
+  bool* late = calloc((size_t)t->graph->n_values, sizeof(bool));
+  if (!late) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a stage layout");
+  for (int v = 0; v < t->graph->n_values; v++) {
+    if (t->graph->values[v].role != TL_ROLE_PARAM) continue;
+    const struct tl_tp_param* p = tl_tp_param_of(&t->shard, v);
+    late[v] = tl_pp_stage_shares(st, v) || (p && p->partial && t->tp_size > 1) ||
+              (t->zero == 2 && tl_dp_readers(t->graph, st->node_begin, st->node_end, v) > 1);
+  }
+  tl_status r = tl_dp_layout_build_late(t->graph, st->node_begin, st->node_end, late, &t->layouts[s]);
+  free(late);
+  return r;
+}
+
+/* The optimizer over what this rank updates: a segment per parameter, or
+ * per piece of the ZeRO shard (dp/buckets.h), each counted in the global
+ * norm on one rank only (the last stage leaves the tied embedding to the
+ * first, tp ranks other than 0 leave the tensors every rank holds whole; the
+ * shards of a dp group are disjoint). */
+static tl_status create_optimizer(tl_trainer* t) {
+  const tl_dp_layout* l = t->lay;
+  int n = t->buckets ? tl_dp_buckets_pieces(t->buckets, NULL) : l->n_segments;
+  struct tl_dp_piece* pieces = malloc(sizeof *pieces * (size_t)(n > 0 ? n : 1));
+  struct tl_optim_segment* segs = malloc(sizeof *segs * (size_t)(n > 0 ? n : 1));
+  if (!pieces || !segs) {
+    free(pieces);
+    free(segs);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
+  }
+  if (t->buckets)
+    tl_dp_buckets_pieces(t->buckets, pieces);
+  else
+    for (int i = 0; i < n; i++)
+      pieces[i] = (struct tl_dp_piece){i, l->segments[i].offset, l->segments[i].n,
+                                       l->segments[i].offset};
+  for (int i = 0; i < n; i++) {
+    const tl_dp_segment* s = &l->segments[pieces[i].segment];
+    segs[i] = (struct tl_optim_segment){
+        .offset = pieces[i].offset,
+        .grad_at = t->zero == 2 ? pieces[i].at : pieces[i].offset,
+        .state_at = pieces[i].at,
+        .n = pieces[i].n,
+        .decay = t->model.tensors[tl__trainer_tensor_of(t, s->value)].decay,
+        .counted = !counted_elsewhere(t, s),
+    };
+  }
+  float* grads = t->zero == 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
+  int64_t grad_n = t->zero == 2 ? tl_dp_buckets_shard_n(t->buckets) : l->n;
+  int64_t state_n = t->buckets ? tl_dp_buckets_shard_n(t->buckets) : l->n;
+  tl_status st = tl_optim_create(t->be, &t->cfg.train, t->params, grads, grad_n, segs, n, state_n,
+                                 &t->optim);
+  free(pieces);
+  free(segs);
+  return st;
+}
+
 static tl_status check_sizes(const tl_trainer* t) {
   const struct tl_config* cfg = &t->cfg;
   const struct tl_train_config* tc = &cfg->train;
@@ -175,10 +240,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for stage layouts");
     goto fail;
   }
+  t->zero = cfg->parallel.zero;
   for (int s = 0; s < t->pp_size; s++)
-    TL_CHECK_GOTO(tl_dp_layout_build(t->graph, t->stages[s].node_begin, t->stages[s].node_end,
-                                     &t->layouts[s]),
-                  st, fail);
+    TL_CHECK_GOTO(build_layout(t, s), st, fail);
   t->lay = &t->layouts[t->pp_rank];
   TL_CHECK_GOTO(tl_pp_schedule_build(cfg->schedule.kind, t->pp_size, t->pp_rank,
                                      cfg->schedule.micro_batches, &t->sched),
@@ -188,7 +252,29 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   int64_t live = tl_alloc_stats_get(dev).live_bytes;
   TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
   t->param_bytes = tl_alloc_stats_get(dev).live_bytes - live;
-  TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->grads), st, fail);
+  if (t->zero != 2) {
+    TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->grads), st, fail);
+    t->grads_owned = true;
+  }
+  /* the data-parallel reduction: whole (zero 0, only in a job with a dp
+   * group), or sharded over the group (zero 1, 2; a group of one shards
+   * nothing but runs the same code); none in the deterministic mode, which
+   * sums its fixed point at the end */
+  if (!cfg->parallel.deterministic && (t->zero > 0 || t->comm.dp)) {
+    struct tl_dp_buckets_config bc = {
+        .dp = t->comm.dp,
+        .layout = t->lay,
+        .bucket_mb = cfg->parallel.bucket_mb,
+        .zero = t->zero,
+        .be = t->be,
+        .grads = t->grads ? (float*)t->grads->data : NULL,
+    };
+    TL_CHECK_GOTO(tl_dp_buckets_create(&bc, &t->buckets), st, fail);
+    if (t->zero == 2) {
+      t->grads = tl_dp_buckets_grad_buffer(t->buckets);
+      t->grad_offset = tl_dp_buckets_grad_offset(t->buckets);
+    }
+  }
   if (cfg->parallel.deterministic) {
     if (t->tp_size > 1 || !t->be->ops->fixed_add) {
       st = TL_ERRF(TL_ERR_CONFIG,
@@ -199,24 +285,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     }
     TL_CHECK_GOTO(tl_buffer_create(dev, 2 * bytes, &t->grad_acc), st, fail);
   }
-  /* the optimizer: a segment per parameter, counted in the global norm on
-   * one rank only (the last stage leaves the tied embedding to the first,
-   * tp ranks other than 0 leave the tensors every rank holds whole) */
-  struct tl_optim_segment* segs =
-      malloc(sizeof *segs * (size_t)(t->lay->n_segments > 0 ? t->lay->n_segments : 1));
-  if (!segs) {
-    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
-    goto fail;
-  }
-  for (int i = 0; i < t->lay->n_segments; i++) {
-    const tl_dp_segment* s = &t->lay->segments[i];
-    segs[i] = (struct tl_optim_segment){s->offset, s->n,
-                                        t->model.tensors[tl__trainer_tensor_of(t, s->value)].decay,
-                                        !counted_elsewhere(t, s)};
-  }
-  st = tl_optim_create(t->be, tc, t->params, t->grads, segs, t->lay->n_segments, &t->optim);
-  free(segs);
-  if (st != TL_OK) goto fail;
+  TL_CHECK_GOTO(create_optimizer(t), st, fail);
   if (t->shard.sp) {
     int64_t packed = tl_tp_partial_elems(&t->shard, t->lay->offset);
     TL_CHECK_GOTO(
@@ -244,16 +313,13 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
       .exec = {.begin = t->me->node_begin,
                .end = t->me->node_end,
                .param_offset = t->lay->offset,
+               .grad_offset = t->grad_offset,
                .group = t->comm.tp,
                .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL},
       .n_slots = t->sched.max_in_flight,
   };
   TL_CHECK_GOTO(tl_pp_runtime_create(&rc, &t->rt), st, fail);
   TL_CHECK_GOTO(tl_pp_shared_group(t->comm.pp, t->me, &t->shared), st, fail);
-  if (t->comm.dp && !t->grad_acc) /* the deterministic mode sums its fixed point at the end */
-    TL_CHECK_GOTO(tl_dp_buckets_create(t->comm.dp, t->lay, (float*)t->grads->data,
-                                       cfg->parallel.bucket_mb, &t->buckets),
-                  st, fail);
   size_t n = (size_t)t->micro * (size_t)tc->seq_len;
   t->inputs = malloc(sizeof(int32_t) * n);
   t->targets = malloc(sizeof(int32_t) * n);
@@ -270,6 +336,11 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     TL_LOG_INFO("tensor-parallel rank %d of %d%s: %.2fM of the model's %.2fM parameters",
                 t->tp_rank, t->tp_size, t->shard.sp ? " (sequence parallel)" : "",
                 t->shard.n_local / 1e6, t->model.n_params / 1e6);
+  if (t->zero > 0 && t->dp_size > 1)
+    TL_LOG_INFO("ZeRO-%d: data-parallel rank %d of %d updates %.2fM of its stage's %.2fM "
+                "parameters%s",
+                t->zero, t->dp_rank, t->dp_size, tl_dp_buckets_shard_n(t->buckets) / 1e6,
+                t->lay->n / 1e6, t->zero == 2 ? " and holds only their gradients" : "");
   if (t->pp_size > 1)
     TL_LOG_INFO("pipeline stage %d of %d: layers %d-%d (%d of %d), %.2fM parameters", t->pp_rank,
                 t->pp_size, t->me->layer_begin, t->me->layer_end - 1,
@@ -295,7 +366,7 @@ void tl_trainer_destroy(tl_trainer* t) {
   tl_graph_destroy(t->full);
   tl_tp_shard_free(&t->shard);
   tl_buffer_destroy(t->params);
-  tl_buffer_destroy(t->grads);
+  if (t->grads_owned) tl_buffer_destroy(t->grads);
   tl_buffer_destroy(t->grad_acc);
   tl_optim_destroy(t->optim);
   tl_buffer_destroy(t->sp_pack);
@@ -372,9 +443,10 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
       trace_span(t, "forward", task.micro, t0);
       continue;
     }
-    /* the last micro-batch's backward starts the buckets' all-reduces */
-    int last = task.micro == m - 1 && t->buckets && t->dp_size > 1;
-    if (last) tl_exec_set_backward_hook(task.exec, bucket_hook, t);
+    /* the last micro-batch's backward starts the buckets' reductions;
+     * ZeRO-2 streams every backward's gradients into its shard */
+    int hook = t->buckets && (t->zero == 2 || (task.micro == m - 1 && t->dp_size > 1));
+    if (hook) tl_exec_set_backward_hook(task.exec, bucket_hook, t);
     float s = scale;
     if (task.micro == m - 1 && t->dp_rank == t->dp_size - 1 && in_job(t) &&
         tl_fault_on(TL_FAULT_MICRO_BATCH_DROPPED))
@@ -399,6 +471,11 @@ static tl_status host_sum(tl_group* g, double* v) {
   return TL_OK;
 }
 
+/* Where each parameter's gradient lies in t->grads. */
+static const int64_t* grad_offsets(const tl_trainer* t) {
+  return t->grad_offset ? t->grad_offset : t->lay->offset;
+}
+
 static tl_status sync_tied(tl_trainer* t) {
   if (!t->shared) return TL_OK;
   double t0 = now_us();
@@ -406,7 +483,8 @@ static tl_status sync_tied(tl_trainer* t) {
     TL_CHECK(tl_pp_sync_shared(t->me, t->shared, t->graph, t->grad_acc->data, TL_I64,
                                t->lay->offset));
   else
-    TL_CHECK(tl_pp_sync_shared(t->me, t->shared, t->graph, t->grads->data, TL_F32, t->lay->offset));
+    TL_CHECK(
+        tl_pp_sync_shared(t->me, t->shared, t->graph, t->grads->data, TL_F32, grad_offsets(t)));
   trace_span(t, "tied_allreduce", 0, t0);
   return TL_OK;
 }
@@ -417,7 +495,7 @@ static tl_status sync_tied(tl_trainer* t) {
 static tl_status sync_sequence_parallel(tl_trainer* t) {
   if (!t->shard.sp || t->tp_size == 1) return TL_OK;
   double t0 = now_us();
-  TL_CHECK(tl_tp_sync_partial(&t->shard, t->comm.tp, t->be, t->grads->data, t->lay->offset,
+  TL_CHECK(tl_tp_sync_partial(&t->shard, t->comm.tp, t->be, t->grads->data, grad_offsets(t),
                               t->sp_pack->data));
   trace_span(t, "sp_allreduce", 0, t0);
   return TL_OK;
@@ -469,14 +547,17 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   tl_timer_start(&timer);
   t->wait_seconds = 0;
   /* 1. gradients of the mean loss over the global batch */
-  TL_CHECK(tl_memzero(t->be->device, t->grads->data, t->grads->bytes));
+  if (t->zero == 2)
+    TL_CHECK(tl_dp_buckets_zero_grads(t->buckets));
+  else
+    TL_CHECK(tl_memzero(t->be->device, t->grads->data, t->grads->bytes));
   if (t->grad_acc) TL_CHECK(tl_memzero(t->be->device, t->grad_acc->data, t->grad_acc->bytes));
   double loss = 0.0;
   TL_CHECK(run_schedule(t, &loss));
   /* 2. replicas and the tied embedding */
   if (t->grad_acc) {
     TL_CHECK(sum_exact(t));
-  } else {
+  } else if (t->zero == 0) { /* all-reduced whole, then the sums over other groups */
     if (t->buckets) {
       double t0 = now_us();
       TL_CHECK(ops->synchronize(ctx));
@@ -485,16 +566,27 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     }
     TL_CHECK(sync_tied(t));
     TL_CHECK(sync_sequence_parallel(t));
+  } else { /* ZeRO: the late gradients summed over the other groups first */
+    TL_CHECK(sync_tied(t));
+    TL_CHECK(sync_sequence_parallel(t));
+    double t0 = now_us();
+    TL_CHECK(ops->synchronize(ctx));
+    TL_CHECK(tl_dp_buckets_finish(t->buckets));
+    trace_span(t, "dp_reduce_scatter", 0, t0);
   }
-  if (t->dp_size > 1 && tl_fault_on(TL_FAULT_DP_SCALED_TWICE)) /* a deliberate bug (core/env.h) */
-    TL_CHECK(ops->scale_forward(ctx, t->grads->data, t->grads->data, 1.0f / (float)t->dp_size,
-                                t->lay->n));
+  double dp_wait = t->buckets ? tl_dp_buckets_wait_seconds(t->buckets) : 0;
+  if (t->dp_size > 1 && tl_fault_on(TL_FAULT_DP_SCALED_TWICE)) { /* a deliberate bug (core/env.h) */
+    float* g = t->zero == 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
+    int64_t n = t->zero == 2 ? tl_dp_buckets_shard_n(t->buckets) : t->lay->n;
+    TL_CHECK(ops->scale_forward(ctx, g, g, 1.0f / (float)t->dp_size, n));
+  }
   /* 3. global norm over stages and shards, clipping */
   double sumsq = 0;
   if (t->grad_acc) {
     TL_CHECK(norm_exact(t, &sumsq));
   } else {
     TL_CHECK(tl_optim_sumsq(t->optim, &sumsq));
+    if (t->zero > 0) TL_CHECK(host_sum(t->comm.host_dp, &sumsq)); /* disjoint shards */
     TL_CHECK(host_sum(t->comm.host_tp, &sumsq));
     TL_CHECK(host_sum(t->comm.host_pp, &sumsq));
   }
@@ -510,6 +602,12 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
       tl_fault_on(TL_FAULT_UPDATE_REPEATED)) /* a deliberate bug (core/env.h) */
     TL_CHECK(tl_optim_step(t->optim, 0.0f, t->step, &lr));
   TL_CHECK(ops->synchronize(ctx));
+  if (t->zero > 0) { /* every rank's updated chunks to every replica */
+    double t0 = now_us();
+    TL_CHECK(tl_dp_buckets_gather_params(t->buckets, t->params->data));
+    dp_wait += (now_us() - t0) * 1e-6;
+    trace_span(t, "dp_all_gather", 0, t0);
+  }
   /* the loss lives on the last stages: everyone learns it */
   if (t->grad_acc) {
     if (t->comm.world && tl_group_size(t->comm.world) > 1)
@@ -530,6 +628,7 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   out->bubble_seconds = t->wait_seconds;
   out->dp_buckets = t->buckets && t->dp_size > 1 ? tl_dp_buckets_count(t->buckets) : 0;
   out->dp_buckets_early = t->buckets && t->dp_size > 1 ? tl_dp_buckets_early(t->buckets) : 0;
+  out->dp_wait_seconds = dp_wait;
   return TL_OK;
 }
 

@@ -73,6 +73,10 @@ struct tl_step_stats {
   /* this rank's data-parallel gradient buckets (parallel.bucket_mb), and how
    * many of them started during the last backward (overlapped); 0 at dp = 1 */
   int dp_buckets, dp_buckets_early;
+  /* seconds this rank waited on data-parallel collectives outside compute:
+   * the buckets' ends (and ZeRO-2's turns of its bucket buffers) and ZeRO's
+   * all-gather of the updated parameters — the communication left exposed */
+  double dp_wait_seconds;
 };
 
 /* Builds this rank's part from the config (every rank of the job calls it:

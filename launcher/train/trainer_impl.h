@@ -37,8 +37,13 @@ struct tl_trainer {
   tl_pp_schedule sched;
   tl_pp_runtime* rt; /* the stage's executors and exchanges */
   bool* scatter;     /* per graph value: a boundary value the tp group holds alike */
-  /* the stage's flat buffers */
+  /* the stage's flat buffers; with ZeRO-2 `grads` is the buckets' staging
+   * (tl_dp_buckets_grad_buffer), and grad_offset says where each
+   * parameter's gradient lies in it (NULL: at the layout's offset) */
   tl_buffer *params, *grads;
+  bool grads_owned;
+  const int64_t* grad_offset;
+  int zero; /* parallel.zero */
   /* parallel.deterministic: the gradients as exact 64-bit fixed-point sums
    * (graph/exec.h grad_acc), laid out as grads */
   tl_buffer* grad_acc;

@@ -69,8 +69,12 @@ static tl_status place_full(tl_trainer* t, const float* full) {
     size_t bytes = sizeof(float) * (size_t)n;
     tl_device dev = t->be->device, cpu = tl_cpu();
     st = tl_memcpy(dev, t->params->data, cpu, local, bytes);
-    for (int k = 0; k < 2 && st == TL_OK; k++)
-      st = tl_memcpy(dev, tl_optim_moment(t->optim, k)->data, cpu, local + (k + 1) * n, bytes);
+    /* the moments: the whole stage's, or this rank's ZeRO shard of them */
+    for (int k = 0; k < 2 && st == TL_OK; k++) {
+      float* m = tl_optim_moment(t->optim, k)->data;
+      st = t->zero > 0 ? tl_dp_buckets_to_shard(t->buckets, local + (k + 1) * n, m)
+                       : tl_memcpy(dev, m, cpu, local + (k + 1) * n, bytes);
+    }
   }
   free(local);
   free(cut);
@@ -172,14 +176,41 @@ static tl_status gather(tl_trainer* t, tl_buffer* const* src, int k_max, float* 
   return st;
 }
 
+/* A whole-stage copy (device) of a vector the ZeRO shards of the dp group
+ * hold: every dp rank calls it (collective over the group). */
+static tl_status unshard(tl_trainer* t, const float* src, bool src_is_shard, tl_buffer** out) {
+  TL_CHECK(tl_buffer_create(t->be->device, sizeof(float) * (size_t)(t->lay->n > 0 ? t->lay->n : 1),
+                            out));
+  tl_status st = tl_dp_buckets_unshard(t->buckets, src, src_is_shard, (*out)->data);
+  if (st != TL_OK) tl_buffer_destroy(*out), *out = NULL;
+  return st;
+}
+
 tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
   tl_buffer* src[3] = {t->params, tl_optim_moment(t->optim, 0), tl_optim_moment(t->optim, 1)};
-  return gather(t, src, moments ? 3 : 1, out);
+  tl_buffer* whole[2] = {NULL, NULL};
+  tl_status st = TL_OK;
+  for (int k = 0; moments && t->zero > 0 && k < 2 && st == TL_OK; k++) {
+    st = unshard(t, src[k + 1]->data, true, &whole[k]);
+    if (st == TL_OK) src[k + 1] = whole[k];
+  }
+  if (st == TL_OK) st = gather(t, src, moments ? 3 : 1, out);
+  for (int k = 0; k < 2; k++) tl_buffer_destroy(whole[k]);
+  return st;
 }
 
 tl_status tl_trainer_gather_grads(tl_trainer* t, float* out) {
   tl_buffer* src[1] = {t->grads};
-  return gather(t, src, 1, out);
+  tl_buffer* whole = NULL;
+  if (t->zero > 0) { /* each rank holds the reduced gradients of its chunks only */
+    bool shard = t->zero == 2;
+    TL_CHECK(unshard(t, shard ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data,
+                     shard, &whole));
+    src[0] = whole;
+  }
+  tl_status st = gather(t, src, 1, out);
+  tl_buffer_destroy(whole);
+  return st;
 }
 
 tl_status tl_trainer_save(tl_trainer* t, const char* path) {

@@ -131,12 +131,14 @@ std::string Describe(const tl_verify_report& v) {
 }
 
 void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int micro,
-                const std::vector<int>& stage_layers = {}, int tp = 1, bool sp = false) {
+                const std::vector<int>& stage_layers = {}, int tp = 1, bool sp = false,
+                int zero = 0) {
   tl_config c = Base(kind);
   c.schedule.n_stage_layers = (int)stage_layers.size();
   for (size_t i = 0; i < stage_layers.size(); i++) c.schedule.stage_layers[i] = stage_layers[i];
   c.mesh.dp = dp, c.mesh.pp = pp, c.mesh.tp = tp;
   c.parallel.sequence_parallel = sp;
+  c.parallel.zero = zero;
   c.schedule.kind = sched, c.schedule.micro_batches = micro;
   // small buckets with 2 micro-batches: all-reduces start during the
   // backward pass (overlap); otherwise one bucket at the end
@@ -144,7 +146,8 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
   std::string what =
       std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") + " dp=" + std::to_string(dp) +
       " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + (sp ? " sp" : "") +
-      (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") + " micro=" + std::to_string(micro);
+      (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") + " micro=" + std::to_string(micro) +
+      (zero ? " zero=" + std::to_string(zero) : "");
   for (size_t i = 0; i < stage_layers.size(); i++)
     what += (i ? "+" : " stage layers ") + std::to_string(stage_layers[i]);
   Run par = Train(c);
@@ -202,6 +205,34 @@ TEST(Equality, EveryTensorParallelMeshOfThisJobEqualsTheSingleDeviceRun) {
         // the MLP's column-/row-parallel pairs
         CheckEqual(TL_MODEL_MLP, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, false);
       }
+}
+
+// ZeRO-1 and ZeRO-2: every mesh of this job with data parallelism (tp 1
+// and 2, pp 1, 2 and 4), both models and both schedules, each stage run
+// with 2 micro-batches and buckets of a few hundred elements (many
+// reduce-scatters, started during the backward, buckets cut through
+// tensors and ZeRO-2's two bucket buffers taking many turns) and with one
+// micro-batch and one bucket per stage part; the tied embedding, sequence
+// parallelism's LayerNorms and the global norm all run on shards. Every step
+// must be the single-device run's (the oracle, as above); a single device
+// with ZeRO (a group of one) too.
+TEST(Equality, EveryZeroStageOnEveryDataParallelMeshEqualsTheSingleDeviceRun) {
+  int n = WorldSize();
+  if (n == 2) {  // a group of one shards nothing and must still be the run
+    for (int zero : {1, 2}) CheckEqual(TL_MODEL_GPT, 1, 2, TL_SCHEDULE_1F1B, 2, {}, 1, false, zero);
+  }
+  for (int zero : {1, 2})
+    for (int tp : {1, 2})
+      for (int dp : {2, 4})
+        for (int pp : {1, 2, 4}) {
+          if (dp * tp * pp != n) continue;
+          for (tl_model_kind kind : {TL_MODEL_MLP, TL_MODEL_GPT})
+            for (tl_schedule_kind sched : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B}) {
+              bool sp = tp > 1 && kind == TL_MODEL_GPT && sched == TL_SCHEDULE_1F1B;
+              CheckEqual(kind, dp, pp, sched, 2, {}, tp, sp, zero);
+            }
+          CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 1, {}, tp, false, zero);
+        }
 }
 
 // A pipeline boundary carries the residual stream: whole between stages of
