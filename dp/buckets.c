@@ -26,7 +26,8 @@ struct tl_dp_buckets {
   int64_t staging;
   int64_t* goff;            /* per graph value: its gradient's offset in gbuf */
   tl_buffer *slot[2], *temp[2];
-  int slot_bucket[2];        /* the bucket a slot holds, or -1 */
+  int slot_bucket[2];        /* the bucket a slot's reduction is of (in flight), or -1 */
+  int slot_fill[2];          /* the bucket being copied into a slot, or -1 */
   const float* slot_sum[2];  /* where that bucket's reduced chunk lands */
   tl_group_request* slot_req[2];
   tl_buffer* shard;          /* the reduced gradients of this rank's chunks */
@@ -135,7 +136,7 @@ static tl_status create_zero2(tl_dp_buckets* b) {
   for (int s = 0; s < 2; s++) {
     TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)slot, &b->slot[s]));
     if (temp) TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)temp, &b->temp[s]));
-    b->slot_bucket[s] = -1;
+    b->slot_bucket[s] = b->slot_fill[s] = -1;
   }
   TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)at_least_one(b->shard_n), &b->shard));
   /* where each gradient goes: an early one at its place among the
@@ -280,15 +281,16 @@ static tl_status stream(tl_dp_buckets* b, int64_t a, int64_t e) {
                    (long long)a, (long long)e, (long long)b->filled);
   for (int64_t p = a; p < e;) {
     int i = b->cur, s = i % 2;
-    if (b->slot_bucket[s] != i) {
-      TL_CHECK(retire(b, s)); /* the bucket two before, still in flight */
-      b->slot_bucket[s] = -2; /* being filled */
+    if (b->slot_fill[s] != i) { /* a bucket starts: the one this slot reduced last must land */
+      TL_CHECK(retire(b, s));
+      b->slot_fill[s] = i;
     }
     int64_t end = e < b->begin[i + 1] ? e : b->begin[i + 1];
     float* dst = (float*)b->slot[s]->data + (p - b->begin[i]);
     TL_CHECK(tl_memcpy(dev, dst, dev, staged + (p - a), sizeof(float) * (size_t)(end - p)));
     p = end;
     if (p == b->begin[i + 1]) { /* the bucket is whole */
+      b->slot_fill[s] = -1;
       TL_CHECK(reduce_bucket(b, i, s, b->slot[s]->data));
       if (!b->group) TL_CHECK(retire(b, s)); /* added now: the slot is refilled next */
       b->early++;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dp/buckets.h"
+#include "dp/layout.h"
 #include "graph/exec.h"
 #include "graph/graph.h"
 #include "graph/model.h"
@@ -24,6 +26,10 @@ struct range_cost {
   /* elements of the parameters the nodes use (each once), and of those
    * whose gradients sequence parallelism sums over the group */
   double params, replicated;
+  /* ZeRO's late gradients (dp/layout.h): parameters other stages read too
+   * (the tied embedding), ones several nodes of the range read; and the
+   * staging ZeRO-2 needs (dp/buckets.h), in elements */
+  double shared, multi, staging;
   double arena, io;        /* bytes an executor of the range allocates */
   double fwd_flops, flops; /* forward; forward + backward */
 };
@@ -38,6 +44,8 @@ static tl_status range_cost(const tl_graph* g, const tl_tp_shard* sh, int begin,
     if (i < g->n_forward) out->fwd_flops += g->nodes[i].flops;
   }
   /* a parameter counts once however many nodes read it (the tied wte) */
+  bool* late = calloc((size_t)g->n_values, sizeof(bool));
+  if (!late) return TL_ERRF(TL_ERR_NOMEM, "out of memory pricing a stage");
   for (int v = 0; v < g->n_values; v++) {
     const tl_value* val = &g->values[v];
     if (val->role != TL_ROLE_PARAM) continue;
@@ -46,7 +54,20 @@ static tl_status range_cost(const tl_graph* g, const tl_tp_shard* sh, int begin,
     out->params += e;
     const struct tl_tp_param* p = tl_tp_param_of(sh, v);
     if (p && p->partial) out->replicated += e;
+    /* the trainer's late parameters (launcher/train/trainer.c) */
+    int inside = tl_dp_readers(g, begin, end, v), all = tl_dp_readers(g, 0, g->n_forward, v);
+    if (all > inside)
+      out->shared += e;
+    else if (inside > 1)
+      out->multi += e;
+    late[v] = all > inside || inside > 1 || (p && p->partial);
   }
+  tl_dp_layout lay;
+  tl_status st = tl_dp_layout_build_late(g, begin, end, late, &lay);
+  free(late);
+  TL_CHECK(st);
+  out->staging = (double)tl_dp_layout_staging(&lay);
+  tl_dp_layout_free(&lay);
   struct tl_exec_bytes b;
   TL_CHECK(tl_exec_size(g, begin, end, &b));
   out->arena = (double)b.arena;
@@ -58,8 +79,17 @@ static tl_status range_cost(const tl_graph* g, const tl_tp_shard* sh, int begin,
 static struct tl_cost_stage_shape stage_shape(const struct range_cost* one,
                                               const struct range_cost* two) {
   struct tl_cost_stage_shape s = {
-      one->params, two->params - one->params, one->replicated, two->replicated - one->replicated,
-      one->arena,  two->arena - one->arena,   one->io};
+      .params = one->params,
+      .params_layer = two->params - one->params,
+      .replicated = one->replicated,
+      .replicated_layer = two->replicated - one->replicated,
+      .arena = one->arena,
+      .arena_layer = two->arena - one->arena,
+      .io = one->io,
+  };
+  /* what does not grow with the blocks: the tied embedding, the largest node */
+  s.shared = two->shared, s.multi = two->multi;
+  s.staging = one->staging > two->staging ? one->staging : two->staging;
   return s;
 }
 
@@ -193,6 +223,7 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
                       &r);
       struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
       x->params = r.params, x->arena = r.arena, x->io = r.io;
+      x->shared = r.shared, x->multi = r.multi, x->staging = r.staging;
     }
   tl_graph_destroy(g);
   tl_tp_shard_free(&sh);
@@ -357,6 +388,7 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
     struct tl_cost_stage_shape* s = &tmp->stage[k];
     s->params /= t, s->params_layer /= t;
     s->replicated = s->replicated_layer = 0;
+    s->shared /= t, s->multi /= t, s->staging /= t;
     s->arena *= act, s->arena_layer *= act;
   }
   return tmp;
@@ -401,6 +433,27 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
   }
 }
 
+/* The model state a stage of `params` elements holds on a data-parallel
+ * rank, as dp/ and the trainer allocate it in fp32: the formulas' ZeRO-1
+ * and ZeRO-2 with the shard the buckets cut (each bucket's chunk rounded
+ * up) and ZeRO-2's staging, bucket buffers and late gradients
+ * (dp/buckets.h); late = the parameters reduced last (sum over another
+ * group first), multi = those several nodes write (late for ZeRO-2). */
+static double zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
+                         double multi, double staging) {
+  struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
+  if (dtype != TL_F32 || p->zero == 0 || p->zero == 3)
+    return tl_cost_model_state(params, p->zero, p->dp, sb);
+  double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
+  int64_t n = (int64_t)params;
+  if (p->zero == 1)
+    return params * (sb.w + sb.g) +
+           sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb);
+  int64_t l2 = (int64_t)(late + multi);
+  return params * sb.w + sb.o * (double)tl_dp_shard_elems(n, l2, p->dp, mb) +
+         (double)tl_dp_buckets_bytes(2, n, l2, (int64_t)staging, p->dp, mb);
+}
+
 /* All-reduce of `bytes` over n ranks on `link`: the bandwidth term of a
  * ring (2(n-1)/n of the buffer through each rank's link); the latency term of
  * the algorithm the group's backend runs — NCCL's ring on GPUs, 2(n-1)
@@ -415,6 +468,31 @@ double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct
   if (n <= 1) return 0;
   double messages = c->device == TL_DEVICE_CPU ? ceil(log2((double)n)) : (double)(n - 1);
   return (double)(n - 1) / n * bytes / link->bandwidth + messages * link->latency;
+}
+
+/* The data-parallel communication a step leaves exposed, for `grads`
+ * elements of the fullest stage and one micro-batch's compute `comp`:
+ * - ZeRO 0: the all-reduce, in buckets during the last micro-batch's
+ *   backward (about 2/3 of its compute) when dp_bucket_mb > 0;
+ * - ZeRO 1: its two halves, the reduce-scatter overlapped the same way and
+ *   the all-gather of the updated parameters after the step, exposed;
+ * - ZeRO 2: a reduce-scatter after EVERY micro-batch's backward (m of them,
+ *   each overlapping its backward), then the all-gather;
+ * - ZeRO 3: 1.5x the all-reduce's volume (the parameters gathered for the
+ *   forward and again for the backward), unoverlapped (not run yet). */
+static double dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
+                         const struct tl_link* link, double comp) {
+  const int d = p->dp;
+  if (d <= 1) return 0;
+  double ar = tl_cost_all_reduce(c, grads * 4.0, d, link);
+  if (p->zero == 3) return 1.5 * ar;
+  double reduce = p->zero == 0 ? ar : ar / 2, gather = p->zero == 0 ? 0 : ar / 2;
+  int passes = p->zero == 2 ? p->n_micro : 1;
+  if (p->dp_bucket_mb <= 0) return passes * reduce + gather;
+  double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0));
+  double last = reduce / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;
+  double exposed = reduce - hidden > last ? reduce - hidden : last;
+  return passes * exposed + gather;
 }
 
 /* Micro-batches whose activations stage s holds at once: pp's schedule's. */
@@ -435,11 +513,9 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   /* 1. parameters, gradients, optimizer state; the packed LayerNorm
    * gradients of sequence parallelism; the trainer's norm scalar */
   double params = x->params + (k - 1) * x->params_layer;
-  *state = tl_cost_model_state(params, p->zero, p->dp, tl_cost_state_bytes(dtype)) + 4.0;
-  if (sh->sp && sh->tp > 1) {
-    double rep = x->replicated + (k - 1) * x->replicated_layer;
-    *state += 4.0 * (rep > 0 ? rep : 1);
-  }
+  double rep = sh->sp && sh->tp > 1 ? x->replicated + (k - 1) * x->replicated_layer : 0;
+  *state = zero_state(p, dtype, params, x->shared + rep, x->multi, x->staging) + 4.0;
+  if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
   /* 2. an executor per micro-batch in flight, each its whole arena */
   double arena = (x->arena + (k - 1) * x->arena_layer) * scale;
   double one = b * (arena + x->io);
@@ -456,7 +532,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
 static void mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, const tl_plan* p,
                              int a, int b, int s, double* state, double* act) {
   const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
-  *state = tl_cost_model_state(x->params, p->zero, p->dp, tl_cost_state_bytes(dtype)) + 4.0;
+  *state = zero_state(p, dtype, x->params, x->shared, x->multi, x->staging) + 4.0;
   *act = in_flight(p, s) * p->micro_batch * (x->arena * tl_dtype_size(dtype) / 4.0 + x->io);
 }
 
@@ -537,12 +613,7 @@ static void mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype 
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
   const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
-  double dp = tl_cost_all_reduce(c, grads * 4.0, d, dp_link) * (p->zero == 3 ? 1.5 : 1.0);
-  if (d > 1 && p->dp_bucket_mb > 0) {
-    double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0));
-    double last = dp / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;
-    dp = dp - hidden > last ? dp - hidden : last;
-  }
+  double dp = dp_seconds(c, p, grads, dp_link, comp);
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;
   p->t_pp = m * pp_comm;
@@ -556,7 +627,7 @@ static void mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype 
   double model = seqs * total_flops * t;
   p->flops_per_device = model / p->t_step / devices;
   p->mfu = p->flops_per_device / peak;
-  p->runnable = p->zero == 0 && !p->recompute;
+  p->runnable = p->zero <= 2 && !p->recompute;
 }
 
 void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
@@ -633,12 +704,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's only dtype), whatever the weights' dtype */
-  double dp = tl_cost_all_reduce(c, grads * 4.0, d, dp_link) * (p->zero == 3 ? 1.5 : 1.0);
-  if (d > 1 && p->dp_bucket_mb > 0) { /* buckets during the last backward */
-    double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0));
-    double last = dp / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;
-    dp = dp - hidden > last ? dp - hidden : last;
-  }
+  double dp = dp_seconds(c, p, grads, dp_link, comp);
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;
   /* and once a step, the LayerNorm gradients summed over the group (packed) */
@@ -656,8 +722,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double model = seqs * (L * cm->layer_flops + cm->embed_flops + cm->head_flops);
   p->flops_per_device = exec / p->t_step / devices;
   p->mfu = model / p->t_step / devices / tl_cluster_peak(c, dtype);
-  /* the trainer runs dp x tp x pp meshes and reads neither ZeRO nor recomputation yet */
-  p->runnable = p->zero == 0 && !p->recompute;
+  /* the trainer runs dp x tp x pp meshes with ZeRO 0-2, without recomputation */
+  p->runnable = p->zero <= 2 && !p->recompute;
 }
 
 const char* tl_plan_bound(const tl_plan* p) {

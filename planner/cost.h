@@ -28,7 +28,11 @@
  *   parameter (bf16 mixed precision 2 + 2 + 12, fp32 4 + 4 + 8 — the
  *   trainer's fp32 weights, gradients and two AdamW moments):
  *   ZeRO-0 (w+g+o)Ψ, ZeRO-1 (w+g)Ψ + oΨ/d, ZeRO-2 wΨ + (g+o)Ψ/d,
- *   ZeRO-3 (w+g+o)Ψ/d, Ψ the stage's parameters on the rank;
+ *   ZeRO-3 (w+g+o)Ψ/d, Ψ the stage's parameters on the rank; in fp32,
+ *   where the trainer runs ZeRO-1 and 2, what dp/ allocates instead: Ψ/d
+ *   as the buckets' chunks round it (tl_dp_shard_elems), and ZeRO-2's
+ *   staging, two bucket buffers and the whole gradients of its late
+ *   parameters (tl_dp_buckets_bytes);
  * - activations: one executor per micro-batch in flight on the stage, as
  *   the trainer holds them (GPipe m; 1F1B min(p - s, m) on stage s), each
  *   with its whole arena (saved values and the backward's working set),
@@ -50,7 +54,9 @@
  *   over dp, 2(d-1)/d·S/β + kα (k = 2(d-1) messages of NCCL's ring on
  *   GPUs, 2 log2 d of MPICH's halving and doubling on CPUs; the same for
  *   every all-reduce), over the inter-node link when the dp
- *   group spans nodes (1.5x that volume for ZeRO-3's parameter gathers);
+ *   group spans nodes (ZeRO-1: a reduce-scatter and, exposed after the
+ *   update, an all-gather of the same total; ZeRO-2: a reduce-scatter per
+ *   micro-batch; 1.5x the all-reduce for ZeRO-3's parameter gathers);
  *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B. What overlaps: with
  *   dp_bucket_mb > 0 the gradient all-reduce runs bucket by bucket during
  *   the last micro-batch's backward (two thirds of its arithmetic), so only
@@ -90,6 +96,11 @@ struct tl_cost_stage_shape {
   /* of those, tensors whole on every tp rank (LayerNorms), whose gradients
    * sequence parallelism sums over the group from a packed buffer */
   double replicated, replicated_layer;
+  /* ZeRO's late parameters on the stage, elements (the same at any number
+   * of blocks): read by another stage too (the tied embedding), read by
+   * several of the stage's nodes; and the most early gradient elements one
+   * backward node writes (ZeRO-2's staging) */
+  double shared, multi, staging;
   double arena, arena_layer; /* bytes of one executor's arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */
 };
@@ -100,6 +111,7 @@ struct tl_cost_stage_shape {
 #define TL_COST_MLP_RANGES (TL_MLP_MAX_LAYERS * (TL_MLP_MAX_LAYERS + 1) / 2)
 struct tl_cost_range {
   double params, arena, io; /* as tl_cost_stage_shape, for the stage of layers [a, b) */
+  double shared, multi, staging;
 };
 struct tl_cost_mlp_layer {
   double fwd_flops, flops; /* per sequence */
@@ -211,7 +223,7 @@ typedef struct tl_plan {
   double flops_per_device; /* executed FLOP/s per device (recomputation counted) */
   double mfu;              /* model FLOPs (no recomputation) / (devices × peak × t_step) */
   bool fits;               /* mem_total <= device memory */
-  bool runnable;           /* `trellis train` runs it as planned today: ZeRO 0, no recompute */
+  bool runnable;           /* `trellis train` runs it as planned today: ZeRO 0-2, no recompute */
 } tl_plan;
 
 /* Seconds for an all-reduce of `bytes` over n ranks on `link` of cluster c

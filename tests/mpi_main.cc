@@ -1,11 +1,30 @@
 // mpi_main.cc — main() for GoogleTest binaries that run under mpiexec.
 //
 // Every rank runs every test; a test fails on any rank fails the job, and
-// rank 0 alone prints and writes the XML report. Communicators return errors
+// rank 0 alone prints and writes the XML report; the other ranks print only
+// their failures, each marked with the rank. Communicators return errors
 // instead of aborting (MPI_ERRORS_RETURN), as trellis's own groups do.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <stdlib.h>
+
+namespace {
+
+// A rank other than 0: each failed assertion, to stderr, with the rank.
+class FailurePrinter : public testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+            r.line_number(), r.message());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -20,6 +39,7 @@ int main(int argc, char** argv) {
   if (rank != 0) {
     auto& listeners = testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
   }
   int failed = RUN_ALL_TESTS() != 0, any_failed = 0;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -332,9 +332,10 @@ static int train_loop(struct run* r) {
         fprintf(r->metrics,
                 "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"ms\": "
                 "%.3f, \"tokens_per_s\": %.1f, \"wait_ms\": %.3f, \"dp_buckets\": %d, "
-                "\"dp_buckets_early\": %d, \"peak_bytes\": ",
+                "\"dp_buckets_early\": %d, \"dp_wait_ms\": %.3f, \"peak_bytes\": ",
                 (long long)st.step, st.loss, st.lr, st.grad_norm, st.seconds * 1e3,
-                tokens / st.seconds, st.bubble_seconds * 1e3, st.dp_buckets, st.dp_buckets_early);
+                tokens / st.seconds, st.bubble_seconds * 1e3, st.dp_buckets, st.dp_buckets_early,
+                st.dp_wait_seconds * 1e3);
         print_peaks(r->metrics, r->peaks, r->have_worker ? r->w.world_size : 1);
         fputs("}\n", r->metrics);
       }

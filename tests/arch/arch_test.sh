@@ -6,7 +6,8 @@
 #    folder to that folder (kernels/cpu and kernels/cuda count as kernels).
 #    Allowed, downwards only:
 #      launcher -> {planner, dp, tp, pp} -> graph -> kernels -> core,
-#      planner -> {tp, pp} (it prices the shard and the cut with their code),
+#      planner -> {dp, tp, pp} (it prices the shard, the cut and the
+#      data-parallel state with their code),
 #      and nothing among dp, tp and pp.
 #    The arrows found are printed, one line per pair with a count.
 # 2. No file of graph/ outside the op implementations (graph/ops/) names a
@@ -22,7 +23,7 @@ allowed() { # from to
     dp:core | dp:kernels | dp:graph | dp:dp) return 0 ;;
     tp:core | tp:kernels | tp:graph | tp:tp) return 0 ;;
     pp:core | pp:kernels | pp:graph | pp:pp) return 0 ;;
-    planner:core | planner:kernels | planner:graph | planner:tp | planner:pp | planner:planner) return 0 ;;
+    planner:core | planner:kernels | planner:graph | planner:dp | planner:tp | planner:pp | planner:planner) return 0 ;;
     launcher:core | launcher:kernels | launcher:graph | launcher:dp | launcher:tp | launcher:pp) return 0 ;;
     launcher:planner | launcher:launcher) return 0 ;;
   esac

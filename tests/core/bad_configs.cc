@@ -113,9 +113,14 @@ const std::vector<BadConfig>& BadConfigs() {
        "parallel.deterministic = true with device.type = \"cuda\": its exact fixed-point "
        "gradient sums run on the CPU backend only"},
       // fields the runtime does not run yet are refused, not ignored
-      {"ZeroNotImplementedYet", R"({"mesh": {"dp": 2}, "parallel": {"zero": 3}})",
-       "parallel.zero = 3: ZeRO stages 1-3 (sharded optimizer state, gradients, parameters) are "
-       "not implemented yet; expected 0"},
+      {"ZeroThreeNotImplementedYet", R"({"mesh": {"dp": 2}, "parallel": {"zero": 3}})",
+       "parallel.zero = 3: ZeRO-3 (parameters sharded too, gathered per block) is not "
+       "implemented yet; expected 0"},
+      {"ZeroWithDeterministic",
+       R"({"mesh": {"dp": 2}, "parallel": {"zero": 1, "deterministic": true}})",
+       "parallel.zero = 1 with parallel.deterministic = true: the deterministic mode sums whole "
+       "fixed-point gradients over the replicas and does not shard them; expected "
+       "parallel.zero = 0"},
       {"RecomputeNotImplementedYet", R"({"parallel": {"recompute": true}})",
        "parallel.recompute = true: activation recomputation is not implemented yet; expected "
        "false"},

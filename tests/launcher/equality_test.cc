@@ -132,7 +132,7 @@ std::string Describe(const tl_verify_report& v) {
 
 void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int micro,
                 const std::vector<int>& stage_layers = {}, int tp = 1, bool sp = false,
-                int zero = 0) {
+                int zero = 0, double bucket_mb = 0) {
   tl_config c = Base(kind);
   c.schedule.n_stage_layers = (int)stage_layers.size();
   for (size_t i = 0; i < stage_layers.size(); i++) c.schedule.stage_layers[i] = stage_layers[i];
@@ -142,12 +142,13 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
   c.schedule.kind = sched, c.schedule.micro_batches = micro;
   // small buckets with 2 micro-batches: all-reduces start during the
   // backward pass (overlap); otherwise one bucket at the end
-  c.parallel.bucket_mb = micro == 2 ? 0.002 : 25;
+  c.parallel.bucket_mb = bucket_mb > 0 ? bucket_mb : micro == 2 ? 0.002 : 25;
   std::string what =
       std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") + " dp=" + std::to_string(dp) +
       " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + (sp ? " sp" : "") +
       (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") + " micro=" + std::to_string(micro) +
-      (zero ? " zero=" + std::to_string(zero) : "");
+      (zero ? " zero=" + std::to_string(zero) : "") +
+      (bucket_mb > 0 ? " bucket_mb=" + std::to_string(bucket_mb) : "");
   for (size_t i = 0; i < stage_layers.size(); i++)
     what += (i ? "+" : " stage layers ") + std::to_string(stage_layers[i]);
   Run par = Train(c);
@@ -220,6 +221,11 @@ TEST(Equality, EveryZeroStageOnEveryDataParallelMeshEqualsTheSingleDeviceRun) {
   int n = WorldSize();
   if (n == 2) {  // a group of one shards nothing and must still be the run
     for (int zero : {1, 2}) CheckEqual(TL_MODEL_GPT, 1, 2, TL_SCHEDULE_1F1B, 2, {}, 1, false, zero);
+    // the MLP's 3208 parameters in 3 buckets, then 1: ZeRO-2's two bucket
+    // buffers meet a bucket of the last pass in the slot of the next
+    for (double mb : {0.0042, 1.0})
+      for (int micro : {2, 4})
+        CheckEqual(TL_MODEL_MLP, 2, 1, TL_SCHEDULE_1F1B, micro, {}, 1, false, 2, mb);
   }
   for (int zero : {1, 2})
     for (int tp : {1, 2})

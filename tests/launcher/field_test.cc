@@ -156,7 +156,7 @@ Outcome Train(const std::string& json, int ranks) {
   std::istringstream metrics(ReadFile(dir + "/m.jsonl"));
   while (std::getline(metrics, line)) {
     json_t* j = Parse(line);
-    for (const char* timed : {"ms", "tokens_per_s", "wait_ms"}) json_object_del(j, timed);
+    for (const char* timed : {"ms", "tokens_per_s", "wait_ms", "dp_wait_ms"}) json_object_del(j, timed);
     char* s = json_dumps(j, JSON_SORT_KEYS);
     fp << "metrics " << s << "\n";
     free(s);
