@@ -27,6 +27,7 @@
 static const char* const k_model_kinds[] = {"gpt", "mlp", NULL};
 static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char* const k_lr_schedules[] = {"cosine", "constant", NULL};
+static const char* const k_checkpoint_formats[] = {"auto", "file", "sharded", NULL};
 static const char* const k_device_types[] = {"cpu", "cuda", NULL};
 
 const char* const tl__axis_names[] = {"dp", "tp", "pp", NULL};
@@ -98,6 +99,7 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(checkpoint, dir, TL__FIELD_STRING),
     FIELD(checkpoint, every, TL__FIELD_INT, AT_LEAST(0)),
     FIELD(checkpoint, resume, TL__FIELD_STRING),
+    FIELD(checkpoint, format, TL__FIELD_ENUM, .names = k_checkpoint_formats),
 };
 const int tl__config_n_fields = (int)(sizeof tl__config_fields / sizeof tl__config_fields[0]);
 

@@ -101,10 +101,18 @@ struct tl_device_config {
   int threads;         /* CPU threads per rank; 0 = automatic */
 };
 
+/* "auto" (sharded with parallel.zero 3, else one file), "file", "sharded" */
+typedef enum {
+  TL_CHECKPOINT_AUTO = 0,
+  TL_CHECKPOINT_FILE,
+  TL_CHECKPOINT_SHARDED
+} tl_checkpoint_format;
+
 struct tl_checkpoint_config {
   char dir[TL_PATH_MAX];    /* "" = no checkpoints */
   int every;                /* steps; 0 = only at the end (when dir is set) */
-  char resume[TL_PATH_MAX]; /* "" = start fresh, else a trellis checkpoint */
+  char resume[TL_PATH_MAX]; /* "" = start fresh, else a trellis checkpoint (file or directory) */
+  tl_checkpoint_format format;
 };
 
 struct tl_config {

@@ -267,11 +267,12 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
 
   /* What the runtime does not run yet: refused here, before any rank
    * starts, rather than accepted and ignored (the config never lies). */
-  if (OK(parallel, zero) && cfg->parallel.zero == 3)
+  if (OK(parallel, zero) && OK(checkpoint, format) && cfg->parallel.zero == 3 &&
+      cfg->checkpoint.format == TL_CHECKPOINT_FILE)
     tl__problem(p,
-                "parallel.zero = 3: ZeRO-3 (parameters sharded too, gathered per block) is not "
-                "implemented yet; expected 0 (every replica holds the whole model state), 1 "
-                "(AdamW moments sharded over mesh.dp) or 2 (moments and gradients sharded)");
+                "checkpoint.format = \"file\" with parallel.zero = 3: one checkpoint file is "
+                "assembled on one rank, which would hold the whole model ZeRO-3 shards; expected "
+                "\"sharded\" or \"auto\"");
   if (OK(parallel, zero) && OK(parallel, deterministic) && cfg->parallel.zero > 0 &&
       cfg->parallel.deterministic)
     tl__problem(p,

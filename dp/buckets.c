@@ -1,6 +1,7 @@
 /* buckets.c — see buckets.h. */
 #include "dp/buckets.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,17 @@ struct tl_dp_buckets {
   tl_buffer* shard;          /* the reduced gradients of this rank's chunks */
   int cur;                   /* the bucket the stream fills next */
   int64_t filled;            /* elements of the stream given in this pass */
+  /* zero 3 */
+  int n_units;
+  int* unit_node;            /* n_units + 1 forward node boundaries */
+  int64_t *unit_lb, *unit_le; /* per unit: its parameters' range of the layout's front */
+  int *unit_b0, *unit_b1;    /* per unit: its buckets [b0, b1) */
+  int64_t unit_max;          /* the largest unit's elements: a slot */
+  tl_buffer* pbuf;           /* two unit slots, then the late parameters whole */
+  int64_t* poff;             /* per graph value: its offset in pbuf */
+  tl_buffer* pshard;         /* this rank's chunks of the parameters: their only copy */
+  int punit[2];              /* the unit a slot holds (or is being gathered into), or -1 */
+  bool pending[2];           /* its gather is in flight */
 };
 
 /* n > 0 elements, or one (buffers are never empty) */
@@ -49,19 +61,21 @@ static int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-/* Buckets of [0, n_early) and of [n_early, n), `per` elements each (the
- * last of each part shorter): their count, and the boundaries into begin
- * (n_buckets + 1 of them) when it is not NULL. */
-static int cut(int64_t n_early, int64_t n, int64_t per, int64_t* begin, int* n_early_buckets) {
+/* Buckets of each part [bounds[k], bounds[k + 1]) of the buffer, `per`
+ * elements each (the last of each part shorter): their count, and the
+ * boundaries into begin (n_buckets + 1 of them) when it is not NULL. The
+ * buckets of the first n_early_parts parts are the early ones. */
+static int cut(const int64_t* bounds, int n_parts, int n_early_parts, int64_t per, int64_t* begin,
+               int* n_early_buckets) {
   int k = 0;
-  int64_t parts[3] = {0, n_early, n};
-  for (int part = 0; part < 2; part++) {
-    for (int64_t b = parts[part]; b < parts[part + 1]; b += per)
+  for (int part = 0; part < n_parts; part++) {
+    if (part == n_early_parts && n_early_buckets) *n_early_buckets = k;
+    for (int64_t b = bounds[part]; b < bounds[part + 1]; b += per)
       if (begin) begin[k++] = b;
       else k++;
-    if (part == 0 && n_early_buckets) *n_early_buckets = k;
   }
-  if (begin) begin[k] = n;
+  if (n_parts == n_early_parts && n_early_buckets) *n_early_buckets = k;
+  if (begin) begin[k] = bounds[n_parts];
   return k;
 }
 
@@ -117,13 +131,16 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t staging, int size, in
   *temp = size > 1 ? at_least_one(ceil_div(longest, size)) : 0;
 }
 
-int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int size,
-                            double bucket_mb) {
-  if (zero != 2) return 0;
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
+                            int64_t unit_max, int size, double bucket_mb) {
+  if (zero < 2) return 0;
   int64_t gbuf, slot, temp, per = per_bucket(bucket_mb);
   zero2_sizes(n, n_late, staging, size, per, &gbuf, &slot, &temp);
   int64_t shard = at_least_one(shard_elems(n, n_late, size, per));
-  return (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
+  int64_t bytes = (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
+  if (zero == 3) /* the parameters: two unit slots and the late ones, and the shard */
+    bytes += (int64_t)sizeof(float) * (at_least_one(2 * unit_max + n_late) + shard);
+  return bytes;
 }
 
 static tl_status create_zero2(tl_dp_buckets* b) {
@@ -158,15 +175,201 @@ static tl_status create_zero2(tl_dp_buckets* b) {
   return tl_dp_buckets_zero_grads(b);
 }
 
+/* ---- zero 3: the units and their parameters ------------------------------ */
+
+/* The unit of forward node f, or -1 outside the stage's units. */
+static int unit_of(const tl_dp_buckets* b, int f) {
+  for (int u = 0; u < b->n_units; u++)
+    if (f >= b->unit_node[u] && f < b->unit_node[u + 1]) return u;
+  return -1;
+}
+
+/* Each unit's range of the layout's front: its early parameters, whose
+ * first use lies in the unit, are consecutive there (the layout orders by
+ * first use). */
+static tl_status units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config* c) {
+  const tl_dp_layout* l = c->layout;
+  int n = c->n_units;
+  b->n_units = n;
+  b->unit_node = malloc(sizeof(int) * (size_t)(n + 1));
+  b->unit_lb = malloc(sizeof(int64_t) * (size_t)n);
+  b->unit_le = malloc(sizeof(int64_t) * (size_t)n);
+  b->unit_b0 = calloc((size_t)n, sizeof(int));
+  b->unit_b1 = calloc((size_t)n, sizeof(int));
+  if (!b->unit_node || !b->unit_lb || !b->unit_le || !b->unit_b0 || !b->unit_b1)
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's units");
+  memcpy(b->unit_node, c->unit_begin, sizeof(int) * (size_t)(n + 1));
+  int64_t* held = calloc((size_t)n, sizeof(int64_t));
+  if (!held) return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's units");
+  for (int u = 0; u < n; u++) b->unit_lb[u] = INT64_MAX, b->unit_le[u] = -1;
+  tl_status st = TL_OK;
+  for (int i = 0; i < l->n_segments && st == TL_OK; i++) {
+    const tl_dp_segment* s = &l->segments[i];
+    if (s->offset >= l->n_early) continue;
+    int u = unit_of(b, s->first_use);
+    if (u < 0) {
+      st = TL_ERRF(TL_ERR_INVALID, "ZeRO-3: a parameter first read by node %d lies in no unit",
+                   s->first_use);
+      break;
+    }
+    if (s->offset < b->unit_lb[u]) b->unit_lb[u] = s->offset;
+    if (s->offset + s->n > b->unit_le[u]) b->unit_le[u] = s->offset + s->n;
+    held[u] += s->n;
+  }
+  /* an empty unit sits, empty, where the units after it in node order end */
+  int64_t next = 0;
+  for (int u = n - 1; u >= 0 && st == TL_OK; u--) {
+    if (b->unit_le[u] < 0) b->unit_lb[u] = b->unit_le[u] = next;
+    if (b->unit_lb[u] != next || b->unit_le[u] - b->unit_lb[u] != held[u])
+      st = TL_ERRF(TL_ERR_INTERNAL, "ZeRO-3: unit %d's parameters are not one range of the layout",
+                   u);
+    next = b->unit_le[u];
+    if (b->unit_le[u] - b->unit_lb[u] > b->unit_max) b->unit_max = b->unit_le[u] - b->unit_lb[u];
+  }
+  if (st == TL_OK && next != l->n_early)
+    st = TL_ERRF(TL_ERR_INTERNAL, "ZeRO-3: the units hold %lld of the stage's %lld early elements",
+                 (long long)next, (long long)l->n_early);
+  free(held);
+  return st;
+}
+
+static tl_status create_zero3(tl_dp_buckets* b) {
+  const tl_dp_layout* l = b->layout;
+  tl_device dev = b->be->device;
+  int64_t n_late = l->n - l->n_early;
+  for (int u = 0; u < b->n_units; u++) {
+    b->unit_b0[u] = b->unit_b1[u] = 0;
+    for (int i = 0; i < b->n_early_buckets; i++)
+      if (b->begin[i] >= b->unit_lb[u] && b->begin[i] < b->unit_le[u]) {
+        if (b->unit_b1[u] == 0) b->unit_b0[u] = i;
+        b->unit_b1[u] = i + 1;
+      }
+  }
+  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)at_least_one(2 * b->unit_max + n_late),
+                            &b->pbuf));
+  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)at_least_one(b->shard_n), &b->pshard));
+  b->poff = malloc(sizeof(int64_t) * (size_t)at_least_one(l->n_values));
+  if (!b->poff) return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's parameters");
+  for (int v = 0; v < l->n_values; v++) b->poff[v] = -1;
+  for (int i = 0; i < l->n_segments; i++) {
+    const tl_dp_segment* s = &l->segments[i];
+    if (s->offset >= l->n_early) {
+      b->poff[s->value] = 2 * b->unit_max + (s->offset - l->n_early);
+    } else {
+      int u = unit_of(b, s->first_use);
+      b->poff[s->value] = (u % 2) * b->unit_max + (s->offset - b->unit_lb[u]);
+    }
+  }
+  b->punit[0] = b->punit[1] = -1;
+  return TL_OK;
+}
+
+/* Starts gathering unit u's parameters from every rank's shard into its slot. */
+static tl_status gather_unit(tl_dp_buckets* b, int u) {
+  int s = u % 2;
+  float* slot = (float*)b->pbuf->data + s * b->unit_max;
+  const float* shard = b->pshard->data;
+  b->punit[s] = u;
+  b->pending[s] = true;
+  for (int i = b->unit_b0[u]; i < b->unit_b1[u]; i++) {
+    int64_t off, len;
+    chunk_of(b, i, &off, &len);
+    float* dst = slot + (b->begin[i] - b->unit_lb[u]);
+    if (!b->group) {
+      TL_CHECK(tl_memcpy(b->be->device, dst, b->be->device, shard + b->at[i],
+                         sizeof(float) * (size_t)len));
+      continue;
+    }
+    TL_CHECK(tl_group_all_gather(b->group, shard + b->at[i], dst,
+                                 (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, &b->req[i]));
+  }
+  return TL_OK;
+}
+
+/* Waits for slot s's gather. */
+static tl_status land_unit(tl_dp_buckets* b, int s) {
+  if (!b->pending[s]) return TL_OK;
+  int u = b->punit[s];
+  int64_t t0 = tl_time_ns();
+  tl_status st = tl_group_wait_all(b->unit_b1[u] - b->unit_b0[u], b->req + b->unit_b0[u]);
+  b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
+  b->pending[s] = false;
+  if (st != TL_OK) b->punit[s] = -1;
+  return st;
+}
+
+tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
+  if (b->zero != 3) return TL_OK;
+  tl_status st = TL_OK;
+  for (int s = 0; s < 2; s++) {
+    tl_status w = land_unit(b, s);
+    if (st == TL_OK) st = w;
+    b->punit[s] = -1; /* gathered before the update: stale */
+  }
+  /* the late parameters, whole on every rank for the step */
+  float* late = (float*)b->pbuf->data + 2 * b->unit_max;
+  const float* shard = b->pshard->data;
+  for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++) {
+    int64_t off, len;
+    chunk_of(b, i, &off, &len);
+    float* dst = late + (b->begin[i] - b->layout->n_early);
+    if (!b->group)
+      st = tl_memcpy(b->be->device, dst, b->be->device, shard + b->at[i], sizeof(float) * (size_t)len);
+    else
+      st = tl_group_all_gather(b->group, shard + b->at[i], dst,
+                               (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, NULL);
+  }
+  return st;
+}
+
+tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool backward) {
+  if (b->zero != 3) return TL_OK;
+  int u = unit_of(b, forward_node);
+  if (u < 0) return TL_OK;
+  int s = u % 2;
+  if (b->punit[s] != u) {
+    TL_CHECK(land_unit(b, s)); /* the unit two away, prefetched and never read */
+    TL_CHECK(gather_unit(b, u));
+  }
+  TL_CHECK(land_unit(b, s));
+  /* the next unit this pass reads, into the other slot (its unit is done) */
+  int next = backward ? u - 1 : u + 1;
+  if (next >= 0 && next < b->n_units && b->punit[next % 2] != next) {
+    TL_CHECK(land_unit(b, next % 2));
+    TL_CHECK(gather_unit(b, next));
+  }
+  return TL_OK;
+}
+
+tl_buffer* tl_dp_buckets_param_buffer(const tl_dp_buckets* b) {
+  return b->pbuf;
+}
+
+const int64_t* tl_dp_buckets_param_offset(const tl_dp_buckets* b) {
+  return b->poff;
+}
+
+tl_buffer* tl_dp_buckets_shard_params(const tl_dp_buckets* b) {
+  return b->pshard;
+}
+
+int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b) {
+  return b->unit_max;
+}
+
 tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_buckets** out) {
   *out = NULL;
   if (c->bucket_mb <= 0)
     return TL_ERRF(TL_ERR_CONFIG, "parallel.bucket_mb=%g must be > 0", c->bucket_mb);
-  if (c->zero < 0 || c->zero > 2)
-    return TL_ERRF(TL_ERR_INVALID, "gradient buckets run ZeRO stages 0-2, not %d", c->zero);
-  if ((c->zero == 2) != !c->grads)
-    return TL_ERRF(TL_ERR_INVALID, "gradient buckets: a gradient buffer is given %s",
-                   c->zero == 2 ? "with zero 2 (the buckets own it)" : "by the caller with zero 0, 1");
+  if (c->zero < 0 || c->zero > 3)
+    return TL_ERRF(TL_ERR_INVALID, "gradient buckets run ZeRO stages 0-3, not %d", c->zero);
+  if ((c->zero >= 2) != !c->grads)
+    return TL_ERRF(TL_ERR_INVALID, "gradient buckets: a gradient buffer is %s",
+                   c->zero >= 2 ? "given with zero 2, 3 (the buckets own it)"
+                                : "missing with zero 0, 1");
+  if (c->zero == 3 && (c->n_units < 1 || !c->unit_begin))
+    return TL_ERRF(TL_ERR_INVALID, "ZeRO-3 buckets need the units of the stage (%d given)",
+                   c->n_units);
   tl_dp_buckets* b = calloc(1, sizeof *b);
   if (!b) return TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
   b->group = c->dp && tl_group_size(c->dp) > 1 ? c->dp : NULL;
@@ -178,14 +381,30 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   b->grads = c->grads;
   b->n = c->layout->n;
   b->per = per_bucket(c->bucket_mb);
-  b->n_buckets = cut(c->layout->n_early, b->n, b->per, NULL, NULL);
+  /* the parts buckets are cut from: the front and the back, or with
+   * zero 3 each unit's range of the front and the back */
+  int64_t two[3] = {0, c->layout->n_early, b->n}, *bounds = two;
+  int n_parts = 2;
+  tl_status st = TL_OK;
+  if (b->zero == 3) {
+    st = units_build(b, c);
+    bounds = st == TL_OK ? malloc(sizeof(int64_t) * (size_t)(b->n_units + 2)) : NULL;
+    if (st == TL_OK && !bounds) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
+    if (st == TL_OK) { /* the units lie in the front back to front: the last unit first */
+      n_parts = 0;
+      for (int u = b->n_units - 1; u >= 0; u--) bounds[n_parts++] = b->unit_lb[u];
+      bounds[n_parts++] = c->layout->n_early;
+      bounds[n_parts] = b->n;
+    }
+  }
+  if (st == TL_OK) b->n_buckets = cut(bounds, n_parts, n_parts - 1, b->per, NULL, NULL);
   b->begin = malloc(sizeof(int64_t) * (size_t)(b->n_buckets + 1));
   b->at = malloc(sizeof(int64_t) * (size_t)(b->n_buckets + 1));
   b->req = calloc((size_t)(b->n_buckets + 1), sizeof(tl_group_request*));
-  tl_status st = TL_OK;
-  if (!b->begin || !b->at || !b->req) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
+  if (st == TL_OK && (!b->begin || !b->at || !b->req))
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
   if (st == TL_OK) {
-    cut(c->layout->n_early, b->n, b->per, b->begin, &b->n_early_buckets);
+    cut(bounds, n_parts, n_parts - 1, b->per, b->begin, &b->n_early_buckets);
     for (int i = 0; i < b->n_buckets; i++) {
       int64_t off, len;
       chunk_of(b, i, &off, &len);
@@ -193,13 +412,15 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
       b->shard_n += len;
     }
   }
-  if (st == TL_OK && b->zero == 2) {
+  if (bounds != two) free(bounds);
+  if (st == TL_OK && b->zero >= 2) {
     int n_values = c->layout->n_values;
     b->goff = malloc(sizeof(int64_t) * (size_t)at_least_one(n_values));
     if (!b->goff) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
     for (int v = 0; st == TL_OK && v < n_values; v++) b->goff[v] = -1;
     if (st == TL_OK) st = create_zero2(b);
   }
+  if (st == TL_OK && b->zero == 3) st = create_zero3(b);
   if (st != TL_OK) {
     tl_dp_buckets_destroy(b);
     return st;
@@ -220,6 +441,14 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
     tl_buffer_destroy(b->temp[s]);
   }
   tl_buffer_destroy(b->shard);
+  free(b->unit_node);
+  free(b->unit_lb);
+  free(b->unit_le);
+  free(b->unit_b0);
+  free(b->unit_b1);
+  free(b->poff);
+  tl_buffer_destroy(b->pbuf);
+  tl_buffer_destroy(b->pshard);
   free(b);
 }
 
@@ -302,13 +531,13 @@ static tl_status stream(tl_dp_buckets* b, int64_t a, int64_t e) {
 }
 
 tl_status tl_dp_buckets_zero_grads(tl_dp_buckets* b) {
-  if (b->zero != 2) return TL_OK;
+  if (b->zero < 2) return TL_OK;
   TL_CHECK(tl_memzero(b->be->device, b->gbuf->data, b->gbuf->bytes));
   return tl_memzero(b->be->device, b->shard->data, b->shard->bytes);
 }
 
 tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node) {
-  if (b->zero == 2) {
+  if (b->zero >= 2) {
     /* the early segments node `forward_node` finished: contiguous */
     const tl_dp_layout* l = b->layout;
     int64_t a = -1, e = -1;
@@ -333,7 +562,7 @@ tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node) {
 tl_status tl_dp_buckets_finish(tl_dp_buckets* b) {
   tl_status st = TL_OK;
   int64_t t0 = tl_time_ns();
-  if (b->zero == 2) {
+  if (b->zero >= 2) {
     if (b->filled != 0 || b->cur != 0)
       st = TL_ERRF(TL_ERR_INTERNAL,
                    "ZeRO-2: a backward pass streamed %lld of the stage's %lld early gradient "
@@ -355,7 +584,7 @@ tl_status tl_dp_buckets_finish(tl_dp_buckets* b) {
     tl_status w = tl_group_wait_all(b->launched, b->req);
     if (st == TL_OK) st = w;
   }
-  if (b->zero != 2) b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
+  if (b->zero < 2) b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
   b->launched = 0;
   b->early_last = b->early;
   b->early = 0;
@@ -403,7 +632,7 @@ int tl_dp_buckets_pieces(const tl_dp_buckets* b, struct tl_dp_piece* out) {
 }
 
 tl_status tl_dp_buckets_gather_params(tl_dp_buckets* b, float* params) {
-  if (b->zero == 0 || !b->group) return TL_OK;
+  if (b->zero == 0 || b->zero == 3 || !b->group) return TL_OK;
   tl_status st = TL_OK;
   for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
     int64_t off, len;

@@ -68,8 +68,13 @@ struct tl_dp_buckets_config {
   int zero; /* 0, 1 or 2 */
   const tl_backend* be;
   /* zero 0 and 1: the layout's n floats of gradients on be's device (not
-   * owned); zero 2: NULL (the buckets own their gradient buffers) */
+   * owned); zero 2 and 3: NULL (the buckets own their gradient buffers) */
   float* grads;
+  /* zero 3: the units whose parameters are gathered together (a block,
+   * the embedding, the head): unit u is forward nodes [unit_begin[u],
+   * unit_begin[u + 1]) of the layout's range, n_units + 1 entries (copied) */
+  int n_units;
+  const int* unit_begin;
 };
 
 /* The layout and grads must outlive the buckets. */
@@ -123,23 +128,49 @@ tl_status tl_dp_buckets_unshard(tl_dp_buckets* b, const float* src, bool src_is_
 /* This rank's shard (device) of a whole stage vector `full` (host). */
 tl_status tl_dp_buckets_to_shard(const tl_dp_buckets* b, const float* full, float* shard);
 
-/* ---- zero 2's gradient buffers ------------------------------------------ */
+/* ---- zero 2 and 3's gradient buffers ------------------------------------ */
 
 /* The buffer the executor writes parameter gradients into (staging, then
  * the late parameters' whole gradients) and, per graph value, where in it
  * (-1 for values the stage does not hold); the late ones' offsets serve
  * the caller's sums over other groups. The rank's shard of the reduced
- * gradients (tl_dp_buckets_shard_n floats). NULL for zero 0 and 1. */
+ * gradients (tl_dp_buckets_shard_n floats). NULL for zero 0 and 1; zero 3
+ * handles gradients as zero 2. */
 tl_buffer* tl_dp_buckets_grad_buffer(const tl_dp_buckets* b);
 const int64_t* tl_dp_buckets_grad_offset(const tl_dp_buckets* b);
 float* tl_dp_buckets_shard_grads(const tl_dp_buckets* b);
 
+/* ---- zero 3's parameters ------------------------------------------------ */
+
+/* The parameters exist whole only a unit at a time. Every rank keeps its
+ * chunks of them (tl_dp_buckets_shard_params: the only copy, which the
+ * optimizer updates); the executor reads them from a buffer of two unit
+ * slots, unit u in slot u % 2, and the late parameters whole behind them
+ * (tl_dp_buckets_param_buffer, _param_offset). Before each node runs the
+ * trainer calls before_node: the node's unit is gathered (all-gathered
+ * from the shards) unless its slot holds it, and the next unit of the pass
+ * (u + 1 forward, u - 1 backward) is gathered ahead into the other slot
+ * while the current one computes. A unit is thus gathered for its forward
+ * and again for its backward, except where one pass ends and the next
+ * begins on the same units. begin_step (before a step's or an
+ * evaluation's first pass) drops what the slots hold and gathers the late
+ * parameters. Zero 0-2: every call is a no-op; the accessors NULL. */
+tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b);
+tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool backward);
+tl_buffer* tl_dp_buckets_param_buffer(const tl_dp_buckets* b);
+const int64_t* tl_dp_buckets_param_offset(const tl_dp_buckets* b);
+tl_buffer* tl_dp_buckets_shard_params(const tl_dp_buckets* b);
+int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b);
+
 /* What the buckets allocate on the device for a stage of n elements, n_late
  * of them late, whose largest backward node writes `staging` elements of
- * early gradients, over `size` ranks: the planner prices ZeRO with it.
- * Zero 0 and 1: nothing (the gradients are the caller's). */
-int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int size,
-                            double bucket_mb);
+ * early gradients and whose largest unit holds unit_max (zero 3), over
+ * `size` ranks: the planner prices ZeRO with it. Zero 0 and 1: nothing
+ * (the gradients are the caller's). With zero 3 the shard is counted as
+ * zero 2 cuts it; cutting buckets at units too adds at most a few
+ * elements per bucket. */
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
+                            int64_t unit_max, int size, double bucket_mb);
 /* The elements a rank owns of a stage of n elements, n_late late, over
  * `size` ranks (the largest rank's share: rank 0). */
 int64_t tl_dp_shard_elems(int64_t n, int64_t n_late, int size, double bucket_mb);

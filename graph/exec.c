@@ -31,11 +31,18 @@ struct tl_exec {
   void* hook_user;
   tl_exec_node_hook node_hook;
   void* node_hook_user;
+  tl_exec_pre_hook pre_hook;
+  void* pre_hook_user;
 };
 
 void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user) {
   x->hook = hook;
   x->hook_user = user;
+}
+
+void tl_exec_set_pre_hook(tl_exec* x, tl_exec_pre_hook hook, void* user) {
+  x->pre_hook = hook;
+  x->pre_hook_user = user;
 }
 
 void tl_exec_set_node_hook(tl_exec* x, tl_exec_node_hook hook, void* user) {
@@ -284,7 +291,10 @@ static tl_status check_range(const tl_exec* x, int begin, int end) {
 
 tl_status tl_exec_forward(tl_exec* x, int begin, int end) {
   TL_CHECK(check_range(x, begin, end));
-  for (int i = begin; i < end; i++) TL_CHECK(run_node(x, i));
+  for (int i = begin; i < end; i++) {
+    if (x->pre_hook) TL_CHECK(x->pre_hook(x->pre_hook_user, i, false));
+    TL_CHECK(run_node(x, i));
+  }
   return TL_OK;
 }
 
@@ -308,6 +318,7 @@ tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale) {
   for (int i = g->n_forward; i < g->n_nodes; i++) {
     int f = g->nodes[i].forward_of;
     if (f < begin || f >= end) continue;
+    if (x->pre_hook) TL_CHECK(x->pre_hook(x->pre_hook_user, f, true));
     TL_CHECK(run_node(x, i));
     /* a forward node run again says nothing about which gradients are final */
     if (x->hook && !g->nodes[i].again) TL_CHECK(x->hook(x->hook_user, f));

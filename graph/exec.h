@@ -89,6 +89,13 @@ const tl_memplan* tl_exec_plan(const tl_exec* x);
 typedef tl_status (*tl_exec_hook)(void* user, int forward_node);
 void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user);
 
+/* Called before every node runs, forward or backward, with the forward
+ * node it belongs to (a backward node: the forward node it differentiates)
+ * — how ZeRO-3 gathers a unit's parameters before its nodes read them
+ * (dp/buckets.h). An error stops the pass. NULL removes it. */
+typedef tl_status (*tl_exec_pre_hook)(void* user, int forward_node, bool backward);
+void tl_exec_set_pre_hook(tl_exec* x, tl_exec_pre_hook hook, void* user);
+
 /* Called after every node has run with the times (tl_time_ns) it started and
  * ended — issue times on a GPU, except for collective ops
  * (TL_OP_COLLECTIVE), which are timed from a synchronised device to their

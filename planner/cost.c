@@ -112,6 +112,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
    * the smallest micro-batch whose rows divide, then per sequence */
   const int b = sp ? tp / gcd(seq, tp) : 1;
   struct range_cost r[2][4]; /* [blocks - 1][stage kind] */
+  double unit[3] = {0, 0, 0}; /* embedding, block, head */
   tl_status st = TL_OK;
   for (int n = 1; n <= 2 && st == TL_OK; n++) {
     struct tl_model_config one = *full;
@@ -134,6 +135,10 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
         st = range_cost(g, &sh, 0, lb, &e);
         if (st == TL_OK) st = range_cost(g, &sh, lb, le, &l);
         if (st == TL_OK) st = range_cost(g, &sh, le, nf, &h);
+        /* ZeRO-3's units: the early parameters of the embedding, a block, the head */
+        unit[0] = e.params - e.shared - e.multi - e.replicated;
+        unit[1] = l.params - l.shared - l.multi - l.replicated;
+        unit[2] = h.params - h.shared - h.multi - h.replicated;
         out->embed_fwd_flops = e.fwd_flops / b, out->embed_flops = e.flops / b;
         out->layer_fwd_flops = l.fwd_flops / b, out->layer_flops = l.flops / b;
         out->head_fwd_flops = h.fwd_flops / b, out->head_flops = h.flops / b;
@@ -146,6 +151,9 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
     struct tl_cost_stage_shape* x = &out->stage[kind];
     *x = stage_shape(&r[0][kind], &r[1][kind]);
     x->arena /= b, x->arena_layer /= b, x->io /= b;
+    x->unit_max = unit[1];
+    if (kind & TL_COST_STAGE_EMBED && unit[0] > x->unit_max) x->unit_max = unit[0];
+    if (kind & TL_COST_STAGE_HEAD && unit[2] > x->unit_max) x->unit_max = unit[2];
   }
   return st;
 }
@@ -224,6 +232,17 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
       struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
       x->params = r.params, x->arena = r.arena, x->io = r.io;
       x->shared = r.shared, x->multi = r.multi, x->staging = r.staging;
+    }
+  /* ZeRO-3's units are the layers: the largest of each range's */
+  for (int b = 1; b <= L && st == TL_OK; b++)
+    for (int a = 0; a < b; a++) {
+      struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
+      x->unit_max = 0;
+      for (int u = a; u < b; u++) {
+        const struct tl_cost_range* one = &out->mlp_range[tl_cost_range_index(u, u + 1)];
+        double early = one->params - one->shared - one->multi;
+        if (early > x->unit_max) x->unit_max = early;
+      }
     }
   tl_graph_destroy(g);
   tl_tp_shard_free(&sh);
@@ -388,7 +407,7 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
     struct tl_cost_stage_shape* s = &tmp->stage[k];
     s->params /= t, s->params_layer /= t;
     s->replicated = s->replicated_layer = 0;
-    s->shared /= t, s->multi /= t, s->staging /= t;
+    s->shared /= t, s->multi /= t, s->staging /= t, s->unit_max /= t;
     s->arena *= act, s->arena_layer *= act;
   }
   return tmp;
@@ -440,9 +459,9 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
  * (dp/buckets.h); late = the parameters reduced last (sum over another
  * group first), multi = those several nodes write (late for ZeRO-2). */
 static double zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
-                         double multi, double staging) {
+                         double multi, double staging, double unit_max) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
-  if (dtype != TL_F32 || p->zero == 0 || p->zero == 3)
+  if (dtype != TL_F32 || p->zero == 0)
     return tl_cost_model_state(params, p->zero, p->dp, sb);
   double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
   int64_t n = (int64_t)params;
@@ -450,8 +469,10 @@ static double zero_state(const tl_plan* p, tl_dtype dtype, double params, double
     return params * (sb.w + sb.g) +
            sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb);
   int64_t l2 = (int64_t)(late + multi);
-  return params * sb.w + sb.o * (double)tl_dp_shard_elems(n, l2, p->dp, mb) +
-         (double)tl_dp_buckets_bytes(2, n, l2, (int64_t)staging, p->dp, mb);
+  double shard = (double)tl_dp_shard_elems(n, l2, p->dp, mb);
+  return (p->zero == 2 ? params * sb.w : 0) + sb.o * shard +
+         (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, p->dp,
+                                     mb);
 }
 
 /* All-reduce of `bytes` over n ranks on `link`: the bandwidth term of a
@@ -514,7 +535,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
    * gradients of sequence parallelism; the trainer's norm scalar */
   double params = x->params + (k - 1) * x->params_layer;
   double rep = sh->sp && sh->tp > 1 ? x->replicated + (k - 1) * x->replicated_layer : 0;
-  *state = zero_state(p, dtype, params, x->shared + rep, x->multi, x->staging) + 4.0;
+  *state = zero_state(p, dtype, params, x->shared + rep, x->multi, x->staging, x->unit_max) + 4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
   /* 2. an executor per micro-batch in flight, each its whole arena */
   double arena = (x->arena + (k - 1) * x->arena_layer) * scale;
@@ -532,7 +553,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
 static void mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, const tl_plan* p,
                              int a, int b, int s, double* state, double* act) {
   const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
-  *state = zero_state(p, dtype, x->params, x->shared, x->multi, x->staging) + 4.0;
+  *state = zero_state(p, dtype, x->params, x->shared, x->multi, x->staging, x->unit_max) + 4.0;
   *act = in_flight(p, s) * p->micro_batch * (x->arena * tl_dtype_size(dtype) / 4.0 + x->io);
 }
 
@@ -627,7 +648,7 @@ static void mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype 
   double model = seqs * total_flops * t;
   p->flops_per_device = model / p->t_step / devices;
   p->mfu = p->flops_per_device / peak;
-  p->runnable = p->zero <= 2 && !p->recompute;
+  p->runnable = !p->recompute;
 }
 
 void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
@@ -722,8 +743,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double model = seqs * (L * cm->layer_flops + cm->embed_flops + cm->head_flops);
   p->flops_per_device = exec / p->t_step / devices;
   p->mfu = model / p->t_step / devices / tl_cluster_peak(c, dtype);
-  /* the trainer runs dp x tp x pp meshes with ZeRO 0-2, without recomputation */
-  p->runnable = p->zero <= 2 && !p->recompute;
+  /* the trainer runs dp x tp x pp meshes with any ZeRO stage, without recomputation */
+  p->runnable = !p->recompute;
 }
 
 const char* tl_plan_bound(const tl_plan* p) {

@@ -101,6 +101,7 @@ struct tl_cost_stage_shape {
    * several of the stage's nodes; and the most early gradient elements one
    * backward node writes (ZeRO-2's staging) */
   double shared, multi, staging;
+  double unit_max; /* ZeRO-3: the most early parameters one unit (block, embedding, head) holds */
   double arena, arena_layer; /* bytes of one executor's arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */
 };
@@ -111,7 +112,7 @@ struct tl_cost_stage_shape {
 #define TL_COST_MLP_RANGES (TL_MLP_MAX_LAYERS * (TL_MLP_MAX_LAYERS + 1) / 2)
 struct tl_cost_range {
   double params, arena, io; /* as tl_cost_stage_shape, for the stage of layers [a, b) */
-  double shared, multi, staging;
+  double shared, multi, staging, unit_max;
 };
 struct tl_cost_mlp_layer {
   double fwd_flops, flops; /* per sequence */
@@ -223,7 +224,7 @@ typedef struct tl_plan {
   double flops_per_device; /* executed FLOP/s per device (recomputation counted) */
   double mfu;              /* model FLOPs (no recomputation) / (devices × peak × t_step) */
   bool fits;               /* mem_total <= device memory */
-  bool runnable;           /* `trellis train` runs it as planned today: ZeRO 0-2, no recompute */
+  bool runnable;           /* `trellis train` runs it as planned today: no recomputation */
 } tl_plan;
 
 /* Seconds for an all-reduce of `bytes` over n ranks on `link` of cluster c

@@ -83,7 +83,7 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
         /* an MLP is priced without recomputation */
         for (int rc = 0; rc <= (cm->kind != TL_MODEL_MLP); rc++) {
           if (!fixed_ok(o->fix_recompute, rc)) continue;
-          if (o->trainer_only && (zero > 2 || rc)) {
+          if (o->trainer_only && rc) {
             out->rejected[TL_REJECT_TRAINER]++;
             continue;
           }

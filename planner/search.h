@@ -34,7 +34,7 @@ typedef enum {
   TL_REJECT_PP_LAYERS,    /* pp > layers */
   TL_REJECT_BATCH,        /* dp does not divide the global batch */
   TL_REJECT_SP_TOKENS,    /* sequence parallelism: tp does not divide a micro-batch's tokens */
-  TL_REJECT_TRAINER,      /* the trainer cannot run it here (ZeRO-3, recompute) */
+  TL_REJECT_TRAINER,      /* the trainer cannot run it here (recomputation) */
   TL_REJECT_MEMORY,       /* over device memory */
   TL_REJECT_COUNT
 } tl_reject_reason;
@@ -47,7 +47,7 @@ struct tl_search_options {
   int global_batch; /* sequences per step */
   tl_dtype dtype;   /* TL_BF16 (mixed precision) or TL_F32 */
   bool allow_tp_across_nodes;
-  /* only what `trellis train` runs today: ZeRO 0-2, no recomputation */
+  /* only what `trellis train` runs today: no recomputation */
   bool trainer_only;
   /* the plans' dp_bucket_mb (tl_plan): default 25, the trainer's default
    * bucket; 0 prices a runtime that all-reduces after the backward */

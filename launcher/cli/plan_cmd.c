@@ -4,8 +4,8 @@
  * bounds the winner and what was rejected and why; --out writes the winner
  * as a training config that `trellis train` runs unchanged.
  *
- * `trellis train` runs data x tensor x pipeline meshes with ZeRO 0-2 today
- * (ZeRO-3 and recomputation are not implemented), so plans that need them
+ * `trellis train` runs data x tensor x pipeline meshes with every ZeRO
+ * stage today (recomputation is not implemented), so plans that need it
  * are marked not runnable; on a CPU cluster
  * (this machine) the search keeps to what the trainer implements, and --out
  * always writes the best runnable plan. */
@@ -47,7 +47,7 @@ static void usage(FILE* f) {
           "--svg FILE: the winner's pipeline schedule and mesh as a picture.\n"
           "--calibrate OUT.json [--ranks N]: measure this machine (matmul rate, all-reduce\n"
           "bandwidth and latency over N ranks, default the online cores) into a cluster spec.\n"
-          "--out: the best plan `trellis train` runs today (ZeRO 0-2, no recompute), as a\n"
+          "--out: the best plan `trellis train` runs today (no recompute), as a\n"
           "complete config (atomic write).\n"
           "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
           "--dtype: training precision (default bf16 where the cluster has a bf16 peak).\n"
@@ -360,7 +360,7 @@ int tl_cli_plan(int argc, char** argv) {
     struct tl_config plan_cfg;
     if (!best) {
       fprintf(stderr,
-              "trellis plan: no plan that fits has ZeRO 0-2 and no recomputation, which "
+              "trellis plan: no plan that fits runs without recomputation, which "
               "`trellis train` needs today; nothing written to %s\n",
               out_path);
       status = 1;
@@ -374,7 +374,7 @@ int tl_cli_plan(int argc, char** argv) {
               best->tp, best->pp,
               best == r.plans
                   ? ""
-                  : ", the best that `trellis train` runs today (ZeRO 0-2, no recompute)");
+                  : ", the best that `trellis train` runs today (no recomputation)");
     }
   }
   if (r.n_plans > 0 && svg_path && write_svg(&r.plans[0], &cfg, &c, svg_path) != 0) status = 1;

@@ -13,7 +13,9 @@
  *                   rank's forward, backward, send, receive and all-reduce
  *   --verify        rank 0 runs the same config on one device beside the
  *                   mesh, checks every step against it (launcher/train/verify.h)
- *                   and reports what it compared and the verdict */
+ *                   and reports what it compared and the verdict
+ *   --export FILE   after training, the weights as an llm.c model file, each
+ *                   rank writing the parameters it holds alone into it */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,7 +39,7 @@
 static void usage(FILE* f) {
   fprintf(f,
           "usage: trellis train CONFIG.json [--steps N] [--metrics FILE] [--trace FILE]\n"
-          "                     [--verify] [--hosts H1,H2 | --hostfile FILE]\n"
+          "                     [--verify] [--export FILE] [--hosts H1,H2 | --hostfile FILE]\n"
           "\n"
           "Trains the model the config describes (docs/config.md) on mesh.dp x mesh.pp\n"
           "ranks, starting them with mpiexec (or srun under Slurm) when run by hand.\n"
@@ -45,11 +47,12 @@ static void usage(FILE* f) {
           "  --metrics FILE   one JSON object per step\n"
           "  --trace FILE     Chrome trace of every rank's work per micro-batch\n"
           "  --verify         check every step against the same config on one device\n"
+          "  --export FILE    after training, the weights as an llm.c model file (GPT)\n"
           "                   (rank 0 runs it beside the mesh; README: the equality oracle)\n");
 }
 
 struct options {
-  const char *config, *metrics, *trace;
+  const char *config, *metrics, *trace, *export_path;
   long steps;
   int verify;
 };
@@ -105,7 +108,27 @@ static int save_checkpoint(struct run* r) {
   snprintf(path, sizeof path, "%s/step_%06lld.ckpt", c->checkpoint.dir,
            (long long)tl_trainer_steps_done(r->t));
   if (tl_trainer_save(r->t, path) != TL_OK) return fail(r, "checkpoint");
-  if (rank0(r)) printf("checkpoint: %s\n", path);
+  if (!tl_trainer_saves_sharded(r->t)) {
+    if (rank0(r)) printf("checkpoint: %s\n", path);
+    return 0;
+  }
+  /* sharded: how many ranks wrote a part, the most one held meanwhile */
+  int64_t mine[2] = {tl_trainer_io_host_bytes(r->t), 0}, most = mine[0], parts = 1;
+  if (r->have_worker && r->w.world_size > 1) {
+    int n = r->w.world_size;
+    int64_t* all = malloc(sizeof(int64_t) * (size_t)n);
+    if (!all || tl_group_all_gather(r->w.world, mine, all, (size_t)n, TL_I64, NULL) != TL_OK) {
+      free(all);
+      return fail(r, "checkpoint");
+    }
+    parts = 0;
+    for (int i = 0; i < n; i++) parts += all[i] > 0, most = all[i] > most ? all[i] : most;
+    free(all);
+  }
+  if (rank0(r))
+    printf("checkpoint: %s (sharded: %lld parts, at most %.2f MB of host memory on a rank while "
+           "writing; the model's state is %.2f MB)\n",
+           path, (long long)parts, most / 1e6, 12.0 * (double)tl_trainer_model(r->t)->n_params / 1e6);
   return 0;
 }
 
@@ -176,6 +199,8 @@ static int parse(int argc, char** argv, struct options* o) {
       o->trace = argv[++i];
     } else if (strcmp(argv[i], "--verify") == 0) {
       o->verify = 1;
+    } else if (strcmp(argv[i], "--export") == 0 && i + 1 < argc) {
+      o->export_path = argv[++i];
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
       return -1;
@@ -438,6 +463,12 @@ int tl_cli_train(int argc, char** argv) {
   tl_trainer_trace(r.t, NULL);
   if (rc == 0) trace_merge(&r);
   if (rc == 0) rc = save_checkpoint(&r);
+  if (rc == 0 && r.opt.export_path) { /* every rank writes its slices */
+    if (tl_trainer_export(r.t, r.opt.export_path) != TL_OK)
+      rc = fail(&r, "--export");
+    else if (rank0(&r))
+      printf("model file: %s (llm.c, fp32)\n", r.opt.export_path);
+  }
   /* the whole model on rank 0: a sample */
   const tl_model* m = tl_trainer_model(r.t);
   float* params = NULL;

@@ -107,13 +107,18 @@ tl_status tl_llmc_model_read(const char* path, const tl_model* m, float* params)
   return st;
 }
 
+void tl_llmc_header(const tl_model* m, int32_t* h) {
+  memset(h, 0, 1024);
+  int32_t head[8] = {TL_LLMC_MODEL_MAGIC, 3, m->cfg.max_seq_len, m->vocab, m->cfg.n_layers,
+                     m->cfg.n_heads,      m->cfg.n_embd, m->padded_vocab};
+  memcpy(h, head, sizeof head);
+}
+
 tl_status tl_llmc_model_write(const char* path, const tl_model* m, const float* params) {
   if (m->cfg.kind != TL_MODEL_GPT)
     return TL_ERRF(TL_ERR_CONFIG, "llm.c model files hold GPT-2 models; model.kind is not gpt");
-  int32_t h[256] = {TL_LLMC_MODEL_MAGIC, 3,
-                    m->cfg.max_seq_len,  m->vocab,
-                    m->cfg.n_layers,     m->cfg.n_heads,
-                    m->cfg.n_embd,       m->padded_vocab};
+  int32_t h[256];
+  tl_llmc_header(m, h);
   tl_atomic_file af;
   TL_CHECK(tl_atomic_file_open(&af, path));
   tl_status st = tl_atomic_file_write(&af, h, sizeof h);
@@ -189,22 +194,32 @@ tl_status tl_checkpoint_write(const char* path, const tl_model* m, const struct 
   return tl_atomic_file_commit(&af);
 }
 
-/* Opens a trellis checkpoint of model m: header and exact size checked. */
-static tl_status checkpoint_open(const char* path, const tl_model* m, int32_t* h, FILE** out) {
-  *out = NULL;
-  FILE* f = fopen(path, "rb");
-  if (!f) return TL_ERRF(TL_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+void tl_checkpoint_header(const tl_model* m, int version, int32_t* h) {
+  model_header(m, h);
+  h[H_VERSION] = version;
+}
+
+void tl_checkpoint_header_set(int32_t* h, int at, int64_t v) {
+  put64(h, at, v);
+}
+
+int64_t tl_checkpoint_header_get(const int32_t* h, int at) {
+  return get64(h, at);
+}
+
+tl_status tl_checkpoint_header_check(const char* path, const int32_t* h, const tl_model* m,
+                                     int version) {
   int32_t want[256];
   model_header(m, want);
-  tl_status st = read_exact(f, path, h, 1024, "1024-byte header");
-  if (st == TL_OK && h[H_MAGIC] != TL_CHECKPOINT_MAGIC)
-    st = TL_ERRF(TL_ERR_FORMAT, "'%s' is not a trellis checkpoint: magic %d, expected %d%s", path,
-                 h[H_MAGIC], TL_CHECKPOINT_MAGIC,
-                 h[H_MAGIC] == TL_LLMC_MODEL_MAGIC
-                     ? " (it is an llm.c model file: use model.init_from)"
-                     : "");
-  else if (st == TL_OK && h[H_VERSION] != 1)
-    st = TL_ERRF(TL_ERR_FORMAT, "'%s': checkpoint version %d, expected 1", path, h[H_VERSION]);
+  if (h[H_MAGIC] != TL_CHECKPOINT_MAGIC)
+    return TL_ERRF(TL_ERR_FORMAT, "'%s' is not a trellis checkpoint: magic %d, expected %d%s", path,
+                   h[H_MAGIC], TL_CHECKPOINT_MAGIC,
+                   h[H_MAGIC] == TL_LLMC_MODEL_MAGIC
+                       ? " (it is an llm.c model file: use model.init_from)"
+                       : "");
+  if (h[H_VERSION] != version)
+    return TL_ERRF(TL_ERR_FORMAT, "'%s': checkpoint version %d, expected %d", path, h[H_VERSION],
+                   version);
   static const char* const names[] = {"",
                                       "",
                                       "kind",
@@ -215,15 +230,25 @@ static tl_status checkpoint_open(const char* path, const tl_model* m, int32_t* h
                                       "padded_vocab_size",
                                       "max_seq_len",
                                       "mlp_sizes (count)"};
-  for (int i = H_KIND; st == TL_OK && i < H_PARAMS; i++) {
+  for (int i = H_KIND; i < H_PARAMS; i++) {
     if (h[i] == want[i]) continue;
     const char* field = i < H_MLP_SIZES ? names[i] : "mlp_sizes";
-    st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' has %s=%d but the config says model.%s=%d", path,
-                 field, h[i], field, want[i]);
+    return TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' has %s=%d but the config says model.%s=%d", path,
+                   field, h[i], field, want[i]);
   }
-  if (st == TL_OK && get64(h, H_PARAMS) != m->n_params)
-    st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' holds %lld parameters; the model has %lld", path,
-                 (long long)get64(h, H_PARAMS), (long long)m->n_params);
+  if (get64(h, H_PARAMS) != m->n_params)
+    return TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' holds %lld parameters; the model has %lld", path,
+                   (long long)get64(h, H_PARAMS), (long long)m->n_params);
+  return TL_OK;
+}
+
+/* Opens a trellis checkpoint of model m: header and exact size checked. */
+static tl_status checkpoint_open(const char* path, const tl_model* m, int32_t* h, FILE** out) {
+  *out = NULL;
+  FILE* f = fopen(path, "rb");
+  if (!f) return TL_ERRF(TL_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+  tl_status st = read_exact(f, path, h, 1024, "1024-byte header");
+  if (st == TL_OK) st = tl_checkpoint_header_check(path, h, m, 1);
   if (st == TL_OK)
     st = expect_size(f, path, 1024 + 3 * sizeof(float) * (size_t)m->n_params,
                      "parameters and both AdamW moments");

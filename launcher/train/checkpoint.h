@@ -29,6 +29,8 @@ tl_status tl_llmc_model_read(const char* path, const tl_model* m, float* params)
 /* Header and size only: what tl_llmc_model_read would refuse, without reading. */
 tl_status tl_llmc_model_check(const char* path, const tl_model* m);
 tl_status tl_llmc_model_write(const char* path, const tl_model* m, const float* params);
+/* The 1024-byte header (256 int32) of an fp32 llm.c model file of m. */
+void tl_llmc_header(const tl_model* m, int32_t* h);
 
 struct tl_train_state {
   int64_t step;          /* optimizer steps taken */
@@ -41,6 +43,21 @@ tl_status tl_checkpoint_read(const char* path, const tl_model* m, struct tl_trai
                              float* params, float* adam_m, float* adam_v);
 /* Header and size only: what tl_checkpoint_read would refuse, without reading. */
 tl_status tl_checkpoint_check(const char* path, const tl_model* m);
+
+/* The 1024-byte header (256 int32) of a checkpoint of model m, for the
+ * sharded format's parts (sharded.h): the model's sizes; int64 fields at
+ * the header's int32 index `at` (TL_CKPT_H_*). */
+#define TL_CKPT_H_PARAMS 32
+#define TL_CKPT_H_STEP 34
+#define TL_CKPT_H_POSITION 36
+#define TL_CKPT_H_SLICES 38
+#define TL_CKPT_H_ELEMENTS 40
+void tl_checkpoint_header(const tl_model* m, int version, int32_t* h);
+void tl_checkpoint_header_set(int32_t* h, int at, int64_t v);
+int64_t tl_checkpoint_header_get(const int32_t* h, int at);
+/* Magic, version and the model's sizes against m, naming what differs. */
+tl_status tl_checkpoint_header_check(const char* path, const int32_t* h, const tl_model* m,
+                                     int version);
 
 #ifdef __cplusplus
 }

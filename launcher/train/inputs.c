@@ -7,6 +7,7 @@
 #include "graph/model.h"
 #include "launcher/data/tokens.h"
 #include "launcher/train/checkpoint.h"
+#include "launcher/train/sharded.h"
 
 struct problems {
   char text[6144];
@@ -15,6 +16,16 @@ struct problems {
 };
 
 /* The message without its "file.c:line: " prefix: the field leads the line. */
+/* A checkpoint file's header and size, or a sharded checkpoint's index
+ * and every part's table. */
+static tl_status resume_check(const char* path, const tl_model* m) {
+  if (!tl_sharded_is(path)) return tl_checkpoint_check(path, m);
+  tl_sharded_reader* r = NULL;
+  TL_CHECK(tl_sharded_open(path, m, &r));
+  tl_sharded_close(r);
+  return TL_OK;
+}
+
 static const char* bare(const char* msg) {
   const char* colon = strstr(msg, ": ");
   const char* dot = strstr(msg, ".c:");
@@ -62,7 +73,7 @@ tl_status tl_inputs_check(const struct tl_config* cfg) {
     } else {
       if (init && tl_llmc_model_check(cfg->model.init_from, &m) != TL_OK)
         add(&p, "model.init_from");
-      if (resume && tl_checkpoint_check(cfg->checkpoint.resume, &m) != TL_OK)
+      if (resume && resume_check(cfg->checkpoint.resume, &m) != TL_OK)
         add(&p, "checkpoint.resume");
     }
   }

@@ -8,6 +8,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "graph/model.h"
 #include "graph/op.h"
 #include "launcher/train/trainer_impl.h"
 #include "tp/tp.h"
@@ -70,6 +71,8 @@ void tl_trainer_trace(tl_trainer* t, FILE* f) {
 
 /* ---- set-up ------------------------------------------------------------- */
 
+static tl_status unit_hook(void* user, int forward_node, bool backward);
+
 int tl__trainer_tensor_of(const tl_trainer* t, int v) {
   const struct tl_tp_param* p = tl_tp_param_of(&t->shard, v);
   int k = p ? tl_model_tensor_at(&t->model, p->full_offset) : -1;
@@ -80,7 +83,7 @@ int tl__trainer_tensor_of(const tl_trainer* t, int v) {
 /* Whether segment s is counted elsewhere in the global norm: the tied
  * embedding's copy on the last stage, and a tensor that every
  * tensor-parallel rank holds whole (rank 0 counts it). */
-static int counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
+int tl__trainer_counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
   if (tl_pp_stage_shares(t->me, s->value) && t->pp_size > 1 && is_last_stage(t)) return 1;
   return !tl_tp_counts(&t->shard, s->value);
 }
@@ -101,7 +104,7 @@ static tl_status build_layout(tl_trainer* t, int s) {
     if (t->graph->values[v].role != TL_ROLE_PARAM) continue;
     const struct tl_tp_param* p = tl_tp_param_of(&t->shard, v);
     late[v] = tl_pp_stage_shares(st, v) || (p && p->partial && t->tp_size > 1) ||
-              (t->zero == 2 && tl_dp_readers(t->graph, st->node_begin, st->node_end, v) > 1);
+              (t->zero >= 2 && tl_dp_readers(t->graph, st->node_begin, st->node_end, v) > 1);
   }
   tl_status r = tl_dp_layout_build_late(t->graph, st->node_begin, st->node_end, late, &t->layouts[s]);
   free(late);
@@ -132,18 +135,19 @@ static tl_status create_optimizer(tl_trainer* t) {
   for (int i = 0; i < n; i++) {
     const tl_dp_segment* s = &l->segments[pieces[i].segment];
     segs[i] = (struct tl_optim_segment){
-        .offset = pieces[i].offset,
-        .grad_at = t->zero == 2 ? pieces[i].at : pieces[i].offset,
+        .offset = t->zero == 3 ? pieces[i].at : pieces[i].offset,
+        .grad_at = t->zero >= 2 ? pieces[i].at : pieces[i].offset,
         .state_at = pieces[i].at,
         .n = pieces[i].n,
         .decay = t->model.tensors[tl__trainer_tensor_of(t, s->value)].decay,
-        .counted = !counted_elsewhere(t, s),
+        .counted = !tl__trainer_counted_elsewhere(t, s),
     };
   }
-  float* grads = t->zero == 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
-  int64_t grad_n = t->zero == 2 ? tl_dp_buckets_shard_n(t->buckets) : l->n;
+  float* grads = t->zero >= 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
+  int64_t grad_n = t->zero >= 2 ? tl_dp_buckets_shard_n(t->buckets) : l->n;
   int64_t state_n = t->buckets ? tl_dp_buckets_shard_n(t->buckets) : l->n;
-  tl_status st = tl_optim_create(t->be, &t->cfg.train, t->params, grads, grad_n, segs, n, state_n,
+  tl_buffer* params = t->zero == 3 ? tl_dp_buckets_shard_params(t->buckets) : t->params;
+  tl_status st = tl_optim_create(t->be, &t->cfg.train, params, grads, grad_n, segs, n, state_n,
                                  &t->optim);
   free(pieces);
   free(segs);
@@ -250,9 +254,12 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   /* buffers and one executor per micro-batch in flight */
   size_t bytes = sizeof(float) * (size_t)(t->lay->n > 0 ? t->lay->n : 1);
   int64_t live = tl_alloc_stats_get(dev).live_bytes;
-  TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
+  if (t->zero < 3) {
+    TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
+    t->params_owned = true;
+  }
   t->param_bytes = tl_alloc_stats_get(dev).live_bytes - live;
-  if (t->zero != 2) {
+  if (t->zero < 2) {
     TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->grads), st, fail);
     t->grads_owned = true;
   }
@@ -261,6 +268,14 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
    * nothing but runs the same code); none in the deterministic mode, which
    * sums its fixed point at the end */
   if (!cfg->parallel.deterministic && (t->zero > 0 || t->comm.dp)) {
+    /* ZeRO-3's units: the embedding, each block, the head, as this stage
+     * holds them */
+    int units[TL_MODEL_MAX_LAYERS + 3], n_units = 0;
+    units[n_units++] = t->me->node_begin;
+    for (int l = 0; l <= t->io.n_layers; l++)
+      if (t->io.layer_begin[l] > t->me->node_begin && t->io.layer_begin[l] < t->me->node_end)
+        units[n_units++] = t->io.layer_begin[l];
+    units[n_units] = t->me->node_end;
     struct tl_dp_buckets_config bc = {
         .dp = t->comm.dp,
         .layout = t->lay,
@@ -268,13 +283,22 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         .zero = t->zero,
         .be = t->be,
         .grads = t->grads ? (float*)t->grads->data : NULL,
+        .n_units = n_units,
+        .unit_begin = units,
     };
     TL_CHECK_GOTO(tl_dp_buckets_create(&bc, &t->buckets), st, fail);
-    if (t->zero == 2) {
+    if (t->zero >= 2) {
       t->grads = tl_dp_buckets_grad_buffer(t->buckets);
       t->grad_offset = tl_dp_buckets_grad_offset(t->buckets);
     }
+    if (t->zero == 3) {
+      t->params = tl_dp_buckets_param_buffer(t->buckets);
+      t->param_offset = tl_dp_buckets_param_offset(t->buckets);
+    }
   }
+  if (t->zero == 3) /* the parameters: ZeRO-3's unit slots and shard */
+    t->param_bytes =
+        (int64_t)(t->params->bytes + tl_dp_buckets_shard_params(t->buckets)->bytes);
   if (cfg->parallel.deterministic) {
     if (t->tp_size > 1 || !t->be->ops->fixed_add) {
       st = TL_ERRF(TL_ERR_CONFIG,
@@ -312,7 +336,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
       .grads = t->grads,
       .exec = {.begin = t->me->node_begin,
                .end = t->me->node_end,
-               .param_offset = t->lay->offset,
+               .param_offset = t->param_offset ? t->param_offset : t->lay->offset,
                .grad_offset = t->grad_offset,
                .group = t->comm.tp,
                .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL},
@@ -320,6 +344,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   };
   TL_CHECK_GOTO(tl_pp_runtime_create(&rc, &t->rt), st, fail);
   TL_CHECK_GOTO(tl_pp_shared_group(t->comm.pp, t->me, &t->shared), st, fail);
+  if (t->zero == 3) /* each unit's parameters gathered before its nodes run */
+    for (int i = 0; i < tl_pp_runtime_n_slots(t->rt); i++)
+      tl_exec_set_pre_hook(tl_pp_runtime_exec(t->rt, i), unit_hook, t);
   size_t n = (size_t)t->micro * (size_t)tc->seq_len;
   t->inputs = malloc(sizeof(int32_t) * n);
   t->targets = malloc(sizeof(int32_t) * n);
@@ -340,7 +367,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     TL_LOG_INFO("ZeRO-%d: data-parallel rank %d of %d updates %.2fM of its stage's %.2fM "
                 "parameters%s",
                 t->zero, t->dp_rank, t->dp_size, tl_dp_buckets_shard_n(t->buckets) / 1e6,
-                t->lay->n / 1e6, t->zero == 2 ? " and holds only their gradients" : "");
+                t->lay->n / 1e6,
+                t->zero == 3   ? ", holding only their parameters and gradients"
+                : t->zero == 2 ? " and holds only their gradients"
+                               : "");
   if (t->pp_size > 1)
     TL_LOG_INFO("pipeline stage %d of %d: layers %d-%d (%d of %d), %.2fM parameters", t->pp_rank,
                 t->pp_size, t->me->layer_begin, t->me->layer_end - 1,
@@ -365,7 +395,7 @@ void tl_trainer_destroy(tl_trainer* t) {
   tl_graph_destroy(t->graph);
   tl_graph_destroy(t->full);
   tl_tp_shard_free(&t->shard);
-  tl_buffer_destroy(t->params);
+  if (t->params_owned) tl_buffer_destroy(t->params);
   if (t->grads_owned) tl_buffer_destroy(t->grads);
   tl_buffer_destroy(t->grad_acc);
   tl_optim_destroy(t->optim);
@@ -418,6 +448,11 @@ static tl_status bucket_hook(void* user, int forward_node) {
   return tl_dp_buckets_node_done(t->buckets, forward_node);
 }
 
+static tl_status unit_hook(void* user, int forward_node, bool backward) {
+  tl_trainer* t = user;
+  return tl_dp_buckets_before_node(t->buckets, forward_node, backward);
+}
+
 /* First sequence of micro-batch i of this replica within the global batch. */
 static int first_seq(const tl_trainer* t, int i) {
   return t->dp_rank * (t->cfg.train.batch_size / t->dp_size) + i * t->micro;
@@ -445,7 +480,7 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
     }
     /* the last micro-batch's backward starts the buckets' reductions;
      * ZeRO-2 streams every backward's gradients into its shard */
-    int hook = t->buckets && (t->zero == 2 || (task.micro == m - 1 && t->dp_size > 1));
+    int hook = t->buckets && (t->zero >= 2 || (task.micro == m - 1 && t->dp_size > 1));
     if (hook) tl_exec_set_backward_hook(task.exec, bucket_hook, t);
     float s = scale;
     if (task.micro == m - 1 && t->dp_rank == t->dp_size - 1 && in_job(t) &&
@@ -547,7 +582,8 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   tl_timer_start(&timer);
   t->wait_seconds = 0;
   /* 1. gradients of the mean loss over the global batch */
-  if (t->zero == 2)
+  if (t->buckets) TL_CHECK(tl_dp_buckets_begin_step(t->buckets)); /* ZeRO-3: fresh parameters */
+  if (t->zero >= 2)
     TL_CHECK(tl_dp_buckets_zero_grads(t->buckets));
   else
     TL_CHECK(tl_memzero(t->be->device, t->grads->data, t->grads->bytes));
@@ -576,8 +612,8 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   }
   double dp_wait = t->buckets ? tl_dp_buckets_wait_seconds(t->buckets) : 0;
   if (t->dp_size > 1 && tl_fault_on(TL_FAULT_DP_SCALED_TWICE)) { /* a deliberate bug (core/env.h) */
-    float* g = t->zero == 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
-    int64_t n = t->zero == 2 ? tl_dp_buckets_shard_n(t->buckets) : t->lay->n;
+    float* g = t->zero >= 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
+    int64_t n = t->zero >= 2 ? tl_dp_buckets_shard_n(t->buckets) : t->lay->n;
     TL_CHECK(ops->scale_forward(ctx, g, g, 1.0f / (float)t->dp_size, n));
   }
   /* 3. global norm over stages and shards, clipping */
@@ -642,7 +678,7 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
                                         &fwd));
   double sum = 0.0;
   int batches = t->cfg.train.val_batches > 0 ? t->cfg.train.val_batches : 1;
-  tl_status st = TL_OK;
+  tl_status st = t->buckets ? tl_dp_buckets_begin_step(t->buckets) : TL_OK;
   for (int b = 0; b < batches && st == TL_OK; b++) {
     st = tl_pp_runtime_start(t->rt, &fwd);
     for (bool done = false; st == TL_OK;) {

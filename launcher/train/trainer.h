@@ -98,6 +98,14 @@ tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments);
 /* The gradients AdamW took in the last step (after clipping), as a full
  * flat vector in the model's order on world rank 0 (collective). */
 tl_status tl_trainer_gather_grads(tl_trainer* t, float* out);
+/* Whether tl_trainer_save writes a sharded checkpoint directory (sharded.h:
+ * checkpoint.format "sharded", or "auto" with parallel.zero 3) rather than
+ * one file assembled on rank 0. */
+bool tl_trainer_saves_sharded(const tl_trainer* t);
+/* The most host bytes the last save, sharded load or export held on this
+ * rank (a sharded save or load holds what the rank holds, never the whole
+ * model unless the rank does). */
+int64_t tl_trainer_io_host_bytes(const tl_trainer* t);
 /* Sets this rank's parameters and AdamW moments from whole-model vectors
  * (parameters, first and second moment, n_params apart; the same on every
  * rank of the job). */
@@ -107,9 +115,13 @@ tl_status tl_trainer_set_state(tl_trainer* t, const float* full);
  * the parameters every tensor-parallel rank holds whole. On disagreement,
  * `what` (cap bytes) says where, on every rank. */
 tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t cap);
-/* Writes a trellis checkpoint from world rank 0 (collective, atomic). */
+/* Writes a trellis checkpoint (collective, atomic): one file from world
+ * rank 0 (checkpoint.h), or a sharded directory every rank writes its part
+ * of (sharded.h; tl_trainer_saves_sharded). checkpoint.resume reads
+ * either, on any mesh and ZeRO stage. */
 tl_status tl_trainer_save(tl_trainer* t, const char* path);
-/* Writes the weights as an llm.c model file (collective; gpt only). */
+/* Writes the weights as an llm.c model file (collective; gpt only): each
+ * rank writes the parameters it holds alone at their place in the file. */
 tl_status tl_trainer_export(tl_trainer* t, const char* path);
 
 int64_t tl_trainer_steps_done(const tl_trainer* t);

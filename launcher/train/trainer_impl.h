@@ -41,7 +41,11 @@ struct tl_trainer {
    * (tl_dp_buckets_grad_buffer), and grad_offset says where each
    * parameter's gradient lies in it (NULL: at the layout's offset) */
   tl_buffer *params, *grads;
-  bool grads_owned;
+  bool params_owned, grads_owned;
+  /* ZeRO-3: `params` is the buckets' two unit slots (tl_dp_buckets_param_
+   * buffer) and param_offset says where each parameter lies in it; the
+   * parameters themselves are the shard (tl_dp_buckets_shard_params) */
+  const int64_t* param_offset;
   const int64_t* grad_offset;
   int zero; /* parallel.zero */
   /* parallel.deterministic: the gradients as exact 64-bit fixed-point sums
@@ -64,7 +68,14 @@ struct tl_trainer {
   double trace_origin;
   int trace_micro; /* the micro-batch the executor is running (tensor-parallel spans) */
   double wait_seconds;
+  /* the most host bytes the last checkpoint save, load or export held */
+  int64_t io_host_bytes;
 };
+
+/* Whether another rank counts (and writes) layout segment s: the tied
+ * embedding's copy on the last stage, a tensor every tp rank holds whole
+ * on tp ranks other than 0. */
+int tl__trainer_counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s);
 
 /* The tensor of the model holding parameter value v of the graph. */
 int tl__trainer_tensor_of(const tl_trainer* t, int v);

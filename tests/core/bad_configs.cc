@@ -113,9 +113,11 @@ const std::vector<BadConfig>& BadConfigs() {
        "parallel.deterministic = true with device.type = \"cuda\": its exact fixed-point "
        "gradient sums run on the CPU backend only"},
       // fields the runtime does not run yet are refused, not ignored
-      {"ZeroThreeNotImplementedYet", R"({"mesh": {"dp": 2}, "parallel": {"zero": 3}})",
-       "parallel.zero = 3: ZeRO-3 (parameters sharded too, gathered per block) is not "
-       "implemented yet; expected 0"},
+      {"ZeroThreeWithOneCheckpointFile",
+       R"({"mesh": {"dp": 2}, "parallel": {"zero": 3}, "checkpoint": {"format": "file"}})",
+       "checkpoint.format = \"file\" with parallel.zero = 3: one checkpoint file is assembled "
+       "on one rank, which would hold the whole model ZeRO-3 shards; expected \"sharded\" or "
+       "\"auto\""},
       {"ZeroWithDeterministic",
        R"({"mesh": {"dp": 2}, "parallel": {"zero": 1, "deterministic": true}})",
        "parallel.zero = 1 with parallel.deterministic = true: the deterministic mode sums whole "

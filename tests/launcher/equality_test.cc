@@ -208,26 +208,29 @@ TEST(Equality, EveryTensorParallelMeshOfThisJobEqualsTheSingleDeviceRun) {
       }
 }
 
-// ZeRO-1 and ZeRO-2: every mesh of this job with data parallelism (tp 1
+// ZeRO-1, 2 and 3: every mesh of this job with data parallelism (tp 1
 // and 2, pp 1, 2 and 4), both models and both schedules, each stage run
 // with 2 micro-batches and buckets of a few hundred elements (many
 // reduce-scatters, started during the backward, buckets cut through
-// tensors and ZeRO-2's two bucket buffers taking many turns) and with one
-// micro-batch and one bucket per stage part; the tied embedding, sequence
-// parallelism's LayerNorms and the global norm all run on shards. Every step
+// tensors, ZeRO-2's two bucket buffers taking many turns, ZeRO-3's units
+// gathered ahead) and with one micro-batch and one bucket per stage part;
+// the tied embedding, sequence parallelism's LayerNorms and the global
+// norm all run on shards. Every step
 // must be the single-device run's (the oracle, as above); a single device
 // with ZeRO (a group of one) too.
 TEST(Equality, EveryZeroStageOnEveryDataParallelMeshEqualsTheSingleDeviceRun) {
   int n = WorldSize();
   if (n == 2) {  // a group of one shards nothing and must still be the run
-    for (int zero : {1, 2}) CheckEqual(TL_MODEL_GPT, 1, 2, TL_SCHEDULE_1F1B, 2, {}, 1, false, zero);
+    for (int zero : {1, 2, 3})
+      CheckEqual(TL_MODEL_GPT, 1, 2, TL_SCHEDULE_1F1B, 2, {}, 1, false, zero);
     // the MLP's 3208 parameters in 3 buckets, then 1: ZeRO-2's two bucket
     // buffers meet a bucket of the last pass in the slot of the next
-    for (double mb : {0.0042, 1.0})
-      for (int micro : {2, 4})
-        CheckEqual(TL_MODEL_MLP, 2, 1, TL_SCHEDULE_1F1B, micro, {}, 1, false, 2, mb);
+    for (int zero : {2, 3})
+      for (double mb : {0.0042, 1.0})
+        for (int micro : {2, 4})
+          CheckEqual(TL_MODEL_MLP, 2, 1, TL_SCHEDULE_1F1B, micro, {}, 1, false, zero, mb);
   }
-  for (int zero : {1, 2})
+  for (int zero : {1, 2, 3})
     for (int tp : {1, 2})
       for (int dp : {2, 4})
         for (int pp : {1, 2, 4}) {

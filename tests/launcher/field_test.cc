@@ -182,6 +182,11 @@ Outcome Train(const std::string& json, int ranks) {
       snprintf(name, sizeof name, "/%s/step_%06d.ckpt", sub, step);
       std::string bytes = ReadFile(dir + name);
       if (!bytes.empty()) fp << "file " << name << " " << std::hash<std::string>()(bytes) << "\n";
+      // a sharded checkpoint: a directory, its index and rank 0's part
+      std::string index = ReadFile(dir + name + "/index.json");
+      if (!index.empty())
+        fp << "sharded " << name << " " << std::hash<std::string>()(index) << " "
+           << std::hash<std::string>()(ReadFile(dir + name + "/part-00000.bin")) << "\n";
     }
   }
   r.fingerprint = fp.str();
@@ -265,6 +270,7 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"checkpoint.dir", "{}", R"("RUN/other")", 1},
       {"checkpoint.every", "{}", "1", 1},
       {"checkpoint.resume", "{}", R"("RESUME")", 1},
+      {"checkpoint.format", "{}", R"("sharded")", 1},
   };
 
   // the fields docs/config.md documents (rows "| `section.key` | type | ...")

@@ -105,17 +105,16 @@ TEST(Search, ThisMachineKeepsToWhatTheTrainerRuns) {
   ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
   ASSERT_GT(r.n_plans, 0);
   EXPECT_GT(r.rejected[TL_REJECT_TRAINER], 0);
-  bool zero_seen[3] = {false, false, false};
+  bool zero_seen[4] = {false, false, false, false};
   for (int i = 0; i < r.n_plans; i++) {
     const tl_plan& p = r.plans[i];
-    EXPECT_LE(p.zero, 2) << "the trainer runs ZeRO 0-2";
-    if (p.zero >= 0 && p.zero <= 2) zero_seen[p.zero] = true;
+    if (p.zero >= 0 && p.zero <= 3) zero_seen[p.zero] = true;
     EXPECT_FALSE(p.recompute);
     EXPECT_TRUE(p.runnable);
     EXPECT_EQ(p.dp * p.tp * p.pp, 2);
   }
-  // dp = 2 plans come in every stage the trainer runs
-  for (int z = 0; z <= 2; z++) EXPECT_TRUE(zero_seen[z]) << "no ZeRO-" << z << " plan";
+  // dp = 2 plans come in every ZeRO stage, which the trainer runs
+  for (int z = 0; z <= 3; z++) EXPECT_TRUE(zero_seen[z]) << "no ZeRO-" << z << " plan";
   tl_search_free(&r);
 }
 

@@ -1,0 +1,225 @@
+// Sharded checkpoints (launcher/train/sharded.h) load on any mesh and ZeRO
+// stage. A GPT trains 6 steps on dp 2 x pp 2 with ZeRO-3 (4 ranks),
+// writing sharded checkpoints at steps 3 and 6 (every rank its part); then
+// from step 3:
+// - the same mesh continues bit for bit: its step-6 parameters and both
+//   AdamW moments equal the uninterrupted run's;
+// - tp 2 with ZeRO-1 (2 ranks) continues under --verify: the state it
+//   read equals, bit for bit, what the single-device reference read from
+//   the same directory, and every step equals the single-device run;
+// - one device continues with the uninterrupted run's losses (1e-5).
+// A part cut short, or one missing, is refused before any rank starts,
+// naming the file. The llm.c model file every rank writes its slices of
+// equals the one a single device writes from the same state.
+#include <gtest/gtest.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "graph/model.h"
+#include "launcher/train/checkpoint.h"
+#include "launcher/train/sharded.h"
+#include "tests/launcher/subprocess.h"
+
+namespace {
+
+const char* kTrellis = "launcher/trellis";
+
+std::string Dir(const std::string& name) {
+  const char* tmp = getenv("TEST_TMPDIR");
+  return std::string(tmp ? tmp : "/tmp") + "/" + name;
+}
+
+std::string Tokens() {
+  static std::string tokens;
+  if (tokens.empty()) {
+    std::string text;
+    for (int i = 0; i < 400; i++) text += "a sharded checkpoint " + std::to_string(i * 7 % 13) + "\n";
+    std::string path = WriteTempFile(text, ".txt");
+    tokens = path + ".bin";
+    EXPECT_EQ(RunProcess({kTrellis, "data", path, tokens}).status, 0);
+  }
+  return tokens;
+}
+
+const char* kModel =
+    "\"model\": {\"kind\": \"gpt\", \"n_layers\": 4, \"n_heads\": 4, \"n_embd\": 32, "
+    "\"vocab_size\": 256, \"max_seq_len\": 16}";
+
+// mesh and zero; checkpoints into `dir` every 3 steps (none: ""), from `resume` if given
+std::string Config(const std::string& mesh, int zero, const std::string& dir,
+                   const std::string& resume) {
+  std::string ck = dir.empty() ? "{\"resume\": \"" + resume + "\"}"
+                               : "{\"dir\": \"" + dir + "\", \"every\": 3" +
+                                     (resume.empty() ? "" : ", \"resume\": \"" + resume + "\"") +
+                                     "}";
+  return WriteTempFile(std::string("{") + kModel + ",\n \"mesh\": " + mesh +
+                       ",\n \"schedule\": {\"kind\": \"1f1b\", \"micro_batches\": 2},\n"
+                       " \"parallel\": {\"zero\": " + std::to_string(zero) + "},\n"
+                       " \"train\": {\"steps\": 6, \"batch_size\": 8, \"seq_len\": 16, \"lr\": "
+                       "0.001, \"eps\": 1e-8, \"warmup_steps\": 0, \"grad_clip\": 1.0, "
+                       "\"sample_tokens\": 0},\n"
+                       " \"data\": {\"train\": \"" + Tokens() + "\"},\n"
+                       " \"checkpoint\": " + ck + ",\n"
+                       " \"device\": {\"type\": \"cpu\", \"threads\": 1}}\n");
+}
+
+tl_model Model() {
+  tl_config c;
+  tl_config_defaults(&c);
+  c.model.n_layers = 4, c.model.n_heads = 4, c.model.n_embd = 32, c.model.vocab_size = 256;
+  c.model.max_seq_len = 16;
+  tl_model m;
+  EXPECT_EQ(tl_model_init(&c.model, &m), TL_OK) << tl_last_error();
+  return m;
+}
+
+// Parameters and both moments of a checkpoint, file or directory.
+std::vector<float> State(const std::string& path, int64_t* step = nullptr) {
+  tl_model m = Model();
+  std::vector<float> s(3 * (size_t)m.n_params);
+  if (tl_sharded_is(path.c_str())) {
+    tl_sharded_reader* r = nullptr;
+    EXPECT_EQ(tl_sharded_open(path.c_str(), &m, &r), TL_OK) << tl_last_error();
+    if (!r) return {};
+    for (int k = 0; k < 3; k++) {
+      EXPECT_EQ(tl_sharded_read(r, k, 0, m.n_params, s.data() + k * m.n_params), TL_OK)
+          << tl_last_error();
+    }
+    if (step) *step = tl_sharded_state(r).step;
+    tl_sharded_close(r);
+  } else {
+    tl_train_state st;
+    EXPECT_EQ(tl_checkpoint_read(path.c_str(), &m, &st, s.data(), s.data() + m.n_params,
+                                 s.data() + 2 * m.n_params),
+              TL_OK)
+        << tl_last_error();
+    if (step) *step = st.step;
+  }
+  return s;
+}
+
+std::vector<double> Losses(const std::string& out) {
+  std::vector<double> l;
+  for (size_t at = 0; (at = out.find("| loss ", at)) != std::string::npos; at++)
+    l.push_back(atof(out.c_str() + at + 7));
+  return l;
+}
+
+struct Job {
+  RunResult first;  // dp 2 x pp 2, ZeRO-3, 6 steps
+  std::string dir;
+};
+
+const Job& First() {
+  static Job j;
+  if (j.dir.empty()) {
+    j.dir = Dir("zero3");
+    j.first = RunProcess({kTrellis, "train", Config("{\"dp\": 2, \"pp\": 2}", 3, j.dir, "")}, {},
+                         120, true);
+  }
+  return j;
+}
+
+TEST(Sharded, ZeroThreeWritesEveryRanksPartAndAnIndex) {
+  const Job& j = First();
+  ASSERT_EQ(j.first.status, 0) << j.first.output;
+  std::string ck = j.dir + "/step_000003.ckpt";
+  EXPECT_TRUE(tl_sharded_is(ck.c_str())) << ck;
+  for (int r = 0; r < 4; r++) {
+    char part[64];
+    snprintf(part, sizeof part, "/part-%05d.bin", r);
+    EXPECT_EQ(access((ck + part).c_str(), R_OK), 0) << "every rank holds a shard: " << part;
+  }
+  EXPECT_EQ(access((ck + "/index.json").c_str(), R_OK), 0);
+  int64_t step = 0;
+  std::vector<float> s = State(ck, &step);
+  EXPECT_EQ(step, 3);
+  // the CLI says what the largest rank held while it wrote its part
+  EXPECT_NE(j.first.output.find("(sharded: 4 parts"), std::string::npos) << j.first.output;
+}
+
+TEST(Sharded, TheSameMeshContinuesBitForBit) {
+  const Job& j = First();
+  ASSERT_EQ(j.first.status, 0) << j.first.output;
+  std::string dir = Dir("zero3_again");
+  RunResult r = RunProcess(
+      {kTrellis, "train", Config("{\"dp\": 2, \"pp\": 2}", 3, dir, j.dir + "/step_000003.ckpt")},
+      {}, 120, true);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::vector<float> want = State(j.dir + "/step_000006.ckpt"), got = State(dir + "/step_000006.ckpt");
+  ASSERT_EQ(want.size(), got.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < want.size(); i++) differ += memcmp(&want[i], &got[i], 4) != 0;
+  EXPECT_EQ(differ, 0u) << "of " << want.size() << " parameter and moment elements";
+  std::vector<double> a = Losses(j.first.output), b = Losses(r.output);
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u);
+  for (int i = 0; i < 3; i++) EXPECT_EQ(a[3 + i], b[i]) << "step " << 4 + i;
+}
+
+TEST(Sharded, AnotherMeshAndZeroStageContinuesAsTheSingleDeviceRun) {
+  const Job& j = First();
+  ASSERT_EQ(j.first.status, 0) << j.first.output;
+  // tp 2, ZeRO-1, checked at every step against one device (which reads
+  // the same directory on its own)
+  RunResult r = RunProcess({kTrellis, "train",
+                            Config("{\"tp\": 2}", 1, Dir("tp2"), j.dir + "/step_000003.ckpt"),
+                            "--verify"},
+                           {}, 120, true);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("verify: EQUAL to the single-device run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("verify:   start       parameters equal bit for bit"), std::string::npos)
+      << r.output;
+  // one device: the uninterrupted run's losses
+  RunResult one = RunProcess(
+      {kTrellis, "train", Config("{}", 0, Dir("one"), j.dir + "/step_000003.ckpt")}, {}, 120, true);
+  ASSERT_EQ(one.status, 0) << one.output;
+  std::vector<double> a = Losses(j.first.output), b = Losses(one.output);
+  ASSERT_EQ(b.size(), 3u);
+  for (int i = 0; i < 3; i++) EXPECT_NEAR(b[i], a[3 + i], 1e-5 * a[3 + i]) << "step " << 4 + i;
+}
+
+TEST(Sharded, ABrokenPartIsRefusedNamingTheFile) {
+  const Job& j = First();
+  ASSERT_EQ(j.first.status, 0) << j.first.output;
+  // a copy of the step-3 checkpoint with part 2 cut short, and one without part 1
+  std::string src = j.dir + "/step_000003.ckpt";
+  for (int broken = 0; broken < 2; broken++) {
+    std::string dst = Dir(broken ? "missing.ckpt" : "short.ckpt");
+    ASSERT_EQ(RunProcess({"cp", "-r", src, dst}).status, 0);
+    std::string part = dst + (broken ? "/part-00001.bin" : "/part-00002.bin");
+    if (broken) {
+      ASSERT_EQ(unlink(part.c_str()), 0);
+    } else {
+      ASSERT_EQ(truncate(part.c_str(), 2048), 0);
+    }
+    RunResult r = RunProcess({kTrellis, "train", Config("{}", 0, Dir("never"), dst)}, {}, 60, true);
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(part), std::string::npos) << "names " << part << ":\n" << r.output;
+    EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "no step runs:\n" << r.output;
+  }
+}
+
+TEST(Sharded, EveryRankWritesItsSlicesOfTheModelFile) {
+  // the ZeRO-3 job exports (every rank its slices) what one device exports
+  // after reading the same checkpoint
+  const Job& j = First();
+  ASSERT_EQ(j.first.status, 0) << j.first.output;
+  std::string ck = j.dir + "/step_000006.ckpt";
+  std::string mesh_file = Dir("mesh_export.bin"), one_file = Dir("one_export.bin");
+  RunResult a = RunProcess(
+      {kTrellis, "train", Config("{\"dp\": 2, \"pp\": 2}", 3, "", ck), "--export", mesh_file}, {},
+      120, true);
+  RunResult b =
+      RunProcess({kTrellis, "train", Config("{}", 0, "", ck), "--export", one_file}, {}, 120, true);
+  ASSERT_EQ(a.status, 0) << a.output;
+  ASSERT_EQ(b.status, 0) << b.output;
+  std::string x = RunProcess({"cmp", mesh_file, one_file}).output;
+  EXPECT_EQ(RunProcess({"cmp", mesh_file, one_file}).status, 0) << x;
+}
+
+}  // namespace
