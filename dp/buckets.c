@@ -47,6 +47,8 @@ struct tl_dp_buckets {
   bool pending[2];           /* its gather is in flight */
 };
 
+static tl_status progress(tl_dp_buckets* b);
+
 /* n > 0 elements, or one (buffers are never empty) */
 static int64_t at_least_one(int64_t n) {
   return n > 0 ? n : 1;
@@ -324,6 +326,7 @@ tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
 
 tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool backward) {
   if (b->zero != 3) return TL_OK;
+  TL_CHECK(progress(b));
   int u = unit_of(b, forward_node);
   if (u < 0) return TL_OK;
   int s = u % 2;
@@ -536,7 +539,21 @@ tl_status tl_dp_buckets_zero_grads(tl_dp_buckets* b) {
   return tl_memzero(b->be->device, b->shard->data, b->shard->bytes);
 }
 
+/* Pushes the collectives in flight along: MPICH advances a nonblocking
+ * operation only inside MPI calls, so without this a bucket started during
+ * the backward would wait for tl_dp_buckets_finish to move at all. */
+static tl_status progress(tl_dp_buckets* b) {
+  if (!b->group) return TL_OK;
+  bool done;
+  for (int i = 0; i < b->n_buckets; i++)
+    if (b->req[i]) TL_CHECK(tl_group_test(b->req[i], &done));
+  for (int s = 0; s < 2; s++)
+    if (b->slot_req[s]) TL_CHECK(tl_group_test(b->slot_req[s], &done));
+  return TL_OK;
+}
+
 tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node) {
+  TL_CHECK(progress(b));
   if (b->zero >= 2) {
     /* the early segments node `forward_node` finished: contiguous */
     const tl_dp_layout* l = b->layout;

@@ -311,22 +311,20 @@ static tl_status each_full_run(const tl_trainer* t, const tl_dp_segment* seg, in
   return TL_OK;
 }
 
-/* Host copies of the device buffers a piece reads: the parameters (whole
- * stage, or ZeRO-3's shard: index by piece.at) and the moments (whole
- * stage, or the ZeRO shard: piece.at either way). */
-static tl_status host_sources(tl_trainer* t, int k_max, float* src[3], int64_t* bytes) {
-  tl_buffer* buf[3] = {t->zero == 3 ? tl_dp_buckets_shard_params(t->buckets) : t->params,
-                       tl_optim_moment(t->optim, 0), tl_optim_moment(t->optim, 1)};
-  tl_status st = t->be->ops->synchronize(t->be->ctx);
-  *bytes = 0;
-  for (int k = 0; k < 3; k++) src[k] = NULL;
-  for (int k = 0; k < k_max && st == TL_OK; k++) {
-    src[k] = malloc(buf[k]->bytes);
-    if (!src[k]) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a checkpoint");
-    *bytes += (int64_t)buf[k]->bytes;
-    st = tl_memcpy(tl_cpu(), src[k], t->be->device, buf[k]->data, buf[k]->bytes);
-  }
-  return st;
+/* The device buffers a piece reads: the parameters (whole stage, or
+ * ZeRO-3's shard: index by param_index) and the moments (whole stage, or
+ * the ZeRO shard: piece.at either way). */
+static void sources(tl_trainer* t, tl_buffer* buf[3]) {
+  buf[0] = t->zero == 3 ? tl_dp_buckets_shard_params(t->buckets) : t->params;
+  buf[1] = tl_optim_moment(t->optim, 0);
+  buf[2] = tl_optim_moment(t->optim, 1);
+}
+
+/* n floats of device buffer `buf` from element `at`, to host `dst`. */
+static tl_status to_host(const tl_trainer* t, float* dst, const tl_buffer* buf, int64_t at,
+                         int64_t n) {
+  return tl_memcpy(tl_cpu(), dst, t->be->device, (const float*)buf->data + at,
+                   sizeof(float) * (size_t)n);
 }
 
 static int64_t param_index(const tl_trainer* t, const struct tl_dp_piece* p) {
@@ -392,13 +390,14 @@ static tl_status save_sharded(tl_trainer* t, const char* path) {
   /* 1. this rank's part: its pieces, as slices of the full vector */
   struct tl_dp_piece* pieces = NULL;
   int n_pieces = 0;
-  float* src[3] = {NULL, NULL, NULL};
+  tl_buffer* src[3];
   float* data = NULL;
   struct collect c = {0};
-  int64_t elements = 0, held = 0;
+  int64_t elements = 0;
+  sources(t, src);
   st = my_pieces(t, &pieces, &n_pieces);
   for (int i = 0; i < n_pieces; i++) elements += pieces[i].n;
-  if (st == TL_OK && n_pieces > 0) st = host_sources(t, 3, src, &held);
+  if (st == TL_OK) st = t->be->ops->synchronize(t->be->ctx);
   if (st == TL_OK && n_pieces > 0) {
     data = malloc(sizeof(float) * 3 * (size_t)elements);
     if (!data) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a checkpoint");
@@ -409,16 +408,15 @@ static tl_status save_sharded(tl_trainer* t, const char* path) {
   for (int i = 0; i < n_pieces && st == TL_OK; i++) {
     const struct tl_dp_piece* p = &pieces[i];
     st = each_full_run(t, &t->lay->segments[p->segment], p->offset, p->n, add_slice, &c);
-    memcpy(data + at, src[0] + param_index(t, p), sizeof(float) * (size_t)p->n);
-    memcpy(data + elements + at, src[1] + p->at, sizeof(float) * (size_t)p->n);
-    memcpy(data + 2 * elements + at, src[2] + p->at, sizeof(float) * (size_t)p->n);
+    if (st == TL_OK) st = to_host(t, data + at, src[0], param_index(t, p), p->n);
+    if (st == TL_OK) st = to_host(t, data + elements + at, src[1], p->at, p->n);
+    if (st == TL_OK) st = to_host(t, data + 2 * elements + at, src[2], p->at, p->n);
     at += p->n;
   }
   if (st == TL_OK && n_pieces > 0)
     st = tl_sharded_write_part(tmp, t->world_rank, &t->model, c.slices, c.n, data, data + elements,
                                data + 2 * elements);
-  t->io_host_bytes = held + (int64_t)sizeof(float) * 3 * elements;
-  for (int k = 0; k < 3; k++) free(src[k]);
+  t->io_host_bytes = (int64_t)sizeof(float) * 3 * elements;
   free(data);
   free(pieces);
   free(c.slices);
@@ -495,7 +493,7 @@ static tl_status place_sharded(tl_trainer* t, const char* path, int64_t* positio
       st = TL_ERRF(TL_ERR_NOMEM, "out of memory reading a checkpoint");
       break;
     }
-    t->io_host_bytes += (int64_t)dev[k]->bytes;
+    if ((int64_t)dev[k]->bytes > t->io_host_bytes) t->io_host_bytes = (int64_t)dev[k]->bytes;
     if (shard) {
       for (int i = 0; i < n_pieces && st == TL_OK; i++) {
         struct place p = {r, k, host + pieces[i].at};
@@ -514,7 +512,10 @@ static tl_status place_sharded(tl_trainer* t, const char* path, int64_t* positio
   }
   free(pieces);
   tl_sharded_close(r);
-  if (st == TL_OK) TL_LOG_INFO("resuming from %s at step %lld", path, (long long)s.step);
+  if (st == TL_OK)
+    TL_LOG_INFO("resuming from %s at step %lld (sharded: this rank read what it holds, through "
+                "at most %.2f MB of host memory)",
+                path, (long long)s.step, t->io_host_bytes / 1e6);
   if (st == TL_OK && t->zero == 3) st = tl_dp_buckets_begin_step(t->buckets);
   return st;
 }
@@ -558,10 +559,15 @@ static tl_status export_parts(tl_trainer* t, const char* path) {
   TL_CHECK(agree(t, st, "to create the model file"));
   struct tl_dp_piece* pieces = NULL;
   int n_pieces = 0;
-  float* src[3] = {NULL, NULL, NULL};
-  int64_t held = 0;
+  tl_buffer* src[3];
+  sources(t, src);
   st = my_pieces(t, &pieces, &n_pieces);
-  if (st == TL_OK && n_pieces > 0) st = host_sources(t, 1, src, &held);
+  if (st == TL_OK) st = t->be->ops->synchronize(t->be->ctx);
+  /* one piece at a time through a host buffer of the largest piece */
+  int64_t most = 0;
+  for (int i = 0; i < n_pieces; i++) most = pieces[i].n > most ? pieces[i].n : most;
+  float* host = most ? malloc(sizeof(float) * (size_t)most) : NULL;
+  if (st == TL_OK && most && !host) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a model file");
   int fd = -1;
   if (st == TL_OK && n_pieces > 0) {
     fd = open(tmp, O_WRONLY);
@@ -569,14 +575,15 @@ static tl_status export_parts(tl_trainer* t, const char* path) {
   }
   for (int i = 0; i < n_pieces && st == TL_OK; i++) {
     const struct tl_dp_piece* p = &pieces[i];
-    struct pwrite_ctx c = {fd, src[0] + param_index(t, p), tmp};
-    st = each_full_run(t, &t->lay->segments[p->segment], p->offset, p->n, write_run, &c);
+    struct pwrite_ctx c = {fd, host, tmp};
+    st = to_host(t, host, src[0], param_index(t, p), p->n);
+    if (st == TL_OK) st = each_full_run(t, &t->lay->segments[p->segment], p->offset, p->n, write_run, &c);
   }
   if (fd >= 0 && fsync(fd) != 0 && st == TL_OK)
     st = TL_ERRF(TL_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
   if (fd >= 0) close(fd);
-  t->io_host_bytes = held;
-  free(src[0]);
+  t->io_host_bytes = (int64_t)sizeof(float) * most;
+  free(host);
   free(pieces);
   st = agree(t, st, "to write its part of the model file");
   if (t->world_rank == 0) {
