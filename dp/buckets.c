@@ -269,6 +269,8 @@ static tl_status create_zero3(tl_dp_buckets* b) {
 /* Starts gathering unit u's parameters from every rank's shard into its slot. */
 static tl_status gather_unit(tl_dp_buckets* b, int u) {
   int s = u % 2;
+  /* kernels queued on the device may still read the unit the slot held */
+  TL_CHECK(b->be->ops->synchronize(b->be->ctx));
   float* slot = (float*)b->pbuf->data + s * b->unit_max;
   const float* shard = b->pshard->data;
   b->punit[s] = u;
@@ -301,6 +303,7 @@ static tl_status land_unit(tl_dp_buckets* b, int s) {
 }
 
 tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
+  b->wait_s = 0; /* this step's waits only (not an evaluation's before it) */
   if (b->zero != 3) return TL_OK;
   tl_status st = TL_OK;
   for (int s = 0; s < 2; s++) {
@@ -459,6 +462,8 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
 
 static tl_status launch(tl_dp_buckets* b, int i) {
   if (!b->group) return TL_OK;
+  /* the gradients' kernels may still be queued on the device */
+  TL_CHECK(b->be->ops->synchronize(b->be->ctx));
   size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
   float* p = b->grads + b->begin[i];
   if (b->zero == 0)
@@ -671,6 +676,7 @@ tl_status tl_dp_buckets_unshard(tl_dp_buckets* b, const float* src, bool src_is_
     const float* mine = src_is_shard ? src + b->at[i] : src + off;
     if (mine != full + off && len)
       st = tl_memcpy(dev, full + off, dev, mine, sizeof(float) * (size_t)len);
+    if (st == TL_OK) st = b->be->ops->synchronize(b->be->ctx);
     if (st == TL_OK && b->group)
       st = tl_group_all_gather(b->group, full + off, full + b->begin[i],
                                (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, NULL);

@@ -88,8 +88,13 @@ static tl_status read_table(const char* dir, int rank, const tl_model* m, FILE**
                                   "%lld)",
                    path, (long long)*n_slices, (long long)*elements, (long long)m->n_params);
   struct stat sb;
+  if (fstat(fileno(*f), &sb) != 0)
+    return TL_ERRF(TL_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
+  if (*n_slices > (int64_t)sb.st_size / (int64_t)sizeof(struct tl_slice))
+    return TL_ERRF(TL_ERR_FORMAT, "'%s' says it holds %lld slices in %lld bytes", path,
+                   (long long)*n_slices, (long long)sb.st_size);
   int64_t want = 1024 + (int64_t)sizeof(struct tl_slice) * *n_slices + 12 * *elements;
-  if (fstat(fileno(*f), &sb) != 0 || (int64_t)sb.st_size != want)
+  if ((int64_t)sb.st_size != want)
     return TL_ERRF(TL_ERR_FORMAT, "'%s' holds %lld bytes; its header promises %lld", path,
                    (long long)sb.st_size, (long long)want);
   *slices = malloc(sizeof **slices * (size_t)(*n_slices > 0 ? *n_slices : 1));
@@ -99,7 +104,7 @@ static tl_status read_table(const char* dir, int rank, const tl_model* m, FILE**
   int64_t sum = 0;
   for (int64_t i = 0; i < *n_slices; i++) {
     const struct tl_slice* s = &(*slices)[i];
-    if (s->n <= 0 || s->full < 0 || s->full + s->n > m->n_params)
+    if (s->n <= 0 || s->full < 0 || s->n > m->n_params || s->full > m->n_params - s->n)
       return TL_ERRF(TL_ERR_FORMAT, "'%s': slice %lld is elements [%lld, %lld) of a model of %lld",
                      path, (long long)i, (long long)s->full, (long long)(s->full + s->n),
                      (long long)m->n_params);
@@ -158,6 +163,11 @@ tl_status tl_sharded_commit(const char* dir, const char* path, const tl_model* m
     for (int64_t j = 0; st == TL_OK && j < ns; j++) {
       for (int64_t at = sl[j].full; at < sl[j].full + sl[j].n;) {
         int k = tensor_at(m, at);
+        if (k < 0) {
+          st = TL_ERRF(TL_ERR_INTERNAL, "element %lld of the model lies in no tensor",
+                       (long long)at);
+          break;
+        }
         int64_t end = m->tensors[k].offset + m->tensors[k].numel;
         if (end > sl[j].full + sl[j].n) end = sl[j].full + sl[j].n;
         json_t* v = json_object_get(held, m->tensors[k].name);
@@ -194,6 +204,13 @@ tl_status tl_sharded_commit(const char* dir, const char* path, const tl_model* m
     }
   }
   free(text);
+  /* what a reader will check, before the directory takes its name: every
+   * element of the model in exactly one part */
+  if (st == TL_OK) {
+    tl_sharded_reader* r = NULL;
+    st = tl_sharded_open(dir, m, &r);
+    tl_sharded_close(r);
+  }
   if (st == TL_OK && rename(dir, path) != 0)
     st = TL_ERRF(TL_ERR_IO, "cannot rename '%s' to '%s': %s", dir, path, strerror(errno));
   return st;

@@ -53,6 +53,72 @@ PlanRun Plan(const std::string& args) {
 const char* kSmall = "examples/gpt_small.json";
 const char* kThisMachine = "examples/clusters/this_machine.json";
 
+// `trellis plan --fix dp=2,zero=Z --out` writes a ZeRO plan that `trellis
+// train` runs as planned: the config carries the stage, and each rank's
+// peak bytes are within 5% of the plan's (the planner prices ZeRO from
+// what dp/ allocates).
+TEST(PlanCli, ZeroPlansAreConfigsThatTrainAsPriced) {
+  std::string text = TempPath("zero_corpus.txt"), tokens = TempPath("zero_tokens.bin");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 400; i++) f << "Sharded state, line " << i << ".\n";
+  }
+  ASSERT_EQ(
+      std::system(("launcher/trellis data " + text + " " + tokens + " > /dev/null 2>&1").c_str()),
+      0);
+  std::string base = TempPath("zero_base.json");
+  {
+    std::ofstream f(base);
+    f << R"({"model": {"kind": "gpt", "n_layers": 8, "n_heads": 4, "n_embd": 128,
+             "vocab_size": 256, "max_seq_len": 64},
+             "train": {"steps": 2, "batch_size": 8, "seq_len": 64, "sample_tokens": 0},
+             "parallel": {"bucket_mb": 0.1},
+             "data": {"train": ")"
+      << tokens << "\"}}";
+  }
+  for (int zero = 1; zero <= 3; zero++) {
+    std::string out = TempPath("plan_zero" + std::to_string(zero) + ".json");
+    std::remove(out.c_str());
+    PlanRun r = Plan("--model " + base + " --cluster " + kThisMachine +
+                     " --json --top 1 --fix dp=2,zero=" + std::to_string(zero) + " --out " + out);
+    ASSERT_EQ(r.status, 0) << r.output;
+    struct tl_config cfg;
+    ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
+    EXPECT_EQ(cfg.parallel.zero, zero);
+    EXPECT_EQ(cfg.mesh.dp, 2);
+    size_t brace = r.output.find('{');
+    json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+    ASSERT_NE(root, nullptr) << r.output;
+    json_t* best = json_array_get(json_object_get(root, "plans"), 0);
+    EXPECT_TRUE(json_is_true(json_object_get(best, "runnable")));
+    double predicted = json_number_value(json_object_get(best, "memory_state_bytes")) +
+                       json_number_value(json_object_get(best, "memory_activation_bytes"));
+    json_decref(root);
+    std::string metrics = TempPath("zero_metrics.jsonl"), log = TempPath("zero_train.log");
+    std::string cmd =
+        "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" launcher/trellis train " +
+        out + " --metrics " + metrics + " > " + log + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << log;
+    std::ifstream m(metrics);
+    std::string line, last;
+    while (std::getline(m, line))
+      if (line.find("\"peak_bytes\"") != std::string::npos) last = line;
+    json_t* rec = json_loads(last.c_str(), 0, nullptr);
+    ASSERT_NE(rec, nullptr) << last;
+    double peak = 0;
+    const char* k;
+    json_t* v;
+    json_object_foreach(json_object_get(rec, "peak_bytes"), k, v) {
+      if (json_number_value(v) > peak) peak = json_number_value(v);
+    }
+    json_decref(rec);
+    std::printf("ZeRO-%d: predicted %.4g bytes per rank, allocator peak %.4g: %+.2f%%\n", zero,
+                predicted, peak, 100 * (predicted / peak - 1));
+    ASSERT_GT(peak, 0);
+    EXPECT_NEAR(predicted / peak, 1.0, 0.05) << "ZeRO-" << zero;
+  }
+}
+
 }  // namespace
 
 TEST(Plan, ThisMachinesWinnerIsAConfigForItsTwoRanks) {
