@@ -183,6 +183,29 @@ TEST(Sharded, AnotherMeshAndZeroStageContinuesAsTheSingleDeviceRun) {
   for (int i = 0; i < 3; i++) EXPECT_NEAR(b[i], a[3 + i], 1e-5 * a[3 + i]) << "step " << 4 + i;
 }
 
+TEST(Sharded, TensorParallelShardsWriteTheirSlices) {
+  // dp 2 x tp 2 (sequence parallel) with ZeRO-2 writes sharded: every
+  // rank its chunk of its tensor-parallel shard; one device reads it and
+  // continues with the mesh's own losses
+  std::string dir = Dir("tp2_zero2");
+  std::string cfg = Config("{\"dp\": 2, \"tp\": 2}", 2, dir, "");
+  std::string text = RunProcess({"cat", cfg}).output;
+  size_t at = text.find("\"checkpoint\": {");
+  text.insert(at + 15, "\"format\": \"sharded\", ");
+  at = text.find("\"parallel\": {");
+  text.insert(at + 13, "\"sequence_parallel\": true, ");
+  RunResult a = RunProcess({kTrellis, "train", WriteTempFile(text)}, {}, 120, true);
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_NE(a.output.find("(sharded: 4 parts"), std::string::npos) << a.output;
+  RunResult one = RunProcess(
+      {kTrellis, "train", Config("{}", 0, Dir("tp2_one"), dir + "/step_000003.ckpt")}, {}, 120, true);
+  ASSERT_EQ(one.status, 0) << one.output;
+  std::vector<double> x = Losses(a.output), y = Losses(one.output);
+  ASSERT_EQ(x.size(), 6u);
+  ASSERT_EQ(y.size(), 3u);
+  for (int i = 0; i < 3; i++) EXPECT_NEAR(y[i], x[3 + i], 1e-5 * x[3 + i]) << "step " << 4 + i;
+}
+
 TEST(Sharded, ABrokenPartIsRefusedNamingTheFile) {
   const Job& j = First();
   ASSERT_EQ(j.first.status, 0) << j.first.output;
