@@ -28,7 +28,8 @@ extern "C" {
   X(ERR_CUBLAS, "cuBLAS error")            \
   X(ERR_NCCL, "NCCL error")                \
   X(ERR_MPI, "MPI error")                  \
-  X(ERR_INTERNAL, "internal error")
+  X(ERR_INTERNAL, "internal error")        \
+  X(ERR_PEER, "failed on another rank")
 
 /* clang-format off */
 typedef enum {

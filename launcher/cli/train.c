@@ -69,6 +69,7 @@ struct run {
   char trace_path[TL_PATH_MAX + 32];
   tl_verify* verify; /* --verify: the single-device run beside this one */
   int64_t* peaks; /* per rank, with --metrics */
+  tl_status last;  /* the failing call's status, where fail() needs it */
 };
 
 static int rank0(const struct run* r) {
@@ -78,6 +79,8 @@ static int rank0(const struct run* r) {
 /* Stops this rank: on a job, ends every rank (MPI_Abort) with the message. */
 static int fail(struct run* r, const char* what) {
   char msg[8400];
+  /* another rank reports this failure: end without repeating it */
+  if (r->have_worker && r->w.world_size > 1 && r->last == TL_ERR_PEER) tl_worker_fail_quietly();
   snprintf(msg, sizeof msg, "trellis train: %s%s%s", what, what[0] ? ": " : "", tl_last_error());
   if (r->have_worker && r->w.world_size > 1) tl_worker_fail(msg);
   fprintf(stderr, "%s\n", msg);
@@ -107,7 +110,7 @@ static int save_checkpoint(struct run* r) {
   char path[TL_PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/step_%06lld.ckpt", c->checkpoint.dir,
            (long long)tl_trainer_steps_done(r->t));
-  if (tl_trainer_save(r->t, path) != TL_OK) return fail(r, "checkpoint");
+  if ((r->last = tl_trainer_save(r->t, path)) != TL_OK) return fail(r, "checkpoint");
   if (!tl_trainer_saves_sharded(r->t)) {
     if (rank0(r)) printf("checkpoint: %s\n", path);
     return 0;
@@ -464,7 +467,7 @@ int tl_cli_train(int argc, char** argv) {
   if (rc == 0) trace_merge(&r);
   if (rc == 0) rc = save_checkpoint(&r);
   if (rc == 0 && r.opt.export_path) { /* every rank writes its slices */
-    if (tl_trainer_export(r.t, r.opt.export_path) != TL_OK)
+    if ((r.last = tl_trainer_export(r.t, r.opt.export_path)) != TL_OK)
       rc = fail(&r, "--export");
     else if (rank0(&r))
       printf("model file: %s (llm.c, fp32)\n", r.opt.export_path);

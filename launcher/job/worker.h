@@ -59,6 +59,10 @@ void tl_worker_finalize(struct tl_worker* w);
  * whole job: when MPI is running it waits 0.3 s for the message to pass
  * through the launcher, then MPI_Abort; else exit(1). Never returns. */
 void tl_worker_fail(const char* msg) __attribute__((noreturn));
+/* Ends this rank without a word when another rank reports the failure
+ * (TL_ERR_PEER): waits for that rank's abort, and aborts the job itself if
+ * none comes within a few seconds. */
+void tl_worker_fail_quietly(void) __attribute__((noreturn));
 
 #ifdef __cplusplus
 }

@@ -353,13 +353,25 @@ static tl_status add_slice(void* user, int64_t full, int64_t n, int64_t done) {
   return TL_OK;
 }
 
-/* Whether any rank's status failed: every rank learns it (collective). */
+/* Whether any rank's status failed (collective): the first failing rank
+ * returns its own error, every other rank TL_ERR_PEER with that rank's
+ * message — so that the job's end is reported once, by the rank it began
+ * on. */
 static tl_status agree(tl_trainer* t, tl_status mine, const char* what) {
   if (!t->comm.world || tl_group_size(t->comm.world) == 1) return mine;
-  int32_t bad = mine != TL_OK;
-  TL_CHECK(tl_group_all_reduce(t->comm.world, &bad, &bad, 1, TL_I32, TL_REDUCE_MAX, NULL));
-  if (bad && mine == TL_OK) return TL_ERRF(TL_ERR_IO, "another rank failed %s", what);
-  return mine;
+  int size = tl_group_size(t->comm.world);
+  int32_t first = mine != TL_OK ? size - t->world_rank : 0; /* the lowest rank wins */
+  TL_CHECK(tl_group_all_reduce(t->comm.world, &first, &first, 1, TL_I32, TL_REDUCE_MAX, NULL));
+  if (first == 0) return TL_OK;
+  int root = size - first;
+  int32_t words[256];
+  memset(words, 0, sizeof words);
+  if (t->world_rank == root) snprintf((char*)words, sizeof words, "%s", tl_last_error());
+  TL_CHECK(tl_group_broadcast(t->comm.world, words, 256, TL_I32, root, NULL));
+  ((char*)words)[sizeof words - 1] = '\0';
+  if (t->world_rank == root) return mine;
+  /* TL_ERR_PEER: the failing rank reports it (the CLI stays quiet) */
+  return TL_ERRF(TL_ERR_PEER, "rank %d failed %s: %s", root, what, (const char*)words);
 }
 
 /* Removes a directory of plain files (a checkpoint's). */

@@ -9,8 +9,9 @@
 //   the same directory, and every step equals the single-device run;
 // - one device continues with the uninterrupted run's losses (1e-5).
 // A part cut short, or one missing, is refused before any rank starts,
-// naming the file. The llm.c model file every rank writes its slices of
-// equals the one a single device writes from the same state.
+// naming the file; a save that fails on one rank is reported once. The
+// llm.c model file every rank writes its slices of equals the one a single
+// device writes from the same state.
 #include <gtest/gtest.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -225,6 +226,21 @@ TEST(Sharded, ABrokenPartIsRefusedNamingTheFile) {
     EXPECT_NE(r.output.find(part), std::string::npos) << "names " << part << ":\n" << r.output;
     EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "no step runs:\n" << r.output;
   }
+}
+
+TEST(Sharded, AFailedSaveIsReportedOnceByTheRankItHappenedOn) {
+  // rank 0 cannot create the temporary directory (a file holds its name):
+  // the job stops, non-zero, and the reason is printed once
+  std::string dir = Dir("blocked");
+  ASSERT_EQ(RunProcess({"mkdir", "-p", dir}).status, 0);
+  FILE* f = fopen((dir + "/step_000003.ckpt.tmp").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fclose(f);
+  RunResult r =
+      RunProcess({kTrellis, "train", Config("{\"dp\": 2, \"pp\": 2}", 3, dir, "")}, {}, 120, true);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_EQ(CountOf(r.output, "cannot create checkpoint directory"), 1) << r.output;
+  EXPECT_EQ(r.output.find("step 4/"), std::string::npos) << r.output;
 }
 
 TEST(Sharded, EveryRankWritesItsSlicesOfTheModelFile) {
