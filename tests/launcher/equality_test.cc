@@ -213,7 +213,8 @@ TEST(Equality, EveryTensorParallelMeshOfThisJobEqualsTheSingleDeviceRun) {
 // with 2 micro-batches and buckets of a few hundred elements (many
 // reduce-scatters, started during the backward, buckets cut through
 // tensors, ZeRO-2's two bucket buffers taking many turns, ZeRO-3's units
-// gathered ahead) and with one micro-batch and one bucket per stage part;
+// gathered ahead) and, on 2 and 4 ranks, with one micro-batch and one
+// bucket per stage part;
 // the tied embedding, sequence parallelism's LayerNorms and the global
 // norm all run on shards. Every step
 // must be the single-device run's (the oracle, as above); a single device
@@ -240,7 +241,8 @@ TEST(Equality, EveryZeroStageOnEveryDataParallelMeshEqualsTheSingleDeviceRun) {
               bool sp = tp > 1 && kind == TL_MODEL_GPT && sched == TL_SCHEDULE_1F1B;
               CheckEqual(kind, dp, pp, sched, 2, {}, tp, sp, zero);
             }
-          CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 1, {}, tp, false, zero);
+          if (n <= 4)  // one micro-batch, one bucket a part (CI time: not on 8 ranks)
+            CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 1, {}, tp, false, zero);
         }
 }
 

@@ -221,9 +221,9 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
           rows.push_back(Check(dp, tp, pp, s, &w, k));
       tl_worker_finalize(&w);
     }
-  // ZeRO 1, 2 and 3 on every mesh of this job with data parallelism: within
-  // 5% of the planner, and each stage below the one before it on every rank
-  for (int dp = 2; dp <= n; dp *= 2)
+  // ZeRO 1, 2 and 3 on every mesh of this job with dp 2 or 4: within 5% of
+  // the planner, and each stage below the one before it on every rank
+  for (int dp = 2; dp <= n && dp <= 4; dp *= 2)
     for (int tp = 1; dp * tp <= n; tp *= 2) {
       int pp = n / (dp * tp);
       tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
