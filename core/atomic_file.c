@@ -57,3 +57,16 @@ void tl_atomic_file_abort(tl_atomic_file* af) {
   af->f = NULL;
   unlink(af->tmp);
 }
+
+tl_status tl_atomic_file_write_all(const char* path, int n, const void* const* data,
+                                   const size_t* bytes) {
+  tl_atomic_file af;
+  TL_CHECK(tl_atomic_file_open(&af, path));
+  tl_status st = TL_OK;
+  for (int i = 0; i < n && st == TL_OK; i++) st = tl_atomic_file_write(&af, data[i], bytes[i]);
+  if (st != TL_OK) {
+    tl_atomic_file_abort(&af);
+    return st;
+  }
+  return tl_atomic_file_commit(&af);
+}

@@ -26,6 +26,10 @@ tl_status tl_atomic_file_write(tl_atomic_file* af, const void* data, size_t byte
 /* Flushes, syncs and renames; on failure the temporary is removed. */
 tl_status tl_atomic_file_commit(tl_atomic_file* af);
 void tl_atomic_file_abort(tl_atomic_file* af);
+/* The whole write of a file made of n buffers, one after another
+ * (data[i], bytes[i]): open, write each, commit; nothing left on failure. */
+tl_status tl_atomic_file_write_all(const char* path, int n, const void* const* data,
+                                   const size_t* bytes);
 
 #ifdef __cplusplus
 }

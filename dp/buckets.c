@@ -1,5 +1,7 @@
-/* buckets.c — see buckets.h. */
+/* buckets.c — the buckets, the shard, the gradient reductions of ZeRO 0-2
+ * (see buckets.h); ZeRO-3's parameter units are in units.c. */
 #include "dp/buckets.h"
+#include "dp/buckets_impl.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -7,50 +9,9 @@
 
 #include "core/timer.h"
 
-struct tl_dp_buckets {
-  tl_group* group; /* NULL for a group of one */
-  int size, rank, zero;
-  const tl_dp_layout* layout;
-  const tl_backend* be;
-  float* grads; /* zero 0, 1: the caller's whole gradient buffer */
-  int64_t n, per;
-  int n_buckets, n_early_buckets;
-  int64_t* begin; /* n_buckets + 1 boundaries */
-  int64_t* at;    /* per bucket: where this rank's chunk lies in the shard */
-  int64_t shard_n;
-  tl_group_request** req; /* zero 0, 1: per bucket */
-  int launched;           /* zero 0, 1: buckets [0, launched) are in flight or done */
-  int early, early_last;
-  double wait_s, wait_last;
-  /* zero 2 */
-  tl_buffer* gbuf; /* staging, then the late parameters' whole gradients */
-  int64_t staging;
-  int64_t* goff;            /* per graph value: its gradient's offset in gbuf */
-  tl_buffer *slot[2], *temp[2];
-  int slot_bucket[2];        /* the bucket a slot's reduction is of (in flight), or -1 */
-  int slot_fill[2];          /* the bucket being copied into a slot, or -1 */
-  const float* slot_sum[2];  /* where that bucket's reduced chunk lands */
-  tl_group_request* slot_req[2];
-  tl_buffer* shard;          /* the reduced gradients of this rank's chunks */
-  int cur;                   /* the bucket the stream fills next */
-  int64_t filled;            /* elements of the stream given in this pass */
-  /* zero 3 */
-  int n_units;
-  int* unit_node;            /* n_units + 1 forward node boundaries */
-  int64_t *unit_lb, *unit_le; /* per unit: its parameters' range of the layout's front */
-  int *unit_b0, *unit_b1;    /* per unit: its buckets [b0, b1) */
-  int64_t unit_max;          /* the largest unit's elements: a slot */
-  tl_buffer* pbuf;           /* two unit slots, then the late parameters whole */
-  int64_t* poff;             /* per graph value: its offset in pbuf */
-  tl_buffer* pshard;         /* this rank's chunks of the parameters: their only copy */
-  int punit[2];              /* the unit a slot holds (or is being gathered into), or -1 */
-  bool pending[2];           /* its gather is in flight */
-};
 
-static tl_status progress(tl_dp_buckets* b);
 
-/* n > 0 elements, or one (buffers are never empty) */
-static int64_t at_least_one(int64_t n) {
+int64_t tl__dp_at_least_one(int64_t n) {
   return n > 0 ? n : 1;
 }
 
@@ -81,8 +42,7 @@ static int cut(const int64_t* bounds, int n_parts, int n_early_parts, int64_t pe
   return k;
 }
 
-/* This rank's chunk of bucket i (zero 0: the whole bucket). */
-static void chunk_of(const tl_dp_buckets* b, int i, int64_t* off, int64_t* len) {
+void tl__dp_chunk_of(const tl_dp_buckets* b, int i, int64_t* off, int64_t* len) {
   if (b->zero == 0) {
     *off = b->begin[i];
     *len = b->begin[i + 1] - b->begin[i];
@@ -128,9 +88,9 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t staging, int size, in
   int64_t early = n - n_late;
   int64_t longest = early > n_late ? early : n_late;
   if (longest > per) longest = per;
-  *gbuf = at_least_one(staging + n_late);
-  *slot = at_least_one(early < per ? early : per);
-  *temp = size > 1 ? at_least_one(ceil_div(longest, size)) : 0;
+  *gbuf = tl__dp_at_least_one(staging + n_late);
+  *slot = tl__dp_at_least_one(early < per ? early : per);
+  *temp = size > 1 ? tl__dp_at_least_one(ceil_div(longest, size)) : 0;
 }
 
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
@@ -138,10 +98,10 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging
   if (zero < 2) return 0;
   int64_t gbuf, slot, temp, per = per_bucket(bucket_mb);
   zero2_sizes(n, n_late, staging, size, per, &gbuf, &slot, &temp);
-  int64_t shard = at_least_one(shard_elems(n, n_late, size, per));
+  int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
   int64_t bytes = (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (zero == 3) /* the parameters: two unit slots and the late ones, and the shard */
-    bytes += (int64_t)sizeof(float) * (at_least_one(2 * unit_max + n_late) + shard);
+    bytes += (int64_t)sizeof(float) * (tl__dp_at_least_one(2 * unit_max + n_late) + shard);
   return bytes;
 }
 
@@ -157,7 +117,7 @@ static tl_status create_zero2(tl_dp_buckets* b) {
     if (temp) TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)temp, &b->temp[s]));
     b->slot_bucket[s] = b->slot_fill[s] = -1;
   }
-  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)at_least_one(b->shard_n), &b->shard));
+  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->shard));
   /* where each gradient goes: an early one at its place among the
    * gradients its backward node writes, a late one behind the staging */
   for (int i = 0; i < l->n_segments;) {
@@ -175,192 +135,6 @@ static tl_status create_zero2(tl_dp_buckets* b) {
     i = j;
   }
   return tl_dp_buckets_zero_grads(b);
-}
-
-/* ---- zero 3: the units and their parameters ------------------------------ */
-
-/* The unit of forward node f, or -1 outside the stage's units. */
-static int unit_of(const tl_dp_buckets* b, int f) {
-  for (int u = 0; u < b->n_units; u++)
-    if (f >= b->unit_node[u] && f < b->unit_node[u + 1]) return u;
-  return -1;
-}
-
-/* Each unit's range of the layout's front: its early parameters, whose
- * first use lies in the unit, are consecutive there (the layout orders by
- * first use). */
-static tl_status units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config* c) {
-  const tl_dp_layout* l = c->layout;
-  int n = c->n_units;
-  b->n_units = n;
-  b->unit_node = malloc(sizeof(int) * (size_t)(n + 1));
-  b->unit_lb = malloc(sizeof(int64_t) * (size_t)n);
-  b->unit_le = malloc(sizeof(int64_t) * (size_t)n);
-  b->unit_b0 = calloc((size_t)n, sizeof(int));
-  b->unit_b1 = calloc((size_t)n, sizeof(int));
-  if (!b->unit_node || !b->unit_lb || !b->unit_le || !b->unit_b0 || !b->unit_b1)
-    return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's units");
-  memcpy(b->unit_node, c->unit_begin, sizeof(int) * (size_t)(n + 1));
-  int64_t* held = calloc((size_t)n, sizeof(int64_t));
-  if (!held) return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's units");
-  for (int u = 0; u < n; u++) b->unit_lb[u] = INT64_MAX, b->unit_le[u] = -1;
-  tl_status st = TL_OK;
-  for (int i = 0; i < l->n_segments && st == TL_OK; i++) {
-    const tl_dp_segment* s = &l->segments[i];
-    if (s->offset >= l->n_early) continue;
-    int u = unit_of(b, s->first_use);
-    if (u < 0) {
-      st = TL_ERRF(TL_ERR_INVALID, "ZeRO-3: a parameter first read by node %d lies in no unit",
-                   s->first_use);
-      break;
-    }
-    if (s->offset < b->unit_lb[u]) b->unit_lb[u] = s->offset;
-    if (s->offset + s->n > b->unit_le[u]) b->unit_le[u] = s->offset + s->n;
-    held[u] += s->n;
-  }
-  /* an empty unit sits, empty, where the units after it in node order end */
-  int64_t next = 0;
-  for (int u = n - 1; u >= 0 && st == TL_OK; u--) {
-    if (b->unit_le[u] < 0) b->unit_lb[u] = b->unit_le[u] = next;
-    if (b->unit_lb[u] != next || b->unit_le[u] - b->unit_lb[u] != held[u])
-      st = TL_ERRF(TL_ERR_INTERNAL, "ZeRO-3: unit %d's parameters are not one range of the layout",
-                   u);
-    next = b->unit_le[u];
-    if (b->unit_le[u] - b->unit_lb[u] > b->unit_max) b->unit_max = b->unit_le[u] - b->unit_lb[u];
-  }
-  if (st == TL_OK && next != l->n_early)
-    st = TL_ERRF(TL_ERR_INTERNAL, "ZeRO-3: the units hold %lld of the stage's %lld early elements",
-                 (long long)next, (long long)l->n_early);
-  free(held);
-  return st;
-}
-
-static tl_status create_zero3(tl_dp_buckets* b) {
-  const tl_dp_layout* l = b->layout;
-  tl_device dev = b->be->device;
-  int64_t n_late = l->n - l->n_early;
-  for (int u = 0; u < b->n_units; u++) {
-    b->unit_b0[u] = b->unit_b1[u] = 0;
-    for (int i = 0; i < b->n_early_buckets; i++)
-      if (b->begin[i] >= b->unit_lb[u] && b->begin[i] < b->unit_le[u]) {
-        if (b->unit_b1[u] == 0) b->unit_b0[u] = i;
-        b->unit_b1[u] = i + 1;
-      }
-  }
-  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)at_least_one(2 * b->unit_max + n_late),
-                            &b->pbuf));
-  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)at_least_one(b->shard_n), &b->pshard));
-  b->poff = malloc(sizeof(int64_t) * (size_t)at_least_one(l->n_values));
-  if (!b->poff) return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's parameters");
-  for (int v = 0; v < l->n_values; v++) b->poff[v] = -1;
-  for (int i = 0; i < l->n_segments; i++) {
-    const tl_dp_segment* s = &l->segments[i];
-    if (s->offset >= l->n_early) {
-      b->poff[s->value] = 2 * b->unit_max + (s->offset - l->n_early);
-    } else {
-      int u = unit_of(b, s->first_use);
-      b->poff[s->value] = (u % 2) * b->unit_max + (s->offset - b->unit_lb[u]);
-    }
-  }
-  b->punit[0] = b->punit[1] = -1;
-  return TL_OK;
-}
-
-/* Starts gathering unit u's parameters from every rank's shard into its slot. */
-static tl_status gather_unit(tl_dp_buckets* b, int u) {
-  int s = u % 2;
-  /* kernels queued on the device may still read the unit the slot held */
-  TL_CHECK(b->be->ops->synchronize(b->be->ctx));
-  float* slot = (float*)b->pbuf->data + s * b->unit_max;
-  const float* shard = b->pshard->data;
-  b->punit[s] = u;
-  b->pending[s] = true;
-  for (int i = b->unit_b0[u]; i < b->unit_b1[u]; i++) {
-    int64_t off, len;
-    chunk_of(b, i, &off, &len);
-    float* dst = slot + (b->begin[i] - b->unit_lb[u]);
-    if (!b->group) {
-      TL_CHECK(tl_memcpy(b->be->device, dst, b->be->device, shard + b->at[i],
-                         sizeof(float) * (size_t)len));
-      continue;
-    }
-    TL_CHECK(tl_group_all_gather(b->group, shard + b->at[i], dst,
-                                 (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, &b->req[i]));
-  }
-  return TL_OK;
-}
-
-/* Waits for slot s's gather. */
-static tl_status land_unit(tl_dp_buckets* b, int s) {
-  if (!b->pending[s]) return TL_OK;
-  int u = b->punit[s];
-  int64_t t0 = tl_time_ns();
-  tl_status st = tl_group_wait_all(b->unit_b1[u] - b->unit_b0[u], b->req + b->unit_b0[u]);
-  b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
-  b->pending[s] = false;
-  if (st != TL_OK) b->punit[s] = -1;
-  return st;
-}
-
-tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
-  b->wait_s = 0; /* this step's waits only (not an evaluation's before it) */
-  if (b->zero != 3) return TL_OK;
-  tl_status st = TL_OK;
-  for (int s = 0; s < 2; s++) {
-    tl_status w = land_unit(b, s);
-    if (st == TL_OK) st = w;
-    b->punit[s] = -1; /* gathered before the update: stale */
-  }
-  /* the late parameters, whole on every rank for the step */
-  float* late = (float*)b->pbuf->data + 2 * b->unit_max;
-  const float* shard = b->pshard->data;
-  for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++) {
-    int64_t off, len;
-    chunk_of(b, i, &off, &len);
-    float* dst = late + (b->begin[i] - b->layout->n_early);
-    if (!b->group)
-      st = tl_memcpy(b->be->device, dst, b->be->device, shard + b->at[i], sizeof(float) * (size_t)len);
-    else
-      st = tl_group_all_gather(b->group, shard + b->at[i], dst,
-                               (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, NULL);
-  }
-  return st;
-}
-
-tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool backward) {
-  if (b->zero != 3) return TL_OK;
-  TL_CHECK(progress(b));
-  int u = unit_of(b, forward_node);
-  if (u < 0) return TL_OK;
-  int s = u % 2;
-  if (b->punit[s] != u) {
-    TL_CHECK(land_unit(b, s)); /* the unit two away, prefetched and never read */
-    TL_CHECK(gather_unit(b, u));
-  }
-  TL_CHECK(land_unit(b, s));
-  /* the next unit this pass reads, into the other slot (its unit is done) */
-  int next = backward ? u - 1 : u + 1;
-  if (next >= 0 && next < b->n_units && b->punit[next % 2] != next) {
-    TL_CHECK(land_unit(b, next % 2));
-    TL_CHECK(gather_unit(b, next));
-  }
-  return TL_OK;
-}
-
-tl_buffer* tl_dp_buckets_param_buffer(const tl_dp_buckets* b) {
-  return b->pbuf;
-}
-
-const int64_t* tl_dp_buckets_param_offset(const tl_dp_buckets* b) {
-  return b->poff;
-}
-
-tl_buffer* tl_dp_buckets_shard_params(const tl_dp_buckets* b) {
-  return b->pshard;
-}
-
-int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b) {
-  return b->unit_max;
 }
 
 tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_buckets** out) {
@@ -393,7 +167,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   int n_parts = 2;
   tl_status st = TL_OK;
   if (b->zero == 3) {
-    st = units_build(b, c);
+    st = tl__dp_units_build(b, c);
     bounds = st == TL_OK ? malloc(sizeof(int64_t) * (size_t)(b->n_units + 2)) : NULL;
     if (st == TL_OK && !bounds) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
     if (st == TL_OK) { /* the units lie in the front back to front: the last unit first */
@@ -413,7 +187,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
     cut(bounds, n_parts, n_parts - 1, b->per, b->begin, &b->n_early_buckets);
     for (int i = 0; i < b->n_buckets; i++) {
       int64_t off, len;
-      chunk_of(b, i, &off, &len);
+      tl__dp_chunk_of(b, i, &off, &len);
       b->at[i] = b->shard_n;
       b->shard_n += len;
     }
@@ -421,12 +195,12 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   if (bounds != two) free(bounds);
   if (st == TL_OK && b->zero >= 2) {
     int n_values = c->layout->n_values;
-    b->goff = malloc(sizeof(int64_t) * (size_t)at_least_one(n_values));
+    b->goff = malloc(sizeof(int64_t) * (size_t)tl__dp_at_least_one(n_values));
     if (!b->goff) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
     for (int v = 0; st == TL_OK && v < n_values; v++) b->goff[v] = -1;
     if (st == TL_OK) st = create_zero2(b);
   }
-  if (st == TL_OK && b->zero == 3) st = create_zero3(b);
+  if (st == TL_OK && b->zero == 3) st = tl__dp_create_zero3(b);
   if (st != TL_OK) {
     tl_dp_buckets_destroy(b);
     return st;
@@ -469,7 +243,7 @@ static tl_status launch(tl_dp_buckets* b, int i) {
   if (b->zero == 0)
     return tl_group_all_reduce(b->group, p, p, count, TL_F32, TL_REDUCE_SUM, &b->req[i]);
   int64_t off, len;
-  chunk_of(b, i, &off, &len);
+  tl__dp_chunk_of(b, i, &off, &len);
   return tl_group_reduce_scatter(b->group, p, b->grads + off, count, TL_F32, TL_REDUCE_SUM,
                                  &b->req[i]);
 }
@@ -487,7 +261,7 @@ static tl_status retire(tl_dp_buckets* b, int s) {
   b->slot_bucket[s] = -1;
   TL_CHECK(st);
   int64_t off, len;
-  chunk_of(b, i, &off, &len);
+  tl__dp_chunk_of(b, i, &off, &len);
   float* dst = (float*)b->shard->data + b->at[i];
   return len ? b->be->ops->add_forward(b->be->ctx, dst, dst, b->slot_sum[s], len) : TL_OK;
 }
@@ -547,7 +321,7 @@ tl_status tl_dp_buckets_zero_grads(tl_dp_buckets* b) {
 /* Pushes the collectives in flight along: MPICH advances a nonblocking
  * operation only inside MPI calls, so without this a bucket started during
  * the backward would wait for tl_dp_buckets_finish to move at all. */
-static tl_status progress(tl_dp_buckets* b) {
+tl_status tl__dp_progress(tl_dp_buckets* b) {
   if (!b->group) return TL_OK;
   bool done;
   for (int i = 0; i < b->n_buckets; i++)
@@ -558,7 +332,7 @@ static tl_status progress(tl_dp_buckets* b) {
 }
 
 tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node) {
-  TL_CHECK(progress(b));
+  TL_CHECK(tl__dp_progress(b));
   if (b->zero >= 2) {
     /* the early segments node `forward_node` finished: contiguous */
     const tl_dp_layout* l = b->layout;
@@ -638,7 +412,7 @@ int tl_dp_buckets_pieces(const tl_dp_buckets* b, struct tl_dp_piece* out) {
   int k = 0, seg = 0;
   for (int i = 0; i < b->n_buckets; i++) {
     int64_t c0, len;
-    chunk_of(b, i, &c0, &len);
+    tl__dp_chunk_of(b, i, &c0, &len);
     int64_t c1 = c0 + len;
     while (seg < l->n_segments && l->segments[seg].offset + l->segments[seg].n <= c0) seg++;
     for (int j = seg; j < l->n_segments && l->segments[j].offset < c1; j++) {
@@ -658,7 +432,7 @@ tl_status tl_dp_buckets_gather_params(tl_dp_buckets* b, float* params) {
   tl_status st = TL_OK;
   for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
     int64_t off, len;
-    chunk_of(b, i, &off, &len);
+    tl__dp_chunk_of(b, i, &off, &len);
     st = tl_group_all_gather(b->group, params + off, params + b->begin[i],
                              (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, &b->req[i]);
   }
@@ -672,7 +446,7 @@ tl_status tl_dp_buckets_unshard(tl_dp_buckets* b, const float* src, bool src_is_
   tl_status st = b->be->ops->synchronize(b->be->ctx);
   for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
     int64_t off, len;
-    chunk_of(b, i, &off, &len);
+    tl__dp_chunk_of(b, i, &off, &len);
     const float* mine = src_is_shard ? src + b->at[i] : src + off;
     if (mine != full + off && len)
       st = tl_memcpy(dev, full + off, dev, mine, sizeof(float) * (size_t)len);
@@ -688,7 +462,7 @@ tl_status tl_dp_buckets_to_shard(const tl_dp_buckets* b, const float* full, floa
   tl_status st = TL_OK;
   for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
     int64_t off, len;
-    chunk_of(b, i, &off, &len);
+    tl__dp_chunk_of(b, i, &off, &len);
     if (len)
       st = tl_memcpy(b->be->device, shard + b->at[i], tl_cpu(), full + off,
                      sizeof(float) * (size_t)len);

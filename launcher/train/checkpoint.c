@@ -119,15 +119,9 @@ tl_status tl_llmc_model_write(const char* path, const tl_model* m, const float* 
     return TL_ERRF(TL_ERR_CONFIG, "llm.c model files hold GPT-2 models; model.kind is not gpt");
   int32_t h[256];
   tl_llmc_header(m, h);
-  tl_atomic_file af;
-  TL_CHECK(tl_atomic_file_open(&af, path));
-  tl_status st = tl_atomic_file_write(&af, h, sizeof h);
-  if (st == TL_OK) st = tl_atomic_file_write(&af, params, sizeof(float) * (size_t)m->n_params);
-  if (st != TL_OK) {
-    tl_atomic_file_abort(&af);
-    return st;
-  }
-  return tl_atomic_file_commit(&af);
+  const void* data[2] = {h, params};
+  size_t sizes[2] = {sizeof h, sizeof(float) * (size_t)m->n_params};
+  return tl_atomic_file_write_all(path, 2, data, sizes);
 }
 
 /* trellis checkpoint header layout */
@@ -181,17 +175,9 @@ tl_status tl_checkpoint_write(const char* path, const tl_model* m, const struct 
   put64(h, H_STEP, s->step);
   put64(h, H_POSITION, s->data_position);
   size_t bytes = sizeof(float) * (size_t)m->n_params;
-  tl_atomic_file af;
-  TL_CHECK(tl_atomic_file_open(&af, path));
-  tl_status st = tl_atomic_file_write(&af, h, sizeof h);
-  if (st == TL_OK) st = tl_atomic_file_write(&af, params, bytes);
-  if (st == TL_OK) st = tl_atomic_file_write(&af, adam_m, bytes);
-  if (st == TL_OK) st = tl_atomic_file_write(&af, adam_v, bytes);
-  if (st != TL_OK) {
-    tl_atomic_file_abort(&af);
-    return st;
-  }
-  return tl_atomic_file_commit(&af);
+  const void* data[4] = {h, params, adam_m, adam_v};
+  size_t sizes[4] = {sizeof h, bytes, bytes, bytes};
+  return tl_atomic_file_write_all(path, 4, data, sizes);
 }
 
 void tl_checkpoint_header(const tl_model* m, int version, int32_t* h) {

@@ -34,19 +34,10 @@ tl_status tl_sharded_write_part(const char* dir, int rank, const tl_model* m,
   tl_checkpoint_header(m, PART_VERSION, h);
   tl_checkpoint_header_set(h, TL_CKPT_H_SLICES, n_slices);
   tl_checkpoint_header_set(h, TL_CKPT_H_ELEMENTS, elements);
-  tl_atomic_file af;
-  TL_CHECK(tl_atomic_file_open(&af, path));
   size_t bytes = sizeof(float) * (size_t)elements;
-  tl_status st = tl_atomic_file_write(&af, h, sizeof h);
-  if (st == TL_OK) st = tl_atomic_file_write(&af, slices, sizeof *slices * (size_t)n_slices);
-  if (st == TL_OK) st = tl_atomic_file_write(&af, params, bytes);
-  if (st == TL_OK) st = tl_atomic_file_write(&af, adam_m, bytes);
-  if (st == TL_OK) st = tl_atomic_file_write(&af, adam_v, bytes);
-  if (st != TL_OK) {
-    tl_atomic_file_abort(&af);
-    return st;
-  }
-  return tl_atomic_file_commit(&af);
+  const void* data[5] = {h, slices, params, adam_m, adam_v};
+  size_t sizes[5] = {sizeof h, sizeof *slices * (size_t)n_slices, bytes, bytes, bytes};
+  return tl_atomic_file_write_all(path, 5, data, sizes);
 }
 
 /* ---- the index ------------------------------------------------------------ */
@@ -195,13 +186,9 @@ tl_status tl_sharded_commit(const char* dir, const char* path, const tl_model* m
   if (st == TL_OK) {
     char ipath[1200];
     snprintf(ipath, sizeof ipath, "%s/index.json", dir);
-    tl_atomic_file af;
-    st = tl_atomic_file_open(&af, ipath);
-    if (st == TL_OK) {
-      st = tl_atomic_file_write(&af, text, strlen(text));
-      if (st == TL_OK) st = tl_atomic_file_write(&af, "\n", 1);
-      st = st == TL_OK ? tl_atomic_file_commit(&af) : (tl_atomic_file_abort(&af), st);
-    }
+    const void* data[2] = {text, "\n"};
+    size_t sizes[2] = {strlen(text), 1};
+    st = tl_atomic_file_write_all(ipath, 2, data, sizes);
   }
   free(text);
   /* what a reader will check, before the directory takes its name: every

@@ -1,6 +1,8 @@
-/* trainer_impl.h — the trainer's state, shared by its two files:
- * trainer.c (set-up and the step) and trainer_state.c (the whole model in
- * and out: the starting weights, gathering, checkpoints, model files). */
+/* trainer_impl.h — the trainer's state, shared by its three files:
+ * trainer.c (set-up and the step), trainer_state.c (the whole model in
+ * and out: the starting weights, gathering, checkpoint files) and
+ * trainer_shards.c (what each rank holds alone: sharded checkpoints, the
+ * model file). */
 #ifndef TL_LAUNCHER_TRAINER_IMPL_H
 #define TL_LAUNCHER_TRAINER_IMPL_H
 
@@ -84,5 +86,12 @@ int tl__trainer_tensor_of(const tl_trainer* t, int v);
  * checkpoint.resume, model.init_from, else the RNG — and the loader at the
  * checkpoint's data position (trainer_state.c). */
 tl_status tl__trainer_load_start(tl_trainer* t);
+
+/* trainer_shards.c: a sharded checkpoint written (collective) and read
+ * (this rank's pieces, and the step and data position), and the llm.c
+ * model file written by every rank's slices. */
+tl_status tl__trainer_save_sharded(tl_trainer* t, const char* path);
+tl_status tl__trainer_place_sharded(tl_trainer* t, const char* path, int64_t* position);
+tl_status tl__trainer_export_parts(tl_trainer* t, const char* path);
 
 #endif

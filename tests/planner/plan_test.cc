@@ -53,19 +53,44 @@ PlanRun Plan(const std::string& args) {
 const char* kSmall = "examples/gpt_small.json";
 const char* kThisMachine = "examples/clusters/this_machine.json";
 
+// A byte-level token file of `lines` numbered copies of `line`.
+std::string WriteTokens(const std::string& name, const std::string& line, int lines) {
+  std::string text = TempPath(name + ".txt"), tokens = TempPath(name + ".bin");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < lines; i++) f << line << ", line " << i << ".\n";
+  }
+  std::string cmd = "launcher/trellis data " + text + " " + tokens + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return tokens;
+}
+
+// The largest of every rank's peak bytes in the last step of a metrics file
+// (0 when there is none), and how many ranks reported one.
+double MaxPeak(const std::string& metrics, size_t* ranks = nullptr) {
+  std::ifstream m(metrics);
+  std::string line, last;
+  while (std::getline(m, line))
+    if (line.find("\"peak_bytes\"") != std::string::npos) last = line;
+  json_t* rec = json_loads(last.c_str(), 0, nullptr);
+  if (!rec) return 0;
+  double peak = 0;
+  const char* k;
+  json_t* v;
+  json_object_foreach(json_object_get(rec, "peak_bytes"), k, v) {
+    if (json_number_value(v) > peak) peak = json_number_value(v);
+  }
+  if (ranks) *ranks = json_object_size(json_object_get(rec, "peak_bytes"));
+  json_decref(rec);
+  return peak;
+}
+
 // `trellis plan --fix dp=2,zero=Z --out` writes a ZeRO plan that `trellis
 // train` runs as planned: the config carries the stage, and each rank's
 // peak bytes are within 5% of the plan's (the planner prices ZeRO from
 // what dp/ allocates).
 TEST(PlanCli, ZeroPlansAreConfigsThatTrainAsPriced) {
-  std::string text = TempPath("zero_corpus.txt"), tokens = TempPath("zero_tokens.bin");
-  {
-    std::ofstream f(text);
-    for (int i = 0; i < 400; i++) f << "Sharded state, line " << i << ".\n";
-  }
-  ASSERT_EQ(
-      std::system(("launcher/trellis data " + text + " " + tokens + " > /dev/null 2>&1").c_str()),
-      0);
+  std::string tokens = WriteTokens("zero_corpus", "Sharded state", 400);
   std::string base = TempPath("zero_base.json");
   {
     std::ofstream f(base);
@@ -99,19 +124,7 @@ TEST(PlanCli, ZeroPlansAreConfigsThatTrainAsPriced) {
         "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" launcher/trellis train " +
         out + " --metrics " + metrics + " > " + log + " 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << log;
-    std::ifstream m(metrics);
-    std::string line, last;
-    while (std::getline(m, line))
-      if (line.find("\"peak_bytes\"") != std::string::npos) last = line;
-    json_t* rec = json_loads(last.c_str(), 0, nullptr);
-    ASSERT_NE(rec, nullptr) << last;
-    double peak = 0;
-    const char* k;
-    json_t* v;
-    json_object_foreach(json_object_get(rec, "peak_bytes"), k, v) {
-      if (json_number_value(v) > peak) peak = json_number_value(v);
-    }
-    json_decref(rec);
+    double peak = MaxPeak(metrics);
     std::printf("ZeRO-%d: predicted %.4g bytes per rank, allocator peak %.4g: %+.2f%%\n", zero,
                 predicted, peak, 100 * (predicted / peak - 1));
     ASSERT_GT(peak, 0);
@@ -352,13 +365,7 @@ TEST(PlanCli, BadUsageAndBadInput) {
 // check every mesh rank by rank). The reserve (runtime, fragmentation) is
 // the planner's margin, not a count, so it is left out of the comparison.
 TEST(PlanCli, PredictedBytesMatchTheAllocatorsPeak) {
-  std::string text = TempPath("corpus.txt"), tokens = TempPath("tokens.bin");
-  {
-    std::ofstream f(text);
-    for (int i = 0; i < 400; i++) f << "A parallel run is the same run, line " << i << ".\n";
-  }
-  std::string cmd = "launcher/trellis data " + text + " " + tokens + " > /dev/null 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::string tokens = WriteTokens("corpus", "A parallel run is the same run", 400);
   std::string base = TempPath("base.json");
   {
     std::ofstream f(base);
@@ -382,23 +389,12 @@ TEST(PlanCli, PredictedBytesMatchTheAllocatorsPeak) {
   std::string metrics = TempPath("metrics.jsonl");
   // A 2-rank job: under ASan, MPICH's run-time-loaded network modules leak
   // at MPI_Finalize (see tests/mpi_run.sh), so leak checking is off for it.
-  cmd = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" launcher/trellis train " +
+  std::string cmd = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" launcher/trellis train " +
         out + " --metrics " + metrics + " > " + TempPath("train.log") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << TempPath("train.log");
-  std::ifstream m(metrics);
-  std::string line, last;
-  while (std::getline(m, line))
-    if (line.find("\"peak_bytes\"") != std::string::npos) last = line;
-  json_t* rec = json_loads(last.c_str(), 0, nullptr);
-  ASSERT_NE(rec, nullptr) << last;
-  double peak = 0;
-  const char* k;
-  json_t* v;
-  EXPECT_EQ(json_object_size(json_object_get(rec, "peak_bytes")), 2u) << "a peak per rank";
-  json_object_foreach(json_object_get(rec, "peak_bytes"), k, v) {
-    if (json_number_value(v) > peak) peak = json_number_value(v);
-  }
-  json_decref(rec);
+  size_t ranks = 0;
+  double peak = MaxPeak(metrics, &ranks);
+  EXPECT_EQ(ranks, 2u) << "a peak per rank";
   std::printf("predicted %.3g bytes per rank (state + activations), allocator peak %.3g: %+.1f%%\n",
               predicted, peak, 100 * (predicted / peak - 1));
   ASSERT_GT(peak, 0);

@@ -1,0 +1,58 @@
+/* buckets_impl.h — the buckets' state, shared by buckets.c (the cut, the
+ * shard, the reductions of ZeRO 0-2) and units.c (ZeRO-3's parameters). */
+#ifndef TL_DP_BUCKETS_IMPL_H
+#define TL_DP_BUCKETS_IMPL_H
+
+#include "dp/buckets.h"
+
+struct tl_dp_buckets {
+  tl_group* group; /* NULL for a group of one */
+  int size, rank, zero;
+  const tl_dp_layout* layout;
+  const tl_backend* be;
+  float* grads; /* zero 0, 1: the caller's whole gradient buffer */
+  int64_t n, per;
+  int n_buckets, n_early_buckets;
+  int64_t* begin; /* n_buckets + 1 boundaries */
+  int64_t* at;    /* per bucket: where this rank's chunk lies in the shard */
+  int64_t shard_n;
+  tl_group_request** req; /* zero 0, 1: per bucket */
+  int launched;           /* zero 0, 1: buckets [0, launched) are in flight or done */
+  int early, early_last;
+  double wait_s, wait_last;
+  /* zero 2 */
+  tl_buffer* gbuf; /* staging, then the late parameters' whole gradients */
+  int64_t staging;
+  int64_t* goff;            /* per graph value: its gradient's offset in gbuf */
+  tl_buffer *slot[2], *temp[2];
+  int slot_bucket[2];        /* the bucket a slot's reduction is of (in flight), or -1 */
+  int slot_fill[2];          /* the bucket being copied into a slot, or -1 */
+  const float* slot_sum[2];  /* where that bucket's reduced chunk lands */
+  tl_group_request* slot_req[2];
+  tl_buffer* shard;          /* the reduced gradients of this rank's chunks */
+  int cur;                   /* the bucket the stream fills next */
+  int64_t filled;            /* elements of the stream given in this pass */
+  /* zero 3 */
+  int n_units;
+  int* unit_node;            /* n_units + 1 forward node boundaries */
+  int64_t *unit_lb, *unit_le; /* per unit: its parameters' range of the layout's front */
+  int *unit_b0, *unit_b1;    /* per unit: its buckets [b0, b1) */
+  int64_t unit_max;          /* the largest unit's elements: a slot */
+  tl_buffer* pbuf;           /* two unit slots, then the late parameters whole */
+  int64_t* poff;             /* per graph value: its offset in pbuf */
+  tl_buffer* pshard;         /* this rank's chunks of the parameters: their only copy */
+  int punit[2];              /* the unit a slot holds (or is being gathered into), or -1 */
+  bool pending[2];           /* its gather is in flight */
+};
+
+/* n > 0 elements, or one (buffers are never empty). */
+int64_t tl__dp_at_least_one(int64_t n);
+/* This rank's chunk of bucket i (zero 0: the whole bucket). */
+void tl__dp_chunk_of(const tl_dp_buckets* b, int i, int64_t* off, int64_t* len);
+/* Pushes the collectives in flight along (MPICH moves them only inside MPI calls). */
+tl_status tl__dp_progress(tl_dp_buckets* b);
+/* Zero 3: each unit's range of the layout's front, then its buffers. */
+tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config* c);
+tl_status tl__dp_create_zero3(tl_dp_buckets* b);
+
+#endif

@@ -1,0 +1,194 @@
+/* units.c — ZeRO-3's parameters: the units (the embedding, a block, the
+ * head) gathered from every rank's shard into two slots, one ahead of the
+ * pass, and the late parameters whole for a step (see buckets.h). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/timer.h"
+#include "dp/buckets.h"
+#include "dp/buckets_impl.h"
+
+/* The unit of forward node f, or -1 outside the stage's units. */
+static int unit_of(const tl_dp_buckets* b, int f) {
+  for (int u = 0; u < b->n_units; u++)
+    if (f >= b->unit_node[u] && f < b->unit_node[u + 1]) return u;
+  return -1;
+}
+
+/* Each unit's range of the layout's front: its early parameters, whose
+ * first use lies in the unit, are consecutive there (the layout orders by
+ * first use). */
+tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config* c) {
+  const tl_dp_layout* l = c->layout;
+  int n = c->n_units;
+  b->n_units = n;
+  b->unit_node = malloc(sizeof(int) * (size_t)(n + 1));
+  b->unit_lb = malloc(sizeof(int64_t) * (size_t)n);
+  b->unit_le = malloc(sizeof(int64_t) * (size_t)n);
+  b->unit_b0 = calloc((size_t)n, sizeof(int));
+  b->unit_b1 = calloc((size_t)n, sizeof(int));
+  if (!b->unit_node || !b->unit_lb || !b->unit_le || !b->unit_b0 || !b->unit_b1)
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's units");
+  memcpy(b->unit_node, c->unit_begin, sizeof(int) * (size_t)(n + 1));
+  int64_t* held = calloc((size_t)n, sizeof(int64_t));
+  if (!held) return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's units");
+  for (int u = 0; u < n; u++) b->unit_lb[u] = INT64_MAX, b->unit_le[u] = -1;
+  tl_status st = TL_OK;
+  for (int i = 0; i < l->n_segments && st == TL_OK; i++) {
+    const tl_dp_segment* s = &l->segments[i];
+    if (s->offset >= l->n_early) continue;
+    int u = unit_of(b, s->first_use);
+    if (u < 0) {
+      st = TL_ERRF(TL_ERR_INVALID, "ZeRO-3: a parameter first read by node %d lies in no unit",
+                   s->first_use);
+      break;
+    }
+    if (s->offset < b->unit_lb[u]) b->unit_lb[u] = s->offset;
+    if (s->offset + s->n > b->unit_le[u]) b->unit_le[u] = s->offset + s->n;
+    held[u] += s->n;
+  }
+  /* an empty unit sits, empty, where the units after it in node order end */
+  int64_t next = 0;
+  for (int u = n - 1; u >= 0 && st == TL_OK; u--) {
+    if (b->unit_le[u] < 0) b->unit_lb[u] = b->unit_le[u] = next;
+    if (b->unit_lb[u] != next || b->unit_le[u] - b->unit_lb[u] != held[u])
+      st = TL_ERRF(TL_ERR_INTERNAL, "ZeRO-3: unit %d's parameters are not one range of the layout",
+                   u);
+    next = b->unit_le[u];
+    if (b->unit_le[u] - b->unit_lb[u] > b->unit_max) b->unit_max = b->unit_le[u] - b->unit_lb[u];
+  }
+  if (st == TL_OK && next != l->n_early)
+    st = TL_ERRF(TL_ERR_INTERNAL, "ZeRO-3: the units hold %lld of the stage's %lld early elements",
+                 (long long)next, (long long)l->n_early);
+  free(held);
+  return st;
+}
+
+tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
+  const tl_dp_layout* l = b->layout;
+  tl_device dev = b->be->device;
+  int64_t n_late = l->n - l->n_early;
+  for (int u = 0; u < b->n_units; u++) {
+    b->unit_b0[u] = b->unit_b1[u] = 0;
+    for (int i = 0; i < b->n_early_buckets; i++)
+      if (b->begin[i] >= b->unit_lb[u] && b->begin[i] < b->unit_le[u]) {
+        if (b->unit_b1[u] == 0) b->unit_b0[u] = i;
+        b->unit_b1[u] = i + 1;
+      }
+  }
+  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(2 * b->unit_max + n_late),
+                            &b->pbuf));
+  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->pshard));
+  b->poff = malloc(sizeof(int64_t) * (size_t)tl__dp_at_least_one(l->n_values));
+  if (!b->poff) return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's parameters");
+  for (int v = 0; v < l->n_values; v++) b->poff[v] = -1;
+  for (int i = 0; i < l->n_segments; i++) {
+    const tl_dp_segment* s = &l->segments[i];
+    if (s->offset >= l->n_early) {
+      b->poff[s->value] = 2 * b->unit_max + (s->offset - l->n_early);
+    } else {
+      int u = unit_of(b, s->first_use);
+      b->poff[s->value] = (u % 2) * b->unit_max + (s->offset - b->unit_lb[u]);
+    }
+  }
+  b->punit[0] = b->punit[1] = -1;
+  return TL_OK;
+}
+
+/* Starts gathering unit u's parameters from every rank's shard into its slot. */
+static tl_status gather_unit(tl_dp_buckets* b, int u) {
+  int s = u % 2;
+  /* kernels queued on the device may still read the unit the slot held */
+  TL_CHECK(b->be->ops->synchronize(b->be->ctx));
+  float* slot = (float*)b->pbuf->data + s * b->unit_max;
+  const float* shard = b->pshard->data;
+  b->punit[s] = u;
+  b->pending[s] = true;
+  for (int i = b->unit_b0[u]; i < b->unit_b1[u]; i++) {
+    int64_t off, len;
+    tl__dp_chunk_of(b, i, &off, &len);
+    float* dst = slot + (b->begin[i] - b->unit_lb[u]);
+    if (!b->group) {
+      TL_CHECK(tl_memcpy(b->be->device, dst, b->be->device, shard + b->at[i],
+                         sizeof(float) * (size_t)len));
+      continue;
+    }
+    TL_CHECK(tl_group_all_gather(b->group, shard + b->at[i], dst,
+                                 (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, &b->req[i]));
+  }
+  return TL_OK;
+}
+
+/* Waits for slot s's gather. */
+static tl_status land_unit(tl_dp_buckets* b, int s) {
+  if (!b->pending[s]) return TL_OK;
+  int u = b->punit[s];
+  int64_t t0 = tl_time_ns();
+  tl_status st = tl_group_wait_all(b->unit_b1[u] - b->unit_b0[u], b->req + b->unit_b0[u]);
+  b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
+  b->pending[s] = false;
+  if (st != TL_OK) b->punit[s] = -1;
+  return st;
+}
+
+tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
+  b->wait_s = 0; /* this step's waits only (not an evaluation's before it) */
+  if (b->zero != 3) return TL_OK;
+  tl_status st = TL_OK;
+  for (int s = 0; s < 2; s++) {
+    tl_status w = land_unit(b, s);
+    if (st == TL_OK) st = w;
+    b->punit[s] = -1; /* gathered before the update: stale */
+  }
+  /* the late parameters, whole on every rank for the step */
+  float* late = (float*)b->pbuf->data + 2 * b->unit_max;
+  const float* shard = b->pshard->data;
+  for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++) {
+    int64_t off, len;
+    tl__dp_chunk_of(b, i, &off, &len);
+    float* dst = late + (b->begin[i] - b->layout->n_early);
+    if (!b->group)
+      st = tl_memcpy(b->be->device, dst, b->be->device, shard + b->at[i], sizeof(float) * (size_t)len);
+    else
+      st = tl_group_all_gather(b->group, shard + b->at[i], dst,
+                               (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, NULL);
+  }
+  return st;
+}
+
+tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool backward) {
+  if (b->zero != 3) return TL_OK;
+  TL_CHECK(tl__dp_progress(b));
+  int u = unit_of(b, forward_node);
+  if (u < 0) return TL_OK;
+  int s = u % 2;
+  if (b->punit[s] != u) {
+    TL_CHECK(land_unit(b, s)); /* the unit two away, prefetched and never read */
+    TL_CHECK(gather_unit(b, u));
+  }
+  TL_CHECK(land_unit(b, s));
+  /* the next unit this pass reads, into the other slot (its unit is done) */
+  int next = backward ? u - 1 : u + 1;
+  if (next >= 0 && next < b->n_units && b->punit[next % 2] != next) {
+    TL_CHECK(land_unit(b, next % 2));
+    TL_CHECK(gather_unit(b, next));
+  }
+  return TL_OK;
+}
+
+tl_buffer* tl_dp_buckets_param_buffer(const tl_dp_buckets* b) {
+  return b->pbuf;
+}
+
+const int64_t* tl_dp_buckets_param_offset(const tl_dp_buckets* b) {
+  return b->poff;
+}
+
+tl_buffer* tl_dp_buckets_shard_params(const tl_dp_buckets* b) {
+  return b->pshard;
+}
+
+int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b) {
+  return b->unit_max;
+}
