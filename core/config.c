@@ -27,6 +27,7 @@
 static const char* const k_model_kinds[] = {"gpt", "mlp", NULL};
 static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", NULL};
 static const char* const k_lr_schedules[] = {"cosine", "constant", NULL};
+static const char* const k_recompute[] = {"none", "selective", "full", NULL};
 static const char* const k_checkpoint_formats[] = {"auto", "file", "sharded", NULL};
 static const char* const k_device_types[] = {"cpu", "cuda", NULL};
 
@@ -69,7 +70,7 @@ const struct tl__config_field tl__config_fields[] = {
 
     FIELD(parallel, zero, TL__FIELD_INT, BETWEEN(0, 3)),
     FIELD(parallel, bucket_mb, TL__FIELD_DOUBLE, ABOVE(0)),
-    FIELD(parallel, recompute, TL__FIELD_BOOL),
+    FIELD(parallel, recompute, TL__FIELD_ENUM, .names = k_recompute),
     FIELD(parallel, sequence_parallel, TL__FIELD_BOOL),
     FIELD(parallel, deterministic, TL__FIELD_BOOL),
 

@@ -31,6 +31,10 @@ typedef enum { TL_MODEL_GPT = 0, TL_MODEL_MLP } tl_model_kind;
 typedef enum { TL_AXIS_DP = 0, TL_AXIS_TP, TL_AXIS_PP } tl_axis;
 typedef enum { TL_SCHEDULE_GPIPE = 0, TL_SCHEDULE_1F1B, TL_SCHEDULE_INTERLEAVED } tl_schedule_kind;
 typedef enum { TL_LR_COSINE = 0, TL_LR_CONSTANT } tl_lr_schedule;
+/* activation recomputation (graph/model.h's tl_model_recompute): none;
+ * selective, the attention core of each block (Korthikanti et al. 2022);
+ * full, each block from its input */
+typedef enum { TL_RECOMPUTE_NONE = 0, TL_RECOMPUTE_SELECTIVE, TL_RECOMPUTE_FULL } tl_recompute;
 
 struct tl_model_config {
   tl_model_kind kind; /* "gpt" | "mlp"; default gpt */
@@ -66,7 +70,7 @@ struct tl_schedule_config {
 struct tl_parallel_config {
   int zero;               /* 0..3; default 0 */
   double bucket_mb;       /* DP all-reduce bucket size; default 25 */
-  bool recompute;         /* activation recomputation; default false */
+  tl_recompute recompute; /* "none" | "selective" | "full"; default none */
   bool sequence_parallel; /* default false */
   /* every mesh-dependent sum in one canonical order (exact fixed-point
    * gradient sums): bit-identical parameters across data x pipeline meshes

@@ -280,10 +280,12 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                 "sums whole fixed-point gradients over the replicas and does not shard them; "
                 "expected parallel.zero = 0",
                 cfg->parallel.zero);
-  if (OK(parallel, recompute) && cfg->parallel.recompute)
+  if (OK(parallel, recompute) && OK(model, kind) && cfg->model.kind == TL_MODEL_MLP &&
+      cfg->parallel.recompute == TL_RECOMPUTE_SELECTIVE)
     tl__problem(p,
-                "parallel.recompute = true: activation recomputation is not implemented yet; "
-                "expected false (every activation the backward reads is kept)");
+                "parallel.recompute = \"selective\" with model.kind = \"mlp\": selective "
+                "recomputation recomputes attention, which an MLP has none of; expected \"none\" "
+                "or \"full\"");
   /* the deterministic mode's canonical order covers the sums over the batch,
    * micro-batches, replicas and stages; tensor parallelism splits sums
    * inside a layer (partial products, vocabulary and sequence shards) that

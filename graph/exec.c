@@ -14,6 +14,8 @@ struct tl_exec {
   tl_buffer* params;
   tl_buffer* grads;
   tl_buffer* arena;
+  tl_buffer* transient; /* values living within one pass: own or shared */
+  bool own_transient;
   tl_buffer* inputs;
   tl_buffer* scratch;    /* collectives' temporaries (tp_comm backward) */
   int64_t* input_offset; /* bytes into `inputs`, per value; -1 otherwise */
@@ -21,7 +23,7 @@ struct tl_exec {
   int begin, end;        /* forward nodes this executor runs */
   int64_t* param_offset; /* per value: element offset in params */
   int64_t* grad_offset;  /* per parameter value: element offset of its gradient in grads */
-  int64_t* grad_acc;      /* exact gradient sums, or NULL (tl_exec_options) */
+  int64_t* grad_acc;     /* exact gradient sums, or NULL (tl_exec_options) */
   struct tl_run_ctx ctx;
   float* seed; /* host copy of the loss-gradient fill */
   int64_t seed_n;
@@ -61,7 +63,8 @@ void* tl_exec_data(const tl_exec* x, int v) {
     case TL_ROLE_INPUT:
       return x->input_offset[v] >= 0 ? (char*)x->inputs->data + x->input_offset[v] : NULL;
     default:
-      return x->plan.offset[v] >= 0 ? (char*)x->arena->data + x->plan.offset[v] : NULL;
+      if (x->plan.offset[v] < 0) return NULL;
+      return (char*)(x->plan.transient[v] ? x->transient : x->arena)->data + x->plan.offset[v];
   }
 }
 
@@ -120,6 +123,7 @@ tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_byt
   tl_memplan plan;
   TL_CHECK(tl_memplan_build_range(g, begin, end, &plan));
   out->arena = plan.arena_bytes;
+  out->transient = plan.transient_bytes;
   tl_memplan_free(&plan);
   out->inputs = input_layout(g, begin, end, NULL);
   out->scratch = scratch_bytes(g, begin, end);
@@ -141,8 +145,9 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   x->grad_acc = opt->grad_acc;
   if (x->grad_acc && (!grads || !be->ops->fixed_add)) {
     free(x);
-    return TL_ERRF(TL_ERR_UNSUPPORTED, "exact gradient sums need a gradient buffer and a backend "
-                                       "with fixed-point kernels (the %s backend has none)",
+    return TL_ERRF(TL_ERR_UNSUPPORTED,
+                   "exact gradient sums need a gradient buffer and a backend "
+                   "with fixed-point kernels (the %s backend has none)",
                    be->ops->name);
   }
   x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->group, NULL, 0};
@@ -184,6 +189,18 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   /* 3. inputs this range reads */
   size_t in_bytes = input_layout(g, opt->begin, opt->end, x->input_offset);
   TL_CHECK_GOTO(tl_buffer_create(be->device, x->plan.arena_bytes, &x->arena), st, fail);
+  if (opt->transient) {
+    if (opt->transient->bytes < x->plan.transient_bytes) {
+      st =
+          TL_ERRF(TL_ERR_INVALID, "the shared transient arena holds %zu bytes; the range needs %zu",
+                  opt->transient->bytes, x->plan.transient_bytes);
+      goto fail;
+    }
+    x->transient = opt->transient;
+  } else {
+    TL_CHECK_GOTO(tl_buffer_create(be->device, x->plan.transient_bytes, &x->transient), st, fail);
+    x->own_transient = true;
+  }
   TL_CHECK_GOTO(tl_buffer_create(be->device, in_bytes, &x->inputs), st, fail);
   /* 4. scratch for the collectives of the nodes in range */
   size_t scratch = scratch_bytes(g, opt->begin, opt->end);
@@ -210,6 +227,7 @@ fail:
 void tl_exec_destroy(tl_exec* x) {
   if (!x) return;
   tl_buffer_destroy(x->arena);
+  if (x->own_transient) tl_buffer_destroy(x->transient);
   tl_buffer_destroy(x->inputs);
   tl_buffer_destroy(x->scratch);
   tl_memplan_free(&x->plan);

@@ -51,19 +51,27 @@ struct tl_exec_options {
    * param_offset[v] (ZeRO-2 keeps gradients in a small staging area, see
    * dp/buckets.h); NULL: at param_offset */
   const int64_t* grad_offset;
+  /* the arena of the values that live within one pass (graph/memplan.h),
+   * shared with executors that never run at the same time as this one
+   * (a pipeline stage's, one per micro-batch in flight): at least
+   * tl_exec_size's `transient` bytes, on be->device; not owned. NULL: the
+   * executor allocates its own */
+  tl_buffer* transient;
 };
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);
 void tl_exec_destroy(tl_exec* x); /* NULL is fine */
 
 /* What an executor of forward nodes [begin, end) of `g` allocates on its
- * device besides the caller's parameters and gradients — the activation
- * arena (the memory plan), the inputs the range reads and the collectives'
- * scratch — in bytes, as tl_exec_create_ex would count them; nothing is
- * allocated on the device. The planner prices memory with it from graphs it
- * never runs. */
+ * device besides the caller's parameters and gradients — its own activation
+ * arena (what lives across passes), the inputs the range reads and the
+ * collectives' scratch — and the transient arena it needs (its own, or
+ * shared: tl_exec_options.transient), in bytes, as tl_exec_create_ex would
+ * count them; nothing is allocated on the device. The planner prices memory
+ * with it from graphs it never runs. */
 struct tl_exec_bytes {
   size_t arena, inputs, scratch;
+  size_t transient;
 };
 tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_bytes* out);
 

@@ -299,6 +299,132 @@ tl_status tl_graph_rematerialize(tl_graph* g, int fwd) {
   return TL_OK;
 }
 
+/* Whether node n is forward node j's twin: same op, attributes and inputs. */
+static bool same_node(const tl_node* n, const tl_node* j) {
+  return n->op == j->op && n->n_in == j->n_in && n->n_out == j->n_out &&
+         memcmp(n->in, j->in, sizeof n->in) == 0 && memcmp(n->attr, j->attr, sizeof n->attr) == 0;
+}
+
+/* Nodes from `from_node` on read to[j] where they read from[j]. */
+static void replace_reads(tl_graph* g, int from_node, const int* from, const int* to, int n) {
+  for (int i = from_node; i < g->n_nodes; i++) {
+    tl_node* x = &g->nodes[i];
+    for (int k = 0; k < x->n_in; k++)
+      for (int j = 0; j < n; j++)
+        if (x->in[k] >= 0 && x->in[k] == from[j]) x->in[k] = to[j];
+  }
+}
+
+static bool backward_of_range(const tl_node* n, int begin, int end) {
+  return n->forward_of >= begin && n->forward_of < end;
+}
+
+tl_status tl_graph_recompute(tl_graph* g, int begin, int end) {
+  if (begin < 0 || end > g->n_forward || begin >= end)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "recompute: nodes [%d, %d) are not a range of the %d forward "
+                   "nodes",
+                   begin, end, g->n_forward);
+  if (g->n_nodes == g->n_forward)
+    return TL_ERRF(TL_ERR_INVALID, "recompute '%s': the graph has no backward pass yet",
+                   g->nodes[begin].name);
+  int at = -1; /* the range's first backward node */
+  for (int i = g->n_forward; i < g->n_nodes && at < 0; i++)
+    if (backward_of_range(&g->nodes[i], begin, end)) at = i;
+  if (at < 0) return TL_OK;
+  const int n = end - begin, nv = g->n_values;
+  bool* needed = calloc((size_t)n, sizeof(bool));
+  int* map = malloc(sizeof(int) * (size_t)nv); /* original output -> its copy */
+  if (!needed || !map) {
+    free(needed), free(map);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory recomputing %d nodes", n);
+  }
+  for (int v = 0; v < nv; v++) map[v] = -1;
+  /* 1. the nodes whose outputs the range's backward reads, and what those read */
+  for (int j = end - 1; j >= begin; j--) {
+    const tl_node* f = &g->nodes[j];
+    for (int i = at; i < g->n_nodes && !needed[j - begin]; i++)
+      if (backward_of_range(&g->nodes[i], begin, end) && reads_any(&g->nodes[i], f->out, f->n_out))
+        needed[j - begin] = true;
+    for (int k = j + 1; k < end && !needed[j - begin]; k++)
+      if (needed[k - begin] && reads_any(&g->nodes[k], f->out, f->n_out)) needed[j - begin] = true;
+  }
+  int n_copies = 0;
+  for (int j = 0; j < n; j++) n_copies += needed[j];
+  tl_status st = TL_OK;
+  /* 2. their copies, built at the end and moved to `at` in forward order */
+  const int first_copy = g->n_nodes;
+  const int forward_of = g->nodes[at].forward_of;
+  for (int j = begin; j < end && st == TL_OK; j++) {
+    if (!needed[j - begin]) continue;
+    tl_node f = g->nodes[j];
+    tl_node* c = NULL;
+    char name[TL_NAME_MAX];
+    snprintf(name, sizeof name, "%.44s.rc", f.name);
+    st = append_node(g, f.op, name, &c);
+    if (st != TL_OK) break;
+    g->n_nodes++;
+    c->n_in = f.n_in, c->n_out = f.n_out;
+    for (int k = 0; k < f.n_in; k++)
+      c->in[k] = f.in[k] >= 0 && f.in[k] < nv && map[f.in[k]] >= 0 ? map[f.in[k]] : f.in[k];
+    memcpy(c->attr, f.attr, sizeof c->attr);
+    c->flops = f.flops, c->bytes = f.bytes;
+    c->forward_of = forward_of;
+    c->again = true;
+    for (int k = 0; k < f.n_out && st == TL_OK; k++) {
+      if (f.out[k] < 0) continue;
+      tl_value v = g->values[f.out[k]];
+      snprintf(name, sizeof name, "%.44s.rc", v.name);
+      int id;
+      st = tl_graph_value(g, name, TL_ROLE_ACTIVATION, v.dtype, v.n_dims, v.shape, &id);
+      if (st != TL_OK) break;
+      c->out[k] = id; /* tl_graph_value moves values, never nodes */
+      map[f.out[k]] = id;
+    }
+  }
+  if (st == TL_OK && n_copies) {
+    tl_node* copies = malloc(sizeof(tl_node) * (size_t)n_copies);
+    if (!copies) {
+      st = TL_ERRF(TL_ERR_NOMEM, "out of memory recomputing %d nodes", n);
+    } else {
+      memcpy(copies, &g->nodes[first_copy], sizeof(tl_node) * (size_t)n_copies);
+      memmove(&g->nodes[at + n_copies], &g->nodes[at], sizeof(tl_node) * (size_t)(first_copy - at));
+      memcpy(&g->nodes[at], copies, sizeof(tl_node) * (size_t)n_copies);
+      free(copies);
+    }
+  }
+  if (st == TL_OK) {
+    /* 3. the range's backward reads the copies */
+    for (int i = at + n_copies; i < g->n_nodes; i++) {
+      tl_node* x = &g->nodes[i];
+      if (!backward_of_range(x, begin, end)) continue;
+      for (int k = 0; k < x->n_in; k++)
+        if (x->in[k] >= 0 && x->in[k] < nv && map[x->in[k]] >= 0) x->in[k] = map[x->in[k]];
+    }
+    /* 4. an earlier copy of a node of the range (tl_graph_rematerialize's)
+     * that now reads what one of ours does: ours serves its readers */
+    for (int i = at + n_copies; i < g->n_nodes; i++) {
+      const tl_node* x = &g->nodes[i];
+      if (!x->again || !backward_of_range(x, begin, end)) continue;
+      int twin = -1;
+      for (int c = at; c < at + n_copies && twin < 0; c++)
+        if (same_node(x, &g->nodes[c])) twin = c;
+      if (twin < 0) continue;
+      int from[TL_NODE_MAX_IO], to[TL_NODE_MAX_IO];
+      memcpy(from, x->out, sizeof from);
+      memcpy(to, g->nodes[twin].out, sizeof to);
+      int n_out = x->n_out;
+      memmove(&g->nodes[i], &g->nodes[i + 1], sizeof(tl_node) * (size_t)(g->n_nodes - i - 1));
+      g->n_nodes--;
+      replace_reads(g, i, from, to, n_out);
+      i--;
+    }
+  }
+  free(needed);
+  free(map);
+  return st;
+}
+
 double tl_graph_flops(const tl_graph* g, int begin, int end) {
   double f = 0;
   for (int i = begin; i < end; i++) f += g->nodes[i].flops;

@@ -129,6 +129,21 @@ tl_status tl_graph_backward(tl_graph* g);
  * backward node reads the outputs. */
 tl_status tl_graph_rematerialize(tl_graph* g, int fwd);
 
+/* After tl_graph_backward: forward nodes [begin, end) (a block, say) are
+ * computed again for their own backward instead of kept from the forward —
+ * activation recomputation. Copies of the nodes whose outputs that backward
+ * needs ("<name>.rc", flag `again`, forward_of the range's first backward
+ * node's) are placed, in forward order, just before the range's first
+ * backward node, reading each other's outputs and the range's inputs; the
+ * backward nodes of the range read the copies. The originals then die with
+ * their last forward reader; what a backward node outside the range reads
+ * (the block's output, read by the next block's backward) is kept. A copy
+ * the backward already had (an earlier tl_graph_rematerialize of a node of
+ * the range: same op, attributes and inputs) is replaced by the new one, so
+ * nothing is computed three times. The recomputed values are the same
+ * arithmetic on the same inputs: gradients are bit-identical. */
+tl_status tl_graph_recompute(tl_graph* g, int begin, int end);
+
 /* The flops of nodes [begin, end), summed. */
 double tl_graph_flops(const tl_graph* g, int begin, int end);
 

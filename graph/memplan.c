@@ -37,11 +37,14 @@ tl_status tl_memplan_build_range(const tl_graph* g, int begin, int end, tl_mempl
   p->offset = malloc(sizeof(int64_t) * (size_t)nv);
   p->first = malloc(sizeof(int) * (size_t)nv);
   p->last = malloc(sizeof(int) * (size_t)nv);
+  p->transient = calloc((size_t)nv, sizeof(bool));
   int* order = malloc(sizeof(int) * (size_t)nv);
+  bool* boundary = calloc((size_t)nv, sizeof(bool)); /* touched outside the range */
   int64_t* sized = malloc(sizeof(int64_t) * 2 * (size_t)nv);
   int64_t* spans = malloc(sizeof(int64_t) * 2 * (size_t)nv);
-  if (!p->offset || !p->first || !p->last || !order || !spans || !sized) {
-    free(order), free(spans), free(sized);
+  if (!p->offset || !p->first || !p->last || !p->transient || !order || !spans || !sized ||
+      !boundary) {
+    free(order), free(spans), free(sized), free(boundary);
     tl_memplan_free(p);
     return TL_ERRF(TL_ERR_NOMEM, "out of memory planning %d values", nv);
   }
@@ -80,12 +83,26 @@ tl_status tl_memplan_build_range(const tl_graph* g, int begin, int end, tl_mempl
     if (p->first[seed] >= 0 && first_backward >= 0) p->first[seed] = first_backward;
   }
 
-  /* 2. placement */
+  /* 2. which values live within one pass: none that a node outside the
+   * range touches, that the caller reads, or that crosses the passes */
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (tl_memplan_in_range(g, i, begin, end)) continue;
+    const tl_node* n = &g->nodes[i];
+    for (int k = 0; k < n->n_in; k++)
+      if (n->in[k] >= 0) boundary[n->in[k]] = true;
+    for (int k = 0; k < n->n_out; k++)
+      if (n->out[k] >= 0) boundary[n->out[k]] = true;
+  }
   int n_planned = 0;
   for (int v = 0; v < nv; v++) {
     tl_value_role r = g->values[v].role;
-    if ((r == TL_ROLE_ACTIVATION || r == TL_ROLE_GRAD) && p->first[v] >= 0) order[n_planned++] = v;
+    bool planned = (r == TL_ROLE_ACTIVATION || r == TL_ROLE_GRAD) && p->first[v] >= 0;
+    bool one_pass = p->last[v] < g->n_forward || p->first[v] >= g->n_forward;
+    p->transient[v] = planned && !boundary[v] && !g->values[v].output && one_pass;
+    if (planned) order[n_planned++] = v;
   }
+
+  /* 3. placement, in each arena */
   for (int i = 0; i < n_planned; i++) {
     sized[2 * i] = (int64_t)value_bytes(&g->values[order[i]]);
     sized[2 * i + 1] = order[i];
@@ -98,6 +115,7 @@ tl_status tl_memplan_build_range(const tl_graph* g, int begin, int end, tl_mempl
     int n_spans = 0;
     for (int j = 0; j < i; j++) {
       int u = order[j];
+      if (p->transient[u] != p->transient[v]) continue;
       if (p->first[u] <= p->last[v] && p->first[v] <= p->last[u]) {
         spans[2 * n_spans] = p->offset[u];
         spans[2 * n_spans + 1] = p->offset[u] + (int64_t)value_bytes(&g->values[u]);
@@ -111,10 +129,11 @@ tl_status tl_memplan_build_range(const tl_graph* g, int begin, int end, tl_mempl
       if (spans[2 * j + 1] > at) at = spans[2 * j + 1];
     }
     p->offset[v] = at;
-    if ((size_t)at + size > p->arena_bytes) p->arena_bytes = (size_t)at + size;
+    size_t* arena = p->transient[v] ? &p->transient_bytes : &p->arena_bytes;
+    if ((size_t)at + size > *arena) *arena = (size_t)at + size;
   }
 
-  /* 3. the most bytes live at once */
+  /* 4. the most bytes live at once */
   for (int i = 0; i < g->n_nodes; i++) {
     if (!tl_memplan_in_range(g, i, begin, end)) continue;
     size_t live = 0;
@@ -126,6 +145,7 @@ tl_status tl_memplan_build_range(const tl_graph* g, int begin, int end, tl_mempl
   free(order);
   free(spans);
   free(sized);
+  free(boundary);
   return TL_OK;
 }
 
@@ -134,5 +154,6 @@ void tl_memplan_free(tl_memplan* p) {
   free(p->offset);
   free(p->first);
   free(p->last);
+  free(p->transient);
   memset(p, 0, sizeof *p);
 }

@@ -4,10 +4,20 @@
  * reads or writes it, over the whole forward + backward node order. Values
  * whose lifetimes do not overlap share memory, so an activation's bytes are
  * reused as soon as its last reader has run (ggml-alloc's idea, done once
- * ahead of time). Offsets are 64-byte aligned. */
+ * ahead of time). Offsets are 64-byte aligned.
+ *
+ * Two arenas. A value that lives within one pass — written and last read
+ * by forward nodes, or by backward nodes — and that no node outside the
+ * range touches (a pipeline boundary, sent or received while the stage
+ * goes on) nor the caller reads is TRANSIENT: it is dead when its pass
+ * returns, so executors that never run at once (a pipeline stage's, one
+ * per micro-batch in flight) can share one transient arena. The rest —
+ * what the forward saves for the backward, boundaries, outputs — lives in
+ * the executor's own arena. */
 #ifndef TL_GRAPH_MEMPLAN_H
 #define TL_GRAPH_MEMPLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,10 +29,12 @@ extern "C" {
 
 typedef struct tl_memplan {
   int n_values;
-  int64_t* offset;        /* bytes into the arena; -1 for values not planned */
+  int64_t* offset;        /* bytes into its arena; -1 for values not planned */
+  bool* transient;        /* in the transient arena (else the executor's own) */
   int* first;             /* node index of the first write; -1 if not planned */
   int* last;              /* node index of the last use */
-  size_t arena_bytes;     /* what the plan needs: the arena's size */
+  size_t arena_bytes;     /* the executor's own arena: what lives across passes */
+  size_t transient_bytes; /* the transient arena: what lives within one pass */
   size_t peak_live_bytes; /* the most bytes live at once (a lower bound on any plan) */
 } tl_memplan;
 

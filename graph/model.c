@@ -338,3 +338,25 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
   }
   return st;
 }
+
+tl_status tl_model_recompute(tl_graph* g, const struct tl_model_io* io, tl_recompute mode) {
+  if (mode == TL_RECOMPUTE_NONE) return TL_OK;
+  int found = 0;
+  for (int l = 0; l < io->n_layers; l++) {
+    const int b = io->layer_begin[l], e = io->layer_begin[l + 1];
+    if (mode == TL_RECOMPUTE_FULL) {
+      TL_CHECK(tl_graph_recompute(g, b, e));
+      found++;
+      continue;
+    }
+    for (int i = b; i < e; i++)
+      if (g->nodes[i].op == TL_OP_ATTENTION) {
+        TL_CHECK(tl_graph_recompute(g, i, i + 1));
+        found++;
+      }
+  }
+  if (mode == TL_RECOMPUTE_SELECTIVE && !found && io->n_layers > 0)
+    return TL_ERRF(TL_ERR_CONFIG, "selective recomputation recomputes attention, and this model "
+                                  "has none: use \"full\" or \"none\"");
+  return TL_OK;
+}

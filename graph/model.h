@@ -89,6 +89,14 @@ tl_status tl_model_build(const tl_model* m, int b, int t, bool with_loss, tl_gra
 tl_status tl_model_build_forward(const tl_model* m, int b, int t, bool with_loss, tl_graph** out,
                                  struct tl_model_io* io);
 
+/* Activation recomputation on a differentiated graph of `io`'s layers
+ * (tl_graph_recompute): SELECTIVE recomputes each block's attention (the
+ * T x T probabilities are not kept: Korthikanti et al. 2022's selective
+ * recomputation), FULL each layer from its input (only the layers' inputs
+ * are kept through the forward). NONE changes nothing. TL_ERR_CONFIG for
+ * SELECTIVE on a graph without attention (the MLP). */
+tl_status tl_model_recompute(tl_graph* g, const struct tl_model_io* io, tl_recompute mode);
+
 /* Whether element i of the flat parameter vector has a gradient that is
  * exactly zero in exact arithmetic: the GPT's attention key biases (adding
  * q.b_k shifts every score of a softmax row alike). Computed gradients there

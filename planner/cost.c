@@ -31,7 +31,9 @@ struct range_cost {
    * staging ZeRO-2 needs (dp/buckets.h), in elements */
   double shared, multi, staging;
   double arena, io;        /* bytes an executor of the range allocates */
+  double transient;        /* bytes of the transient arena its executors share */
   double fwd_flops, flops; /* forward; forward + backward */
+  double again_flops;      /* of flops, nodes run again in the backward */
 };
 
 static tl_status range_cost(const tl_graph* g, const tl_tp_shard* sh, int begin, int end,
@@ -42,6 +44,7 @@ static tl_status range_cost(const tl_graph* g, const tl_tp_shard* sh, int begin,
     if (f < begin || f >= end) continue;
     out->flops += g->nodes[i].flops;
     if (i < g->n_forward) out->fwd_flops += g->nodes[i].flops;
+    if (g->nodes[i].again) out->again_flops += g->nodes[i].flops;
   }
   /* a parameter counts once however many nodes read it (the tied wte) */
   bool* late = calloc((size_t)g->n_values, sizeof(bool));
@@ -72,6 +75,7 @@ static tl_status range_cost(const tl_graph* g, const tl_tp_shard* sh, int begin,
   TL_CHECK(tl_exec_size(g, begin, end, &b));
   out->arena = (double)b.arena;
   out->io = (double)(b.inputs + b.scratch);
+  out->transient = (double)b.transient;
   return TL_OK;
 }
 
@@ -86,6 +90,8 @@ static struct tl_cost_stage_shape stage_shape(const struct range_cost* one,
       .arena = one->arena,
       .arena_layer = two->arena - one->arena,
       .io = one->io,
+      .transient = one->transient,
+      .transient_layer = two->transient - one->transient,
   };
   /* what does not grow with the blocks: the tied embedding, the largest node */
   s.shared = two->shared, s.multi = two->multi;
@@ -101,17 +107,19 @@ static int gcd(int a, int b) {
   return a;
 }
 
-/* Rank 0's graphs of one and two blocks at tensor-parallel degree tp. */
+/* Rank 0's graphs of one and two blocks at tensor-parallel degree tp,
+ * recomputing as rc says. */
 static tl_status shard_build(const struct tl_model_config* full, int seq, int tp, bool sp,
-                             struct tl_cost_shard* out) {
+                             tl_recompute rc, struct tl_cost_shard* out) {
   memset(out, 0, sizeof *out);
   out->tp = tp;
   out->sp = sp;
+  out->recompute = rc;
   out->from_graph = true;
   /* sequence parallelism splits a micro-batch's token rows over the group:
    * the smallest micro-batch whose rows divide, then per sequence */
   const int b = sp ? tp / gcd(seq, tp) : 1;
-  struct range_cost r[2][4]; /* [blocks - 1][stage kind] */
+  struct range_cost r[2][4];  /* [blocks - 1][stage kind] */
   double unit[3] = {0, 0, 0}; /* embedding, block, head */
   tl_status st = TL_OK;
   for (int n = 1; n <= 2 && st == TL_OK; n++) {
@@ -123,7 +131,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
     tl_graph* g = NULL;
     struct tl_model_io io;
     /* rank 0's graph, as the trainer builds it (tp/tp.h) */
-    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, &g, &io, &sh, NULL);
+    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, rc, &g, &io, &sh, NULL);
     if (st == TL_OK) {
       /* the last n blocks, with the embedding and / or the head */
       const int lb = io.layer_begin[0], le = io.layer_begin[n], nf = g->n_forward;
@@ -141,6 +149,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
         unit[2] = h.params - h.shared - h.multi - h.replicated;
         out->embed_fwd_flops = e.fwd_flops / b, out->embed_flops = e.flops / b;
         out->layer_fwd_flops = l.fwd_flops / b, out->layer_flops = l.flops / b;
+        out->layer_recompute_flops = l.again_flops / b;
         out->head_fwd_flops = h.fwd_flops / b, out->head_flops = h.flops / b;
       }
     }
@@ -151,6 +160,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
     struct tl_cost_stage_shape* x = &out->stage[kind];
     *x = stage_shape(&r[0][kind], &r[1][kind]);
     x->arena /= b, x->arena_layer /= b, x->io /= b;
+    x->transient /= b, x->transient_layer /= b;
     x->unit_max = unit[1];
     if (kind & TL_COST_STAGE_EMBED && unit[0] > x->unit_max) x->unit_max = unit[0];
     if (kind & TL_COST_STAGE_HEAD && unit[2] > x->unit_max) x->unit_max = unit[2];
@@ -196,7 +206,7 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
   tl_graph* g = NULL;
   struct tl_model_io io;
   tl_tp_shard sh;
-  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, &g, &io, &sh, NULL));
+  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, TL_RECOMPUTE_NONE, &g, &io, &sh, NULL));
   tl_status st = TL_OK;
   if (tp > 1 && sh.n_linear_split < sh.n_linear)
     st = TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d leaves a linear layer of the MLP unsplit", tp);
@@ -227,10 +237,9 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
   }
   for (int b = 1; b <= L && st == TL_OK; b++)
     for (int a = 0; a < b && st == TL_OK; a++) {
-      st = range_cost(g, &sh, a == 0 ? 0 : io.layer_begin[a], b == L ? nf : io.layer_begin[b],
-                      &r);
+      st = range_cost(g, &sh, a == 0 ? 0 : io.layer_begin[a], b == L ? nf : io.layer_begin[b], &r);
       struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
-      x->params = r.params, x->arena = r.arena, x->io = r.io;
+      x->params = r.params, x->arena = r.arena, x->io = r.io, x->transient = r.transient;
       x->shared = r.shared, x->multi = r.multi, x->staging = r.staging;
     }
   /* ZeRO-3's units are the layers: the largest of each range's */
@@ -370,12 +379,16 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
   tl_graph_destroy(fwd);
   tl_tp_shard_free(&sh);
 
-  /* 4. per device, for every tensor-parallel degree a mesh may use */
-  for (int t = 1; t <= mc->n_heads && out->n_shards < TL_COST_MAX_SHARDS; t++) {
+  /* 4. per device, for every tensor-parallel degree a mesh may use and
+   * every recomputation (shards[0 .. 3) are tp = 1, by mode) */
+  for (int t = 1; t <= mc->n_heads && out->n_shards + 3 <= TL_COST_MAX_SHARDS; t++) {
     if (mc->n_heads % t || m.padded_vocab % t) continue;
-    for (int sp = 0; sp <= (t > 1) && out->n_shards < TL_COST_MAX_SHARDS; sp++)
-      TL_CHECK(shard_build(&full, seq, t, sp, &out->shards[out->n_shards++]));
+    for (int sp = 0; sp <= (t > 1) && out->n_shards + 3 <= TL_COST_MAX_SHARDS; sp++)
+      for (int rc = TL_RECOMPUTE_NONE; rc <= TL_RECOMPUTE_FULL; rc++)
+        TL_CHECK(shard_build(&full, seq, t, sp, (tl_recompute)rc, &out->shards[out->n_shards++]));
   }
+  for (int rc = 0; rc < 3; rc++)
+    out->layer_recompute_flops[rc] = out->shards[rc].layer_flops - out->shards[0].layer_flops;
   return TL_OK;
 }
 
@@ -386,29 +399,33 @@ bool tl_cost_has_shard(const tl_cost_model* cm, int tp) {
 }
 
 const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bool sp,
-                                             struct tl_cost_shard* tmp) {
+                                             tl_recompute rc, struct tl_cost_shard* tmp) {
   sp = sp && tp > 1 && cm->kind != TL_MODEL_MLP; /* an MLP has no sequence */
+  if (cm->kind == TL_MODEL_MLP) rc = TL_RECOMPUTE_NONE;
   for (int i = 0; i < cm->n_shards; i++)
-    if (cm->shards[i].tp == tp && cm->shards[i].sp == sp) return &cm->shards[i];
+    if (cm->shards[i].tp == tp && cm->shards[i].sp == sp && cm->shards[i].recompute == rc)
+      return &cm->shards[i];
   /* no layout for tp: scale tp = 1 (parameters and FLOPs by 1/t, the
    * activations' sharded part by 1/t, and everything by 1/t with sequence
    * parallelism) */
-  *tmp = cm->shards[0];
+  *tmp = cm->shards[cm->kind == TL_MODEL_MLP ? 0 : rc];
   tmp->tp = tp;
   tmp->sp = sp;
   tmp->from_graph = false;
   if (tp <= 1) return tmp;
   double t = tp, rep = cm->layer_act_rep, shard = cm->layer_act_shard;
   double act = sp ? 1.0 / t : (rep + shard / t) / (rep + shard);
-  double* flops[] = {&tmp->layer_fwd_flops, &tmp->layer_flops,    &tmp->embed_fwd_flops,
-                     &tmp->embed_flops,     &tmp->head_fwd_flops, &tmp->head_flops};
-  for (int i = 0; i < 6; i++) *flops[i] /= t;
+  double* flops[] = {&tmp->layer_fwd_flops,      &tmp->layer_flops,    &tmp->embed_fwd_flops,
+                     &tmp->embed_flops,          &tmp->head_fwd_flops, &tmp->head_flops,
+                     &tmp->layer_recompute_flops};
+  for (int i = 0; i < 7; i++) *flops[i] /= t;
   for (int k = 0; k < 4; k++) {
     struct tl_cost_stage_shape* s = &tmp->stage[k];
     s->params /= t, s->params_layer /= t;
     s->replicated = s->replicated_layer = 0;
     s->shared /= t, s->multi /= t, s->staging /= t, s->unit_max /= t;
     s->arena *= act, s->arena_layer *= act;
+    s->transient *= act, s->transient_layer *= act;
   }
   return tmp;
 }
@@ -418,7 +435,7 @@ tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp,
     return TL_ERRF(TL_ERR_CONFIG, "mesh.pp=%d stages for a model of %d layers: need 1 to %d", pp,
                    cm->n_layers, cm->n_layers);
   struct tl_cost_shard tmp;
-  const struct tl_cost_shard* s = tl_cost_shard_of(cm, tp, sp, &tmp);
+  const struct tl_cost_shard* s = tl_cost_shard_of(cm, tp, sp, TL_RECOMPUTE_NONE, &tmp);
   /* the trainer's costs are b times these: FLOPs are whole numbers, so the
    * comparisons come out the same */
   double* cost = malloc(sizeof(double) * (size_t)cm->n_layers);
@@ -458,16 +475,14 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
  * up) and ZeRO-2's staging, bucket buffers and late gradients
  * (dp/buckets.h); late = the parameters reduced last (sum over another
  * group first), multi = those several nodes write (late for ZeRO-2). */
-static double zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
-                         double multi, double staging, double unit_max) {
+static double zero_state(const tl_plan* p, tl_dtype dtype, double params, double late, double multi,
+                         double staging, double unit_max) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
-  if (dtype != TL_F32 || p->zero == 0)
-    return tl_cost_model_state(params, p->zero, p->dp, sb);
+  if (dtype != TL_F32 || p->zero == 0) return tl_cost_model_state(params, p->zero, p->dp, sb);
   double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
   int64_t n = (int64_t)params;
   if (p->zero == 1)
-    return params * (sb.w + sb.g) +
-           sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb);
+    return params * (sb.w + sb.g) + sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb);
   int64_t l2 = (int64_t)(late + multi);
   double shard = (double)tl_dp_shard_elems(n, l2, p->dp, mb);
   return (p->zero == 2 ? params * sb.w : 0) + sb.o * shard +
@@ -537,15 +552,13 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   double rep = sh->sp && sh->tp > 1 ? x->replicated + (k - 1) * x->replicated_layer : 0;
   *state = zero_state(p, dtype, params, x->shared + rep, x->multi, x->staging, x->unit_max) + 4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
-  /* 2. an executor per micro-batch in flight, each its whole arena */
+  /* 2. an executor per micro-batch in flight, each its own arena (what a
+   * forward keeps for its backward: with recomputation, the layers' inputs
+   * alone), and the transient arena they share (a pass's working set) */
+  (void)cm;
   double arena = (x->arena + (k - 1) * x->arena_layer) * scale;
-  double one = b * (arena + x->io);
-  if (!p->recompute) {
-    *act = in_flight(p, s) * one;
-  } else { /* each layer's input per micro-batch in flight, one layer's executor */
-    double input = cm->layer_input * 4.0 * scale / (sh->sp && sh->tp > 1 ? sh->tp : 1);
-    *act = in_flight(p, s) * k * b * input + b * (x->arena * scale + x->io);
-  }
+  double transient = (x->transient + (k - 1) * x->transient_layer) * scale;
+  *act = in_flight(p, s) * b * (arena + x->io) + b * transient;
 }
 
 /* An MLP's stage of layers [a, b): its range's parameters and executor
@@ -554,13 +567,16 @@ static void mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, con
                              int a, int b, int s, double* state, double* act) {
   const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
   *state = zero_state(p, dtype, x->params, x->shared, x->multi, x->staging, x->unit_max) + 4.0;
-  *act = in_flight(p, s) * p->micro_batch * (x->arena * tl_dtype_size(dtype) / 4.0 + x->io);
+  const double scale = tl_dtype_size(dtype) / 4.0;
+  *act = in_flight(p, s) * p->micro_batch * (x->arena * scale + x->io) +
+         p->micro_batch * x->transient * scale;
 }
 
 void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
                           const int* layers, int stage, double* state, double* act) {
   struct tl_cost_shard tmp;
-  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, p->tp, p->sequence_parallel, &tmp);
+  const struct tl_cost_shard* sh =
+      tl_cost_shard_of(cm, p->tp, p->sequence_parallel, p->recompute, &tmp);
   if (cm->kind == TL_MODEL_MLP) {
     if (!tl_cost_has_shard(cm, p->tp)) { /* no such split: nothing fits */
       *state = *act = HUGE_VAL;
@@ -587,7 +603,7 @@ static void mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype 
   const double act_bytes = tl_dtype_size(dtype);
   const int dpn = c->devices_per_node, L = cm->n_layers;
   struct tl_cost_shard tmp;
-  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, false, &tmp);
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, false, TL_RECOMPUTE_NONE, &tmp);
   int cut[TL_MLP_MAX_LAYERS];
   if (!layers) {
     layers = cut;
@@ -648,7 +664,7 @@ static void mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype 
   double model = seqs * total_flops * t;
   p->flops_per_device = model / p->t_step / devices;
   p->mfu = p->flops_per_device / peak;
-  p->runnable = !p->recompute;
+  p->runnable = true;
 }
 
 void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
@@ -663,7 +679,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   const int L = cm->n_layers;
   const double bsh = (double)b * cm->layer_input; /* (b, s, h) elements */
   struct tl_cost_shard tmp;
-  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, p->sequence_parallel, &tmp);
+  const struct tl_cost_shard* sh =
+      tl_cost_shard_of(cm, t, p->sequence_parallel, p->recompute, &tmp);
   if (pp < 1 || pp > L) { /* no such mesh (the search rejects it first) */
     p->fits = p->runnable = false;
     p->t_step = HUGE_VAL;
@@ -677,6 +694,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
       for (int s = 0; s < pp; s++) cut[s] = L / pp + (s < L % pp); /* out of memory: even */
   }
 
+  const bool whole = p->recompute_whole_forward && p->recompute == TL_RECOMPUTE_FULL;
   /* 1. memory: the fullest stage */
   p->mem_state = p->mem_act = -1;
   double grads = 0, slowest = 0, ln_grads = 0;
@@ -692,7 +710,9 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     double rep = x->replicated + (layers[s] - 1) * x->replicated_layer;
     if (rep > ln_grads) ln_grads = rep;
     /* the stage's arithmetic per sequence */
-    double fl = layers[s] * (sh->layer_flops + (p->recompute ? sh->layer_fwd_flops : 0));
+    /* the shard's graph recomputes as the plan does: its FLOPs count the copies */
+    double fl = layers[s] *
+                (sh->layer_flops + (whole ? sh->layer_fwd_flops - sh->layer_recompute_flops : 0));
     if (s == 0) fl += sh->embed_flops;
     if (s == pp - 1) fl += sh->head_flops;
     if (fl > slowest) slowest = fl, k_slowest = layers[s];
@@ -707,12 +727,15 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double eff = c->efficiency * x / (x + c->efficiency_half_flops);
   double comp = fl_micro / (tl_cluster_peak(c, dtype) * eff);
   const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
-  int tp_calls = p->recompute ? 6 : 4;
+  /* full recomputation re-runs the forward's two collectives */
+  const bool full = p->recompute == TL_RECOMPUTE_FULL;
+  int tp_calls = full ? 6 : 4;
   double tp_comm = k_slowest * tp_calls * tl_cost_all_reduce(c, bsh * act_bytes, t, tp_link);
   /* sequence parallelism moves the same bytes (a reduce-scatter and an
    * all-gather for each all-reduce), and gathers each column-parallel
-   * matmul's input once more in the backward: 2 all-gathers per layer */
-  if (sh->sp && t > 1)
+   * matmul's input once more in the backward: 2 all-gathers per layer
+   * (which full recomputation's own gathers serve: tl_graph_recompute) */
+  if (sh->sp && t > 1 && !full)
     tp_comm += k_slowest * 2 * tl_cost_all_gather(c, bsh * act_bytes, t, tp_link);
   double pp_comm = 0;
   if (pp > 1) {
@@ -735,7 +758,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   p->t_dp = dp;
   p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
 
-  double layer_fl = cm->layer_flops + (p->recompute ? cm->layer_fwd_flops : 0);
+  double layer_fl =
+      cm->layer_flops + (whole ? cm->layer_fwd_flops : cm->layer_recompute_flops[p->recompute]);
   double devices = (double)d * t * pp;
   double seqs = (double)d * b * m;
   p->tokens_per_s = seqs * cm->seq / p->t_step;
@@ -743,8 +767,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double model = seqs * (L * cm->layer_flops + cm->embed_flops + cm->head_flops);
   p->flops_per_device = exec / p->t_step / devices;
   p->mfu = model / p->t_step / devices / tl_cluster_peak(c, dtype);
-  /* the trainer runs dp x tp x pp meshes with any ZeRO stage, without recomputation */
-  p->runnable = !p->recompute;
+  /* the trainer runs dp x tp x pp meshes with any ZeRO stage and recomputation */
+  p->runnable = !whole;
 }
 
 const char* tl_plan_bound(const tl_plan* p) {

@@ -12,7 +12,9 @@
  * the padded vocabulary, on the graph of t's rank 0 (the rank that also
  * holds wpe and the row-parallel biases, so the fullest) as tp's own pass
  * shards it (tl_tp_build, the trainer's call), with and without sequence
- * parallelism. Every such quantity is linear in the micro-batch size and,
+ * parallelism, and with each recomputation mode (tl_model_recompute: the
+ * copies' FLOPs and the smaller arenas are the graph's). Every such
+ * quantity is linear in the micro-batch size and,
  * for a pipeline stage, affine in its number of layers (the blocks have one
  * shape), so graphs of one and two blocks price every plan; a search never
  * rebuilds them. Beyond TL_COST_MAX_SHARDS degrees, t > 1 is scaled from
@@ -35,18 +37,20 @@
  *   parameters (tl_dp_buckets_bytes);
  * - activations: one executor per micro-batch in flight on the stage, as
  *   the trainer holds them (GPipe m; 1F1B min(p - s, m) on stage s), each
- *   with its whole arena (saved values and the backward's working set),
- *   its inputs and its collectives' scratch; fp32 in the graph, scaled to
- *   the training dtype. Recomputation keeps each layer's input (b·s·h, /t
- *   with sequence parallelism) per micro-batch in flight plus one layer's
- *   executor;
+ *   with its own arena (what its forward keeps for its backward), its
+ *   inputs and its collectives' scratch, plus one transient arena they
+ *   share (what lives within a pass: graph/memplan.h); fp32 in the graph,
+ *   scaled to the training dtype. Under full recomputation the own arena
+ *   keeps each layer's input (b·s·h, /t with sequence parallelism), under
+ *   selective it drops the attention probabilities;
  * - the fullest stage is the device's figure (first and last stages hold
  *   the embedding and head and, under 1F1B, differ in micro-batches held);
  * - time: arithmetic of the slowest stage at peak × efficiency; per layer
- *   and micro-batch 4 all-reduces of b·s·h over tp (6 with
+ *   and micro-batch 4 all-reduces of b·s·h over tp (6 with full
  *   recomputation, which re-runs the forward; sequence parallelism moves
  *   the same bytes as reduce-scatters and all-gathers, plus 2 all-gathers
- *   per layer re-gathering matmul inputs in the backward and, once a step,
+ *   per layer re-gathering matmul inputs in the backward — full
+ *   recomputation's own gathers serve those — and, once a step,
  *   the packed LayerNorm gradients' all-reduce); b·s·h/t per stage boundary
  *   each way (Megatron's scatter/gather over tp, as the trainer sends it;
  *   the receivers' all-gather within the node is not priced); the gradient
@@ -102,8 +106,10 @@ struct tl_cost_stage_shape {
    * backward node writes (ZeRO-2's staging) */
   double shared, multi, staging;
   double unit_max; /* ZeRO-3: the most early parameters one unit (block, embedding, head) holds */
-  double arena, arena_layer; /* bytes of one executor's arena, per sequence */
+  double arena, arena_layer; /* bytes of one executor's own arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */
+  /* bytes of the transient arena the stage's executors share (graph/memplan.h) */
+  double transient, transient_layer;
 };
 
 /* An MLP's layers differ in shape, so its costs are per layer and per range
@@ -113,6 +119,7 @@ struct tl_cost_stage_shape {
 struct tl_cost_range {
   double params, arena, io; /* as tl_cost_stage_shape, for the stage of layers [a, b) */
   double shared, multi, staging, unit_max;
+  double transient;
 };
 struct tl_cost_mlp_layer {
   double fwd_flops, flops; /* per sequence */
@@ -127,8 +134,10 @@ struct tl_cost_mlp_layer {
 struct tl_cost_shard {
   int tp;
   bool sp;
+  tl_recompute recompute; /* the graph's recomputation (tl_model_recompute) */
   bool from_graph; /* read off rank 0's graph; false: scaled from tp = 1 */
   double layer_fwd_flops, layer_flops, embed_fwd_flops, embed_flops, head_fwd_flops, head_flops;
+  double layer_recompute_flops; /* of layer_flops, the recomputation's copies */
   struct tl_cost_stage_shape stage[4]; /* indexed by TL_COST_STAGE_* bits */
   /* MLP only: per layer, and per range of layers */
   struct tl_cost_mlp_layer mlp_layer[TL_MLP_MAX_LAYERS];
@@ -139,7 +148,7 @@ static inline int tl_cost_range_index(int a, int b) { /* 0 <= a < b <= TL_MLP_MA
   return (b - 1) * b / 2 + a;
 }
 
-#define TL_COST_MAX_SHARDS 32
+#define TL_COST_MAX_SHARDS 96
 
 /* Per-sequence (micro-batch 1) costs of a GPT or an MLP at one sequence
  * length, read off its graph. FLOPs are executed FLOPs as the graph's nodes
@@ -162,6 +171,9 @@ typedef struct tl_cost_model {
    * Korthikanti's accounting (tests/planner/cost_test.cc) */
   double layer_act_rep, layer_act_shard;
   double layer_input; /* elements of a block's input (b·s·h at b = 1) */
+  /* FLOPs recomputation adds to one block's forward + backward, by mode
+   * (the copies tl_model_recompute places in the backward; tp = 1) */
+  double layer_recompute_flops[3];
   double head_act;    /* final layer norm, logits, losses */
   /* per device, by tensor-parallel degree (shards[0] is tp = 1) */
   struct tl_cost_shard shards[TL_COST_MAX_SHARDS];
@@ -180,9 +192,10 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
 bool tl_cost_has_shard(const tl_cost_model* cm, int tp);
 
 /* The per-device costs at tp (sequence parallelism only counts when
- * tp > 1): those read off the graph, else scaled from tp = 1 into *tmp. */
+ * tp > 1) with recomputation `rc`: those read off the graph, else scaled
+ * from tp = 1 into *tmp. An MLP's are without recomputation. */
 const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bool sp,
-                                             struct tl_cost_shard* tmp);
+                                             tl_recompute rc, struct tl_cost_shard* tmp);
 
 /* Layers per stage (layers[0 .. pp)) as the trainer cuts the graph of a
  * rank at tp (pp/stage.c's tl_pp_partition without layers given):
@@ -207,13 +220,17 @@ typedef struct tl_plan {
   int micro_batch, n_micro; /* global batch = dp * micro_batch * n_micro */
   tl_schedule_kind schedule;
   int zero;
-  bool recompute;
+  tl_recompute recompute;
   bool sequence_parallel; /* with tp > 1: LayerNorm and residual regions split by tokens */
   /* > 0: the data-parallel all-reduce runs in buckets of this many MiB during
    * the last micro-batch's backward, as trellis's trainer does (its
    * parallel.bucket_mb); 0: after the backward (Megatron-LM before its
    * --overlap-grad-reduce of 2023, as in the runs of Narayanan et al. 2021) */
   double dp_bucket_mb;
+  /* price full recomputation as Megatron-LM runs it — each block's whole
+   * forward again, where trellis recomputes only what a backward reads —
+   * to check the model against published runs; trellis does not run it */
+  bool recompute_whole_forward;
   /* memory, bytes per device: the fullest stage's (mem_stage), state and
    * activations as the trainer's allocator counts them, plus the reserve */
   double mem_total, mem_state, mem_act, mem_reserve;
@@ -224,7 +241,7 @@ typedef struct tl_plan {
   double flops_per_device; /* executed FLOP/s per device (recomputation counted) */
   double mfu;              /* model FLOPs (no recomputation) / (devices × peak × t_step) */
   bool fits;               /* mem_total <= device memory */
-  bool runnable;           /* `trellis train` runs it as planned today: no recomputation */
+  bool runnable;           /* `trellis train` runs it as planned */
 } tl_plan;
 
 /* Seconds for an all-reduce of `bytes` over n ranks on `link` of cluster c

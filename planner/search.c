@@ -81,22 +81,23 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
         if (!fixed_ok(o->fix_zero, zero)) continue;
         if (dp == 1 && zero > 0 && o->fix_zero < 0) continue; /* nothing to shard over */
         /* an MLP is priced without recomputation */
-        for (int rc = 0; rc <= (cm->kind != TL_MODEL_MLP); rc++) {
+        for (int rc = 0; rc <= (cm->kind != TL_MODEL_MLP ? TL_RECOMPUTE_FULL : 0); rc++) {
           if (!fixed_ok(o->fix_recompute, rc)) continue;
-          if (o->trainer_only && rc) {
-            out->rejected[TL_REJECT_TRAINER]++;
-            continue;
-          }
           tl_plan p;
           memset(&p, 0, sizeof p);
           p.dp = dp, p.tp = tp, p.pp = pp, p.micro_batch = mb, p.n_micro = n_micro;
           p.schedule = (tl_schedule_kind)sk;
           p.zero = zero;
-          p.recompute = rc;
+          p.recompute = (tl_recompute)rc;
           p.sequence_parallel = sp;
           p.dp_bucket_mb = o->dp_bucket_mb;
+          p.recompute_whole_forward = o->recompute_whole_forward;
           tl_cost_evaluate(cm, c, o->dtype, layers, &p);
           out->n_evaluated++;
+          if (o->trainer_only && !p.runnable) {
+            out->rejected[TL_REJECT_TRAINER]++;
+            continue;
+          }
           if (!p.fits) {
             out->rejected[TL_REJECT_MEMORY]++;
             continue;

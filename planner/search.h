@@ -34,7 +34,7 @@ typedef enum {
   TL_REJECT_PP_LAYERS,    /* pp > layers */
   TL_REJECT_BATCH,        /* dp does not divide the global batch */
   TL_REJECT_SP_TOKENS,    /* sequence parallelism: tp does not divide a micro-batch's tokens */
-  TL_REJECT_TRAINER,      /* the trainer cannot run it here (recomputation) */
+  TL_REJECT_TRAINER,      /* the trainer cannot run it here (tl_plan.runnable) */
   TL_REJECT_MEMORY,       /* over device memory */
   TL_REJECT_COUNT
 } tl_reject_reason;
@@ -47,13 +47,16 @@ struct tl_search_options {
   int global_batch; /* sequences per step */
   tl_dtype dtype;   /* TL_BF16 (mixed precision) or TL_F32 */
   bool allow_tp_across_nodes;
-  /* only what `trellis train` runs today: no recomputation */
+  /* only plans `trellis train` runs (tl_plan.runnable) */
   bool trainer_only;
   /* the plans' dp_bucket_mb (tl_plan): default 25, the trainer's default
    * bucket; 0 prices a runtime that all-reduces after the backward */
   double dp_bucket_mb;
+  /* the plans' recompute_whole_forward (tl_plan): false */
+  bool recompute_whole_forward;
   /* fixed choices; -1 = search (schedule: -1 or a tl_schedule_kind;
-   * sp: sequence parallelism, 0 or 1, meaningful with tp > 1) */
+   * recompute: -1 or a tl_recompute; sp: sequence parallelism, 0 or 1,
+   * meaningful with tp > 1) */
   int fix_dp, fix_tp, fix_pp, fix_micro_batch, fix_n_micro, fix_zero, fix_recompute, fix_schedule;
   int fix_sp;
 };

@@ -19,6 +19,7 @@ struct tl_pp_runtime {
   struct tl_pp_runtime_config c;
   int n_slots;
   struct slot* slots;
+  tl_buffer* transient; /* the slots' shared transient arena (graph/memplan.h) */
   const tl_pp_schedule* sched;
   int pc; /* the next instruction of sched */
   int64_t wait_ns;
@@ -49,8 +50,16 @@ tl_status tl_pp_runtime_create(const struct tl_pp_runtime_config* c, tl_pp_runti
   r->c = *c;
   r->slots = calloc((size_t)c->n_slots, sizeof(struct slot));
   tl_status st = r->slots ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for executors");
+  /* the slots run one at a time: what lives within a pass needs one arena */
+  struct tl_exec_options opt = c->exec;
+  struct tl_exec_bytes size;
+  if (st == TL_OK && !opt.transient) {
+    st = tl_exec_size(c->g, opt.begin, opt.end, &size);
+    if (st == TL_OK) st = tl_buffer_create(c->be->device, size.transient, &r->transient);
+    opt.transient = r->transient;
+  }
   for (int i = 0; i < c->n_slots && st == TL_OK; i++) {
-    st = tl_exec_create_ex(c->g, c->be, c->params, c->grads, &c->exec, &r->slots[i].exec);
+    st = tl_exec_create_ex(c->g, c->be, c->params, c->grads, &opt, &r->slots[i].exec);
     if (st == TL_OK) r->n_slots++;
   }
   if (st != TL_OK) {
@@ -67,6 +76,7 @@ void tl_pp_runtime_destroy(tl_pp_runtime* r) {
     wait_sends(&r->slots[i]);
     tl_exec_destroy(r->slots[i].exec);
   }
+  tl_buffer_destroy(r->transient);
   free(r->slots);
   free(r);
 }

@@ -1,7 +1,10 @@
 /* runtime.h — running one stage's pipeline schedule.
  *
  * The runtime owns the stage's executors, one per micro-batch in flight
- * (pp/schedule.h's max_in_flight; micro-batch i uses executor i mod n), and
+ * (pp/schedule.h's max_in_flight; micro-batch i uses executor i mod n),
+ * each with its own arena of what a forward keeps for its backward and one
+ * transient arena between them all (graph/memplan.h: they run one at a
+ * time), and
  * walks a schedule: it performs the exchanges itself — activations received
  * from the previous stage and sent to the next, their gradients the other
  * way, each message tagged by micro-batch and boundary value, sends

@@ -14,8 +14,9 @@ tl_status tl_tp_backward(tl_graph* g, const tl_tp_shard* shard) {
   return TL_OK;
 }
 
-tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp, tl_graph** out,
-                      struct tl_model_io* io, tl_tp_shard* shard, tl_graph** full_out) {
+tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp,
+                      tl_recompute recompute, tl_graph** out, struct tl_model_io* io,
+                      tl_tp_shard* shard, tl_graph** full_out) {
   *out = NULL;
   if (full_out) *full_out = NULL;
   tl_graph *full = NULL, *g = NULL;
@@ -35,6 +36,7 @@ tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp
   rio.losses = fio.losses >= 0 ? shard->value_map[fio.losses] : -1;
   for (int l = 0; l <= fio.n_layers; l++) rio.layer_begin[l] = shard->node_map[fio.layer_begin[l]];
   st = tl_tp_backward(g, shard);
+  if (st == TL_OK) st = tl_model_recompute(g, &rio, recompute);
   if (st != TL_OK) {
     tl_graph_destroy(g);
     tl_graph_destroy(full);

@@ -121,12 +121,14 @@ tl_status tl_tp_backward(tl_graph* g, const tl_tp_shard* shard);
 
 /* Builds model m's training graph for a batch of b sequences of t tokens as
  * tensor-parallel rank `rank` of tp runs it: the full forward graph
- * (tl_model_build_forward), sharded, differentiated, and with sequence
+ * (tl_model_build_forward), sharded, differentiated, with sequence
  * parallelism each all-gathered matmul input gathered again in the
- * backward. io receives the rank graph's inputs, outputs and layer
- * boundaries; *full (may be NULL) keeps the full forward graph. */
-tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp, tl_graph** out,
-                      struct tl_model_io* io, tl_tp_shard* shard, tl_graph** full);
+ * backward, then activations recomputed as `recompute` says
+ * (tl_model_recompute). io receives the rank graph's inputs, outputs and
+ * layer boundaries; *full (may be NULL) keeps the full forward graph. */
+tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp,
+                      tl_recompute recompute, tl_graph** out, struct tl_model_io* io,
+                      tl_tp_shard* shard, tl_graph** full);
 
 /* The shard parameter holding rank value v, or NULL. */
 const struct tl_tp_param* tl_tp_param_of(const tl_tp_shard* s, int v);

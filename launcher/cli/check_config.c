@@ -126,7 +126,8 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   /* the graph tensor-parallel rank 0 trains, cut as the trainer cuts it */
   int ok = st && tl_model_init(&cfg->model, &m) == TL_OK &&
            tl_tp_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, cfg->mesh.tp, 0,
-                       cfg->parallel.sequence_parallel, &g, &io, &sh, NULL) == TL_OK &&
+                       cfg->parallel.sequence_parallel, cfg->parallel.recompute, &g, &io, &sh,
+                       NULL) == TL_OK &&
            tl_pp_partition(g, &io, pp,
                            cfg->schedule.n_stage_layers ? cfg->schedule.stage_layers : NULL,
                            st) == TL_OK;

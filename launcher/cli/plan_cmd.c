@@ -5,10 +5,9 @@
  * as a training config that `trellis train` runs unchanged.
  *
  * `trellis train` runs data x tensor x pipeline meshes with every ZeRO
- * stage today (recomputation is not implemented), so plans that need it
- * are marked not runnable; on a CPU cluster
- * (this machine) the search keeps to what the trainer implements, and --out
- * always writes the best runnable plan. */
+ * stage and recomputation mode; a plan it could not run would be marked
+ * not runnable, a CPU cluster's search (this machine) would leave it out,
+ * and --out always writes the best runnable plan. */
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -16,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/timer.h"
-#include "core/atomic_file.h"
 #include "launcher/cli/cli.h"
 #include "launcher/cli/plan_svg.h"
 #include "planner/cluster.h"
@@ -33,11 +32,12 @@ static void usage(FILE* f) {
           "                    [--top K] [--json] [--out PLAN.json] [--svg FILE] [--nodes N]\n"
           "                    [--dtype bf16|fp32]\n"
           "                    [--fix dp=..,tp=..,pp=..,micro_batch=..,micro_batches=..,zero=..,\n"
-          "                           recompute=0|1,sp=0|1,schedule=gpipe|1f1b]\n"
+          "                           recompute=none|selective|full,sp=0|1,schedule=gpipe|1f1b]\n"
           "                    [--allow-tp-across-nodes]\n"
           "\n"
           "Ranks every data x tensor x pipeline split of the cluster's devices (micro-batch\n"
-          "size and count, GPipe or 1F1B, ZeRO 0-3, recomputation, sequence parallelism with\n"
+          "size and count, GPipe or 1F1B, ZeRO 0-3, recomputation (none, selective, full),\n"
+          "sequence parallelism with\n"
           "tp > 1) by predicted step time.\n"
           "--model: a training config, GPT or MLP; its model section is planned and the\n"
           "rest (data, optimizer, checkpoints) is carried into --out. --batch and --seq\n"
@@ -47,7 +47,7 @@ static void usage(FILE* f) {
           "--svg FILE: the winner's pipeline schedule and mesh as a picture.\n"
           "--calibrate OUT.json [--ranks N]: measure this machine (matmul rate, all-reduce\n"
           "bandwidth and latency over N ranks, default the online cores) into a cluster spec.\n"
-          "--out: the best plan `trellis train` runs today (no recompute), as a\n"
+          "--out: the best plan `trellis train` runs, as a\n"
           "complete config (atomic write).\n"
           "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
           "--dtype: training precision (default bf16 where the cluster has a bf16 peak).\n"
@@ -60,6 +60,10 @@ static int parse_int(const char* s, int lo, int* out) {
   if (!s[0] || *end || v < lo || v > INT_MAX) return 0;
   *out = (int)v;
   return 1;
+}
+
+static const char* recompute_name(tl_recompute r) {
+  return r == TL_RECOMPUTE_FULL ? "full" : r == TL_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
 /* "dp=4,tp=1,schedule=1f1b" -> options; 0 and a message on a bad item. */
@@ -80,8 +84,18 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
     if (strcmp(k, "micro_batch") == 0) dst = &o->fix_micro_batch;
     if (strcmp(k, "micro_batches") == 0) dst = &o->fix_n_micro;
     if (strcmp(k, "zero") == 0) dst = &o->fix_zero, lo = 0;
-    if (strcmp(k, "recompute") == 0) dst = &o->fix_recompute, lo = 0;
     if (strcmp(k, "sp") == 0) dst = &o->fix_sp, lo = 0;
+    if (strcmp(k, "recompute") == 0) {
+      int rc = -1;
+      for (int i = 0; i < 3; i++)
+        if (strcmp(v, recompute_name((tl_recompute)i)) == 0) rc = i;
+      if (rc < 0) {
+        fprintf(stderr, "trellis plan: --fix recompute=%s: expected none, selective or full\n", v);
+        return 0;
+      }
+      o->fix_recompute = rc;
+      continue;
+    }
     if (strcmp(k, "schedule") == 0) {
       if (strcmp(v, "gpipe") == 0)
         o->fix_schedule = TL_SCHEDULE_GPIPE;
@@ -101,11 +115,11 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
       return 0;
     }
     if (!parse_int(v, lo, dst) || (dst == &o->fix_zero && *dst > 3) ||
-        ((dst == &o->fix_recompute || dst == &o->fix_sp) && *dst > 1)) {
+        (dst == &o->fix_sp && *dst > 1)) {
       fprintf(stderr, "trellis plan: --fix %s=%s: expected %s\n", k, v,
-              dst == &o->fix_zero                             ? "0, 1, 2 or 3"
-              : dst == &o->fix_recompute || dst == &o->fix_sp ? "0 or 1"
-                                                              : "an integer >= 1");
+              dst == &o->fix_zero ? "0, 1, 2 or 3"
+              : dst == &o->fix_sp ? "0 or 1"
+                                  : "an integer >= 1");
       return 0;
     }
   }
@@ -118,14 +132,14 @@ static const char* schedule_name(tl_schedule_kind k) {
 
 static json_t* plan_json(const tl_plan* p) {
   return json_pack(
-      "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:b, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, "
+      "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, "
       "s:f, s:f, s:f, s:f, s:f, s:s, s:b}",
       "dp", p->dp, "tp", p->tp, "pp", p->pp, "micro_batch", p->micro_batch, "micro_batches",
       p->n_micro, "schedule", schedule_name(p->schedule), "zero", p->zero, "recompute",
-      p->recompute, "sequence_parallel", p->sequence_parallel, "memory_bytes", p->mem_total,
-      "memory_state_bytes", p->mem_state, "memory_activation_bytes", p->mem_act, "memory_stage",
-      p->mem_stage, "step_s", p->t_step, "compute_s", p->t_compute, "bubble_s", p->t_bubble,
-      "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp, "tokens_per_s",
+      recompute_name(p->recompute), "sequence_parallel", p->sequence_parallel, "memory_bytes",
+      p->mem_total, "memory_state_bytes", p->mem_state, "memory_activation_bytes", p->mem_act,
+      "memory_stage", p->mem_stage, "step_s", p->t_step, "compute_s", p->t_compute, "bubble_s",
+      p->t_bubble, "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp, "tokens_per_s",
       p->tokens_per_s, "tflops_per_device", p->flops_per_device / 1e12, "mfu", p->mfu, "bound",
       tl_plan_bound(p), "runnable", p->runnable);
 }
@@ -177,7 +191,10 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
     const tl_plan* p = &r->plans[i];
     printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %3s %9.2f %10.4g %11.4g %8.4g %5.1f%%  %-8s%s\n",
            i + 1, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, schedule_name(p->schedule),
-           p->zero, p->recompute ? "on" : "off",
+           p->zero,
+           p->recompute == TL_RECOMPUTE_SELECTIVE ? "sel"
+           : p->recompute                         ? "full"
+                                                  : "-",
            p->tp == 1             ? "-"
            : p->sequence_parallel ? "on"
                                   : "off",
@@ -324,9 +341,9 @@ int tl_cli_plan(int argc, char** argv) {
   o.trainer_only = c.device == TL_DEVICE_CPU;
   o.dp_bucket_mb = cfg.parallel.bucket_mb;
   if (fix[0] && !parse_fix(fix, &o)) return 2;
-  if (cfg.model.kind == TL_MODEL_MLP && (o.fix_sp == 1 || o.fix_recompute == 1)) {
-    fprintf(stderr, "trellis plan: --fix %s=1: an MLP is planned without it (GPT only)\n",
-            o.fix_sp == 1 ? "sp" : "recompute");
+  if (cfg.model.kind == TL_MODEL_MLP && (o.fix_sp == 1 || o.fix_recompute > 0)) {
+    fprintf(stderr, "trellis plan: --fix %s: an MLP is planned without it (GPT only)\n",
+            o.fix_sp == 1 ? "sp=1" : "recompute");
     return 2;
   }
 
@@ -369,12 +386,11 @@ int tl_cli_plan(int argc, char** argv) {
       fprintf(stderr, "trellis plan: %s\n", tl_last_error());
       status = 1;
     } else {
-      fprintf(as_json ? stderr : stdout, "%swrote %s: plan %d (dp %d, tp %d, pp %d)%s\n",
-              as_json ? "trellis plan: " : "\n", out_path, (int)(best - r.plans) + 1, best->dp,
-              best->tp, best->pp,
-              best == r.plans
-                  ? ""
-                  : ", the best that `trellis train` runs today (no recomputation)");
+      fprintf(
+          as_json ? stderr : stdout, "%swrote %s: plan %d (dp %d, tp %d, pp %d)%s\n",
+          as_json ? "trellis plan: " : "\n", out_path, (int)(best - r.plans) + 1, best->dp,
+          best->tp, best->pp,
+          best == r.plans ? "" : ", the best that `trellis train` runs today (no recomputation)");
     }
   }
   if (r.n_plans > 0 && svg_path && write_svg(&r.plans[0], &cfg, &c, svg_path) != 0) status = 1;

@@ -227,7 +227,8 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     TL_CHECK_GOTO(tl_tokens_open(cfg->data.val, t->model.vocab, &t->val_file), st, fail);
   /* the graph of one micro-batch, cut into stages */
   TL_CHECK_GOTO(tl_tp_build(&t->model, t->micro, tc->seq_len, t->tp_size, t->tp_rank,
-                            cfg->parallel.sequence_parallel, &t->graph, &t->io, &t->shard,
+                            cfg->parallel.sequence_parallel, cfg->parallel.recompute, &t->graph,
+                            &t->io, &t->shard,
                             &t->full),
                 st, fail);
   t->stages = calloc((size_t)t->pp_size, sizeof(tl_pp_stage));
@@ -731,10 +732,11 @@ int64_t tl_trainer_param_bytes(const tl_trainer* t) {
 }
 
 int64_t tl_trainer_activation_bytes(const tl_trainer* t) {
+  /* each slot's own arena, and the transient one they share */
   int64_t b = 0;
   for (int i = 0; i < tl_pp_runtime_n_slots(t->rt); i++)
     b += (int64_t)tl_exec_plan(tl_pp_runtime_exec(t->rt, i))->arena_bytes;
-  return b;
+  return b + (int64_t)tl_exec_plan(tl_pp_runtime_exec(t->rt, 0))->transient_bytes;
 }
 
 void tl_trainer_stage(const tl_trainer* t, int* stage, int* n_stages, int* layer_begin,

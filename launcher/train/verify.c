@@ -90,9 +90,11 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
     if (one.parallel.deterministic) one.schedule.micro_batches *= one.mesh.dp;
     one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
     one.schedule.n_stage_layers = 0; /* one stage holds every layer */
-    /* the reference holds the whole state (ZeRO's code paths are the
-     * mesh's, not the reference's) */
+    /* the reference holds the whole state and keeps every activation
+     * (ZeRO's and recomputation's code paths are the mesh's, not the
+     * reference's) */
     one.parallel.zero = 0;
+    one.parallel.recompute = TL_RECOMPUTE_NONE;
     one.checkpoint.format = TL_CHECKPOINT_AUTO;
     one.checkpoint.dir[0] = '\0';
     st = tl_trainer_create(&one, NULL, &v->ref);

@@ -32,8 +32,8 @@ const std::vector<BadConfig>& BadConfigs() {
        "train.lr = \"0.001\": expected a number >= 0, got a string"},
       {"BetaOutOfRange", R"({"train": {"beta2": 1.0}})",
        "train.beta2 = 1: expected a number in [0, 1)"},
-      {"BoolAsInteger", R"({"parallel": {"recompute": 1}})",
-       "parallel.recompute = 1: expected true or false, got an integer"},
+      {"BoolAsInteger", R"({"parallel": {"sequence_parallel": 1}})",
+       "parallel.sequence_parallel = 1: expected true or false, got an integer"},
       {"ZeroStageTooHigh", R"({"parallel": {"zero": 4}})",
        "parallel.zero = 4: expected an integer from 0 to 3"},
       {"BucketNotPositive", R"({"parallel": {"bucket_mb": 0}})",
@@ -123,9 +123,12 @@ const std::vector<BadConfig>& BadConfigs() {
        "parallel.zero = 1 with parallel.deterministic = true: the deterministic mode sums whole "
        "fixed-point gradients over the replicas and does not shard them; expected "
        "parallel.zero = 0"},
-      {"RecomputeNotImplementedYet", R"({"parallel": {"recompute": true}})",
-       "parallel.recompute = true: activation recomputation is not implemented yet; expected "
-       "false"},
+      {"RecomputeIsNoLongerABoolean", R"({"parallel": {"recompute": true}})",
+       "parallel.recompute = true: expected one of \"none\", \"selective\", \"full\""},
+      {"SelectiveRecomputeOfAnMlp",
+       R"({"model": {"kind": "mlp"}, "parallel": {"recompute": "selective"}})",
+       "parallel.recompute = \"selective\" with model.kind = \"mlp\": selective recomputation "
+       "recomputes attention"},
       {"InterleavedNotImplementedYet", R"({"schedule": {"kind": "interleaved"}})",
        "schedule.kind = \"interleaved\": the interleaved schedule is not implemented yet; "
        "expected \"gpipe\" or \"1f1b\""},

@@ -84,7 +84,7 @@ struct tl_config Unusual(tl_model_kind kind = TL_MODEL_MLP) {
   c.schedule.virtual_stages = 1;
   c.parallel.zero = 0;  // ZeRO and recomputation are refused until the runtime has them
   c.parallel.bucket_mb = 0.1 + 0.2;  // 0.30000000000000004
-  c.parallel.recompute = false;
+  c.parallel.recompute = kind == TL_MODEL_GPT ? TL_RECOMPUTE_SELECTIVE : TL_RECOMPUTE_FULL;
   c.parallel.sequence_parallel = kind == TL_MODEL_GPT;
   c.train.steps = 7;
   c.train.batch_size = 16;

@@ -94,9 +94,14 @@ TEST(MemPlan, ValuesLiveAtTheSameTimeNeverShareBytes) {
     planned++;
     size_t su = tl_value_numel(&g->values[u]) * 4;
     total += su;
-    EXPECT_LE(p.offset[u] + (int64_t)su, (int64_t)p.arena_bytes);
+    EXPECT_LE(p.offset[u] + (int64_t)su,
+              (int64_t)(p.transient[u] ? p.transient_bytes : p.arena_bytes));
+    // what lives within one pass: read and written by forward nodes only,
+    // or by backward nodes only
+    bool one_pass = p.last[u] < g->n_forward || p.first[u] >= g->n_forward;
+    EXPECT_EQ(p.transient[u], one_pass && !g->values[u].output) << g->values[u].name;
     for (int v = u + 1; v < g->n_values; v++) {
-      if (p.offset[v] < 0) continue;
+      if (p.offset[v] < 0 || p.transient[u] != p.transient[v]) continue;  // another arena
       bool live_together = p.first[u] <= p.last[v] && p.first[v] <= p.last[u];
       if (!live_together) continue;
       size_t sv = tl_value_numel(&g->values[v]) * 4;
@@ -106,8 +111,9 @@ TEST(MemPlan, ValuesLiveAtTheSameTimeNeverShareBytes) {
     }
   }
   EXPECT_GT(planned, 50);
-  EXPECT_GE(p.arena_bytes, p.peak_live_bytes);
-  EXPECT_LT(p.arena_bytes, total);  // memory is reused
+  EXPECT_GE(p.arena_bytes + p.transient_bytes, p.peak_live_bytes);
+  EXPECT_LT(p.arena_bytes + p.transient_bytes, total);  // memory is reused
+  EXPECT_GT(p.transient_bytes, 0u);
   tl_memplan_free(&p);
   tl_graph_destroy(g);
 }
@@ -248,6 +254,91 @@ TEST(Model, InitialisationOfAnySliceEqualsTheWhole) {
   const tl_param_tensor& wte = m.tensors[0];
   EXPECT_EQ(whole[wte.offset + 50 * 16], 0.0f);
   EXPECT_NE(whole[wte.offset + 49 * 16], 0.0f);
+}
+
+// Recomputation, selective and full, gives the gradients of keeping
+// everything bit for bit, from an executor that keeps less across its
+// passes each time: selective drops the T x T attention probabilities, full
+// keeps each layer's input (and what the head reads) alone. No backward node
+// of a recomputed range reads what the range's forward wrote.
+TEST(Graph, RecomputationGivesTheSameGradientsAndKeepsLess) {
+  tl_model m;
+  tl_model_config c = SmallGpt();
+  ASSERT_EQ(tl_model_init(&c, &m), TL_OK);
+  tl_backend* be = nullptr;
+  ASSERT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+  size_t bytes = sizeof(float) * m.n_params;
+  tl_buffer* p = nullptr;
+  ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &p), TL_OK);
+  tl_model_init_params(&m, 0, m.n_params, (float*)p->data);
+  std::vector<int32_t> tok(16), tgt(16);
+  for (int i = 0; i < 16; i++) tok[i] = (i * 7) % 50, tgt[i] = (i * 11 + 3) % 50;
+  std::vector<std::vector<float>> grads;
+  std::vector<size_t> kept, transient;
+  for (tl_recompute rc : {TL_RECOMPUTE_NONE, TL_RECOMPUTE_SELECTIVE, TL_RECOMPUTE_FULL}) {
+    tl_graph* g = nullptr;
+    tl_model_io io;
+    ASSERT_EQ(tl_model_build(&m, 2, 8, true, &g, &io), TL_OK);
+    int n_before = g->n_nodes;
+    ASSERT_EQ(tl_model_recompute(g, &io, rc), TL_OK) << tl_last_error();
+    int copies = 0;
+    for (int i = g->n_forward; i < g->n_nodes; i++) {
+      const tl_node& n = g->nodes[i];
+      copies += n.again;
+      if (!n.again) continue;
+      EXPECT_NE(std::string(n.name).find(".rc"), std::string::npos) << n.name;
+      if (rc == TL_RECOMPUTE_SELECTIVE) {
+        EXPECT_EQ(n.op, TL_OP_ATTENTION) << n.name;
+      }
+    }
+    EXPECT_EQ(g->n_nodes - n_before, copies);
+    if (rc == TL_RECOMPUTE_SELECTIVE) {
+      EXPECT_EQ(copies, c.n_layers);
+    }
+    if (rc == TL_RECOMPUTE_FULL) {  // a block but its MLP's output matmul and the add after it
+      EXPECT_EQ(copies, c.n_layers * 8);
+    }
+    // the backward of a recomputed range reads no forward value of it
+    for (int l = 0; l < io.n_layers && rc != TL_RECOMPUTE_NONE; l++) {
+      int b = io.layer_begin[l], e = io.layer_begin[l + 1];
+      for (int i = g->n_forward; i < g->n_nodes; i++) {
+        const tl_node& n = g->nodes[i];
+        if (n.forward_of < b || n.forward_of >= e) continue;
+        for (int j = b; j < e; j++) {
+          const tl_node& f = g->nodes[j];
+          // selective: the attention's own backward (the projection's reads its output, kept)
+          if (rc == TL_RECOMPUTE_SELECTIVE && (f.op != TL_OP_ATTENTION || n.forward_of != j))
+            continue;
+          for (int k = 0; k < f.n_out; k++)
+            EXPECT_FALSE(tl_node_reads(&n, f.out[k]))
+                << n.name << " reads " << g->values[f.out[k]].name;
+        }
+      }
+    }
+    tl_buffer* d = nullptr;
+    ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &d), TL_OK);
+    tl_exec* x = nullptr;
+    ASSERT_EQ(tl_exec_create(g, be, p, d, &x), TL_OK);
+    ASSERT_EQ(tl_exec_set_input(x, io.tokens, tok.data(), 64), TL_OK);
+    ASSERT_EQ(tl_exec_set_input(x, io.targets, tgt.data(), 64), TL_OK);
+    ASSERT_EQ(tl_exec_forward(x, 0, g->n_forward), TL_OK);
+    ASSERT_EQ(tl_exec_backward(x, 0, g->n_forward, 1.0f / 16), TL_OK) << tl_last_error();
+    const float* gd = (const float*)d->data;
+    grads.emplace_back(gd, gd + m.n_params);
+    kept.push_back(tl_exec_plan(x)->arena_bytes);
+    transient.push_back(tl_exec_plan(x)->transient_bytes);
+    tl_exec_destroy(x);
+    tl_buffer_destroy(d);
+    tl_graph_destroy(g);
+  }
+  EXPECT_EQ(memcmp(grads[0].data(), grads[1].data(), bytes), 0) << "selective";
+  EXPECT_EQ(memcmp(grads[0].data(), grads[2].data(), bytes), 0) << "full";
+  EXPECT_LT(kept[1], kept[0]);
+  EXPECT_LT(kept[2], kept[1]);
+  printf("kept across passes: %zu, %zu, %zu bytes; transient %zu, %zu, %zu\n", kept[0], kept[1],
+         kept[2], transient[0], transient[1], transient[2]);
+  tl_buffer_destroy(p);
+  tl_backend_destroy(be);
 }
 
 TEST(Model, BadSizesAreConfigErrors) {

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "launcher/data/tokens.h"
+#include "launcher/job/worker.h"
 #include "launcher/train/trainer.h"
 #include "launcher/train/verify.h"
-#include "launcher/job/worker.h"
 
 namespace {
 
@@ -84,7 +84,7 @@ tl_config Base(tl_model_kind kind) {
 
 struct Run {
   std::vector<double> losses;
-  int64_t pp_send_bytes = 0;  // this rank's sends over the pipeline group during the steps
+  int64_t pp_send_bytes = 0;        // this rank's sends over the pipeline group during the steps
   int stage = 0, stage_layers = 0;  // this rank's pipeline stage and how many layers it holds
   tl_verify_report report = {};     // rank 0: the oracle's findings
 };
@@ -132,13 +132,14 @@ std::string Describe(const tl_verify_report& v) {
 
 void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int micro,
                 const std::vector<int>& stage_layers = {}, int tp = 1, bool sp = false,
-                int zero = 0, double bucket_mb = 0) {
+                int zero = 0, double bucket_mb = 0, tl_recompute rc = TL_RECOMPUTE_NONE) {
   tl_config c = Base(kind);
   c.schedule.n_stage_layers = (int)stage_layers.size();
   for (size_t i = 0; i < stage_layers.size(); i++) c.schedule.stage_layers[i] = stage_layers[i];
   c.mesh.dp = dp, c.mesh.pp = pp, c.mesh.tp = tp;
   c.parallel.sequence_parallel = sp;
   c.parallel.zero = zero;
+  c.parallel.recompute = rc;
   c.schedule.kind = sched, c.schedule.micro_batches = micro;
   // small buckets with 2 micro-batches: all-reduces start during the
   // backward pass (overlap); otherwise one bucket at the end
@@ -148,7 +149,10 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
       " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + (sp ? " sp" : "") +
       (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") + " micro=" + std::to_string(micro) +
       (zero ? " zero=" + std::to_string(zero) : "") +
-      (bucket_mb > 0 ? " bucket_mb=" + std::to_string(bucket_mb) : "");
+      (bucket_mb > 0 ? " bucket_mb=" + std::to_string(bucket_mb) : "") +
+      (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
+       : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
+                                    : "");
   for (size_t i = 0; i < stage_layers.size(); i++)
     what += (i ? "+" : " stage layers ") + std::to_string(stage_layers[i]);
   Run par = Train(c);
@@ -244,6 +248,28 @@ TEST(Equality, EveryZeroStageOnEveryDataParallelMeshEqualsTheSingleDeviceRun) {
           if (n <= 4)  // one micro-batch, one bucket a part (CI time: not on 8 ranks)
             CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 1, {}, tp, false, zero);
         }
+}
+
+// Recomputation (the reference keeps every activation): each mode on dp x
+// pp and dp x tp x pp meshes (sequence parallelism too, whose gathers full
+// recomputation re-runs), both schedules, with ZeRO where it meets the
+// recomputed nodes' parameter gathers (ZeRO-3); the MLP's full mode.
+TEST(Equality, EveryRecomputationModeEqualsTheSingleDeviceRunThatKeepsEverything) {
+  int n = WorldSize();
+  for (tl_recompute rc : {TL_RECOMPUTE_SELECTIVE, TL_RECOMPUTE_FULL})
+    for (int tp : {1, 2})
+      for (int pp : {1, 2}) {
+        int dp = n / tp / pp;
+        if (dp < 1 || dp * tp * pp != n) continue;
+        if (n == 8 && pp == 1) continue;  // CI time: 8 ranks run dp x tp x pp only
+        bool sp = tp > 1 && rc == TL_RECOMPUTE_FULL;
+        CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, sp, 0, 0, rc);
+        if (n <= 4)
+          CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_GPIPE, 2, {}, tp, false, dp > 1 ? 3 : 0, 0,
+                     rc);
+      }
+  if (n == 2)
+    CheckEqual(TL_MODEL_MLP, 1, 2, TL_SCHEDULE_1F1B, 2, {}, 1, false, 0, 0, TL_RECOMPUTE_FULL);
 }
 
 // A pipeline boundary carries the residual stream: whole between stages of
@@ -364,10 +390,10 @@ TEST(Equality, DeterministicModeGivesTheSingleDeviceBits) {
           }
           printf("%-32s %zu of %zu parameter and moment elements differ in their bits%s\n",
                  what.c_str(), differ, ref.state.size(),
-                 kind == TL_MODEL_GPT && det ? (mesh.exported == ref.exported
-                                                    ? "; model files identical"
-                                                    : "; model files DIFFER")
-                                             : "");
+                 kind == TL_MODEL_GPT && det
+                     ? (mesh.exported == ref.exported ? "; model files identical"
+                                                      : "; model files DIFFER")
+                     : "");
         }
       }
 }

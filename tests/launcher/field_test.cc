@@ -244,7 +244,7 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"schedule.virtual_stages", "{}", "2", 1},
       {"parallel.zero", R"({"mesh": {"dp": 2}})", "1", 2},
       {"parallel.bucket_mb", R"({"mesh": {"dp": 2}})", "0.0001", 2},
-      {"parallel.recompute", "{}", "true", 1},
+      {"parallel.recompute", "{}", R"("full")", 1},
       {"parallel.sequence_parallel", R"({"mesh": {"tp": 2}})", "true", 2},
       {"parallel.deterministic", R"({"mesh": {"dp": 2}})", "true", 2},
       {"train.steps", "{}", "3", 1},

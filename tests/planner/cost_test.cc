@@ -88,10 +88,15 @@ TEST(CostModel, FlopsAgreeWithNarayanansClosedForm) {
     tl_cost_model cm = Build(x);
     double B = 1, s = x.s, l = x.l, h = x.h, V = x.V;
     for (int rc = 0; rc <= 1; rc++) {
-      double layer = cm.layer_flops + (rc ? cm.layer_fwd_flops : 0);
+      // full recomputation's copies, as the graph places them
+      double layer = cm.layer_flops + cm.layer_recompute_flops[rc ? TL_RECOMPUTE_FULL : 0];
       double graph = B * (l * layer + cm.embed_flops + cm.head_flops);
-      double eq = rc ? 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-                     : 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+      // Narayanan's 96 recomputes each block's whole forward (24 B s h^2 +
+      // 4 B s^2 h); trellis recomputes only what a backward reads, so not
+      // the MLP's second matmul (8 B s h^2), whose output only the last
+      // residual add reads
+      double eq = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) +
+                  (rc ? B * l * (16 * s * h * h + 4 * s * s * h) : 0);
       // the other causal half of the scores: 2 s^2 h per block forward,
       // 3x (4x with recomputation) over the step
       double full = graph + (rc ? 4 : 3) * 2 * B * s * s * h * l;
@@ -170,11 +175,16 @@ TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &g);
   EXPECT_GT(g.mem_act, 10 * p.mem_act) << "GPipe keeps all 48 micro-batches, 1F1B 2";
   EXPECT_DOUBLE_EQ(g.t_step, p.t_step) << "same bubble";
-  tl_plan r = p;
-  r.recompute = true;
+  tl_plan sel = p, r = p;
+  sel.recompute = TL_RECOMPUTE_SELECTIVE;
+  r.recompute = TL_RECOMPUTE_FULL;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &sel);
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &r);
-  EXPECT_LT(r.mem_act, p.mem_act);
-  EXPECT_GT(r.t_compute, p.t_compute);
+  EXPECT_LT(sel.mem_act, p.mem_act);
+  EXPECT_LT(r.mem_act, sel.mem_act);
+  EXPECT_GT(sel.t_compute, p.t_compute);
+  EXPECT_GT(r.t_compute, sel.t_compute);
+  EXPECT_TRUE(p.runnable && sel.runnable && r.runnable);
   // the bubble is (p - 1) / (m + p - 1) of the pipeline's part of the step
   double pipe = p.t_compute + p.t_tp + p.t_pp + p.t_bubble;
   EXPECT_NEAR(p.t_bubble / pipe, 1.0 / 49, 1e-12);
@@ -272,61 +282,69 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
     cfg.model.n_layers = x.l, cfg.model.n_heads = x.a, cfg.model.n_embd = x.h;
     cfg.model.vocab_size = x.V, cfg.model.max_seq_len = x.s;
     tl_cost_model cm;
-    ASSERT_EQ(tl_cost_model_build(&cfg.model, x.s, &cm), TL_OK)
-        << tl_last_error();
+    ASSERT_EQ(tl_cost_model_build(&cfg.model, x.s, &cm), TL_OK) << tl_last_error();
     for (int tp = 1; tp <= x.a; tp++)
       for (int sp = 0; sp <= (tp > 1); sp++)
-        for (int b : {1, 3}) {
-          if (x.a % tp || cm.padded_vocab % tp || (sp && b * x.s % tp)) continue;
-          tl_model whole;
-          ASSERT_EQ(tl_model_init(&cfg.model, &whole), TL_OK);
-          tl_graph* g = nullptr;
-          struct tl_model_io io;
-          tl_tp_shard sh;
-          ASSERT_EQ(tl_tp_build(&whole, b, x.s, tp, 0, sp, &g, &io, &sh, nullptr), TL_OK)
-              << tl_last_error();
-          for (int pp : {1, 2, 3, 4}) {
-            if (pp > x.l) continue;
-            std::vector<tl_pp_stage> stages(pp);
-            ASSERT_EQ(tl_pp_partition(g, &io, pp, nullptr, stages.data()), TL_OK);
-            std::vector<int> layers(pp);
-            ASSERT_EQ(tl_cost_stage_layers(&cm, tp, sp, pp, layers.data()), TL_OK);
-            for (tl_schedule_kind kind : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B}) {
-              tl_plan p = {};
-              p.dp = 2, p.tp = tp, p.pp = pp, p.micro_batch = b, p.n_micro = 3;
-              p.schedule = kind, p.sequence_parallel = sp;
-              for (int s = 0; s < pp; s++) {
-                const tl_pp_stage& st = stages[s];
-                std::string what = "l" + std::to_string(x.l) + " tp" + std::to_string(tp) +
-                                   (sp ? " sp" : "") + " b" + std::to_string(b) + " pp" +
-                                   std::to_string(pp) + " stage " + std::to_string(s);
-                ASSERT_EQ(layers[s], st.layer_end - st.layer_begin) << what << ": the cut";
-                tl_pp_schedule sched;
-                ASSERT_EQ(tl_pp_schedule_build(kind, pp, s, p.n_micro, &sched), TL_OK);
-                int in_flight = sched.max_in_flight;
-                tl_pp_schedule_free(&sched);
-                struct tl_exec_bytes eb;
-                ASSERT_EQ(tl_exec_size(g, st.node_begin, st.node_end, &eb), TL_OK);
-                tl_dp_layout lay;
-                ASSERT_EQ(tl_dp_layout_build(g, st.node_begin, st.node_end, &lay), TL_OK);
-                double packed = (double)tl_tp_partial_elems(&sh, lay.offset);
-                double state = 16.0 * lay.n + 4 + (sp ? 4 * std::fmax(packed, 1) : 0);
-                tl_dp_layout_free(&lay);
-                double act = in_flight * (double)(eb.arena + eb.inputs + eb.scratch);
-                double ps, pa;
-                tl_cost_stage_memory(&cm, TL_F32, &p, layers.data(), s, &ps, &pa);
-                EXPECT_DOUBLE_EQ(ps, state) << what;
-                // exact but for 64-byte rounding of values that are not
-                // multiples of 64 bytes at micro-batch 1
-                EXPECT_NEAR(pa / act, 1.0, 0.005) << what;
-                worst = std::fmax(worst, std::fabs(pa / act - 1));
-                checked++;
+        for (int b : {1, 3})
+          for (int rc = TL_RECOMPUTE_NONE; rc <= TL_RECOMPUTE_FULL; rc++) {
+            if (x.a % tp || cm.padded_vocab % tp || (sp && b * x.s % tp)) continue;
+            tl_model whole;
+            ASSERT_EQ(tl_model_init(&cfg.model, &whole), TL_OK);
+            tl_graph* g = nullptr;
+            struct tl_model_io io;
+            tl_tp_shard sh;
+            ASSERT_EQ(
+                tl_tp_build(&whole, b, x.s, tp, 0, sp, (tl_recompute)rc, &g, &io, &sh, nullptr),
+                TL_OK)
+                << tl_last_error();
+            for (int pp : {1, 2, 3, 4}) {
+              if (pp > x.l) continue;
+              std::vector<tl_pp_stage> stages(pp);
+              ASSERT_EQ(tl_pp_partition(g, &io, pp, nullptr, stages.data()), TL_OK);
+              std::vector<int> layers(pp);
+              ASSERT_EQ(tl_cost_stage_layers(&cm, tp, sp, pp, layers.data()), TL_OK);
+              for (tl_schedule_kind kind : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B}) {
+                tl_plan p = {};
+                p.dp = 2, p.tp = tp, p.pp = pp, p.micro_batch = b, p.n_micro = 3;
+                p.schedule = kind, p.sequence_parallel = sp, p.recompute = (tl_recompute)rc;
+                for (int s = 0; s < pp; s++) {
+                  const tl_pp_stage& st = stages[s];
+                  std::string what = "l" + std::to_string(x.l) + " tp" + std::to_string(tp) +
+                                     (sp ? " sp" : "") + " rc" + std::to_string(rc) + " b" +
+                                     std::to_string(b) + " pp" + std::to_string(pp) + " stage " +
+                                     std::to_string(s);
+                  ASSERT_EQ(layers[s], st.layer_end - st.layer_begin) << what << ": the cut";
+                  tl_pp_schedule sched;
+                  ASSERT_EQ(tl_pp_schedule_build(kind, pp, s, p.n_micro, &sched), TL_OK);
+                  int in_flight = sched.max_in_flight;
+                  tl_pp_schedule_free(&sched);
+                  struct tl_exec_bytes eb;
+                  ASSERT_EQ(tl_exec_size(g, st.node_begin, st.node_end, &eb), TL_OK);
+                  tl_dp_layout lay;
+                  ASSERT_EQ(tl_dp_layout_build(g, st.node_begin, st.node_end, &lay), TL_OK);
+                  double packed = (double)tl_tp_partial_elems(&sh, lay.offset);
+                  double state = 16.0 * lay.n + 4 + (sp ? 4 * std::fmax(packed, 1) : 0);
+                  tl_dp_layout_free(&lay);
+                  double act = in_flight * (double)(eb.arena + eb.inputs + eb.scratch) +
+                               (double)eb.transient;
+                  double ps, pa;
+                  tl_cost_stage_memory(&cm, TL_F32, &p, layers.data(), s, &ps, &pa);
+                  EXPECT_DOUBLE_EQ(ps, state) << what;
+                  // exact but for 64-byte rounding of values that are not
+                  // multiples of 64 bytes at micro-batch 1, and for the greedy
+                  // placement of two arenas, which is not quite affine in the
+                  // layers at these odd small sizes (h = 48, s = 40: up to 3%
+                  // over, never under)
+                  EXPECT_NEAR(pa / act, 1.0, 0.035) << what;
+                  EXPECT_GT(pa / act, 0.995) << what;
+                  worst = std::fmax(worst, std::fabs(pa / act - 1));
+                  checked++;
+                }
               }
             }
+            tl_graph_destroy(g);
+            tl_tp_shard_free(&sh);
           }
-          tl_graph_destroy(g);
-          tl_tp_shard_free(&sh);
-        }
   }
   std::printf("%d stages: state exact, activations within %.3f%%\n", checked, 100 * worst);
 }

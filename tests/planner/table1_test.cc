@@ -63,17 +63,19 @@ TEST(Table1, PredictedThroughputAtThePublishedSplits) {
     cfg.model.n_layers = r.l, cfg.model.n_heads = r.a, cfg.model.n_embd = r.h;
     cfg.model.vocab_size = 51200, cfg.model.max_seq_len = 2048;
     tl_cost_model cm;
-    ASSERT_EQ(tl_cost_model_build(&cfg.model, 2048, &cm), TL_OK)
-        << tl_last_error();
+    ASSERT_EQ(tl_cost_model_build(&cfg.model, 2048, &cm), TL_OK) << tl_last_error();
     c.nodes = r.gpus / c.devices_per_node;
     struct tl_search_options o;
     tl_search_options_defaults(&o, r.batch, TL_BF16);
     o.fix_tp = r.t, o.fix_pp = r.p, o.fix_dp = r.gpus / (r.t * r.p);
-    o.fix_micro_batch = 1, o.fix_recompute = 1, o.fix_zero = 0, o.fix_schedule = TL_SCHEDULE_1F1B;
+    o.fix_micro_batch = 1, o.fix_recompute = TL_RECOMPUTE_FULL, o.fix_zero = 0,
+    o.fix_schedule = TL_SCHEDULE_1F1B;
     o.fix_sp = 0;  // 2021: no sequence parallelism yet
     // Megatron-LM of 2021 all-reduced gradients after the backward (it
     // gained --overlap-grad-reduce in 2023)
     o.dp_bucket_mb = 0;
+    // and its full recomputation ran each block's whole forward again
+    o.recompute_whole_forward = true;
     tl_search_result res;
     ASSERT_EQ(tl_search_run(&cm, &c, &o, &res), TL_OK) << tl_last_error();
     ASSERT_EQ(res.n_plans, 1) << r.params << ": the published split must fit";
@@ -104,7 +106,10 @@ TEST(Table1, PredictedThroughputAtThePublishedSplits) {
         "%s, sequence parallel %s: %.1f TFLOP/s per GPU (%+.1f%% over the published split)\n",
         r.params, best.plans[0].dp, best.plans[0].tp, best.plans[0].pp, best.plans[0].micro_batch,
         best.plans[0].n_micro, best.plans[0].schedule == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b",
-        best.plans[0].zero, best.plans[0].recompute ? "on" : "off",
+        best.plans[0].zero,
+        best.plans[0].recompute == TL_RECOMPUTE_FULL        ? "full"
+        : best.plans[0].recompute == TL_RECOMPUTE_SELECTIVE ? "selective"
+                                                            : "none",
         best.plans[0].sequence_parallel ? "on" : "off", F / best.plans[0].t_step / r.gpus / 1e12,
         100 * (p.t_step / best.plans[0].t_step - 1));
     tl_search_free(&best);
