@@ -316,12 +316,15 @@ tl_status tl_exec_forward(tl_exec* x, int begin, int end) {
   return TL_OK;
 }
 
-tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale) {
+/* Backward nodes [from, to) of forward nodes [begin, end); the loss
+ * gradient is seeded first when `seed`. */
+static tl_status run_backward(tl_exec* x, int begin, int end, float loss_scale, int from, int to,
+                              bool seed) {
   TL_CHECK(check_range(x, begin, end));
   const tl_graph* g = x->g;
   if (g->n_nodes == g->n_forward) return TL_ERRF(TL_ERR_INVALID, "graph has no backward pass");
   if (!x->grads) return TL_ERRF(TL_ERR_INVALID, "executor has no gradient buffer");
-  if (g->loss >= 0 && x->seed) {
+  if (seed && g->loss >= 0 && x->seed) {
     /* seed when the loss's producer is in range */
     for (int i = begin; i < end; i++) {
       const tl_node* n = &g->nodes[i];
@@ -333,15 +336,36 @@ tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale) {
         }
     }
   }
-  for (int i = g->n_forward; i < g->n_nodes; i++) {
+  /* a split backward's gradients are final only as its weight pass goes */
+  const int wb = g->weight_begin ? g->weight_begin : g->n_forward;
+  for (int i = from; i < to; i++) {
     int f = g->nodes[i].forward_of;
     if (f < begin || f >= end) continue;
     if (x->pre_hook) TL_CHECK(x->pre_hook(x->pre_hook_user, f, true));
     TL_CHECK(run_node(x, i));
     /* a forward node run again says nothing about which gradients are final */
-    if (x->hook && !g->nodes[i].again) TL_CHECK(x->hook(x->hook_user, f));
+    if (x->hook && !g->nodes[i].again && i >= wb) TL_CHECK(x->hook(x->hook_user, f));
   }
+  /* the weight pass over: every gradient of the range is */
+  if (x->hook && g->weight_begin && to == g->n_nodes) TL_CHECK(x->hook(x->hook_user, begin));
   return TL_OK;
+}
+
+tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale) {
+  return run_backward(x, begin, end, loss_scale, x->g->n_forward, x->g->n_nodes, true);
+}
+
+tl_status tl_exec_backward_input(tl_exec* x, int begin, int end, float loss_scale) {
+  const tl_graph* g = x->g;
+  return run_backward(x, begin, end, loss_scale, g->n_forward,
+                      g->weight_begin ? g->weight_begin : g->n_nodes, true);
+}
+
+tl_status tl_exec_backward_weight(tl_exec* x, int begin, int end) {
+  const tl_graph* g = x->g;
+  if (!g->weight_begin)
+    return TL_ERRF(TL_ERR_INVALID, "the graph's backward is one pass (tl_graph_split_weight)");
+  return run_backward(x, begin, end, 0.0f, g->weight_begin, g->n_nodes, false);
 }
 
 const tl_memplan* tl_exec_plan(const tl_exec* x) {

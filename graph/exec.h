@@ -88,12 +88,20 @@ tl_status tl_exec_forward(tl_exec* x, int begin, int end);
  * range, the loss gradient is first filled with loss_scale (the factor that
  * turns per-position losses into this micro-batch's share of the global mean). */
 tl_status tl_exec_backward(tl_exec* x, int begin, int end, float loss_scale);
+/* A split backward (tl_graph_split_weight) in its two passes: the input
+ * gradients (what the stage before needs: seeded as tl_exec_backward is),
+ * then the weight gradients. tl_exec_backward runs both. */
+tl_status tl_exec_backward_input(tl_exec* x, int begin, int end, float loss_scale);
+tl_status tl_exec_backward_weight(tl_exec* x, int begin, int end);
 
 const tl_memplan* tl_exec_plan(const tl_exec* x);
 
 /* Called after the backward node of forward node `forward_node` has run (in
  * issue order: on a GPU the work may still be in flight) — how a trainer
- * learns which gradients are final while the pass goes on. NULL removes it. */
+ * learns which gradients are final while the pass goes on: every gradient
+ * of the parameters first read at or after `forward_node` is. A split
+ * backward calls it in its weight pass only, and once more at its end with
+ * the range's first node. NULL removes it. */
 typedef tl_status (*tl_exec_hook)(void* user, int forward_node);
 void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user);
 

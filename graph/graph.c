@@ -249,8 +249,9 @@ static bool reads_any(const tl_node* n, const int* vals, int nv) {
 tl_status tl_graph_rematerialize(tl_graph* g, int fwd) {
   if (fwd < 0 || fwd >= g->n_forward)
     return TL_ERRF(TL_ERR_INVALID, "rematerialize: node %d is not a forward node", fwd);
-  if (g->n_nodes == g->n_forward)
-    return TL_ERRF(TL_ERR_INVALID, "rematerialize '%s': the graph has no backward pass yet",
+  if (g->n_nodes == g->n_forward || g->weight_begin)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "rematerialize '%s': the graph has no backward pass yet, or it is split",
                    g->nodes[fwd].name);
   const int n_out = g->nodes[fwd].n_out;
   int outs[TL_NODE_MAX_IO];
@@ -325,8 +326,9 @@ tl_status tl_graph_recompute(tl_graph* g, int begin, int end) {
                    "recompute: nodes [%d, %d) are not a range of the %d forward "
                    "nodes",
                    begin, end, g->n_forward);
-  if (g->n_nodes == g->n_forward)
-    return TL_ERRF(TL_ERR_INVALID, "recompute '%s': the graph has no backward pass yet",
+  if (g->n_nodes == g->n_forward || g->weight_begin)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "recompute '%s': the graph has no backward pass yet, or it is split",
                    g->nodes[begin].name);
   int at = -1; /* the range's first backward node */
   for (int i = g->n_forward; i < g->n_nodes && at < 0; i++)
@@ -471,4 +473,69 @@ int tl_graph_crossing(const tl_graph* g, int at, int* ids, int max) {
     n++;
   }
   return n;
+}
+
+static bool is_read_by(const tl_node* nodes, int from, int to, const tl_node* x) {
+  for (int i = from; i < to; i++)
+    if (reads_any(&nodes[i], x->out, x->n_out)) return true;
+  return false;
+}
+
+tl_status tl_graph_split_weight(tl_graph* g) {
+  if (g->weight_begin)
+    return TL_ERRF(TL_ERR_INVALID, "split_weight: the backward is already in two passes");
+  if (g->n_nodes == g->n_forward)
+    return TL_ERRF(TL_ERR_INVALID, "split_weight: the graph has no backward pass yet");
+  const int nb = g->n_nodes - g->n_forward;
+  tl_node* in_pass = malloc(sizeof(tl_node) * (size_t)nb);
+  tl_node* w_pass = malloc(sizeof(tl_node) * (size_t)nb);
+  if (!in_pass || !w_pass) {
+    free(in_pass), free(w_pass);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory splitting %d backward nodes", nb);
+  }
+  int n_in = 0, n_w = 0;
+  for (int i = g->n_forward; i < g->n_nodes; i++) {
+    const tl_node* n = &g->nodes[i];
+    /* a weight other nodes read too (the tied embedding) keeps its
+     * gradient's order of summation: whole, in the input pass */
+    int readers = 0;
+    for (int j = 0; j < g->n_forward && n->op == TL_OP_MATMUL_BACKWARD; j++)
+      readers += tl_node_reads(&g->nodes[j], n->in[2]);
+    if (n->op != TL_OP_MATMUL_BACKWARD || readers > 1) {
+      in_pass[n_in++] = *n;
+      continue;
+    }
+    /* in {dout, a, b}, out {da, db, dbias}: da needs dout and b; db and
+     * dbias need dout and a (the kernel skips absent outputs) */
+    tl_node x = *n, w = *n;
+    x.in[1] = -1, x.out[1] = x.out[2] = -1;
+    w.in[2] = -1, w.out[0] = -1;
+    snprintf(w.name, sizeof w.name, "%.44s.w", n->name);
+    if (x.out[0] >= 0) in_pass[n_in++] = x;
+    if (w.out[1] >= 0 || w.out[2] >= 0) w_pass[n_w++] = w;
+  }
+  /* copies only the weight pass reads follow it, the last first (so that a
+   * chain of them moves whole) */
+  for (int i = n_in - 1; i >= 0; i--) {
+    tl_node x = in_pass[i];
+    if (!x.again || is_read_by(in_pass, i + 1, n_in, &x)) continue;
+    int at = -1;
+    for (int j = 0; j < n_w && at < 0; j++)
+      if (reads_any(&w_pass[j], x.out, x.n_out)) at = j;
+    if (at < 0) continue;
+    memmove(&in_pass[i], &in_pass[i + 1], sizeof(tl_node) * (size_t)(n_in - i - 1));
+    n_in--;
+    memmove(&w_pass[at + 1], &w_pass[at], sizeof(tl_node) * (size_t)(n_w - at));
+    w_pass[at] = x;
+    n_w++;
+  }
+  tl_status st = grow((void**)&g->nodes, &g->cap_nodes, g->n_forward + n_in + n_w, sizeof(tl_node));
+  if (st == TL_OK) {
+    memcpy(&g->nodes[g->n_forward], in_pass, sizeof(tl_node) * (size_t)n_in);
+    memcpy(&g->nodes[g->n_forward + n_in], w_pass, sizeof(tl_node) * (size_t)n_w);
+    g->n_nodes = g->n_forward + n_in + n_w;
+    g->weight_begin = g->n_forward + n_in;
+  }
+  free(in_pass), free(w_pass);
+  return st;
 }

@@ -75,6 +75,10 @@ typedef struct tl_graph {
   int n_forward;    /* nodes [0, n_forward) are forward nodes */
   int64_t n_params; /* elements of the flat parameter buffer */
   int loss;         /* per-position losses value, or -1 */
+  /* tl_graph_split_weight: backward nodes [n_forward, weight_begin) are
+   * the input-gradient pass, [weight_begin, n_nodes) the weight-gradient
+   * pass; 0 when the backward is one pass */
+  int weight_begin;
 } tl_graph;
 
 tl_status tl_graph_create(tl_graph** out);
@@ -143,6 +147,19 @@ tl_status tl_graph_rematerialize(tl_graph* g, int fwd);
  * nothing is computed three times. The recomputed values are the same
  * arithmetic on the same inputs: gradients are bit-identical. */
 tl_status tl_graph_recompute(tl_graph* g, int begin, int end);
+
+/* After autodiff and every other rewrite (the last one): the backward in
+ * two passes, as a zero-bubble pipeline runs it (Qi et al. 2023). Each
+ * matmul's backward node becomes an input-gradient node (da, from dout and
+ * b) where it was and a weight-gradient node (db and dbias, from dout and
+ * a) appended after every other backward node, in the same order; a copy
+ * run again for the backward (tl_graph_rematerialize, tl_graph_recompute)
+ * that only weight-gradient nodes read moves into their pass, before its
+ * first reader. Other ops' parameter gradients (LayerNorm, embedding), and
+ * a matmul's whose weight another node reads too (the tied LM head: its
+ * gradient's terms keep their order), stay in the input pass. Sets g->weight_begin; the same arithmetic, so the
+ * gradients are bit-identical. */
+tl_status tl_graph_split_weight(tl_graph* g);
 
 /* The flops of nodes [begin, end), summed. */
 double tl_graph_flops(const tl_graph* g, int begin, int end);

@@ -26,6 +26,12 @@ static int by_offset(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+/* The pass node i runs in: the forward, the (input-gradient) backward, the
+ * weight-gradient backward (tl_graph_split_weight). */
+static int pass_of(const tl_graph* g, int i) {
+  return i < g->n_forward ? 0 : g->weight_begin && i >= g->weight_begin ? 2 : 1;
+}
+
 tl_status tl_memplan_build(const tl_graph* g, tl_memplan* p) {
   return tl_memplan_build_range(g, 0, g->n_forward, p);
 }
@@ -97,7 +103,7 @@ tl_status tl_memplan_build_range(const tl_graph* g, int begin, int end, tl_mempl
   for (int v = 0; v < nv; v++) {
     tl_value_role r = g->values[v].role;
     bool planned = (r == TL_ROLE_ACTIVATION || r == TL_ROLE_GRAD) && p->first[v] >= 0;
-    bool one_pass = p->last[v] < g->n_forward || p->first[v] >= g->n_forward;
+    bool one_pass = pass_of(g, p->first[v]) == pass_of(g, p->last[v]);
     p->transient[v] = planned && !boundary[v] && !g->values[v].output && one_pass;
     if (planned) order[n_planned++] = v;
   }

@@ -7,7 +7,9 @@
  * ahead of time). Offsets are 64-byte aligned.
  *
  * Two arenas. A value that lives within one pass — written and last read
- * by forward nodes, or by backward nodes — and that no node outside the
+ * by forward nodes, or by backward nodes of one pass (the weight gradients
+ * are a pass of their own when tl_graph_split_weight split them off) — and
+ * that no node outside the
  * range touches (a pipeline boundary, sent or received while the stage
  * goes on) nor the caller reads is TRANSIENT: it is dead when its pass
  * returns, so executors that never run at once (a pipeline stage's, one

@@ -341,6 +341,91 @@ TEST(Graph, RecomputationGivesTheSameGradientsAndKeepsLess) {
   tl_backend_destroy(be);
 }
 
+// The backward split in two passes (input gradients, then weight
+// gradients: a zero-bubble pipeline's B and W) gives the gradients of one
+// pass bit for bit, with and without recomputation; the input pass writes
+// no matmul weight gradient, the weight pass only those (and their biases),
+// and the gradient-readiness hook fires in the weight pass only.
+TEST(Graph, TheBackwardSplitInTwoPassesGivesTheSameGradients) {
+  tl_model m;
+  tl_model_config c = SmallGpt();
+  ASSERT_EQ(tl_model_init(&c, &m), TL_OK);
+  tl_backend* be = nullptr;
+  ASSERT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+  size_t bytes = sizeof(float) * m.n_params;
+  tl_buffer* p = nullptr;
+  ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &p), TL_OK);
+  tl_model_init_params(&m, 0, m.n_params, (float*)p->data);
+  std::vector<int32_t> tok(16), tgt(16);
+  for (int i = 0; i < 16; i++) tok[i] = (i * 5) % 50, tgt[i] = (i * 3 + 1) % 50;
+  for (tl_recompute rc : {TL_RECOMPUTE_NONE, TL_RECOMPUTE_FULL}) {
+    std::vector<std::vector<float>> grads;
+    for (bool split : {false, true}) {
+      tl_graph* g = nullptr;
+      tl_model_io io;
+      ASSERT_EQ(tl_model_build(&m, 2, 8, true, &g, &io), TL_OK);
+      ASSERT_EQ(tl_model_recompute(g, &io, rc), TL_OK);
+      int matmuls = 0;
+      for (int i = 0; i < g->n_forward; i++) matmuls += g->nodes[i].op == TL_OP_MATMUL;
+      int before = g->n_nodes;
+      if (split) {
+        ASSERT_EQ(tl_graph_split_weight(g), TL_OK) << tl_last_error();
+        EXPECT_EQ(tl_graph_split_weight(g), TL_ERR_INVALID);
+        EXPECT_EQ(tl_graph_recompute(g, io.layer_begin[0], io.layer_begin[1]), TL_ERR_INVALID);
+        // every matmul but the tied LM head gets a weight node; recomputed
+        // copies only those read follow them
+        int w_nodes = 0;
+        for (int i = g->weight_begin; i < g->n_nodes; i++) {
+          if (g->nodes[i].again) continue;
+          w_nodes++;
+          EXPECT_EQ(g->nodes[i].op, TL_OP_MATMUL_BACKWARD) << g->nodes[i].name;
+          EXPECT_EQ(g->nodes[i].out[0], -1) << g->nodes[i].name;
+        }
+        EXPECT_EQ(w_nodes, matmuls - 1);
+        EXPECT_EQ(g->n_nodes, before + matmuls - 1);
+        for (int i = g->n_forward; i < g->weight_begin; i++)
+          if (g->nodes[i].op == TL_OP_MATMUL_BACKWARD &&
+              std::string(g->nodes[i].name) != "lm_head.grad") {
+            EXPECT_EQ(g->nodes[i].out[1], -1) << g->nodes[i].name;
+          }
+      }
+      tl_buffer* d = nullptr;
+      ASSERT_EQ(tl_buffer_create(tl_cpu(), bytes, &d), TL_OK);
+      tl_exec* x = nullptr;
+      ASSERT_EQ(tl_exec_create(g, be, p, d, &x), TL_OK);
+      ASSERT_EQ(tl_exec_set_input(x, io.tokens, tok.data(), 64), TL_OK);
+      ASSERT_EQ(tl_exec_set_input(x, io.targets, tgt.data(), 64), TL_OK);
+      ASSERT_EQ(tl_exec_forward(x, 0, g->n_forward), TL_OK);
+      std::vector<int> calls;
+      tl_exec_set_backward_hook(
+          x,
+          [](void* u, int f) {
+            static_cast<std::vector<int>*>(u)->push_back(f);
+            return TL_OK;
+          },
+          &calls);
+      if (split) {
+        ASSERT_EQ(tl_exec_backward_input(x, 0, g->n_forward, 1.0f / 16), TL_OK);
+        EXPECT_TRUE(calls.empty()) << "the input pass finalises no gradient";
+        ASSERT_EQ(tl_exec_backward_weight(x, 0, g->n_forward), TL_OK) << tl_last_error();
+        ASSERT_EQ((int)calls.size(), matmuls);
+        EXPECT_EQ(calls.back(), 0);
+      } else {
+        ASSERT_EQ(tl_exec_backward(x, 0, g->n_forward, 1.0f / 16), TL_OK);
+        EXPECT_EQ(tl_exec_backward_weight(x, 0, g->n_forward), TL_ERR_INVALID);
+      }
+      const float* gd = (const float*)d->data;
+      grads.emplace_back(gd, gd + m.n_params);
+      tl_exec_destroy(x);
+      tl_buffer_destroy(d);
+      tl_graph_destroy(g);
+    }
+    EXPECT_EQ(memcmp(grads[0].data(), grads[1].data(), bytes), 0) << "recompute " << rc;
+  }
+  tl_buffer_destroy(p);
+  tl_backend_destroy(be);
+}
+
 TEST(Model, BadSizesAreConfigErrors) {
   tl_model m;
   tl_model_config c = SmallGpt();
