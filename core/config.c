@@ -25,7 +25,8 @@
 #include "core/json_kind.h"
 
 static const char* const k_model_kinds[] = {"gpt", "mlp", NULL};
-static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", NULL};
+static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", "zero_bubble",
+                                                NULL};
 static const char* const k_lr_schedules[] = {"cosine", "constant", NULL};
 static const char* const k_recompute[] = {"none", "selective", "full", NULL};
 static const char* const k_checkpoint_formats[] = {"auto", "file", "sharded", NULL};
@@ -103,6 +104,10 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(checkpoint, format, TL__FIELD_ENUM, .names = k_checkpoint_formats),
 };
 const int tl__config_n_fields = (int)(sizeof tl__config_fields / sizeof tl__config_fields[0]);
+
+const char* tl_schedule_kind_name(tl_schedule_kind k) {
+  return k >= TL_SCHEDULE_GPIPE && k <= TL_SCHEDULE_ZERO_BUBBLE ? k_schedule_kinds[k] : "?";
+}
 
 void tl_config_defaults(struct tl_config* cfg) {
   memset(cfg, 0, sizeof *cfg);

@@ -29,7 +29,12 @@ extern "C" {
 
 typedef enum { TL_MODEL_GPT = 0, TL_MODEL_MLP } tl_model_kind;
 typedef enum { TL_AXIS_DP = 0, TL_AXIS_TP, TL_AXIS_PP } tl_axis;
-typedef enum { TL_SCHEDULE_GPIPE = 0, TL_SCHEDULE_1F1B, TL_SCHEDULE_INTERLEAVED } tl_schedule_kind;
+typedef enum {
+  TL_SCHEDULE_GPIPE = 0,
+  TL_SCHEDULE_1F1B,
+  TL_SCHEDULE_INTERLEAVED,
+  TL_SCHEDULE_ZERO_BUBBLE
+} tl_schedule_kind;
 typedef enum { TL_LR_COSINE = 0, TL_LR_CONSTANT } tl_lr_schedule;
 /* activation recomputation (graph/model.h's tl_model_recompute): none;
  * selective, the attention core of each block (Korthikanti et al. 2022);
@@ -59,7 +64,7 @@ struct tl_mesh_config {
 };
 
 struct tl_schedule_config {
-  tl_schedule_kind kind; /* "gpipe" | "1f1b" | "interleaved"; default 1f1b */
+  tl_schedule_kind kind; /* "gpipe" | "1f1b" | "interleaved" | "zero_bubble"; default 1f1b */
   int micro_batches;     /* per replica per step; default 1 */
   int virtual_stages;    /* interleaved only; default 1 */
   /* layers per pipeline stage; n_stage_layers = 0 (default): balance FLOPs */
@@ -131,6 +136,9 @@ struct tl_config {
 };
 
 void tl_config_defaults(struct tl_config* cfg);
+
+/* "gpipe", "1f1b", "interleaved", "zero_bubble": the config's names. */
+const char* tl_schedule_kind_name(tl_schedule_kind k);
 
 /* Parses and validates a JSON file (or text); every problem is reported in
  * tl_last_error(), one per line. *out holds defaults + the file on success. */

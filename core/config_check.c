@@ -262,8 +262,17 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
       tl__problem(p,
                   "schedule.virtual_stages = %d: only schedule.kind \"interleaved\" uses virtual "
                   "stages (expected 1 for \"%s\")",
-                  s->virtual_stages, s->kind == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
+                  s->virtual_stages, tl_schedule_kind_name(s->kind));
   }
+  /* ZeRO-2 streams and ZeRO-3 gathers in the order of a one-pass backward */
+  if (OK(schedule, kind) && OK(parallel, zero) && s->kind == TL_SCHEDULE_ZERO_BUBBLE &&
+      cfg->parallel.zero >= 2)
+    tl__problem(p,
+                "schedule.kind = \"zero_bubble\" with parallel.zero = %d: ZeRO-2 and 3 stream "
+                "gradients and gather parameters in a one-pass backward's order, which "
+                "zero-bubble's separate weight passes do not follow yet; expected parallel.zero "
+                "0 or 1, or schedule.kind \"1f1b\"",
+                cfg->parallel.zero);
 
   /* What the runtime does not run yet: refused here, before any rank
    * starts, rather than accepted and ignored (the config never lies). */
@@ -305,7 +314,7 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
   if (OK(schedule, kind) && s->kind == TL_SCHEDULE_INTERLEAVED)
     tl__problem(p,
                 "schedule.kind = \"interleaved\": the interleaved schedule is not implemented "
-                "yet; expected \"gpipe\" or \"1f1b\"");
+                "yet; expected \"gpipe\", \"1f1b\" or \"zero_bubble\"");
   if (OK(train, val_every) && OK(data, val) && t->val_every > 0 && cfg->data.val[0] == '\0')
     tl__problem(p,
                 "train.val_every = %d: needs data.val (the token file to validate on); set it, "

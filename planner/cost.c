@@ -131,7 +131,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
     tl_graph* g = NULL;
     struct tl_model_io io;
     /* rank 0's graph, as the trainer builds it (tp/tp.h) */
-    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, rc, &g, &io, &sh, NULL);
+    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, rc, false, &g, &io, &sh, NULL);
     if (st == TL_OK) {
       /* the last n blocks, with the embedding and / or the head */
       const int lb = io.layer_begin[0], le = io.layer_begin[n], nf = g->n_forward;
@@ -206,7 +206,7 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
   tl_graph* g = NULL;
   struct tl_model_io io;
   tl_tp_shard sh;
-  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, TL_RECOMPUTE_NONE, &g, &io, &sh, NULL));
+  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, TL_RECOMPUTE_NONE, false, &g, &io, &sh, NULL));
   tl_status st = TL_OK;
   if (tp > 1 && sh.n_linear_split < sh.n_linear)
     st = TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d leaves a linear layer of the MLP unsplit", tp);

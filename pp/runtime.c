@@ -180,6 +180,7 @@ tl_status tl_pp_runtime_next(tl_pp_runtime* r, tl_pp_task* task, bool* done) {
         TL_CHECK(wait_sends(s));
         /* fallthrough */
       case TL_PP_BACKWARD:
+      case TL_PP_WEIGHT:
         *task = (tl_pp_task){in.op, in.micro, s->exec};
         return TL_OK;
     }

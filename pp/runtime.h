@@ -62,7 +62,7 @@ tl_exec* tl_pp_runtime_exec(const tl_pp_runtime* r, int slot);
 
 /* A forward or backward the schedule asks for: run it on `exec`. */
 typedef struct tl_pp_task {
-  tl_pp_op op; /* TL_PP_FORWARD or TL_PP_BACKWARD */
+  tl_pp_op op; /* TL_PP_FORWARD, TL_PP_BACKWARD or (zero-bubble) TL_PP_WEIGHT */
   int micro;
   tl_exec* exec;
 } tl_pp_task;

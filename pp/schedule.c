@@ -1,4 +1,5 @@
-/* schedule.c — GPipe and 1F1B instruction lists, and their simulation. */
+/* schedule.c — GPipe, 1F1B and zero-bubble instruction lists, and their
+ * simulation. */
 #include "pp/schedule.h"
 
 #include <stdlib.h>
@@ -20,16 +21,99 @@ static void backward(tl_pp_schedule* s, int i) {
   if (s->stage > 0) emit(s, TL_PP_SEND_GRAD, i);
 }
 
+/* Zero-bubble: every stage's list at once, from the greedy simulation
+ * schedule.h describes (F, B, W one tick each). all[0 .. n_stages) are
+ * filled (instr allocated by the caller, room for 7 * n_micro each). */
+static void zero_bubble_lists(int p, int m, tl_pp_schedule* all, int* fdone, int* bdone) {
+  /* fdone/bdone[s * m + i]: when F / B of micro-batch i ends on stage s (-1: not yet) */
+  for (int i = 0; i < p * m; i++) fdone[i] = bdone[i] = -1;
+  int nf[TL_MAX_STAGES] = {0}, nb[TL_MAX_STAGES] = {0}, nw[TL_MAX_STAGES] = {0};
+  int busy[TL_MAX_STAGES] = {0};
+  const int bound = p < m ? p : m;
+  int left = 3 * p * m;
+  for (int now = 0; left > 0; now++) {
+    for (int s = 0; s < p; s++) {
+      if (busy[s] > now) continue;
+      tl_pp_schedule* x = &all[s];
+      int b = nb[s], f = nf[s];
+      int grad_at = b < nf[s] ? (s == p - 1 ? fdone[s * m + b] : bdone[(s + 1) * m + b]) : -1;
+      if (grad_at >= 0 && grad_at <= now) {
+        backward(x, b);
+        bdone[s * m + b] = now + 1, nb[s]++;
+      } else if (f < m && f - nw[s] < bound &&
+                 (s == 0 || (fdone[(s - 1) * m + f] >= 0 && fdone[(s - 1) * m + f] <= now))) {
+        forward(x, f);
+        fdone[s * m + f] = now + 1, nf[s]++;
+      } else if (nw[s] < nb[s]) {
+        emit(x, TL_PP_WEIGHT, nw[s]++);
+      } else {
+        continue;
+      }
+      busy[s] = now + 1;
+      left--;
+    }
+  }
+}
+
+/* Zero-bubble's list of one stage, and each stage's most micro-batches
+ * held (the last (p, m) asked for is kept: the planner asks per stage). */
+static tl_status zero_bubble_stage(int p, int m, int stage, tl_pp_schedule* out, int* held) {
+  static int cache_p, cache_m, cache_held[TL_MAX_STAGES];
+  if (p > TL_MAX_STAGES)
+    return TL_ERRF(TL_ERR_UNSUPPORTED, "a zero-bubble schedule of %d stages; at most %d", p,
+                   TL_MAX_STAGES);
+  if (!out && cache_p == p && cache_m == m) {
+    *held = cache_held[stage];
+    return TL_OK;
+  }
+  tl_pp_schedule* all = calloc((size_t)p, sizeof *all);
+  int* fdone = malloc(sizeof(int) * (size_t)p * (size_t)m);
+  int* bdone = malloc(sizeof(int) * (size_t)p * (size_t)m);
+  tl_status st =
+      all && fdone && bdone ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
+  for (int s = 0; s < p && st == TL_OK; s++) {
+    all[s] =
+        (tl_pp_schedule){.kind = TL_SCHEDULE_ZERO_BUBBLE, .n_stages = p, .stage = s, .n_micro = m};
+    all[s].instr = malloc(sizeof(tl_pp_instr) * 7 * (size_t)m);
+    if (!all[s].instr) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
+  }
+  if (st == TL_OK) {
+    zero_bubble_lists(p, m, all, fdone, bdone);
+    for (int s = 0; s < p; s++) {
+      int h = 0, most = 0;
+      for (int k = 0; k < all[s].n; k++) {
+        h += all[s].instr[k].op == TL_PP_FORWARD;
+        h -= all[s].instr[k].op == TL_PP_WEIGHT;
+        if (h > most) most = h;
+      }
+      all[s].max_in_flight = cache_held[s] = most;
+    }
+    cache_p = p, cache_m = m;
+    *held = cache_held[stage];
+    if (out) {
+      *out = all[stage];
+      all[stage].instr = NULL;
+    }
+  }
+  for (int s = 0; all && s < p; s++) free(all[s].instr);
+  free(all), free(fdone), free(bdone);
+  return st;
+}
+
 tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
                                tl_pp_schedule* s) {
   memset(s, 0, sizeof *s);
   if (n_stages < 1 || stage < 0 || stage >= n_stages || n_micro < 1)
     return TL_ERRF(TL_ERR_INVALID, "schedule of stage %d of %d for %d micro-batches", stage,
                    n_stages, n_micro);
+  if (kind == TL_SCHEDULE_ZERO_BUBBLE) {
+    int held;
+    return zero_bubble_stage(n_stages, n_micro, stage, s, &held);
+  }
   if (kind != TL_SCHEDULE_GPIPE && kind != TL_SCHEDULE_1F1B)
     return TL_ERRF(TL_ERR_UNSUPPORTED,
                    "the interleaved schedule is not implemented yet; use "
-                   "\"gpipe\" or \"1f1b\"");
+                   "\"gpipe\", \"1f1b\" or \"zero_bubble\"");
   s->kind = kind;
   s->n_stages = n_stages;
   s->stage = stage;
@@ -57,6 +141,13 @@ tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, i
 
 int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int n_micro) {
   if (kind == TL_SCHEDULE_GPIPE) return n_micro;
+  if (kind == TL_SCHEDULE_ZERO_BUBBLE) {
+    int held = n_stages < n_micro ? n_stages : n_micro; /* its bound, if it cannot simulate */
+    if (n_stages >= 1 && n_micro >= 1 && stage >= 0 && stage < n_stages &&
+        zero_bubble_stage(n_stages, n_micro, stage, NULL, &held) != TL_OK)
+      tl_clear_error();
+    return held;
+  }
   /* warm-up forwards, then one more before the first backward */
   int warmup = n_stages - stage - 1 < n_micro ? n_stages - stage - 1 : n_micro;
   return warmup + 1 < n_micro ? warmup + 1 : n_micro;
@@ -85,10 +176,10 @@ void tl_pp_schedule_free(tl_pp_schedule* s) {
 }
 
 void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all) {
-  static const char* const short_names[] = {"ra", "F", "sa", "rg", "B", "sg"};
+  static const char* const short_names[] = {"ra", "F", "sa", "rg", "B", "sg", "W"};
   for (int k = 0, first = 1; k < s->n; k++) {
     tl_pp_op op = s->instr[k].op;
-    if (!all && op != TL_PP_FORWARD && op != TL_PP_BACKWARD) continue;
+    if (!all && op != TL_PP_FORWARD && op != TL_PP_BACKWARD && op != TL_PP_WEIGHT) continue;
     fprintf(f, "%s%s%d", first ? "" : " ", short_names[op], s->instr[k].micro);
     first = 0;
   }
@@ -121,8 +212,12 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_p
   int* grad_ready = malloc(sizeof(int) * (size_t)n_stages * (size_t)n_micro);
   int* fwd_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
   int* bwd_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
+  int* wgt_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
+  const bool zb = kind == TL_SCHEDULE_ZERO_BUBBLE;
+  const int b_ticks = zb ? 1 : 2; /* zero-bubble's W takes the backward's other tick */
   tl_status st = TL_OK;
-  if (!s || !pc || !busy_until || !act_ready || !grad_ready || !fwd_done || !bwd_done) {
+  if (!s || !pc || !busy_until || !act_ready || !grad_ready || !fwd_done || !bwd_done ||
+      !wgt_done) {
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory simulating a schedule");
     goto done;
   }
@@ -156,9 +251,18 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_p
               st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs backward %d before its inputs", p, i);
               goto done;
             }
-            busy_until[p] = now + 2;
+            busy_until[p] = now + b_ticks;
             bwd_done[at]++;
-            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_BACKWARD, now, now + 2};
+            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_BACKWARD, now, now + b_ticks};
+          } else if (in.op == TL_PP_WEIGHT) {
+            if (!bwd_done[at]) {
+              st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs weight pass %d before its backward", p,
+                           i);
+              goto done;
+            }
+            busy_until[p] = now + 1;
+            wgt_done[at]++;
+            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_WEIGHT, now, now + 1};
           } else if (in.op == TL_PP_SEND_ACT) {
             act_ready[(p + 1) * n_micro + i] = busy_until[p];
           } else if (in.op == TL_PP_SEND_GRAD) {
@@ -180,13 +284,16 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_p
     }
     if (remaining > 0 && !progressed && next < 0) {
       st = TL_ERRF(TL_ERR_INTERNAL, "%s with %d stages and %d micro-batches deadlocks",
-                   kind == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b", n_stages, n_micro);
+                   kind == TL_SCHEDULE_GPIPE ? "gpipe"
+                   : zb                      ? "zero_bubble"
+                                             : "1f1b",
+                   n_stages, n_micro);
       goto done;
     }
     if (next > now) now = next;
   }
   for (int k = 0; k < n_stages * n_micro; k++)
-    if (fwd_done[k] != 1 || bwd_done[k] != 1) {
+    if (fwd_done[k] != 1 || bwd_done[k] != 1 || wgt_done[k] != (zb ? 1 : 0)) {
       st = TL_ERRF(TL_ERR_INTERNAL, "micro-batch %d of stage %d ran %d forwards, %d backwards",
                    k % n_micro, k / n_micro, fwd_done[k], bwd_done[k]);
       goto done;
@@ -197,6 +304,6 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_p
 done:
   for (int p = 0; s && p < n_stages; p++) tl_pp_schedule_free(&s[p]);
   free(s), free(pc), free(busy_until), free(act_ready), free(grad_ready), free(fwd_done),
-      free(bwd_done);
+      free(bwd_done), free(wgt_done);
   return st;
 }

@@ -11,8 +11,17 @@
  * then alternates one forward and one backward, then drains the backwards;
  * at most p - s micro-batches are in flight on stage s.
  *
+ * Zero-bubble (ZB-H1 of Qi et al. 2023): the backward split in two
+ * (graph.h's tl_graph_split_weight), B the input gradients the stage before
+ * waits for, W the weight gradients nobody waits for. Each stage runs, at
+ * every moment of a simulation where F, B and W take one tick each, a B
+ * whose gradient is there, else a forward while fewer than min(p, m)
+ * micro-batches are held (1F1B's first stage's count: a micro-batch is held
+ * from its F to its W), else a pending W — the Ws fill what would be
+ * bubble. The lists are that simulation's order.
+ *
  * Sends are asynchronous (they complete while the stage goes on); receives
- * wait. Under that rule both schedules are deadlock-free, which
+ * wait. Under that rule every schedule is deadlock-free, which
  * tl_pp_schedule_check verifies by simulation. */
 #ifndef TL_PP_SCHEDULE_H
 #define TL_PP_SCHEDULE_H
@@ -33,6 +42,7 @@ typedef enum {
   TL_PP_RECV_GRAD,    /* receive the gradient of its output from stage s+1 */
   TL_PP_BACKWARD,     /* backward of micro-batch i */
   TL_PP_SEND_GRAD,    /* send the gradient of its input to stage s-1 */
+  TL_PP_WEIGHT,       /* zero-bubble: the weight gradients of micro-batch i */
 } tl_pp_op;
 
 typedef struct tl_pp_instr {
@@ -49,7 +59,8 @@ typedef struct tl_pp_schedule {
 } tl_pp_schedule;
 
 /* Micro-batches whose activations stage `stage` of n_stages holds at once
- * under `kind`: GPipe all n_micro, 1F1B min(n_stages - stage, n_micro) — the
+ * under `kind`: GPipe all n_micro, 1F1B min(n_stages - stage, n_micro),
+ * zero-bubble what its list holds (at most min(n_stages, n_micro)) — the
  * executors a trainer keeps, and what the planner prices. */
 int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int n_micro);
 
@@ -65,21 +76,25 @@ tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_
 
 /* Simulates all stages' lists together (sends never block, receives wait
  * for their send) and checks that every micro-batch is forwarded and
- * backwarded once per stage, in dependency order, with no deadlock. On
+ * backwarded once per stage (and its weight pass run once, after its
+ * backward, under zero-bubble), in dependency order, with no deadlock. On
  * success *ticks is the length of the run counting one tick per forward and
- * two per backward (so bubble = 1 - 3m / ticks). */
+ * two per backward — one for B and one for W under zero-bubble — (so
+ * bubble = 1 - 3m / ticks). */
 tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks);
 
-/* One forward or backward of the simulation: stage, op (TL_PP_FORWARD or
- * TL_PP_BACKWARD), micro-batch, and its ticks [start, end). */
+/* One forward, backward or weight pass of the simulation: stage, op
+ * (TL_PP_FORWARD, TL_PP_BACKWARD or TL_PP_WEIGHT), micro-batch, and its
+ * ticks [start, end). */
 typedef struct tl_pp_span {
   int stage, micro;
   tl_pp_op op;
   int start, end;
 } tl_pp_span;
 
-/* The same simulation, recording every forward and backward: spans has
- * room for 2 * n_stages * n_micro entries; *n_spans and *ticks are set. */
+/* The same simulation, recording every forward, backward and weight pass:
+ * spans has room for 3 * n_stages * n_micro entries; *n_spans and *ticks
+ * are set. */
 tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro,
                                   tl_pp_span* spans, int* n_spans, int* ticks);
 

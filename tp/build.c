@@ -15,8 +15,8 @@ tl_status tl_tp_backward(tl_graph* g, const tl_tp_shard* shard) {
 }
 
 tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp,
-                      tl_recompute recompute, tl_graph** out, struct tl_model_io* io,
-                      tl_tp_shard* shard, tl_graph** full_out) {
+                      tl_recompute recompute, bool split_weight, tl_graph** out,
+                      struct tl_model_io* io, tl_tp_shard* shard, tl_graph** full_out) {
   *out = NULL;
   if (full_out) *full_out = NULL;
   tl_graph *full = NULL, *g = NULL;
@@ -37,6 +37,7 @@ tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp
   for (int l = 0; l <= fio.n_layers; l++) rio.layer_begin[l] = shard->node_map[fio.layer_begin[l]];
   st = tl_tp_backward(g, shard);
   if (st == TL_OK) st = tl_model_recompute(g, &rio, recompute);
+  if (st == TL_OK && split_weight) st = tl_graph_split_weight(g);
   if (st != TL_OK) {
     tl_graph_destroy(g);
     tl_graph_destroy(full);

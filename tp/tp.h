@@ -124,11 +124,13 @@ tl_status tl_tp_backward(tl_graph* g, const tl_tp_shard* shard);
  * (tl_model_build_forward), sharded, differentiated, with sequence
  * parallelism each all-gathered matmul input gathered again in the
  * backward, then activations recomputed as `recompute` says
- * (tl_model_recompute). io receives the rank graph's inputs, outputs and
+ * (tl_model_recompute) and, with split_weight (the zero-bubble schedule),
+ * the backward split into its input and weight passes
+ * (tl_graph_split_weight). io receives the rank graph's inputs, outputs and
  * layer boundaries; *full (may be NULL) keeps the full forward graph. */
 tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp,
-                      tl_recompute recompute, tl_graph** out, struct tl_model_io* io,
-                      tl_tp_shard* shard, tl_graph** full);
+                      tl_recompute recompute, bool split_weight, tl_graph** out,
+                      struct tl_model_io* io, tl_tp_shard* shard, tl_graph** full);
 
 /* The shard parameter holding rank value v, or NULL. */
 const struct tl_tp_param* tl_tp_param_of(const tl_tp_shard* s, int v);

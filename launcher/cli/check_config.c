@@ -68,7 +68,6 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
     printf("\n");
   }
   static const char* const axis[] = {"dp", "tp", "pp"};
-  static const char* const sched[] = {"gpipe", "1f1b", "interleaved"};
   const struct tl_mesh_config* me = &cfg->mesh;
   printf("mesh      dp %d x tp %d x pp %d = %d ranks; order %s, %s, %s (innermost first)\n", me->dp,
          me->tp, me->pp, me->dp * me->tp * me->pp, axis[me->order[0]], axis[me->order[1]],
@@ -79,7 +78,7 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
       "(%s schedule",
       cfg->train.batch_size, "sequences", me->dp, me->dp == 1 ? "" : "s", per_replica,
       cfg->schedule.micro_batches, cfg->schedule.micro_batches == 1 ? "" : "es",
-      per_replica / cfg->schedule.micro_batches, sched[cfg->schedule.kind]);
+      per_replica / cfg->schedule.micro_batches, tl_schedule_kind_name(cfg->schedule.kind));
   if (cfg->schedule.kind == TL_SCHEDULE_INTERLEAVED)
     printf(", %d virtual stages", cfg->schedule.virtual_stages);
   printf(")\n");
@@ -126,7 +125,8 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   /* the graph tensor-parallel rank 0 trains, cut as the trainer cuts it */
   int ok = st && tl_model_init(&cfg->model, &m) == TL_OK &&
            tl_tp_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, cfg->mesh.tp, 0,
-                       cfg->parallel.sequence_parallel, cfg->parallel.recompute, &g, &io, &sh,
+                       cfg->parallel.sequence_parallel, cfg->parallel.recompute,
+                       cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE, &g, &io, &sh,
                        NULL) == TL_OK &&
            tl_pp_partition(g, &io, pp,
                            cfg->schedule.n_stage_layers ? cfg->schedule.stage_layers : NULL,

@@ -101,8 +101,11 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
         o->fix_schedule = TL_SCHEDULE_GPIPE;
       else if (strcmp(v, "1f1b") == 0)
         o->fix_schedule = TL_SCHEDULE_1F1B;
+      else if (strcmp(v, "zero_bubble") == 0 || strcmp(v, "zb") == 0)
+        o->fix_schedule = TL_SCHEDULE_ZERO_BUBBLE;
       else {
-        fprintf(stderr, "trellis plan: --fix schedule=%s: expected gpipe or 1f1b\n", v);
+        fprintf(stderr, "trellis plan: --fix schedule=%s: expected gpipe, 1f1b or zero_bubble\n",
+                v);
         return 0;
       }
       continue;
@@ -127,7 +130,7 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
 }
 
 static const char* schedule_name(tl_schedule_kind k) {
-  return k == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b";
+  return k == TL_SCHEDULE_ZERO_BUBBLE ? "zb" : tl_schedule_kind_name(k);
 }
 
 static json_t* plan_json(const tl_plan* p) {
@@ -135,7 +138,7 @@ static json_t* plan_json(const tl_plan* p) {
       "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, "
       "s:f, s:f, s:f, s:f, s:f, s:s, s:b}",
       "dp", p->dp, "tp", p->tp, "pp", p->pp, "micro_batch", p->micro_batch, "micro_batches",
-      p->n_micro, "schedule", schedule_name(p->schedule), "zero", p->zero, "recompute",
+      p->n_micro, "schedule", tl_schedule_kind_name(p->schedule), "zero", p->zero, "recompute",
       recompute_name(p->recompute), "sequence_parallel", p->sequence_parallel, "memory_bytes",
       p->mem_total, "memory_state_bytes", p->mem_state, "memory_activation_bytes", p->mem_act,
       "memory_stage", p->mem_stage, "step_s", p->t_step, "compute_s", p->t_compute, "bubble_s",

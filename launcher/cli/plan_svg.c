@@ -21,7 +21,7 @@ static void text(FILE* f, double x, double y, const char* anchor, int size, cons
 tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
   int stages = p->pp, micro = p->n_micro, shown = micro;
   if ((long)stages * micro > MAX_SLOTS) shown = MAX_SLOTS / stages > 0 ? MAX_SLOTS / stages : 1;
-  tl_pp_span* spans = malloc(sizeof(tl_pp_span) * 2 * (size_t)stages * (size_t)shown);
+  tl_pp_span* spans = malloc(sizeof(tl_pp_span) * 3 * (size_t)stages * (size_t)shown);
   if (!spans) return TL_ERRF(TL_ERR_NOMEM, "out of memory drawing the schedule");
   int n = 0, ticks = 0;
   tl_status st = tl_pp_schedule_timeline(p->schedule, stages, shown, spans, &n, &ticks);
@@ -42,12 +42,22 @@ tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
           width, height);
   char buf[256];
   text(f, 10, 24, "start", 16, title);
-  snprintf(buf, sizeof buf,
-           "%s schedule, %d stage%s x %d micro-batch%s%s: forward = 1 tick, backward = 2; bubble "
-           "(p-1)/(m+p-1) = %.1f%%",
-           p->schedule == TL_SCHEDULE_GPIPE ? "GPipe" : "1F1B", stages, stages == 1 ? "" : "s",
-           micro, micro == 1 ? "" : "es", shown < micro ? " (first ones drawn)" : "",
-           100.0 * (stages - 1) / (micro + stages - 1));
+  const bool zb = p->schedule == TL_SCHEDULE_ZERO_BUBBLE;
+  if (zb)
+    snprintf(buf, sizeof buf,
+             "zero-bubble schedule, %d stage%s x %d micro-batch%s%s: forward, input-gradient "
+             "backward (B), weight pass (W) = 1 tick each; bubble %.1f%% (1F1B's "
+             "(p-1)/(m+p-1) = %.1f%%)",
+             stages, stages == 1 ? "" : "s", micro, micro == 1 ? "" : "es",
+             shown < micro ? " (first ones drawn)" : "", 100.0 * (1.0 - 3.0 * shown / ticks),
+             100.0 * (stages - 1) / (micro + stages - 1));
+  else
+    snprintf(buf, sizeof buf,
+             "%s schedule, %d stage%s x %d micro-batch%s%s: forward = 1 tick, backward = 2; "
+             "bubble (p-1)/(m+p-1) = %.1f%%",
+             p->schedule == TL_SCHEDULE_GPIPE ? "GPipe" : "1F1B", stages, stages == 1 ? "" : "s",
+             micro, micro == 1 ? "" : "es", shown < micro ? " (first ones drawn)" : "",
+             100.0 * (stages - 1) / (micro + stages - 1));
   text(f, 10, 48, "start", 12, buf);
   /* 1. the schedule: a row per stage */
   for (int s = 0; s < stages; s++) {
@@ -64,16 +74,25 @@ tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
   }
   for (int k = 0; k < n; k++) {
     const tl_pp_span* sp = &spans[k];
-    int fwd = sp->op == TL_PP_FORWARD;
+    int fwd = sp->op == TL_PP_FORWARD, wgt = sp->op == TL_PP_WEIGHT;
     double x = LEFT + sp->start * scale, w = (sp->end - sp->start) * scale;
     double y = top + sp->stage * ROW + 2;
     fprintf(f,
             "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
             "stroke=\"white\" stroke-width=\"0.5\"><title>%s %d, stage %d</title></rect>\n",
-            fwd ? "fwd" : "bwd", x, y, w, ROW - 4, fwd ? "#4e79a7" : "#59a14f",
-            fwd ? "forward" : "backward", sp->micro, sp->stage);
+            fwd   ? "fwd"
+            : wgt ? "wgt"
+                  : "bwd",
+            x, y, w, ROW - 4,
+            fwd   ? "#4e79a7"
+            : wgt ? "#f28e2b"
+                  : "#59a14f",
+            fwd   ? "forward"
+            : wgt ? "weight pass"
+                  : "backward",
+            sp->micro, sp->stage);
     if (w >= 16) {
-      snprintf(buf, sizeof buf, "%c%d", fwd ? 'F' : 'B', sp->micro);
+      snprintf(buf, sizeof buf, "%c%d", fwd ? 'F' : wgt ? 'W' : 'B', sp->micro);
       fprintf(f,
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\" "
               "fill=\"white\">%s</text>\n",

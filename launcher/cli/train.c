@@ -174,7 +174,7 @@ static void describe(const struct run* r) {
       c->train.steps, c->train.steps == 1 ? "" : "s", c->train.batch_size, c->train.seq_len, ranks,
       ranks == 1 ? "" : "s", c->mesh.dp, c->mesh.tp,
       c->mesh.tp > 1 && c->parallel.sequence_parallel ? " sequence-parallel" : "", c->mesh.pp,
-      c->schedule.kind == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b", c->schedule.micro_batches,
+      tl_schedule_kind_name(c->schedule.kind), c->schedule.micro_batches,
       c->schedule.micro_batches == 1 ? "" : "es");
   printf("device: %s, %d CPU thread%s per rank; lr %g\n",
          c->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu", tl_cpu_num_threads(),

@@ -28,8 +28,7 @@ static double now_us(void) {
   return (double)tl_time_ns() * 1e-3;
 }
 
-static void trace_span_to(tl_trainer* t, const char* name, int micro, double start_us,
-                          double end) {
+static void trace_span_to(tl_trainer* t, const char* name, int micro, double start_us, double end) {
   if (!t->trace) return;
   fprintf(t->trace,
           "{\"name\": \"%s %d\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.1f, \"dur\": %.1f, "
@@ -106,7 +105,8 @@ static tl_status build_layout(tl_trainer* t, int s) {
     late[v] = tl_pp_stage_shares(st, v) || (p && p->partial && t->tp_size > 1) ||
               (t->zero >= 2 && tl_dp_readers(t->graph, st->node_begin, st->node_end, v) > 1);
   }
-  tl_status r = tl_dp_layout_build_late(t->graph, st->node_begin, st->node_end, late, &t->layouts[s]);
+  tl_status r =
+      tl_dp_layout_build_late(t->graph, st->node_begin, st->node_end, late, &t->layouts[s]);
   free(late);
   return r;
 }
@@ -130,8 +130,8 @@ static tl_status create_optimizer(tl_trainer* t) {
     tl_dp_buckets_pieces(t->buckets, pieces);
   else
     for (int i = 0; i < n; i++)
-      pieces[i] = (struct tl_dp_piece){i, l->segments[i].offset, l->segments[i].n,
-                                       l->segments[i].offset};
+      pieces[i] =
+          (struct tl_dp_piece){i, l->segments[i].offset, l->segments[i].n, l->segments[i].offset};
   for (int i = 0; i < n; i++) {
     const tl_dp_segment* s = &l->segments[pieces[i].segment];
     segs[i] = (struct tl_optim_segment){
@@ -147,8 +147,8 @@ static tl_status create_optimizer(tl_trainer* t) {
   int64_t grad_n = t->zero >= 2 ? tl_dp_buckets_shard_n(t->buckets) : l->n;
   int64_t state_n = t->buckets ? tl_dp_buckets_shard_n(t->buckets) : l->n;
   tl_buffer* params = t->zero == 3 ? tl_dp_buckets_shard_params(t->buckets) : t->params;
-  tl_status st = tl_optim_create(t->be, &t->cfg.train, params, grads, grad_n, segs, n, state_n,
-                                 &t->optim);
+  tl_status st =
+      tl_optim_create(t->be, &t->cfg.train, params, grads, grad_n, segs, n, state_n, &t->optim);
   free(pieces);
   free(segs);
   return st;
@@ -227,9 +227,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     TL_CHECK_GOTO(tl_tokens_open(cfg->data.val, t->model.vocab, &t->val_file), st, fail);
   /* the graph of one micro-batch, cut into stages */
   TL_CHECK_GOTO(tl_tp_build(&t->model, t->micro, tc->seq_len, t->tp_size, t->tp_rank,
-                            cfg->parallel.sequence_parallel, cfg->parallel.recompute, &t->graph,
-                            &t->io, &t->shard,
-                            &t->full),
+                            cfg->parallel.sequence_parallel, cfg->parallel.recompute,
+                            cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE, &t->graph, &t->io,
+                            &t->shard, &t->full),
                 st, fail);
   t->stages = calloc((size_t)t->pp_size, sizeof(tl_pp_stage));
   if (!t->stages) {
@@ -246,8 +246,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     goto fail;
   }
   t->zero = cfg->parallel.zero;
-  for (int s = 0; s < t->pp_size; s++)
-    TL_CHECK_GOTO(build_layout(t, s), st, fail);
+  for (int s = 0; s < t->pp_size; s++) TL_CHECK_GOTO(build_layout(t, s), st, fail);
   t->lay = &t->layouts[t->pp_rank];
   TL_CHECK_GOTO(tl_pp_schedule_build(cfg->schedule.kind, t->pp_size, t->pp_rank,
                                      cfg->schedule.micro_batches, &t->sched),
@@ -298,8 +297,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     }
   }
   if (t->zero == 3) /* the parameters: ZeRO-3's unit slots and shard */
-    t->param_bytes =
-        (int64_t)(t->params->bytes + tl_dp_buckets_shard_params(t->buckets)->bytes);
+    t->param_bytes = (int64_t)(t->params->bytes + tl_dp_buckets_shard_params(t->buckets)->bytes);
   if (cfg->parallel.deterministic) {
     if (t->tp_size > 1 || !t->be->ops->fixed_add) {
       st = TL_ERRF(TL_ERR_CONFIG,
@@ -365,13 +363,13 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                 t->tp_rank, t->tp_size, t->shard.sp ? " (sequence parallel)" : "",
                 t->shard.n_local / 1e6, t->model.n_params / 1e6);
   if (t->zero > 0 && t->dp_size > 1)
-    TL_LOG_INFO("ZeRO-%d: data-parallel rank %d of %d updates %.2fM of its stage's %.2fM "
-                "parameters%s",
-                t->zero, t->dp_rank, t->dp_size, tl_dp_buckets_shard_n(t->buckets) / 1e6,
-                t->lay->n / 1e6,
-                t->zero == 3   ? ", holding only their parameters and gradients"
-                : t->zero == 2 ? " and holds only their gradients"
-                               : "");
+    TL_LOG_INFO(
+        "ZeRO-%d: data-parallel rank %d of %d updates %.2fM of its stage's %.2fM "
+        "parameters%s",
+        t->zero, t->dp_rank, t->dp_size, tl_dp_buckets_shard_n(t->buckets) / 1e6, t->lay->n / 1e6,
+        t->zero == 3   ? ", holding only their parameters and gradients"
+        : t->zero == 2 ? " and holds only their gradients"
+                       : "");
   if (t->pp_size > 1)
     TL_LOG_INFO("pipeline stage %d of %d: layers %d-%d (%d of %d), %.2fM parameters", t->pp_rank,
                 t->pp_size, t->me->layer_begin, t->me->layer_end - 1,
@@ -480,14 +478,25 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
       continue;
     }
     /* the last micro-batch's backward starts the buckets' reductions;
-     * ZeRO-2 streams every backward's gradients into its shard */
-    int hook = t->buckets && (t->zero >= 2 || (task.micro == m - 1 && t->dp_size > 1));
+     * ZeRO-2 streams every backward's gradients into its shard (a split
+     * backward: its weight pass, where the gradients become final) */
+    const bool split = t->graph->weight_begin > 0;
+    int hook = t->buckets && (t->zero >= 2 || (task.micro == m - 1 && t->dp_size > 1)) &&
+               (!split || task.op == TL_PP_WEIGHT);
     if (hook) tl_exec_set_backward_hook(task.exec, bucket_hook, t);
+    if (task.op == TL_PP_WEIGHT) {
+      tl_status st = tl_exec_backward_weight(task.exec, me->node_begin, me->node_end);
+      tl_exec_set_backward_hook(task.exec, NULL, NULL);
+      TL_CHECK(st);
+      trace_span(t, "weight", task.micro, t0);
+      continue;
+    }
     float s = scale;
     if (task.micro == m - 1 && t->dp_rank == t->dp_size - 1 && in_job(t) &&
         tl_fault_on(TL_FAULT_MICRO_BATCH_DROPPED))
       s = 0.0f; /* a deliberate bug (core/env.h) */
-    tl_status st = tl_exec_backward(task.exec, me->node_begin, me->node_end, s);
+    tl_status st = split ? tl_exec_backward_input(task.exec, me->node_begin, me->node_end, s)
+                         : tl_exec_backward(task.exec, me->node_begin, me->node_end, s);
     tl_exec_set_backward_hook(task.exec, NULL, NULL);
     TL_CHECK(st);
     if (is_last_stage(t))
@@ -516,8 +525,8 @@ static tl_status sync_tied(tl_trainer* t) {
   if (!t->shared) return TL_OK;
   double t0 = now_us();
   if (t->grad_acc)
-    TL_CHECK(tl_pp_sync_shared(t->me, t->shared, t->graph, t->grad_acc->data, TL_I64,
-                               t->lay->offset));
+    TL_CHECK(
+        tl_pp_sync_shared(t->me, t->shared, t->graph, t->grad_acc->data, TL_I64, t->lay->offset));
   else
     TL_CHECK(
         tl_pp_sync_shared(t->me, t->shared, t->graph, t->grads->data, TL_F32, grad_offsets(t)));
@@ -544,8 +553,8 @@ static tl_status sum_exact(tl_trainer* t) {
   double t0 = now_us();
   int64_t* acc = t->grad_acc->data;
   if (t->comm.dp && t->dp_size > 1)
-    TL_CHECK(tl_group_all_reduce(t->comm.dp, acc, acc, (size_t)t->lay->n, TL_I64, TL_REDUCE_SUM,
-                                 NULL));
+    TL_CHECK(
+        tl_group_all_reduce(t->comm.dp, acc, acc, (size_t)t->lay->n, TL_I64, TL_REDUCE_SUM, NULL));
   TL_CHECK(sync_tied(t));
   TL_CHECK(t->be->ops->fixed_to_float(t->be->ctx, t->grads->data, acc, t->lay->n));
   trace_span(t, "dp_allreduce", 0, t0);
@@ -567,7 +576,8 @@ static tl_status norm_exact(tl_trainer* t, double* sumsq) {
     if (!all) return TL_ERRF(TL_ERR_NOMEM, "out of memory for the gradient norm");
     tl_status st = tl_group_all_gather(g, words, all, 2 * (size_t)n, TL_I64, NULL);
     for (int r = 0; r < n && st == TL_OK; r++)
-      total += (__int128)(((unsigned __int128)(uint64_t)all[2 * r] << 64) | (uint64_t)all[2 * r + 1]);
+      total +=
+          (__int128)(((unsigned __int128)(uint64_t)all[2 * r] << 64) | (uint64_t)all[2 * r + 1]);
     free(all);
     TL_CHECK(st);
   }
@@ -675,8 +685,8 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
   tl_loader l;
   TL_CHECK(tl_loader_init(&l, &t->val_file, t->cfg.train.batch_size, t->cfg.train.seq_len, 0));
   tl_pp_schedule fwd;
-  TL_CHECK(tl_pp_schedule_build_forward(t->pp_size, t->pp_rank, t->cfg.schedule.micro_batches,
-                                        &fwd));
+  TL_CHECK(
+      tl_pp_schedule_build_forward(t->pp_size, t->pp_rank, t->cfg.schedule.micro_batches, &fwd));
   double sum = 0.0;
   int batches = t->cfg.train.val_batches > 0 ? t->cfg.train.val_batches : 1;
   tl_status st = t->buckets ? tl_dp_buckets_begin_step(t->buckets) : TL_OK;

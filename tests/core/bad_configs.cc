@@ -131,7 +131,10 @@ const std::vector<BadConfig>& BadConfigs() {
        "recomputes attention"},
       {"InterleavedNotImplementedYet", R"({"schedule": {"kind": "interleaved"}})",
        "schedule.kind = \"interleaved\": the interleaved schedule is not implemented yet; "
-       "expected \"gpipe\" or \"1f1b\""},
+       "expected \"gpipe\", \"1f1b\" or \"zero_bubble\""},
+      {"ZeroBubbleWithZero2",
+       R"({"mesh": {"dp": 2, "pp": 2}, "schedule": {"kind": "zero_bubble"}, "parallel": {"zero": 2}})",
+       "schedule.kind = \"zero_bubble\" with parallel.zero = 2: ZeRO-2 and 3 stream gradients"},
       {"ValidationNeedsValidationData", R"({"train": {"val_every": 10}})",
        "train.val_every = 10: needs data.val"},
       {"GptFieldInAnMlpConfig", R"({"model": {"kind": "mlp", "n_heads": 8}})",

@@ -294,7 +294,7 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
             struct tl_model_io io;
             tl_tp_shard sh;
             ASSERT_EQ(
-                tl_tp_build(&whole, b, x.s, tp, 0, sp, (tl_recompute)rc, &g, &io, &sh, nullptr),
+                tl_tp_build(&whole, b, x.s, tp, 0, sp, (tl_recompute)rc, false, &g, &io, &sh, nullptr),
                 TL_OK)
                 << tl_last_error();
             for (int pp : {1, 2, 3, 4}) {

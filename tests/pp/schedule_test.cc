@@ -1,9 +1,11 @@
 // Pipeline schedules: shapes of the lists, in-flight counts, no deadlock,
-// and the bubble of the simulation against (p - 1) / (m + p - 1).
+// and the bubble of the simulation against (p - 1) / (m + p - 1) and, for
+// zero-bubble, against 1F1B's and Qi et al.'s (p - 1)(F + B - W).
 #include "pp/schedule.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace {
@@ -11,7 +13,7 @@ namespace {
 std::string Ops(tl_schedule_kind kind, int p, int s, int m) {
   tl_pp_schedule sc;
   EXPECT_EQ(tl_pp_schedule_build(kind, p, s, m, &sc), TL_OK);
-  char buf[512] = {0};
+  char buf[1024] = {0};
   FILE* f = fmemopen(buf, sizeof buf, "w");
   tl_pp_schedule_print(&sc, f, 0);
   fclose(f);
@@ -63,6 +65,59 @@ TEST(Schedule, BothAreDeadlockFreeAndMatchTheBubbleFormula) {
         double bubble = 1.0 - 3.0 * m / ticks;
         EXPECT_NEAR(bubble, (p - 1.0) / (m + p - 1.0), 1e-9) << "p=" << p << " m=" << m;
       }
+}
+
+TEST(Schedule, ZeroBubbleFillsTheBubbleWithWeightPasses) {
+  // stage 0 warms up as 1F1B does, then Ws wait for moments without a B or
+  // an F; the last stage defers its first Ws into its wait for stage 0
+  EXPECT_EQ(Ops(TL_SCHEDULE_ZERO_BUBBLE, 4, 0, 6),
+            "F0 F1 F2 F3 B0 W0 B1 F4 B2 W1 B3 F5 W2 W3 B4 W4 B5 W5\n");
+  EXPECT_EQ(Ops(TL_SCHEDULE_ZERO_BUBBLE, 4, 3, 6),
+            "F0 B0 F1 B1 F2 B2 F3 B3 W0 W1 F4 B4 W2 W3 F5 B5 W4 W5\n");
+  for (int p = 1; p <= 8; p++)
+    for (int m = 1; m <= 16; m++) {
+      int zb = 0, one = 0;
+      ASSERT_EQ(tl_pp_schedule_check(TL_SCHEDULE_ZERO_BUBBLE, p, m, &zb), TL_OK) << tl_last_error();
+      ASSERT_EQ(tl_pp_schedule_check(TL_SCHEDULE_1F1B, p, m, &one), TL_OK);
+      // in ticks of F = B = W = 1 (1F1B's backward is B + W): 1F1B idles
+      // 3(p - 1); zero-bubble between Qi et al.'s p - 1 and 2(p - 1)
+      int bubble = zb - 3 * m;
+      EXPECT_EQ(one - 3 * m, 3 * (p - 1));
+      EXPECT_GE(bubble, p - 1) << "p=" << p << " m=" << m;
+      EXPECT_LE(bubble, 2 * (p - 1)) << "p=" << p << " m=" << m;
+      if (p > 1) {
+        EXPECT_LT(bubble, one - 3 * m);
+      }
+      for (int s = 0; s < p; s++) {
+        tl_pp_schedule z;
+        ASSERT_EQ(tl_pp_schedule_build(TL_SCHEDULE_ZERO_BUBBLE, p, s, m, &z), TL_OK);
+        // a micro-batch is held from its F to its W: never more than 1F1B's
+        // first stage holds, and each W after its B
+        int held = 0, most = 0, fwd = 0, bwd = 0, wgt = 0;
+        for (int k = 0; k < z.n; k++) {
+          tl_pp_op op = z.instr[k].op;
+          int i = z.instr[k].micro;
+          if (op == TL_PP_FORWARD) {
+            EXPECT_EQ(i, fwd++);
+          }
+          if (op == TL_PP_BACKWARD) {
+            EXPECT_EQ(i, bwd++);
+          }
+          if (op == TL_PP_WEIGHT) {
+            EXPECT_EQ(i, wgt++);
+            EXPECT_LE(wgt, bwd);
+          }
+          held += op == TL_PP_FORWARD;
+          held -= op == TL_PP_WEIGHT;
+          most = held > most ? held : most;
+        }
+        EXPECT_EQ(wgt, m);
+        EXPECT_EQ(most, z.max_in_flight);
+        EXPECT_EQ(most, tl_pp_schedule_in_flight(TL_SCHEDULE_ZERO_BUBBLE, p, s, m));
+        EXPECT_LE(most, std::min(p, m));
+        tl_pp_schedule_free(&z);
+      }
+    }
 }
 
 TEST(Schedule, InterleavedIsRefusedWithAMessage) {

@@ -127,7 +127,8 @@ struct Sharded {
   tl_model_io io;
   tl_tp_shard sh = {};
   Sharded(const tl_model& m, bool sp) {
-    EXPECT_EQ(tl_tp_build(&m, kB, kT, Size(), Rank(), sp, TL_RECOMPUTE_NONE, &g, &io, &sh, nullptr), TL_OK)
+    EXPECT_EQ(tl_tp_build(&m, kB, kT, Size(), Rank(), sp, TL_RECOMPUTE_NONE, false, &g, &io, &sh,
+                          nullptr), TL_OK)
         << tl_last_error();
   }
   ~Sharded() {
