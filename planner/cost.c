@@ -110,11 +110,12 @@ static int gcd(int a, int b) {
 /* Rank 0's graphs of one and two blocks at tensor-parallel degree tp,
  * recomputing as rc says. */
 static tl_status shard_build(const struct tl_model_config* full, int seq, int tp, bool sp,
-                             tl_recompute rc, struct tl_cost_shard* out) {
+                             tl_recompute rc, bool split, struct tl_cost_shard* out) {
   memset(out, 0, sizeof *out);
   out->tp = tp;
   out->sp = sp;
   out->recompute = rc;
+  out->split = split;
   out->from_graph = true;
   /* sequence parallelism splits a micro-batch's token rows over the group:
    * the smallest micro-batch whose rows divide, then per sequence */
@@ -131,7 +132,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
     tl_graph* g = NULL;
     struct tl_model_io io;
     /* rank 0's graph, as the trainer builds it (tp/tp.h) */
-    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, rc, false, &g, &io, &sh, NULL);
+    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, rc, split, &g, &io, &sh, NULL);
     if (st == TL_OK) {
       /* the last n blocks, with the embedding and / or the head */
       const int lb = io.layer_begin[0], le = io.layer_begin[n], nf = g->n_forward;
@@ -379,13 +380,16 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
   tl_graph_destroy(fwd);
   tl_tp_shard_free(&sh);
 
-  /* 4. per device, for every tensor-parallel degree a mesh may use and
-   * every recomputation (shards[0 .. 3) are tp = 1, by mode) */
-  for (int t = 1; t <= mc->n_heads && out->n_shards + 3 <= TL_COST_MAX_SHARDS; t++) {
+  /* 4. per device, for every tensor-parallel degree a mesh may use,
+   * every recomputation and both backwards (shards[0 .. 3) are tp = 1,
+   * one pass, by mode; shards[3 .. 6) the same split) */
+  for (int t = 1; t <= mc->n_heads && out->n_shards + 6 <= TL_COST_MAX_SHARDS; t++) {
     if (mc->n_heads % t || m.padded_vocab % t) continue;
-    for (int sp = 0; sp <= (t > 1) && out->n_shards + 3 <= TL_COST_MAX_SHARDS; sp++)
-      for (int rc = TL_RECOMPUTE_NONE; rc <= TL_RECOMPUTE_FULL; rc++)
-        TL_CHECK(shard_build(&full, seq, t, sp, (tl_recompute)rc, &out->shards[out->n_shards++]));
+    for (int sp = 0; sp <= (t > 1) && out->n_shards + 6 <= TL_COST_MAX_SHARDS; sp++)
+      for (int split = 0; split <= 1; split++)
+        for (int rc = TL_RECOMPUTE_NONE; rc <= TL_RECOMPUTE_FULL; rc++)
+          TL_CHECK(shard_build(&full, seq, t, sp, (tl_recompute)rc, split,
+                               &out->shards[out->n_shards++]));
   }
   for (int rc = 0; rc < 3; rc++)
     out->layer_recompute_flops[rc] = out->shards[rc].layer_flops - out->shards[0].layer_flops;
@@ -399,16 +403,18 @@ bool tl_cost_has_shard(const tl_cost_model* cm, int tp) {
 }
 
 const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bool sp,
-                                             tl_recompute rc, struct tl_cost_shard* tmp) {
+                                             tl_recompute rc, bool split,
+                                             struct tl_cost_shard* tmp) {
   sp = sp && tp > 1 && cm->kind != TL_MODEL_MLP; /* an MLP has no sequence */
-  if (cm->kind == TL_MODEL_MLP) rc = TL_RECOMPUTE_NONE;
+  if (cm->kind == TL_MODEL_MLP) rc = TL_RECOMPUTE_NONE, split = false;
   for (int i = 0; i < cm->n_shards; i++)
-    if (cm->shards[i].tp == tp && cm->shards[i].sp == sp && cm->shards[i].recompute == rc)
+    if (cm->shards[i].tp == tp && cm->shards[i].sp == sp && cm->shards[i].recompute == rc &&
+        cm->shards[i].split == split)
       return &cm->shards[i];
   /* no layout for tp: scale tp = 1 (parameters and FLOPs by 1/t, the
    * activations' sharded part by 1/t, and everything by 1/t with sequence
    * parallelism) */
-  *tmp = cm->shards[cm->kind == TL_MODEL_MLP ? 0 : rc];
+  *tmp = cm->shards[cm->kind == TL_MODEL_MLP ? 0 : rc + (split ? 3 : 0)];
   tmp->tp = tp;
   tmp->sp = sp;
   tmp->from_graph = false;
@@ -435,7 +441,7 @@ tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp,
     return TL_ERRF(TL_ERR_CONFIG, "mesh.pp=%d stages for a model of %d layers: need 1 to %d", pp,
                    cm->n_layers, cm->n_layers);
   struct tl_cost_shard tmp;
-  const struct tl_cost_shard* s = tl_cost_shard_of(cm, tp, sp, TL_RECOMPUTE_NONE, &tmp);
+  const struct tl_cost_shard* s = tl_cost_shard_of(cm, tp, sp, TL_RECOMPUTE_NONE, false, &tmp);
   /* the trainer's costs are b times these: FLOPs are whole numbers, so the
    * comparisons come out the same */
   double* cost = malloc(sizeof(double) * (size_t)cm->n_layers);
@@ -531,6 +537,19 @@ static double dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
   return passes * exposed + gather;
 }
 
+/* The bubble in micro-batch times (one micro-batch's forward and
+ * backward on the slowest stage): p - 1 for GPipe and 1F1B; zero-bubble's
+ * from pp's own simulation (ticks beyond 3m, a third of a micro-batch each). */
+static double bubble_micro_batches(const tl_plan* p) {
+  if (p->schedule != TL_SCHEDULE_ZERO_BUBBLE || p->pp <= 1) return p->pp - 1;
+  int ticks = 0;
+  if (tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p->pp, p->n_micro, &ticks) != TL_OK) {
+    tl_clear_error();
+    return p->pp - 1; /* cannot simulate it: priced as 1F1B */
+  }
+  return (ticks - 3.0 * p->n_micro) / 3.0;
+}
+
 /* Micro-batches whose activations stage s holds at once: pp's schedule's. */
 static int in_flight(const tl_plan* p, int s) {
   return tl_pp_schedule_in_flight(p->schedule, p->pp, s, p->n_micro);
@@ -575,8 +594,8 @@ static void mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, con
 void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
                           const int* layers, int stage, double* state, double* act) {
   struct tl_cost_shard tmp;
-  const struct tl_cost_shard* sh =
-      tl_cost_shard_of(cm, p->tp, p->sequence_parallel, p->recompute, &tmp);
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, p->tp, p->sequence_parallel, p->recompute,
+                                                    p->schedule == TL_SCHEDULE_ZERO_BUBBLE, &tmp);
   if (cm->kind == TL_MODEL_MLP) {
     if (!tl_cost_has_shard(cm, p->tp)) { /* no such split: nothing fits */
       *state = *act = HUGE_VAL;
@@ -603,7 +622,7 @@ static void mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype 
   const double act_bytes = tl_dtype_size(dtype);
   const int dpn = c->devices_per_node, L = cm->n_layers;
   struct tl_cost_shard tmp;
-  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, false, TL_RECOMPUTE_NONE, &tmp);
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, false, TL_RECOMPUTE_NONE, false, &tmp);
   int cut[TL_MLP_MAX_LAYERS];
   if (!layers) {
     layers = cut;
@@ -679,8 +698,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   const int L = cm->n_layers;
   const double bsh = (double)b * cm->layer_input; /* (b, s, h) elements */
   struct tl_cost_shard tmp;
-  const struct tl_cost_shard* sh =
-      tl_cost_shard_of(cm, t, p->sequence_parallel, p->recompute, &tmp);
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, p->sequence_parallel, p->recompute,
+                                                    p->schedule == TL_SCHEDULE_ZERO_BUBBLE, &tmp);
   if (pp < 1 || pp > L) { /* no such mesh (the search rejects it first) */
     p->fits = p->runnable = false;
     p->t_step = HUGE_VAL;
@@ -754,7 +773,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* and once a step, the LayerNorm gradients summed over the group (packed) */
   if (sh->sp && t > 1) p->t_tp += tl_cost_all_reduce(c, ln_grads * 4.0, t, tp_link);
   p->t_pp = m * pp_comm;
-  p->t_bubble = (pp - 1) * micro;
+  p->t_bubble = bubble_micro_batches(p) * micro;
   p->t_dp = dp;
   p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
 

@@ -135,6 +135,7 @@ struct tl_cost_shard {
   int tp;
   bool sp;
   tl_recompute recompute; /* the graph's recomputation (tl_model_recompute) */
+  bool split;             /* its backward in two passes (zero-bubble: tl_graph_split_weight) */
   bool from_graph; /* read off rank 0's graph; false: scaled from tp = 1 */
   double layer_fwd_flops, layer_flops, embed_fwd_flops, embed_flops, head_fwd_flops, head_flops;
   double layer_recompute_flops; /* of layer_flops, the recomputation's copies */
@@ -148,7 +149,7 @@ static inline int tl_cost_range_index(int a, int b) { /* 0 <= a < b <= TL_MLP_MA
   return (b - 1) * b / 2 + a;
 }
 
-#define TL_COST_MAX_SHARDS 96
+#define TL_COST_MAX_SHARDS 192
 
 /* Per-sequence (micro-batch 1) costs of a GPT or an MLP at one sequence
  * length, read off its graph. FLOPs are executed FLOPs as the graph's nodes
@@ -192,10 +193,13 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
 bool tl_cost_has_shard(const tl_cost_model* cm, int tp);
 
 /* The per-device costs at tp (sequence parallelism only counts when
- * tp > 1) with recomputation `rc`: those read off the graph, else scaled
- * from tp = 1 into *tmp. An MLP's are without recomputation. */
+ * tp > 1) with recomputation `rc` and, with `split`, the backward in the
+ * zero-bubble schedule's two passes: those read off the graph, else scaled
+ * from tp = 1 into *tmp. An MLP's are of one-pass graphs without
+ * recomputation. */
 const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bool sp,
-                                             tl_recompute rc, struct tl_cost_shard* tmp);
+                                             tl_recompute rc, bool split,
+                                             struct tl_cost_shard* tmp);
 
 /* Layers per stage (layers[0 .. pp)) as the trainer cuts the graph of a
  * rank at tp (pp/stage.c's tl_pp_partition without layers given):

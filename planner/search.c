@@ -73,13 +73,18 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
       out->rejected[TL_REJECT_SP_TOKENS]++;
       continue;
     }
-    for (int sk = TL_SCHEDULE_GPIPE; sk <= TL_SCHEDULE_1F1B; sk++) {
-      if (!fixed_ok(o->fix_schedule, sk)) continue;
-      /* one stage: the two schedules are the same run; keep 1F1B */
-      if (pp == 1 && sk == TL_SCHEDULE_GPIPE && o->fix_schedule < 0) continue;
+    for (int sk = TL_SCHEDULE_GPIPE; sk <= TL_SCHEDULE_ZERO_BUBBLE; sk++) {
+      if (sk == TL_SCHEDULE_INTERLEAVED || !fixed_ok(o->fix_schedule, sk)) continue;
+      /* one stage: the schedules are the same run; keep 1F1B */
+      if (pp == 1 && sk != TL_SCHEDULE_1F1B && o->fix_schedule < 0) continue;
+      /* zero-bubble is priced for the GPT (an MLP's graphs are one-pass) */
+      if (sk == TL_SCHEDULE_ZERO_BUBBLE && (cm->kind == TL_MODEL_MLP || pp > TL_MAX_STAGES))
+        continue;
       for (int zero = 0; zero <= 3; zero++) {
         if (!fixed_ok(o->fix_zero, zero)) continue;
         if (dp == 1 && zero > 0 && o->fix_zero < 0) continue; /* nothing to shard over */
+        /* the trainer runs zero-bubble with ZeRO 0 and 1 */
+        if (sk == TL_SCHEDULE_ZERO_BUBBLE && zero >= 2) continue;
         /* an MLP is priced without recomputation */
         for (int rc = 0; rc <= (cm->kind != TL_MODEL_MLP ? TL_RECOMPUTE_FULL : 0); rc++) {
           if (!fixed_ok(o->fix_recompute, rc)) continue;

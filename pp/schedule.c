@@ -24,7 +24,7 @@ static void backward(tl_pp_schedule* s, int i) {
 /* Zero-bubble: every stage's list at once, from the greedy simulation
  * schedule.h describes (F, B, W one tick each). all[0 .. n_stages) are
  * filled (instr allocated by the caller, room for 7 * n_micro each). */
-static void zero_bubble_lists(int p, int m, tl_pp_schedule* all, int* fdone, int* bdone) {
+static int zero_bubble_lists(int p, int m, tl_pp_schedule* all, int* fdone, int* bdone) {
   /* fdone/bdone[s * m + i]: when F / B of micro-batch i ends on stage s (-1: not yet) */
   for (int i = 0; i < p * m; i++) fdone[i] = bdone[i] = -1;
   int nf[TL_MAX_STAGES] = {0}, nb[TL_MAX_STAGES] = {0}, nw[TL_MAX_STAGES] = {0};
@@ -53,24 +53,21 @@ static void zero_bubble_lists(int p, int m, tl_pp_schedule* all, int* fdone, int
       left--;
     }
   }
+  int end = 0; /* the simulation's length: the last pass's end */
+  for (int s = 0; s < p; s++)
+    if (busy[s] > end) end = busy[s];
+  return end;
 }
 
-/* Zero-bubble's list of one stage, and each stage's most micro-batches
- * held (the last (p, m) asked for is kept: the planner asks per stage). */
-static tl_status zero_bubble_stage(int p, int m, int stage, tl_pp_schedule* out, int* held) {
-  static int cache_p, cache_m, cache_held[TL_MAX_STAGES];
+/* Every stage's zero-bubble list into all[0 .. p) (zeroed by the caller),
+ * each with its most micro-batches held. */
+static tl_status zero_bubble_all(int p, int m, tl_pp_schedule* all, int* ticks) {
   if (p > TL_MAX_STAGES)
     return TL_ERRF(TL_ERR_UNSUPPORTED, "a zero-bubble schedule of %d stages; at most %d", p,
                    TL_MAX_STAGES);
-  if (!out && cache_p == p && cache_m == m) {
-    *held = cache_held[stage];
-    return TL_OK;
-  }
-  tl_pp_schedule* all = calloc((size_t)p, sizeof *all);
   int* fdone = malloc(sizeof(int) * (size_t)p * (size_t)m);
   int* bdone = malloc(sizeof(int) * (size_t)p * (size_t)m);
-  tl_status st =
-      all && fdone && bdone ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
+  tl_status st = fdone && bdone ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
   for (int s = 0; s < p && st == TL_OK; s++) {
     all[s] =
         (tl_pp_schedule){.kind = TL_SCHEDULE_ZERO_BUBBLE, .n_stages = p, .stage = s, .n_micro = m};
@@ -78,7 +75,7 @@ static tl_status zero_bubble_stage(int p, int m, int stage, tl_pp_schedule* out,
     if (!all[s].instr) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
   }
   if (st == TL_OK) {
-    zero_bubble_lists(p, m, all, fdone, bdone);
+    *ticks = zero_bubble_lists(p, m, all, fdone, bdone);
     for (int s = 0; s < p; s++) {
       int h = 0, most = 0;
       for (int k = 0; k < all[s].n; k++) {
@@ -86,17 +83,41 @@ static tl_status zero_bubble_stage(int p, int m, int stage, tl_pp_schedule* out,
         h -= all[s].instr[k].op == TL_PP_WEIGHT;
         if (h > most) most = h;
       }
-      all[s].max_in_flight = cache_held[s] = most;
+      all[s].max_in_flight = most;
     }
+  } else {
+    for (int s = 0; s < p; s++) tl_pp_schedule_free(&all[s]);
+  }
+  free(fdone), free(bdone);
+  return st;
+}
+
+/* Zero-bubble's list of one stage (out may be NULL), and its most
+ * micro-batches held (every stage's of the last (p, m) are kept: the
+ * planner asks stage after stage). */
+static tl_status zero_bubble_stage(int p, int m, int stage, tl_pp_schedule* out, int* held,
+                                   int* ticks) {
+  static int cache_p, cache_m, cache_ticks, cache_held[TL_MAX_STAGES];
+  if (!out && cache_p == p && cache_m == m) {
+    *held = cache_held[stage];
+    *ticks = cache_ticks;
+    return TL_OK;
+  }
+  tl_pp_schedule* all = calloc((size_t)p, sizeof *all);
+  if (!all) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
+  tl_status st = zero_bubble_all(p, m, all, &cache_ticks);
+  if (st == TL_OK) {
+    for (int s = 0; s < p; s++) cache_held[s] = all[s].max_in_flight;
     cache_p = p, cache_m = m;
     *held = cache_held[stage];
+    *ticks = cache_ticks;
     if (out) {
       *out = all[stage];
       all[stage].instr = NULL;
     }
+    for (int s = 0; s < p; s++) free(all[s].instr);
   }
-  for (int s = 0; all && s < p; s++) free(all[s].instr);
-  free(all), free(fdone), free(bdone);
+  free(all);
   return st;
 }
 
@@ -107,8 +128,8 @@ tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, i
     return TL_ERRF(TL_ERR_INVALID, "schedule of stage %d of %d for %d micro-batches", stage,
                    n_stages, n_micro);
   if (kind == TL_SCHEDULE_ZERO_BUBBLE) {
-    int held;
-    return zero_bubble_stage(n_stages, n_micro, stage, s, &held);
+    int held, ticks;
+    return zero_bubble_stage(n_stages, n_micro, stage, s, &held, &ticks);
   }
   if (kind != TL_SCHEDULE_GPIPE && kind != TL_SCHEDULE_1F1B)
     return TL_ERRF(TL_ERR_UNSUPPORTED,
@@ -142,15 +163,30 @@ tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, i
 int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int n_micro) {
   if (kind == TL_SCHEDULE_GPIPE) return n_micro;
   if (kind == TL_SCHEDULE_ZERO_BUBBLE) {
-    int held = n_stages < n_micro ? n_stages : n_micro; /* its bound, if it cannot simulate */
+    int held = n_stages < n_micro ? n_stages : n_micro,
+        ticks; /* its bound, if it cannot simulate */
     if (n_stages >= 1 && n_micro >= 1 && stage >= 0 && stage < n_stages &&
-        zero_bubble_stage(n_stages, n_micro, stage, NULL, &held) != TL_OK)
+        zero_bubble_stage(n_stages, n_micro, stage, NULL, &held, &ticks) != TL_OK)
       tl_clear_error();
     return held;
   }
   /* warm-up forwards, then one more before the first backward */
   int warmup = n_stages - stage - 1 < n_micro ? n_stages - stage - 1 : n_micro;
   return warmup + 1 < n_micro ? warmup + 1 : n_micro;
+}
+
+tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks) {
+  if (n_stages < 1 || n_micro < 1)
+    return TL_ERRF(TL_ERR_INVALID, "a schedule of %d stages for %d micro-batches", n_stages,
+                   n_micro);
+  if (kind == TL_SCHEDULE_GPIPE || kind == TL_SCHEDULE_1F1B) {
+    *ticks = 3 * (n_micro + n_stages - 1);
+    return TL_OK;
+  }
+  if (kind != TL_SCHEDULE_ZERO_BUBBLE)
+    return TL_ERRF(TL_ERR_UNSUPPORTED, "the interleaved schedule is not implemented yet");
+  int held;
+  return zero_bubble_stage(n_stages, n_micro, 0, NULL, &held, ticks);
 }
 
 tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_pp_schedule* s) {
@@ -222,8 +258,12 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_p
     goto done;
   }
   for (int i = 0; i < n_stages * n_micro; i++) act_ready[i] = grad_ready[i] = -1;
-  for (int p = 0; p < n_stages && st == TL_OK; p++)
-    st = tl_pp_schedule_build(kind, n_stages, p, n_micro, &s[p]);
+  int zb_ticks;
+  if (kind == TL_SCHEDULE_ZERO_BUBBLE && n_stages >= 1 && n_micro >= 1)
+    st = zero_bubble_all(n_stages, n_micro, s, &zb_ticks); /* all at once: one simulation */
+  else
+    for (int p = 0; p < n_stages && st == TL_OK; p++)
+      st = tl_pp_schedule_build(kind, n_stages, p, n_micro, &s[p]);
   if (st != TL_OK) goto done;
   int now = 0, remaining = 0;
   for (int p = 0; p < n_stages; p++) remaining += s[p].n;

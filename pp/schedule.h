@@ -83,6 +83,12 @@ tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_
  * bubble = 1 - 3m / ticks). */
 tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks);
 
+/* The length of tl_pp_schedule_check's simulation, without checking:
+ * 3(m + p - 1) for GPipe and 1F1B, zero-bubble's from the simulation that
+ * made its lists (the last (p, m) asked for is kept) — what the planner
+ * prices the bubble with. */
+tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks);
+
 /* One forward, backward or weight pass of the simulation: stage, op
  * (TL_PP_FORWARD, TL_PP_BACKWARD or TL_PP_WEIGHT), micro-batch, and its
  * ticks [start, end). */

@@ -344,9 +344,12 @@ int tl_cli_plan(int argc, char** argv) {
   o.trainer_only = c.device == TL_DEVICE_CPU;
   o.dp_bucket_mb = cfg.parallel.bucket_mb;
   if (fix[0] && !parse_fix(fix, &o)) return 2;
-  if (cfg.model.kind == TL_MODEL_MLP && (o.fix_sp == 1 || o.fix_recompute > 0)) {
+  if (cfg.model.kind == TL_MODEL_MLP &&
+      (o.fix_sp == 1 || o.fix_recompute > 0 || o.fix_schedule == TL_SCHEDULE_ZERO_BUBBLE)) {
     fprintf(stderr, "trellis plan: --fix %s: an MLP is planned without it (GPT only)\n",
-            o.fix_sp == 1 ? "sp=1" : "recompute");
+            o.fix_sp == 1         ? "sp=1"
+            : o.fix_recompute > 0 ? "recompute"
+                                  : "schedule=zero_bubble");
     return 2;
   }
 

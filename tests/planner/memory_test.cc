@@ -154,8 +154,8 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
   tl_cost_model cm;
   EXPECT_EQ(tl_cost_model_build(&c.model, c.train.seq_len, &cm), TL_OK) << tl_last_error();
   std::string what = std::string(kind == TL_MODEL_MLP ? "mlp " : "") + "dp=" + std::to_string(dp) +
-                     " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
-                     (sched == TL_SCHEDULE_GPIPE ? " gpipe" : " 1f1b") + (sp ? " sp" : "") +
+                     " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " " +
+                     tl_schedule_kind_name(sched) + (sp ? " sp" : "") +
                      (zero >= 0 ? " 16 layers zero=" + std::to_string(zero) : "") +
                      (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
                       : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
@@ -293,6 +293,19 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
         }
         before = r.mine, before_predicted = r.mine_predicted;
       }
+      tl_worker_finalize(&w);
+    }
+  // zero-bubble on every pipelined mesh of this job (8 ranks: 2 x 2 x 2):
+  // its weight passes keep what they read to the end of the micro-batch,
+  // and its stages hold up to min(p, m) micro-batches
+  for (int dp = 1; dp <= n; dp *= 2)
+    for (int tp = 1; dp * tp <= n; tp *= 2) {
+      int pp = n / (dp * tp);
+      if (pp < 2 || (n == 8 && (dp != 2 || tp != 2))) continue;
+      tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
+      tl_worker w;
+      ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
+      rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_ZERO_BUBBLE, &w));
       tl_worker_finalize(&w);
     }
   if (WorldRank() != 0) return;

@@ -132,6 +132,62 @@ TEST(PlanCli, ZeroPlansAreConfigsThatTrainAsPriced) {
   }
 }
 
+// Plans that recompute and plans on the zero-bubble schedule are written
+// by --out and trained by `trellis train` in the bytes per rank the planner
+// predicted.
+TEST(PlanCli, RecomputingAndZeroBubblePlansAreConfigsThatTrainAsPriced) {
+  std::string tokens = WriteTokens("rc_corpus", "Computed again", 400);
+  std::string base = TempPath("rc_base.json");
+  {
+    std::ofstream f(base);
+    f << R"({"model": {"kind": "gpt", "n_layers": 4, "n_heads": 4, "n_embd": 64,
+             "vocab_size": 256, "max_seq_len": 64},
+             "train": {"steps": 2, "batch_size": 8, "seq_len": 64, "sample_tokens": 0},
+             "data": {"train": ")"
+      << tokens << "\"}}";
+  }
+  struct Case {
+    const char* fix;
+    tl_schedule_kind kind;
+    tl_recompute rc;
+  };
+  const Case cases[] = {
+      {"pp=2,schedule=1f1b,recompute=selective", TL_SCHEDULE_1F1B, TL_RECOMPUTE_SELECTIVE},
+      {"pp=2,schedule=zero_bubble,recompute=none", TL_SCHEDULE_ZERO_BUBBLE, TL_RECOMPUTE_NONE},
+      {"dp=2,recompute=full", TL_SCHEDULE_1F1B, TL_RECOMPUTE_FULL},
+  };
+  for (const Case& c : cases) {
+    std::string out = TempPath("plan_rc.json");
+    std::remove(out.c_str());
+    PlanRun r = Plan("--model " + base + " --cluster " + kThisMachine + " --json --top 1 --fix " +
+                     c.fix + " --out " + out);
+    ASSERT_EQ(r.status, 0) << r.output;
+    struct tl_config cfg;
+    ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
+    EXPECT_EQ(cfg.schedule.kind, c.kind) << c.fix;
+    EXPECT_EQ(cfg.parallel.recompute, c.rc) << c.fix;
+    size_t brace = r.output.find('{');
+    json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+    ASSERT_NE(root, nullptr) << r.output;
+    json_t* best = json_array_get(json_object_get(root, "plans"), 0);
+    EXPECT_TRUE(json_is_true(json_object_get(best, "runnable")));
+    double predicted = json_number_value(json_object_get(best, "memory_state_bytes")) +
+                       json_number_value(json_object_get(best, "memory_activation_bytes"));
+    json_decref(root);
+    std::string metrics = TempPath("rc_metrics.jsonl"), log = TempPath("rc_train.log");
+    std::remove(metrics.c_str());
+    std::string cmd =
+        "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" launcher/trellis train " +
+        out + " --metrics " + metrics + " > " + log + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << log;
+    double peak = MaxPeak(metrics);
+    std::printf("%s: predicted %.4g bytes per rank, allocator peak %.4g: %+.2f%%\n", c.fix,
+                predicted, peak, 100 * (predicted / peak - 1));
+    ASSERT_GT(peak, 0);
+    EXPECT_NEAR(predicted / peak, 1.0, 0.05) << c.fix;
+  }
+}
+
 }  // namespace
 
 TEST(Plan, ThisMachinesWinnerIsAConfigForItsTwoRanks) {
@@ -140,8 +196,7 @@ TEST(Plan, ThisMachinesWinnerIsAConfigForItsTwoRanks) {
   tl_cluster c;
   ASSERT_EQ(tl_cluster_load(kThisMachine, &c), TL_OK) << tl_last_error();
   tl_cost_model cm;
-  ASSERT_EQ(tl_cost_model_build(&base.model, base.train.seq_len, &cm), TL_OK)
-      << tl_last_error();
+  ASSERT_EQ(tl_cost_model_build(&base.model, base.train.seq_len, &cm), TL_OK) << tl_last_error();
   struct tl_search_options o;
   tl_search_options_defaults(&o, base.train.batch_size, TL_F32);
   o.trainer_only = true;
@@ -237,8 +292,9 @@ TEST(PlanCli, SequenceParallelismIsAChoiceCarriedIntoTheConfig) {
     EXPECT_EQ(cfg.mesh.tp, 2);
     EXPECT_EQ(cfg.parallel.sequence_parallel, sp == 1);
   }
-  PlanRun r = Plan(std::string("--model ") + kSmall +
-                   " --cluster examples/clusters/dgx_a100.json --nodes 1 --json --top 1000 --fix tp=4");
+  PlanRun r =
+      Plan(std::string("--model ") + kSmall +
+           " --cluster examples/clusters/dgx_a100.json --nodes 1 --json --top 1000 --fix tp=4");
   ASSERT_EQ(r.status, 0) << r.output;
   json_t* root = json_loads(r.output.c_str(), 0, nullptr);
   ASSERT_NE(root, nullptr) << r.output;
@@ -389,8 +445,9 @@ TEST(PlanCli, PredictedBytesMatchTheAllocatorsPeak) {
   std::string metrics = TempPath("metrics.jsonl");
   // A 2-rank job: under ASan, MPICH's run-time-loaded network modules leak
   // at MPI_Finalize (see tests/mpi_run.sh), so leak checking is off for it.
-  std::string cmd = "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" launcher/trellis train " +
-        out + " --metrics " + metrics + " > " + TempPath("train.log") + " 2>&1";
+  std::string cmd =
+      "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" launcher/trellis train " +
+      out + " --metrics " + metrics + " > " + TempPath("train.log") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << TempPath("train.log");
   size_t ranks = 0;
   double peak = MaxPeak(metrics, &ranks);

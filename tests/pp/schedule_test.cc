@@ -81,7 +81,11 @@ TEST(Schedule, ZeroBubbleFillsTheBubbleWithWeightPasses) {
       ASSERT_EQ(tl_pp_schedule_check(TL_SCHEDULE_1F1B, p, m, &one), TL_OK);
       // in ticks of F = B = W = 1 (1F1B's backward is B + W): 1F1B idles
       // 3(p - 1); zero-bubble between Qi et al.'s p - 1 and 2(p - 1)
-      int bubble = zb - 3 * m;
+      int bubble = zb - 3 * m, priced = 0;
+      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p, m, &priced), TL_OK);
+      EXPECT_EQ(priced, zb) << "what the planner prices is what the check simulates";
+      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_1F1B, p, m, &priced), TL_OK);
+      EXPECT_EQ(priced, one);
       EXPECT_EQ(one - 3 * m, 3 * (p - 1));
       EXPECT_GE(bubble, p - 1) << "p=" << p << " m=" << m;
       EXPECT_LE(bubble, 2 * (p - 1)) << "p=" << p << " m=" << m;
