@@ -151,6 +151,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
         out->embed_fwd_flops = e.fwd_flops / b, out->embed_flops = e.flops / b;
         out->layer_fwd_flops = l.fwd_flops / b, out->layer_flops = l.flops / b;
         out->layer_recompute_flops = l.again_flops / b;
+        out->zb_costs = tl_pp_costs_of(g, lb, le);
         out->head_fwd_flops = h.fwd_flops / b, out->head_flops = h.flops / b;
       }
     }
@@ -540,19 +541,20 @@ static double dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
 /* The bubble in micro-batch times (one micro-batch's forward and
  * backward on the slowest stage): p - 1 for GPipe and 1F1B; zero-bubble's
  * from pp's own simulation (ticks beyond 3m, a third of a micro-batch each). */
-static double bubble_micro_batches(const tl_plan* p) {
+static double bubble_micro_batches(const tl_plan* p, const struct tl_pp_costs* c) {
   if (p->schedule != TL_SCHEDULE_ZERO_BUBBLE || p->pp <= 1) return p->pp - 1;
   int ticks = 0;
-  if (tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p->pp, p->n_micro, &ticks) != TL_OK) {
+  if (tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p->pp, p->n_micro, c, &ticks) != TL_OK) {
     tl_clear_error();
     return p->pp - 1; /* cannot simulate it: priced as 1F1B */
   }
-  return (ticks - 3.0 * p->n_micro) / 3.0;
+  const double micro = c->forward + c->backward + c->weight;
+  return (ticks - micro * p->n_micro) / micro;
 }
 
 /* Micro-batches whose activations stage s holds at once: pp's schedule's. */
-static int in_flight(const tl_plan* p, int s) {
-  return tl_pp_schedule_in_flight(p->schedule, p->pp, s, p->n_micro);
+static int in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s) {
+  return tl_pp_schedule_in_flight_costs(p->schedule, p->pp, s, p->n_micro, &sh->zb_costs);
 }
 
 static int stage_kind(int s, int pp) {
@@ -577,7 +579,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   (void)cm;
   double arena = (x->arena + (k - 1) * x->arena_layer) * scale;
   double transient = (x->transient + (k - 1) * x->transient_layer) * scale;
-  *act = in_flight(p, s) * b * (arena + x->io) + b * transient;
+  *act = in_flight(p, sh, s) * b * (arena + x->io) + b * transient;
 }
 
 /* An MLP's stage of layers [a, b): its range's parameters and executor
@@ -587,7 +589,7 @@ static void mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, con
   const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
   *state = zero_state(p, dtype, x->params, x->shared, x->multi, x->staging, x->unit_max) + 4.0;
   const double scale = tl_dtype_size(dtype) / 4.0;
-  *act = in_flight(p, s) * p->micro_batch * (x->arena * scale + x->io) +
+  *act = in_flight(p, sh, s) * p->micro_batch * (x->arena * scale + x->io) +
          p->micro_batch * x->transient * scale;
 }
 
@@ -773,7 +775,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* and once a step, the LayerNorm gradients summed over the group (packed) */
   if (sh->sp && t > 1) p->t_tp += tl_cost_all_reduce(c, ln_grads * 4.0, t, tp_link);
   p->t_pp = m * pp_comm;
-  p->t_bubble = bubble_micro_batches(p) * micro;
+  p->zb_costs = sh->zb_costs;
+  p->t_bubble = bubble_micro_batches(p, &sh->zb_costs) * micro;
   p->t_dp = dp;
   p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
 

@@ -83,6 +83,7 @@
 #include "core/status.h"
 #include "graph/model.h"
 #include "planner/cluster.h"
+#include "pp/schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -136,9 +137,10 @@ struct tl_cost_shard {
   bool sp;
   tl_recompute recompute; /* the graph's recomputation (tl_model_recompute) */
   bool split;             /* its backward in two passes (zero-bubble: tl_graph_split_weight) */
-  bool from_graph; /* read off rank 0's graph; false: scaled from tp = 1 */
+  bool from_graph;        /* read off rank 0's graph; false: scaled from tp = 1 */
   double layer_fwd_flops, layer_flops, embed_fwd_flops, embed_flops, head_fwd_flops, head_flops;
   double layer_recompute_flops; /* of layer_flops, the recomputation's copies */
+  struct tl_pp_costs zb_costs;  /* a block's passes, as the trainer builds zero-bubble's lists */
   struct tl_cost_stage_shape stage[4]; /* indexed by TL_COST_STAGE_* bits */
   /* MLP only: per layer, and per range of layers */
   struct tl_cost_mlp_layer mlp_layer[TL_MLP_MAX_LAYERS];
@@ -175,7 +177,7 @@ typedef struct tl_cost_model {
   /* FLOPs recomputation adds to one block's forward + backward, by mode
    * (the copies tl_model_recompute places in the backward; tp = 1) */
   double layer_recompute_flops[3];
-  double head_act;    /* final layer norm, logits, losses */
+  double head_act; /* final layer norm, logits, losses */
   /* per device, by tensor-parallel degree (shards[0] is tp = 1) */
   struct tl_cost_shard shards[TL_COST_MAX_SHARDS];
   int n_shards;
@@ -242,10 +244,11 @@ typedef struct tl_plan {
   /* time, seconds per step, and its parts (they add up to t_step) */
   double t_step, t_compute, t_bubble, t_tp, t_pp, t_dp;
   double tokens_per_s;
-  double flops_per_device; /* executed FLOP/s per device (recomputation counted) */
-  double mfu;              /* model FLOPs (no recomputation) / (devices × peak × t_step) */
-  bool fits;               /* mem_total <= device memory */
-  bool runnable;           /* `trellis train` runs it as planned */
+  double flops_per_device;     /* executed FLOP/s per device (recomputation counted) */
+  double mfu;                  /* model FLOPs (no recomputation) / (devices × peak × t_step) */
+  bool fits;                   /* mem_total <= device memory */
+  bool runnable;               /* `trellis train` runs it as planned */
+  struct tl_pp_costs zb_costs; /* zero-bubble: the passes' costs its lists were built with */
 } tl_plan;
 
 /* Seconds for an all-reduce of `bytes` over n ranks on `link` of cluster c

@@ -21,10 +21,13 @@ static void backward(tl_pp_schedule* s, int i) {
   if (s->stage > 0) emit(s, TL_PP_SEND_GRAD, i);
 }
 
+static const struct tl_pp_costs k_unit = {1, 1, 1};
+
 /* Zero-bubble: every stage's list at once, from the greedy simulation
- * schedule.h describes (F, B, W one tick each). all[0 .. n_stages) are
+ * schedule.h describes (F, B, W taking c's ticks). all[0 .. n_stages) are
  * filled (instr allocated by the caller, room for 7 * n_micro each). */
-static int zero_bubble_lists(int p, int m, tl_pp_schedule* all, int* fdone, int* bdone) {
+static int zero_bubble_lists(int p, int m, struct tl_pp_costs c, tl_pp_schedule* all, int* fdone,
+                             int* bdone) {
   /* fdone/bdone[s * m + i]: when F / B of micro-batch i ends on stage s (-1: not yet) */
   for (int i = 0; i < p * m; i++) fdone[i] = bdone[i] = -1;
   int nf[TL_MAX_STAGES] = {0}, nb[TL_MAX_STAGES] = {0}, nw[TL_MAX_STAGES] = {0};
@@ -37,19 +40,23 @@ static int zero_bubble_lists(int p, int m, tl_pp_schedule* all, int* fdone, int*
       tl_pp_schedule* x = &all[s];
       int b = nb[s], f = nf[s];
       int grad_at = b < nf[s] ? (s == p - 1 ? fdone[s * m + b] : bdone[(s + 1) * m + b]) : -1;
+      int took;
       if (grad_at >= 0 && grad_at <= now) {
         backward(x, b);
-        bdone[s * m + b] = now + 1, nb[s]++;
+        took = c.backward;
+        bdone[s * m + b] = now + took, nb[s]++;
       } else if (f < m && f - nw[s] < bound &&
                  (s == 0 || (fdone[(s - 1) * m + f] >= 0 && fdone[(s - 1) * m + f] <= now))) {
         forward(x, f);
-        fdone[s * m + f] = now + 1, nf[s]++;
+        took = c.forward;
+        fdone[s * m + f] = now + took, nf[s]++;
       } else if (nw[s] < nb[s]) {
         emit(x, TL_PP_WEIGHT, nw[s]++);
+        took = c.weight;
       } else {
         continue;
       }
-      busy[s] = now + 1;
+      busy[s] = now + took;
       left--;
     }
   }
@@ -61,10 +68,14 @@ static int zero_bubble_lists(int p, int m, tl_pp_schedule* all, int* fdone, int*
 
 /* Every stage's zero-bubble list into all[0 .. p) (zeroed by the caller),
  * each with its most micro-batches held. */
-static tl_status zero_bubble_all(int p, int m, tl_pp_schedule* all, int* ticks) {
+static tl_status zero_bubble_all(int p, int m, struct tl_pp_costs c, tl_pp_schedule* all,
+                                 int* ticks) {
   if (p > TL_MAX_STAGES)
     return TL_ERRF(TL_ERR_UNSUPPORTED, "a zero-bubble schedule of %d stages; at most %d", p,
                    TL_MAX_STAGES);
+  if (c.forward < 1 || c.backward < 1 || c.weight < 1)
+    return TL_ERRF(TL_ERR_INVALID, "zero-bubble costs %d, %d, %d: expected >= 1 each", c.forward,
+                   c.backward, c.weight);
   int* fdone = malloc(sizeof(int) * (size_t)p * (size_t)m);
   int* bdone = malloc(sizeof(int) * (size_t)p * (size_t)m);
   tl_status st = fdone && bdone ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
@@ -75,7 +86,7 @@ static tl_status zero_bubble_all(int p, int m, tl_pp_schedule* all, int* ticks) 
     if (!all[s].instr) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
   }
   if (st == TL_OK) {
-    *ticks = zero_bubble_lists(p, m, all, fdone, bdone);
+    *ticks = zero_bubble_lists(p, m, c, all, fdone, bdone);
     for (int s = 0; s < p; s++) {
       int h = 0, most = 0;
       for (int k = 0; k < all[s].n; k++) {
@@ -95,20 +106,21 @@ static tl_status zero_bubble_all(int p, int m, tl_pp_schedule* all, int* ticks) 
 /* Zero-bubble's list of one stage (out may be NULL), and its most
  * micro-batches held (every stage's of the last (p, m) are kept: the
  * planner asks stage after stage). */
-static tl_status zero_bubble_stage(int p, int m, int stage, tl_pp_schedule* out, int* held,
-                                   int* ticks) {
+static tl_status zero_bubble_stage(int p, int m, struct tl_pp_costs c, int stage,
+                                   tl_pp_schedule* out, int* held, int* ticks) {
   static int cache_p, cache_m, cache_ticks, cache_held[TL_MAX_STAGES];
-  if (!out && cache_p == p && cache_m == m) {
+  static struct tl_pp_costs cache_c;
+  if (!out && cache_p == p && cache_m == m && memcmp(&cache_c, &c, sizeof c) == 0) {
     *held = cache_held[stage];
     *ticks = cache_ticks;
     return TL_OK;
   }
   tl_pp_schedule* all = calloc((size_t)p, sizeof *all);
   if (!all) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
-  tl_status st = zero_bubble_all(p, m, all, &cache_ticks);
+  tl_status st = zero_bubble_all(p, m, c, all, &cache_ticks);
   if (st == TL_OK) {
     for (int s = 0; s < p; s++) cache_held[s] = all[s].max_in_flight;
-    cache_p = p, cache_m = m;
+    cache_p = p, cache_m = m, cache_c = c;
     *held = cache_held[stage];
     *ticks = cache_ticks;
     if (out) {
@@ -123,13 +135,18 @@ static tl_status zero_bubble_stage(int p, int m, int stage, tl_pp_schedule* out,
 
 tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
                                tl_pp_schedule* s) {
+  return tl_pp_schedule_build_costs(kind, n_stages, stage, n_micro, NULL, s);
+}
+
+tl_status tl_pp_schedule_build_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
+                                     const struct tl_pp_costs* costs, tl_pp_schedule* s) {
   memset(s, 0, sizeof *s);
   if (n_stages < 1 || stage < 0 || stage >= n_stages || n_micro < 1)
     return TL_ERRF(TL_ERR_INVALID, "schedule of stage %d of %d for %d micro-batches", stage,
                    n_stages, n_micro);
   if (kind == TL_SCHEDULE_ZERO_BUBBLE) {
     int held, ticks;
-    return zero_bubble_stage(n_stages, n_micro, stage, s, &held, &ticks);
+    return zero_bubble_stage(n_stages, n_micro, costs ? *costs : k_unit, stage, s, &held, &ticks);
   }
   if (kind != TL_SCHEDULE_GPIPE && kind != TL_SCHEDULE_1F1B)
     return TL_ERRF(TL_ERR_UNSUPPORTED,
@@ -161,12 +178,18 @@ tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, i
 }
 
 int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int n_micro) {
+  return tl_pp_schedule_in_flight_costs(kind, n_stages, stage, n_micro, NULL);
+}
+
+int tl_pp_schedule_in_flight_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
+                                   const struct tl_pp_costs* costs) {
   if (kind == TL_SCHEDULE_GPIPE) return n_micro;
   if (kind == TL_SCHEDULE_ZERO_BUBBLE) {
     int held = n_stages < n_micro ? n_stages : n_micro,
         ticks; /* its bound, if it cannot simulate */
     if (n_stages >= 1 && n_micro >= 1 && stage >= 0 && stage < n_stages &&
-        zero_bubble_stage(n_stages, n_micro, stage, NULL, &held, &ticks) != TL_OK)
+        zero_bubble_stage(n_stages, n_micro, costs ? *costs : k_unit, stage, NULL, &held, &ticks) !=
+            TL_OK)
       tl_clear_error();
     return held;
   }
@@ -175,18 +198,20 @@ int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int
   return warmup + 1 < n_micro ? warmup + 1 : n_micro;
 }
 
-tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks) {
+tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro,
+                               const struct tl_pp_costs* costs, int* ticks) {
   if (n_stages < 1 || n_micro < 1)
     return TL_ERRF(TL_ERR_INVALID, "a schedule of %d stages for %d micro-batches", n_stages,
                    n_micro);
+  struct tl_pp_costs c = costs ? *costs : k_unit;
   if (kind == TL_SCHEDULE_GPIPE || kind == TL_SCHEDULE_1F1B) {
-    *ticks = 3 * (n_micro + n_stages - 1);
+    *ticks = (n_micro + n_stages - 1) * (c.forward + c.backward + c.weight);
     return TL_OK;
   }
   if (kind != TL_SCHEDULE_ZERO_BUBBLE)
     return TL_ERRF(TL_ERR_UNSUPPORTED, "the interleaved schedule is not implemented yet");
   int held;
-  return zero_bubble_stage(n_stages, n_micro, 0, NULL, &held, ticks);
+  return zero_bubble_stage(n_stages, n_micro, c, 0, NULL, &held, ticks);
 }
 
 tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_pp_schedule* s) {
@@ -225,21 +250,27 @@ void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all) {
 /* Simulation: time advances in ticks; each stage executes its next
  * instruction when its inputs are there. A forward takes 1 tick, a backward
  * 2 (it computes two products per forward one). */
-static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_pp_span* spans,
-                          int* n_spans, int* ticks);
+static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, struct tl_pp_costs c,
+                          tl_pp_span* spans, int* n_spans, int* ticks);
 
 tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks) {
-  return simulate(kind, n_stages, n_micro, NULL, NULL, ticks);
+  return simulate(kind, n_stages, n_micro, k_unit, NULL, NULL, ticks);
+}
+
+tl_status tl_pp_schedule_check_costs(tl_schedule_kind kind, int n_stages, int n_micro,
+                                     const struct tl_pp_costs* costs, int* ticks) {
+  return simulate(kind, n_stages, n_micro, costs ? *costs : k_unit, NULL, NULL, ticks);
 }
 
 tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro,
-                                  tl_pp_span* spans, int* n_spans, int* ticks) {
+                                  const struct tl_pp_costs* costs, tl_pp_span* spans, int* n_spans,
+                                  int* ticks) {
   *n_spans = 0;
-  return simulate(kind, n_stages, n_micro, spans, n_spans, ticks);
+  return simulate(kind, n_stages, n_micro, costs ? *costs : k_unit, spans, n_spans, ticks);
 }
 
-static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_pp_span* spans,
-                          int* n_spans, int* ticks) {
+static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, struct tl_pp_costs c,
+                          tl_pp_span* spans, int* n_spans, int* ticks) {
   tl_pp_schedule* s = calloc((size_t)n_stages, sizeof *s);
   int* pc = calloc((size_t)n_stages, sizeof(int));
   int* busy_until = calloc((size_t)n_stages, sizeof(int));
@@ -250,7 +281,8 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_p
   int* bwd_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
   int* wgt_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
   const bool zb = kind == TL_SCHEDULE_ZERO_BUBBLE;
-  const int b_ticks = zb ? 1 : 2; /* zero-bubble's W takes the backward's other tick */
+  /* one-pass backwards take B and W together */
+  const int f_ticks = c.forward, b_ticks = zb ? c.backward : c.backward + c.weight;
   tl_status st = TL_OK;
   if (!s || !pc || !busy_until || !act_ready || !grad_ready || !fwd_done || !bwd_done ||
       !wgt_done) {
@@ -260,7 +292,7 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_p
   for (int i = 0; i < n_stages * n_micro; i++) act_ready[i] = grad_ready[i] = -1;
   int zb_ticks;
   if (kind == TL_SCHEDULE_ZERO_BUBBLE && n_stages >= 1 && n_micro >= 1)
-    st = zero_bubble_all(n_stages, n_micro, s, &zb_ticks); /* all at once: one simulation */
+    st = zero_bubble_all(n_stages, n_micro, c, s, &zb_ticks); /* all at once: one simulation */
   else
     for (int p = 0; p < n_stages && st == TL_OK; p++)
       st = tl_pp_schedule_build(kind, n_stages, p, n_micro, &s[p]);
@@ -283,9 +315,9 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_p
               st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs forward %d before receiving it", p, i);
               goto done;
             }
-            busy_until[p] = now + 1;
+            busy_until[p] = now + f_ticks;
             fwd_done[at]++;
-            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_FORWARD, now, now + 1};
+            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_FORWARD, now, now + f_ticks};
           } else if (in.op == TL_PP_BACKWARD) {
             if (!fwd_done[at] || (p < n_stages - 1 && grad_ready[at] < 0)) {
               st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs backward %d before its inputs", p, i);
@@ -300,9 +332,9 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, tl_p
                            i);
               goto done;
             }
-            busy_until[p] = now + 1;
+            busy_until[p] = now + c.weight;
             wgt_done[at]++;
-            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_WEIGHT, now, now + 1};
+            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_WEIGHT, now, now + c.weight};
           } else if (in.op == TL_PP_SEND_ACT) {
             act_ready[(p + 1) * n_micro + i] = busy_until[p];
           } else if (in.op == TL_PP_SEND_GRAD) {
@@ -346,4 +378,24 @@ done:
   free(s), free(pc), free(busy_until), free(act_ready), free(grad_ready), free(fwd_done),
       free(bwd_done), free(wgt_done);
   return st;
+}
+
+struct tl_pp_costs tl_pp_costs_of(const tl_graph* g, int begin, int end) {
+  double f = 0, b = 0, w = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    int fw = i < g->n_forward ? i : g->nodes[i].forward_of;
+    if (fw < begin || fw >= end) continue;
+    if (i < g->n_forward)
+      f += g->nodes[i].flops;
+    else if (g->weight_begin && i >= g->weight_begin)
+      w += g->nodes[i].flops;
+    else
+      b += g->nodes[i].flops;
+  }
+  if (f <= 0) return k_unit;
+  if (!g->weight_begin) b = w = f;
+  struct tl_pp_costs c = {8, (int)(8.0 * b / f + 0.5), (int)(8.0 * w / f + 0.5)};
+  if (c.backward < 1) c.backward = 1;
+  if (c.weight < 1) c.weight = 1;
+  return c;
 }

@@ -14,11 +14,13 @@
  * Zero-bubble (ZB-H1 of Qi et al. 2023): the backward split in two
  * (graph.h's tl_graph_split_weight), B the input gradients the stage before
  * waits for, W the weight gradients nobody waits for. Each stage runs, at
- * every moment of a simulation where F, B and W take one tick each, a B
- * whose gradient is there, else a forward while fewer than min(p, m)
- * micro-batches are held (1F1B's first stage's count: a micro-batch is held
- * from its F to its W), else a pending W — the Ws fill what would be
- * bubble. The lists are that simulation's order.
+ * every moment of a simulation where F, B and W take their costs' ticks
+ * (struct tl_pp_costs: one each unless given), a B whose gradient is there,
+ * else a forward while fewer than min(p, m) micro-batches are held (1F1B's
+ * first stage's count: a micro-batch is held from its F to its W), else a
+ * pending W — the Ws fill what would be bubble. The lists are that
+ * simulation's order; the trainer and the planner give it the same costs,
+ * the block's FLOPs in each pass (tl_pp_costs_of).
  *
  * Sends are asynchronous (they complete while the stage goes on); receives
  * wait. Under that rule every schedule is deadlock-free, which
@@ -30,6 +32,7 @@
 
 #include "core/config.h"
 #include "core/status.h"
+#include "graph/graph.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +53,20 @@ typedef struct tl_pp_instr {
   int micro;
 } tl_pp_instr;
 
+/* Relative durations of a stage's forward, input-gradient backward and
+ * weight-gradient pass (each >= 1): zero-bubble's lists depend on them;
+ * GPipe and 1F1B simulate a backward as backward + weight. NULL where a
+ * function takes them: {1, 1, 1}. */
+struct tl_pp_costs {
+  int forward, backward, weight;
+};
+
+/* The costs of a block's three passes from FLOPs (the forward as 8, the
+ * others in proportion, at least 1): forward nodes [begin, end) of g and
+ * their backward nodes, before and after g->weight_begin (the forward's
+ * own counts when g's backward is one pass: B = W = F). */
+struct tl_pp_costs tl_pp_costs_of(const tl_graph* g, int begin, int end);
+
 typedef struct tl_pp_schedule {
   tl_schedule_kind kind;
   int n_stages, stage, n_micro;
@@ -63,11 +80,15 @@ typedef struct tl_pp_schedule {
  * zero-bubble what its list holds (at most min(n_stages, n_micro)) — the
  * executors a trainer keeps, and what the planner prices. */
 int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int n_micro);
+int tl_pp_schedule_in_flight_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
+                                   const struct tl_pp_costs* costs);
 
 /* The instruction list of `stage` (0-based) of n_stages for n_micro
  * micro-batches. TL_ERR_UNSUPPORTED for the interleaved kind. */
 tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
                                tl_pp_schedule* out);
+tl_status tl_pp_schedule_build_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
+                                     const struct tl_pp_costs* costs, tl_pp_schedule* out);
 void tl_pp_schedule_free(tl_pp_schedule* s);
 
 /* Forward passes only (evaluation): each micro-batch received, run and
@@ -82,12 +103,16 @@ tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_
  * two per backward — one for B and one for W under zero-bubble — (so
  * bubble = 1 - 3m / ticks). */
 tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks);
+/* The same, each pass taking its costs' ticks (the lists built with them). */
+tl_status tl_pp_schedule_check_costs(tl_schedule_kind kind, int n_stages, int n_micro,
+                                     const struct tl_pp_costs* costs, int* ticks);
 
-/* The length of tl_pp_schedule_check's simulation, without checking:
- * 3(m + p - 1) for GPipe and 1F1B, zero-bubble's from the simulation that
- * made its lists (the last (p, m) asked for is kept) — what the planner
- * prices the bubble with. */
-tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks);
+/* The length of tl_pp_schedule_check_costs's simulation, without
+ * checking: (m + p - 1)(F + B + W) for GPipe and 1F1B, zero-bubble's from
+ * the simulation that made its lists (the last (p, m, costs) asked for is
+ * kept) — what the planner prices the bubble with. */
+tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro,
+                               const struct tl_pp_costs* costs, int* ticks);
 
 /* One forward, backward or weight pass of the simulation: stage, op
  * (TL_PP_FORWARD, TL_PP_BACKWARD or TL_PP_WEIGHT), micro-batch, and its
@@ -102,7 +127,8 @@ typedef struct tl_pp_span {
  * spans has room for 3 * n_stages * n_micro entries; *n_spans and *ticks
  * are set. */
 tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro,
-                                  tl_pp_span* spans, int* n_spans, int* ticks);
+                                  const struct tl_pp_costs* costs, tl_pp_span* spans, int* n_spans,
+                                  int* ticks);
 
 /* "F0 F1 B0 F2 B1 ..." (sends and receives omitted unless `all`). */
 void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all);

@@ -24,7 +24,9 @@ tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
   tl_pp_span* spans = malloc(sizeof(tl_pp_span) * 3 * (size_t)stages * (size_t)shown);
   if (!spans) return TL_ERRF(TL_ERR_NOMEM, "out of memory drawing the schedule");
   int n = 0, ticks = 0;
-  tl_status st = tl_pp_schedule_timeline(p->schedule, stages, shown, spans, &n, &ticks);
+  tl_status st = tl_pp_schedule_timeline(
+      p->schedule, stages, shown, p->schedule == TL_SCHEDULE_ZERO_BUBBLE ? &p->zb_costs : NULL,
+      spans, &n, &ticks);
   if (st != TL_OK) {
     free(spans);
     return st;
@@ -40,16 +42,20 @@ tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
           "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
           width, height);
-  char buf[256];
+  char buf[384];
   text(f, 10, 24, "start", 16, title);
   const bool zb = p->schedule == TL_SCHEDULE_ZERO_BUBBLE;
   if (zb)
     snprintf(buf, sizeof buf,
-             "zero-bubble schedule, %d stage%s x %d micro-batch%s%s: forward, input-gradient "
-             "backward (B), weight pass (W) = 1 tick each; bubble %.1f%% (1F1B's "
-             "(p-1)/(m+p-1) = %.1f%%)",
+             "zero-bubble schedule, %d stage%s x %d micro-batch%s%s: forward %d, input-gradient "
+             "backward (B) %d, weight pass (W) %d ticks (a block's FLOPs); bubble %.1f%% "
+             "(1F1B's (p-1)/(m+p-1) = %.1f%%)",
              stages, stages == 1 ? "" : "s", micro, micro == 1 ? "" : "es",
-             shown < micro ? " (first ones drawn)" : "", 100.0 * (1.0 - 3.0 * shown / ticks),
+             shown < micro ? " (first ones drawn)" : "", p->zb_costs.forward, p->zb_costs.backward,
+             p->zb_costs.weight,
+             100.0 * (1.0 - (double)shown *
+                                (p->zb_costs.forward + p->zb_costs.backward + p->zb_costs.weight) /
+                                ticks),
              100.0 * (stages - 1) / (micro + stages - 1));
   else
     snprintf(buf, sizeof buf,

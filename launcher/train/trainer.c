@@ -248,8 +248,11 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   t->zero = cfg->parallel.zero;
   for (int s = 0; s < t->pp_size; s++) TL_CHECK_GOTO(build_layout(t, s), st, fail);
   t->lay = &t->layouts[t->pp_rank];
-  TL_CHECK_GOTO(tl_pp_schedule_build(cfg->schedule.kind, t->pp_size, t->pp_rank,
-                                     cfg->schedule.micro_batches, &t->sched),
+  /* zero-bubble's lists follow a block's passes' FLOPs, which every rank
+   * (tp shards split a block's matmuls evenly) and the planner count alike */
+  t->costs = tl_pp_costs_of(t->graph, t->io.layer_begin[0], t->io.layer_begin[1]);
+  TL_CHECK_GOTO(tl_pp_schedule_build_costs(cfg->schedule.kind, t->pp_size, t->pp_rank,
+                                           cfg->schedule.micro_batches, &t->costs, &t->sched),
                 st, fail);
   /* buffers and one executor per micro-batch in flight */
   size_t bytes = sizeof(float) * (size_t)(t->lay->n > 0 ? t->lay->n : 1);
@@ -735,6 +738,10 @@ double tl_trainer_step_flops(const tl_trainer* t) {
 
 int64_t tl_trainer_peak_bytes(const tl_trainer* t) {
   return tl_alloc_stats_get(t->be->device).peak_bytes;
+}
+
+struct tl_pp_costs tl_trainer_schedule_costs(const tl_trainer* t) {
+  return t->costs;
 }
 
 int64_t tl_trainer_param_bytes(const tl_trainer* t) {

@@ -33,6 +33,7 @@
 #include "core/group.h"
 #include "graph/exec.h"
 #include "graph/model.h"
+#include "pp/schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -137,6 +138,9 @@ double tl_trainer_step_flops(const tl_trainer* t);
  * arenas this rank holds (one per micro-batch in flight). */
 int64_t tl_trainer_peak_bytes(const tl_trainer* t);
 int64_t tl_trainer_activation_bytes(const tl_trainer* t);
+/* The costs of a block's passes its pipeline schedule was built with
+ * (pp/schedule.h: zero-bubble's lists depend on them). */
+struct tl_pp_costs tl_trainer_schedule_costs(const tl_trainer* t);
 /* Bytes of this rank's parameter buffer, as the allocator counted them
  * (gradients and the two AdamW moments are the same size each). */
 int64_t tl_trainer_param_bytes(const tl_trainer* t);

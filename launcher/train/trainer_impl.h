@@ -37,6 +37,7 @@ struct tl_trainer {
   tl_dp_layout* layouts; /* each stage's flat buffers (stage 0 gathers every stage's) */
   tl_dp_layout* lay;     /* this rank's stage's */
   tl_pp_schedule sched;
+  struct tl_pp_costs costs; /* the passes' costs the schedule was built with */
   tl_pp_runtime* rt; /* the stage's executors and exchanges */
   bool* scatter;     /* per graph value: a boundary value the tp group holds alike */
   /* the stage's flat buffers; with ZeRO-2 `grads` is the buckets' staging

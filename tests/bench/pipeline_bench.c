@@ -1,15 +1,17 @@
-/* pipeline_bench.c — pipeline bubble and activation memory of GPipe and
- * 1F1B, measured (not a test: figures only). Run under mpiexec:
+/* pipeline_bench.c — pipeline bubble and activation memory of GPipe, 1F1B
+ * and zero-bubble, measured (not a test: figures only). Run under mpiexec:
  *
  *   bazel build -c opt //tests/bench:pipeline_bench
  *   mpiexec -n 4 bazel-bin/tests/bench/pipeline_bench [--micro M] [--steps S]
  *
  * Every rank is one stage of a GPT (pp = ranks, dp = 1) with 8 layers. Per
  * stage it prints the time spent waiting in pipeline receives as a share of
- * the step (the measured bubble, next to (p-1)/(m+p-1)) and the bytes of
- * its activation arenas (GPipe keeps m micro-batches in flight, 1F1B at
- * most p - stage). With more ranks than cores the ranks also wait for a
- * core, which the receive waits include. */
+ * the step (the measured bubble, next to the schedule simulation's: 1F1B's
+ * and GPipe's (p-1)/(m+p-1), zero-bubble's from pp/schedule.h) and the
+ * bytes of its activation arenas (GPipe keeps m micro-batches in flight,
+ * 1F1B at most p - stage, zero-bubble at most min(p, m)). With more ranks
+ * than cores the ranks also wait for a core, which the receive waits
+ * include. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +19,9 @@
 #include <unistd.h>
 
 #include "launcher/data/tokens.h"
-#include "launcher/train/trainer.h"
 #include "launcher/job/worker.h"
+#include "launcher/train/trainer.h"
+#include "pp/schedule.h"
 
 int main(int argc, char** argv) {
   int micro = 8, steps = 6;
@@ -41,12 +44,14 @@ int main(int argc, char** argv) {
         "GPT 8 layers x 128 channels, B=%d x T=64, pp=%d, %d micro-batches; bubble formula "
         "(p-1)/(m+p-1) = %.3f\n",
         micro * 2, p, micro, (p - 1.0) / (micro + p - 1.0));
-  for (int k = 0; k < 2; k++) {
+  const tl_schedule_kind kinds[3] = {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B, TL_SCHEDULE_ZERO_BUBBLE};
+  for (int k = 0; k < 3; k++) {
     struct tl_config c;
     tl_config_defaults(&c);
     c.model.n_layers = 8, c.model.n_heads = 4, c.model.n_embd = 128, c.model.max_seq_len = 64;
     c.mesh.pp = p;
-    c.schedule.kind = k == 0 ? TL_SCHEDULE_GPIPE : TL_SCHEDULE_1F1B;
+    c.schedule.kind = kinds[k];
+    c.device.threads = 1;
     c.schedule.micro_batches = micro;
     c.train.batch_size = 2 * micro, c.train.seq_len = 64, c.train.steps = steps + 1;
     snprintf(c.data.train, sizeof c.data.train, "%s", path);
@@ -65,8 +70,17 @@ int main(int argc, char** argv) {
     double mine[3] = {wait / step, (double)tl_trainer_activation_bytes(t), step / steps * 1e3};
     double all[3 * 64];
     MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    /* the lists the trainer built: a block's passes' costs */
+    int ticks = 0;
+    struct tl_pp_costs costs = tl_trainer_schedule_costs(t);
+    if (tl_pp_schedule_ticks(kinds[k], p, micro, &costs, &ticks) != TL_OK)
+      tl_worker_fail(tl_last_error());
+    const int per_micro = costs.forward + costs.backward + costs.weight;
     if (rank == 0) {
-      printf("%s:\n", k == 0 ? "gpipe" : "1f1b");
+      double mean = 0;
+      for (int r = 0; r < p; r++) mean += all[3 * r] / p;
+      printf("%s: simulated bubble %.3f of the step, measured %.3f (mean over stages)\n",
+             tl_schedule_kind_name(kinds[k]), 1.0 - (double)per_micro * micro / ticks, mean);
       for (int r = 0; r < p; r++)
         printf(
             "  stage %d: waiting in receives %5.1f%% of the step (%.1f ms/step); activation "

@@ -82,10 +82,22 @@ TEST(Schedule, ZeroBubbleFillsTheBubbleWithWeightPasses) {
       // in ticks of F = B = W = 1 (1F1B's backward is B + W): 1F1B idles
       // 3(p - 1); zero-bubble between Qi et al.'s p - 1 and 2(p - 1)
       int bubble = zb - 3 * m, priced = 0;
-      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p, m, &priced), TL_OK);
+      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p, m, nullptr, &priced), TL_OK);
       EXPECT_EQ(priced, zb) << "what the planner prices is what the check simulates";
-      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_1F1B, p, m, &priced), TL_OK);
+      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_1F1B, p, m, nullptr, &priced), TL_OK);
       EXPECT_EQ(priced, one);
+      // with a block's costs (GPT-2's passes: B a little over F, W under):
+      // still deadlock-free and what the planner prices
+      const tl_pp_costs c = {8, 9, 7};
+      int zc = 0, oc = 0;
+      ASSERT_EQ(tl_pp_schedule_check_costs(TL_SCHEDULE_ZERO_BUBBLE, p, m, &c, &zc), TL_OK)
+          << tl_last_error();
+      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p, m, &c, &priced), TL_OK);
+      EXPECT_EQ(priced, zc) << "p=" << p << " m=" << m;
+      ASSERT_EQ(tl_pp_schedule_check_costs(TL_SCHEDULE_1F1B, p, m, &c, &oc), TL_OK);
+      if (p > 1) {
+        EXPECT_LT(zc, oc) << "p=" << p << " m=" << m;
+      }
       EXPECT_EQ(one - 3 * m, 3 * (p - 1));
       EXPECT_GE(bubble, p - 1) << "p=" << p << " m=" << m;
       EXPECT_LE(bubble, 2 * (p - 1)) << "p=" << p << " m=" << m;
