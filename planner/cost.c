@@ -11,6 +11,7 @@
 #include "graph/exec.h"
 #include "graph/graph.h"
 #include "graph/model.h"
+#include "planner/cost_impl.h"
 #include "pp/cut.h"
 #include "pp/schedule.h"
 #include "tp/tp.h"
@@ -20,24 +21,8 @@ static int forward_index(const tl_graph* g, int i) {
   return i < g->n_forward ? i : g->nodes[i].forward_of;
 }
 
-/* What forward nodes [begin, end) of a rank's graph g (sharded as sh) cost
- * a device at micro-batch 1. */
-struct range_cost {
-  /* elements of the parameters the nodes use (each once), and of those
-   * whose gradients sequence parallelism sums over the group */
-  double params, replicated;
-  /* ZeRO's late gradients (dp/layout.h): parameters other stages read too
-   * (the tied embedding), ones several nodes of the range read; and the
-   * staging ZeRO-2 needs (dp/buckets.h), in elements */
-  double shared, multi, staging;
-  double arena, io;        /* bytes an executor of the range allocates */
-  double transient;        /* bytes of the transient arena its executors share */
-  double fwd_flops, flops; /* forward; forward + backward */
-  double again_flops;      /* of flops, nodes run again in the backward */
-};
-
-static tl_status range_cost(const tl_graph* g, const tl_tp_shard* sh, int begin, int end,
-                            struct range_cost* out) {
+tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, int end,
+                         struct tl__cost_range* out) {
   memset(out, 0, sizeof *out);
   for (int i = 0; i < g->n_nodes; i++) {
     int f = forward_index(g, i);
@@ -80,8 +65,8 @@ static tl_status range_cost(const tl_graph* g, const tl_tp_shard* sh, int begin,
 }
 
 /* stage shape from its costs at one and two layers */
-static struct tl_cost_stage_shape stage_shape(const struct range_cost* one,
-                                              const struct range_cost* two) {
+static struct tl_cost_stage_shape stage_shape(const struct tl__cost_range* one,
+                                              const struct tl__cost_range* two) {
   struct tl_cost_stage_shape s = {
       .params = one->params,
       .params_layer = two->params - one->params,
@@ -120,8 +105,8 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
   /* sequence parallelism splits a micro-batch's token rows over the group:
    * the smallest micro-batch whose rows divide, then per sequence */
   const int b = sp ? tp / gcd(seq, tp) : 1;
-  struct range_cost r[2][4];  /* [blocks - 1][stage kind] */
-  double unit[3] = {0, 0, 0}; /* embedding, block, head */
+  struct tl__cost_range r[2][4]; /* [blocks - 1][stage kind] */
+  double unit[3] = {0, 0, 0};    /* embedding, block, head */
   tl_status st = TL_OK;
   for (int n = 1; n <= 2 && st == TL_OK; n++) {
     struct tl_model_config one = *full;
@@ -137,13 +122,13 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
       /* the last n blocks, with the embedding and / or the head */
       const int lb = io.layer_begin[0], le = io.layer_begin[n], nf = g->n_forward;
       for (int kind = 0; kind < 4 && st == TL_OK; kind++)
-        st = range_cost(g, &sh, kind & TL_COST_STAGE_EMBED ? 0 : lb,
-                        kind & TL_COST_STAGE_HEAD ? nf : le, &r[n - 1][kind]);
+        st = tl__cost_range(g, &sh, kind & TL_COST_STAGE_EMBED ? 0 : lb,
+                            kind & TL_COST_STAGE_HEAD ? nf : le, &r[n - 1][kind]);
       if (st == TL_OK && n == 1) {
-        struct range_cost e, l, h;
-        st = range_cost(g, &sh, 0, lb, &e);
-        if (st == TL_OK) st = range_cost(g, &sh, lb, le, &l);
-        if (st == TL_OK) st = range_cost(g, &sh, le, nf, &h);
+        struct tl__cost_range e, l, h;
+        st = tl__cost_range(g, &sh, 0, lb, &e);
+        if (st == TL_OK) st = tl__cost_range(g, &sh, lb, le, &l);
+        if (st == TL_OK) st = tl__cost_range(g, &sh, le, nf, &h);
         /* ZeRO-3's units: the early parameters of the embedding, a block, the head */
         unit[0] = e.params - e.shared - e.multi - e.replicated;
         unit[1] = l.params - l.shared - l.multi - l.replicated;
@@ -170,130 +155,11 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
   return st;
 }
 
-/* Elements of the activations crossing a stage cut before forward node
- * `at` (pp/stage.c's boundary: tl_graph_crossing), as one rank sends them:
- * values every tp rank holds alike go as 1/tp each. */
-static double boundary_elems(const tl_graph* g, const tl_tp_shard* sh, int at) {
-  int ids[16];
-  int n = tl_graph_crossing(g, at, ids, 16);
-  double e = 0;
-  for (int k = 0; k < n && k < 16; k++) {
-    const tl_value* val = &g->values[ids[k]];
-    e += (double)tl_value_numel(val) / (tl_tp_value_whole(sh, ids[k]) ? sh->tp : 1);
-  }
-  return e;
-}
-
-/* The collectives of forward nodes [begin, end): how many, and the
- * elements each moves per sequence, summed. */
-static void collectives(const tl_graph* g, int begin, int end, double* n, double* elems) {
-  for (int i = begin; i < end; i++) {
-    const tl_node* node = &g->nodes[i];
-    if (!tl_tp_is_comm(node)) continue; /* COPY in (all-reduce backward), REDUCE out */
-    *n += 1;
-    *elems += (double)tl_value_numel(&g->values[node->out[0]]);
-  }
-}
-
-/* An MLP's costs at tensor-parallel degree tp: per layer and per range of
- * layers, off rank 0's whole graph at one sequence. TL_ERR_CONFIG when tp
- * leaves a linear layer unsplit (the config check refuses such a mesh). */
-static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int tp,
-                                 struct tl_cost_shard* out) {
-  memset(out, 0, sizeof *out);
-  out->tp = tp;
-  out->from_graph = true;
-  tl_model m;
-  TL_CHECK(tl_model_init(mc, &m));
-  tl_graph* g = NULL;
-  struct tl_model_io io;
-  tl_tp_shard sh;
-  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, TL_RECOMPUTE_NONE, false, &g, &io, &sh, NULL));
-  tl_status st = TL_OK;
-  if (tp > 1 && sh.n_linear_split < sh.n_linear)
-    st = TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d leaves a linear layer of the MLP unsplit", tp);
-  const int L = io.n_layers, nf = g->n_forward;
-  struct range_cost r;
-  for (int l = 0; l < L && st == TL_OK; l++) {
-    struct tl_cost_mlp_layer* x = &out->mlp_layer[l];
-    st = range_cost(g, &sh, io.layer_begin[l], io.layer_begin[l + 1], &r);
-    x->fwd_flops = r.fwd_flops, x->flops = r.flops;
-    collectives(g, io.layer_begin[l], io.layer_begin[l + 1], &x->n_all_reduce,
-                &x->all_reduce_elems);
-    if (l + 1 < L) x->out_elems = boundary_elems(g, &sh, io.layer_begin[l + 1]);
-  }
-  /* the vocabulary-parallel embedding's sum: stage 0, with the first layer */
-  if (st == TL_OK)
-    collectives(g, 0, io.layer_begin[0], &out->mlp_layer[0].n_all_reduce,
-                &out->mlp_layer[0].all_reduce_elems);
-  if (st == TL_OK) st = range_cost(g, &sh, 0, io.layer_begin[0], &r);
-  if (st == TL_OK) out->embed_fwd_flops = r.fwd_flops, out->embed_flops = r.flops;
-  if (st == TL_OK) st = range_cost(g, &sh, io.layer_begin[L], nf, &r);
-  if (st == TL_OK) out->head_fwd_flops = r.fwd_flops, out->head_flops = r.flops;
-  /* the vocabulary-parallel loss of an odd last layer: the rows' maximum
-   * (one all-reduce), then their sums of exponentials and target logits
-   * (one more, of two values a row) */
-  if (st == TL_OK && sh.loss_split) {
-    out->mlp_layer[L - 1].n_all_reduce += 2;
-    out->mlp_layer[L - 1].all_reduce_elems += 3.0 * seq;
-  }
-  for (int b = 1; b <= L && st == TL_OK; b++)
-    for (int a = 0; a < b && st == TL_OK; a++) {
-      st = range_cost(g, &sh, a == 0 ? 0 : io.layer_begin[a], b == L ? nf : io.layer_begin[b], &r);
-      struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
-      x->params = r.params, x->arena = r.arena, x->io = r.io, x->transient = r.transient;
-      x->shared = r.shared, x->multi = r.multi, x->staging = r.staging;
-    }
-  /* ZeRO-3's units are the layers: the largest of each range's */
-  for (int b = 1; b <= L && st == TL_OK; b++)
-    for (int a = 0; a < b; a++) {
-      struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
-      x->unit_max = 0;
-      for (int u = a; u < b; u++) {
-        const struct tl_cost_range* one = &out->mlp_range[tl_cost_range_index(u, u + 1)];
-        double early = one->params - one->shared - one->multi;
-        if (early > x->unit_max) x->unit_max = early;
-      }
-    }
-  tl_graph_destroy(g);
-  tl_tp_shard_free(&sh);
-  return st;
-}
-
-static tl_status mlp_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out) {
-  const int L = mc->n_mlp_layers;
-  if (L < 1 || L > TL_MLP_MAX_LAYERS)
-    return TL_ERRF(TL_ERR_CONFIG, "model.mlp_sizes: %d layers; the planner prices 1 to %d", L,
-                   TL_MLP_MAX_LAYERS);
-  tl_model m;
-  TL_CHECK(tl_model_init(mc, &m));
-  out->kind = TL_MODEL_MLP;
-  out->n_layers = L;
-  out->n_embd = mc->mlp_sizes[0];
-  out->vocab = m.vocab;
-  out->padded_vocab = m.padded_vocab;
-  out->seq = seq;
-  out->params_total = m.n_params;
-  /* every degree that splits each linear layer (so none beyond the widest) */
-  int widest = 1;
-  for (int i = 0; i <= L; i++)
-    if (mc->mlp_sizes[i] > widest) widest = mc->mlp_sizes[i];
-  for (int t = 1; t <= widest && out->n_shards < TL_COST_MAX_SHARDS; t++) {
-    struct tl_cost_shard* s = &out->shards[out->n_shards];
-    tl_status st = mlp_shard_build(mc, seq, t, s);
-    if (st == TL_OK)
-      out->n_shards++;
-    else if (t == 1 || st != TL_ERR_CONFIG)
-      return st;
-  }
-  return TL_OK;
-}
-
 tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out) {
   memset(out, 0, sizeof *out);
   out->kind = mc->kind;
   if (seq < 1) return TL_ERRF(TL_ERR_INVALID, "sequence length %d; expected >= 1", seq);
-  if (mc->kind == TL_MODEL_MLP) return mlp_model_build(mc, seq, out);
+  if (mc->kind == TL_MODEL_MLP) return tl__cost_mlp_model_build(mc, seq, out);
   if (mc->n_layers < 1 || mc->n_layers > TL_MODEL_MAX_LAYERS)
     return TL_ERRF(TL_ERR_CONFIG, "model.n_layers=%d; the planner prices 1 to %d", mc->n_layers,
                    TL_MODEL_MAX_LAYERS);
@@ -482,8 +348,8 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
  * up) and ZeRO-2's staging, bucket buffers and late gradients
  * (dp/buckets.h); late = the parameters reduced last (sum over another
  * group first), multi = those several nodes write (late for ZeRO-2). */
-static double zero_state(const tl_plan* p, tl_dtype dtype, double params, double late, double multi,
-                         double staging, double unit_max) {
+double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
+                           double multi, double staging, double unit_max) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
   if (dtype != TL_F32 || p->zero == 0) return tl_cost_model_state(params, p->zero, p->dp, sb);
   double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
@@ -523,8 +389,8 @@ double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct
  *   each overlapping its backward), then the all-gather;
  * - ZeRO 3: 1.5x the all-reduce's volume (the parameters gathered for the
  *   forward and again for the backward), unoverlapped (not run yet). */
-static double dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
-                         const struct tl_link* link, double comp) {
+double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
+                           const struct tl_link* link, double comp) {
   const int d = p->dp;
   if (d <= 1) return 0;
   double ar = tl_cost_all_reduce(c, grads * 4.0, d, link);
@@ -553,7 +419,7 @@ static double bubble_micro_batches(const tl_plan* p, const struct tl_pp_costs* c
 }
 
 /* Micro-batches whose activations stage s holds at once: pp's schedule's. */
-static int in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s) {
+int tl__cost_in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s) {
   return tl_pp_schedule_in_flight_costs(p->schedule, p->pp, s, p->n_micro, &sh->zb_costs);
 }
 
@@ -571,7 +437,9 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
    * gradients of sequence parallelism; the trainer's norm scalar */
   double params = x->params + (k - 1) * x->params_layer;
   double rep = sh->sp && sh->tp > 1 ? x->replicated + (k - 1) * x->replicated_layer : 0;
-  *state = zero_state(p, dtype, params, x->shared + rep, x->multi, x->staging, x->unit_max) + 4.0;
+  *state =
+      tl__cost_zero_state(p, dtype, params, x->shared + rep, x->multi, x->staging, x->unit_max) +
+      4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
   /* 2. an executor per micro-batch in flight, each its own arena (what a
    * forward keeps for its backward: with recomputation, the layers' inputs
@@ -579,18 +447,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   (void)cm;
   double arena = (x->arena + (k - 1) * x->arena_layer) * scale;
   double transient = (x->transient + (k - 1) * x->transient_layer) * scale;
-  *act = in_flight(p, sh, s) * b * (arena + x->io) + b * transient;
-}
-
-/* An MLP's stage of layers [a, b): its range's parameters and executor
- * (no sequence parallelism, no recomputation). */
-static void mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, const tl_plan* p,
-                             int a, int b, int s, double* state, double* act) {
-  const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
-  *state = zero_state(p, dtype, x->params, x->shared, x->multi, x->staging, x->unit_max) + 4.0;
-  const double scale = tl_dtype_size(dtype) / 4.0;
-  *act = in_flight(p, sh, s) * p->micro_batch * (x->arena * scale + x->io) +
-         p->micro_batch * x->transient * scale;
+  *act = tl__cost_in_flight(p, sh, s) * b * (arena + x->io) + b * transient;
 }
 
 void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
@@ -605,93 +462,16 @@ void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan
     }
     int a = 0;
     for (int s = 0; s < stage; s++) a += layers[s];
-    mlp_stage_memory(sh, dtype, p, a, a + layers[stage], stage, state, act);
+    tl__cost_mlp_stage_memory(sh, dtype, p, a, a + layers[stage], stage, state, act);
     return;
   }
   stage_memory(cm, sh, dtype, p, layers[stage], stage, state, act);
 }
 
-/* tl_cost_evaluate for an MLP: every stage priced from its own layers (they
- * differ), the slowest stage's micro-batch setting the pace. */
-static void mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
-                         const int* layers, tl_plan* p) {
-  const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
-  if (!tl_cost_has_shard(cm, t)) { /* its layout cannot split the MLP t ways */
-    p->fits = p->runnable = false;
-    p->t_step = HUGE_VAL;
-    return;
-  }
-  const double act_bytes = tl_dtype_size(dtype);
-  const int dpn = c->devices_per_node, L = cm->n_layers;
-  struct tl_cost_shard tmp;
-  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, false, TL_RECOMPUTE_NONE, false, &tmp);
-  int cut[TL_MLP_MAX_LAYERS];
-  if (!layers) {
-    layers = cut;
-    if (tl_cost_stage_layers(cm, t, false, pp, cut) != TL_OK)
-      for (int s = 0; s < pp; s++) cut[s] = L / pp + (s < L % pp);
-  }
-  const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
-  const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
-  const double peak = tl_cluster_peak(c, dtype);
-  p->mem_state = p->mem_act = -1;
-  double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;
-  for (int s = 0, a = 0; s < pp; a += layers[s++]) {
-    const int e = a + layers[s];
-    double state, act;
-    mlp_stage_memory(sh, dtype, p, a, e, s, &state, &act);
-    if (state + act > p->mem_state + p->mem_act)
-      p->mem_state = state, p->mem_act = act, p->mem_stage = s;
-    double params = sh->mlp_range[tl_cost_range_index(a, e)].params;
-    if (params > grads) grads = params;
-    double fl = (s == 0 ? sh->embed_flops : 0) + (s == pp - 1 ? sh->head_flops : 0);
-    double fwd = 0, n_ar = 0, ar_elems = 0;
-    for (int l = a; l < e; l++) {
-      fl += sh->mlp_layer[l].flops, fwd += sh->mlp_layer[l].fwd_flops;
-      n_ar += sh->mlp_layer[l].n_all_reduce, ar_elems += sh->mlp_layer[l].all_reduce_elems;
-    }
-    total_flops += fl;
-    double x = fwd * b / layers[s]; /* one layer's forward on this rank */
-    double eff = c->efficiency * x / (x + c->efficiency_half_flops);
-    double comp_s = fl * b / (peak * eff);
-    /* all-reduces cost their bytes plus one latency term each */
-    double tp_s = n_ar > 0 ? tl_cost_all_reduce(c, ar_elems * b * act_bytes, t, tp_link) +
-                                 (n_ar - 1) * tl_cost_all_reduce(c, 0, t, tp_link)
-                           : 0;
-    double pp_s = 0;
-    if (pp > 1) { /* an activation out and its gradient back, at its larger boundary */
-      double in = a > 0 ? sh->mlp_layer[a - 1].out_elems : 0;
-      double out = e < L ? sh->mlp_layer[e - 1].out_elems : 0;
-      pp_s = 2.0 * ((in > out ? in : out) * b * act_bytes / pp_link->bandwidth + pp_link->latency);
-    }
-    if (comp_s + tp_s + pp_s > micro)
-      micro = comp_s + tp_s + pp_s, comp = comp_s, tp_comm = tp_s, pp_comm = pp_s;
-  }
-  p->mem_reserve = c->reserve_bytes;
-  p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
-  p->fits = p->mem_total <= c->device_memory_bytes;
-  const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
-  double dp = dp_seconds(c, p, grads, dp_link, comp);
-  p->t_compute = m * comp;
-  p->t_tp = m * tp_comm;
-  p->t_pp = m * pp_comm;
-  p->t_bubble = (pp - 1) * micro;
-  p->t_dp = dp;
-  p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
-  double devices = (double)d * t * pp, seqs = (double)d * b * m;
-  p->tokens_per_s = seqs * cm->seq / p->t_step;
-  /* a rank's FLOPs times the tp ranks: the shards' arithmetic (the split
-   * layers' is divided, the whole embedding's is repeated on each) */
-  double model = seqs * total_flops * t;
-  p->flops_per_device = model / p->t_step / devices;
-  p->mfu = p->flops_per_device / peak;
-  p->runnable = true;
-}
-
 void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
                       const int* layers, tl_plan* p) {
   if (cm->kind == TL_MODEL_MLP && p->pp >= 1 && p->pp <= cm->n_layers) {
-    mlp_evaluate(cm, c, dtype, layers, p);
+    tl__cost_mlp_evaluate(cm, c, dtype, layers, p);
     return;
   }
   const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
@@ -769,7 +549,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's only dtype), whatever the weights' dtype */
-  double dp = dp_seconds(c, p, grads, dp_link, comp);
+  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp);
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;
   /* and once a step, the LayerNorm gradients summed over the group (packed) */

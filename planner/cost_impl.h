@@ -1,0 +1,49 @@
+/* cost_impl.h — what planner/cost.c and planner/cost_mlp.c share: the
+ * costs read off a range of a graph, ZeRO's state, the data-parallel time,
+ * the schedule's micro-batches in flight, and the MLP's half of the model
+ * (its layers differ in shape, so it is priced per layer and per stage). */
+#ifndef TL_PLANNER_COST_IMPL_H
+#define TL_PLANNER_COST_IMPL_H
+
+#include "planner/cost.h"
+#include "tp/tp.h"
+
+/* What forward nodes [begin, end) of a rank's graph g (sharded as sh) cost
+ * a device at micro-batch 1. */
+struct tl__cost_range {
+  /* elements of the parameters the nodes use (each once), and of those
+   * whose gradients sequence parallelism sums over the group */
+  double params, replicated;
+  /* ZeRO's late gradients (dp/layout.h): parameters other stages read too
+   * (the tied embedding), ones several nodes of the range read; and the
+   * staging ZeRO-2 needs (dp/buckets.h), in elements */
+  double shared, multi, staging;
+  double arena, io;        /* bytes an executor of the range allocates */
+  double transient;        /* bytes of the transient arena its executors share */
+  double fwd_flops, flops; /* forward; forward + backward */
+  double again_flops;      /* of flops, nodes run again in the backward */
+};
+
+tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, int end,
+                         struct tl__cost_range* out);
+
+/* The model state a stage of `params` elements holds on a data-parallel
+ * rank (planner/cost.c). */
+double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
+                           double multi, double staging, double unit_max);
+
+/* The data-parallel communication a step leaves exposed (planner/cost.c). */
+double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
+                           const struct tl_link* link, double comp);
+
+/* Micro-batches whose activations stage s holds at once: pp's schedule's. */
+int tl__cost_in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s);
+
+/* The MLP (planner/cost_mlp.c). */
+tl_status tl__cost_mlp_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out);
+void tl__cost_mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, const tl_plan* p,
+                               int a, int b, int s, double* state, double* act);
+void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
+                           const int* layers, tl_plan* p);
+
+#endif

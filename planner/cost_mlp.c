@@ -1,0 +1,221 @@
+/* cost_mlp.c — the cost model of an MLP, whose layers differ in shape:
+ * read off its whole graph per layer and per range of layers (a stage) at
+ * every tensor-parallel degree that splits each linear layer, and priced
+ * stage by stage (planner/cost.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph.h"
+#include "graph/model.h"
+#include "planner/cost_impl.h"
+#include "tp/tp.h"
+
+/* Elements of the activations crossing a stage cut before forward node
+ * `at` (pp/stage.c's boundary: tl_graph_crossing), as one rank sends them:
+ * values every tp rank holds alike go as 1/tp each. */
+static double boundary_elems(const tl_graph* g, const tl_tp_shard* sh, int at) {
+  int ids[16];
+  int n = tl_graph_crossing(g, at, ids, 16);
+  double e = 0;
+  for (int k = 0; k < n && k < 16; k++) {
+    const tl_value* val = &g->values[ids[k]];
+    e += (double)tl_value_numel(val) / (tl_tp_value_whole(sh, ids[k]) ? sh->tp : 1);
+  }
+  return e;
+}
+
+/* The collectives of forward nodes [begin, end): how many, and the
+ * elements each moves per sequence, summed. */
+static void collectives(const tl_graph* g, int begin, int end, double* n, double* elems) {
+  for (int i = begin; i < end; i++) {
+    const tl_node* node = &g->nodes[i];
+    if (!tl_tp_is_comm(node)) continue; /* COPY in (all-reduce backward), REDUCE out */
+    *n += 1;
+    *elems += (double)tl_value_numel(&g->values[node->out[0]]);
+  }
+}
+
+/* An MLP's costs at tensor-parallel degree tp: per layer and per range of
+ * layers, off rank 0's whole graph at one sequence. TL_ERR_CONFIG when tp
+ * leaves a linear layer unsplit (the config check refuses such a mesh). */
+static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int tp,
+                                 struct tl_cost_shard* out) {
+  memset(out, 0, sizeof *out);
+  out->tp = tp;
+  out->from_graph = true;
+  tl_model m;
+  TL_CHECK(tl_model_init(mc, &m));
+  tl_graph* g = NULL;
+  struct tl_model_io io;
+  tl_tp_shard sh;
+  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, TL_RECOMPUTE_NONE, false, &g, &io, &sh, NULL));
+  tl_status st = TL_OK;
+  if (tp > 1 && sh.n_linear_split < sh.n_linear)
+    st = TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d leaves a linear layer of the MLP unsplit", tp);
+  const int L = io.n_layers, nf = g->n_forward;
+  struct tl__cost_range r;
+  for (int l = 0; l < L && st == TL_OK; l++) {
+    struct tl_cost_mlp_layer* x = &out->mlp_layer[l];
+    st = tl__cost_range(g, &sh, io.layer_begin[l], io.layer_begin[l + 1], &r);
+    x->fwd_flops = r.fwd_flops, x->flops = r.flops;
+    collectives(g, io.layer_begin[l], io.layer_begin[l + 1], &x->n_all_reduce,
+                &x->all_reduce_elems);
+    if (l + 1 < L) x->out_elems = boundary_elems(g, &sh, io.layer_begin[l + 1]);
+  }
+  /* the vocabulary-parallel embedding's sum: stage 0, with the first layer */
+  if (st == TL_OK)
+    collectives(g, 0, io.layer_begin[0], &out->mlp_layer[0].n_all_reduce,
+                &out->mlp_layer[0].all_reduce_elems);
+  if (st == TL_OK) st = tl__cost_range(g, &sh, 0, io.layer_begin[0], &r);
+  if (st == TL_OK) out->embed_fwd_flops = r.fwd_flops, out->embed_flops = r.flops;
+  if (st == TL_OK) st = tl__cost_range(g, &sh, io.layer_begin[L], nf, &r);
+  if (st == TL_OK) out->head_fwd_flops = r.fwd_flops, out->head_flops = r.flops;
+  /* the vocabulary-parallel loss of an odd last layer: the rows' maximum
+   * (one all-reduce), then their sums of exponentials and target logits
+   * (one more, of two values a row) */
+  if (st == TL_OK && sh.loss_split) {
+    out->mlp_layer[L - 1].n_all_reduce += 2;
+    out->mlp_layer[L - 1].all_reduce_elems += 3.0 * seq;
+  }
+  for (int b = 1; b <= L && st == TL_OK; b++)
+    for (int a = 0; a < b && st == TL_OK; a++) {
+      st = tl__cost_range(g, &sh, a == 0 ? 0 : io.layer_begin[a], b == L ? nf : io.layer_begin[b],
+                          &r);
+      struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
+      x->params = r.params, x->arena = r.arena, x->io = r.io, x->transient = r.transient;
+      x->shared = r.shared, x->multi = r.multi, x->staging = r.staging;
+    }
+  /* ZeRO-3's units are the layers: the largest of each range's */
+  for (int b = 1; b <= L && st == TL_OK; b++)
+    for (int a = 0; a < b; a++) {
+      struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
+      x->unit_max = 0;
+      for (int u = a; u < b; u++) {
+        const struct tl_cost_range* one = &out->mlp_range[tl_cost_range_index(u, u + 1)];
+        double early = one->params - one->shared - one->multi;
+        if (early > x->unit_max) x->unit_max = early;
+      }
+    }
+  tl_graph_destroy(g);
+  tl_tp_shard_free(&sh);
+  return st;
+}
+
+tl_status tl__cost_mlp_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out) {
+  const int L = mc->n_mlp_layers;
+  if (L < 1 || L > TL_MLP_MAX_LAYERS)
+    return TL_ERRF(TL_ERR_CONFIG, "model.mlp_sizes: %d layers; the planner prices 1 to %d", L,
+                   TL_MLP_MAX_LAYERS);
+  tl_model m;
+  TL_CHECK(tl_model_init(mc, &m));
+  out->kind = TL_MODEL_MLP;
+  out->n_layers = L;
+  out->n_embd = mc->mlp_sizes[0];
+  out->vocab = m.vocab;
+  out->padded_vocab = m.padded_vocab;
+  out->seq = seq;
+  out->params_total = m.n_params;
+  /* every degree that splits each linear layer (so none beyond the widest) */
+  int widest = 1;
+  for (int i = 0; i <= L; i++)
+    if (mc->mlp_sizes[i] > widest) widest = mc->mlp_sizes[i];
+  for (int t = 1; t <= widest && out->n_shards < TL_COST_MAX_SHARDS; t++) {
+    struct tl_cost_shard* s = &out->shards[out->n_shards];
+    tl_status st = mlp_shard_build(mc, seq, t, s);
+    if (st == TL_OK)
+      out->n_shards++;
+    else if (t == 1 || st != TL_ERR_CONFIG)
+      return st;
+  }
+  return TL_OK;
+}
+
+/* An MLP's stage of layers [a, b): its range's parameters and executor
+ * (no sequence parallelism, no recomputation). */
+void tl__cost_mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, const tl_plan* p,
+                               int a, int b, int s, double* state, double* act) {
+  const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
+  *state =
+      tl__cost_zero_state(p, dtype, x->params, x->shared, x->multi, x->staging, x->unit_max) + 4.0;
+  const double scale = tl_dtype_size(dtype) / 4.0;
+  *act = tl__cost_in_flight(p, sh, s) * p->micro_batch * (x->arena * scale + x->io) +
+         p->micro_batch * x->transient * scale;
+}
+
+/* tl_cost_evaluate for an MLP: every stage priced from its own layers (they
+ * differ), the slowest stage's micro-batch setting the pace. */
+void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
+                           const int* layers, tl_plan* p) {
+  const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
+  if (!tl_cost_has_shard(cm, t)) { /* its layout cannot split the MLP t ways */
+    p->fits = p->runnable = false;
+    p->t_step = HUGE_VAL;
+    return;
+  }
+  const double act_bytes = tl_dtype_size(dtype);
+  const int dpn = c->devices_per_node, L = cm->n_layers;
+  struct tl_cost_shard tmp;
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, false, TL_RECOMPUTE_NONE, false, &tmp);
+  int cut[TL_MLP_MAX_LAYERS];
+  if (!layers) {
+    layers = cut;
+    if (tl_cost_stage_layers(cm, t, false, pp, cut) != TL_OK)
+      for (int s = 0; s < pp; s++) cut[s] = L / pp + (s < L % pp);
+  }
+  const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
+  const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
+  const double peak = tl_cluster_peak(c, dtype);
+  p->mem_state = p->mem_act = -1;
+  double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;
+  for (int s = 0, a = 0; s < pp; a += layers[s++]) {
+    const int e = a + layers[s];
+    double state, act;
+    tl__cost_mlp_stage_memory(sh, dtype, p, a, e, s, &state, &act);
+    if (state + act > p->mem_state + p->mem_act)
+      p->mem_state = state, p->mem_act = act, p->mem_stage = s;
+    double params = sh->mlp_range[tl_cost_range_index(a, e)].params;
+    if (params > grads) grads = params;
+    double fl = (s == 0 ? sh->embed_flops : 0) + (s == pp - 1 ? sh->head_flops : 0);
+    double fwd = 0, n_ar = 0, ar_elems = 0;
+    for (int l = a; l < e; l++) {
+      fl += sh->mlp_layer[l].flops, fwd += sh->mlp_layer[l].fwd_flops;
+      n_ar += sh->mlp_layer[l].n_all_reduce, ar_elems += sh->mlp_layer[l].all_reduce_elems;
+    }
+    total_flops += fl;
+    double x = fwd * b / layers[s]; /* one layer's forward on this rank */
+    double eff = c->efficiency * x / (x + c->efficiency_half_flops);
+    double comp_s = fl * b / (peak * eff);
+    /* all-reduces cost their bytes plus one latency term each */
+    double tp_s = n_ar > 0 ? tl_cost_all_reduce(c, ar_elems * b * act_bytes, t, tp_link) +
+                                 (n_ar - 1) * tl_cost_all_reduce(c, 0, t, tp_link)
+                           : 0;
+    double pp_s = 0;
+    if (pp > 1) { /* an activation out and its gradient back, at its larger boundary */
+      double in = a > 0 ? sh->mlp_layer[a - 1].out_elems : 0;
+      double out = e < L ? sh->mlp_layer[e - 1].out_elems : 0;
+      pp_s = 2.0 * ((in > out ? in : out) * b * act_bytes / pp_link->bandwidth + pp_link->latency);
+    }
+    if (comp_s + tp_s + pp_s > micro)
+      micro = comp_s + tp_s + pp_s, comp = comp_s, tp_comm = tp_s, pp_comm = pp_s;
+  }
+  p->mem_reserve = c->reserve_bytes;
+  p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
+  p->fits = p->mem_total <= c->device_memory_bytes;
+  const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
+  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp);
+  p->t_compute = m * comp;
+  p->t_tp = m * tp_comm;
+  p->t_pp = m * pp_comm;
+  p->t_bubble = (pp - 1) * micro;
+  p->t_dp = dp;
+  p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
+  double devices = (double)d * t * pp, seqs = (double)d * b * m;
+  p->tokens_per_s = seqs * cm->seq / p->t_step;
+  /* a rank's FLOPs times the tp ranks: the shards' arithmetic (the split
+   * layers' is divided, the whole embedding's is repeated on each) */
+  double model = seqs * total_flops * t;
+  p->flops_per_device = model / p->t_step / devices;
+  p->mfu = p->flops_per_device / peak;
+  p->runnable = true;
+}
