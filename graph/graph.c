@@ -510,6 +510,8 @@ tl_status tl_graph_split_weight(tl_graph* g) {
     tl_node x = *n, w = *n;
     x.in[1] = -1, x.out[1] = x.out[2] = -1;
     w.in[2] = -1, w.out[0] = -1;
+    /* each half is one of the backward's two products */
+    x.flops = w.flops = n->flops / 2, x.bytes = w.bytes = n->bytes / 2;
     snprintf(w.name, sizeof w.name, "%.44s.w", n->name);
     if (x.out[0] >= 0) in_pass[n_in++] = x;
     if (w.out[1] >= 0 || w.out[2] >= 0) w_pass[n_w++] = w;

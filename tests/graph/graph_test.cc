@@ -368,6 +368,7 @@ TEST(Graph, TheBackwardSplitInTwoPassesGivesTheSameGradients) {
       int matmuls = 0;
       for (int i = 0; i < g->n_forward; i++) matmuls += g->nodes[i].op == TL_OP_MATMUL;
       int before = g->n_nodes;
+      const double flops = tl_graph_flops(g, 0, g->n_nodes);
       if (split) {
         ASSERT_EQ(tl_graph_split_weight(g), TL_OK) << tl_last_error();
         EXPECT_EQ(tl_graph_split_weight(g), TL_ERR_INVALID);
@@ -382,6 +383,20 @@ TEST(Graph, TheBackwardSplitInTwoPassesGivesTheSameGradients) {
           EXPECT_EQ(g->nodes[i].out[0], -1) << g->nodes[i].name;
         }
         EXPECT_EQ(w_nodes, matmuls - 1);
+        EXPECT_DOUBLE_EQ(tl_graph_flops(g, 0, g->n_nodes), flops) << "the split moves FLOPs";
+        // a block's passes: the input pass at least its forward (and the
+        // recomputed forward with it), the weight pass under it (its
+        // matmuls' weight products)
+        double fw = 0, in = 0, wt = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+          int f = i < g->n_forward ? i : g->nodes[i].forward_of;
+          if (f < io.layer_begin[0] || f >= io.layer_begin[1]) continue;
+          (i < g->n_forward ? fw : i < g->weight_begin ? in : wt) += g->nodes[i].flops;
+        }
+        EXPECT_GE(in / fw, rc == TL_RECOMPUTE_FULL ? 1.5 : 1.0);
+        EXPECT_LT(in / fw, rc == TL_RECOMPUTE_FULL ? 2.0 : 1.2);
+        EXPECT_GT(wt / fw, 0.6);
+        EXPECT_LT(wt / fw, 1.0);
         EXPECT_EQ(g->n_nodes, before + matmuls - 1);
         for (int i = g->n_forward; i < g->weight_begin; i++)
           if (g->nodes[i].op == TL_OP_MATMUL_BACKWARD &&
