@@ -249,8 +249,16 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   for (int s = 0; s < t->pp_size; s++) TL_CHECK_GOTO(build_layout(t, s), st, fail);
   t->lay = &t->layouts[t->pp_rank];
   /* zero-bubble's lists follow a block's passes' FLOPs, which every rank
-   * (tp shards split a block's matmuls evenly) and the planner count alike */
+   * (tp shards split a block's matmuls evenly) and the planner count alike;
+   * the job takes the largest of each, so that no two ranks can build
+   * different lists (and wait for each other's collectives for ever) */
   t->costs = tl_pp_costs_of(t->graph, t->io.layer_begin[0], t->io.layer_begin[1]);
+  if (cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE && in_job(t)) {
+    int32_t c[3] = {t->costs.forward, t->costs.backward, t->costs.weight};
+    TL_CHECK_GOTO(tl_group_all_reduce(t->comm.world, c, c, 3, TL_I32, TL_REDUCE_MAX, NULL), st,
+                  fail);
+    t->costs = (struct tl_pp_costs){c[0], c[1], c[2]};
+  }
   TL_CHECK_GOTO(tl_pp_schedule_build_costs(cfg->schedule.kind, t->pp_size, t->pp_rank,
                                            cfg->schedule.micro_batches, &t->costs, &t->sched),
                 st, fail);
