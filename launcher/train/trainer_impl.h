@@ -21,7 +21,7 @@
 
 struct tl_trainer {
   struct tl_config cfg;
-  tl_model model; /* the whole model: checkpoints, model files, gathered vectors */
+  tl_model model;    /* the whole model: checkpoints, model files, gathered vectors */
   tl_tp_shard shard; /* how this tensor-parallel rank holds the model (tp/tp.h) */
   tl_graph* full;    /* the whole model's forward graph: the other tp ranks' shards */
   tl_backend* be;
@@ -38,8 +38,8 @@ struct tl_trainer {
   tl_dp_layout* lay;     /* this rank's stage's */
   tl_pp_schedule sched;
   struct tl_pp_costs costs; /* the passes' costs the schedule was built with */
-  tl_pp_runtime* rt; /* the stage's executors and exchanges */
-  bool* scatter;     /* per graph value: a boundary value the tp group holds alike */
+  tl_pp_runtime* rt;        /* the stage's executors and exchanges */
+  bool* scatter;            /* per graph value: a boundary value the tp group holds alike */
   /* the stage's flat buffers; with ZeRO-2 `grads` is the buckets' staging
    * (tl_dp_buckets_grad_buffer), and grad_offset says where each
    * parameter's gradient lies in it (NULL: at the layout's offset) */
@@ -54,8 +54,8 @@ struct tl_trainer {
   /* parallel.deterministic: the gradients as exact 64-bit fixed-point sums
    * (graph/exec.h grad_acc), laid out as grads */
   tl_buffer* grad_acc;
-  int64_t loss_fixed; /* the step's loss sum, in fixed point (deterministic mode) */
-  tl_optim* optim; /* AdamW's moments, the norm and clipping (optimizer.h) */
+  int64_t loss_fixed;  /* the step's loss sum, in fixed point (deterministic mode) */
+  tl_optim* optim;     /* AdamW's moments, the norm and clipping (optimizer.h) */
   tl_buffer* sp_pack;  /* sequence parallelism: the partial gradients, packed */
   int64_t param_bytes; /* what the allocator counted for the parameter buffer */
   tl_dp_buckets* buckets;
@@ -74,6 +74,19 @@ struct tl_trainer {
   /* the most host bytes the last checkpoint save, load or export held */
   int64_t io_host_bytes;
 };
+
+static inline int tl__trainer_is_last_stage(const tl_trainer* t) {
+  return t->pp_rank == t->pp_size - 1;
+}
+
+/* Part of a job of more than one rank. */
+static inline int tl__trainer_in_job(const tl_trainer* t) {
+  return t->comm.world && tl_group_size(t->comm.world) > 1;
+}
+
+/* The trace's clock, and a span from start_us to now (no-op untraced). */
+double tl__trainer_now_us(void);
+void tl__trainer_trace_span(tl_trainer* t, const char* name, int micro, double start_us);
 
 /* Whether another rank counts (and writes) layout segment s: the tied
  * embedding's copy on the last stage, a tensor every tp rank holds whole

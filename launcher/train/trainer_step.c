@@ -1,0 +1,312 @@
+/* trainer_step.c — one optimizer step on one rank: the stage's schedule
+ * walked (forwards, backwards, weight passes, the exchanges between them),
+ * the gradient sums over the mesh's groups, the norm and clipping, the
+ * update; and the validation loss. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/env.h"
+#include "core/log.h"
+#include "core/timer.h"
+#include "launcher/train/trainer_impl.h"
+#include "tp/tp.h"
+
+/* ---- the pipeline ------------------------------------------------------- */
+
+/* Sets micro-batch i's inputs (tokens on the first stage, targets on the last). */
+static tl_status set_inputs(tl_trainer* t, tl_exec* x, const tl_loader* l, int seq0) {
+  int n = t->micro * t->cfg.train.seq_len;
+  tl_loader_get(l, seq0, t->micro, t->inputs, t->targets);
+  if (t->pp_rank == 0)
+    TL_CHECK(tl_exec_set_input(x, t->io.tokens, t->inputs, sizeof(int32_t) * (size_t)n));
+  if (tl__trainer_is_last_stage(t))
+    TL_CHECK(tl_exec_set_input(x, t->io.targets, t->targets, sizeof(int32_t) * (size_t)n));
+  return TL_OK;
+}
+
+/* The micro-batch's token losses into *sum, or into *fixed (units of
+ * 2^-32: the deterministic mode's exact sum) when fixed is given. */
+static tl_status add_losses(tl_trainer* t, tl_exec* x, double* sum, int64_t* fixed) {
+  if (t->tp_rank != 0) return TL_OK; /* the tensor-parallel group agrees; rank 0 counts */
+  int n = t->micro * t->cfg.train.seq_len;
+  TL_CHECK(tl_exec_get(x, t->io.losses, t->losses, sizeof(float) * (size_t)n));
+  if (fixed) {
+    for (int i = 0; i < n; i++) {
+      float l = t->losses[i];
+      /* NaN too (llrint of it is undefined), and a sum past int64 */
+      if (!(fabsf(l) < 1048576.0f) ||
+          __builtin_add_overflow(*fixed, (int64_t)llrint(ldexp((double)l, 32)), fixed))
+        return TL_ERRF(TL_ERR_INTERNAL, "step %lld: a token's loss is %g (the loss diverged)",
+                       (long long)t->step + 1, (double)l);
+    }
+    return TL_OK;
+  }
+  for (int i = 0; i < n; i++) *sum += t->losses[i];
+  return TL_OK;
+}
+
+static tl_status bucket_hook(void* user, int forward_node) {
+  tl_trainer* t = user;
+  return tl_dp_buckets_node_done(t->buckets, forward_node);
+}
+
+/* First sequence of micro-batch i of this replica within the global batch. */
+static int first_seq(const tl_trainer* t, int i) {
+  return t->dp_rank * (t->cfg.train.batch_size / t->dp_size) + i * t->micro;
+}
+
+/* One step's forwards and backwards as the stage's schedule orders them;
+ * the runtime exchanges activations and gradients in between. */
+static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
+  const tl_pp_stage* me = t->me;
+  int m = t->cfg.schedule.micro_batches;
+  float scale = 1.0f / ((float)t->cfg.train.batch_size * (float)t->cfg.train.seq_len);
+  TL_CHECK(tl_pp_runtime_start(t->rt, &t->sched));
+  for (;;) {
+    tl_pp_task task;
+    bool done;
+    TL_CHECK(tl_pp_runtime_next(t->rt, &task, &done));
+    if (done) break;
+    double t0 = tl__trainer_now_us();
+    t->trace_micro = task.micro;
+    if (task.op == TL_PP_FORWARD) {
+      TL_CHECK(set_inputs(t, task.exec, &t->loader, first_seq(t, task.micro)));
+      TL_CHECK(tl_exec_forward(task.exec, me->node_begin, me->node_end));
+      tl__trainer_trace_span(t, "forward", task.micro, t0);
+      continue;
+    }
+    /* the last micro-batch's backward starts the buckets' reductions;
+     * ZeRO-2 streams every backward's gradients into its shard (a split
+     * backward: its weight pass, where the gradients become final) */
+    const bool split = t->graph->weight_begin > 0;
+    int hook = t->buckets && (t->zero >= 2 || (task.micro == m - 1 && t->dp_size > 1)) &&
+               (!split || task.op == TL_PP_WEIGHT);
+    if (hook) tl_exec_set_backward_hook(task.exec, bucket_hook, t);
+    if (task.op == TL_PP_WEIGHT) {
+      tl_status st = tl_exec_backward_weight(task.exec, me->node_begin, me->node_end);
+      tl_exec_set_backward_hook(task.exec, NULL, NULL);
+      TL_CHECK(st);
+      tl__trainer_trace_span(t, "weight", task.micro, t0);
+      continue;
+    }
+    float s = scale;
+    if (task.micro == m - 1 && t->dp_rank == t->dp_size - 1 && tl__trainer_in_job(t) &&
+        tl_fault_on(TL_FAULT_MICRO_BATCH_DROPPED))
+      s = 0.0f; /* a deliberate bug (core/env.h) */
+    tl_status st = split ? tl_exec_backward_input(task.exec, me->node_begin, me->node_end, s)
+                         : tl_exec_backward(task.exec, me->node_begin, me->node_end, s);
+    tl_exec_set_backward_hook(task.exec, NULL, NULL);
+    TL_CHECK(st);
+    if (tl__trainer_is_last_stage(t))
+      TL_CHECK(add_losses(t, task.exec, loss_sum, t->grad_acc ? &t->loss_fixed : NULL));
+    tl__trainer_trace_span(t, "backward", task.micro, t0);
+  }
+  t->wait_seconds = tl_pp_runtime_wait_seconds(t->rt);
+  return TL_OK;
+}
+
+/* Sum of a float over a host group (every member gets it). */
+static tl_status host_sum(tl_group* g, double* v) {
+  if (!g || tl_group_size(g) == 1) return TL_OK;
+  float x = (float)*v;
+  TL_CHECK(tl_group_all_reduce(g, &x, &x, 1, TL_F32, TL_REDUCE_SUM, NULL));
+  *v = x;
+  return TL_OK;
+}
+
+/* Where each parameter's gradient lies in t->grads. */
+static const int64_t* grad_offsets(const tl_trainer* t) {
+  return t->grad_offset ? t->grad_offset : t->lay->offset;
+}
+
+static tl_status sync_tied(tl_trainer* t) {
+  if (!t->shared) return TL_OK;
+  double t0 = tl__trainer_now_us();
+  if (t->grad_acc)
+    TL_CHECK(
+        tl_pp_sync_shared(t->me, t->shared, t->graph, t->grad_acc->data, TL_I64, t->lay->offset));
+  else
+    TL_CHECK(
+        tl_pp_sync_shared(t->me, t->shared, t->graph, t->grads->data, TL_F32, grad_offsets(t)));
+  tl__trainer_trace_span(t, "tied_allreduce", 0, t0);
+  return TL_OK;
+}
+
+/* Sequence parallelism: the parameters every rank holds whole but ran on
+ * its token rows only (the LayerNorms) have gradients that are parts of a
+ * sum over the tensor-parallel group (tp/tp.h). */
+static tl_status sync_sequence_parallel(tl_trainer* t) {
+  if (!t->shard.sp || t->tp_size == 1) return TL_OK;
+  double t0 = tl__trainer_now_us();
+  TL_CHECK(tl_tp_sync_partial(&t->shard, t->comm.tp, t->be, t->grads->data, grad_offsets(t),
+                              t->sp_pack->data));
+  tl__trainer_trace_span(t, "sp_allreduce", 0, t0);
+  return TL_OK;
+}
+
+/* The deterministic mode: the micro-batches' fixed-point gradients summed
+ * over the replicas (integers: any order gives the same bits), the tied
+ * embedding's over its stages, then back to floats. */
+static tl_status sum_exact(tl_trainer* t) {
+  double t0 = tl__trainer_now_us();
+  int64_t* acc = t->grad_acc->data;
+  if (t->comm.dp && t->dp_size > 1)
+    TL_CHECK(
+        tl_group_all_reduce(t->comm.dp, acc, acc, (size_t)t->lay->n, TL_I64, TL_REDUCE_SUM, NULL));
+  TL_CHECK(sync_tied(t));
+  TL_CHECK(t->be->ops->fixed_to_float(t->be->ctx, t->grads->data, acc, t->lay->n));
+  tl__trainer_trace_span(t, "dp_allreduce", 0, t0);
+  return TL_OK;
+}
+
+/* The squared global norm from 128-bit fixed-point shares, summed exactly
+ * over the stages. */
+static tl_status norm_exact(tl_trainer* t, double* sumsq) {
+  __int128 mine, total = 0;
+  TL_CHECK(tl_optim_sumsq_fixed(t->optim, &mine));
+  tl_group* g = t->comm.host_pp;
+  int n = g ? tl_group_size(g) : 1;
+  if (n == 1) {
+    total = mine;
+  } else {
+    int64_t words[2] = {(int64_t)(mine >> 64), (int64_t)(uint64_t)mine};
+    int64_t* all = malloc(sizeof(int64_t) * 2 * (size_t)n);
+    if (!all) return TL_ERRF(TL_ERR_NOMEM, "out of memory for the gradient norm");
+    tl_status st = tl_group_all_gather(g, words, all, 2 * (size_t)n, TL_I64, NULL);
+    for (int r = 0; r < n && st == TL_OK; r++)
+      total +=
+          (__int128)(((unsigned __int128)(uint64_t)all[2 * r] << 64) | (uint64_t)all[2 * r + 1]);
+    free(all);
+    TL_CHECK(st);
+  }
+  *sumsq = ldexp((double)total, -TL_FIXED_SQ_SHIFT);
+  return TL_OK;
+}
+
+tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
+  const struct tl_train_config* tc = &t->cfg.train;
+  const struct tl_kernel_ops* ops = t->be->ops;
+  void* ctx = t->be->ctx;
+  tl_timer timer;
+  tl_timer_start(&timer);
+  t->wait_seconds = 0;
+  /* 1. gradients of the mean loss over the global batch */
+  if (t->buckets) TL_CHECK(tl_dp_buckets_begin_step(t->buckets)); /* ZeRO-3: fresh parameters */
+  if (t->zero >= 2)
+    TL_CHECK(tl_dp_buckets_zero_grads(t->buckets));
+  else
+    TL_CHECK(tl_memzero(t->be->device, t->grads->data, t->grads->bytes));
+  if (t->grad_acc) TL_CHECK(tl_memzero(t->be->device, t->grad_acc->data, t->grad_acc->bytes));
+  double loss = 0.0;
+  TL_CHECK(run_schedule(t, &loss));
+  /* 2. replicas and the tied embedding */
+  if (t->grad_acc) {
+    TL_CHECK(sum_exact(t));
+  } else if (t->zero == 0) { /* all-reduced whole, then the sums over other groups */
+    if (t->buckets) {
+      double t0 = tl__trainer_now_us();
+      TL_CHECK(ops->synchronize(ctx));
+      TL_CHECK(tl_dp_buckets_finish(t->buckets));
+      tl__trainer_trace_span(t, "dp_allreduce", 0, t0);
+    }
+    TL_CHECK(sync_tied(t));
+    TL_CHECK(sync_sequence_parallel(t));
+  } else { /* ZeRO: the late gradients summed over the other groups first */
+    TL_CHECK(sync_tied(t));
+    TL_CHECK(sync_sequence_parallel(t));
+    double t0 = tl__trainer_now_us();
+    TL_CHECK(ops->synchronize(ctx));
+    TL_CHECK(tl_dp_buckets_finish(t->buckets));
+    tl__trainer_trace_span(t, "dp_reduce_scatter", 0, t0);
+  }
+  double dp_wait = t->buckets ? tl_dp_buckets_wait_seconds(t->buckets) : 0;
+  if (t->dp_size > 1 && tl_fault_on(TL_FAULT_DP_SCALED_TWICE)) { /* a deliberate bug (core/env.h) */
+    float* g = t->zero >= 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
+    int64_t n = t->zero >= 2 ? tl_dp_buckets_shard_n(t->buckets) : t->lay->n;
+    TL_CHECK(ops->scale_forward(ctx, g, g, 1.0f / (float)t->dp_size, n));
+  }
+  /* 3. global norm over stages and shards, clipping */
+  double sumsq = 0;
+  if (t->grad_acc) {
+    TL_CHECK(norm_exact(t, &sumsq));
+  } else {
+    TL_CHECK(tl_optim_sumsq(t->optim, &sumsq));
+    if (t->zero > 0) TL_CHECK(host_sum(t->comm.host_dp, &sumsq)); /* disjoint shards */
+    TL_CHECK(host_sum(t->comm.host_tp, &sumsq));
+    TL_CHECK(host_sum(t->comm.host_pp, &sumsq));
+  }
+  /* a NaN sum of squares must not read as 0 (no clipping, garbage steps) */
+  float norm = isfinite(sumsq) ? (float)sqrt(sumsq > 0 ? sumsq : 0) : (float)sumsq;
+  if (!isfinite(norm))
+    return TL_ERRF(TL_ERR_INTERNAL, "step %lld: the gradient norm is %f (the loss diverged)",
+                   (long long)t->step + 1, norm);
+  /* 4. clipping and AdamW on the stage's parameters */
+  float lr;
+  TL_CHECK(tl_optim_step(t->optim, norm, t->step, &lr));
+  if (tl__trainer_in_job(t) && t->dp_rank == 0 && t->tp_rank == 0 && tl__trainer_is_last_stage(t) &&
+      tl_fault_on(TL_FAULT_UPDATE_REPEATED)) /* a deliberate bug (core/env.h) */
+    TL_CHECK(tl_optim_step(t->optim, 0.0f, t->step, &lr));
+  TL_CHECK(ops->synchronize(ctx));
+  if (t->zero > 0) { /* every rank's updated chunks to every replica */
+    double t0 = tl__trainer_now_us();
+    TL_CHECK(tl_dp_buckets_gather_params(t->buckets, t->params->data));
+    dp_wait += (tl__trainer_now_us() - t0) * 1e-6;
+    tl__trainer_trace_span(t, "dp_all_gather", 0, t0);
+  }
+  /* the loss lives on the last stages: everyone learns it */
+  if (t->grad_acc) {
+    if (t->comm.world && tl_group_size(t->comm.world) > 1)
+      TL_CHECK(tl_group_all_reduce(t->comm.world, &t->loss_fixed, &t->loss_fixed, 1, TL_I64,
+                                   TL_REDUCE_SUM, NULL));
+    loss = ldexp((double)t->loss_fixed, -32);
+    t->loss_fixed = 0;
+  } else {
+    TL_CHECK(host_sum(t->comm.world, &loss));
+  }
+  tl_loader_advance(&t->loader);
+  t->step++;
+  out->step = t->step;
+  out->loss = loss / ((double)tc->batch_size * tc->seq_len);
+  out->lr = lr;
+  out->grad_norm = norm;
+  out->seconds = tl_timer_elapsed_s(&timer);
+  out->bubble_seconds = t->wait_seconds;
+  out->dp_buckets = t->buckets && t->dp_size > 1 ? tl_dp_buckets_count(t->buckets) : 0;
+  out->dp_buckets_early = t->buckets && t->dp_size > 1 ? tl_dp_buckets_early(t->buckets) : 0;
+  out->dp_wait_seconds = dp_wait;
+  return TL_OK;
+}
+
+tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
+  if (!t->val_file.tokens)
+    return TL_ERRF(TL_ERR_CONFIG, "validation needs data.val: the path of a token file");
+  tl_loader l;
+  TL_CHECK(tl_loader_init(&l, &t->val_file, t->cfg.train.batch_size, t->cfg.train.seq_len, 0));
+  tl_pp_schedule fwd;
+  TL_CHECK(
+      tl_pp_schedule_build_forward(t->pp_size, t->pp_rank, t->cfg.schedule.micro_batches, &fwd));
+  double sum = 0.0;
+  int batches = t->cfg.train.val_batches > 0 ? t->cfg.train.val_batches : 1;
+  tl_status st = t->buckets ? tl_dp_buckets_begin_step(t->buckets) : TL_OK;
+  for (int b = 0; b < batches && st == TL_OK; b++) {
+    st = tl_pp_runtime_start(t->rt, &fwd);
+    for (bool done = false; st == TL_OK;) {
+      tl_pp_task task;
+      st = tl_pp_runtime_next(t->rt, &task, &done);
+      if (st != TL_OK || done) break;
+      t->trace_micro = task.micro;
+      st = set_inputs(t, task.exec, &l, first_seq(t, task.micro));
+      if (st == TL_OK) st = tl_exec_forward(task.exec, t->me->node_begin, t->me->node_end);
+      if (st == TL_OK && tl__trainer_is_last_stage(t)) st = add_losses(t, task.exec, &sum, NULL);
+    }
+    tl_loader_advance(&l);
+  }
+  tl_pp_schedule_free(&fwd);
+  TL_CHECK(st);
+  TL_CHECK(host_sum(t->comm.world, &sum));
+  *loss = sum / ((double)batches * t->cfg.train.batch_size * t->cfg.train.seq_len);
+  return TL_OK;
+}
+
+/* ---- small accessors ---------------------------------------------------- */
