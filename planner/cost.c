@@ -410,7 +410,7 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
 static double bubble_micro_batches(const tl_plan* p, const struct tl_pp_costs* c) {
   if (p->schedule != TL_SCHEDULE_ZERO_BUBBLE || p->pp <= 1) return p->pp - 1;
   int ticks = 0;
-  if (tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p->pp, p->n_micro, c, &ticks) != TL_OK) {
+  if (tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p->pp, p->n_micro, 1, c, &ticks) != TL_OK) {
     tl_clear_error();
     return p->pp - 1; /* cannot simulate it: priced as 1F1B */
   }
@@ -420,7 +420,7 @@ static double bubble_micro_batches(const tl_plan* p, const struct tl_pp_costs* c
 
 /* Micro-batches whose activations stage s holds at once: pp's schedule's. */
 int tl__cost_in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s) {
-  return tl_pp_schedule_in_flight_costs(p->schedule, p->pp, s, p->n_micro, &sh->zb_costs);
+  return tl_pp_schedule_in_flight_costs(p->schedule, p->pp, s, p->n_micro, 1, &sh->zb_costs);
 }
 
 static int stage_kind(int s, int pp) {

@@ -1,24 +1,96 @@
-/* schedule.c — GPipe, 1F1B and zero-bubble instruction lists, and their
- * simulation. */
+/* schedule.c — GPipe, 1F1B, interleaved 1F1B and zero-bubble instruction
+ * lists, and their simulation. */
 #include "pp/schedule.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+static void emit_chunk(tl_pp_schedule* s, tl_pp_op op, int micro, int chunk) {
+  s->instr[s->n++] = (tl_pp_instr){op, micro, chunk};
+}
+
 static void emit(tl_pp_schedule* s, tl_pp_op op, int micro) {
-  s->instr[s->n++] = (tl_pp_instr){op, micro};
+  emit_chunk(s, op, micro, 0);
+}
+
+/* Virtual stage q = c * p + s: the first receives nothing, the last sends
+ * nothing on. */
+static int first_virtual(const tl_pp_schedule* s, int c) {
+  return c == 0 && s->stage == 0;
+}
+static int last_virtual(const tl_pp_schedule* s, int c) {
+  return c == s->n_chunks - 1 && s->stage == s->n_stages - 1;
+}
+
+static void forward_chunk(tl_pp_schedule* s, int i, int c) {
+  if (!first_virtual(s, c)) emit_chunk(s, TL_PP_RECV_ACT, i, c);
+  emit_chunk(s, TL_PP_FORWARD, i, c);
+  if (!last_virtual(s, c)) emit_chunk(s, TL_PP_SEND_ACT, i, c);
+}
+
+static void backward_chunk(tl_pp_schedule* s, int i, int c) {
+  if (!last_virtual(s, c)) emit_chunk(s, TL_PP_RECV_GRAD, i, c);
+  emit_chunk(s, TL_PP_BACKWARD, i, c);
+  if (!first_virtual(s, c)) emit_chunk(s, TL_PP_SEND_GRAD, i, c);
 }
 
 static void forward(tl_pp_schedule* s, int i) {
-  if (s->stage > 0) emit(s, TL_PP_RECV_ACT, i);
-  emit(s, TL_PP_FORWARD, i);
-  if (s->stage < s->n_stages - 1) emit(s, TL_PP_SEND_ACT, i);
+  forward_chunk(s, i, 0);
 }
 
 static void backward(tl_pp_schedule* s, int i) {
-  if (s->stage < s->n_stages - 1) emit(s, TL_PP_RECV_GRAD, i);
-  emit(s, TL_PP_BACKWARD, i);
-  if (s->stage > 0) emit(s, TL_PP_SEND_GRAD, i);
+  backward_chunk(s, i, 0);
+}
+
+/* Each chunk's most micro-batches held (from its F to its B, or its W
+ * under zero-bubble), and the largest of them. */
+static void count_in_flight(tl_pp_schedule* s) {
+  int h[TL_PP_MAX_CHUNKS] = {0};
+  s->max_in_flight = 0;
+  memset(s->chunk_in_flight, 0, sizeof s->chunk_in_flight);
+  const tl_pp_op release = s->kind == TL_SCHEDULE_ZERO_BUBBLE ? TL_PP_WEIGHT : TL_PP_BACKWARD;
+  for (int k = 0; k < s->n; k++) {
+    int c = s->instr[k].chunk;
+    h[c] += s->instr[k].op == TL_PP_FORWARD;
+    h[c] -= s->instr[k].op == release;
+    if (h[c] > s->chunk_in_flight[c]) s->chunk_in_flight[c] = h[c];
+    if (h[c] > s->max_in_flight) s->max_in_flight = h[c];
+  }
+}
+
+/* Megatron-LM's interleaved order (schedule.h). */
+static void interleaved(tl_pp_schedule* s) {
+  const int p = s->n_stages, v = s->n_chunks, total = s->n_micro * v;
+  int warmup = 2 * (p - s->stage - 1) + (v - 1) * p;
+  if (warmup > total) warmup = total;
+#define MICRO(k) ((k) / (p * v) * p + (k) % p)
+#define CHUNK(k) ((k) / p % v)
+  int f = 0, b = 0;
+  for (; f < warmup; f++) forward_chunk(s, MICRO(f), CHUNK(f));
+  for (; f < total; f++, b++) { /* steady state: one forward, one backward */
+    forward_chunk(s, MICRO(f), CHUNK(f));
+    backward_chunk(s, MICRO(b), v - 1 - CHUNK(b));
+  }
+  for (; b < total; b++) backward_chunk(s, MICRO(b), v - 1 - CHUNK(b));
+#undef MICRO
+#undef CHUNK
+}
+
+/* Why (p, m, v) cannot make an interleaved schedule, or TL_OK. */
+static tl_status interleaved_ok(int n_stages, int n_micro, int n_chunks) {
+  if (n_chunks < 2 || n_chunks > TL_PP_MAX_CHUNKS)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "an interleaved schedule of %d chunks per stage: expected 2 to %d", n_chunks,
+                   TL_PP_MAX_CHUNKS);
+  if (n_stages < 2)
+    return TL_ERRF(TL_ERR_INVALID, "an interleaved schedule needs at least 2 stages, not %d",
+                   n_stages);
+  if (n_micro % n_stages != 0)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "an interleaved schedule of %d stages for %d micro-batches: the micro-batches "
+                   "must be a multiple of the stages",
+                   n_stages, n_micro);
+  return TL_OK;
 }
 
 static const struct tl_pp_costs k_unit = {1, 1, 1};
@@ -80,22 +152,14 @@ static tl_status zero_bubble_all(int p, int m, struct tl_pp_costs c, tl_pp_sched
   int* bdone = malloc(sizeof(int) * (size_t)p * (size_t)m);
   tl_status st = fdone && bdone ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
   for (int s = 0; s < p && st == TL_OK; s++) {
-    all[s] =
-        (tl_pp_schedule){.kind = TL_SCHEDULE_ZERO_BUBBLE, .n_stages = p, .stage = s, .n_micro = m};
+    all[s] = (tl_pp_schedule){
+        .kind = TL_SCHEDULE_ZERO_BUBBLE, .n_stages = p, .stage = s, .n_micro = m, .n_chunks = 1};
     all[s].instr = malloc(sizeof(tl_pp_instr) * 7 * (size_t)m);
     if (!all[s].instr) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
   }
   if (st == TL_OK) {
     *ticks = zero_bubble_lists(p, m, c, all, fdone, bdone);
-    for (int s = 0; s < p; s++) {
-      int h = 0, most = 0;
-      for (int k = 0; k < all[s].n; k++) {
-        h += all[s].instr[k].op == TL_PP_FORWARD;
-        h -= all[s].instr[k].op == TL_PP_WEIGHT;
-        if (h > most) most = h;
-      }
-      all[s].max_in_flight = most;
-    }
+    for (int s = 0; s < p; s++) count_in_flight(&all[s]);
   } else {
     for (int s = 0; s < p; s++) tl_pp_schedule_free(&all[s]);
   }
@@ -135,55 +199,73 @@ static tl_status zero_bubble_stage(int p, int m, struct tl_pp_costs c, int stage
 
 tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
                                tl_pp_schedule* s) {
-  return tl_pp_schedule_build_costs(kind, n_stages, stage, n_micro, NULL, s);
+  return tl_pp_schedule_build_costs(kind, n_stages, stage, n_micro, 1, NULL, s);
 }
 
 tl_status tl_pp_schedule_build_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
-                                     const struct tl_pp_costs* costs, tl_pp_schedule* s) {
+                                     int n_chunks, const struct tl_pp_costs* costs,
+                                     tl_pp_schedule* s) {
   memset(s, 0, sizeof *s);
   if (n_stages < 1 || stage < 0 || stage >= n_stages || n_micro < 1)
     return TL_ERRF(TL_ERR_INVALID, "schedule of stage %d of %d for %d micro-batches", stage,
                    n_stages, n_micro);
+  if (kind == TL_SCHEDULE_INTERLEAVED)
+    TL_CHECK(interleaved_ok(n_stages, n_micro, n_chunks));
+  else if (n_chunks != 1)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "a %s schedule of %d chunks per stage: only interleaved has more than one",
+                   tl_schedule_kind_name(kind), n_chunks);
   if (kind == TL_SCHEDULE_ZERO_BUBBLE) {
     int held, ticks;
     return zero_bubble_stage(n_stages, n_micro, costs ? *costs : k_unit, stage, s, &held, &ticks);
   }
-  if (kind != TL_SCHEDULE_GPIPE && kind != TL_SCHEDULE_1F1B)
-    return TL_ERRF(TL_ERR_UNSUPPORTED,
-                   "the interleaved schedule is not implemented yet; use "
-                   "\"gpipe\", \"1f1b\" or \"zero_bubble\"");
+  if (kind != TL_SCHEDULE_GPIPE && kind != TL_SCHEDULE_1F1B && kind != TL_SCHEDULE_INTERLEAVED)
+    return TL_ERRF(TL_ERR_INVALID, "schedule kind %d", (int)kind);
   s->kind = kind;
   s->n_stages = n_stages;
   s->stage = stage;
   s->n_micro = n_micro;
-  s->instr = malloc(sizeof(tl_pp_instr) * 6 * (size_t)n_micro);
+  s->n_chunks = n_chunks;
+  s->instr = malloc(sizeof(tl_pp_instr) * 6 * (size_t)n_micro * (size_t)n_chunks);
   if (!s->instr) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
-  if (kind == TL_SCHEDULE_GPIPE) {
+  if (kind == TL_SCHEDULE_INTERLEAVED) {
+    interleaved(s);
+  } else if (kind == TL_SCHEDULE_GPIPE) {
     for (int i = 0; i < n_micro; i++) forward(s, i);
     for (int i = 0; i < n_micro; i++) backward(s, i);
-    s->max_in_flight = tl_pp_schedule_in_flight(kind, n_stages, stage, n_micro);
-    return TL_OK;
+  } else {
+    int warmup = n_stages - stage - 1;
+    if (warmup > n_micro) warmup = n_micro;
+    int f = 0, b = 0;
+    for (; f < warmup; f++) forward(s, f);
+    while (f < n_micro) { /* steady state: one forward, one backward */
+      forward(s, f++);
+      backward(s, b++);
+    }
+    while (b < n_micro) backward(s, b++);
   }
-  int warmup = n_stages - stage - 1;
-  if (warmup > n_micro) warmup = n_micro;
-  int f = 0, b = 0;
-  for (; f < warmup; f++) forward(s, f);
-  while (f < n_micro) { /* steady state: one forward, one backward */
-    forward(s, f++);
-    backward(s, b++);
-  }
-  while (b < n_micro) backward(s, b++);
-  s->max_in_flight = tl_pp_schedule_in_flight(kind, n_stages, stage, n_micro);
+  count_in_flight(s);
   return TL_OK;
 }
 
 int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int n_micro) {
-  return tl_pp_schedule_in_flight_costs(kind, n_stages, stage, n_micro, NULL);
+  return tl_pp_schedule_in_flight_costs(kind, n_stages, stage, n_micro, 1, NULL);
 }
 
 int tl_pp_schedule_in_flight_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
-                                   const struct tl_pp_costs* costs) {
+                                   int n_chunks, const struct tl_pp_costs* costs) {
   if (kind == TL_SCHEDULE_GPIPE) return n_micro;
+  if (kind == TL_SCHEDULE_INTERLEAVED) { /* counted off the list */
+    tl_pp_schedule s;
+    if (tl_pp_schedule_build_costs(kind, n_stages, stage, n_micro, n_chunks, costs, &s) != TL_OK) {
+      tl_clear_error();
+      return -1;
+    }
+    int held = 0;
+    for (int c = 0; c < n_chunks; c++) held += s.chunk_in_flight[c];
+    tl_pp_schedule_free(&s);
+    return held;
+  }
   if (kind == TL_SCHEDULE_ZERO_BUBBLE) {
     int held = n_stages < n_micro ? n_stages : n_micro,
         ticks; /* its bound, if it cannot simulate */
@@ -198,7 +280,10 @@ int tl_pp_schedule_in_flight_costs(tl_schedule_kind kind, int n_stages, int stag
   return warmup + 1 < n_micro ? warmup + 1 : n_micro;
 }
 
-tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro,
+static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
+                          struct tl_pp_costs c, tl_pp_span* spans, int* n_spans, int* ticks);
+
+tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
                                const struct tl_pp_costs* costs, int* ticks) {
   if (n_stages < 1 || n_micro < 1)
     return TL_ERRF(TL_ERR_INVALID, "a schedule of %d stages for %d micro-batches", n_stages,
@@ -208,25 +293,40 @@ tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro,
     *ticks = (n_micro + n_stages - 1) * (c.forward + c.backward + c.weight);
     return TL_OK;
   }
-  if (kind != TL_SCHEDULE_ZERO_BUBBLE)
-    return TL_ERRF(TL_ERR_UNSUPPORTED, "the interleaved schedule is not implemented yet");
+  if (kind == TL_SCHEDULE_INTERLEAVED) { /* the last (p, m, v, costs) is kept */
+    static int cache_p, cache_m, cache_v, cache_ticks;
+    static struct tl_pp_costs cache_c;
+    if (cache_p != n_stages || cache_m != n_micro || cache_v != n_chunks ||
+        memcmp(&cache_c, &c, sizeof c) != 0) {
+      TL_CHECK(simulate(kind, n_stages, n_micro, n_chunks, c, NULL, NULL, &cache_ticks));
+      cache_p = n_stages, cache_m = n_micro, cache_v = n_chunks, cache_c = c;
+    }
+    *ticks = cache_ticks;
+    return TL_OK;
+  }
   int held;
   return zero_bubble_stage(n_stages, n_micro, c, 0, NULL, &held, ticks);
 }
 
-tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_pp_schedule* s) {
+tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, int n_chunks,
+                                       tl_pp_schedule* s) {
   memset(s, 0, sizeof *s);
-  if (n_stages < 1 || stage < 0 || stage >= n_stages || n_micro < 1)
-    return TL_ERRF(TL_ERR_INVALID, "schedule of stage %d of %d for %d micro-batches", stage,
-                   n_stages, n_micro);
+  if (n_stages < 1 || stage < 0 || stage >= n_stages || n_micro < 1 || n_chunks < 1 ||
+      n_chunks > TL_PP_MAX_CHUNKS)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "forward schedule of stage %d of %d for %d micro-batches, %d chunks", stage,
+                   n_stages, n_micro, n_chunks);
   s->kind = TL_SCHEDULE_GPIPE;
   s->n_stages = n_stages;
   s->stage = stage;
   s->n_micro = n_micro;
-  s->instr = malloc(sizeof(tl_pp_instr) * 3 * (size_t)n_micro);
+  s->n_chunks = n_chunks;
+  s->instr = malloc(sizeof(tl_pp_instr) * 3 * (size_t)n_micro * (size_t)n_chunks);
   if (!s->instr) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
-  for (int i = 0; i < n_micro; i++) forward(s, i);
+  for (int i = 0; i < n_micro; i++)
+    for (int c = 0; c < n_chunks; c++) forward_chunk(s, i, c);
   s->max_in_flight = 1;
+  for (int c = 0; c < n_chunks; c++) s->chunk_in_flight[c] = 1;
   return TL_OK;
 }
 
@@ -242,44 +342,49 @@ void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all) {
     tl_pp_op op = s->instr[k].op;
     if (!all && op != TL_PP_FORWARD && op != TL_PP_BACKWARD && op != TL_PP_WEIGHT) continue;
     fprintf(f, "%s%s%d", first ? "" : " ", short_names[op], s->instr[k].micro);
+    if (s->n_chunks > 1) fprintf(f, ".%d", s->instr[k].chunk);
     first = 0;
   }
   fputc('\n', f);
 }
 
 /* Simulation: time advances in ticks; each stage executes its next
- * instruction when its inputs are there. A forward takes 1 tick, a backward
- * 2 (it computes two products per forward one). */
-static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, struct tl_pp_costs c,
-                          tl_pp_span* spans, int* n_spans, int* ticks);
-
+ * instruction when its inputs are there, a pass taking its costs' ticks.
+ * Messages and passes are counted per virtual stage q = chunk * p + stage
+ * and micro-batch. */
 tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks) {
-  return simulate(kind, n_stages, n_micro, k_unit, NULL, NULL, ticks);
+  return simulate(kind, n_stages, n_micro, 1, k_unit, NULL, NULL, ticks);
 }
 
-tl_status tl_pp_schedule_check_costs(tl_schedule_kind kind, int n_stages, int n_micro,
+tl_status tl_pp_schedule_check_costs(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
                                      const struct tl_pp_costs* costs, int* ticks) {
-  return simulate(kind, n_stages, n_micro, costs ? *costs : k_unit, NULL, NULL, ticks);
+  return simulate(kind, n_stages, n_micro, n_chunks, costs ? *costs : k_unit, NULL, NULL, ticks);
 }
 
-tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro,
+tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
                                   const struct tl_pp_costs* costs, tl_pp_span* spans, int* n_spans,
                                   int* ticks) {
   *n_spans = 0;
-  return simulate(kind, n_stages, n_micro, costs ? *costs : k_unit, spans, n_spans, ticks);
+  return simulate(kind, n_stages, n_micro, n_chunks, costs ? *costs : k_unit, spans, n_spans,
+                  ticks);
 }
 
-static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, struct tl_pp_costs c,
-                          tl_pp_span* spans, int* n_spans, int* ticks) {
+static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
+                          struct tl_pp_costs c, tl_pp_span* spans, int* n_spans, int* ticks) {
+  if (n_stages < 1 || n_micro < 1 || n_chunks < 1)
+    return TL_ERRF(TL_ERR_INVALID, "a schedule of %d stages, %d micro-batches, %d chunks", n_stages,
+                   n_micro, n_chunks);
+  const int P = n_stages * n_chunks; /* virtual stages */
+  const size_t cells = (size_t)P * (size_t)n_micro;
   tl_pp_schedule* s = calloc((size_t)n_stages, sizeof *s);
   int* pc = calloc((size_t)n_stages, sizeof(int));
   int* busy_until = calloc((size_t)n_stages, sizeof(int));
   /* when each message becomes available (-1: not sent yet) */
-  int* act_ready = malloc(sizeof(int) * (size_t)n_stages * (size_t)n_micro);
-  int* grad_ready = malloc(sizeof(int) * (size_t)n_stages * (size_t)n_micro);
-  int* fwd_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
-  int* bwd_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
-  int* wgt_done = calloc((size_t)n_stages * (size_t)n_micro, sizeof(int));
+  int* act_ready = malloc(sizeof(int) * cells);
+  int* grad_ready = malloc(sizeof(int) * cells);
+  int* fwd_done = calloc(cells, sizeof(int));
+  int* bwd_done = calloc(cells, sizeof(int));
+  int* wgt_done = calloc(cells, sizeof(int));
   const bool zb = kind == TL_SCHEDULE_ZERO_BUBBLE;
   /* one-pass backwards take B and W together */
   const int f_ticks = c.forward, b_ticks = zb ? c.backward : c.backward + c.weight;
@@ -289,13 +394,13 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, stru
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory simulating a schedule");
     goto done;
   }
-  for (int i = 0; i < n_stages * n_micro; i++) act_ready[i] = grad_ready[i] = -1;
+  for (size_t i = 0; i < cells; i++) act_ready[i] = grad_ready[i] = -1;
   int zb_ticks;
-  if (kind == TL_SCHEDULE_ZERO_BUBBLE && n_stages >= 1 && n_micro >= 1)
+  if (zb && n_chunks == 1)
     st = zero_bubble_all(n_stages, n_micro, c, s, &zb_ticks); /* all at once: one simulation */
   else
     for (int p = 0; p < n_stages && st == TL_OK; p++)
-      st = tl_pp_schedule_build(kind, n_stages, p, n_micro, &s[p]);
+      st = tl_pp_schedule_build_costs(kind, n_stages, p, n_micro, n_chunks, &c, &s[p]);
   if (st != TL_OK) goto done;
   int now = 0, remaining = 0;
   for (int p = 0; p < n_stages; p++) remaining += s[p].n;
@@ -307,39 +412,42 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, stru
       for (int p = 0; p < n_stages; p++) {
         while (pc[p] < s[p].n && busy_until[p] <= now) {
           tl_pp_instr in = s[p].instr[pc[p]];
-          int i = in.micro, at = p * n_micro + i;
+          int i = in.micro, q = in.chunk * n_stages + p, at = q * n_micro + i;
           if (in.op == TL_PP_RECV_ACT && (act_ready[at] < 0 || act_ready[at] > now)) break;
           if (in.op == TL_PP_RECV_GRAD && (grad_ready[at] < 0 || grad_ready[at] > now)) break;
+          tl_pp_span span = {p, i, in.op, now, now, in.chunk};
           if (in.op == TL_PP_FORWARD) {
-            if (p > 0 && act_ready[at] < 0) {
-              st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs forward %d before receiving it", p, i);
+            if (q > 0 && act_ready[at] < 0) {
+              st = TL_ERRF(TL_ERR_INTERNAL,
+                           "stage %d runs forward %d of chunk %d before receiving it", p, i,
+                           in.chunk);
               goto done;
             }
-            busy_until[p] = now + f_ticks;
+            busy_until[p] = span.end = now + f_ticks;
             fwd_done[at]++;
-            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_FORWARD, now, now + f_ticks};
           } else if (in.op == TL_PP_BACKWARD) {
-            if (!fwd_done[at] || (p < n_stages - 1 && grad_ready[at] < 0)) {
-              st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs backward %d before its inputs", p, i);
+            if (!fwd_done[at] || (q < P - 1 && grad_ready[at] < 0)) {
+              st = TL_ERRF(TL_ERR_INTERNAL,
+                           "stage %d runs backward %d of chunk %d before its inputs", p, i,
+                           in.chunk);
               goto done;
             }
-            busy_until[p] = now + b_ticks;
+            busy_until[p] = span.end = now + b_ticks;
             bwd_done[at]++;
-            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_BACKWARD, now, now + b_ticks};
           } else if (in.op == TL_PP_WEIGHT) {
             if (!bwd_done[at]) {
               st = TL_ERRF(TL_ERR_INTERNAL, "stage %d runs weight pass %d before its backward", p,
                            i);
               goto done;
             }
-            busy_until[p] = now + c.weight;
+            busy_until[p] = span.end = now + c.weight;
             wgt_done[at]++;
-            if (spans) spans[(*n_spans)++] = (tl_pp_span){p, i, TL_PP_WEIGHT, now, now + c.weight};
           } else if (in.op == TL_PP_SEND_ACT) {
-            act_ready[(p + 1) * n_micro + i] = busy_until[p];
+            act_ready[(q + 1) * n_micro + i] = busy_until[p];
           } else if (in.op == TL_PP_SEND_GRAD) {
-            grad_ready[(p - 1) * n_micro + i] = busy_until[p];
+            grad_ready[(q - 1) * n_micro + i] = busy_until[p];
           }
+          if (spans && span.end > span.start) spans[(*n_spans)++] = span;
           pc[p]++;
           remaining--;
           progressed = again = 1;
@@ -350,24 +458,22 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, stru
     for (int p = 0; p < n_stages; p++)
       if (pc[p] < s[p].n && busy_until[p] > now && (next < 0 || busy_until[p] < next))
         next = busy_until[p];
-    for (int k = 0; k < n_stages * n_micro; k++) {
+    for (size_t k = 0; k < cells; k++) {
       if (act_ready[k] > now && (next < 0 || act_ready[k] < next)) next = act_ready[k];
       if (grad_ready[k] > now && (next < 0 || grad_ready[k] < next)) next = grad_ready[k];
     }
     if (remaining > 0 && !progressed && next < 0) {
-      st = TL_ERRF(TL_ERR_INTERNAL, "%s with %d stages and %d micro-batches deadlocks",
-                   kind == TL_SCHEDULE_GPIPE ? "gpipe"
-                   : zb                      ? "zero_bubble"
-                                             : "1f1b",
-                   n_stages, n_micro);
+      st = TL_ERRF(TL_ERR_INTERNAL, "%s with %d stages, %d micro-batches and %d chunks deadlocks",
+                   tl_schedule_kind_name(kind), n_stages, n_micro, n_chunks);
       goto done;
     }
     if (next > now) now = next;
   }
-  for (int k = 0; k < n_stages * n_micro; k++)
+  for (size_t k = 0; k < cells; k++)
     if (fwd_done[k] != 1 || bwd_done[k] != 1 || wgt_done[k] != (zb ? 1 : 0)) {
-      st = TL_ERRF(TL_ERR_INTERNAL, "micro-batch %d of stage %d ran %d forwards, %d backwards",
-                   k % n_micro, k / n_micro, fwd_done[k], bwd_done[k]);
+      st = TL_ERRF(
+          TL_ERR_INTERNAL, "micro-batch %d of virtual stage %d ran %d forwards, %d backwards",
+          (int)(k % (size_t)n_micro), (int)(k / (size_t)n_micro), fwd_done[k], bwd_done[k]);
       goto done;
     }
   for (int p = 0; p < n_stages; p++)

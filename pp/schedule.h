@@ -11,6 +11,15 @@
  * then alternates one forward and one backward, then drains the backwards;
  * at most p - s micro-batches are in flight on stage s.
  *
+ * Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): each stage holds
+ * v non-adjacent chunks of the model — virtual stage q = c * p + s is chunk
+ * c of stage s, so micro-batches go round the pipeline v times. Stage s
+ * runs min(2 (p - s - 1) + (v - 1) p, m v) warm-up forwards, then one
+ * forward and one backward in turn; forward k is of chunk (k / p) mod v and
+ * micro-batch (k / (p v)) p + k mod p, backward k the same with the chunks
+ * in reverse. m must be a multiple of p. The bubble is (p - 1) / v of a
+ * micro-batch's time against 1F1B's p - 1, for v times the exchanges.
+ *
  * Zero-bubble (ZB-H1 of Qi et al. 2023): the backward split in two
  * (graph.h's tl_graph_split_weight), B the input gradients the stage before
  * waits for, W the weight gradients nobody waits for. Each stage runs, at
@@ -48,9 +57,13 @@ typedef enum {
   TL_PP_WEIGHT,       /* zero-bubble: the weight gradients of micro-batch i */
 } tl_pp_op;
 
+/* Most model chunks a stage holds (schedule.virtual_stages). */
+#define TL_PP_MAX_CHUNKS 16
+
 typedef struct tl_pp_instr {
   tl_pp_op op;
   int micro;
+  int chunk; /* the stage's model chunk (interleaved; else 0) */
 } tl_pp_instr;
 
 /* Relative durations of a stage's forward, input-gradient backward and
@@ -72,28 +85,38 @@ typedef struct tl_pp_schedule {
   int n_stages, stage, n_micro;
   int n;
   tl_pp_instr* instr;
-  int max_in_flight; /* most micro-batches whose activations are held at once */
+  int max_in_flight; /* most micro-batches whose activations one chunk holds at once */
+  int n_chunks;      /* model chunks per stage: virtual_stages (interleaved), else 1 */
+  /* per chunk: its most micro-batches held at once (the executors it keeps) */
+  int chunk_in_flight[TL_PP_MAX_CHUNKS];
 } tl_pp_schedule;
 
 /* Micro-batches whose activations stage `stage` of n_stages holds at once
  * under `kind`: GPipe all n_micro, 1F1B min(n_stages - stage, n_micro),
  * zero-bubble what its list holds (at most min(n_stages, n_micro)) — the
- * executors a trainer keeps, and what the planner prices. */
+ * executors a trainer keeps, and what the planner prices. The _costs form
+ * takes the chunks per stage (1 unless interleaved) and counts all the
+ * chunks' (the sum of chunk_in_flight); -1 where no such schedule is
+ * built. */
 int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int n_micro);
 int tl_pp_schedule_in_flight_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
-                                   const struct tl_pp_costs* costs);
+                                   int n_chunks, const struct tl_pp_costs* costs);
 
 /* The instruction list of `stage` (0-based) of n_stages for n_micro
- * micro-batches. TL_ERR_UNSUPPORTED for the interleaved kind. */
+ * micro-batches, one chunk per stage (TL_ERR_INVALID for the interleaved
+ * kind, which needs the _costs form's n_chunks >= 2; other kinds take 1). */
 tl_status tl_pp_schedule_build(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
                                tl_pp_schedule* out);
 tl_status tl_pp_schedule_build_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
-                                     const struct tl_pp_costs* costs, tl_pp_schedule* out);
+                                     int n_chunks, const struct tl_pp_costs* costs,
+                                     tl_pp_schedule* out);
 void tl_pp_schedule_free(tl_pp_schedule* s);
 
 /* Forward passes only (evaluation): each micro-batch received, run and
- * sent on, in order; one micro-batch in flight. */
-tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_pp_schedule* out);
+ * sent on through each of the stage's n_chunks chunks, in order; one
+ * micro-batch in flight per chunk. */
+tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, int n_chunks,
+                                       tl_pp_schedule* out);
 
 /* Simulates all stages' lists together (sends never block, receives wait
  * for their send) and checks that every micro-batch is forwarded and
@@ -103,15 +126,18 @@ tl_status tl_pp_schedule_build_forward(int n_stages, int stage, int n_micro, tl_
  * two per backward — one for B and one for W under zero-bubble — (so
  * bubble = 1 - 3m / ticks). */
 tl_status tl_pp_schedule_check(tl_schedule_kind kind, int n_stages, int n_micro, int* ticks);
-/* The same, each pass taking its costs' ticks (the lists built with them). */
-tl_status tl_pp_schedule_check_costs(tl_schedule_kind kind, int n_stages, int n_micro,
+/* The same with n_chunks per stage, each pass taking its costs' ticks (the
+ * lists built with them; a pass is one chunk's, so an interleaved run's
+ * work is m v (F + B + W) ticks). */
+tl_status tl_pp_schedule_check_costs(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
                                      const struct tl_pp_costs* costs, int* ticks);
 
 /* The length of tl_pp_schedule_check_costs's simulation, without
  * checking: (m + p - 1)(F + B + W) for GPipe and 1F1B, zero-bubble's from
  * the simulation that made its lists (the last (p, m, costs) asked for is
- * kept) — what the planner prices the bubble with. */
-tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro,
+ * kept), interleaved's simulated — what the planner prices the bubble
+ * with. */
+tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
                                const struct tl_pp_costs* costs, int* ticks);
 
 /* One forward, backward or weight pass of the simulation: stage, op
@@ -121,16 +147,19 @@ typedef struct tl_pp_span {
   int stage, micro;
   tl_pp_op op;
   int start, end;
+  int chunk;
 } tl_pp_span;
 
 /* The same simulation, recording every forward, backward and weight pass:
- * spans has room for 3 * n_stages * n_micro entries; *n_spans and *ticks
- * are set. */
-tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro,
+ * spans has room for 3 * n_stages * n_micro * n_chunks entries; *n_spans
+ * and *ticks are set. */
+tl_status tl_pp_schedule_timeline(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
                                   const struct tl_pp_costs* costs, tl_pp_span* spans, int* n_spans,
                                   int* ticks);
 
-/* "F0 F1 B0 F2 B1 ..." (sends and receives omitted unless `all`). */
+/* "F0 F1 B0 F2 B1 ..." (sends and receives omitted unless `all`; an
+ * interleaved list's passes name their chunk: "F0.1" is micro-batch 0's
+ * forward of chunk 1). */
 void tl_pp_schedule_print(const tl_pp_schedule* s, FILE* f, int all);
 
 #ifdef __cplusplus

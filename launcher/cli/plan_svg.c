@@ -25,7 +25,7 @@ tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
   if (!spans) return TL_ERRF(TL_ERR_NOMEM, "out of memory drawing the schedule");
   int n = 0, ticks = 0;
   tl_status st = tl_pp_schedule_timeline(
-      p->schedule, stages, shown, p->schedule == TL_SCHEDULE_ZERO_BUBBLE ? &p->zb_costs : NULL,
+      p->schedule, stages, shown, 1, p->schedule == TL_SCHEDULE_ZERO_BUBBLE ? &p->zb_costs : NULL,
       spans, &n, &ticks);
   if (st != TL_OK) {
     free(spans);

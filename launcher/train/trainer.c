@@ -257,7 +257,8 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     t->costs = (struct tl_pp_costs){c[0], c[1], c[2]};
   }
   TL_CHECK_GOTO(tl_pp_schedule_build_costs(cfg->schedule.kind, t->pp_size, t->pp_rank,
-                                           cfg->schedule.micro_batches, &t->costs, &t->sched),
+                                           cfg->schedule.micro_batches,
+                                           cfg->schedule.virtual_stages, &t->costs, &t->sched),
                 st, fail);
   /* buffers and one executor per micro-batch in flight */
   size_t bytes = sizeof(float) * (size_t)(t->lay->n > 0 ? t->lay->n : 1);

@@ -285,7 +285,7 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
   TL_CHECK(tl_loader_init(&l, &t->val_file, t->cfg.train.batch_size, t->cfg.train.seq_len, 0));
   tl_pp_schedule fwd;
   TL_CHECK(
-      tl_pp_schedule_build_forward(t->pp_size, t->pp_rank, t->cfg.schedule.micro_batches, &fwd));
+      tl_pp_schedule_build_forward(t->pp_size, t->pp_rank, t->cfg.schedule.micro_batches, 1, &fwd));
   double sum = 0.0;
   int batches = t->cfg.train.val_batches > 0 ? t->cfg.train.val_batches : 1;
   tl_status st = t->buckets ? tl_dp_buckets_begin_step(t->buckets) : TL_OK;

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     /* the lists the trainer built: a block's passes' costs */
     int ticks = 0;
     struct tl_pp_costs costs = tl_trainer_schedule_costs(t);
-    if (tl_pp_schedule_ticks(kinds[k], p, micro, &costs, &ticks) != TL_OK)
+    if (tl_pp_schedule_ticks(kinds[k], p, micro, 1, &costs, &ticks) != TL_OK)
       tl_worker_fail(tl_last_error());
     const int per_micro = costs.forward + costs.backward + costs.weight;
     if (rank == 0) {

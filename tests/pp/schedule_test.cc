@@ -1,6 +1,7 @@
 // Pipeline schedules: shapes of the lists, in-flight counts, no deadlock,
 // and the bubble of the simulation against (p - 1) / (m + p - 1) and, for
-// zero-bubble, against 1F1B's and Qi et al.'s (p - 1)(F + B - W).
+// zero-bubble, against 1F1B's and Qi et al.'s (p - 1)(F + B - W); the
+// interleaved schedule's against (p - 1) / v.
 #include "pp/schedule.h"
 
 #include <gtest/gtest.h>
@@ -82,19 +83,19 @@ TEST(Schedule, ZeroBubbleFillsTheBubbleWithWeightPasses) {
       // in ticks of F = B = W = 1 (1F1B's backward is B + W): 1F1B idles
       // 3(p - 1); zero-bubble between Qi et al.'s p - 1 and 2(p - 1)
       int bubble = zb - 3 * m, priced = 0;
-      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p, m, nullptr, &priced), TL_OK);
+      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p, m, 1, nullptr, &priced), TL_OK);
       EXPECT_EQ(priced, zb) << "what the planner prices is what the check simulates";
-      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_1F1B, p, m, nullptr, &priced), TL_OK);
+      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_1F1B, p, m, 1, nullptr, &priced), TL_OK);
       EXPECT_EQ(priced, one);
       // with a block's costs (GPT-2's passes: B a little over F, W under):
       // still deadlock-free and what the planner prices
       const tl_pp_costs c = {8, 9, 7};
       int zc = 0, oc = 0;
-      ASSERT_EQ(tl_pp_schedule_check_costs(TL_SCHEDULE_ZERO_BUBBLE, p, m, &c, &zc), TL_OK)
+      ASSERT_EQ(tl_pp_schedule_check_costs(TL_SCHEDULE_ZERO_BUBBLE, p, m, 1, &c, &zc), TL_OK)
           << tl_last_error();
-      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p, m, &c, &priced), TL_OK);
+      ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p, m, 1, &c, &priced), TL_OK);
       EXPECT_EQ(priced, zc) << "p=" << p << " m=" << m;
-      ASSERT_EQ(tl_pp_schedule_check_costs(TL_SCHEDULE_1F1B, p, m, &c, &oc), TL_OK);
+      ASSERT_EQ(tl_pp_schedule_check_costs(TL_SCHEDULE_1F1B, p, m, 1, &c, &oc), TL_OK);
       if (p > 1) {
         EXPECT_LT(zc, oc) << "p=" << p << " m=" << m;
       }
@@ -136,10 +137,117 @@ TEST(Schedule, ZeroBubbleFillsTheBubbleWithWeightPasses) {
     }
 }
 
-TEST(Schedule, InterleavedIsRefusedWithAMessage) {
+std::string OpsV(int p, int s, int m, int v) {
+  tl_pp_schedule sc;
+  EXPECT_EQ(tl_pp_schedule_build_costs(TL_SCHEDULE_INTERLEAVED, p, s, m, v, nullptr, &sc), TL_OK)
+      << tl_last_error();
+  char buf[4096] = {0};
+  FILE* f = fmemopen(buf, sizeof buf, "w");
+  tl_pp_schedule_print(&sc, f, 0);
+  fclose(f);
+  tl_pp_schedule_free(&sc);
+  return std::string(buf);
+}
+
+TEST(Schedule, InterleavedGoesRoundThePipelineInGroupsOfPMicroBatches) {
+  // 2 stages, 2 chunks each, 4 micro-batches: "F1.0" is micro-batch 1's
+  // forward of chunk 0; stage 0 warms up with 2 (p - 1) + (v - 1) p = 4
+  // forwards, the backwards take the chunks in reverse
+  EXPECT_EQ(OpsV(2, 0, 4, 2),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0\n");
+  EXPECT_EQ(OpsV(2, 1, 4, 2),
+            "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0\n");
+}
+
+TEST(Schedule, InterleavedIsDeadlockFreeWithABubbleOfOneVth) {
+  for (int v = 2; v <= 3; v++)
+    for (int p = 2; p <= 8; p++)
+      for (int m = p; m <= 16; m += p) {
+        // in ticks of one chunk's passes (F 1, B 2): 1F1B's bubble is
+        // 3 (p - 1) of a whole stage's passes, v times as many chunk ticks;
+        // interleaving idles 3 (p - 1): (p - 1) / (v m + p - 1) of the step
+        int ticks = 0, one = 0;
+        ASSERT_EQ(tl_pp_schedule_check_costs(TL_SCHEDULE_INTERLEAVED, p, m, v, nullptr, &ticks),
+                  TL_OK)
+            << tl_last_error();
+        ASSERT_EQ(tl_pp_schedule_check(TL_SCHEDULE_1F1B, p, m, &one), TL_OK);
+        EXPECT_EQ(ticks - 3 * m * v, 3 * (p - 1)) << "v=" << v << " p=" << p << " m=" << m;
+        EXPECT_EQ((one - 3 * m) * v, v * 3 * (p - 1));
+        int priced = 0;
+        ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_INTERLEAVED, p, m, v, nullptr, &priced), TL_OK);
+        EXPECT_EQ(priced, ticks);
+        // with a block's costs too
+        const tl_pp_costs c = {8, 9, 7};
+        ASSERT_EQ(tl_pp_schedule_check_costs(TL_SCHEDULE_INTERLEAVED, p, m, v, &c, &ticks), TL_OK)
+            << tl_last_error();
+        EXPECT_EQ(ticks - 24 * m * v, 24 * (p - 1)) << "v=" << v << " p=" << p << " m=" << m;
+        for (int s = 0; s < p; s++) {
+          tl_pp_schedule x;
+          ASSERT_EQ(tl_pp_schedule_build_costs(TL_SCHEDULE_INTERLEAVED, p, s, m, v, nullptr, &x),
+                    TL_OK);
+          EXPECT_EQ(x.n_chunks, v);
+          // each chunk runs its micro-batches in order, forwards and
+          // backwards, and holds what the schedule says
+          int fwd[TL_PP_MAX_CHUNKS] = {0}, bwd[TL_PP_MAX_CHUNKS] = {0};
+          int held[TL_PP_MAX_CHUNKS] = {0}, most[TL_PP_MAX_CHUNKS] = {0}, sum = 0, top = 0;
+          int now = 0, peak = 0;  // all chunks' at once
+          for (int k = 0; k < x.n; k++) {
+            int c = x.instr[k].chunk, i = x.instr[k].micro;
+            ASSERT_GE(c, 0);
+            ASSERT_LT(c, v);
+            if (x.instr[k].op == TL_PP_FORWARD) {
+              EXPECT_EQ(i, fwd[c]++);
+              held[c]++;
+              peak = std::max(peak, ++now);
+            }
+            if (x.instr[k].op == TL_PP_BACKWARD) {
+              EXPECT_EQ(i, bwd[c]++);
+              held[c]--;
+              now--;
+            }
+            most[c] = std::max(most[c], held[c]);
+          }
+          for (int c = 0; c < v; c++) {
+            EXPECT_EQ(fwd[c], m);
+            EXPECT_EQ(bwd[c], m);
+            EXPECT_EQ(most[c], x.chunk_in_flight[c]);
+            sum += most[c];
+            top = std::max(top, most[c]);
+          }
+          EXPECT_EQ(top, x.max_in_flight);
+          EXPECT_EQ(sum,
+                    tl_pp_schedule_in_flight_costs(TL_SCHEDULE_INTERLEAVED, p, s, m, v, nullptr));
+          // Megatron-LM's warm-up: 2 (p - s - 1) + (v - 1) p forwards, one
+          // more before the first backward (each chunk keeps executors for
+          // its own most, `sum`, a little more than are ever held at once)
+          EXPECT_EQ(peak, std::min(2 * (p - s - 1) + (v - 1) * p + 1, m * v));
+          EXPECT_GE(sum, peak);
+          tl_pp_schedule_free(&x);
+        }
+      }
+}
+
+TEST(Schedule, InterleavedRefusesWhatItCannotOrder) {
   tl_pp_schedule s;
-  EXPECT_EQ(tl_pp_schedule_build(TL_SCHEDULE_INTERLEAVED, 2, 0, 4, &s), TL_ERR_UNSUPPORTED);
-  EXPECT_NE(std::string(tl_last_error()).find("interleaved"), std::string::npos);
+  EXPECT_EQ(tl_pp_schedule_build(TL_SCHEDULE_INTERLEAVED, 2, 0, 4, &s), TL_ERR_INVALID);
+  EXPECT_NE(std::string(tl_last_error()).find("chunks"), std::string::npos);
+  EXPECT_EQ(tl_pp_schedule_build_costs(TL_SCHEDULE_INTERLEAVED, 2, 0, 3, 2, nullptr, &s),
+            TL_ERR_INVALID);
+  EXPECT_NE(std::string(tl_last_error()).find("multiple of the stages"), std::string::npos);
+  EXPECT_EQ(tl_pp_schedule_build_costs(TL_SCHEDULE_INTERLEAVED, 1, 0, 4, 2, nullptr, &s),
+            TL_ERR_INVALID);
+  EXPECT_EQ(tl_pp_schedule_build_costs(TL_SCHEDULE_1F1B, 2, 0, 4, 2, nullptr, &s), TL_ERR_INVALID);
+}
+
+TEST(Schedule, ForwardOnlyListsVisitEveryChunk) {
+  tl_pp_schedule s;
+  ASSERT_EQ(tl_pp_schedule_build_forward(2, 1, 2, 2, &s), TL_OK);
+  char buf[256] = {0};
+  FILE* f = fmemopen(buf, sizeof buf, "w");
+  tl_pp_schedule_print(&s, f, 1);
+  fclose(f);
+  EXPECT_EQ(std::string(buf), "ra0.0 F0.0 sa0.0 ra0.1 F0.1 ra1.0 F1.0 sa1.0 ra1.1 F1.1\n");
+  tl_pp_schedule_free(&s);
 }
 
 }  // namespace
