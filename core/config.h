@@ -26,6 +26,7 @@ extern "C" {
 #define TL_PATH_MAX 1024
 #define TL_MLP_MAX_LAYERS 16
 #define TL_MAX_STAGES 64
+#define TL_MAX_VIRTUAL_STAGES 16 /* schedule.virtual_stages: model chunks per pipeline stage */
 
 typedef enum { TL_MODEL_GPT = 0, TL_MODEL_MLP } tl_model_kind;
 typedef enum { TL_AXIS_DP = 0, TL_AXIS_TP, TL_AXIS_PP } tl_axis;

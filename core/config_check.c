@@ -165,7 +165,14 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
   if (OK(schedule, stage_layers) && s->n_stage_layers > 0) {
     int sum = 0;
     for (int i = 0; i < s->n_stage_layers; i++) sum += s->stage_layers[i];
-    if (OK(mesh, pp) && s->n_stage_layers != mesh->pp)
+    const bool inter =
+        OK(schedule, kind) && OK(schedule, virtual_stages) && s->kind == TL_SCHEDULE_INTERLEAVED;
+    if (inter && OK(mesh, pp) && s->n_stage_layers != mesh->pp * s->virtual_stages)
+      tl__problem(p,
+                  "schedule.stage_layers has %d entries: expected one per virtual stage, mesh.pp "
+                  "* schedule.virtual_stages = %d * %d (chunk c of stage s is entry c * pp + s)",
+                  s->n_stage_layers, mesh->pp, s->virtual_stages);
+    else if (!inter && OK(mesh, pp) && s->n_stage_layers != mesh->pp)
       tl__problem(p, "schedule.stage_layers has %d entries: expected one per stage, mesh.pp = %d",
                   s->n_stage_layers, mesh->pp);
     else if (layers > 0 && sum != layers)
@@ -264,6 +271,44 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                   "stages (expected 1 for \"%s\")",
                   s->virtual_stages, tl_schedule_kind_name(s->kind));
   }
+  /* the interleaved schedule: v >= 2 chunks per stage, each of a layer at
+   * least, the micro-batches going round in groups of mesh.pp */
+  if (OK(schedule, kind) && OK(schedule, virtual_stages) && s->kind == TL_SCHEDULE_INTERLEAVED) {
+    const int v = s->virtual_stages;
+    if (v < 2 || v > TL_MAX_VIRTUAL_STAGES)
+      tl__problem(p,
+                  "schedule.virtual_stages = %d with schedule.kind \"interleaved\": expected 2 "
+                  "to %d model chunks per pipeline stage (1 is schedule.kind \"1f1b\")",
+                  v, TL_MAX_VIRTUAL_STAGES);
+    else if (OK(mesh, pp) && mesh->pp < 2)
+      tl__problem(p,
+                  "schedule.kind = \"interleaved\" with mesh.pp = %d: interleaving needs a "
+                  "pipeline of at least 2 stages",
+                  mesh->pp);
+    else if (OK(mesh, pp) && mesh->pp * v > TL_MAX_STAGES)
+      tl__problem(p,
+                  "schedule.virtual_stages = %d with mesh.pp = %d: %d virtual stages, expected at "
+                  "most %d",
+                  v, mesh->pp, mesh->pp * v, TL_MAX_STAGES);
+    else if (OK(mesh, pp) && layers > 0 && mesh->pp * v > layers)
+      tl__problem(p,
+                  "schedule.virtual_stages = %d with mesh.pp = %d: %d model chunks for %s = %d "
+                  "(each chunk needs a layer)",
+                  v, mesh->pp, mesh->pp * v, layers_name, layers);
+    if (OK(mesh, pp) && OK(schedule, micro_batches) && mesh->pp >= 2 &&
+        s->micro_batches % mesh->pp != 0)
+      tl__problem(p,
+                  "schedule.micro_batches = %d with schedule.kind \"interleaved\": expected a "
+                  "multiple of mesh.pp = %d (micro-batches go round the pipeline in groups of "
+                  "mesh.pp)",
+                  s->micro_batches, mesh->pp);
+    if (OK(parallel, zero) && cfg->parallel.zero >= 2)
+      tl__problem(p,
+                  "schedule.kind = \"interleaved\" with parallel.zero = %d: ZeRO-2 and 3 stream "
+                  "gradients and gather parameters in one chunk's order, which a stage of "
+                  "several chunks does not follow yet; expected parallel.zero 0 or 1",
+                  cfg->parallel.zero);
+  }
   /* ZeRO-2 streams and ZeRO-3 gathers in the order of a one-pass backward */
   if (OK(schedule, kind) && OK(parallel, zero) && s->kind == TL_SCHEDULE_ZERO_BUBBLE &&
       cfg->parallel.zero >= 2)
@@ -311,10 +356,6 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                   "parallel.deterministic = true with device.type = \"cuda\": its exact "
                   "fixed-point gradient sums run on the CPU backend only; expected \"cpu\"");
   }
-  if (OK(schedule, kind) && s->kind == TL_SCHEDULE_INTERLEAVED)
-    tl__problem(p,
-                "schedule.kind = \"interleaved\": the interleaved schedule is not implemented "
-                "yet; expected \"gpipe\", \"1f1b\" or \"zero_bubble\"");
   if (OK(train, val_every) && OK(data, val) && t->val_every > 0 && cfg->data.val[0] == '\0')
     tl__problem(p,
                 "train.val_every = %d: needs data.val (the token file to validate on); set it, "

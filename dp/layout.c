@@ -16,7 +16,16 @@ int tl_dp_readers(const tl_graph* g, int begin, int end, int v) {
 
 tl_status tl_dp_layout_build_late(const tl_graph* g, int begin, int end, const bool* late,
                                   tl_dp_layout* out) {
+  return tl_dp_layout_build_ranges(g, 1, &begin, &end, late, out);
+}
+
+tl_status tl_dp_layout_build_ranges(const tl_graph* g, int n_ranges, const int* begin,
+                                    const int* end, const bool* late, tl_dp_layout* out) {
   memset(out, 0, sizeof *out);
+  for (int k = 0; k < n_ranges; k++)
+    if (begin[k] > end[k] || (k > 0 && begin[k] < end[k - 1]))
+      return TL_ERRF(TL_ERR_INVALID, "layout ranges must ascend without overlap: [%d, %d) at %d",
+                     begin[k], end[k], k);
   out->offset = malloc(sizeof(int64_t) * (size_t)(g->n_values > 0 ? g->n_values : 1));
   out->segments = malloc(sizeof(tl_dp_segment) * (size_t)(g->n_values > 0 ? g->n_values : 1));
   int* first = malloc(sizeof(int) * (size_t)(g->n_values > 0 ? g->n_values : 1));
@@ -28,19 +37,22 @@ tl_status tl_dp_layout_build_late(const tl_graph* g, int begin, int end, const b
   out->n_values = g->n_values;
   for (int v = 0; v < g->n_values; v++) {
     out->offset[v] = -1;
-    first[v] = g->values[v].role == TL_ROLE_PARAM ? tl_graph_first_reader(g, v, begin, end) : -1;
+    first[v] = -1; /* its first reader in the ranges */
+    for (int k = 0; k < n_ranges && first[v] < 0 && g->values[v].role == TL_ROLE_PARAM; k++)
+      first[v] = tl_graph_first_reader(g, v, begin[k], end[k]);
   }
   /* 1. later first uses first: their gradients are final earliest; the
    * late ones after all of them */
   for (int pass = 0; pass < 2; pass++) {
-    for (int i = end - 1; i >= begin; i--)
-      for (int v = 0; v < g->n_values; v++) {
-        if (first[v] != i || (late && late[v]) != (pass == 1)) continue;
-        int64_t n = tl_value_numel(&g->values[v]);
-        out->offset[v] = out->n;
-        out->segments[out->n_segments++] = (tl_dp_segment){v, out->n, n, i};
-        out->n += n;
-      }
+    for (int k = n_ranges - 1; k >= 0; k--)
+      for (int i = end[k] - 1; i >= begin[k]; i--)
+        for (int v = 0; v < g->n_values; v++) {
+          if (first[v] != i || (late && late[v]) != (pass == 1)) continue;
+          int64_t n = tl_value_numel(&g->values[v]);
+          out->offset[v] = out->n;
+          out->segments[out->n_segments++] = (tl_dp_segment){v, out->n, n, i};
+          out->n += n;
+        }
     if (pass == 0) out->n_early = out->n;
   }
   free(first);

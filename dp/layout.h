@@ -53,6 +53,14 @@ tl_status tl_dp_layout_build(const tl_graph* g, int begin, int end, tl_dp_layout
 tl_status tl_dp_layout_build_late(const tl_graph* g, int begin, int end, const bool* late,
                                   tl_dp_layout* out);
 
+/* The layout of a pipeline stage that holds several chunks of the model
+ * (the interleaved schedule): the parameters forward nodes [begin[k],
+ * end[k]) read, k < n, ranges ascending and disjoint — in one pair of
+ * buffers, still in the order their gradients become final (the chunks'
+ * last backwards run from the last chunk down). */
+tl_status tl_dp_layout_build_ranges(const tl_graph* g, int n, const int* begin, const int* end,
+                                    const bool* late, tl_dp_layout* out);
+
 /* How many of forward nodes [begin, end) read value v. */
 int tl_dp_readers(const tl_graph* g, int begin, int end, int v);
 void tl_dp_layout_free(tl_dp_layout* l); /* zeroes it; a zeroed layout is fine */

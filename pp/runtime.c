@@ -15,10 +15,21 @@ struct slot {
   int n_sends;
 };
 
+/* One chunk of the model the stage holds (the stage itself unless
+ * interleaved): its virtual stage and executors. */
+struct chunk {
+  const tl_pp_stage* st;
+  struct slot* slots; /* into the runtime's */
+  int n_slots;
+};
+
 struct tl_pp_runtime {
   struct tl_pp_runtime_config c;
-  int n_slots;
+  int n_slots; /* created, over all chunks */
   struct slot* slots;
+  int n_chunks;
+  struct chunk chunks[TL_PP_MAX_CHUNKS];
+  int p;                /* the pipeline's stages */
   tl_buffer* transient; /* the slots' shared transient arena (graph/memplan.h) */
   const tl_pp_schedule* sched;
   int pc; /* the next instruction of sched */
@@ -27,12 +38,13 @@ struct tl_pp_runtime {
   void* hook_user;
 };
 
-/* Tags: a micro-batch's boundary values, activations then gradients. */
-static int act_tag(int micro, int k) {
-  return micro * 2 * TL_PP_MAX_BOUNDARY + k;
+/* Tags: a micro-batch's boundary values for the receiving chunk,
+ * activations then gradients. */
+static int act_tag(const tl_pp_runtime* r, int micro, int chunk, int k) {
+  return (micro * r->n_chunks + chunk) * 2 * TL_PP_MAX_BOUNDARY + k;
 }
-static int grad_tag(int micro, int k) {
-  return act_tag(micro, k) + TL_PP_MAX_BOUNDARY;
+static int grad_tag(const tl_pp_runtime* r, int micro, int chunk, int k) {
+  return act_tag(r, micro, chunk, k) + TL_PP_MAX_BOUNDARY;
 }
 
 static tl_status wait_sends(struct slot* s) {
@@ -43,24 +55,51 @@ static tl_status wait_sends(struct slot* s) {
 
 tl_status tl_pp_runtime_create(const struct tl_pp_runtime_config* c, tl_pp_runtime** out) {
   *out = NULL;
-  if (c->n_slots < 1)
-    return TL_ERRF(TL_ERR_INVALID, "a pipeline runtime needs at least one executor");
+  const int n_chunks = c->n_chunks > 0 ? c->n_chunks : 1;
+  if (n_chunks > TL_PP_MAX_CHUNKS || (c->n_chunks > 0 && (!c->chunks || !c->chunk_slots)))
+    return TL_ERRF(TL_ERR_INVALID, "a pipeline runtime of %d chunks (at most %d, each given)",
+                   c->n_chunks, TL_PP_MAX_CHUNKS);
+  int total = 0;
+  for (int k = 0; k < n_chunks; k++) {
+    int n = c->n_chunks > 0 ? c->chunk_slots[k] : c->n_slots;
+    if (n < 1) return TL_ERRF(TL_ERR_INVALID, "a pipeline runtime needs at least one executor");
+    total += n;
+  }
   tl_pp_runtime* r = calloc(1, sizeof *r);
   if (!r) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a pipeline runtime");
   r->c = *c;
-  r->slots = calloc((size_t)c->n_slots, sizeof(struct slot));
+  r->n_chunks = n_chunks;
+  r->p = c->stage->n_stages / n_chunks;
+  r->slots = calloc((size_t)total, sizeof(struct slot));
   tl_status st = r->slots ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for executors");
-  /* the slots run one at a time: what lives within a pass needs one arena */
+  for (int k = 0, at = 0; k < n_chunks && st == TL_OK; k++) {
+    r->chunks[k].st = c->n_chunks > 0 ? &c->chunks[k] : c->stage;
+    r->chunks[k].n_slots = c->n_chunks > 0 ? c->chunk_slots[k] : c->n_slots;
+    r->chunks[k].slots = r->slots + at;
+    at += r->chunks[k].n_slots;
+  }
+  /* the slots run one at a time: what lives within a pass needs one arena,
+   * the largest any chunk asks for */
   struct tl_exec_options opt = c->exec;
-  struct tl_exec_bytes size;
   if (st == TL_OK && !opt.transient) {
-    st = tl_exec_size(c->g, opt.begin, opt.end, &size);
-    if (st == TL_OK) st = tl_buffer_create(c->be->device, size.transient, &r->transient);
+    size_t most = 0;
+    for (int k = 0; k < n_chunks && st == TL_OK; k++) {
+      struct tl_exec_bytes size;
+      const tl_pp_stage* x = r->chunks[k].st;
+      st = c->n_chunks > 0 ? tl_exec_size(c->g, x->node_begin, x->node_end, &size)
+                           : tl_exec_size(c->g, opt.begin, opt.end, &size);
+      if (st == TL_OK && size.transient > most) most = size.transient;
+    }
+    if (st == TL_OK) st = tl_buffer_create(c->be->device, most, &r->transient);
     opt.transient = r->transient;
   }
-  for (int i = 0; i < c->n_slots && st == TL_OK; i++) {
-    st = tl_exec_create_ex(c->g, c->be, c->params, c->grads, &opt, &r->slots[i].exec);
-    if (st == TL_OK) r->n_slots++;
+  for (int k = 0; k < n_chunks && st == TL_OK; k++) {
+    struct chunk* ch = &r->chunks[k];
+    if (c->n_chunks > 0) opt.begin = ch->st->node_begin, opt.end = ch->st->node_end;
+    for (int i = 0; i < ch->n_slots && st == TL_OK; i++) {
+      st = tl_exec_create_ex(c->g, c->be, c->params, c->grads, &opt, &ch->slots[i].exec);
+      if (st == TL_OK) r->n_slots++;
+    }
   }
   if (st != TL_OK) {
     tl_pp_runtime_destroy(r);
@@ -89,6 +128,10 @@ tl_exec* tl_pp_runtime_exec(const tl_pp_runtime* r, int slot) {
   return slot >= 0 && slot < r->n_slots ? r->slots[slot].exec : NULL;
 }
 
+int64_t tl_pp_runtime_transient_bytes(const tl_pp_runtime* r) {
+  return r->transient ? (int64_t)r->transient->bytes : 0;
+}
+
 void tl_pp_runtime_set_span_hook(tl_pp_runtime* r, tl_pp_span_hook hook, void* user) {
   r->hook = hook;
   r->hook_user = user;
@@ -102,10 +145,13 @@ typedef enum { RECV = 0, SEND } direction;
 typedef enum { ACTIVATIONS = 0, GRADIENTS } payload;
 
 /* Sends or receives the boundary values[0..n) (or their gradients) of
- * micro-batch `micro` to or from pipeline neighbour `peer`; a value the
- * scatter group holds alike goes as this rank's chunk, gathered on arrival. */
+ * micro-batch `micro` to or from virtual stage `peer` (chunk `chunk` of
+ * the receiving stage is named in the tags); a value the scatter group
+ * holds alike goes as this rank's chunk, gathered on arrival. */
 static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, int n, payload what,
                           direction dir, int peer, int micro) {
+  const int chunk = dir == RECV ? (peer + (what == ACTIVATIONS ? 1 : -1)) / r->p : peer / r->p;
+  peer %= r->p;
   const tl_graph* g = r->c.g;
   int64_t t0 = tl_time_ns();
   /* what the device computed must be in memory before it leaves */
@@ -119,7 +165,7 @@ static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, i
                        r->c.scatter_value[values[k]];
     if (split)
       tl_group_chunk(count, tl_group_size(r->c.scatter), tl_group_rank(r->c.scatter), &off, &len);
-    int tag = what == GRADIENTS ? grad_tag(micro, k) : act_tag(micro, k);
+    int tag = what == GRADIENTS ? grad_tag(r, micro, chunk, k) : act_tag(r, micro, chunk, k);
     if (dir == SEND) {
       if (s->n_sends == MAX_SENDS) TL_CHECK(wait_sends(s));
       TL_CHECK(tl_group_send(r->c.pp, p + off, len, TL_F32, peer, tag, &s->sends[s->n_sends++]));
@@ -138,9 +184,12 @@ static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, i
 }
 
 tl_status tl_pp_runtime_start(tl_pp_runtime* r, const tl_pp_schedule* s) {
-  if (s->stage != r->c.stage->stage || s->n_stages != r->c.stage->n_stages)
-    return TL_ERRF(TL_ERR_INVALID, "a schedule of stage %d of %d for stage %d of %d", s->stage,
-                   s->n_stages, r->c.stage->stage, r->c.stage->n_stages);
+  const tl_pp_stage* me = r->chunks[0].st;
+  if (s->stage != me->stage || s->n_stages * s->n_chunks != me->n_stages ||
+      s->n_chunks != r->n_chunks)
+    return TL_ERRF(TL_ERR_INVALID,
+                   "a schedule of stage %d of %d (%d chunks) for stage %d of %d (%d chunks)",
+                   s->stage, s->n_stages, s->n_chunks, me->stage, r->p, r->n_chunks);
   r->sched = s;
   r->pc = 0;
   r->wait_ns = 0;
@@ -149,39 +198,40 @@ tl_status tl_pp_runtime_start(tl_pp_runtime* r, const tl_pp_schedule* s) {
 
 tl_status tl_pp_runtime_next(tl_pp_runtime* r, tl_pp_task* task, bool* done) {
   *done = false;
-  const tl_pp_stage* me = r->c.stage;
-  const int stage = me->stage;
   while (r->sched && r->pc < r->sched->n) {
     tl_pp_instr in = r->sched->instr[r->pc++];
-    struct slot* s = &r->slots[in.micro % r->n_slots];
+    struct chunk* ch = &r->chunks[in.chunk];
+    const tl_pp_stage* me = ch->st;
+    const int q = me->stage; /* the chunk's virtual stage */
+    struct slot* s = &ch->slots[in.micro % ch->n_slots];
     switch (in.op) {
       case TL_PP_RECV_ACT:
         TL_CHECK(wait_sends(s)); /* the slot's memory is about to be written */
-        TL_CHECK(exchange(r, s, me->recv, me->n_recv, ACTIVATIONS, RECV, stage - 1, in.micro));
+        TL_CHECK(exchange(r, s, me->recv, me->n_recv, ACTIVATIONS, RECV, q - 1, in.micro));
         break;
       case TL_PP_SEND_ACT:
-        TL_CHECK(exchange(r, s, me->send, me->n_send, ACTIVATIONS, SEND, stage + 1, in.micro));
+        TL_CHECK(exchange(r, s, me->send, me->n_send, ACTIVATIONS, SEND, q + 1, in.micro));
         break;
       case TL_PP_RECV_GRAD: {
         struct slot* into = s;
-        if (tl_fault_on(TL_FAULT_PP_GRAD_MISROUTED) && r->n_slots > 1 &&
+        if (tl_fault_on(TL_FAULT_PP_GRAD_MISROUTED) && ch->n_slots > 1 &&
             (in.micro ^ 1) < r->sched->n_micro) /* a deliberate bug (core/env.h) */
-          into = &r->slots[(in.micro ^ 1) % r->n_slots];
+          into = &ch->slots[(in.micro ^ 1) % ch->n_slots];
         /* only this slot's sends are waited for: waiting for `into`'s
          * (its activations, still travelling) would deadlock the fault */
         TL_CHECK(wait_sends(s));
-        TL_CHECK(exchange(r, into, me->send, me->n_send, GRADIENTS, RECV, stage + 1, in.micro));
+        TL_CHECK(exchange(r, into, me->send, me->n_send, GRADIENTS, RECV, q + 1, in.micro));
         break;
       }
       case TL_PP_SEND_GRAD:
-        TL_CHECK(exchange(r, s, me->recv, me->n_recv, GRADIENTS, SEND, stage - 1, in.micro));
+        TL_CHECK(exchange(r, s, me->recv, me->n_recv, GRADIENTS, SEND, q - 1, in.micro));
         break;
       case TL_PP_FORWARD:
         TL_CHECK(wait_sends(s));
         /* fallthrough */
       case TL_PP_BACKWARD:
       case TL_PP_WEIGHT:
-        *task = (tl_pp_task){in.op, in.micro, s->exec};
+        *task = (tl_pp_task){in.op, in.micro, s->exec, in.chunk};
         return TL_OK;
     }
   }

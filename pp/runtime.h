@@ -19,6 +19,13 @@
  * all-gather it over that group: Megatron-LM's scatter/gather, which cuts
  * the pipeline's bytes by n.
  *
+ * Under the interleaved schedule the stage holds several chunks of the
+ * model, virtual stages c * p + s of p * v (pp/schedule.h): each chunk has
+ * its own executors, over its own nodes, and its own neighbours — the next
+ * virtual stage of the last stage's chunk c is the first stage's chunk
+ * c + 1. Messages are tagged by micro-batch, the receiving chunk and
+ * boundary value.
+ *
  * Parameters two stages share (the GPT's tied token embedding) are summed
  * between them after the backward by tl_pp_sync_shared. */
 #ifndef TL_PP_RUNTIME_H
@@ -51,20 +58,32 @@ struct tl_pp_runtime_config {
   tl_buffer *params, *grads;
   struct tl_exec_options exec;
   int n_slots;
+  /* the interleaved schedule: the stage's n_chunks chunks, chunks[c] the
+   * virtual stage c * p + stage of p * n_chunks (tl_pp_partition), each
+   * run by chunk_slots[c] executors over its nodes (exec.begin/end are
+   * ignored). 0: one chunk, `stage`, with n_slots executors. */
+  int n_chunks;
+  const tl_pp_stage* chunks;
+  const int* chunk_slots;
 };
 
 tl_status tl_pp_runtime_create(const struct tl_pp_runtime_config* c, tl_pp_runtime** out);
 /* Waits for sends still in flight; NULL is fine. */
 void tl_pp_runtime_destroy(tl_pp_runtime* r);
 
+/* Every executor of every chunk, numbered from 0. */
 int tl_pp_runtime_n_slots(const tl_pp_runtime* r);
 tl_exec* tl_pp_runtime_exec(const tl_pp_runtime* r, int slot);
+/* Bytes of the transient arena the executors share. */
+int64_t tl_pp_runtime_transient_bytes(const tl_pp_runtime* r);
 
-/* A forward or backward the schedule asks for: run it on `exec`. */
+/* A forward or backward the schedule asks for: run it on `exec`, over
+ * chunk `chunk`'s nodes (the stage's when it has one). */
 typedef struct tl_pp_task {
   tl_pp_op op; /* TL_PP_FORWARD, TL_PP_BACKWARD or (zero-bubble) TL_PP_WEIGHT */
   int micro;
   tl_exec* exec;
+  int chunk;
 } tl_pp_task;
 
 /* Starts walking schedule s (this stage's; not owned, alive until done). */

@@ -58,7 +58,7 @@ typedef enum {
 } tl_pp_op;
 
 /* Most model chunks a stage holds (schedule.virtual_stages). */
-#define TL_PP_MAX_CHUNKS 16
+#define TL_PP_MAX_CHUNKS TL_MAX_VIRTUAL_STAGES
 
 typedef struct tl_pp_instr {
   tl_pp_op op;

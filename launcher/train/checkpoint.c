@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dtype.h"
 #include "core/atomic_file.h"
+#include "core/dtype.h"
 
 static tl_status read_exact(FILE* f, const char* path, void* dst, size_t bytes, const char* what) {
   if (fread(dst, 1, bytes, f) != bytes)
@@ -109,8 +109,10 @@ tl_status tl_llmc_model_read(const char* path, const tl_model* m, float* params)
 
 void tl_llmc_header(const tl_model* m, int32_t* h) {
   memset(h, 0, 1024);
-  int32_t head[8] = {TL_LLMC_MODEL_MAGIC, 3, m->cfg.max_seq_len, m->vocab, m->cfg.n_layers,
-                     m->cfg.n_heads,      m->cfg.n_embd, m->padded_vocab};
+  int32_t head[8] = {TL_LLMC_MODEL_MAGIC, 3,
+                     m->cfg.max_seq_len,  m->vocab,
+                     m->cfg.n_layers,     m->cfg.n_heads,
+                     m->cfg.n_embd,       m->padded_vocab};
   memcpy(h, head, sizeof head);
 }
 

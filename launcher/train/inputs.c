@@ -73,8 +73,7 @@ tl_status tl_inputs_check(const struct tl_config* cfg) {
     } else {
       if (init && tl_llmc_model_check(cfg->model.init_from, &m) != TL_OK)
         add(&p, "model.init_from");
-      if (resume && resume_check(cfg->checkpoint.resume, &m) != TL_OK)
-        add(&p, "checkpoint.resume");
+      if (resume && resume_check(cfg->checkpoint.resume, &m) != TL_OK) add(&p, "checkpoint.resume");
     }
   }
   if (p.n == 0) return TL_OK;

@@ -75,8 +75,9 @@ static tl_status read_table(const char* dir, int rank, const tl_model* m, FILE**
   *n_slices = tl_checkpoint_header_get(h, TL_CKPT_H_SLICES);
   *elements = tl_checkpoint_header_get(h, TL_CKPT_H_ELEMENTS);
   if (*n_slices < 0 || *elements < 0 || *elements > m->n_params)
-    return TL_ERRF(TL_ERR_FORMAT, "'%s' says it holds %lld slices of %lld elements (the model has "
-                                  "%lld)",
+    return TL_ERRF(TL_ERR_FORMAT,
+                   "'%s' says it holds %lld slices of %lld elements (the model has "
+                   "%lld)",
                    path, (long long)*n_slices, (long long)*elements, (long long)m->n_params);
   struct stat sb;
   if (fstat(fileno(*f), &sb) != 0)
@@ -146,8 +147,9 @@ tl_status tl_sharded_commit(const char* dir, const char* path, const tl_model* m
     int64_t ns = 0, el = 0;
     st = read_table(dir, ranks[i], m, &f, &sl, &ns, &el);
     if (st == TL_OK && (ns != n_slices[i] || el != elements[i]))
-      st = TL_ERRF(TL_ERR_INTERNAL, "checkpoint part %d holds %lld slices, %lld elements; its rank "
-                                    "wrote %lld, %lld",
+      st = TL_ERRF(TL_ERR_INTERNAL,
+                   "checkpoint part %d holds %lld slices, %lld elements; its rank "
+                   "wrote %lld, %lld",
                    ranks[i], (long long)ns, (long long)el, (long long)n_slices[i],
                    (long long)elements[i]);
     json_t* held = json_object();
@@ -242,7 +244,8 @@ void tl_sharded_close(tl_sharded_reader* r) {
 static tl_status index_int(json_t* root, const char* path, const char* key, int64_t* out) {
   json_t* v = json_object_get(root, key);
   if (!json_is_integer(v))
-    return TL_ERRF(TL_ERR_FORMAT, "'%s/index.json': \"%s\" is missing or not an integer", path, key);
+    return TL_ERRF(TL_ERR_FORMAT, "'%s/index.json': \"%s\" is missing or not an integer", path,
+                   key);
   *out = json_integer_value(v);
   return TL_OK;
 }
@@ -260,8 +263,8 @@ tl_status tl_sharded_open(const char* path, const tl_model* m, tl_sharded_reader
   tl_status st = r ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory opening '%s'", path);
   int64_t version = 0, n_params = 0;
   json_t* format = json_object_get(root, "format");
-  if (st == TL_OK && (!json_is_string(format) ||
-                      strcmp(json_string_value(format), "trellis-sharded") != 0))
+  if (st == TL_OK &&
+      (!json_is_string(format) || strcmp(json_string_value(format), "trellis-sharded") != 0))
     st = TL_ERRF(TL_ERR_FORMAT, "'%s': \"format\" is not \"trellis-sharded\"", ipath);
   if (st == TL_OK) st = index_int(root, path, "version", &version);
   if (st == TL_OK && version != 1)
@@ -287,7 +290,8 @@ tl_status tl_sharded_open(const char* path, const tl_model* m, tl_sharded_reader
   }
   struct tl_slice** tables = st == TL_OK ? calloc((size_t)(r->n_parts + 1), sizeof *tables) : NULL;
   int64_t* counts = st == TL_OK ? calloc((size_t)(r->n_parts + 1), sizeof *counts) : NULL;
-  if (st == TL_OK && (!tables || !counts)) st = TL_ERRF(TL_ERR_NOMEM, "out of memory opening '%s'", path);
+  if (st == TL_OK && (!tables || !counts))
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory opening '%s'", path);
   for (int i = 0; st == TL_OK && i < r->n_parts; i++) {
     int64_t rank = -1;
     st = index_int(json_array_get(files, (size_t)i), path, "rank", &rank);
@@ -312,16 +316,16 @@ tl_status tl_sharded_open(const char* path, const tl_model* m, tl_sharded_reader
     int64_t next = 0;
     for (int64_t j = 0; j < r->n_runs && st == TL_OK; j++) {
       if (r->runs[j].full != next)
-        st = TL_ERRF(TL_ERR_FORMAT,
-                     "checkpoint '%s': elements %lld-%lld of the parameters are %s", path,
-                     (long long)(r->runs[j].full < next ? r->runs[j].full : next),
+        st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s': elements %lld-%lld of the parameters are %s",
+                     path, (long long)(r->runs[j].full < next ? r->runs[j].full : next),
                      (long long)(r->runs[j].full < next ? next : r->runs[j].full) - 1,
                      r->runs[j].full < next ? "in two parts" : "in no part");
       next = r->runs[j].full + r->runs[j].n;
     }
     if (st == TL_OK && next != m->n_params)
-      st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s': elements %lld-%lld of the parameters are in no "
-                                  "part",
+      st = TL_ERRF(TL_ERR_FORMAT,
+                   "checkpoint '%s': elements %lld-%lld of the parameters are in no "
+                   "part",
                    path, (long long)next, (long long)m->n_params - 1);
   }
   for (int i = 0; tables && i < r->n_parts; i++) free(tables[i]);
@@ -355,7 +359,8 @@ tl_status tl_sharded_read(tl_sharded_reader* r, int which, int64_t full, int64_t
     int64_t skip = full - u->full, take = u->n - skip < n ? u->n - skip : n;
     FILE* f = r->files[u->part];
     int64_t at = r->data[u->part] + 4 * ((int64_t)which * r->elements[u->part] + u->at + skip);
-    if (fseeko(f, (off_t)at, SEEK_SET) != 0 || fread(out, sizeof(float), (size_t)take, f) != (size_t)take)
+    if (fseeko(f, (off_t)at, SEEK_SET) != 0 ||
+        fread(out, sizeof(float), (size_t)take, f) != (size_t)take)
       return TL_ERRF(TL_ERR_IO, "cannot read checkpoint '%s' (part %d): %s", r->path, u->part,
                      strerror(errno));
     out += take, full += take, n -= take;

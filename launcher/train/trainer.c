@@ -25,9 +25,9 @@ static void trace_span_to(tl_trainer* t, const char* name, int micro, double sta
   if (!t->trace) return;
   fprintf(t->trace,
           "{\"name\": \"%s %d\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.1f, \"dur\": %.1f, "
-          "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"step\": %lld}},\n",
+          "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"chunk\": %d, \"step\": %lld}},\n",
           name, micro, name, start_us - t->trace_origin, end - start_us, t->world_rank, micro,
-          (long long)t->step + 1);
+          t->trace_chunk, (long long)t->step + 1);
 }
 
 void tl__trainer_trace_span(tl_trainer* t, const char* name, int micro, double start_us) {
@@ -48,9 +48,9 @@ static void trace_node(void* user, const tl_node* n, int64_t start_ns, int64_t e
   if (!(tl_op_get(n->op)->flags & TL_OP_COLLECTIVE)) return;
   fprintf(t->trace,
           "{\"name\": \"%s\", \"cat\": \"tp\", \"ph\": \"X\", \"ts\": %.1f, \"dur\": %.1f, "
-          "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"step\": %lld}},\n",
+          "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"chunk\": %d, \"step\": %lld}},\n",
           n->name, start_ns * 1e-3 - t->trace_origin, (end_ns - start_ns) * 1e-3, t->world_rank,
-          t->trace_micro, (long long)t->step + 1);
+          t->trace_micro, t->trace_chunk, (long long)t->step + 1);
 }
 
 void tl_trainer_trace(tl_trainer* t, FILE* f) {
@@ -79,8 +79,7 @@ int tl__trainer_tensor_of(const tl_trainer* t, int v) {
  * embedding's copy on the last stage, and a tensor that every
  * tensor-parallel rank holds whole (rank 0 counts it). */
 int tl__trainer_counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
-  if (tl_pp_stage_shares(t->me, s->value) && t->pp_size > 1 && tl__trainer_is_last_stage(t))
-    return 1;
+  if (tl__trainer_shares(t, s->value) && t->pp_size > 1 && tl__trainer_is_last_stage(t)) return 1;
   return !tl_tp_counts(&t->shard, s->value);
 }
 
@@ -91,19 +90,26 @@ int tl__trainer_counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
  * too the ones several nodes write (a tied embedding on one stage), whose
  * gradients stay whole until the end. */
 static tl_status build_layout(tl_trainer* t, int s) {
-  const tl_pp_stage* st = &t->stages[s];
+  int begin[TL_PP_MAX_CHUNKS], end[TL_PP_MAX_CHUNKS];
+  for (int c = 0; c < t->n_chunks; c++) {
+    const tl_pp_stage* x = &t->stages[c * t->pp_size + s];
+    begin[c] = x->node_begin, end[c] = x->node_end;
+  }
   if (t->zero == 0)
-    return tl_dp_layout_build(t->graph, st->node_begin, st->node_end, &t->layouts[s]);
+    return tl_dp_layout_build_ranges(t->graph, t->n_chunks, begin, end, NULL, &t->layouts[s]);
   bool* late = calloc((size_t)t->graph->n_values, sizeof(bool));
   if (!late) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a stage layout");
   for (int v = 0; v < t->graph->n_values; v++) {
     if (t->graph->values[v].role != TL_ROLE_PARAM) continue;
     const struct tl_tp_param* p = tl_tp_param_of(&t->shard, v);
-    late[v] = tl_pp_stage_shares(st, v) || (p && p->partial && t->tp_size > 1) ||
-              (t->zero >= 2 && tl_dp_readers(t->graph, st->node_begin, st->node_end, v) > 1);
+    int readers = 0, shared = 0;
+    for (int c = 0; c < t->n_chunks; c++) {
+      readers += tl_dp_readers(t->graph, begin[c], end[c], v);
+      shared |= tl_pp_stage_shares(&t->stages[c * t->pp_size + s], v);
+    }
+    late[v] = shared || (p && p->partial && t->tp_size > 1) || (t->zero >= 2 && readers > 1);
   }
-  tl_status r =
-      tl_dp_layout_build_late(t->graph, st->node_begin, st->node_end, late, &t->layouts[s]);
+  tl_status r = tl_dp_layout_build_ranges(t->graph, t->n_chunks, begin, end, late, &t->layouts[s]);
   free(late);
   return r;
 }
@@ -228,15 +234,31 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                             cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE, &t->graph, &t->io,
                             &t->shard, &t->full),
                 st, fail);
-  t->stages = calloc((size_t)t->pp_size, sizeof(tl_pp_stage));
+  /* the model cut into pp_size * n_chunks virtual stages: the config's
+   * cut when it gives one, else balanced by FLOPs; chunk c of this rank is
+   * virtual stage c * pp_size + pp_rank */
+  t->n_chunks = cfg->schedule.kind == TL_SCHEDULE_INTERLEAVED ? cfg->schedule.virtual_stages : 1;
+  if (t->n_chunks < 1 || t->n_chunks > TL_PP_MAX_CHUNKS ||
+      (t->n_chunks > 1 && cfg->parallel.zero >= 2)) {
+    st = TL_ERRF(TL_ERR_CONFIG,
+                 "schedule.virtual_stages = %d with parallel.zero = %d: expected 1 to %d chunks, "
+                 "with ZeRO 0 or 1",
+                 cfg->schedule.virtual_stages, cfg->parallel.zero, TL_PP_MAX_CHUNKS);
+    goto fail;
+  }
+  const int n_virtual = t->pp_size * t->n_chunks;
+  t->stages = calloc((size_t)n_virtual, sizeof(tl_pp_stage));
   if (!t->stages) {
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for stages");
     goto fail;
   }
-  /* the config's cut when it gives one, else stages balanced by FLOPs */
   const int* cut = cfg->schedule.n_stage_layers > 0 ? cfg->schedule.stage_layers : NULL;
-  TL_CHECK_GOTO(tl_pp_partition(t->graph, &t->io, t->pp_size, cut, t->stages), st, fail);
-  t->me = &t->stages[t->pp_rank];
+  TL_CHECK_GOTO(tl_pp_partition(t->graph, &t->io, n_virtual, cut, t->stages), st, fail);
+  for (int c = 0; c < t->n_chunks; c++) {
+    t->chunks[c] = t->stages[c * t->pp_size + t->pp_rank];
+    if (t->chunks[c].n_shared > 0 && !t->sharing) t->sharing = &t->chunks[c];
+  }
+  t->me = &t->chunks[0];
   t->layouts = calloc((size_t)t->pp_size, sizeof(tl_dp_layout));
   if (!t->layouts) {
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for stage layouts");
@@ -258,7 +280,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   }
   TL_CHECK_GOTO(tl_pp_schedule_build_costs(cfg->schedule.kind, t->pp_size, t->pp_rank,
                                            cfg->schedule.micro_batches,
-                                           cfg->schedule.virtual_stages, &t->costs, &t->sched),
+                                           t->n_chunks, &t->costs, &t->sched),
                 st, fail);
   /* buffers and one executor per micro-batch in flight */
   size_t bytes = sizeof(float) * (size_t)(t->lay->n > 0 ? t->lay->n : 1);
@@ -349,9 +371,13 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                .group = t->comm.tp,
                .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL},
       .n_slots = t->sched.max_in_flight,
+      .n_chunks = t->n_chunks,
+      .chunks = t->chunks,
+      .chunk_slots = t->sched.chunk_in_flight,
   };
   TL_CHECK_GOTO(tl_pp_runtime_create(&rc, &t->rt), st, fail);
-  TL_CHECK_GOTO(tl_pp_shared_group(t->comm.pp, t->me, &t->shared), st, fail);
+  TL_CHECK_GOTO(tl_pp_shared_group(t->comm.pp, t->sharing ? t->sharing : t->me, &t->shared), st,
+                fail);
   if (t->zero == 3) /* each unit's parameters gathered before its nodes run */
     for (int i = 0; i < tl_pp_runtime_n_slots(t->rt); i++)
       tl_exec_set_pre_hook(tl_pp_runtime_exec(t->rt, i), unit_hook, t);
@@ -379,10 +405,19 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         t->zero == 3   ? ", holding only their parameters and gradients"
         : t->zero == 2 ? " and holds only their gradients"
                        : "");
-  if (t->pp_size > 1)
-    TL_LOG_INFO("pipeline stage %d of %d: layers %d-%d (%d of %d), %.2fM parameters", t->pp_rank,
-                t->pp_size, t->me->layer_begin, t->me->layer_end - 1,
-                t->me->layer_end - t->me->layer_begin, t->io.n_layers, t->lay->n / 1e6);
+  if (t->pp_size > 1) {
+    char layers[256] = "";
+    int held = 0;
+    for (int c = 0, at = 0; c < t->n_chunks && at < (int)sizeof layers; c++) {
+      const tl_pp_stage* x = &t->chunks[c];
+      at += snprintf(layers + at, sizeof layers - (size_t)at, "%s%d-%d", c ? ", " : "",
+                     x->layer_begin, x->layer_end - 1);
+      held += x->layer_end - x->layer_begin;
+    }
+    TL_LOG_INFO("pipeline stage %d of %d: layers %s (%d of %d%s), %.2fM parameters", t->pp_rank,
+                t->pp_size, layers, held, t->io.n_layers, t->n_chunks > 1 ? ", interleaved" : "",
+                t->lay->n / 1e6);
+  }
   *out = t;
   return TL_OK;
 fail:

@@ -32,10 +32,15 @@ struct tl_trainer {
   /* the graph and this rank's stage */
   tl_graph* graph;
   struct tl_model_io io;
-  tl_pp_stage* stages; /* all pp_size stages (boundaries are needed on both sides) */
-  tl_pp_stage* me;
-  tl_dp_layout* layouts; /* each stage's flat buffers (stage 0 gathers every stage's) */
-  tl_dp_layout* lay;     /* this rank's stage's */
+  /* all pp_size * n_chunks virtual stages (boundaries are needed on both
+   * sides): chunk c of pipeline stage s is stages[c * pp_size + s] */
+  tl_pp_stage* stages;
+  int n_chunks;                         /* schedule.virtual_stages: 1 unless interleaved */
+  tl_pp_stage chunks[TL_PP_MAX_CHUNKS]; /* this rank's, in model order */
+  tl_pp_stage* me;                      /* its first chunk */
+  const tl_pp_stage* sharing; /* the chunk holding the parameters shared with another stage */
+  tl_dp_layout* layouts;      /* each stage's flat buffers (stage 0 gathers every stage's) */
+  tl_dp_layout* lay;          /* this rank's stage's */
   tl_pp_schedule sched;
   struct tl_pp_costs costs; /* the passes' costs the schedule was built with */
   tl_pp_runtime* rt;        /* the stage's executors and exchanges */
@@ -70,6 +75,7 @@ struct tl_trainer {
   FILE* trace;
   double trace_origin;
   int trace_micro; /* the micro-batch the executor is running (tensor-parallel spans) */
+  int trace_chunk; /* and its chunk */
   double wait_seconds;
   /* the most host bytes the last checkpoint save, load or export held */
   int64_t io_host_bytes;
@@ -77,6 +83,21 @@ struct tl_trainer {
 
 static inline int tl__trainer_is_last_stage(const tl_trainer* t) {
   return t->pp_rank == t->pp_size - 1;
+}
+
+/* Whether chunk c of this rank is the model's first (it embeds the
+ * tokens) or its last (the head and the loss). */
+static inline int tl__trainer_first_chunk(const tl_trainer* t, int c) {
+  return t->pp_rank == 0 && c == 0;
+}
+static inline int tl__trainer_last_chunk(const tl_trainer* t, int c) {
+  return tl__trainer_is_last_stage(t) && c == t->n_chunks - 1;
+}
+
+/* Whether parameter value v is shared with another stage (the tied
+ * embedding's copies). */
+static inline int tl__trainer_shares(const tl_trainer* t, int v) {
+  return t->sharing && tl_pp_stage_shares(t->sharing, v);
 }
 
 /* Part of a job of more than one rank. */

@@ -22,7 +22,9 @@ int32_t tl_trainer_first_token(const tl_trainer* t) {
 }
 
 double tl_trainer_step_flops(const tl_trainer* t) {
-  return t->me->flops * t->cfg.schedule.micro_batches;
+  double f = 0;
+  for (int c = 0; c < t->n_chunks; c++) f += t->chunks[c].flops;
+  return f * t->cfg.schedule.micro_batches;
 }
 
 int64_t tl_trainer_peak_bytes(const tl_trainer* t) {
@@ -42,7 +44,7 @@ int64_t tl_trainer_activation_bytes(const tl_trainer* t) {
   int64_t b = 0;
   for (int i = 0; i < tl_pp_runtime_n_slots(t->rt); i++)
     b += (int64_t)tl_exec_plan(tl_pp_runtime_exec(t->rt, i))->arena_bytes;
-  return b + (int64_t)tl_exec_plan(tl_pp_runtime_exec(t->rt, 0))->transient_bytes;
+  return b + tl_pp_runtime_transient_bytes(t->rt);
 }
 
 void tl_trainer_stage(const tl_trainer* t, int* stage, int* n_stages, int* layer_begin,

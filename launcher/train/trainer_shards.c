@@ -33,7 +33,8 @@ static tl_status my_pieces(tl_trainer* t, struct tl_dp_piece** out, int* n_out) 
     tl_dp_buckets_pieces(t->buckets, p);
   else
     for (int i = 0; i < n; i++)
-      p[i] = (struct tl_dp_piece){i, l->segments[i].offset, l->segments[i].n, l->segments[i].offset};
+      p[i] =
+          (struct tl_dp_piece){i, l->segments[i].offset, l->segments[i].n, l->segments[i].offset};
   int k = 0;
   for (int i = 0; i < n; i++)
     if ((sharded || t->dp_rank == 0) &&
@@ -194,11 +195,13 @@ tl_status tl__trainer_save_sharded(tl_trainer* t, const char* path) {
     all[0] = mine[0], all[1] = mine[1];
   if (st == TL_OK && t->world_rank == 0) {
     int* ranks = malloc(sizeof(int) * (size_t)size);
-    int64_t *ns = malloc(sizeof(int64_t) * (size_t)size), *el = malloc(sizeof(int64_t) * (size_t)size);
+    int64_t *ns = malloc(sizeof(int64_t) * (size_t)size),
+            *el = malloc(sizeof(int64_t) * (size_t)size);
     int parts = 0;
     if (!ranks || !ns || !el) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a checkpoint");
     for (int r = 0; st == TL_OK && r < size; r++)
-      if (all[2 * r + 1] > 0) ranks[parts] = r, ns[parts] = all[2 * r], el[parts++] = all[2 * r + 1];
+      if (all[2 * r + 1] > 0)
+        ranks[parts] = r, ns[parts] = all[2 * r], el[parts++] = all[2 * r + 1];
     struct stat sb;
     bool exists = stat(path, &sb) == 0;
     if (st == TL_OK && exists) {
@@ -274,9 +277,10 @@ tl_status tl__trainer_place_sharded(tl_trainer* t, const char* path, int64_t* po
   free(pieces);
   tl_sharded_close(r);
   if (st == TL_OK)
-    TL_LOG_INFO("resuming from %s at step %lld (sharded: this rank read what it holds, through "
-                "at most %.2f MB of host memory)",
-                path, (long long)s.step, t->io_host_bytes / 1e6);
+    TL_LOG_INFO(
+        "resuming from %s at step %lld (sharded: this rank read what it holds, through "
+        "at most %.2f MB of host memory)",
+        path, (long long)s.step, t->io_host_bytes / 1e6);
   if (st == TL_OK && t->zero == 3) st = tl_dp_buckets_begin_step(t->buckets);
   return st;
 }
@@ -338,7 +342,8 @@ tl_status tl__trainer_export_parts(tl_trainer* t, const char* path) {
     const struct tl_dp_piece* p = &pieces[i];
     struct pwrite_ctx c = {fd, host, tmp};
     st = to_host(t, host, src[0], param_index(t, p), p->n);
-    if (st == TL_OK) st = each_full_run(t, &t->lay->segments[p->segment], p->offset, p->n, write_run, &c);
+    if (st == TL_OK)
+      st = each_full_run(t, &t->lay->segments[p->segment], p->offset, p->n, write_run, &c);
   }
   if (fd >= 0 && fsync(fd) != 0 && st == TL_OK)
     st = TL_ERRF(TL_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));

@@ -72,9 +72,9 @@ static tl_status place_full(tl_trainer* t, const float* full) {
     tl_device dev = t->be->device, cpu = tl_cpu();
     /* the parameters: the whole stage's, or ZeRO-3's shard of them (the
      * units are gathered from it when the next step or evaluation runs) */
-    st = t->zero == 3
-             ? tl_dp_buckets_to_shard(t->buckets, local, tl_dp_buckets_shard_params(t->buckets)->data)
-             : tl_memcpy(dev, t->params->data, cpu, local, bytes);
+    st = t->zero == 3 ? tl_dp_buckets_to_shard(t->buckets, local,
+                                               tl_dp_buckets_shard_params(t->buckets)->data)
+                      : tl_memcpy(dev, t->params->data, cpu, local, bytes);
     if (st == TL_OK && t->zero == 3) st = tl_dp_buckets_begin_step(t->buckets);
     /* the moments: the whole stage's, or this rank's ZeRO shard of them */
     for (int k = 0; k < 2 && st == TL_OK; k++) {
@@ -143,7 +143,8 @@ static tl_status gather_stages(tl_trainer* t, tl_buffer* const* src, float* shar
       const tl_dp_segment* seg = &stage->segments[i];
       const int64_t at = t->graph->values[seg->value].offset;
       for (int k = 0; k < k_max; k++)
-        memcpy(shard + k * shard_n + at, buf + k * sn + seg->offset, sizeof(float) * (size_t)seg->n);
+        memcpy(shard + k * shard_n + at, buf + k * sn + seg->offset,
+               sizeof(float) * (size_t)seg->n);
     }
     if (buf != local) free(buf);
   }
@@ -175,8 +176,8 @@ static tl_status gather(tl_trainer* t, tl_buffer* const* src, int k_max, float* 
                             : NULL;
           if (st == TL_OK && !buf) st = TL_ERRF(TL_ERR_NOMEM, "out of memory gathering parameters");
           if (st == TL_OK)
-            st = tl_group_recv(t->comm.host_tp, buf, (size_t)(m->n_local * k_max), TL_F32, r,
-                               30001, NULL);
+            st = tl_group_recv(t->comm.host_tp, buf, (size_t)(m->n_local * k_max), TL_F32, r, 30001,
+                               NULL);
         }
         for (int k = 0; k < k_max && st == TL_OK && out; k++)
           tl_tp_to_full(m, buf + k * m->n_local, out + k * total);
@@ -305,7 +306,7 @@ tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t 
     const tl_dp_segment* s = &t->lay->segments[i];
     const struct tl_tp_param* p = tl_tp_param_of(&t->shard, s->value);
     uint64_t h = hash_floats(local + s->offset, s->n) ^ (uint64_t)(p ? p->full_offset : 0) * 31ull;
-    if (tl_pp_stage_shares(t->me, s->value)) tied += h | 1;
+    if (tl__trainer_shares(t, s->value)) tied += h | 1;
     if (p && p->kind == TL_TP_WHOLE) whole += h | 1;
   }
   free(local);
@@ -341,8 +342,8 @@ tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t 
       if (bads[r] < bad) bad = bads[r];
     free(bads);
     if (st == TL_OK && bad != INT32_MAX)
-      st = tl_group_broadcast(t->comm.world, mine, sizeof mine / sizeof(int32_t), TL_I32, bad,
-                              NULL);
+      st =
+          tl_group_broadcast(t->comm.world, mine, sizeof mine / sizeof(int32_t), TL_I32, bad, NULL);
     if (st != TL_OK) return st;
   }
   *agree = bad == INT32_MAX;

@@ -14,14 +14,15 @@
 
 /* ---- the pipeline ------------------------------------------------------- */
 
-/* Sets micro-batch i's inputs (tokens on the first stage, targets on the last). */
-static tl_status set_inputs(tl_trainer* t, tl_exec* x, const tl_loader* l, int seq0) {
+/* Sets micro-batch i's inputs for chunk c (tokens on the model's first
+ * chunk, targets on its last). */
+static tl_status set_inputs(tl_trainer* t, tl_exec* x, int c, const tl_loader* l, int seq0) {
   int n = t->micro * t->cfg.train.seq_len;
+  const bool first = tl__trainer_first_chunk(t, c), last = tl__trainer_last_chunk(t, c);
+  if (!first && !last) return TL_OK;
   tl_loader_get(l, seq0, t->micro, t->inputs, t->targets);
-  if (t->pp_rank == 0)
-    TL_CHECK(tl_exec_set_input(x, t->io.tokens, t->inputs, sizeof(int32_t) * (size_t)n));
-  if (tl__trainer_is_last_stage(t))
-    TL_CHECK(tl_exec_set_input(x, t->io.targets, t->targets, sizeof(int32_t) * (size_t)n));
+  if (first) TL_CHECK(tl_exec_set_input(x, t->io.tokens, t->inputs, sizeof(int32_t) * (size_t)n));
+  if (last) TL_CHECK(tl_exec_set_input(x, t->io.targets, t->targets, sizeof(int32_t) * (size_t)n));
   return TL_OK;
 }
 
@@ -59,7 +60,6 @@ static int first_seq(const tl_trainer* t, int i) {
 /* One step's forwards and backwards as the stage's schedule orders them;
  * the runtime exchanges activations and gradients in between. */
 static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
-  const tl_pp_stage* me = t->me;
   int m = t->cfg.schedule.micro_batches;
   float scale = 1.0f / ((float)t->cfg.train.batch_size * (float)t->cfg.train.seq_len);
   TL_CHECK(tl_pp_runtime_start(t->rt, &t->sched));
@@ -69,15 +69,18 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
     TL_CHECK(tl_pp_runtime_next(t->rt, &task, &done));
     if (done) break;
     double t0 = tl__trainer_now_us();
+    const tl_pp_stage* me = &t->chunks[task.chunk];
     t->trace_micro = task.micro;
+    t->trace_chunk = task.chunk;
     if (task.op == TL_PP_FORWARD) {
-      TL_CHECK(set_inputs(t, task.exec, &t->loader, first_seq(t, task.micro)));
+      TL_CHECK(set_inputs(t, task.exec, task.chunk, &t->loader, first_seq(t, task.micro)));
       TL_CHECK(tl_exec_forward(task.exec, me->node_begin, me->node_end));
       tl__trainer_trace_span(t, "forward", task.micro, t0);
       continue;
     }
-    /* the last micro-batch's backward starts the buckets' reductions;
-     * ZeRO-2 streams every backward's gradients into its shard (a split
+    /* the last micro-batch's backward starts the buckets' reductions (of
+     * each chunk: the chunks' last backwards run from the last chunk
+     * down, the layout's order); ZeRO-2 streams every backward's gradients into its shard (a split
      * backward: its weight pass, where the gradients become final) */
     const bool split = t->graph->weight_begin > 0;
     int hook = t->buckets && (t->zero >= 2 || (task.micro == m - 1 && t->dp_size > 1)) &&
@@ -98,11 +101,12 @@ static tl_status run_schedule(tl_trainer* t, double* loss_sum) {
                          : tl_exec_backward(task.exec, me->node_begin, me->node_end, s);
     tl_exec_set_backward_hook(task.exec, NULL, NULL);
     TL_CHECK(st);
-    if (tl__trainer_is_last_stage(t))
+    if (tl__trainer_last_chunk(t, task.chunk))
       TL_CHECK(add_losses(t, task.exec, loss_sum, t->grad_acc ? &t->loss_fixed : NULL));
     tl__trainer_trace_span(t, "backward", task.micro, t0);
   }
   t->wait_seconds = tl_pp_runtime_wait_seconds(t->rt);
+  t->trace_chunk = 0;
   return TL_OK;
 }
 
@@ -124,11 +128,11 @@ static tl_status sync_tied(tl_trainer* t) {
   if (!t->shared) return TL_OK;
   double t0 = tl__trainer_now_us();
   if (t->grad_acc)
-    TL_CHECK(
-        tl_pp_sync_shared(t->me, t->shared, t->graph, t->grad_acc->data, TL_I64, t->lay->offset));
+    TL_CHECK(tl_pp_sync_shared(t->sharing, t->shared, t->graph, t->grad_acc->data, TL_I64,
+                               t->lay->offset));
   else
-    TL_CHECK(
-        tl_pp_sync_shared(t->me, t->shared, t->graph, t->grads->data, TL_F32, grad_offsets(t)));
+    TL_CHECK(tl_pp_sync_shared(t->sharing, t->shared, t->graph, t->grads->data, TL_F32,
+                               grad_offsets(t)));
   tl__trainer_trace_span(t, "tied_allreduce", 0, t0);
   return TL_OK;
 }
@@ -284,8 +288,8 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
   tl_loader l;
   TL_CHECK(tl_loader_init(&l, &t->val_file, t->cfg.train.batch_size, t->cfg.train.seq_len, 0));
   tl_pp_schedule fwd;
-  TL_CHECK(
-      tl_pp_schedule_build_forward(t->pp_size, t->pp_rank, t->cfg.schedule.micro_batches, 1, &fwd));
+  TL_CHECK(tl_pp_schedule_build_forward(t->pp_size, t->pp_rank, t->cfg.schedule.micro_batches,
+                                        t->n_chunks, &fwd));
   double sum = 0.0;
   int batches = t->cfg.train.val_batches > 0 ? t->cfg.train.val_batches : 1;
   tl_status st = t->buckets ? tl_dp_buckets_begin_step(t->buckets) : TL_OK;
@@ -295,10 +299,13 @@ tl_status tl_trainer_eval(tl_trainer* t, double* loss) {
       tl_pp_task task;
       st = tl_pp_runtime_next(t->rt, &task, &done);
       if (st != TL_OK || done) break;
+      const tl_pp_stage* me = &t->chunks[task.chunk];
       t->trace_micro = task.micro;
-      st = set_inputs(t, task.exec, &l, first_seq(t, task.micro));
-      if (st == TL_OK) st = tl_exec_forward(task.exec, t->me->node_begin, t->me->node_end);
-      if (st == TL_OK && tl__trainer_is_last_stage(t)) st = add_losses(t, task.exec, &sum, NULL);
+      t->trace_chunk = task.chunk;
+      st = set_inputs(t, task.exec, task.chunk, &l, first_seq(t, task.micro));
+      if (st == TL_OK) st = tl_exec_forward(task.exec, me->node_begin, me->node_end);
+      if (st == TL_OK && tl__trainer_last_chunk(t, task.chunk))
+        st = add_losses(t, task.exec, &sum, NULL);
     }
     tl_loader_advance(&l);
   }

@@ -64,8 +64,8 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
   v->rep.equal = 1;
   v->rep.deterministic = tl_trainer_config(par)->parallel.deterministic;
   v->rep.copies_agree = 1;
-  struct tl_verify_worst* all[] = {&v->rep.start,  &v->rep.loss,         &v->rep.norm,
-                                   &v->rep.grad,   &v->rep.update,       &v->rep.update_bound,
+  struct tl_verify_worst* all[] = {&v->rep.start, &v->rep.loss,   &v->rep.norm,
+                                   &v->rep.grad,  &v->rep.update, &v->rep.update_bound,
                                    &v->rep.moment};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) worst_reset(all[i]);
   size_t n = (size_t)v->n;
@@ -90,6 +90,8 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
     if (one.parallel.deterministic) one.schedule.micro_batches *= one.mesh.dp;
     one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
     one.schedule.n_stage_layers = 0; /* one stage holds every layer */
+    if (one.schedule.kind == TL_SCHEDULE_INTERLEAVED) /* in one chunk */
+      one.schedule.kind = TL_SCHEDULE_1F1B, one.schedule.virtual_stages = 1;
     /* the reference holds the whole state and keeps every activation
      * (ZeRO's and recomputation's code paths are the mesh's, not the
      * reference's) */
@@ -106,7 +108,8 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
         for (int64_t i = m->tensors[k].offset; i < m->tensors[k].offset + m->tensors[k].numel; i++)
           worst(&v->rep.start, fabs((double)v->before[i] - v->ref_after[i]), 0, k, i);
       if (v->rep.start.value != 0)
-        fail_once(v, "the starting parameters differ (%s, element %lld: %.9g on the mesh, %.9g "
+        fail_once(v,
+                  "the starting parameters differ (%s, element %lld: %.9g on the mesh, %.9g "
                   "on one device)",
                   m->tensors[v->rep.start.tensor].name, (long long)v->rep.start.element,
                   v->before[v->rep.start.element], v->ref_after[v->rep.start.element]);
@@ -166,8 +169,8 @@ static void compare_tensor(tl_verify* v, const struct adamw* a, int k, int step)
     if (v->rep.deterministic) {
       const float* rm1 = v->ref_after + n;
       const float* rv1 = v->ref_after + 2 * n;
-      if (memcmp(&p1[i], &rp1[i], 4) || memcmp(&m1[i], &rm1[i], 4) ||
-          memcmp(&v1[i], &rv1[i], 4) || memcmp(&g[i], &rg[i], 4)) {
+      if (memcmp(&p1[i], &rp1[i], 4) || memcmp(&m1[i], &rm1[i], 4) || memcmp(&v1[i], &rv1[i], 4) ||
+          memcmp(&g[i], &rg[i], 4)) {
         if (v->rep.bits_differ++ == 0) v->first_bits = i;
       }
     }
@@ -200,8 +203,8 @@ tl_status tl_verify_step(tl_verify* v, const struct tl_step_stats* ps) {
   TL_CHECK(tl_trainer_gather_grads(v->ref, v->ref_grads));
   /* 1. loss and norm */
   double dl = fabs(ps->loss - rs.loss) / (fabs(rs.loss) > 0 ? fabs(rs.loss) : 1);
-  double dn = fabs((double)ps->grad_norm - rs.grad_norm) /
-              (rs.grad_norm > 0 ? (double)rs.grad_norm : 1);
+  double dn =
+      fabs((double)ps->grad_norm - rs.grad_norm) / (rs.grad_norm > 0 ? (double)rs.grad_norm : 1);
   worst(&r->loss, dl, step, -1, -1);
   worst(&r->norm, dn, step, -1, -1);
   if (dl > TL_VERIFY_LOSS_TOL)
@@ -209,8 +212,12 @@ tl_status tl_verify_step(tl_verify* v, const struct tl_step_stats* ps) {
               ps->loss, rs.loss, dl);
   /* 2.-3. per tensor */
   const struct tl_train_config* tc = &tl_trainer_config(v->par)->train;
-  struct adamw a = {ps->lr, tc->beta1, tc->beta2, tc->eps,
-                    1.0 - powf(tc->beta1, (float)step), 1.0 - powf(tc->beta2, (float)step)};
+  struct adamw a = {ps->lr,
+                    tc->beta1,
+                    tc->beta2,
+                    tc->eps,
+                    1.0 - powf(tc->beta1, (float)step),
+                    1.0 - powf(tc->beta2, (float)step)};
   struct tl_verify_worst g0 = r->grad, u0 = r->update_bound, m0 = r->moment;
   int64_t bits0 = r->bits_differ;
   for (int k = 0; k < m->n_tensors; k++) compare_tensor(v, &a, k, step);

@@ -68,20 +68,20 @@ typedef struct tl_verify tl_verify;
 /* A worst case over the steps checked so far: the value, and where. */
 struct tl_verify_worst {
   double value;
-  int step;           /* 1-based; 0 before any step */
-  int tensor;         /* into the model's tensors; -1 when not a tensor's */
-  int64_t element;    /* in the flat parameter vector; -1 when none */
+  int step;        /* 1-based; 0 before any step */
+  int tensor;      /* into the model's tensors; -1 when not a tensor's */
+  int64_t element; /* in the flat parameter vector; -1 when none */
 };
 
 struct tl_verify_report {
-  int steps;                      /* checked */
-  struct tl_verify_worst start;   /* |parameter difference| at the start (must be 0) */
-  struct tl_verify_worst loss;    /* relative */
-  struct tl_verify_worst norm;    /* relative */
-  struct tl_verify_worst grad;    /* |difference| / the tensor's largest |gradient| */
-  struct tl_verify_worst update;  /* |parameter - replay| / lr */
+  int steps;                           /* checked */
+  struct tl_verify_worst start;        /* |parameter difference| at the start (must be 0) */
+  struct tl_verify_worst loss;         /* relative */
+  struct tl_verify_worst norm;         /* relative */
+  struct tl_verify_worst grad;         /* |difference| / the tensor's largest |gradient| */
+  struct tl_verify_worst update;       /* |parameter - replay| / lr */
   struct tl_verify_worst update_bound; /* the same over its bound (must be <= 1) */
-  struct tl_verify_worst moment;  /* |moment - replay| / the tensor's largest moment */
+  struct tl_verify_worst moment;       /* |moment - replay| / the tensor's largest moment */
   int copies_agree;
   int copies_step; /* the first step they did not */
   char copies_what[256];

@@ -129,9 +129,28 @@ const std::vector<BadConfig>& BadConfigs() {
        R"({"model": {"kind": "mlp"}, "parallel": {"recompute": "selective"}})",
        "parallel.recompute = \"selective\" with model.kind = \"mlp\": selective recomputation "
        "recomputes attention"},
-      {"InterleavedNotImplementedYet", R"({"schedule": {"kind": "interleaved"}})",
-       "schedule.kind = \"interleaved\": the interleaved schedule is not implemented yet; "
-       "expected \"gpipe\", \"1f1b\" or \"zero_bubble\""},
+      {"InterleavedNeedsTwoChunks",
+       R"({"mesh": {"pp": 2}, "schedule": {"kind": "interleaved", "micro_batches": 2}})",
+       "schedule.virtual_stages = 1 with schedule.kind \"interleaved\": expected 2 to 16 model "
+       "chunks per pipeline stage (1 is schedule.kind \"1f1b\")"},
+      {"InterleavedNeedsAPipeline", R"({"schedule": {"kind": "interleaved", "virtual_stages": 2}})",
+       "schedule.kind = \"interleaved\" with mesh.pp = 1: interleaving needs a pipeline of at "
+       "least 2 stages"},
+      {"InterleavedNeedsALayerPerChunk",
+       R"({"mesh": {"pp": 2}, "schedule": {"kind": "interleaved", "virtual_stages": 3, "micro_batches": 2}})",
+       "schedule.virtual_stages = 3 with mesh.pp = 2: 6 model chunks for model.n_layers = 4 "
+       "(each chunk needs a layer)"},
+      {"InterleavedNeedsGroupsOfPMicroBatches",
+       R"({"mesh": {"pp": 2}, "schedule": {"kind": "interleaved", "virtual_stages": 2}})",
+       "schedule.micro_batches = 1 with schedule.kind \"interleaved\": expected a multiple of "
+       "mesh.pp = 2"},
+      {"InterleavedWithZero2",
+       R"({"mesh": {"dp": 2, "pp": 2}, "schedule": {"kind": "interleaved", "virtual_stages": 2, "micro_batches": 2}, "parallel": {"zero": 2}})",
+       "schedule.kind = \"interleaved\" with parallel.zero = 2: ZeRO-2 and 3 stream gradients"},
+      {"InterleavedStageLayersPerChunk",
+       R"({"mesh": {"pp": 2}, "schedule": {"kind": "interleaved", "virtual_stages": 2, "micro_batches": 2, "stage_layers": [2, 2]}})",
+       "schedule.stage_layers has 2 entries: expected one per virtual stage, mesh.pp * "
+       "schedule.virtual_stages = 2 * 2"},
       {"ZeroBubbleWithZero2",
        R"({"mesh": {"dp": 2, "pp": 2}, "schedule": {"kind": "zero_bubble"}, "parallel": {"zero": 2}})",
        "schedule.kind = \"zero_bubble\" with parallel.zero = 2: ZeRO-2 and 3 stream gradients"},

@@ -130,6 +130,19 @@ std::string Describe(const tl_verify_report& v) {
   return buf;
 }
 
+// Trains `c` on this job and checks every step against one device.
+void Report(const tl_config& c, const std::string& what, const std::vector<int>& stage_layers) {
+  Run par = Train(c);
+  if (!stage_layers.empty()) {  // the cut is the config's, not the balanced one
+    EXPECT_EQ(par.stage_layers, stage_layers[par.stage]) << what << ": stage " << par.stage;
+  }
+  if (WorldRank() != 0) return;
+  const tl_verify_report& v = par.report;
+  EXPECT_EQ(v.steps, c.train.steps) << what;
+  EXPECT_TRUE(v.equal) << what << ": " << v.failure;
+  printf("%-40s %s\n", what.c_str(), Describe(v).c_str());
+}
+
 void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int micro,
                 const std::vector<int>& stage_layers = {}, int tp = 1, bool sp = false,
                 int zero = 0, double bucket_mb = 0, tl_recompute rc = TL_RECOMPUTE_NONE) {
@@ -155,15 +168,39 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
                                                    : "");
   for (size_t i = 0; i < stage_layers.size(); i++)
     what += (i ? "+" : " stage layers ") + std::to_string(stage_layers[i]);
-  Run par = Train(c);
-  if (!stage_layers.empty()) {  // the cut is the config's, not the balanced one
-    EXPECT_EQ(par.stage_layers, stage_layers[par.stage]) << what << ": stage " << par.stage;
-  }
-  if (WorldRank() != 0) return;
-  const tl_verify_report& v = par.report;
-  EXPECT_EQ(v.steps, c.train.steps) << what;
-  EXPECT_TRUE(v.equal) << what << ": " << v.failure;
-  printf("%-40s %s\n", what.c_str(), Describe(v).c_str());
+  Report(c, what, stage_layers);
+}
+
+// The interleaved schedule: v chunks per pipeline rank of a GPT of
+// `layers` layers (or the MLP's 4), balanced by FLOPs (uneven chunks where
+// the layers do not divide) unless `chunk_layers` cuts it (chunk c of
+// stage s is entry c * pp + s).
+void CheckInterleaved(tl_model_kind kind, int dp, int tp, int pp, int v, int micro, int layers,
+                      bool sp = false, int zero = 0, tl_recompute rc = TL_RECOMPUTE_NONE,
+                      const std::vector<int>& chunk_layers = {}) {
+  tl_config c = Base(kind);
+  if (kind == TL_MODEL_GPT) c.model.n_layers = layers;
+  c.mesh.dp = dp, c.mesh.pp = pp, c.mesh.tp = tp;
+  c.parallel.sequence_parallel = sp;
+  c.parallel.zero = zero;
+  c.parallel.recompute = rc;
+  c.schedule.kind = TL_SCHEDULE_INTERLEAVED, c.schedule.virtual_stages = v;
+  c.schedule.micro_batches = micro;
+  c.schedule.n_stage_layers = (int)chunk_layers.size();
+  for (size_t i = 0; i < chunk_layers.size(); i++) c.schedule.stage_layers[i] = chunk_layers[i];
+  c.parallel.bucket_mb = 0.002;  // buckets start in each chunk's last backward
+  std::string what = std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") +
+                     " L=" + std::to_string(kind == TL_MODEL_GPT ? layers : 4) +
+                     " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
+                     " pp=" + std::to_string(pp) + (sp ? " sp" : "") +
+                     " interleaved v=" + std::to_string(v) + " micro=" + std::to_string(micro) +
+                     (zero ? " zero=" + std::to_string(zero) : "") +
+                     (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
+                      : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
+                                                   : "");
+  for (size_t i = 0; i < chunk_layers.size(); i++)
+    what += (i ? "+" : " chunk layers ") + std::to_string(chunk_layers[i]);
+  Report(c, what, {});
 }
 
 TEST(Equality, EveryMeshOfThisJobEqualsTheSingleDeviceRun) {
@@ -290,6 +327,31 @@ TEST(Equality, ZeroBubbleEqualsTheSingleDeviceRun) {
       CheckEqual(TL_MODEL_MLP, dp, pp, zb, 2, {}, tp, false, 0);
       if (dp > 1) CheckEqual(TL_MODEL_GPT, dp, pp, zb, 2, {}, tp, false, 1);
       CheckEqual(TL_MODEL_GPT, dp, pp, zb, 2, {}, tp, false, 0, 0, TL_RECOMPUTE_FULL);
+    }
+}
+
+// Interleaved 1F1B (v model chunks per pipeline rank, the micro-batches
+// going round the pipeline v times): v = 2 and 3, even and uneven chunks,
+// on dp x pp and dp x tp x pp meshes, with sequence parallelism, ZeRO-1 and
+// recomputation, the tied embedding on the first and last chunks.
+TEST(Equality, InterleavedEqualsTheSingleDeviceRun) {
+  int n = WorldSize();
+  for (int tp : {1, 2})
+    for (int pp : {2, 4}) {
+      int dp = n / tp / pp;
+      if (dp < 1 || dp * tp * pp != n) continue;
+      if (n == 8 && (tp != 2 || pp != 2)) continue;  // CI time: 8 ranks run 2 x 2 x 2 only
+      const tl_model_kind gpt = TL_MODEL_GPT;
+      // 5 layers in 2 x 2 chunks: one chunk of two
+      CheckInterleaved(gpt, dp, tp, pp, 2, pp, pp * 2 + 1, tp > 1);
+      if (n == 8) continue;  // CI time: one run a mesh on 8 ranks
+      // 3 chunks a rank, 2 rounds of micro-batches
+      CheckInterleaved(gpt, dp, tp, pp, 3, 2 * pp, pp * 3 + 1, false, dp > 1 ? 1 : 0);
+      if (pp == 2 && tp == 1) {
+        CheckInterleaved(gpt, dp, tp, pp, 2, 2 * pp, 4, false, 0, TL_RECOMPUTE_FULL);
+        CheckInterleaved(TL_MODEL_MLP, dp, tp, pp, 2, pp, 4);
+        CheckInterleaved(gpt, dp, tp, pp, 2, pp, 6, false, 0, TL_RECOMPUTE_NONE, {1, 2, 2, 1});
+      }
     }
 }
 
