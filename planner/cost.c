@@ -405,9 +405,12 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
 }
 
 /* The bubble in micro-batch times (one micro-batch's forward and
- * backward on the slowest stage): p - 1 for GPipe and 1F1B; zero-bubble's
- * from pp's own simulation (ticks beyond 3m, a third of a micro-batch each). */
+ * backward on the slowest stage, all its chunks): p - 1 for GPipe and
+ * 1F1B, (p - 1) / v interleaved; zero-bubble's from pp's own simulation
+ * (ticks beyond 3m, a third of a micro-batch each). */
 static double bubble_micro_batches(const tl_plan* p, const struct tl_pp_costs* c) {
+  const int v = tl_plan_chunks(p);
+  if (v > 1) return (p->pp - 1.0) / v;
   if (p->schedule != TL_SCHEDULE_ZERO_BUBBLE || p->pp <= 1) return p->pp - 1;
   int ticks = 0;
   if (tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p->pp, p->n_micro, 1, c, &ticks) != TL_OK) {
@@ -418,36 +421,54 @@ static double bubble_micro_batches(const tl_plan* p, const struct tl_pp_costs* c
   return (ticks - micro * p->n_micro) / micro;
 }
 
-/* Micro-batches whose activations stage s holds at once: pp's schedule's. */
+/* Micro-batches whose activations stage s holds at once: pp's schedule's
+ * (all its chunks' under the interleaved schedule). */
 int tl__cost_in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s) {
-  return tl_pp_schedule_in_flight_costs(p->schedule, p->pp, s, p->n_micro, 1, &sh->zb_costs);
+  return tl_pp_schedule_in_flight_costs(p->schedule, p->pp, s, p->n_micro, tl_plan_chunks(p),
+                                        &sh->zb_costs);
 }
 
 static int stage_kind(int s, int pp) {
   return (s == 0 ? TL_COST_STAGE_EMBED : 0) | (s == pp - 1 ? TL_COST_STAGE_HEAD : 0);
 }
 
+/* Memory of pipeline rank s: its chunks, virtual stages c * pp + s of
+ * pp * v with layers[c * pp + s] layers each (one chunk, layers[s], unless
+ * interleaved). */
 static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh, tl_dtype dtype,
-                         const tl_plan* p, int k, int s, double* state, double* act) {
-  const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(s, p->pp)];
+                         const tl_plan* p, const int* layers, int s, double* state, double* act) {
+  (void)cm;
+  const int v = tl_plan_chunks(p), n_virtual = p->pp * v;
   const double b = p->micro_batch;
   /* the graph is fp32; activations train in the dtype (inputs are int32) */
   const double scale = tl_dtype_size(dtype) / 4.0;
-  /* 1. parameters, gradients, optimizer state; the packed LayerNorm
-   * gradients of sequence parallelism; the trainer's norm scalar */
-  double params = x->params + (k - 1) * x->params_layer;
-  double rep = sh->sp && sh->tp > 1 ? x->replicated + (k - 1) * x->replicated_layer : 0;
-  *state =
-      tl__cost_zero_state(p, dtype, params, x->shared + rep, x->multi, x->staging, x->unit_max) +
-      4.0;
+  int held[TL_PP_MAX_CHUNKS] = {0};
+  if (v > 1)
+    tl_pp_schedule_chunk_in_flight(p->pp, s, p->n_micro, v, held);
+  else
+    held[0] = tl__cost_in_flight(p, sh, s);
+  double params = 0, rep = 0, shared = 0, multi = 0, staging = 0, unit_max = 0;
+  double kept = 0, transient = 0;
+  for (int c = 0; c < v; c++) {
+    const int q = c * p->pp + s, k = layers[q];
+    const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(q, n_virtual)];
+    /* 1. parameters, gradients, optimizer state: the chunks' in one layout */
+    params += x->params + (k - 1) * x->params_layer;
+    if (sh->sp && sh->tp > 1) rep += x->replicated + (k - 1) * x->replicated_layer;
+    shared += x->shared, multi += x->multi;
+    staging = fmax(staging, x->staging), unit_max = fmax(unit_max, x->unit_max);
+    /* 2. an executor per micro-batch the chunk holds, each its own arena
+     * (what a forward keeps for its backward: with recomputation, the
+     * layers' inputs alone), and the transient arena they all share (a
+     * pass's working set: the largest chunk's) */
+    kept += held[c] * b * ((x->arena + (k - 1) * x->arena_layer) * scale + x->io);
+    transient = fmax(transient, (x->transient + (k - 1) * x->transient_layer) * scale);
+  }
+  /* the packed LayerNorm gradients of sequence parallelism; the trainer's
+   * norm scalar */
+  *state = tl__cost_zero_state(p, dtype, params, shared + rep, multi, staging, unit_max) + 4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
-  /* 2. an executor per micro-batch in flight, each its own arena (what a
-   * forward keeps for its backward: with recomputation, the layers' inputs
-   * alone), and the transient arena they share (a pass's working set) */
-  (void)cm;
-  double arena = (x->arena + (k - 1) * x->arena_layer) * scale;
-  double transient = (x->transient + (k - 1) * x->transient_layer) * scale;
-  *act = tl__cost_in_flight(p, sh, s) * b * (arena + x->io) + b * transient;
+  *act = kept + b * transient;
 }
 
 void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
@@ -465,7 +486,7 @@ void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan
     tl__cost_mlp_stage_memory(sh, dtype, p, a, a + layers[stage], stage, state, act);
     return;
   }
-  stage_memory(cm, sh, dtype, p, layers[stage], stage, state, act);
+  stage_memory(cm, sh, dtype, p, layers, stage, state, act);
 }
 
 void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
@@ -487,12 +508,19 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     p->t_step = HUGE_VAL;
     return;
   }
-  /* 0. the stages, cut as the trainer cuts them */
+  /* 0. the stages (the chunks, interleaved), cut as the trainer cuts them */
+  const int v = tl_plan_chunks(p), n_virtual = pp * v;
+  if (n_virtual > L || (v > 1 && (pp < 2 || m % pp != 0))) { /* no such schedule */
+    p->fits = p->runnable = false;
+    p->t_step = HUGE_VAL;
+    return;
+  }
   int cut[TL_MODEL_MAX_LAYERS];
   if (!layers) {
     layers = cut;
-    if (tl_cost_stage_layers(cm, t, p->sequence_parallel, pp, cut) != TL_OK)
-      for (int s = 0; s < pp; s++) cut[s] = L / pp + (s < L % pp); /* out of memory: even */
+    if (tl_cost_stage_layers(cm, t, p->sequence_parallel, n_virtual, cut) != TL_OK)
+      for (int s = 0; s < n_virtual; s++) /* out of memory: even */
+        cut[s] = L / n_virtual + (s < L % n_virtual);
   }
 
   const bool whole = p->recompute_whole_forward && p->recompute == TL_RECOMPUTE_FULL;
@@ -502,21 +530,27 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   int k_slowest = 1;
   for (int s = 0; s < pp; s++) {
     double state, act;
-    stage_memory(cm, sh, dtype, p, layers[s], s, &state, &act);
+    stage_memory(cm, sh, dtype, p, layers, s, &state, &act);
     if (state + act > p->mem_state + p->mem_act)
       p->mem_state = state, p->mem_act = act, p->mem_stage = s;
-    const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(s, pp)];
-    double params = x->params + (layers[s] - 1) * x->params_layer;
+    double params = 0, rep = 0, fl = 0;
+    int k = 0;
+    for (int c = 0; c < v; c++) { /* the stage's chunks */
+      const int q = c * pp + s;
+      const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(q, n_virtual)];
+      params += x->params + (layers[q] - 1) * x->params_layer;
+      rep += x->replicated + (layers[q] - 1) * x->replicated_layer;
+      /* the stage's arithmetic per sequence; the shard's graph recomputes
+       * as the plan does: its FLOPs count the copies */
+      fl += layers[q] *
+            (sh->layer_flops + (whole ? sh->layer_fwd_flops - sh->layer_recompute_flops : 0));
+      if (q == 0) fl += sh->embed_flops;
+      if (q == n_virtual - 1) fl += sh->head_flops;
+      k += layers[q];
+    }
     if (params > grads) grads = params;
-    double rep = x->replicated + (layers[s] - 1) * x->replicated_layer;
     if (rep > ln_grads) ln_grads = rep;
-    /* the stage's arithmetic per sequence */
-    /* the shard's graph recomputes as the plan does: its FLOPs count the copies */
-    double fl = layers[s] *
-                (sh->layer_flops + (whole ? sh->layer_fwd_flops - sh->layer_recompute_flops : 0));
-    if (s == 0) fl += sh->embed_flops;
-    if (s == pp - 1) fl += sh->head_flops;
-    if (fl > slowest) slowest = fl, k_slowest = layers[s];
+    if (fl > slowest) slowest = fl, k_slowest = k;
   }
   p->mem_reserve = c->reserve_bytes;
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
@@ -541,7 +575,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double pp_comm = 0;
   if (pp > 1) {
     const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
-    pp_comm = 2.0 * (bsh * act_bytes / t / pp_link->bandwidth + pp_link->latency);
+    /* each chunk's boundary: interleaving sends v times the messages */
+    pp_comm = v * 2.0 * (bsh * act_bytes / t / pp_link->bandwidth + pp_link->latency);
   }
   double micro = comp + tp_comm + pp_comm;
 
@@ -569,8 +604,11 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double model = seqs * (L * cm->layer_flops + cm->embed_flops + cm->head_flops);
   p->flops_per_device = exec / p->t_step / devices;
   p->mfu = model / p->t_step / devices / tl_cluster_peak(c, dtype);
-  /* the trainer runs dp x tp x pp meshes with any ZeRO stage and recomputation */
-  p->runnable = !whole;
+  /* the trainer runs dp x tp x pp meshes with any ZeRO stage and
+   * recomputation, interleaved with ZeRO 0 and 1 */
+  p->runnable =
+      !whole &&
+      (v == 1 || (p->zero <= 1 && v <= TL_MAX_VIRTUAL_STAGES && n_virtual <= TL_MAX_STAGES));
 }
 
 const char* tl_plan_bound(const tl_plan* p) {

@@ -203,9 +203,9 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
                                              tl_recompute rc, bool split,
                                              struct tl_cost_shard* tmp);
 
-/* Layers per stage (layers[0 .. pp)) as the trainer cuts the graph of a
- * rank at tp (pp/stage.c's tl_pp_partition without layers given):
- * minimising the largest 3 x forward FLOPs of a stage, embedding on the
+/* Layers per stage (layers[0 .. pp); pp is the virtual stages, pp * v, of
+ * an interleaved plan) as the trainer cuts the graph of a rank at tp (pp/stage.c's tl_pp_partition
+ * without layers given): minimising the largest 3 x forward FLOPs of a stage, embedding on the
  * first, head on the last, every stage at least one layer; ties broken as
  * there, so the cut is the same. TL_ERR_CONFIG when pp > layers. */
 tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp, int* layers);
@@ -249,7 +249,18 @@ typedef struct tl_plan {
   bool fits;                   /* mem_total <= device memory */
   bool runnable;               /* `trellis train` runs it as planned */
   struct tl_pp_costs zb_costs; /* zero-bubble: the passes' costs its lists were built with */
+  /* the interleaved schedule's model chunks per pipeline rank (its
+   * schedule.virtual_stages; 0 or 1: one). Its `layers` (tl_cost_evaluate,
+   * tl_cost_stage_memory) are then per chunk, pp * v of them: chunk c of
+   * stage s is entry c * pp + s */
+  int virtual_stages;
 } tl_plan;
+
+/* Chunks per pipeline rank of plan p: virtual_stages under the interleaved
+ * schedule, else 1. */
+static inline int tl_plan_chunks(const tl_plan* p) {
+  return p->schedule == TL_SCHEDULE_INTERLEAVED && p->virtual_stages > 1 ? p->virtual_stages : 1;
+}
 
 /* Seconds for an all-reduce of `bytes` over n ranks on `link` of cluster c
  * (the formula above; 0 for n <= 1). */

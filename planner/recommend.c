@@ -14,7 +14,7 @@ tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int 
   cfg.mesh.pp = p->pp;
   cfg.schedule.kind = p->schedule;
   cfg.schedule.micro_batches = p->n_micro;
-  cfg.schedule.virtual_stages = 1;
+  cfg.schedule.virtual_stages = tl_plan_chunks(p);
   cfg.schedule.n_stage_layers = 0; /* the trainer balances FLOPs */
   memset(cfg.schedule.stage_layers, 0, sizeof cfg.schedule.stage_layers);
   cfg.parallel.zero = p->zero;

@@ -20,7 +20,7 @@ void tl_search_options_defaults(struct tl_search_options* o, int global_batch, t
   o->global_batch = global_batch;
   o->dtype = dtype;
   o->fix_dp = o->fix_tp = o->fix_pp = o->fix_micro_batch = o->fix_n_micro = -1;
-  o->fix_zero = o->fix_recompute = o->fix_schedule = o->fix_sp = -1;
+  o->fix_zero = o->fix_recompute = o->fix_schedule = o->fix_sp = o->fix_virtual_stages = -1;
   o->dp_bucket_mb = 25;
 }
 
@@ -59,11 +59,22 @@ static tl_status push(tl_search_result* r, int* cap, const tl_plan* p) {
 /* Every plan of mesh dp x tp x pp (sequence parallel or not): the stages as
  * the trainer cuts them (one cut per mesh), then every way to cut the
  * replica's batch, every schedule, ZeRO stage and recomputation. */
+/* The interleaved schedule's chunk counts the search tries per rank. */
+#define MAX_SEARCHED_CHUNKS 8
+
 static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
                           const struct tl_search_options* o, int dp, int tp, int pp, bool sp,
                           tl_search_result* out, int* cap) {
-  int layers[TL_MODEL_MAX_LAYERS];
-  TL_CHECK(tl_cost_stage_layers(cm, tp, sp, pp, layers));
+  /* the cut per chunk count: cuts[v - 1] into pp * v virtual stages (v = 1:
+   * the stages); interleaving only where every chunk gets a layer */
+  int cuts[MAX_SEARCHED_CHUNKS][TL_MODEL_MAX_LAYERS];
+  int max_v = 1;
+  if (pp >= 2 && cm->kind != TL_MODEL_MLP &&
+      (o->fix_schedule < 0 || o->fix_schedule == TL_SCHEDULE_INTERLEAVED))
+    for (int v = 2; v <= MAX_SEARCHED_CHUNKS && pp * v <= cm->n_layers && pp * v <= TL_MAX_STAGES;
+         v++)
+      max_v = v;
+  bool cut_made[MAX_SEARCHED_CHUNKS] = {false}; /* each cut when first needed */
   int per_replica = o->global_batch / dp;
   for (int mb = 1; mb <= per_replica; mb++) {
     if (per_replica % mb || !fixed_ok(o->fix_micro_batch, mb)) continue;
@@ -74,40 +85,53 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
       continue;
     }
     for (int sk = TL_SCHEDULE_GPIPE; sk <= TL_SCHEDULE_ZERO_BUBBLE; sk++) {
-      if (sk == TL_SCHEDULE_INTERLEAVED || !fixed_ok(o->fix_schedule, sk)) continue;
+      if (!fixed_ok(o->fix_schedule, sk)) continue;
+      /* interleaving: GPT plans of 2 to 8 chunks a rank, micro-batches in
+       * groups of pp */
+      const bool inter = sk == TL_SCHEDULE_INTERLEAVED;
+      if (inter && (pp < 2 || max_v < 2 || n_micro % pp != 0)) continue;
       /* one stage: the schedules are the same run; keep 1F1B */
       if (pp == 1 && sk != TL_SCHEDULE_1F1B && o->fix_schedule < 0) continue;
       /* zero-bubble is priced for the GPT (an MLP's graphs are one-pass) */
       if (sk == TL_SCHEDULE_ZERO_BUBBLE && (cm->kind == TL_MODEL_MLP || pp > TL_MAX_STAGES))
         continue;
-      for (int zero = 0; zero <= 3; zero++) {
-        if (!fixed_ok(o->fix_zero, zero)) continue;
-        if (dp == 1 && zero > 0 && o->fix_zero < 0) continue; /* nothing to shard over */
-        /* the trainer runs zero-bubble with ZeRO 0 and 1 */
-        if (sk == TL_SCHEDULE_ZERO_BUBBLE && zero >= 2) continue;
-        /* an MLP is priced without recomputation */
-        for (int rc = 0; rc <= (cm->kind != TL_MODEL_MLP ? TL_RECOMPUTE_FULL : 0); rc++) {
-          if (!fixed_ok(o->fix_recompute, rc)) continue;
-          tl_plan p;
-          memset(&p, 0, sizeof p);
-          p.dp = dp, p.tp = tp, p.pp = pp, p.micro_batch = mb, p.n_micro = n_micro;
-          p.schedule = (tl_schedule_kind)sk;
-          p.zero = zero;
-          p.recompute = (tl_recompute)rc;
-          p.sequence_parallel = sp;
-          p.dp_bucket_mb = o->dp_bucket_mb;
-          p.recompute_whole_forward = o->recompute_whole_forward;
-          tl_cost_evaluate(cm, c, o->dtype, layers, &p);
-          out->n_evaluated++;
-          if (o->trainer_only && !p.runnable) {
-            out->rejected[TL_REJECT_TRAINER]++;
-            continue;
+      for (int v = inter ? 2 : 1; v <= (inter ? max_v : 1); v++) {
+        if (!fixed_ok(o->fix_virtual_stages, v)) continue;
+        if (!cut_made[v - 1]) {
+          TL_CHECK(tl_cost_stage_layers(cm, tp, sp, pp * v, cuts[v - 1]));
+          cut_made[v - 1] = true;
+        }
+        const int* layers = cuts[v - 1];
+        for (int zero = 0; zero <= 3; zero++) {
+          if (!fixed_ok(o->fix_zero, zero)) continue;
+          if (dp == 1 && zero > 0 && o->fix_zero < 0) continue; /* nothing to shard over */
+          /* the trainer runs zero-bubble and interleaving with ZeRO 0 and 1 */
+          if ((sk == TL_SCHEDULE_ZERO_BUBBLE || inter) && zero >= 2) continue;
+          /* an MLP is priced without recomputation */
+          for (int rc = 0; rc <= (cm->kind != TL_MODEL_MLP ? TL_RECOMPUTE_FULL : 0); rc++) {
+            if (!fixed_ok(o->fix_recompute, rc)) continue;
+            tl_plan p;
+            memset(&p, 0, sizeof p);
+            p.dp = dp, p.tp = tp, p.pp = pp, p.micro_batch = mb, p.n_micro = n_micro;
+            p.schedule = (tl_schedule_kind)sk;
+            p.zero = zero;
+            p.recompute = (tl_recompute)rc;
+            p.sequence_parallel = sp;
+            p.dp_bucket_mb = o->dp_bucket_mb;
+            p.recompute_whole_forward = o->recompute_whole_forward;
+            p.virtual_stages = v;
+            tl_cost_evaluate(cm, c, o->dtype, layers, &p);
+            out->n_evaluated++;
+            if (o->trainer_only && !p.runnable) {
+              out->rejected[TL_REJECT_TRAINER]++;
+              continue;
+            }
+            if (!p.fits) {
+              out->rejected[TL_REJECT_MEMORY]++;
+              continue;
+            }
+            TL_CHECK(push(out, cap, &p));
           }
-          if (!p.fits) {
-            out->rejected[TL_REJECT_MEMORY]++;
-            continue;
-          }
-          TL_CHECK(push(out, cap, &p));
         }
       }
     }

@@ -59,6 +59,7 @@ struct tl_search_options {
    * meaningful with tp > 1) */
   int fix_dp, fix_tp, fix_pp, fix_micro_batch, fix_n_micro, fix_zero, fix_recompute, fix_schedule;
   int fix_sp;
+  int fix_virtual_stages; /* the interleaved schedule's chunks per rank (2 to 8 searched) */
 };
 
 /* Options with nothing fixed. */

@@ -76,6 +76,47 @@ static void interleaved(tl_pp_schedule* s) {
 #undef CHUNK
 }
 
+static tl_status interleaved_ok(int n_stages, int n_micro, int n_chunks);
+
+static int chunk_in_flight(int p, int stage, int m, int v, int* held);
+
+int tl_pp_schedule_chunk_in_flight(int p, int stage, int m, int v, int* held) {
+  if (stage < 0 || stage >= p || interleaved_ok(p, m, v) != TL_OK) {
+    tl_clear_error();
+    return -1;
+  }
+  /* the planner asks stage after stage of one (p, m, v): every stage's
+   * counts of the last one are kept */
+  static int cache_p, cache_m, cache_v, cache_sum[TL_MAX_STAGES];
+  static int cache_held[TL_MAX_STAGES][TL_PP_MAX_CHUNKS];
+  if (p > TL_MAX_STAGES) return chunk_in_flight(p, stage, m, v, held);
+  if (cache_p != p || cache_m != m || cache_v != v) {
+    for (int s = 0; s < p; s++) cache_sum[s] = chunk_in_flight(p, s, m, v, cache_held[s]);
+    cache_p = p, cache_m = m, cache_v = v;
+  }
+  memcpy(held, cache_held[stage], sizeof(int) * (size_t)v);
+  return cache_sum[stage];
+}
+
+static int chunk_in_flight(int p, int stage, int m, int v, int* held) {
+  const int total = m * v;
+  int warmup = 2 * (p - stage - 1) + (v - 1) * p;
+  if (warmup > total) warmup = total;
+  int now[TL_PP_MAX_CHUNKS] = {0};
+  for (int c = 0; c < v; c++) held[c] = 0;
+  /* the warm-up, then steady steps (F then B) for one period of the
+   * chunks' pattern, p v, and one more */
+  const int steady = total - warmup < p * v + 1 ? total - warmup : p * v + 1;
+  for (int f = 0; f < warmup + steady; f++) {
+    int c = f / p % v;
+    if (++now[c] > held[c]) held[c] = now[c];
+    if (f >= warmup) now[v - 1 - (f - warmup) / p % v]--;
+  }
+  int sum = 0;
+  for (int c = 0; c < v; c++) sum += held[c];
+  return sum;
+}
+
 /* Why (p, m, v) cannot make an interleaved schedule, or TL_OK. */
 static tl_status interleaved_ok(int n_stages, int n_micro, int n_chunks) {
   if (n_chunks < 2 || n_chunks > TL_PP_MAX_CHUNKS)
@@ -255,16 +296,9 @@ int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int
 int tl_pp_schedule_in_flight_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
                                    int n_chunks, const struct tl_pp_costs* costs) {
   if (kind == TL_SCHEDULE_GPIPE) return n_micro;
-  if (kind == TL_SCHEDULE_INTERLEAVED) { /* counted off the list */
-    tl_pp_schedule s;
-    if (tl_pp_schedule_build_costs(kind, n_stages, stage, n_micro, n_chunks, costs, &s) != TL_OK) {
-      tl_clear_error();
-      return -1;
-    }
-    int held = 0;
-    for (int c = 0; c < n_chunks; c++) held += s.chunk_in_flight[c];
-    tl_pp_schedule_free(&s);
-    return held;
+  if (kind == TL_SCHEDULE_INTERLEAVED) {
+    int held[TL_PP_MAX_CHUNKS];
+    return tl_pp_schedule_chunk_in_flight(n_stages, stage, n_micro, n_chunks, held);
   }
   if (kind == TL_SCHEDULE_ZERO_BUBBLE) {
     int held = n_stages < n_micro ? n_stages : n_micro,
@@ -293,15 +327,9 @@ tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro,
     *ticks = (n_micro + n_stages - 1) * (c.forward + c.backward + c.weight);
     return TL_OK;
   }
-  if (kind == TL_SCHEDULE_INTERLEAVED) { /* the last (p, m, v, costs) is kept */
-    static int cache_p, cache_m, cache_v, cache_ticks;
-    static struct tl_pp_costs cache_c;
-    if (cache_p != n_stages || cache_m != n_micro || cache_v != n_chunks ||
-        memcmp(&cache_c, &c, sizeof c) != 0) {
-      TL_CHECK(simulate(kind, n_stages, n_micro, n_chunks, c, NULL, NULL, &cache_ticks));
-      cache_p = n_stages, cache_m = n_micro, cache_v = n_chunks, cache_c = c;
-    }
-    *ticks = cache_ticks;
+  if (kind == TL_SCHEDULE_INTERLEAVED) {
+    TL_CHECK(interleaved_ok(n_stages, n_micro, n_chunks));
+    *ticks = (n_micro * n_chunks + n_stages - 1) * (c.forward + c.backward + c.weight);
     return TL_OK;
   }
   int held;

@@ -102,6 +102,13 @@ int tl_pp_schedule_in_flight(tl_schedule_kind kind, int n_stages, int stage, int
 int tl_pp_schedule_in_flight_costs(tl_schedule_kind kind, int n_stages, int stage, int n_micro,
                                    int n_chunks, const struct tl_pp_costs* costs);
 
+/* The interleaved schedule's chunk_in_flight for `stage` (held[0 ..
+ * n_chunks)) without building its list: the counts are periodic after the
+ * warm-up, so a walk of the warm-up and one round of p v steps finds their
+ * most (what the planner prices at any m). Returns their sum, or -1 for a
+ * (p, m, v) it cannot schedule. */
+int tl_pp_schedule_chunk_in_flight(int n_stages, int stage, int n_micro, int n_chunks, int* held);
+
 /* The instruction list of `stage` (0-based) of n_stages for n_micro
  * micro-batches, one chunk per stage (TL_ERR_INVALID for the interleaved
  * kind, which needs the _costs form's n_chunks >= 2; other kinds take 1). */
@@ -133,10 +140,11 @@ tl_status tl_pp_schedule_check_costs(tl_schedule_kind kind, int n_stages, int n_
                                      const struct tl_pp_costs* costs, int* ticks);
 
 /* The length of tl_pp_schedule_check_costs's simulation, without
- * checking: (m + p - 1)(F + B + W) for GPipe and 1F1B, zero-bubble's from
- * the simulation that made its lists (the last (p, m, costs) asked for is
- * kept), interleaved's simulated — what the planner prices the bubble
- * with. */
+ * checking: (m + p - 1)(F + B + W) for GPipe and 1F1B, (m v + p - 1)(F +
+ * B + W) for interleaved (in a chunk's passes; schedule_test checks the
+ * simulation gives it), zero-bubble's from the simulation that made its
+ * lists (the last (p, m, costs) asked for is kept) — what the planner
+ * prices the bubble with. */
 tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
                                const struct tl_pp_costs* costs, int* ticks);
 

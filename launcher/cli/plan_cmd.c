@@ -32,13 +32,15 @@ static void usage(FILE* f) {
           "                    [--top K] [--json] [--out PLAN.json] [--svg FILE] [--nodes N]\n"
           "                    [--dtype bf16|fp32]\n"
           "                    [--fix dp=..,tp=..,pp=..,micro_batch=..,micro_batches=..,zero=..,\n"
-          "                           recompute=none|selective|full,sp=0|1,schedule=gpipe|1f1b]\n"
+          "                           recompute=none|selective|full,sp=0|1,\n"
+          "                           schedule=gpipe|1f1b|interleaved|zero_bubble,\n"
+          "                           virtual_stages=..]\n"
           "                    [--allow-tp-across-nodes]\n"
           "\n"
           "Ranks every data x tensor x pipeline split of the cluster's devices (micro-batch\n"
-          "size and count, GPipe or 1F1B, ZeRO 0-3, recomputation (none, selective, full),\n"
-          "sequence parallelism with\n"
-          "tp > 1) by predicted step time.\n"
+          "size and count, GPipe, 1F1B, interleaved 1F1B of 2 to 8 chunks a rank\n"
+          "(\"int:v\"), zero-bubble (\"zb\"), ZeRO 0-3, recomputation (none, selective,\n"
+          "full), sequence parallelism with tp > 1) by predicted step time.\n"
           "--model: a training config, GPT or MLP; its model section is planned and the\n"
           "rest (data, optimizer, checkpoints) is carried into --out. --batch and --seq\n"
           "default to its train.batch_size and train.seq_len.\n"
@@ -85,6 +87,7 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
     if (strcmp(k, "micro_batches") == 0) dst = &o->fix_n_micro;
     if (strcmp(k, "zero") == 0) dst = &o->fix_zero, lo = 0;
     if (strcmp(k, "sp") == 0) dst = &o->fix_sp, lo = 0;
+    if (strcmp(k, "virtual_stages") == 0 || strcmp(k, "v") == 0) dst = &o->fix_virtual_stages;
     if (strcmp(k, "recompute") == 0) {
       int rc = -1;
       for (int i = 0; i < 3; i++)
@@ -103,8 +106,12 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
         o->fix_schedule = TL_SCHEDULE_1F1B;
       else if (strcmp(v, "zero_bubble") == 0 || strcmp(v, "zb") == 0)
         o->fix_schedule = TL_SCHEDULE_ZERO_BUBBLE;
+      else if (strcmp(v, "interleaved") == 0)
+        o->fix_schedule = TL_SCHEDULE_INTERLEAVED;
       else {
-        fprintf(stderr, "trellis plan: --fix schedule=%s: expected gpipe, 1f1b or zero_bubble\n",
+        fprintf(stderr,
+                "trellis plan: --fix schedule=%s: expected gpipe, 1f1b, interleaved or "
+                "zero_bubble\n",
                 v);
         return 0;
       }
@@ -113,7 +120,7 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
     if (!dst) {
       fprintf(stderr,
               "trellis plan: --fix %s: unknown; expected dp, tp, pp, micro_batch, "
-              "micro_batches, zero, recompute, sp or schedule\n",
+              "micro_batches, zero, recompute, sp, schedule or virtual_stages\n",
               k);
       return 0;
     }
@@ -129,14 +136,19 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
   return 1;
 }
 
-static const char* schedule_name(tl_schedule_kind k) {
-  return k == TL_SCHEDULE_ZERO_BUBBLE ? "zb" : tl_schedule_kind_name(k);
+/* The table's short name: "zb", "int:2" (interleaved, 2 chunks a rank). */
+static const char* schedule_name(const tl_plan* p, char* buf, size_t n) {
+  if (tl_plan_chunks(p) > 1) {
+    snprintf(buf, n, "int:%d", tl_plan_chunks(p));
+    return buf;
+  }
+  return p->schedule == TL_SCHEDULE_ZERO_BUBBLE ? "zb" : tl_schedule_kind_name(p->schedule);
 }
 
 static json_t* plan_json(const tl_plan* p) {
   return json_pack(
       "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, "
-      "s:f, s:f, s:f, s:f, s:f, s:s, s:b}",
+      "s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:i}",
       "dp", p->dp, "tp", p->tp, "pp", p->pp, "micro_batch", p->micro_batch, "micro_batches",
       p->n_micro, "schedule", tl_schedule_kind_name(p->schedule), "zero", p->zero, "recompute",
       recompute_name(p->recompute), "sequence_parallel", p->sequence_parallel, "memory_bytes",
@@ -144,7 +156,7 @@ static json_t* plan_json(const tl_plan* p) {
       "memory_stage", p->mem_stage, "step_s", p->t_step, "compute_s", p->t_compute, "bubble_s",
       p->t_bubble, "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp, "tokens_per_s",
       p->tokens_per_s, "tflops_per_device", p->flops_per_device / 1e12, "mfu", p->mfu, "bound",
-      tl_plan_bound(p), "runnable", p->runnable);
+      tl_plan_bound(p), "runnable", p->runnable, "virtual_stages", tl_plan_chunks(p));
 }
 
 static int print_json(const tl_search_result* r, int top, const tl_cluster* c, double secs) {
@@ -191,10 +203,11 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
          "tp", "pp", "mb", "n_mb", "sched", "zero", "rc", "sp", "mem GB", "step s", "tokens/s",
          "TFLOP/s", "MFU", "bound");
   for (int i = 0; i < r->n_plans && i < top; i++) {
+    char name[16];
     const tl_plan* p = &r->plans[i];
     printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %3s %9.2f %10.4g %11.4g %8.4g %5.1f%%  %-8s%s\n",
-           i + 1, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, schedule_name(p->schedule),
-           p->zero,
+           i + 1, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro,
+           schedule_name(p, name, sizeof name), p->zero,
            p->recompute == TL_RECOMPUTE_SELECTIVE ? "sel"
            : p->recompute                         ? "full"
                                                   : "-",
@@ -345,11 +358,14 @@ int tl_cli_plan(int argc, char** argv) {
   o.dp_bucket_mb = cfg.parallel.bucket_mb;
   if (fix[0] && !parse_fix(fix, &o)) return 2;
   if (cfg.model.kind == TL_MODEL_MLP &&
-      (o.fix_sp == 1 || o.fix_recompute > 0 || o.fix_schedule == TL_SCHEDULE_ZERO_BUBBLE)) {
+      (o.fix_sp == 1 || o.fix_recompute > 0 || o.fix_schedule == TL_SCHEDULE_ZERO_BUBBLE ||
+       o.fix_schedule == TL_SCHEDULE_INTERLEAVED || o.fix_virtual_stages > 1)) {
     fprintf(stderr, "trellis plan: --fix %s: an MLP is planned without it (GPT only)\n",
-            o.fix_sp == 1         ? "sp=1"
-            : o.fix_recompute > 0 ? "recompute"
-                                  : "schedule=zero_bubble");
+            o.fix_sp == 1                               ? "sp=1"
+            : o.fix_recompute > 0                       ? "recompute"
+            : o.fix_schedule == TL_SCHEDULE_ZERO_BUBBLE ? "schedule=zero_bubble"
+            : o.fix_schedule == TL_SCHEDULE_INTERLEAVED ? "schedule=interleaved"
+                                                        : "virtual_stages");
     return 2;
   }
 

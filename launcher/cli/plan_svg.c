@@ -19,13 +19,17 @@ static void text(FILE* f, double x, double y, const char* anchor, int size, cons
 }
 
 tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
+  const int v = tl_plan_chunks(p);
   int stages = p->pp, micro = p->n_micro, shown = micro;
-  if ((long)stages * micro > MAX_SLOTS) shown = MAX_SLOTS / stages > 0 ? MAX_SLOTS / stages : 1;
-  tl_pp_span* spans = malloc(sizeof(tl_pp_span) * 3 * (size_t)stages * (size_t)shown);
+  if ((long)stages * micro * v > MAX_SLOTS) {
+    shown = MAX_SLOTS / stages / v > 0 ? MAX_SLOTS / stages / v : 1;
+    if (v > 1) shown = shown / stages > 0 ? shown / stages * stages : stages; /* groups of pp */
+  }
+  tl_pp_span* spans = malloc(sizeof(tl_pp_span) * 3 * (size_t)stages * (size_t)shown * (size_t)v);
   if (!spans) return TL_ERRF(TL_ERR_NOMEM, "out of memory drawing the schedule");
   int n = 0, ticks = 0;
   tl_status st = tl_pp_schedule_timeline(
-      p->schedule, stages, shown, 1, p->schedule == TL_SCHEDULE_ZERO_BUBBLE ? &p->zb_costs : NULL,
+      p->schedule, stages, shown, v, p->schedule == TL_SCHEDULE_ZERO_BUBBLE ? &p->zb_costs : NULL,
       spans, &n, &ticks);
   if (st != TL_OK) {
     free(spans);
@@ -57,6 +61,14 @@ tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
                                 (p->zb_costs.forward + p->zb_costs.backward + p->zb_costs.weight) /
                                 ticks),
              100.0 * (stages - 1) / (micro + stages - 1));
+  else if (v > 1)
+    snprintf(buf, sizeof buf,
+             "interleaved 1F1B, %d stages x %d chunks x %d micro-batches%s: a chunk's forward = "
+             "1 tick, backward = 2 (F1.0: micro-batch 1, chunk 0, darker for later chunks); "
+             "bubble (p-1)/(vm+p-1) = %.1f%% (1F1B's %.1f%%)",
+             stages, v, micro, shown < micro ? " (first ones drawn)" : "",
+             100.0 * (stages - 1) / ((double)v * micro + stages - 1),
+             100.0 * (stages - 1) / (micro + stages - 1));
   else
     snprintf(buf, sizeof buf,
              "%s schedule, %d stage%s x %d micro-batch%s%s: forward = 1 tick, backward = 2; "
@@ -83,22 +95,30 @@ tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
     int fwd = sp->op == TL_PP_FORWARD, wgt = sp->op == TL_PP_WEIGHT;
     double x = LEFT + sp->start * scale, w = (sp->end - sp->start) * scale;
     double y = top + sp->stage * ROW + 2;
+    /* later chunks darker: blue forwards, green backwards, orange weight passes */
+    static const char* const fwd_fill[] = {"#4e79a7", "#2f5580", "#1b3a5c", "#0e2440"};
+    static const char* const bwd_fill[] = {"#59a14f", "#3d7a35", "#285a22", "#173d13"};
+    const int shade = sp->chunk < 3 ? sp->chunk : 3;
     fprintf(f,
             "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
-            "stroke=\"white\" stroke-width=\"0.5\"><title>%s %d, stage %d</title></rect>\n",
+            "stroke=\"white\" stroke-width=\"0.5\"><title>%s %d, stage %d, chunk "
+            "%d</title></rect>\n",
             fwd   ? "fwd"
             : wgt ? "wgt"
                   : "bwd",
             x, y, w, ROW - 4,
-            fwd   ? "#4e79a7"
+            fwd   ? fwd_fill[shade]
             : wgt ? "#f28e2b"
-                  : "#59a14f",
+                  : bwd_fill[shade],
             fwd   ? "forward"
             : wgt ? "weight pass"
                   : "backward",
-            sp->micro, sp->stage);
+            sp->micro, sp->stage, sp->chunk);
     if (w >= 16) {
-      snprintf(buf, sizeof buf, "%c%d", fwd ? 'F' : wgt ? 'W' : 'B', sp->micro);
+      if (v > 1)
+        snprintf(buf, sizeof buf, "%c%d.%d", fwd ? 'F' : 'B', sp->micro, sp->chunk);
+      else
+        snprintf(buf, sizeof buf, "%c%d", fwd ? 'F' : wgt ? 'W' : 'B', sp->micro);
       fprintf(f,
               "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"10\" "
               "fill=\"white\">%s</text>\n",

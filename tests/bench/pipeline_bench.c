@@ -1,5 +1,6 @@
-/* pipeline_bench.c — pipeline bubble and activation memory of GPipe, 1F1B
- * and zero-bubble, measured (not a test: figures only). Run under mpiexec:
+/* pipeline_bench.c — pipeline bubble and activation memory of GPipe, 1F1B,
+ * interleaved 1F1B (2 and 4 chunks a rank, where the 8 layers allow) and
+ * zero-bubble, measured (not a test: figures only). Run under mpiexec:
  *
  *   bazel build -c opt //tests/bench:pipeline_bench
  *   mpiexec -n 4 bazel-bin/tests/bench/pipeline_bench [--micro M] [--steps S]
@@ -7,9 +8,10 @@
  * Every rank is one stage of a GPT (pp = ranks, dp = 1) with 8 layers. Per
  * stage it prints the time spent waiting in pipeline receives as a share of
  * the step (the measured bubble, next to the schedule simulation's: 1F1B's
- * and GPipe's (p-1)/(m+p-1), zero-bubble's from pp/schedule.h) and the
- * bytes of its activation arenas (GPipe keeps m micro-batches in flight,
- * 1F1B at most p - stage, zero-bubble at most min(p, m)). With more ranks
+ * and GPipe's (p-1)/(m+p-1), interleaving's (p-1)/(vm+p-1), zero-bubble's
+ * from pp/schedule.h) and the bytes of its activation arenas (GPipe keeps m
+ * micro-batches in flight, 1F1B at most p - stage, zero-bubble at most
+ * min(p, m), interleaving more: each chunk's own). With more ranks
  * than cores the ranks also wait for a core, which the receive waits
  * include. */
 #include <mpi.h>
@@ -44,13 +46,23 @@ int main(int argc, char** argv) {
         "GPT 8 layers x 128 channels, B=%d x T=64, pp=%d, %d micro-batches; bubble formula "
         "(p-1)/(m+p-1) = %.3f\n",
         micro * 2, p, micro, (p - 1.0) / (micro + p - 1.0));
-  const tl_schedule_kind kinds[3] = {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B, TL_SCHEDULE_ZERO_BUBBLE};
-  for (int k = 0; k < 3; k++) {
+  const struct {
+    tl_schedule_kind kind;
+    int v;
+  } cases[] = {{TL_SCHEDULE_GPIPE, 1},
+               {TL_SCHEDULE_1F1B, 1},
+               {TL_SCHEDULE_INTERLEAVED, 2},
+               {TL_SCHEDULE_INTERLEAVED, 4},
+               {TL_SCHEDULE_ZERO_BUBBLE, 1}};
+  for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+    const int v = cases[k].v;
+    if (v > 1 && (p < 2 || p * v > 8 || micro % p != 0)) continue; /* 8 layers, groups of p */
     struct tl_config c;
     tl_config_defaults(&c);
     c.model.n_layers = 8, c.model.n_heads = 4, c.model.n_embd = 128, c.model.max_seq_len = 64;
     c.mesh.pp = p;
-    c.schedule.kind = kinds[k];
+    c.schedule.kind = cases[k].kind;
+    c.schedule.virtual_stages = v;
     c.device.threads = 1;
     c.schedule.micro_batches = micro;
     c.train.batch_size = 2 * micro, c.train.seq_len = 64, c.train.steps = steps + 1;
@@ -73,14 +85,20 @@ int main(int argc, char** argv) {
     /* the lists the trainer built: a block's passes' costs */
     int ticks = 0;
     struct tl_pp_costs costs = tl_trainer_schedule_costs(t);
-    if (tl_pp_schedule_ticks(kinds[k], p, micro, 1, &costs, &ticks) != TL_OK)
+    if (tl_pp_schedule_ticks(cases[k].kind, p, micro, v, &costs, &ticks) != TL_OK)
       tl_worker_fail(tl_last_error());
-    const int per_micro = costs.forward + costs.backward + costs.weight;
+    /* a pass is one chunk's: m v of each */
+    const int per_micro = (costs.forward + costs.backward + costs.weight) * v;
     if (rank == 0) {
       double mean = 0;
       for (int r = 0; r < p; r++) mean += all[3 * r] / p;
-      printf("%s: simulated bubble %.3f of the step, measured %.3f (mean over stages)\n",
-             tl_schedule_kind_name(kinds[k]), 1.0 - (double)per_micro * micro / ticks, mean);
+      char name[32];
+      if (v > 1)
+        snprintf(name, sizeof name, "%s v=%d", tl_schedule_kind_name(cases[k].kind), v);
+      else
+        snprintf(name, sizeof name, "%s", tl_schedule_kind_name(cases[k].kind));
+      printf("%s: simulated bubble %.3f of the step, measured %.3f (mean over stages)\n", name,
+             1.0 - (double)per_micro * micro / ticks, mean);
       for (int r = 0; r < p; r++)
         printf(
             "  stage %d: waiting in receives %5.1f%% of the step (%.1f ms/step); activation "

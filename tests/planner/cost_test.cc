@@ -191,6 +191,43 @@ TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
   EXPECT_NEAR(p.t_compute + p.t_tp + p.t_pp + p.t_bubble + p.t_dp, p.t_step, 1e-12 * p.t_step);
 }
 
+// Interleaving v chunks a rank: the bubble (p - 1) / v micro-batches, v
+// times the pipeline's messages, the same arithmetic, and more activations
+// held (Megatron-LM's warm-up of 2 (p - s - 1) + (v - 1) p forwards).
+TEST(CostModel, InterleavingDividesTheBubbleAndMultipliesTheMessages) {
+  tl_cost_model cm = Build(kShapes[1]);  // 48 layers: 8 stages x 2 or 3 chunks of whole layers
+  tl_cluster c = A100Nodes(64);
+  tl_plan p = {};
+  p.dp = 8, p.tp = 8, p.pp = 8, p.micro_batch = 1, p.n_micro = 16;
+  p.schedule = TL_SCHEDULE_1F1B;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  for (int v : {2, 3}) {
+    tl_plan q = p;
+    q.schedule = TL_SCHEDULE_INTERLEAVED, q.virtual_stages = v;
+    tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &q);
+    EXPECT_TRUE(q.runnable && q.fits);
+    EXPECT_NEAR(q.t_pp, v * p.t_pp, 1e-12 * q.t_pp);
+    EXPECT_NEAR(q.t_compute, p.t_compute, 1e-9 * p.t_compute) << "the same layers a rank";
+    // (p - 1) / v micro-batches of the slower (more messages) micro-batch
+    double micro = (p.t_compute + p.t_tp + q.t_pp) / p.n_micro;
+    EXPECT_NEAR(q.t_bubble, (p.pp - 1.0) / v * micro, 1e-9 * q.t_bubble);
+    EXPECT_LT(q.t_step, p.t_step);
+    EXPECT_GT(q.mem_act, p.mem_act) << "v = " << v;
+    // what the rank holds: each chunk's micro-batches as pp/ counts them
+    int held[TL_PP_MAX_CHUNKS];
+    int sum = tl_pp_schedule_chunk_in_flight(p.pp, q.mem_stage, p.n_micro, v, held);
+    EXPECT_GT(sum, p.pp) << "more than 1F1B's first stage";
+  }
+  // refused shapes: micro-batches not in groups of pp, more chunks than layers
+  tl_plan bad = p;
+  bad.schedule = TL_SCHEDULE_INTERLEAVED, bad.virtual_stages = 2, bad.n_micro = 12;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &bad);
+  EXPECT_FALSE(bad.fits || bad.runnable);
+  bad.n_micro = 16, bad.virtual_stages = 7;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &bad);
+  EXPECT_FALSE(bad.fits || bad.runnable);
+}
+
 TEST(CostModel, TheGradientAllReduceHidesBehindTheLastBackwardBucketByBucket) {
   tl_cost_model cm = Build(kShapes[1]);
   tl_cluster c = A100Nodes(64);
@@ -293,9 +330,9 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
             tl_graph* g = nullptr;
             struct tl_model_io io;
             tl_tp_shard sh;
-            ASSERT_EQ(
-                tl_tp_build(&whole, b, x.s, tp, 0, sp, (tl_recompute)rc, false, &g, &io, &sh, nullptr),
-                TL_OK)
+            ASSERT_EQ(tl_tp_build(&whole, b, x.s, tp, 0, sp, (tl_recompute)rc, false, &g, &io, &sh,
+                                  nullptr),
+                      TL_OK)
                 << tl_last_error();
             for (int pp : {1, 2, 3, 4}) {
               if (pp > x.l) continue;

@@ -144,12 +144,20 @@ struct Row {
 // checks it; rank 0 returns the row.
 // zero < 0: the mesh runs as every other (ZeRO 0); 0, 1, 2: the ZeRO
 // comparison's model and buckets (Config) at that stage
+// v > 1: the interleaved schedule of v chunks a rank, on pp * v + 1 layers
+// (one chunk of two) and pp micro-batches.
 Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
-          tl_model_kind kind = TL_MODEL_GPT, int zero = -1, tl_recompute rc = TL_RECOMPUTE_NONE) {
+          tl_model_kind kind = TL_MODEL_GPT, int zero = -1, tl_recompute rc = TL_RECOMPUTE_NONE,
+          int v = 1) {
   bool single = !w;
-  bool sp = tp > 1 && sched == TL_SCHEDULE_1F1B && kind == TL_MODEL_GPT;
+  bool sp = tp > 1 && (sched == TL_SCHEDULE_1F1B || v > 1) && kind == TL_MODEL_GPT;
   tl_config c = Config(dp, tp, pp, sched, sp, kind, zero);
   c.parallel.recompute = rc;
+  if (v > 1) {
+    c.schedule.kind = sched = TL_SCHEDULE_INTERLEAVED, c.schedule.virtual_stages = v;
+    c.model.n_layers = pp * v + 1;
+    c.schedule.micro_batches = pp;
+  }
   const double tolerance = zero >= 0 ? kZeroTolerance : kTolerance;
   tl_cost_model cm;
   EXPECT_EQ(tl_cost_model_build(&c.model, c.train.seq_len, &cm), TL_OK) << tl_last_error();
@@ -159,15 +167,19 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
                      (zero >= 0 ? " 16 layers zero=" + std::to_string(zero) : "") +
                      (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
                       : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
-                                                   : "");
+                                                   : "") +
+                     (v > 1 ? " v=" + std::to_string(v) + " " + std::to_string(c.model.n_layers) +
+                                  " layers m=" + std::to_string(pp)
+                            : "");
   tl_plan p = {};
+  p.virtual_stages = v;
   p.recompute = rc;
   p.dp = dp, p.tp = tp, p.pp = pp, p.schedule = sched, p.sequence_parallel = sp;
   p.zero = c.parallel.zero, p.dp_bucket_mb = c.parallel.bucket_mb;
   p.n_micro = c.schedule.micro_batches;
   p.micro_batch = c.train.batch_size / dp / p.n_micro;
-  std::vector<int> layers(pp);
-  EXPECT_EQ(tl_cost_stage_layers(&cm, tp, sp, pp, layers.data()), TL_OK) << tl_last_error();
+  std::vector<int> layers(pp * v);  // per chunk: chunk c of stage s is c * pp + s
+  EXPECT_EQ(tl_cost_stage_layers(&cm, tp, sp, pp * v, layers.data()), TL_OK) << tl_last_error();
   tl_cluster cluster = {};
   cluster.nodes = 1, cluster.devices_per_node = dp * tp * pp, cluster.peak_fp32 = 1e10;
   cluster.efficiency = 1, cluster.intra = cluster.inter = {1e9, 1e-5};
@@ -306,6 +318,21 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
       tl_worker w;
       ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
       rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_ZERO_BUBBLE, &w));
+      tl_worker_finalize(&w);
+    }
+  // interleaved 1F1B, 2 and 3 chunks a rank, on every pipelined mesh of
+  // this job (8 ranks: 2 x 2 x 2): the chunks' parameters in one layout,
+  // each chunk's executors for what it holds, one transient arena
+  for (int dp = 1; dp <= n; dp *= 2)
+    for (int tp = 1; dp * tp <= n; tp *= 2) {
+      int pp = n / (dp * tp);
+      if (pp < 2 || (n == 8 && (dp != 2 || tp != 2))) continue;
+      tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
+      tl_worker w;
+      ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
+      for (int v : {2, 3})
+        rows.push_back(
+            Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, -1, TL_RECOMPUTE_NONE, v));
       tl_worker_finalize(&w);
     }
   if (WorldRank() != 0) return;

@@ -135,7 +135,7 @@ TEST(PlanCli, ZeroPlansAreConfigsThatTrainAsPriced) {
 // Plans that recompute and plans on the zero-bubble schedule are written
 // by --out and trained by `trellis train` in the bytes per rank the planner
 // predicted.
-TEST(PlanCli, RecomputingAndZeroBubblePlansAreConfigsThatTrainAsPriced) {
+TEST(PlanCli, RecomputingInterleavedAndZeroBubblePlansAreConfigsThatTrainAsPriced) {
   std::string tokens = WriteTokens("rc_corpus", "Computed again", 400);
   std::string base = TempPath("rc_base.json");
   {
@@ -150,11 +150,14 @@ TEST(PlanCli, RecomputingAndZeroBubblePlansAreConfigsThatTrainAsPriced) {
     const char* fix;
     tl_schedule_kind kind;
     tl_recompute rc;
+    int v;
   };
   const Case cases[] = {
-      {"pp=2,schedule=1f1b,recompute=selective", TL_SCHEDULE_1F1B, TL_RECOMPUTE_SELECTIVE},
-      {"pp=2,schedule=zero_bubble,recompute=none", TL_SCHEDULE_ZERO_BUBBLE, TL_RECOMPUTE_NONE},
-      {"dp=2,recompute=full", TL_SCHEDULE_1F1B, TL_RECOMPUTE_FULL},
+      {"pp=2,schedule=1f1b,recompute=selective", TL_SCHEDULE_1F1B, TL_RECOMPUTE_SELECTIVE, 1},
+      {"pp=2,schedule=zero_bubble,recompute=none", TL_SCHEDULE_ZERO_BUBBLE, TL_RECOMPUTE_NONE, 1},
+      {"dp=2,recompute=full", TL_SCHEDULE_1F1B, TL_RECOMPUTE_FULL, 1},
+      {"pp=2,schedule=interleaved,virtual_stages=2,recompute=none", TL_SCHEDULE_INTERLEAVED,
+       TL_RECOMPUTE_NONE, 2},
   };
   for (const Case& c : cases) {
     std::string out = TempPath("plan_rc.json");
@@ -166,6 +169,7 @@ TEST(PlanCli, RecomputingAndZeroBubblePlansAreConfigsThatTrainAsPriced) {
     ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
     EXPECT_EQ(cfg.schedule.kind, c.kind) << c.fix;
     EXPECT_EQ(cfg.parallel.recompute, c.rc) << c.fix;
+    EXPECT_EQ(cfg.schedule.virtual_stages, c.v) << c.fix;
     size_t brace = r.output.find('{');
     json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
     ASSERT_NE(root, nullptr) << r.output;
@@ -378,6 +382,27 @@ TEST(PlanCli, SvgDrawsEveryForwardAndBackwardOfTheWinner) {
   EXPECT_EQ(bwd, 2 * 8);
   EXPECT_NE(text.find("devices 7-8"), std::string::npos);  // replica 1, stage 1, tp 2
   EXPECT_NE(text.find("idle 11%"), std::string::npos);     // (p-1)/(m+p-1) = 1/9
+}
+
+TEST(PlanCli, SvgDrawsEveryChunkOfAnInterleavedWinner) {
+  std::string svg = TempPath("plan_interleaved.svg");
+  PlanRun r = Plan(std::string("--model ") + kSmall +
+                   " --cluster examples/clusters/dgx_a100.json --nodes 1 --batch 64 --svg " + svg +
+                   " --fix dp=2,tp=2,pp=2,micro_batches=8,schedule=interleaved,virtual_stages=2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("int:2"), std::string::npos) << r.output;
+  std::ifstream in(svg);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int fwd = 0, bwd = 0;
+  for (size_t at = 0; (at = text.find("class=\"", at)) != std::string::npos; at++) {
+    fwd += text.compare(at + 7, 4, "fwd\"") == 0;
+    bwd += text.compare(at + 7, 4, "bwd\"") == 0;
+  }
+  EXPECT_EQ(fwd, 2 * 2 * 8);  // 2 stages x 2 chunks x 8 micro-batches
+  EXPECT_EQ(bwd, 2 * 2 * 8);
+  EXPECT_NE(text.find("chunk 1"), std::string::npos);
+  // a chunk's passes: the ideal 3 x 8 x 2 = 48 ticks, (p-1) x 3 = 3 idle
+  EXPECT_NE(text.find("idle 6%"), std::string::npos);  // 3 / 51
 }
 
 TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {

@@ -56,11 +56,16 @@ TEST(Search, TheTrillionParameterRowSearchesTheWholeSpace) {
   ASSERT_GT(r.n_plans, 0);
   const tl_plan& w = r.plans[0];
   std::printf(
-      "winner: dp %d tp %d pp %d, micro-batch %d x %d, %s, ZeRO-%d, recompute %d: %.2f s, "
-      "%.0f GB, %.0f TFLOP/s per GPU\n",
-      w.dp, w.tp, w.pp, w.micro_batch, w.n_micro,
-      w.schedule == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b", w.zero, (int)w.recompute, w.t_step,
-      w.mem_total / 1e9, w.flops_per_device / 1e12);
+      "winner: dp %d tp %d pp %d, micro-batch %d x %d, %s (%d chunks a rank), ZeRO-%d, "
+      "recompute %d: %.2f s, %.0f GB, %.0f TFLOP/s per GPU\n",
+      w.dp, w.tp, w.pp, w.micro_batch, w.n_micro, tl_schedule_kind_name(w.schedule),
+      tl_plan_chunks(&w), w.zero, (int)w.recompute, w.t_step, w.mem_total / 1e9,
+      w.flops_per_device / 1e12);
+  int schedules[4] = {0};
+  for (int i = 0; i < r.n_plans; i++) schedules[r.plans[i].schedule]++;
+  std::printf("fitting plans: gpipe %d, 1f1b %d, interleaved %d, zero-bubble %d\n", schedules[0],
+              schedules[1], schedules[2], schedules[3]);
+  EXPECT_GT(schedules[TL_SCHEDULE_INTERLEAVED], 0) << "interleaving is searched";
   EXPECT_GT(r.rejected[TL_REJECT_MEMORY], 0) << "a trillion parameters do not fit everywhere";
   EXPECT_GT(r.rejected[TL_REJECT_TP_NODE], 0);
   for (int i = 0; i < r.n_plans; i++) {
@@ -70,6 +75,12 @@ TEST(Search, TheTrillionParameterRowSearchesTheWholeSpace) {
     EXPECT_EQ(160 % p.tp, 0);
     EXPECT_LE(p.tp, 8);
     EXPECT_LE(p.mem_total, c.device_memory_bytes);
+    if (p.schedule == TL_SCHEDULE_INTERLEAVED) {  // the trainer's rules
+      EXPECT_GE(p.virtual_stages, 2);
+      EXPECT_LE(p.pp * p.virtual_stages, 128);
+      EXPECT_EQ(p.n_micro % p.pp, 0);
+      EXPECT_LE(p.zero, 1);
+    }
     if (i) {
       EXPECT_LE(r.plans[i - 1].t_step, p.t_step) << "ranked by step time";
     }

@@ -160,7 +160,7 @@ TEST(Schedule, InterleavedGoesRoundThePipelineInGroupsOfPMicroBatches) {
 }
 
 TEST(Schedule, InterleavedIsDeadlockFreeWithABubbleOfOneVth) {
-  for (int v = 2; v <= 3; v++)
+  for (int v = 2; v <= 4; v++)
     for (int p = 2; p <= 8; p++)
       for (int m = p; m <= 16; m += p) {
         // in ticks of one chunk's passes (F 1, B 2): 1F1B's bubble is
@@ -181,6 +181,8 @@ TEST(Schedule, InterleavedIsDeadlockFreeWithABubbleOfOneVth) {
         ASSERT_EQ(tl_pp_schedule_check_costs(TL_SCHEDULE_INTERLEAVED, p, m, v, &c, &ticks), TL_OK)
             << tl_last_error();
         EXPECT_EQ(ticks - 24 * m * v, 24 * (p - 1)) << "v=" << v << " p=" << p << " m=" << m;
+        ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_INTERLEAVED, p, m, v, &c, &priced), TL_OK);
+        EXPECT_EQ(priced, ticks) << "what the planner prices is what the check simulates";
         for (int s = 0; s < p; s++) {
           tl_pp_schedule x;
           ASSERT_EQ(tl_pp_schedule_build_costs(TL_SCHEDULE_INTERLEAVED, p, s, m, v, nullptr, &x),
@@ -215,6 +217,12 @@ TEST(Schedule, InterleavedIsDeadlockFreeWithABubbleOfOneVth) {
             top = std::max(top, most[c]);
           }
           EXPECT_EQ(top, x.max_in_flight);
+          // what the planner counts without the list
+          int counted[TL_PP_MAX_CHUNKS];
+          EXPECT_EQ(tl_pp_schedule_chunk_in_flight(p, s, m, v, counted), sum);
+          for (int c = 0; c < v; c++) {
+            EXPECT_EQ(counted[c], most[c]) << "v=" << v << " p=" << p << " m=" << m << " s=" << s;
+          }
           EXPECT_EQ(sum,
                     tl_pp_schedule_in_flight_costs(TL_SCHEDULE_INTERLEAVED, p, s, m, v, nullptr));
           // Megatron-LM's warm-up: 2 (p - s - 1) + (v - 1) p forwards, one
