@@ -150,6 +150,7 @@ typedef enum { ACTIVATIONS = 0, GRADIENTS } payload;
  * holds alike goes as this rank's chunk, gathered on arrival. */
 static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, int n, payload what,
                           direction dir, int peer, int micro) {
+  const int peer_q = peer;
   const int chunk = dir == RECV ? (peer + (what == ACTIVATIONS ? 1 : -1)) / r->p : peer / r->p;
   peer %= r->p;
   const tl_graph* g = r->c.g;
@@ -178,7 +179,9 @@ static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, i
   if (dir == RECV) r->wait_ns += t1 - t0;
   if (r->hook) {
     static const char* const names[2][2] = {{"recv_act", "send_act"}, {"recv_grad", "send_grad"}};
-    r->hook(r->hook_user, names[what][dir], micro, t0, t1);
+    /* this stage's chunk: the receiver's on receiving, else the sender's */
+    const int mine = dir == RECV ? chunk : (peer_q + (what == ACTIVATIONS ? -1 : 1)) / r->p;
+    r->hook(r->hook_user, names[what][dir], micro, mine, t0, t1);
   }
   return TL_OK;
 }

@@ -98,10 +98,10 @@ tl_status tl_pp_runtime_next(tl_pp_runtime* r, tl_pp_task* task, bool* done);
 double tl_pp_runtime_wait_seconds(const tl_pp_runtime* r);
 
 /* Called after each exchange with its name ("recv_act", "send_act",
- * "recv_grad", "send_grad"), micro-batch and times (tl_time_ns): how a
- * trainer traces the pipeline. NULL removes it. */
-typedef void (*tl_pp_span_hook)(void* user, const char* name, int micro, int64_t start_ns,
-                                int64_t end_ns);
+ * "recv_grad", "send_grad"), micro-batch, this stage's chunk it serves and
+ * times (tl_time_ns): how a trainer traces the pipeline. NULL removes it. */
+typedef void (*tl_pp_span_hook)(void* user, const char* name, int micro, int chunk,
+                                int64_t start_ns, int64_t end_ns);
 void tl_pp_runtime_set_span_hook(tl_pp_runtime* r, tl_pp_span_hook hook, void* user);
 
 /* The group of the stages of this pipeline that share parameters (the

@@ -80,7 +80,8 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
       cfg->schedule.micro_batches, cfg->schedule.micro_batches == 1 ? "" : "es",
       per_replica / cfg->schedule.micro_batches, tl_schedule_kind_name(cfg->schedule.kind));
   if (cfg->schedule.kind == TL_SCHEDULE_INTERLEAVED)
-    printf(", %d virtual stages", cfg->schedule.virtual_stages);
+    printf(", %d chunks a stage: %d virtual stages", cfg->schedule.virtual_stages,
+           cfg->schedule.virtual_stages * cfg->mesh.pp);
   printf(")\n");
   printf("device    %s, one per rank; ", cfg->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu");
   if (cfg->device.threads > 0)
@@ -123,14 +124,13 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   int micro = cfg->train.batch_size / cfg->mesh.dp / cfg->schedule.micro_batches;
   tl_pp_stage* st = calloc((size_t)pp, sizeof *st);
   /* the graph tensor-parallel rank 0 trains, cut as the trainer cuts it */
-  int ok = st && tl_model_init(&cfg->model, &m) == TL_OK &&
-           tl_tp_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, cfg->mesh.tp, 0,
-                       cfg->parallel.sequence_parallel, cfg->parallel.recompute,
-                       cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE, &g, &io, &sh,
-                       NULL) == TL_OK &&
-           tl_pp_partition(g, &io, pp,
-                           cfg->schedule.n_stage_layers ? cfg->schedule.stage_layers : NULL,
-                           st) == TL_OK;
+  int ok =
+      st && tl_model_init(&cfg->model, &m) == TL_OK &&
+      tl_tp_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, cfg->mesh.tp, 0,
+                  cfg->parallel.sequence_parallel, cfg->parallel.recompute,
+                  cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE, &g, &io, &sh, NULL) == TL_OK &&
+      tl_pp_partition(g, &io, pp, cfg->schedule.n_stage_layers ? cfg->schedule.stage_layers : NULL,
+                      st) == TL_OK;
   double total = 0;
   for (int s = 0; ok && s < pp; s++) total += st[s].flops;
   for (int s = 0; ok && s < pp; s++) {
@@ -170,9 +170,9 @@ static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
   if (tp == 1) return;
   const struct tl_model_config* mc = &cfg->model;
   const bool gpt = mc->kind == TL_MODEL_GPT, sp = cfg->parallel.sequence_parallel;
-  printf("\ntensor-parallel shards (tp = %d%s):\n", tp,
-         gpt && sp ? "; sequence-parallel: LayerNorms and residuals hold 1/tp of the token rows"
-                   : "");
+  printf(
+      "\ntensor-parallel shards (tp = %d%s):\n", tp,
+      gpt && sp ? "; sequence-parallel: LayerNorms and residuals hold 1/tp of the token rows" : "");
   tl_model m;
   tl_graph* full = NULL;
   struct tl_model_io io;
@@ -224,25 +224,38 @@ static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
 static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh* mesh) {
   int layers = cfg->model.kind == TL_MODEL_GPT ? cfg->model.n_layers : cfg->model.n_mlp_layers;
   int pp = mesh->size[TL_AXIS_PP];
-  int* firsts = calloc((size_t)pp, sizeof(int));
-  int* lasts = calloc((size_t)pp, sizeof(int));
-  double* shares = calloc((size_t)pp, sizeof(double));
-  int balanced = firsts && lasts && shares && stage_layers(cfg, pp, firsts, lasts, shares);
+  /* interleaved: each stage's chunks, virtual stages c * pp + s */
+  const int v = cfg->schedule.kind == TL_SCHEDULE_INTERLEAVED ? cfg->schedule.virtual_stages : 1;
+  const int nv = pp * v;
+  int* firsts = calloc((size_t)nv, sizeof(int));
+  int* lasts = calloc((size_t)nv, sizeof(int));
+  double* shares = calloc((size_t)nv, sizeof(double));
+  int balanced = firsts && lasts && shares && stage_layers(cfg, nv, firsts, lasts, shares);
   const char* how = !balanced ? "the model could not be built here, shown split evenly"
                     : cfg->schedule.n_stage_layers
                         ? "as schedule.stage_layers sets them"
                         : "cut to balance forward + backward FLOPs, as training cuts them";
-  printf("\npipeline stages (layers counted from 1; %s):\n", how);
+  printf("\npipeline stages (layers counted from 1; %s%s):\n", how,
+         v > 1 ? "; interleaved: each stage's chunks in the order micro-batches reach them" : "");
   for (int s = 0; s < pp; s++) {
-    int first = balanced ? firsts[s] : s * layers / pp + 1;
-    int last = balanced ? lasts[s] : (s + 1) * layers / pp;
-    char lay[32];
-    if (first == last)
-      snprintf(lay, sizeof lay, "layer %d", first);
-    else
-      snprintf(lay, sizeof lay, "layers %d-%d", first, last);
+    char lay[256];
+    double share = 0;
+    size_t at = 0;
+    for (int c = 0; c < v && at < sizeof lay; c++) {
+      int q = c * pp + s;
+      int first = balanced ? firsts[q] : q * layers / nv + 1;
+      int last = balanced ? lasts[q] : (q + 1) * layers / nv;
+      share += balanced ? shares[q] : 0;
+      const char* sep = c ? ", " : v > 1 ? "layers " : "";
+      if (first == last)
+        at += (size_t)snprintf(lay + at, sizeof lay - at, "%s%s%d", sep, v > 1 ? "" : "layer ",
+                               first);
+      else
+        at += (size_t)snprintf(lay + at, sizeof lay - at, "%s%s%d-%d", sep, v > 1 ? "" : "layers ",
+                               first, last);
+    }
     printf("  stage %d (operator %d): %-13s", s, s + 1, lay);
-    if (balanced && pp > 1) printf(" %3.0f%% of FLOPs", 100 * shares[s]);
+    if (balanced && pp > 1) printf(" %3.0f%% of FLOPs", 100 * share);
     printf(" on devices");
     int n = 0;
     for (int r = 0; r < mesh->n_ranks; r++) {

@@ -35,9 +35,13 @@ void tl__trainer_trace_span(tl_trainer* t, const char* name, int micro, double s
 }
 
 /* The pipeline's exchanges (pp/runtime.h's span hook). */
-static void trace_exchange(void* user, const char* name, int micro, int64_t start_ns,
+static void trace_exchange(void* user, const char* name, int micro, int chunk, int64_t start_ns,
                            int64_t end_ns) {
-  trace_span_to(user, name, micro, start_ns * 1e-3, end_ns * 1e-3);
+  tl_trainer* t = user;
+  int was = t->trace_chunk;
+  t->trace_chunk = chunk;
+  trace_span_to(t, name, micro, start_ns * 1e-3, end_ns * 1e-3);
+  t->trace_chunk = was;
 }
 
 /* A span per tensor-parallel collective inside a pass (the graph's tp_comm
@@ -278,10 +282,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                   fail);
     t->costs = (struct tl_pp_costs){c[0], c[1], c[2]};
   }
-  TL_CHECK_GOTO(tl_pp_schedule_build_costs(cfg->schedule.kind, t->pp_size, t->pp_rank,
-                                           cfg->schedule.micro_batches,
-                                           t->n_chunks, &t->costs, &t->sched),
-                st, fail);
+  TL_CHECK_GOTO(
+      tl_pp_schedule_build_costs(cfg->schedule.kind, t->pp_size, t->pp_rank,
+                                 cfg->schedule.micro_batches, t->n_chunks, &t->costs, &t->sched),
+      st, fail);
   /* buffers and one executor per micro-batch in flight */
   size_t bytes = sizeof(float) * (size_t)(t->lay->n > 0 ? t->lay->n : 1);
   int64_t live = tl_alloc_stats_get(dev).live_bytes;

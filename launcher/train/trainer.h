@@ -144,7 +144,8 @@ struct tl_pp_costs tl_trainer_schedule_costs(const tl_trainer* t);
 /* Bytes of this rank's parameter buffer, as the allocator counted them
  * (gradients and the two AdamW moments are the same size each). */
 int64_t tl_trainer_param_bytes(const tl_trainer* t);
-/* This rank's stage: [layer_begin, layer_end) of n_stages. */
+/* This rank's stage: [layer_begin, layer_end) of n_stages (under the
+ * interleaved schedule its first chunk's layers). */
 void tl_trainer_stage(const tl_trainer* t, int* stage, int* n_stages, int* layer_begin,
                       int* layer_end);
 /* Per-op timing of the training graph (synchronises after every node). */

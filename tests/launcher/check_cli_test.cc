@@ -138,7 +138,8 @@ TEST(CheckCliFiles, MissingOrMalformedInputFilesAreRefusedByName) {
   } cases[] = {
       {R"("data": {"train": "/nonexistent/train.bin"})",
        "data.train: cannot open token file '/nonexistent/train.bin'"},
-      {R"("data": {"train": ")" + garbage + "\"}", "data.train: '" + garbage + "' is not a token file"},
+      {R"("data": {"train": ")" + garbage + "\"}",
+       "data.train: '" + garbage + "' is not a token file"},
       {R"("data": {"train": ")" + few + "\"}", "needs at least 257"},
       {R"("data": {"train": ")" + good + R"(", "val": "/nonexistent/val.bin"})",
        "data.val: cannot open token file '/nonexistent/val.bin'"},
@@ -162,8 +163,8 @@ TEST(CheckCliFiles, MissingOrMalformedInputFilesAreRefusedByName) {
     }
   }
   // every problem at once
-  std::string both = WriteTempFile(
-      R"({"data": {"train": "/nonexistent/a.bin", "val": "/nonexistent/b.bin"}})");
+  std::string both =
+      WriteTempFile(R"({"data": {"train": "/nonexistent/a.bin", "val": "/nonexistent/b.bin"}})");
   RunResult r = RunProcess({kTrellis, "check", both});
   EXPECT_NE(r.output.find("2 input file problems"), std::string::npos) << r.output;
 }
@@ -247,4 +248,52 @@ TEST(TrainCli, TraceShowsEachTensorParallelCollective) {
         EXPECT_EQ(k["tp fwd"], 1 + 4 * 2 + 1 + 1);
         EXPECT_EQ(k["tp bwd"], 1 + 4 * 2 + 1);
       }
+}
+
+// --trace of an interleaved pipeline: every span names its chunk, and each
+// rank's exchanges are those its chunks make — the model's first chunk
+// (rank 0's chunk 0) receives nothing, the last (rank 1's chunk 1) sends
+// nothing on, and rank 1's chunk 0 hands activations round to rank 0's
+// chunk 1.
+TEST(TrainCli, TraceOfAnInterleavedPipelineNamesEachSpansChunk) {
+  std::string text = WriteTempFile(std::string(3000, 'a') + "bcd efg\n");
+  std::string tokens = text + ".bin";
+  ASSERT_EQ(RunProcess({kTrellis, "data", text, tokens}).status, 0);
+  std::string cfg = WriteTempFile(
+      R"({"model": {"n_layers": 4, "n_heads": 2, "n_embd": 16, "max_seq_len": 8},
+          "mesh": {"pp": 2}, "schedule": {"kind": "interleaved", "virtual_stages": 2,
+          "micro_batches": 2},
+          "train": {"steps": 1, "batch_size": 4, "seq_len": 8, "sample_tokens": 0},
+          "device": {"threads": 1}, "checkpoint": {"every": 0},
+          "data": {"train": ")" +
+      tokens + "\"}}");
+  std::string trace = cfg + ".trace.json";
+  RunResult r = RunProcess({kTrellis, "train", cfg, "--trace", trace}, {}, 45, true);
+  ASSERT_EQ(r.status, 0) << r.output;
+  json_error_t err;
+  json_t* root = json_load_file(trace.c_str(), 0, &err);
+  ASSERT_NE(root, nullptr) << err.text;
+  json_t* events = json_object_get(root, "traceEvents");
+  // (rank, chunk) -> spans of each kind
+  std::map<std::pair<int, int>, std::map<std::string, int>> seen;
+  for (size_t i = 0; i < json_array_size(events); i++) {
+    json_t* e = json_array_get(events, i);
+    json_t* args = json_object_get(e, "args");
+    const char* c = json_string_value(json_object_get(e, "cat"));
+    if (!c || !json_object_get(args, "chunk")) continue;
+    seen[{(int)json_integer_value(json_object_get(e, "pid")),
+          (int)json_integer_value(json_object_get(args, "chunk"))}][c]++;
+  }
+  json_decref(root);
+  for (int rank = 0; rank < 2; rank++)
+    for (int chunk = 0; chunk < 2; chunk++) {
+      auto& k = seen[{rank, chunk}];
+      const bool first = rank == 0 && chunk == 0, last = rank == 1 && chunk == 1;
+      EXPECT_EQ(k["forward"], 2) << rank << " " << chunk;  // one per micro-batch
+      EXPECT_EQ(k["backward"], 2) << rank << " " << chunk;
+      EXPECT_EQ(k["recv_act"], first ? 0 : 2) << rank << " " << chunk;
+      EXPECT_EQ(k["send_grad"], first ? 0 : 2) << rank << " " << chunk;
+      EXPECT_EQ(k["send_act"], last ? 0 : 2) << rank << " " << chunk;
+      EXPECT_EQ(k["recv_grad"], last ? 0 : 2) << rank << " " << chunk;
+    }
 }
