@@ -11,10 +11,11 @@
 
 namespace {
 
-std::string Ops(tl_schedule_kind kind, int p, int s, int m) {
+// The passes of stage s's list (v chunks a stage: the interleaved kind).
+std::string Ops(tl_schedule_kind kind, int p, int s, int m, int v = 1) {
   tl_pp_schedule sc;
-  EXPECT_EQ(tl_pp_schedule_build(kind, p, s, m, &sc), TL_OK);
-  char buf[1024] = {0};
+  EXPECT_EQ(tl_pp_schedule_build_costs(kind, p, s, m, v, nullptr, &sc), TL_OK) << tl_last_error();
+  char buf[4096] = {0};
   FILE* f = fmemopen(buf, sizeof buf, "w");
   tl_pp_schedule_print(&sc, f, 0);
   fclose(f);
@@ -137,25 +138,13 @@ TEST(Schedule, ZeroBubbleFillsTheBubbleWithWeightPasses) {
     }
 }
 
-std::string OpsV(int p, int s, int m, int v) {
-  tl_pp_schedule sc;
-  EXPECT_EQ(tl_pp_schedule_build_costs(TL_SCHEDULE_INTERLEAVED, p, s, m, v, nullptr, &sc), TL_OK)
-      << tl_last_error();
-  char buf[4096] = {0};
-  FILE* f = fmemopen(buf, sizeof buf, "w");
-  tl_pp_schedule_print(&sc, f, 0);
-  fclose(f);
-  tl_pp_schedule_free(&sc);
-  return std::string(buf);
-}
-
 TEST(Schedule, InterleavedGoesRoundThePipelineInGroupsOfPMicroBatches) {
   // 2 stages, 2 chunks each, 4 micro-batches: "F1.0" is micro-batch 1's
   // forward of chunk 0; stage 0 warms up with 2 (p - 1) + (v - 1) p = 4
   // forwards, the backwards take the chunks in reverse
-  EXPECT_EQ(OpsV(2, 0, 4, 2),
+  EXPECT_EQ(Ops(TL_SCHEDULE_INTERLEAVED, 2, 0, 4, 2),
             "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0\n");
-  EXPECT_EQ(OpsV(2, 1, 4, 2),
+  EXPECT_EQ(Ops(TL_SCHEDULE_INTERLEAVED, 2, 1, 4, 2),
             "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0\n");
 }
 
