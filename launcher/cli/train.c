@@ -29,12 +29,13 @@
 #include "core/timer.h"
 #include "kernels/cpu/cpu.h"
 #include "launcher/cli/cli.h"
+#include "launcher/job/spawn.h"
+#include "launcher/job/stop.h"
+#include "launcher/job/worker.h"
 #include "launcher/train/inputs.h"
 #include "launcher/train/sample.h"
-#include "launcher/job/spawn.h"
 #include "launcher/train/trainer.h"
 #include "launcher/train/verify.h"
-#include "launcher/job/worker.h"
 
 static void usage(FILE* f) {
   fprintf(f,
@@ -43,7 +44,8 @@ static void usage(FILE* f) {
           "\n"
           "Trains the model the config describes (docs/config.md) on mesh.dp x mesh.pp\n"
           "ranks, starting them with mpiexec (or srun under Slurm) when run by hand.\n"
-          "  --steps N        override train.steps\n"
+          "  --steps N        stop after step N (train.steps still sets the learning-rate\n"
+          "                   schedule, so a run stopped and resumed is the whole run)\n"
           "  --metrics FILE   one JSON object per step\n"
           "  --trace FILE     Chrome trace of every rank's work per micro-batch\n"
           "  --verify         check every step against the same config on one device\n"
@@ -67,9 +69,11 @@ struct run {
   char metrics_partial[TL_PATH_MAX + 16];
   FILE* trace;
   char trace_path[TL_PATH_MAX + 32];
-  tl_verify* verify; /* --verify: the single-device run beside this one */
-  int64_t* peaks; /* per rank, with --metrics */
-  tl_status last;  /* the failing call's status, where fail() needs it */
+  tl_verify* verify;            /* --verify: the single-device run beside this one */
+  int64_t* peaks;               /* per rank, with --metrics */
+  int stopped;                  /* the signal the job stopped on (job/stop.h), or 0 */
+  char saved[TL_PATH_MAX + 32]; /* the last checkpoint written */
+  tl_status last;               /* the failing call's status, where fail() needs it */
 };
 
 static int rank0(const struct run* r) {
@@ -111,6 +115,7 @@ static int save_checkpoint(struct run* r) {
   snprintf(path, sizeof path, "%s/step_%06lld.ckpt", c->checkpoint.dir,
            (long long)tl_trainer_steps_done(r->t));
   if ((r->last = tl_trainer_save(r->t, path)) != TL_OK) return fail(r, "checkpoint");
+  snprintf(r->saved, sizeof r->saved, "%s", path);
   if (!tl_trainer_saves_sharded(r->t)) {
     if (rank0(r)) printf("checkpoint: %s\n", path);
     return 0;
@@ -129,9 +134,10 @@ static int save_checkpoint(struct run* r) {
     free(all);
   }
   if (rank0(r))
-    printf("checkpoint: %s (sharded: %lld parts, at most %.2f MB of host memory on a rank while "
-           "writing; the model's state is %.2f MB)\n",
-           path, (long long)parts, most / 1e6, 12.0 * (double)tl_trainer_model(r->t)->n_params / 1e6);
+    printf(
+        "checkpoint: %s (sharded: %lld parts, at most %.2f MB of host memory on a rank while "
+        "writing; the model's state is %.2f MB)\n",
+        path, (long long)parts, most / 1e6, 12.0 * (double)tl_trainer_model(r->t)->n_params / 1e6);
   return 0;
 }
 
@@ -176,6 +182,9 @@ static void describe(const struct run* r) {
       c->mesh.tp > 1 && c->parallel.sequence_parallel ? " sequence-parallel" : "", c->mesh.pp,
       tl_schedule_kind_name(c->schedule.kind), c->schedule.micro_batches,
       c->schedule.micro_batches == 1 ? "" : "es");
+  if (r->opt.steps > 0 && r->opt.steps < c->train.steps)
+    printf("stop: after step %ld (--steps), on the learning-rate schedule of train.steps = %d\n",
+           r->opt.steps, c->train.steps);
   printf("device: %s, %d CPU thread%s per rank; lr %g\n",
          c->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu", tl_cpu_num_threads(),
          tl_cpu_num_threads() == 1 ? "" : "s", c->train.lr);
@@ -235,43 +244,46 @@ static int print_verify(const struct run* r) {
            r->cfg.train.steps);
     return v->equal ? 0 : 1;
   }
-  printf("verify: %d step%s checked against the same config on one device, each step started "
-         "from the mesh's state (README: the equality oracle)\n",
-         v->steps, v->steps == 1 ? "" : "s");
-  printf("verify:   start       %s\n", v->start.value == 0
-                                          ? "parameters equal bit for bit"
-                                          : "parameters DIFFER");
+  printf(
+      "verify: %d step%s checked against the same config on one device, each step started "
+      "from the mesh's state (README: the equality oracle)\n",
+      v->steps, v->steps == 1 ? "" : "s");
+  printf("verify:   start       %s\n",
+         v->start.value == 0 ? "parameters equal bit for bit" : "parameters DIFFER");
   printf("verify:   loss        %.3g relative, worst at step %d (allowed %g)\n", v->loss.value,
          v->loss.step, TL_VERIFY_LOSS_TOL);
   printf("verify:   grad norm   %.3g relative, worst at step %d (allowed %g)\n", v->norm.value,
          v->norm.step, TL_VERIFY_NORM_TOL);
-  printf("verify:   gradients   %.3g of the tensor's largest, worst %s element %lld at step %d "
-         "(allowed %g; %lld attention key biases, exactly zero, left out)\n",
-         v->grad.value, tensor_name(m, v->grad.tensor),
-         (long long)(v->grad.element >= 0 ? v->grad.element - m->tensors[v->grad.tensor].offset
-                                          : -1),
-         v->grad.step, TL_VERIFY_GRAD_TOL, (long long)v->n_key_bias);
-  printf("verify:   AdamW       parameters %.3g lr from AdamW replayed on the mesh's state and "
-         "gradients (%.3g of the bound 1e-3 lr + 2 roundings), moments %.3g (allowed %g)\n",
-         v->update.value, v->update_bound.value, v->moment.value, TL_VERIFY_MOMENT_TOL);
+  printf(
+      "verify:   gradients   %.3g of the tensor's largest, worst %s element %lld at step %d "
+      "(allowed %g; %lld attention key biases, exactly zero, left out)\n",
+      v->grad.value, tensor_name(m, v->grad.tensor),
+      (long long)(v->grad.element >= 0 ? v->grad.element - m->tensors[v->grad.tensor].offset : -1),
+      v->grad.step, TL_VERIFY_GRAD_TOL, (long long)v->n_key_bias);
+  printf(
+      "verify:   AdamW       parameters %.3g lr from AdamW replayed on the mesh's state and "
+      "gradients (%.3g of the bound 1e-3 lr + 2 roundings), moments %.3g (allowed %g)\n",
+      v->update.value, v->update_bound.value, v->moment.value, TL_VERIFY_MOMENT_TOL);
   printf("verify:   copies      %s\n",
          v->copies_agree ? "replicas, the tied embedding and whole tensor-parallel copies hold the "
                            "same bits"
                          : v->copies_what);
   if (v->deterministic) {
     if (v->bits_differ == 0)
-      printf("verify:   bits        parallel.deterministic: every parameter, moment and gradient "
-             "equal to the single-device run's (%d micro-batches of the same size) bit for bit\n",
-             r->cfg.schedule.micro_batches * r->cfg.mesh.dp);
+      printf(
+          "verify:   bits        parallel.deterministic: every parameter, moment and gradient "
+          "equal to the single-device run's (%d micro-batches of the same size) bit for bit\n",
+          r->cfg.schedule.micro_batches * r->cfg.mesh.dp);
     else
       printf("verify:   bits        parallel.deterministic: %lld elements differ in their bits\n",
              (long long)v->bits_differ);
   }
   if (v->flips && v->equal)
-    printf("verify:   note        %lld element%s took a step more than lr/2 from one device's; "
-           "the largest gradient among them is %.3g of its tensor's largest: rounding noise, "
-           "which AdamW (eps %g) turns into a whole step\n",
-           (long long)v->flips, v->flips == 1 ? "" : "s", v->flip_grad, r->cfg.train.eps);
+    printf(
+        "verify:   note        %lld element%s took a step more than lr/2 from one device's; "
+        "the largest gradient among them is %.3g of its tensor's largest: rounding noise, "
+        "which AdamW (eps %g) turns into a whole step\n",
+        (long long)v->flips, v->flips == 1 ? "" : "s", v->flip_grad, r->cfg.train.eps);
   else if (v->flips)
     printf("verify:   note        %lld element%s took a step more than lr/2 from one device's\n",
            (long long)v->flips, v->flips == 1 ? "" : "s");
@@ -335,12 +347,17 @@ static void print_peaks(FILE* f, const int64_t* peaks, int n) {
   fputc('}', f);
 }
 
+/* The step the run stops after: --steps, else train.steps. */
+static int64_t stop_step(const struct run* r) {
+  return r->opt.steps > 0 ? r->opt.steps : r->cfg.train.steps;
+}
+
 static int train_loop(struct run* r) {
   const struct tl_train_config* tc = &r->cfg.train;
   double tokens = (double)tc->batch_size * tc->seq_len, total_s = 0;
-  int64_t first = tl_trainer_steps_done(r->t), timed = 0;
+  int64_t first = tl_trainer_steps_done(r->t), timed = 0, stop = stop_step(r);
   int width = (int)snprintf(NULL, 0, "%d", tc->steps);
-  for (int64_t s = first; s < tc->steps; s++) {
+  for (int64_t s = first; s < stop; s++) {
     struct tl_step_stats st;
     if (tl_trainer_step(r->t, &st) != TL_OK) return fail(r, "");
     if (r->verify && tl_verify_step(r->verify, &st) != TL_OK) return fail(r, "--verify");
@@ -350,8 +367,7 @@ static int train_loop(struct run* r) {
       printf("step %*lld/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms", width,
              (long long)st.step, tc->steps, st.loss, st.lr, st.grad_norm, st.seconds * 1e3);
       if (r->have_worker && r->cfg.mesh.pp > 1) printf(" (wait %.1f)", st.bubble_seconds * 1e3);
-      printf(" | %8.0f tok/s | eta %.0fs\n", tokens / st.seconds,
-             avg * (double)(tc->steps - st.step));
+      printf(" | %8.0f tok/s | eta %.0fs\n", tokens / st.seconds, avg * (double)(stop - st.step));
       fflush(stdout);
     }
     if (r->peaks) { /* every rank takes part in gathering the peaks */
@@ -368,7 +384,7 @@ static int train_loop(struct run* r) {
         fputs("}\n", r->metrics);
       }
     }
-    int last = st.step == tc->steps;
+    int last = st.step == stop;
     if (tc->val_every > 0 && r->cfg.data.val[0] && (st.step % tc->val_every == 0 || last)) {
       double val;
       if (tl_trainer_eval(r->t, &val) != TL_OK) return fail(r, "validation");
@@ -379,7 +395,13 @@ static int train_loop(struct run* r) {
     if (r->cfg.checkpoint.every > 0 && st.step % r->cfg.checkpoint.every == 0 && !last &&
         save_checkpoint(r) != 0)
       return 1;
+    /* a signal on any rank: every rank stops after this step (job/stop.h) */
+    if (!last &&
+        (r->last = tl_stop_agree(r->have_worker ? r->w.world : NULL, &r->stopped)) != TL_OK)
+      return fail(r, "");
+    if (r->stopped) break;
   }
+  if (r->stopped) return 0;
   if (rank0(r) && timed)
     printf("done: %lld steps, %.1f ms per step, %.0f tokens/s\n", (long long)timed + 1,
            total_s / timed * 1e3, tokens * timed / total_s);
@@ -410,7 +432,13 @@ int tl_cli_train(int argc, char** argv) {
     fprintf(stderr, "trellis train: %s\n", tl_last_error());
     return 2;
   }
-  if (r.opt.steps > 0) r.cfg.train.steps = (int)r.opt.steps;
+  if (r.opt.steps > r.cfg.train.steps) {
+    fprintf(stderr,
+            "trellis train: --steps %ld: beyond train.steps = %d, which sets the learning-rate "
+            "schedule; raise train.steps to train longer\n",
+            r.opt.steps, r.cfg.train.steps);
+    return 2;
+  }
   int world = r.cfg.mesh.dp * r.cfg.mesh.tp * r.cfg.mesh.pp, status = 0;
   char who[64];
   /* started by hand: the config's files are checked once, here, before any
@@ -462,10 +490,28 @@ int tl_cli_train(int argc, char** argv) {
     tl_trainer_trace(r.t, r.trace);
   }
   if (rank0(&r)) describe(&r);
+  if (tl_stop_install() != TL_OK) return finish(&r, fail(&r, ""));
   int rc = train_loop(&r);
   tl_trainer_trace(r.t, NULL);
   if (rc == 0) trace_merge(&r);
   if (rc == 0) rc = save_checkpoint(&r);
+  if (rc == 0 && r.stopped) { /* what the signal asked for: the step's state, kept */
+    if (rank0(&r)) {
+      if (r.saved[0])
+        printf(
+            "trellis train: %s: stopped after step %lld of %d; checkpoint %s written (set "
+            "checkpoint.resume to it to go on)\n",
+            tl_stop_name(r.stopped), (long long)tl_trainer_steps_done(r.t), r.cfg.train.steps,
+            r.saved);
+      else
+        printf(
+            "trellis train: %s: stopped after step %lld of %d; nothing saved: checkpoint.dir "
+            "is not set\n",
+            tl_stop_name(r.stopped), (long long)tl_trainer_steps_done(r.t), r.cfg.train.steps);
+      fflush(stdout);
+    }
+    return finish(&r, 0);
+  }
   if (rc == 0 && r.opt.export_path) { /* every rank writes its slices */
     if ((r.last = tl_trainer_export(r.t, r.opt.export_path)) != TL_OK)
       rc = fail(&r, "--export");

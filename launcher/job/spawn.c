@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -140,9 +141,16 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
   return TL_OK;
 }
 
-static volatile sig_atomic_t g_child = 0;
+static volatile sig_atomic_t g_child = 0, g_own_group = 0;
 
-static void forward(int sig) {
+/* Passes a signal on to the launcher, which passes it to the ranks
+ * (job/stop.h): mpiexec runs in a process group of its own, so that a
+ * Ctrl-C reaches it once, through here — from the terminal it would also
+ * reach hydra's proxies, which kill the ranks on it. srun shares ours: a
+ * signal the terminal sent reached it already. */
+static void forward(int sig, siginfo_t* info, void* ctx) {
+  (void)ctx;
+  if (!g_own_group && info && info->si_code == SI_KERNEL) return;
   if (g_child > 0) kill((pid_t)g_child, sig);
 }
 
@@ -152,6 +160,8 @@ static int run(char** cmd, int* errno_out) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return *errno_out = errno, -1;
   fflush(NULL);
+  const bool own_group = strcmp(cmd[0], "mpiexec") == 0;
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     *errno_out = errno;
@@ -161,6 +171,17 @@ static int run(char** cmd, int* errno_out) {
   }
   if (pid == 0) {
     setenv("TRELLIS_SPAWNED", "1", 1);
+    if (own_group) {
+      /* a group of its own, which dies with this process (whoever kills
+       * trellis's group kills the job), and reads no terminal (a
+       * background group reading one would be stopped; training reads no
+       * input) */
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      int in = open("/dev/null", O_RDONLY);
+      if (in >= 0 && in != 0) dup2(in, 0), close(in);
+    }
     execvp(cmd[0], cmd);
     int e = errno;
     ssize_t ignored = write(pipefd[1], &e, sizeof e);
@@ -174,17 +195,20 @@ static int run(char** cmd, int* errno_out) {
   while (got < 0 && errno == EINTR);
   close(pipefd[0]);
 
-  struct sigaction sa, old[3];
+  struct sigaction sa, old[4];
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = forward;
+  sa.sa_sigaction = forward;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
-  const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+  const int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+  if (own_group) setpgid(pid, pid); /* the child does too: whichever runs first */
+  g_own_group = own_group;
   g_child = pid;
-  for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
+  for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, &old[i]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+  for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
   g_child = 0;
   if (got == (ssize_t)sizeof e) return *errno_out = e, -1;
   if (WIFEXITED(status)) return WEXITSTATUS(status);

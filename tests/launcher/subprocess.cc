@@ -50,6 +50,23 @@ int CountOf(const std::string& hay, const std::string& needle) {
 
 RunResult RunProcess(const std::vector<std::string>& argv,
                      const std::map<std::string, std::string>& env, double timeout_s, bool mpi) {
+  return RunProcessSignalled(argv, Signals(), env, timeout_s, mpi);
+}
+
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+RunResult RunProcessSignalled(const std::vector<std::string>& argv, const Signals& sig,
+                              const std::map<std::string, std::string>& env, double timeout_s,
+                              bool mpi, double* sent_at) {
   RunResult r;
   std::string out = WriteTempFile("", ".out");
   double start = Now();
@@ -76,10 +93,19 @@ RunResult RunProcess(const std::vector<std::string>& argv,
     fprintf(stderr, "cannot run %s: %s\n", args[0], strerror(errno));
     _exit(127);
   }
-  int status = 0;
+  int status = 0, sent = 0;
+  double last_sent = 0;
   for (;;) {
     pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) break;
+    if (sig.sig && sent < sig.times &&
+        (sent ? Now() - last_sent >= sig.gap_s
+              : ReadAll(out).find(sig.after) != std::string::npos)) {
+      kill(sig.group ? -pid : pid, sig.sig);
+      last_sent = Now();
+      if (!sent && sent_at) *sent_at = last_sent - start;
+      sent++;
+    }
     if (Now() - start > timeout_s) {
       r.timed_out = true;
       kill(-pid, SIGKILL);
@@ -92,10 +118,7 @@ RunResult RunProcess(const std::vector<std::string>& argv,
   // Whatever the job left running in its group goes too.
   kill(-pid, SIGKILL);
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream f(out);
-  std::stringstream s;
-  s << f.rdbuf();
-  r.output = s.str();
+  r.output = ReadAll(out);
   unlink(out.c_str());
   return r;
 }

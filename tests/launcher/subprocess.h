@@ -23,6 +23,24 @@ RunResult RunProcess(const std::vector<std::string>& argv,
                      const std::map<std::string, std::string>& env = {}, double timeout_s = 60,
                      bool mpi = false);
 
+// Signals sent to a program while it runs: once its output holds `after`,
+// `times` signals `sig`, `gap_s` apart, to its process alone (as `kill PID`
+// or a scheduler does) or with `group` to its whole process group (as a
+// terminal's Ctrl-C does).
+struct Signals {
+  std::string after;
+  int sig = 0;
+  bool group = false;
+  int times = 1;
+  double gap_s = 0;
+};
+
+// RunProcess, signalled as `s` says; *sent_at (if given) is when the first
+// signal went, in seconds from the start.
+RunResult RunProcessSignalled(const std::vector<std::string>& argv, const Signals& s,
+                              const std::map<std::string, std::string>& env = {},
+                              double timeout_s = 60, bool mpi = false, double* sent_at = nullptr);
+
 // A new file under TEST_TMPDIR holding `text`; its path.
 std::string WriteTempFile(const std::string& text, const std::string& suffix = ".json");
 
