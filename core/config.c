@@ -102,6 +102,7 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(checkpoint, every, TL__FIELD_INT, AT_LEAST(0)),
     FIELD(checkpoint, resume, TL__FIELD_STRING),
     FIELD(checkpoint, format, TL__FIELD_ENUM, .names = k_checkpoint_formats),
+    FIELD(checkpoint, keep, TL__FIELD_INT, AT_LEAST(0)),
 };
 const int tl__config_n_fields = (int)(sizeof tl__config_fields / sizeof tl__config_fields[0]);
 

@@ -121,8 +121,11 @@ typedef enum {
 struct tl_checkpoint_config {
   char dir[TL_PATH_MAX];    /* "" = no checkpoints */
   int every;                /* steps; 0 = only at the end (when dir is set) */
-  char resume[TL_PATH_MAX]; /* "" = start fresh, else a trellis checkpoint (file or directory) */
+  /* "" = start fresh, else a trellis checkpoint (file or directory), or
+   * "latest": the newest in dir (none yet: start fresh) */
+  char resume[TL_PATH_MAX];
   tl_checkpoint_format format;
+  int keep; /* the newest checkpoints kept in dir; 0 = all */
 };
 
 struct tl_config {

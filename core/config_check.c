@@ -364,6 +364,15 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
 
   if (OK(train, lr) && OK(train, min_lr) && t->min_lr > t->lr)
     tl__problem(p, "train.min_lr = %g: must be <= train.lr = %g", t->min_lr, t->lr);
+  if (OK(checkpoint, keep) && OK(checkpoint, dir) && cfg->checkpoint.keep > 0 &&
+      cfg->checkpoint.dir[0] == '\0')
+    tl__problem(p, "checkpoint.keep = %d: needs checkpoint.dir (where the checkpoints are)",
+                cfg->checkpoint.keep);
+  if (OK(checkpoint, resume) && OK(checkpoint, dir) &&
+      strcmp(cfg->checkpoint.resume, "latest") == 0 && cfg->checkpoint.dir[0] == '\0')
+    tl__problem(p,
+                "checkpoint.resume = \"latest\": needs checkpoint.dir (where to look for the "
+                "newest checkpoint)");
   if (OK(checkpoint, every) && OK(checkpoint, dir) && cfg->checkpoint.every > 0 &&
       cfg->checkpoint.dir[0] == '\0')
     tl__problem(p, "checkpoint.every = %d: needs checkpoint.dir (where to write them)",

@@ -16,6 +16,7 @@ packages=(
   # MPI, JSON, BLAS, tests
   mpich libmpich-dev
   libjansson-dev
+  libxxhash-dev
   libopenblas-openmp-dev
   libgtest-dev googletest
   # the default training corpus (English text, see README)

@@ -32,6 +32,7 @@
 #include "launcher/job/spawn.h"
 #include "launcher/job/stop.h"
 #include "launcher/job/worker.h"
+#include "launcher/train/checkpoint.h"
 #include "launcher/train/inputs.h"
 #include "launcher/train/sample.h"
 #include "launcher/train/trainer.h"
@@ -116,8 +117,15 @@ static int save_checkpoint(struct run* r) {
            (long long)tl_trainer_steps_done(r->t));
   if ((r->last = tl_trainer_save(r->t, path)) != TL_OK) return fail(r, "checkpoint");
   snprintf(r->saved, sizeof r->saved, "%s", path);
+  int removed = 0; /* checkpoint.keep: the newest ones stay */
+  if (rank0(r) && tl_checkpoint_prune(c->checkpoint.dir, c->checkpoint.keep, &removed) != TL_OK)
+    return fail(r, "");
+  char pruned[64] = "";
+  if (removed)
+    snprintf(pruned, sizeof pruned, "; %d older removed (checkpoint.keep = %d)", removed,
+             c->checkpoint.keep);
   if (!tl_trainer_saves_sharded(r->t)) {
-    if (rank0(r)) printf("checkpoint: %s\n", path);
+    if (rank0(r)) printf("checkpoint: %s%s\n", path, pruned);
     return 0;
   }
   /* sharded: how many ranks wrote a part, the most one held meanwhile */
@@ -136,8 +144,9 @@ static int save_checkpoint(struct run* r) {
   if (rank0(r))
     printf(
         "checkpoint: %s (sharded: %lld parts, at most %.2f MB of host memory on a rank while "
-        "writing; the model's state is %.2f MB)\n",
-        path, (long long)parts, most / 1e6, 12.0 * (double)tl_trainer_model(r->t)->n_params / 1e6);
+        "writing; the model's state is %.2f MB)%s\n",
+        path, (long long)parts, most / 1e6, 12.0 * (double)tl_trainer_model(r->t)->n_params / 1e6,
+        pruned);
   return 0;
 }
 
@@ -432,6 +441,29 @@ int tl_cli_train(int argc, char** argv) {
     fprintf(stderr, "trellis train: %s\n", tl_last_error());
     return 2;
   }
+  /* checkpoint.resume "latest": the newest checkpoint in checkpoint.dir,
+   * found alike by every process of the job (they see the same files) */
+  if (strcmp(r.cfg.checkpoint.resume, "latest") == 0) {
+    char latest[TL_PATH_MAX + 32];
+    int64_t step;
+    if (tl_checkpoint_latest(r.cfg.checkpoint.dir, latest, sizeof latest, &step) != TL_OK) {
+      fprintf(stderr, "trellis train: checkpoint.resume \"latest\": %s\n", tl_last_error());
+      return 1;
+    }
+    if (step >= 0 && strlen(latest) >= sizeof r.cfg.checkpoint.resume) {
+      fprintf(stderr, "trellis train: checkpoint.resume \"latest\": path too long: %s\n", latest);
+      return 1;
+    }
+    snprintf(r.cfg.checkpoint.resume, sizeof r.cfg.checkpoint.resume, "%s", latest);
+    const char* pmi = getenv("PMI_RANK");
+    if (!getenv("TRELLIS_SPAWNED") && (!pmi || strcmp(pmi, "0") == 0)) { /* said once */
+      if (step >= 0)
+        TL_LOG_INFO("checkpoint.resume \"latest\": %s (step %lld)", latest, (long long)step);
+      else
+        TL_LOG_INFO("checkpoint.resume \"latest\": no checkpoint in '%s' yet: starting at step 0",
+                    r.cfg.checkpoint.dir);
+    }
+  }
   if (r.opt.steps > r.cfg.train.steps) {
     fprintf(stderr,
             "trellis train: --steps %ld: beyond train.steps = %d, which sets the learning-rate "
@@ -463,7 +495,7 @@ int tl_cli_train(int argc, char** argv) {
      * sets them (the environment was read once already) */
     tl_env_set_num_threads(r.cfg.device.threads);
   }
-  if (tl_trainer_create(&r.cfg, r.have_worker ? &comm : NULL, &r.t) != TL_OK)
+  if ((r.last = tl_trainer_create(&r.cfg, r.have_worker ? &comm : NULL, &r.t)) != TL_OK)
     return finish(&r, fail(&r, ""));
   if (r.opt.verify && tl_verify_create(r.t, &r.verify) != TL_OK)
     return finish(&r, fail(&r, "--verify"));

@@ -1,13 +1,18 @@
 /* checkpoint.c */
 #include "launcher/train/checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "core/atomic_file.h"
 #include "core/dtype.h"
+#include "core/log.h"
 
 static tl_status read_exact(FILE* f, const char* path, void* dst, size_t bytes, const char* what) {
   if (fread(dst, 1, bytes, f) != bytes)
@@ -141,8 +146,24 @@ enum {
   H_MLP_SIZES = 10, /* 17 entries */
   H_PARAMS = 32,
   H_STEP = 34,
-  H_POSITION = 36
+  H_POSITION = 36,
+  H_TENSORS = 42 /* version 2: tensors in the checksum table */
 };
+
+/* Version 2 adds, after the header, a checksum per tensor of each of the
+ * three arrays (XXH3 64-bit of its bytes); version 1 files load unchecked. */
+#define FILE_VERSION 2
+
+static const char* const k_arrays[3] = {"parameters", "first AdamW moments",
+                                        "second AdamW moments"};
+
+/* sums[3k + a]: array a's tensor k. */
+static void checksums(const tl_model* m, const float* const arrays[3], uint64_t* sums) {
+  for (int k = 0; k < m->n_tensors; k++)
+    for (int a = 0; a < 3; a++)
+      sums[3 * k + a] = XXH3_64bits(arrays[a] + m->tensors[k].offset,
+                                    sizeof(float) * (size_t)m->tensors[k].numel);
+}
 
 static void put64(int32_t* h, int at, int64_t v) {
   memcpy(&h[at], &v, 8);
@@ -174,12 +195,20 @@ tl_status tl_checkpoint_write(const char* path, const tl_model* m, const struct 
                               const float* params, const float* adam_m, const float* adam_v) {
   int32_t h[256];
   model_header(m, h);
+  h[H_VERSION] = FILE_VERSION;
   put64(h, H_STEP, s->step);
   put64(h, H_POSITION, s->data_position);
+  put64(h, H_TENSORS, m->n_tensors);
+  uint64_t* sums = malloc(sizeof(uint64_t) * 3 * (size_t)(m->n_tensors > 0 ? m->n_tensors : 1));
+  if (!sums) return TL_ERRF(TL_ERR_NOMEM, "out of memory writing checkpoint '%s'", path);
+  const float* const arrays[3] = {params, adam_m, adam_v};
+  checksums(m, arrays, sums);
   size_t bytes = sizeof(float) * (size_t)m->n_params;
-  const void* data[4] = {h, params, adam_m, adam_v};
-  size_t sizes[4] = {sizeof h, bytes, bytes, bytes};
-  return tl_atomic_file_write_all(path, 4, data, sizes);
+  const void* data[5] = {h, sums, params, adam_m, adam_v};
+  size_t sizes[5] = {sizeof h, sizeof(uint64_t) * 3 * (size_t)m->n_tensors, bytes, bytes, bytes};
+  tl_status st = tl_atomic_file_write_all(path, 5, data, sizes);
+  free(sums);
+  return st;
 }
 
 void tl_checkpoint_header(const tl_model* m, int version, int32_t* h) {
@@ -230,16 +259,24 @@ tl_status tl_checkpoint_header_check(const char* path, const int32_t* h, const t
   return TL_OK;
 }
 
-/* Opens a trellis checkpoint of model m: header and exact size checked. */
-static tl_status checkpoint_open(const char* path, const tl_model* m, int32_t* h, FILE** out) {
+/* Opens a trellis checkpoint of model m: header and exact size checked;
+ * *version is 1 or FILE_VERSION. */
+static tl_status checkpoint_open(const char* path, const tl_model* m, int32_t* h, FILE** out,
+                                 int* version) {
   *out = NULL;
   FILE* f = fopen(path, "rb");
   if (!f) return TL_ERRF(TL_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
   tl_status st = read_exact(f, path, h, 1024, "1024-byte header");
-  if (st == TL_OK) st = tl_checkpoint_header_check(path, h, m, 1);
+  *version = st == TL_OK && h[H_VERSION] == 1 ? 1 : FILE_VERSION;
+  if (st == TL_OK) st = tl_checkpoint_header_check(path, h, m, *version);
+  if (st == TL_OK && *version == FILE_VERSION && get64(h, H_TENSORS) != m->n_tensors)
+    st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' has checksums for %lld tensors; the model has %d",
+                 path, (long long)get64(h, H_TENSORS), m->n_tensors);
+  size_t table = *version == FILE_VERSION ? sizeof(uint64_t) * 3 * (size_t)m->n_tensors : 0;
   if (st == TL_OK)
-    st = expect_size(f, path, 1024 + 3 * sizeof(float) * (size_t)m->n_params,
-                     "parameters and both AdamW moments");
+    st = expect_size(f, path, 1024 + table + 3 * sizeof(float) * (size_t)m->n_params,
+                     table ? "checksums, parameters and both AdamW moments"
+                           : "parameters and both AdamW moments");
   if (st != TL_OK) {
     fclose(f);
     return st;
@@ -251,7 +288,8 @@ static tl_status checkpoint_open(const char* path, const tl_model* m, int32_t* h
 tl_status tl_checkpoint_check(const char* path, const tl_model* m) {
   int32_t h[256];
   FILE* f = NULL;
-  TL_CHECK(checkpoint_open(path, m, h, &f));
+  int version;
+  TL_CHECK(checkpoint_open(path, m, h, &f, &version));
   fclose(f);
   return TL_OK;
 }
@@ -260,15 +298,143 @@ tl_status tl_checkpoint_read(const char* path, const tl_model* m, struct tl_trai
                              float* params, float* adam_m, float* adam_v) {
   int32_t h[256];
   FILE* f = NULL;
-  TL_CHECK(checkpoint_open(path, m, h, &f));
+  int version;
+  TL_CHECK(checkpoint_open(path, m, h, &f, &version));
   size_t bytes = sizeof(float) * (size_t)m->n_params;
-  tl_status st = read_exact(f, path, params, bytes, "parameters");
+  const size_t n_sums = 3 * (size_t)m->n_tensors;
+  uint64_t* sums = malloc(sizeof(uint64_t) * (n_sums > 0 ? n_sums : 1));
+  uint64_t* have = malloc(sizeof(uint64_t) * (n_sums > 0 ? n_sums : 1));
+  tl_status st =
+      sums && have ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory reading checkpoint '%s'", path);
+  if (st == TL_OK && version == FILE_VERSION)
+    st = read_exact(f, path, sums, sizeof(uint64_t) * n_sums, "checksum table");
+  if (st == TL_OK) st = read_exact(f, path, params, bytes, "parameters");
   if (st == TL_OK) st = read_exact(f, path, adam_m, bytes, "first AdamW moments");
   if (st == TL_OK) st = read_exact(f, path, adam_v, bytes, "second AdamW moments");
   fclose(f);
+  if (st == TL_OK && version == FILE_VERSION) { /* every tensor as it was written */
+    const float* const arrays[3] = {params, adam_m, adam_v};
+    checksums(m, arrays, have);
+    for (size_t i = 0; i < n_sums && st == TL_OK; i++)
+      if (have[i] != sums[i]) {
+        const struct tl_param_tensor* t = &m->tensors[i / 3];
+        st = TL_ERRF(TL_ERR_FORMAT,
+                     "checkpoint '%s' is damaged: the %s of tensor %s (elements %lld-%lld of the "
+                     "model) do not match their checksum",
+                     path, k_arrays[i % 3], t->name, (long long)t->offset,
+                     (long long)(t->offset + t->numel - 1));
+      }
+  } else if (st == TL_OK) {
+    TL_LOG_WARN("checkpoint '%s' is of version 1, which has no checksums: loaded unverified", path);
+  }
+  free(sums);
+  free(have);
   if (st == TL_OK) {
     s->step = get64(h, H_STEP);
     s->data_position = get64(h, H_POSITION);
   }
+  return st;
+}
+
+/* ---- a checkpoint.dir ---------------------------------------------------- */
+
+/* The step of a checkpoint's name, or -1 (temporary names do not count). */
+static int64_t step_of(const char* name) {
+  long long step = -1;
+  int end = 0;
+  if (sscanf(name, "step_%lld.ckpt%n", &step, &end) != 1 || name[end] != '\0' || step < 0)
+    return -1;
+  return step;
+}
+
+/* The steps of dir's checkpoints, ascending (*steps malloc'd, NULL when none). */
+static tl_status list_steps(const char* dir, int64_t** steps, int* n) {
+  *steps = NULL;
+  *n = 0;
+  DIR* d = opendir(dir);
+  if (!d) {
+    if (errno == ENOENT) return TL_OK;
+    return TL_ERRF(TL_ERR_IO, "cannot read checkpoint.dir '%s': %s", dir, strerror(errno));
+  }
+  int cap = 0;
+  tl_status st = TL_OK;
+  for (struct dirent* e; st == TL_OK && (e = readdir(d));) {
+    int64_t s = step_of(e->d_name);
+    if (s < 0) continue;
+    if (*n == cap) {
+      cap = cap ? 2 * cap : 16;
+      int64_t* more = realloc(*steps, sizeof(int64_t) * (size_t)cap);
+      if (!more) {
+        st = TL_ERRF(TL_ERR_NOMEM, "out of memory listing '%s'", dir);
+        break;
+      }
+      *steps = more;
+    }
+    (*steps)[(*n)++] = s;
+  }
+  closedir(d);
+  for (int i = 1; i < *n; i++) /* insertion sort: few checkpoints */
+    for (int j = i; j > 0 && (*steps)[j - 1] > (*steps)[j]; j--) {
+      int64_t x = (*steps)[j];
+      (*steps)[j] = (*steps)[j - 1], (*steps)[j - 1] = x;
+    }
+  return st;
+}
+
+static void name_of(char* path, size_t cap, const char* dir, int64_t step) {
+  snprintf(path, cap, "%s/step_%06lld.ckpt", dir, (long long)step);
+}
+
+tl_status tl_checkpoint_latest(const char* dir, char* path, size_t cap, int64_t* step) {
+  int64_t* steps;
+  int n;
+  path[0] = '\0';
+  *step = -1;
+  TL_CHECK(list_steps(dir, &steps, &n));
+  if (n > 0) {
+    *step = steps[n - 1];
+    name_of(path, cap, dir, *step);
+  }
+  free(steps);
+  return TL_OK;
+}
+
+/* rm -r of a sharded checkpoint's directory (flat: its index and parts). */
+static int remove_tree(const char* path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return -1;
+  if (!S_ISDIR(sb.st_mode)) return unlink(path);
+  DIR* d = opendir(path);
+  if (!d) return -1;
+  char inner[TL_PATH_MAX + 300];
+  for (struct dirent* e; (e = readdir(d));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(inner, sizeof inner, "%s/%s", path, e->d_name);
+    if (remove_tree(inner) != 0) {
+      closedir(d);
+      return -1;
+    }
+  }
+  closedir(d);
+  return rmdir(path);
+}
+
+tl_status tl_checkpoint_prune(const char* dir, int keep, int* removed) {
+  *removed = 0;
+  if (keep <= 0) return TL_OK;
+  int64_t* steps;
+  int n;
+  TL_CHECK(list_steps(dir, &steps, &n));
+  tl_status st = TL_OK;
+  char path[TL_PATH_MAX + 32];
+  for (int i = 0; i < n - keep && st == TL_OK; i++) {
+    name_of(path, sizeof path, dir, steps[i]);
+    if (remove_tree(path) != 0)
+      st = TL_ERRF(TL_ERR_IO, "cannot remove old checkpoint '%s' (checkpoint.keep): %s", path,
+                   strerror(errno));
+    else
+      (*removed)++;
+  }
+  free(steps);
   return st;
 }

@@ -5,9 +5,13 @@
  * channels, padded_vocab_size), then the parameters in llm.c's order, so GPT-2
  * weights exported by llm.c load unchanged.
  *
- * trellis checkpoints: 256 int32 (magic 20261129, version 1, the model's
- * sizes, parameter count, step and data position), then parameters and both
- * AdamW moments in fp32: everything a run needs to continue bit-identically.
+ * trellis checkpoints: 256 int32 (magic 20261129, version 2, the model's
+ * sizes, parameter count, step, data position and tensor count), a
+ * checksum table (for each tensor of the model, in llm.c's order, the XXH3
+ * 64-bit hash of its parameters, first and second AdamW moments), then
+ * parameters and both AdamW moments in fp32: everything a run needs to
+ * continue bit-identically. A read verifies every tensor and names the
+ * first that does not match; version 1 files (no table) load unverified.
  *
  * Every write is atomic (temporary file, then rename); every read checks the
  * file against the configured model and names what differs. */
@@ -43,6 +47,15 @@ tl_status tl_checkpoint_read(const char* path, const tl_model* m, struct tl_trai
                              float* params, float* adam_m, float* adam_v);
 /* Header and size only: what tl_checkpoint_read would refuse, without reading. */
 tl_status tl_checkpoint_check(const char* path, const tl_model* m);
+
+/* Checkpoints in a checkpoint.dir are named step_NNNNNN.ckpt (a file, or a
+ * sharded checkpoint's directory: either appears only when complete).
+ * The newest — the highest step — into path (cap bytes) and *step; path
+ * "" and *step -1 when the directory holds none (or does not exist). */
+tl_status tl_checkpoint_latest(const char* dir, char* path, size_t cap, int64_t* step);
+/* Removes all but the newest `keep` of them (files and directories);
+ * *removed counts what went. */
+tl_status tl_checkpoint_prune(const char* dir, int keep, int* removed);
 
 /* The 1024-byte header (256 int32) of a checkpoint of model m, for the
  * sharded format's parts (sharded.h): the model's sizes; int64 fields at

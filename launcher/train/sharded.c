@@ -9,10 +9,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "core/atomic_file.h"
 
-#define PART_VERSION 2
+/* version 3: a checksum table after the slice table */
+#define PART_VERSION 3
 
 bool tl_sharded_is(const char* path) {
   struct stat st;
@@ -35,9 +37,24 @@ tl_status tl_sharded_write_part(const char* dir, int rank, const tl_model* m,
   tl_checkpoint_header_set(h, TL_CKPT_H_SLICES, n_slices);
   tl_checkpoint_header_set(h, TL_CKPT_H_ELEMENTS, elements);
   size_t bytes = sizeof(float) * (size_t)elements;
-  const void* data[5] = {h, slices, params, adam_m, adam_v};
-  size_t sizes[5] = {sizeof h, sizeof *slices * (size_t)n_slices, bytes, bytes, bytes};
-  return tl_atomic_file_write_all(path, 5, data, sizes);
+  /* each slice's three arrays' XXH3 64-bit hashes */
+  uint64_t* sums = malloc(sizeof(uint64_t) * 3 * (size_t)(n_slices > 0 ? n_slices : 1));
+  if (!sums) return TL_ERRF(TL_ERR_NOMEM, "out of memory writing '%s'", path);
+  const float* const arrays[3] = {params, adam_m, adam_v};
+  int64_t at = 0;
+  for (int i = 0; i < n_slices; at += slices[i].n, i++)
+    for (int a = 0; a < 3; a++)
+      sums[3 * i + a] = XXH3_64bits(arrays[a] + at, sizeof(float) * (size_t)slices[i].n);
+  const void* data[6] = {h, slices, sums, params, adam_m, adam_v};
+  size_t sizes[6] = {sizeof h,
+                     sizeof *slices * (size_t)n_slices,
+                     sizeof(uint64_t) * 3 * (size_t)n_slices,
+                     bytes,
+                     bytes,
+                     bytes};
+  tl_status st = tl_atomic_file_write_all(path, 6, data, sizes);
+  free(sums);
+  return st;
 }
 
 /* ---- the index ------------------------------------------------------------ */
@@ -63,7 +80,8 @@ static json_t* model_json(const tl_model* m) {
 
 /* Reads part `rank`'s header and slice table. */
 static tl_status read_table(const char* dir, int rank, const tl_model* m, FILE** f,
-                            struct tl_slice** slices, int64_t* n_slices, int64_t* elements) {
+                            struct tl_slice** slices, uint64_t** sums, int64_t* n_slices,
+                            int64_t* elements) {
   char path[1200];
   part_name(path, sizeof path, dir, rank);
   *f = fopen(path, "rb");
@@ -85,7 +103,8 @@ static tl_status read_table(const char* dir, int rank, const tl_model* m, FILE**
   if (*n_slices > (int64_t)sb.st_size / (int64_t)sizeof(struct tl_slice))
     return TL_ERRF(TL_ERR_FORMAT, "'%s' says it holds %lld slices in %lld bytes", path,
                    (long long)*n_slices, (long long)sb.st_size);
-  int64_t want = 1024 + (int64_t)sizeof(struct tl_slice) * *n_slices + 12 * *elements;
+  int64_t want =
+      1024 + (int64_t)(sizeof(struct tl_slice) + 3 * sizeof(uint64_t)) * *n_slices + 12 * *elements;
   if ((int64_t)sb.st_size != want)
     return TL_ERRF(TL_ERR_FORMAT, "'%s' holds %lld bytes; its header promises %lld", path,
                    (long long)sb.st_size, (long long)want);
@@ -93,6 +112,10 @@ static tl_status read_table(const char* dir, int rank, const tl_model* m, FILE**
   if (!*slices) return TL_ERRF(TL_ERR_NOMEM, "out of memory reading '%s'", path);
   if (fread(*slices, sizeof **slices, (size_t)*n_slices, *f) != (size_t)*n_slices)
     return TL_ERRF(TL_ERR_FORMAT, "'%s' is cut short: it ends inside its slice table", path);
+  *sums = malloc(sizeof(uint64_t) * 3 * (size_t)(*n_slices > 0 ? *n_slices : 1));
+  if (!*sums) return TL_ERRF(TL_ERR_NOMEM, "out of memory reading '%s'", path);
+  if (fread(*sums, sizeof(uint64_t), 3 * (size_t)*n_slices, *f) != 3 * (size_t)*n_slices)
+    return TL_ERRF(TL_ERR_FORMAT, "'%s' is cut short: it ends inside its checksum table", path);
   int64_t sum = 0;
   for (int64_t i = 0; i < *n_slices; i++) {
     const struct tl_slice* s = &(*slices)[i];
@@ -144,8 +167,9 @@ tl_status tl_sharded_commit(const char* dir, const char* path, const tl_model* m
     /* which tensors the part holds how much of, from its slice table */
     FILE* f = NULL;
     struct tl_slice* sl = NULL;
+    uint64_t* sums = NULL;
     int64_t ns = 0, el = 0;
-    st = read_table(dir, ranks[i], m, &f, &sl, &ns, &el);
+    st = read_table(dir, ranks[i], m, &f, &sl, &sums, &ns, &el);
     if (st == TL_OK && (ns != n_slices[i] || el != elements[i]))
       st = TL_ERRF(TL_ERR_INTERNAL,
                    "checkpoint part %d holds %lld slices, %lld elements; its rank "
@@ -180,6 +204,7 @@ tl_status tl_sharded_commit(const char* dir, const char* path, const tl_model* m
     json_array_append_new(files, o);
     if (f) fclose(f);
     free(sl);
+    free(sums);
   }
   json_object_set_new(root, "files", files);
   char* text = st == TL_OK ? json_dumps(root, JSON_INDENT(1)) : NULL;
@@ -210,7 +235,9 @@ tl_status tl_sharded_commit(const char* dir, const char* path, const tl_model* m
 struct run {
   int64_t full, n;
   int part;
-  int64_t at; /* element index in the part's data sections */
+  int64_t at;      /* element index in the part's data sections */
+  uint64_t sum[3]; /* its arrays' checksums */
+  bool checked[3]; /* whether they were verified (the first read does it) */
 };
 
 struct tl_sharded_reader {
@@ -220,6 +247,7 @@ struct tl_sharded_reader {
   int n_parts;
   FILE** files;
   int64_t* elements; /* per part */
+  int* ranks;        /* per part: the rank that wrote it (its file's name) */
   int64_t* data;     /* per part: byte offset of its first section */
   struct run* runs;  /* every part's slices, by full */
   int64_t n_runs;
@@ -236,6 +264,7 @@ void tl_sharded_close(tl_sharded_reader* r) {
     if (r->files[i]) fclose(r->files[i]);
   free(r->files);
   free(r->elements);
+  free(r->ranks);
   free(r->data);
   free(r->runs);
   free(r);
@@ -285,20 +314,24 @@ tl_status tl_sharded_open(const char* path, const tl_model* m, tl_sharded_reader
     r->files = calloc((size_t)(r->n_parts + 1), sizeof(FILE*));
     r->elements = calloc((size_t)(r->n_parts + 1), sizeof(int64_t));
     r->data = calloc((size_t)(r->n_parts + 1), sizeof(int64_t));
-    if (!r->files || !r->elements || !r->data)
+    r->ranks = calloc((size_t)(r->n_parts + 1), sizeof(int));
+    if (!r->files || !r->elements || !r->data || !r->ranks)
       st = TL_ERRF(TL_ERR_NOMEM, "out of memory opening '%s'", path);
   }
   struct tl_slice** tables = st == TL_OK ? calloc((size_t)(r->n_parts + 1), sizeof *tables) : NULL;
+  uint64_t** sums = st == TL_OK ? calloc((size_t)(r->n_parts + 1), sizeof *sums) : NULL;
   int64_t* counts = st == TL_OK ? calloc((size_t)(r->n_parts + 1), sizeof *counts) : NULL;
-  if (st == TL_OK && (!tables || !counts))
+  if (st == TL_OK && (!tables || !counts || !sums))
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory opening '%s'", path);
   for (int i = 0; st == TL_OK && i < r->n_parts; i++) {
     int64_t rank = -1;
     st = index_int(json_array_get(files, (size_t)i), path, "rank", &rank);
     if (st == TL_OK)
-      st = read_table(path, (int)rank, m, &r->files[i], &tables[i], &counts[i], &r->elements[i]);
+      st = read_table(path, (int)rank, m, &r->files[i], &tables[i], &sums[i], &counts[i],
+                      &r->elements[i]);
     if (st == TL_OK) {
-      r->data[i] = 1024 + (int64_t)sizeof(struct tl_slice) * counts[i];
+      r->ranks[i] = (int)rank;
+      r->data[i] = 1024 + (int64_t)(sizeof(struct tl_slice) + 3 * sizeof(uint64_t)) * counts[i];
       r->n_runs += counts[i];
     }
   }
@@ -309,7 +342,12 @@ tl_status tl_sharded_open(const char* path, const tl_model* m, tl_sharded_reader
   int64_t k = 0;
   for (int i = 0; st == TL_OK && i < r->n_parts; i++)
     for (int64_t j = 0, at = 0; j < counts[i]; at += tables[i][j].n, j++)
-      r->runs[k++] = (struct run){tables[i][j].full, tables[i][j].n, i, at};
+      r->runs[k++] = (struct run){tables[i][j].full,
+                                  tables[i][j].n,
+                                  i,
+                                  at,
+                                  {sums[i][3 * j], sums[i][3 * j + 1], sums[i][3 * j + 2]},
+                                  {false, false, false}};
   if (st == TL_OK) {
     /* the parts tile the full vector: every element once */
     qsort(r->runs, (size_t)r->n_runs, sizeof *r->runs, by_full);
@@ -329,7 +367,9 @@ tl_status tl_sharded_open(const char* path, const tl_model* m, tl_sharded_reader
                    path, (long long)next, (long long)m->n_params - 1);
   }
   for (int i = 0; tables && i < r->n_parts; i++) free(tables[i]);
+  for (int i = 0; sums && i < r->n_parts; i++) free(sums[i]);
   free(tables);
+  free(sums);
   free(counts);
   json_decref(root);
   if (st != TL_OK) {
@@ -344,6 +384,54 @@ struct tl_train_state tl_sharded_state(const tl_sharded_reader* r) {
   return r->state;
 }
 
+static const char* const k_arrays[3] = {"parameters", "first AdamW moments",
+                                        "second AdamW moments"};
+
+/* Reads all of run u's array `which` through its checksum, copying out
+ * elements [skip, skip + take) of it; a mismatch names the part and the
+ * tensor the run begins in. */
+static tl_status read_checked(tl_sharded_reader* r, struct run* u, int which, int64_t skip,
+                              int64_t take, float* out) {
+  FILE* f = r->files[u->part];
+  int64_t at = r->data[u->part] + 4 * ((int64_t)which * r->elements[u->part] + u->at);
+  if (fseeko(f, (off_t)at, SEEK_SET) != 0)
+    return TL_ERRF(TL_ERR_IO, "cannot read checkpoint '%s' (part %d): %s", r->path, u->part,
+                   strerror(errno));
+  XXH3_state_t* h = XXH3_createState();
+  if (!h) return TL_ERRF(TL_ERR_NOMEM, "out of memory verifying checkpoint '%s'", r->path);
+  XXH3_64bits_reset(h);
+  enum { CHUNK = 1 << 18 };
+  static float buf[CHUNK];
+  tl_status st = TL_OK;
+  for (int64_t done = 0; done < u->n && st == TL_OK;) {
+    int64_t len = u->n - done < CHUNK ? u->n - done : CHUNK;
+    if (fread(buf, sizeof(float), (size_t)len, f) != (size_t)len) {
+      st = TL_ERRF(TL_ERR_IO, "cannot read checkpoint '%s' (part %d): %s", r->path, u->part,
+                   strerror(errno));
+      break;
+    }
+    XXH3_64bits_update(h, buf, sizeof(float) * (size_t)len);
+    /* the wanted elements [skip, skip + take) within [done, done + len) */
+    int64_t lo = skip > done ? skip : done;
+    int64_t hi = skip + take < done + len ? skip + take : done + len;
+    if (hi > lo) memcpy(out + (lo - skip), buf + (lo - done), sizeof(float) * (size_t)(hi - lo));
+    done += len;
+  }
+  uint64_t got = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  TL_CHECK(st);
+  if (got != u->sum[which]) {
+    int k = tensor_at(r->m, u->full);
+    return TL_ERRF(TL_ERR_FORMAT,
+                   "checkpoint '%s' is damaged: part-%05d.bin's %s of elements %lld-%lld "
+                   "(from tensor %s) do not match their checksum",
+                   r->path, r->ranks[u->part], k_arrays[which], (long long)u->full,
+                   (long long)(u->full + u->n - 1), k >= 0 ? r->m->tensors[k].name : "?");
+  }
+  u->checked[which] = true;
+  return TL_OK;
+}
+
 tl_status tl_sharded_read(tl_sharded_reader* r, int which, int64_t full, int64_t n, float* out) {
   /* the first run ending past `full` */
   int64_t lo = 0, hi = r->n_runs;
@@ -355,14 +443,18 @@ tl_status tl_sharded_read(tl_sharded_reader* r, int which, int64_t full, int64_t
       hi = mid;
   }
   for (int64_t j = lo; j < r->n_runs && n > 0; j++) {
-    const struct run* u = &r->runs[j];
+    struct run* u = &r->runs[j];
     int64_t skip = full - u->full, take = u->n - skip < n ? u->n - skip : n;
-    FILE* f = r->files[u->part];
-    int64_t at = r->data[u->part] + 4 * ((int64_t)which * r->elements[u->part] + u->at + skip);
-    if (fseeko(f, (off_t)at, SEEK_SET) != 0 ||
-        fread(out, sizeof(float), (size_t)take, f) != (size_t)take)
-      return TL_ERRF(TL_ERR_IO, "cannot read checkpoint '%s' (part %d): %s", r->path, u->part,
-                     strerror(errno));
+    if (!u->checked[which]) { /* the first read of a run reads all of it, verified */
+      TL_CHECK(read_checked(r, u, which, skip, take, out));
+    } else {
+      FILE* f = r->files[u->part];
+      int64_t at = r->data[u->part] + 4 * ((int64_t)which * r->elements[u->part] + u->at + skip);
+      if (fseeko(f, (off_t)at, SEEK_SET) != 0 ||
+          fread(out, sizeof(float), (size_t)take, f) != (size_t)take)
+        return TL_ERRF(TL_ERR_IO, "cannot read checkpoint '%s' (part %d): %s", r->path, u->part,
+                       strerror(errno));
+    }
     out += take, full += take, n -= take;
   }
   return n == 0 ? TL_OK

@@ -9,10 +9,13 @@
  *   "elements", "slices", "tensors": {name: elements held}}, ...]};
  * - part-RRRRR.bin, one per rank that holds state no other rank writes:
  *   the 1024-byte trellis checkpoint header of the model (checkpoint.h;
- *   version 2, the part's slice count and elements), the slices as int64
- *   pairs (first element in the full flat vector, count), then the
- *   parameters of every slice in that order, then the first AdamW moments,
- *   then the second.
+ *   version 3, the part's slice count and elements), the slices as int64
+ *   pairs (first element in the full flat vector, count), each slice's
+ *   three checksums (XXH3 64-bit of its parameters, first and second AdamW
+ *   moments), then the parameters of every slice in that order, then the
+ *   first AdamW moments, then the second. A reader verifies a slice's
+ *   checksum the first time it reads from it (it reads the whole slice
+ *   then), so a damaged byte is refused naming the part and the tensor.
  * Each element of the full vector lies in exactly one part. The directory
  * is written under a temporary name and renamed when every part is
  * complete, so a reader sees a whole checkpoint or none. */

@@ -97,13 +97,25 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
   if (resume[0] && tl_sharded_is(resume)) {
     st = tl__trainer_place_sharded(t, resume, &position);
   } else {
-    TL_CHECK(read_start(t, &full, &position));
-    st = place_full(t, full);
+    st = read_start(t, &full, &position);
+    if (st == TL_OK) st = place_full(t, full);
     free(full);
   }
   if (st == TL_OK)
     st = tl_loader_init(&t->loader, &t->train_file, t->cfg.train.batch_size, t->cfg.train.seq_len,
                         position);
+  /* a damaged or missing file fails every rank alike: the lowest failing
+   * rank reports it, the others stop quietly (TL_ERR_PEER) */
+  if (tl__trainer_in_job(t)) {
+    const int32_t n = tl_group_size(t->comm.world);
+    int32_t lowest = st == TL_OK ? 0 : n - t->world_rank; /* the largest is the lowest rank */
+    TL_CHECK(tl_group_all_reduce(t->comm.world, &lowest, &lowest, 1, TL_I32, TL_REDUCE_MAX, NULL));
+    const int32_t first = n - lowest;
+    if (lowest > 0 && first != t->world_rank) {
+      if (st != TL_OK) tl_clear_error();
+      return TL_ERRF(TL_ERR_PEER, "rank %d could not load the starting state", first);
+    }
+  }
   return st;
 }
 

@@ -275,6 +275,7 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"checkpoint.every", "{}", "1", 1},
       {"checkpoint.resume", "{}", R"("RESUME")", 1},
       {"checkpoint.format", "{}", R"("sharded")", 1},
+      {"checkpoint.keep", R"({"checkpoint": {"every": 1}})", "1", 1},
   };
 
   // the fields docs/config.md documents (rows "| `section.key` | type | ...")

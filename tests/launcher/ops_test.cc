@@ -153,9 +153,113 @@ TEST(Ops, ASecondSignalStopsAtOnce) {
   Signals s;
   s.after = "device: cpu", s.sig = SIGTERM, s.times = 2, s.gap_s = 1.2;
   RunResult r =
-      RunProcessSignalled({kTrellis, "train", Config(dir, 3, 2, "", 512, 256)}, s, {}, 90, true);
+      RunProcessSignalled({kTrellis, "train", Config(dir, 3, 2, "", 768, 256)}, s, {}, 90, true);
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("a second signal: stopping at once"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("stopped after step"), std::string::npos) << r.output;
+}
+
+namespace {
+
+// A copy of `from` with four bytes at `at` inverted.
+std::string Damaged(const std::string& from, size_t at, const std::string& to) {
+  std::string bytes = ReadFile(from);
+  for (size_t i = at; i < at + 4 && i < bytes.size(); i++) bytes[i] = (char)~bytes[i];
+  std::ofstream(to, std::ios::binary) << bytes;
+  return to;
+}
+
+}  // namespace
+
+// Four bytes inverted anywhere in a checkpoint — its header, its checksum
+// table, its parameters or either moment — and it is refused, naming the
+// file (and, inside the data, the tensor), once for the whole 2-rank job,
+// with a non-zero exit and no step taken.
+TEST(Ops, EveryDamagedCheckpointIsRefusedOnceNamingTheFileAndTheTensor) {
+  const std::string dir = TmpDir() + "/damage";
+  RunResult a = RunProcess({kTrellis, "train", Config(dir, 2, 2)}, {}, 90, true);
+  ASSERT_EQ(a.status, 0) << a.output;
+  const std::string good = Ckpt(dir, 2), bytes = ReadFile(good);
+  ASSERT_GT(bytes.size(), 4096u);
+  int tried = 0, refused = 0, named = 0;
+  const int kPlaces = 12;
+  for (int k = 0; k < kPlaces; k++) {
+    // spread over the file: the header first, then evenly to the last bytes
+    size_t at = k == 0 ? 16 : (size_t)((double)k / (kPlaces - 1) * (double)(bytes.size() - 4));
+    std::string bad = Damaged(good, at, dir + "/damaged_" + std::to_string(k) + ".ckpt");
+    RunResult r = RunProcess(
+        {kTrellis, "train", Config(dir, 3, 2, ", \"resume\": \"" + bad + "\""), "--steps", "3"}, {},
+        90, true);
+    tried++;
+    bool no_step = r.output.find("step 3/3") == std::string::npos;
+    if (r.status != 0 && no_step) refused++;
+    EXPECT_NE(r.status, 0) << "byte " << at << ": " << r.output;
+    EXPECT_TRUE(no_step) << r.output;
+    EXPECT_EQ(CountOf(r.output, bad), 1) << "byte " << at << ": named once\n" << r.output;
+    if (at >= 1024 && r.output.find("do not match their checksum") != std::string::npos) named++;
+  }
+  std::printf("damaged checkpoints refused: %d of %d (%d inside the data, named by tensor)\n",
+              refused, tried, named);
+  EXPECT_GE(named, kPlaces - 2);  // all but the header's and the checksum table's
+}
+
+// The same for a sharded checkpoint: a part's bytes inverted are refused by
+// the rank that reads them, naming the part and the tensor.
+TEST(Ops, ADamagedShardedPartIsRefusedNamingThePartAndTheTensor) {
+  const std::string dir = TmpDir() + "/damage_sharded";
+  RunResult a =
+      RunProcess({kTrellis, "train", Config(dir, 2, 2, ", \"format\": \"sharded\"")}, {}, 90, true);
+  ASSERT_EQ(a.status, 0) << a.output;
+  const std::string part = Ckpt(dir, 2) + "/part-00000.bin";
+  const std::string bytes = ReadFile(part);
+  ASSERT_GT(bytes.size(), 4096u) << a.output;
+  Damaged(part, bytes.size() / 2, part);  // in place: the directory is the checkpoint
+  RunResult r =
+      RunProcess({kTrellis, "train", Config(dir, 3, 2, ", \"resume\": \"" + Ckpt(dir, 2) + "\""),
+                  "--steps", "3"},
+                 {}, 90, true);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("part-00000.bin's"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("do not match their checksum"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(from tensor "), std::string::npos) << r.output;
+  EXPECT_EQ(CountOf(r.output, "do not match their checksum"), 1) << r.output;
+}
+
+// Started by mpiexec itself (no hand-started trellis to check the files
+// first), a truncated checkpoint fails every rank alike: one message.
+TEST(Ops, ATruncatedCheckpointUnderMpiexecIsReportedOnce) {
+  const std::string dir = TmpDir() + "/truncated";
+  RunResult a = RunProcess({kTrellis, "train", Config(dir, 2, 2)}, {}, 90, true);
+  ASSERT_EQ(a.status, 0) << a.output;
+  std::string bytes = ReadFile(Ckpt(dir, 2));
+  const std::string cut = dir + "/cut.ckpt";
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 100);
+  RunResult r = RunProcess(
+      {"mpiexec", "-n", "2", kTrellis, "train", Config(dir, 3, 2, ", \"resume\": \"" + cut + "\"")},
+      {}, 90, true);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_EQ(CountOf(r.output, "is cut short"), 1) << r.output;
+}
+
+// checkpoint.keep: the newest N stay; checkpoint.resume "latest": the
+// newest there, or a fresh start where there is none.
+TEST(Ops, KeepTheNewestAndResumeTheLatest) {
+  const std::string dir = TmpDir() + "/keep";
+  const std::string keep = ", \"every\": 1, \"keep\": 2, \"resume\": \"latest\"";
+  RunResult a = RunProcess({kTrellis, "train", Config(dir, 8, 1, keep), "--steps", "5"});
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_NE(a.output.find("no checkpoint in"), std::string::npos) << a.output;
+  EXPECT_NE(a.output.find("step 1/8"), std::string::npos) << a.output;
+  for (int s = 1; s <= 5; s++) EXPECT_EQ(Exists(Ckpt(dir, s)), s >= 4) << "step " << s;
+  RunResult b = RunProcess({kTrellis, "train", Config(dir, 8, 1, keep)});
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("step_000005.ckpt (step 5)"), std::string::npos) << b.output;
+  EXPECT_EQ(b.output.find("step 5/8"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("step 6/8"), std::string::npos) << b.output;
+  for (int s = 1; s <= 8; s++) EXPECT_EQ(Exists(Ckpt(dir, s)), s >= 7) << "step " << s;
+  // the same 8 steps without a stop: the same bits
+  const std::string whole = TmpDir() + "/keep_whole";
+  ASSERT_EQ(RunProcess({kTrellis, "train", Config(whole, 8, 1)}).status, 0);
+  EXPECT_TRUE(ReadFile(Ckpt(dir, 8)) == ReadFile(Ckpt(whole, 8)));
 }
