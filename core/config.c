@@ -91,6 +91,7 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(train, val_batches, TL__FIELD_INT, AT_LEAST(1)),
     FIELD(train, sample_tokens, TL__FIELD_INT, AT_LEAST(0)),
     FIELD(train, sample_top_k, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(train, skip_nonfinite, TL__FIELD_BOOL),
 
     FIELD(data, train, TL__FIELD_STRING),
     FIELD(data, val, TL__FIELD_STRING),

@@ -99,6 +99,9 @@ struct tl_train_config {
   int val_batches;            /* batches per validation; default 4 */
   int sample_tokens;          /* generated at the end; 0 = none; default 64 */
   int sample_top_k;           /* 1 = greedy; default 1 */
+  /* a step whose loss or gradient norm is not finite: skipped (no update)
+   * instead of stopping the run; default false */
+  bool skip_nonfinite;
 };
 
 struct tl_data_config {

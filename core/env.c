@@ -69,13 +69,20 @@ static void load(void) {
   if (!found)
     bad("TRELLIS_FAULT", v,
         "one of none, micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, "
-        "tp_allreduce_skipped, sp_sync_skipped, pp_grad_misrouted, update_repeated");
+        "tp_allreduce_skipped, sp_sync_skipped, pp_grad_misrouted, update_repeated, "
+        "nan_at_step_2");
 }
 
 const char* tl_fault_name(tl_fault f) {
-  static const char* const names[TL_FAULT_COUNT] = {
-      "none",           "micro_batch_dropped", "dp_scaled_twice",   "tied_sync_skipped",
-      "tp_allreduce_skipped", "sp_sync_skipped", "pp_grad_misrouted", "update_repeated"};
+  static const char* const names[TL_FAULT_COUNT] = {"none",
+                                                    "micro_batch_dropped",
+                                                    "dp_scaled_twice",
+                                                    "tied_sync_skipped",
+                                                    "tp_allreduce_skipped",
+                                                    "sp_sync_skipped",
+                                                    "pp_grad_misrouted",
+                                                    "update_repeated",
+                                                    "nan_at_step_2"};
   return f >= 0 && f < TL_FAULT_COUNT ? names[f] : "?";
 }
 

@@ -26,11 +26,12 @@ extern "C" {
   X(TRELLIS_MPI_WAIT, "auto",                                                                \
     "how a rank waits for an MPI message: 'spin' (MPI's own busy-polling), 'yield' (poll, "  \
     "giving the core away between polls) or 'auto' (yield when the node's ranks times "      \
-    "their threads outnumber its cores)")                                                   \
+    "their threads outnumber its cores)")                                                    \
   X(TRELLIS_FAULT, "none",                                                                   \
     "a deliberate bug, for proving that --verify catches one (tests only): none, "           \
     "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "        \
-    "sp_sync_skipped, pp_grad_misrouted or update_repeated (README: the equality oracle)")
+    "sp_sync_skipped, pp_grad_misrouted, update_repeated or nan_at_step_2 (README: the "     \
+    "equality oracle)")
 
 typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
 typedef enum { TL_MPI_WAIT_AUTO = 0, TL_MPI_WAIT_SPIN, TL_MPI_WAIT_YIELD } tl_mpi_wait;
@@ -40,14 +41,17 @@ typedef enum { TL_MPI_WAIT_AUTO = 0, TL_MPI_WAIT_SPIN, TL_MPI_WAIT_YIELD } tl_mp
  * in the same process stays right). */
 typedef enum {
   TL_FAULT_NONE = 0,
-  TL_FAULT_MICRO_BATCH_DROPPED, /* the last replica's last micro-batch adds no gradient */
-  TL_FAULT_DP_SCALED_TWICE,     /* the data-parallel gradient sum divided by mesh.dp again */
-  TL_FAULT_TIED_SYNC_SKIPPED,   /* the tied embedding's gradient not summed across stages */
+  TL_FAULT_MICRO_BATCH_DROPPED,  /* the last replica's last micro-batch adds no gradient */
+  TL_FAULT_DP_SCALED_TWICE,      /* the data-parallel gradient sum divided by mesh.dp again */
+  TL_FAULT_TIED_SYNC_SKIPPED,    /* the tied embedding's gradient not summed across stages */
   TL_FAULT_TP_ALLREDUCE_SKIPPED, /* a row-parallel output keeps this rank's partial sum (no
                                   * all-reduce, or no reduce-scatter under sequence parallelism) */
-  TL_FAULT_SP_SYNC_SKIPPED,     /* sequence parallelism's LayerNorm gradients not summed */
-  TL_FAULT_PP_GRAD_MISROUTED,   /* micro-batches 0 and 1 receive each other's gradients */
-  TL_FAULT_UPDATE_REPEATED,     /* replica 0's last stage runs AdamW twice */
+  TL_FAULT_SP_SYNC_SKIPPED,      /* sequence parallelism's LayerNorm gradients not summed */
+  TL_FAULT_PP_GRAD_MISROUTED,    /* micro-batches 0 and 1 receive each other's gradients */
+  TL_FAULT_UPDATE_REPEATED,      /* replica 0's last stage runs AdamW twice */
+  TL_FAULT_NAN_AT_STEP_2,        /* world rank 0's gradients of step 2 are NaN (a transient
+                                  * divergence, for the non-finite tests; --verify does not
+                                  * compare a step that stops or is skipped) */
   TL_FAULT_COUNT
 } tl_fault;
 

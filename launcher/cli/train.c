@@ -191,6 +191,10 @@ static void describe(const struct run* r) {
       c->mesh.tp > 1 && c->parallel.sequence_parallel ? " sequence-parallel" : "", c->mesh.pp,
       tl_schedule_kind_name(c->schedule.kind), c->schedule.micro_batches,
       c->schedule.micro_batches == 1 ? "" : "es");
+  if (c->train.skip_nonfinite)
+    printf(
+        "non-finite: a step whose loss or gradient norm is not finite is skipped, nothing "
+        "updated (train.skip_nonfinite)\n");
   if (r->opt.steps > 0 && r->opt.steps < c->train.steps)
     printf("stop: after step %ld (--steps), on the learning-rate schedule of train.steps = %d\n",
            r->opt.steps, c->train.steps);
@@ -361,14 +365,29 @@ static int64_t stop_step(const struct run* r) {
   return r->opt.steps > 0 ? r->opt.steps : r->cfg.train.steps;
 }
 
+/* A JSON number, or null where it is not finite (JSON has no NaN). */
+static const char* json_number(double x, const char* fmt, char* buf) {
+  if (!isfinite(x)) return "null";
+  snprintf(buf, 32, fmt, x);
+  return buf;
+}
+
 static int train_loop(struct run* r) {
   const struct tl_train_config* tc = &r->cfg.train;
   double tokens = (double)tc->batch_size * tc->seq_len, total_s = 0;
-  int64_t first = tl_trainer_steps_done(r->t), timed = 0, stop = stop_step(r);
+  int64_t first = tl_trainer_steps_done(r->t), timed = 0, stop = stop_step(r), skipped = 0;
   int width = (int)snprintf(NULL, 0, "%d", tc->steps);
   for (int64_t s = first; s < stop; s++) {
     struct tl_step_stats st;
-    if (tl_trainer_step(r->t, &st) != TL_OK) return fail(r, "");
+    if ((r->last = tl_trainer_step(r->t, &st)) != TL_OK) return fail(r, "");
+    skipped += st.skipped;
+    if (r->verify && st.skipped) {
+      TL_ERRF(TL_ERR_UNSUPPORTED,
+              "step %lld was skipped (train.skip_nonfinite): the oracle compares each step's "
+              "update with one device's, and a skipped step has none",
+              (long long)st.step);
+      return fail(r, "--verify");
+    }
     if (r->verify && tl_verify_step(r->verify, &st) != TL_OK) return fail(r, "--verify");
     if (s > first) total_s += st.seconds, timed++; /* the first step warms caches */
     double avg = timed ? total_s / timed : st.seconds;
@@ -376,19 +395,23 @@ static int train_loop(struct run* r) {
       printf("step %*lld/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms", width,
              (long long)st.step, tc->steps, st.loss, st.lr, st.grad_norm, st.seconds * 1e3);
       if (r->have_worker && r->cfg.mesh.pp > 1) printf(" (wait %.1f)", st.bubble_seconds * 1e3);
-      printf(" | %8.0f tok/s | eta %.0fs\n", tokens / st.seconds, avg * (double)(stop - st.step));
+      printf(" | %8.0f tok/s | eta %.0fs%s\n", tokens / st.seconds, avg * (double)(stop - st.step),
+             st.skipped ? " | skipped: not finite (train.skip_nonfinite)" : "");
       fflush(stdout);
     }
     if (r->peaks) { /* every rank takes part in gathering the peaks */
       if (gather_peaks(r) != TL_OK) return fail(r, "metrics");
       if (r->metrics) {
+        char num[2][32];
         fprintf(r->metrics,
-                "{\"step\": %lld, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, \"ms\": "
+                "{\"step\": %lld, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %s, \"ms\": "
                 "%.3f, \"tokens_per_s\": %.1f, \"wait_ms\": %.3f, \"dp_buckets\": %d, "
-                "\"dp_buckets_early\": %d, \"dp_wait_ms\": %.3f, \"peak_bytes\": ",
-                (long long)st.step, st.loss, st.lr, st.grad_norm, st.seconds * 1e3,
-                tokens / st.seconds, st.bubble_seconds * 1e3, st.dp_buckets, st.dp_buckets_early,
-                st.dp_wait_seconds * 1e3);
+                "\"dp_buckets_early\": %d, \"dp_wait_ms\": %.3f, \"skipped\": %lld, "
+                "\"peak_bytes\": ",
+                (long long)st.step, json_number(st.loss, "%.6f", num[0]), st.lr,
+                json_number(st.grad_norm, "%.6g", num[1]), st.seconds * 1e3, tokens / st.seconds,
+                st.bubble_seconds * 1e3, st.dp_buckets, st.dp_buckets_early,
+                st.dp_wait_seconds * 1e3, (long long)skipped);
         print_peaks(r->metrics, r->peaks, r->have_worker ? r->w.world_size : 1);
         fputs("}\n", r->metrics);
       }
@@ -414,6 +437,11 @@ static int train_loop(struct run* r) {
   if (rank0(r) && timed)
     printf("done: %lld steps, %.1f ms per step, %.0f tokens/s\n", (long long)timed + 1,
            total_s / timed * 1e3, tokens * timed / total_s);
+  if (rank0(r) && skipped)
+    printf(
+        "skipped: %lld step%s whose loss or gradient norm was not finite "
+        "(train.skip_nonfinite)\n",
+        (long long)skipped, skipped == 1 ? "" : "s");
   return 0;
 }
 

@@ -78,6 +78,9 @@ struct tl_step_stats {
    * the buckets' ends (and ZeRO-2's turns of its bucket buffers) and ZeRO's
    * all-gather of the updated parameters — the communication left exposed */
   double dp_wait_seconds;
+  /* 1: the loss or the gradient norm was not finite and, under
+   * train.skip_nonfinite, nothing was updated */
+  int skipped;
 };
 
 /* Builds this rank's part from the config (every rank of the job calls it:

@@ -188,6 +188,83 @@ static tl_status norm_exact(tl_trainer* t, double* sumsq) {
   return TL_OK;
 }
 
+/* The first tensor (in the model's order) in which this rank holds a
+ * gradient that is not finite, or the model's tensor count. */
+static tl_status first_nonfinite(tl_trainer* t, int* first) {
+  *first = t->model.n_tensors;
+  const tl_dp_layout* l = t->lay;
+  int n = t->zero >= 2 ? tl_dp_buckets_pieces(t->buckets, NULL) : l->n_segments;
+  struct tl_dp_piece* pieces = malloc(sizeof *pieces * (size_t)(n > 0 ? n : 1));
+  float* host = malloc(sizeof(float) * (size_t)(l->n > 0 ? l->n : 1));
+  if (!pieces || !host) {
+    free(pieces), free(host);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory looking for non-finite gradients");
+  }
+  /* where each piece's gradient lies: the stage's buffer, or ZeRO-2/3's shard */
+  const float* g = t->zero >= 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
+  int64_t g_n = t->zero >= 2 ? tl_dp_buckets_shard_n(t->buckets) : l->n;
+  if (t->zero >= 2) {
+    tl_dp_buckets_pieces(t->buckets, pieces);
+  } else {
+    const int64_t* off = grad_offsets(t);
+    for (int i = 0; i < n; i++)
+      pieces[i] = (struct tl_dp_piece){i, l->segments[i].offset, l->segments[i].n,
+                                       off[l->segments[i].value]};
+  }
+  tl_status st = tl_memcpy(tl_cpu(), host, t->be->device, g, sizeof(float) * (size_t)g_n);
+  for (int i = 0; i < n && st == TL_OK; i++) {
+    int k = tl__trainer_tensor_of(t, l->segments[pieces[i].segment].value);
+    for (int64_t e = 0; e < pieces[i].n && k < *first; e++)
+      if (!isfinite(host[pieces[i].at + e])) *first = k;
+  }
+  free(pieces), free(host);
+  return st;
+}
+
+/* A step whose norm or loss is not finite: skipped (train.skip_nonfinite:
+ * nothing updated, the step and the data move on) or the run stopped with
+ * the first parameter whose gradient is not finite — collective over the
+ * job, reported by world rank 0 alone. */
+static tl_status nonfinite(tl_trainer* t, float norm, double loss, tl_timer* timer,
+                           struct tl_step_stats* out) {
+  int first;
+  TL_CHECK(first_nonfinite(t, &first));
+  int32_t k = t->model.n_tensors - first; /* the largest is the first tensor */
+  if (tl__trainer_in_job(t))
+    TL_CHECK(tl_group_all_reduce(t->comm.world, &k, &k, 1, TL_I32, TL_REDUCE_MAX, NULL));
+  first = t->model.n_tensors - k;
+  const char* name = first < t->model.n_tensors ? t->model.tensors[first].name : NULL;
+  const double mean = loss / ((double)t->cfg.train.batch_size * t->cfg.train.seq_len);
+  if (t->cfg.train.skip_nonfinite) {
+    if (t->world_rank == 0)
+      TL_LOG_WARN(
+          "step %lld skipped: the loss is %g and the gradient norm %g%s%s "
+          "(train.skip_nonfinite)",
+          (long long)t->step + 1, mean, (double)norm,
+          name ? "; the first parameter whose gradient is not finite: " : "", name ? name : "");
+    tl_loader_advance(&t->loader);
+    t->step++;
+    memset(out, 0, sizeof *out);
+    out->step = t->step;
+    out->loss = mean;
+    out->lr = tl_lr_at(&t->cfg.train, t->step - 1);
+    out->grad_norm = norm;
+    out->seconds = tl_timer_elapsed_s(timer);
+    out->bubble_seconds = t->wait_seconds;
+    out->skipped = 1;
+    return TL_OK;
+  }
+  if (t->world_rank != 0)
+    return TL_ERRF(TL_ERR_PEER, "step %lld is not finite (world rank 0 reports it)",
+                   (long long)t->step + 1);
+  return TL_ERRF(TL_ERR_INTERNAL,
+                 "step %lld: the loss is %g and the gradient norm %g: not finite%s%s; nothing "
+                 "was updated (set train.skip_nonfinite to skip such steps instead)",
+                 (long long)t->step + 1, mean, (double)norm,
+                 name ? "; the first parameter whose gradient is not finite: " : "",
+                 name ? name : "");
+}
+
 tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   const struct tl_train_config* tc = &t->cfg.train;
   const struct tl_kernel_ops* ops = t->be->ops;
@@ -230,6 +307,12 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     int64_t n = t->zero >= 2 ? tl_dp_buckets_shard_n(t->buckets) : t->lay->n;
     TL_CHECK(ops->scale_forward(ctx, g, g, 1.0f / (float)t->dp_size, n));
   }
+  if (t->step + 1 == 2 && t->world_rank == 0 && tl__trainer_in_job(t) &&
+      tl_fault_on(TL_FAULT_NAN_AT_STEP_2)) { /* a transient divergence (core/env.h) */
+    float nan = NAN;
+    float* g = t->zero >= 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
+    TL_CHECK(tl_memcpy(t->be->device, g, tl_cpu(), &nan, sizeof nan));
+  }
   /* 3. global norm over stages and shards, clipping */
   double sumsq = 0;
   if (t->grad_acc) {
@@ -242,9 +325,23 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   }
   /* a NaN sum of squares must not read as 0 (no clipping, garbage steps) */
   float norm = isfinite(sumsq) ? (float)sqrt(sumsq > 0 ? sumsq : 0) : (float)sumsq;
-  if (!isfinite(norm))
-    return TL_ERRF(TL_ERR_INTERNAL, "step %lld: the gradient norm is %f (the loss diverged)",
-                   (long long)t->step + 1, norm);
+  /* the loss lives on the last stages: everyone learns it, before the
+   * update (a step whose loss or norm is not finite updates nothing) */
+  if (t->grad_acc) {
+    if (t->comm.world && tl_group_size(t->comm.world) > 1)
+      TL_CHECK(tl_group_all_reduce(t->comm.world, &t->loss_fixed, &t->loss_fixed, 1, TL_I64,
+                                   TL_REDUCE_SUM, NULL));
+    loss = ldexp((double)t->loss_fixed, -32);
+    t->loss_fixed = 0;
+  } else {
+    TL_CHECK(host_sum(t->comm.world, &loss));
+  }
+  /* the job agrees: a rank whose norm is not finite while another's is
+   * (replicas that diverged) must not update alone */
+  int32_t bad = !isfinite(norm) || !isfinite(loss);
+  if (tl__trainer_in_job(t))
+    TL_CHECK(tl_group_all_reduce(t->comm.world, &bad, &bad, 1, TL_I32, TL_REDUCE_MAX, NULL));
+  if (bad) return nonfinite(t, norm, loss, &timer, out);
   /* 4. clipping and AdamW on the stage's parameters */
   float lr;
   TL_CHECK(tl_optim_step(t->optim, norm, t->step, &lr));
@@ -258,16 +355,6 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     dp_wait += (tl__trainer_now_us() - t0) * 1e-6;
     tl__trainer_trace_span(t, "dp_all_gather", 0, t0);
   }
-  /* the loss lives on the last stages: everyone learns it */
-  if (t->grad_acc) {
-    if (t->comm.world && tl_group_size(t->comm.world) > 1)
-      TL_CHECK(tl_group_all_reduce(t->comm.world, &t->loss_fixed, &t->loss_fixed, 1, TL_I64,
-                                   TL_REDUCE_SUM, NULL));
-    loss = ldexp((double)t->loss_fixed, -32);
-    t->loss_fixed = 0;
-  } else {
-    TL_CHECK(host_sum(t->comm.world, &loss));
-  }
   tl_loader_advance(&t->loader);
   t->step++;
   out->step = t->step;
@@ -279,6 +366,7 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   out->dp_buckets = t->buckets && t->dp_size > 1 ? tl_dp_buckets_count(t->buckets) : 0;
   out->dp_buckets_early = t->buckets && t->dp_size > 1 ? tl_dp_buckets_early(t->buckets) : 0;
   out->dp_wait_seconds = dp_wait;
+  out->skipped = 0;
   return TL_OK;
 }
 

@@ -118,7 +118,8 @@ int g_runs = 0;
 // Checks and trains `json` in a directory of its own; "RUN" in the config
 // stands for that directory, and is written back for it in what the run
 // printed, so that two runs differ only by what they did.
-Outcome Train(const std::string& json, int ranks) {
+Outcome Train(const std::string& json, int ranks,
+              const std::map<std::string, std::string>& env = {}) {
   std::string dir = TmpDir() + "/run" + std::to_string(g_runs++);
   mkdir(dir.c_str(), 0755);
   std::string cfg = dir + "/config.json";
@@ -127,7 +128,7 @@ Outcome Train(const std::string& json, int ranks) {
   r.dir = dir;
   RunResult check = RunProcess({kTrellis, "check", cfg}, {}, 60);
   RunResult train = RunProcess(
-      {kTrellis, "train", cfg, "--metrics", dir + "/m.jsonl", "--trace", dir + "/t.json"}, {}, 120,
+      {kTrellis, "train", cfg, "--metrics", dir + "/m.jsonl", "--trace", dir + "/t.json"}, env, 120,
       ranks > 1);
   r.output = Replace(check.output + "\n--- train\n" + train.output, dir, "RUN");
   if (check.status != 0) {
@@ -198,6 +199,8 @@ struct Field {
   std::string base;   // sections merged into the common base
   std::string value;  // the other value, as JSON
   int ranks;          // of the base and the other run
+  // the environment of both runs (a transient NaN for train.skip_nonfinite)
+  std::map<std::string, std::string> env = {};
 };
 
 }  // namespace
@@ -267,6 +270,10 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"train.val_batches", validating, "2", 1},
       {"train.sample_tokens", "{}", "8", 1},
       {"train.sample_top_k", R"({"train": {"sample_tokens": 16}})", "40", 1},
+      // step 2's gradients are NaN (TRELLIS_FAULT): the base stops there,
+      // the other skips it
+      {"train.skip_nonfinite", R"({"mesh": {"dp": 2}, "train": {"steps": 3}})", "true", 2,
+       {{"TRELLIS_FAULT", "nan_at_step_2"}}},
       {"data.train", "{}", "\"" + corpus_b + "\"", 1},
       {"data.val", validating, "\"" + corpus_b + "\"", 1},
       {"device.type", "{}", R"("cuda")", 1},
@@ -325,10 +332,11 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       json_decref(o), json_decref(v), json_decref(bj);
     }
     const std::string other = Merge(b, over);
-    if (!bases.count(b)) bases[b] = Train(b, f.ranks);
-    const Outcome& before = bases[b];
+    const std::string key = b + (f.env.empty() ? "" : " env " + f.env.begin()->second);
+    if (!bases.count(key)) bases[key] = Train(b, f.ranks, f.env);
+    const Outcome& before = bases[key];
     ASSERT_FALSE(before.refused) << f.key << ": the base config is refused\n" << before.output;
-    Outcome after = Train(other, f.ranks);
+    Outcome after = Train(other, f.ranks, f.env);
     if (after.refused) {
       EXPECT_NE(after.output.find(f.key), std::string::npos)
           << f.key << " = " << value << " is refused without naming it:\n"

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -262,4 +263,41 @@ TEST(Ops, KeepTheNewestAndResumeTheLatest) {
   const std::string whole = TmpDir() + "/keep_whole";
   ASSERT_EQ(RunProcess({kTrellis, "train", Config(whole, 8, 1)}).status, 0);
   EXPECT_TRUE(ReadFile(Ckpt(dir, 8)) == ReadFile(Ckpt(whole, 8)));
+}
+
+// A step whose gradients are not finite (TRELLIS_FAULT=nan_at_step_2: world
+// rank 0's gradients of step 2 are NaN) stops the 2-rank job at that step,
+// naming the first parameter whose gradient is not finite, once; nothing is
+// written over the last checkpoint (step 1's). With train.skip_nonfinite
+// the step is skipped — no update — and counted, and the run goes on.
+TEST(Ops, ANonFiniteStepStopsTheRunOrIsSkipped) {
+  const std::string dir = TmpDir() + "/nan", skip = TmpDir() + "/nan_skip";
+  const std::map<std::string, std::string> nan = {{"TRELLIS_FAULT", "nan_at_step_2"}};
+  RunResult r = RunProcess({kTrellis, "train", Config(dir, 4, 2, ", \"every\": 1")}, nan, 90, true);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_EQ(CountOf(r.output, "step 2: the loss is"), 1) << r.output;
+  EXPECT_NE(r.output.find("not finite; the first parameter whose gradient is not finite: "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("nothing was updated"), std::string::npos) << r.output;
+  EXPECT_TRUE(Exists(Ckpt(dir, 1)));
+  EXPECT_FALSE(Exists(Ckpt(dir, 2))) << r.output;
+  // skipped: steps 1, 3 and 4 update, step 2 does not
+  std::string cfg = Config(skip, 4, 2, "");
+  {
+    std::string text = ReadFile(cfg);
+    text.replace(text.find("\"warmup_steps\": 2"), 17,
+                 "\"warmup_steps\": 2, \"skip_nonfinite\": true");
+    std::ofstream(cfg) << text;
+  }
+  const std::string metrics = skip + "/m.jsonl";
+  RunResult s = RunProcess({kTrellis, "train", cfg, "--metrics", metrics}, nan, 90, true);
+  ASSERT_EQ(s.status, 0) << s.output;
+  EXPECT_EQ(CountOf(s.output, "skipped: not finite (train.skip_nonfinite)"), 1) << s.output;
+  EXPECT_NE(s.output.find("skipped: 1 step whose loss or gradient norm was not finite"),
+            std::string::npos)
+      << s.output;
+  EXPECT_NE(ReadFile(metrics).find("\"step\": 4, \"loss\""), std::string::npos);
+  EXPECT_NE(ReadFile(metrics).find("\"skipped\": 1, "), std::string::npos);
+  EXPECT_TRUE(Exists(Ckpt(skip, 4)));
 }
