@@ -95,6 +95,7 @@ const struct tl__config_field tl__config_fields[] = {
 
     FIELD(data, train, TL__FIELD_STRING),
     FIELD(data, val, TL__FIELD_STRING),
+    FIELD(data, tokenizer, TL__FIELD_STRING),
 
     FIELD(device, type, TL__FIELD_ENUM, .names = k_device_types),
     FIELD(device, threads, TL__FIELD_INT, BETWEEN(0, 4096)),

@@ -107,6 +107,9 @@ struct tl_train_config {
 struct tl_data_config {
   char train[TL_PATH_MAX]; /* llm.c token file; required for training */
   char val[TL_PATH_MAX];   /* optional */
+  /* "" = samples print as token ids (as bytes when the vocabulary is 256),
+   * else llm.c's GPT-2 tokenizer file, which decodes them to text */
+  char tokenizer[TL_PATH_MAX];
 };
 
 struct tl_device_config {

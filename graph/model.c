@@ -91,9 +91,9 @@ tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* m) {
   memset(m, 0, sizeof *m);
   m->cfg = *cfg;
   m->vocab = cfg->vocab_size;
-  if (m->vocab < 1 || m->vocab > 65536)
-    return TL_ERRF(TL_ERR_CONFIG, "model.vocab_size=%d; expected 1 to 65536 (tokens are uint16)",
-                   m->vocab);
+  if (m->vocab < 1 || m->vocab > INT32_MAX - 127)
+    return TL_ERRF(TL_ERR_CONFIG, "model.vocab_size=%d; expected 1 to %d (tokens are int32)",
+                   m->vocab, INT32_MAX - 127);
   if (cfg->kind == TL_MODEL_GPT) {
     m->padded_vocab =
         cfg->padded_vocab_size ? cfg->padded_vocab_size : (m->vocab + 127) / 128 * 128;
@@ -271,8 +271,8 @@ static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logi
     TL_CHECK(param(g, m, wn, -1, &w));
     TL_CHECK(param(g, m, bn, -1, &bias));
     snprintf(name, sizeof name, "linear%d", i);
-    TL_CHECK(tl_graph_node(g, TL_OP_MATMUL, name, 3, (int[]){x, w, bias}, linear,
-                           TL_NODE_MAX_ATTRS, &x));
+    TL_CHECK(tl_graph_node(g, TL_OP_MATMUL, name, 3, (int[]){x, w, bias}, linear, TL_NODE_MAX_ATTRS,
+                           &x));
     if (i + 1 < m->cfg.n_mlp_layers) {
       snprintf(name, sizeof name, "gelu%d", i);
       TL_CHECK(NODE(TL_OP_GELU, name, ((int[]){x}), k_no_attr, &x));
@@ -316,8 +316,8 @@ tl_status tl_model_build_forward(const tl_model* m, int b, int t, bool with_loss
     int attr[6] = {m->vocab};
     TL_CHECK_GOTO(tl_graph_input(g, "targets", TL_I32, 1, &n, &io->targets), st, fail);
     TL_CHECK_GOTO(
-        NODE(TL_OP_CROSSENTROPY, "loss", ((int[]){io->logits, io->targets}), attr, &io->losses),
-        st, fail);
+        NODE(TL_OP_CROSSENTROPY, "loss", ((int[]){io->logits, io->targets}), attr, &io->losses), st,
+        fail);
     TL_CHECK_GOTO(tl_graph_set_loss(g, io->losses), st, fail);
   }
   *out = g;
@@ -356,7 +356,8 @@ tl_status tl_model_recompute(tl_graph* g, const struct tl_model_io* io, tl_recom
       }
   }
   if (mode == TL_RECOMPUTE_SELECTIVE && !found && io->n_layers > 0)
-    return TL_ERRF(TL_ERR_CONFIG, "selective recomputation recomputes attention, and this model "
-                                  "has none: use \"full\" or \"none\"");
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "selective recomputation recomputes attention, and this model "
+                   "has none: use \"full\" or \"none\"");
   return TL_OK;
 }

@@ -11,11 +11,13 @@
 
 static void usage(FILE* f) {
   fprintf(f,
-          "usage: trellis data TEXT OUT.bin\n"
+          "usage: trellis data TEXT OUT.bin [--uint32]\n"
           "       trellis data --corpus DIR\n"
           "\n"
           "The first form turns any text file into an llm.c token file with the\n"
-          "byte-level tokenizer (one token per byte, vocabulary 256). The second builds\n"
+          "byte-level tokenizer (one token per byte, vocabulary 256): llm.c's GPT-2\n"
+          "format (uint16 tokens), or with --uint32 its Llama-3 format (uint32 tokens,\n"
+          "what a vocabulary past 65,536 needs). The second builds\n"
           "the default corpus from Debian's 'fortunes' package (%s) as\n"
           "DIR/fortunes_train.bin (first 90%%) and DIR/fortunes_val.bin (last 10%%).\n",
           TL_CORPUS_DIR);
@@ -44,19 +46,30 @@ int tl_cli_data(int argc, char** argv) {
            (long long)nv);
     return 0;
   }
-  if (argc != 2 || argv[0][0] == '-' || argv[1][0] == '-') {
+  const int wide = argc == 3 && strcmp(argv[2], "--uint32") == 0;
+  if ((argc != 2 && !wide) || argv[0][0] == '-' || argv[1][0] == '-') {
     usage(stderr);
     return 2;
   }
   uint16_t* tokens = NULL;
+  uint32_t* words = NULL;
   int64_t n = 0;
-  if (tl_tokens_from_text_file(argv[0], &tokens, &n) != TL_OK ||
-      tl_tokens_write(argv[1], tokens, n) != TL_OK) {
-    fprintf(stderr, "trellis data: %s\n", tl_last_error());
-    free(tokens);
-    return 1;
+  tl_status st = tl_tokens_from_text_file(argv[0], &tokens, &n);
+  if (st == TL_OK && wide) {
+    words = malloc(sizeof(uint32_t) * (size_t)(n > 0 ? n : 1));
+    st = words ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for %lld tokens", (long long)n);
+    for (int64_t i = 0; st == TL_OK && i < n; i++) words[i] = tokens[i];
+    if (st == TL_OK) st = tl_tokens_write32(argv[1], words, n, 1);
+  } else if (st == TL_OK) {
+    st = tl_tokens_write(argv[1], tokens, n);
   }
   free(tokens);
-  printf("wrote %s: %lld tokens (byte-level, vocabulary 256)\n", argv[1], (long long)n);
+  free(words);
+  if (st != TL_OK) {
+    fprintf(stderr, "trellis data: %s\n", tl_last_error());
+    return 1;
+  }
+  printf("wrote %s: %lld tokens (byte-level, vocabulary 256; llm.c's %s format)\n", argv[1],
+         (long long)n, wide ? "Llama-3 (uint32)" : "GPT-2 (uint16)");
   return 0;
 }

@@ -29,6 +29,7 @@
 #include "core/timer.h"
 #include "kernels/cpu/cpu.h"
 #include "launcher/cli/cli.h"
+#include "launcher/data/tokenizer.h"
 #include "launcher/job/spawn.h"
 #include "launcher/job/stop.h"
 #include "launcher/job/worker.h"
@@ -150,8 +151,40 @@ static int save_checkpoint(struct run* r) {
   return 0;
 }
 
-static void print_sample(const tl_model* m, const int32_t* tok, int n) {
+/* A piece of text as a quoted C-like string: UTF-8 and printable ASCII as
+ * they are, the rest escaped. */
+static void print_quoted(const char* s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '\n')
+      fputs("\\n", stdout);
+    else if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c < 32 || c == 127)
+      printf("\\x%02x", c);
+    else
+      putchar(c);
+  }
+}
+
+static void print_sample(const tl_model* m, const struct tl_config* cfg, const int32_t* tok,
+                         int n) {
   printf("sample: ");
+  tl_tokenizer dec;
+  if (cfg->data.tokenizer[0] && tl_tokenizer_open(cfg->data.tokenizer, &dec) == TL_OK) {
+    putchar('"');
+    for (int i = 0; i < n; i++) {
+      size_t len = 0;
+      const char* piece = tl_tokenizer_piece(&dec, tok[i], &len);
+      if (piece)
+        print_quoted(piece, len);
+      else
+        printf("<%d>", tok[i]);
+    }
+    puts("\"");
+    tl_tokenizer_close(&dec);
+    return;
+  }
   if (m->vocab == 256) {
     putchar('"');
     for (int i = 0; i < n; i++) {
@@ -592,7 +625,7 @@ int tl_cli_train(int argc, char** argv) {
     tok[0] = tl_trainer_first_token(r.t);
     if (tl_sample(m, r.cfg.train.seq_len, params, tok, 1, n, r.cfg.train.sample_top_k,
                   r.cfg.model.seed, tok + 1) == TL_OK)
-      print_sample(m, tok, n + 1);
+      print_sample(m, &r.cfg, tok, n + 1);
     else
       rc = fail(&r, "sampling");
     free(tok);

@@ -19,10 +19,10 @@ tl_status tl_loader_init(tl_loader* l, const tl_token_file* f, int b, int t, int
 
 void tl_loader_get(const tl_loader* l, int seq0, int n_seq, int32_t* inputs, int32_t* targets) {
   for (int s = 0; s < n_seq; s++) {
-    const uint16_t* src = l->file->tokens + l->position + (int64_t)(seq0 + s) * l->t;
+    const int64_t at = l->position + (int64_t)(seq0 + s) * l->t;
     for (int i = 0; i < l->t; i++) {
-      inputs[s * l->t + i] = src[i];
-      targets[s * l->t + i] = src[i + 1];
+      inputs[s * l->t + i] = (int32_t)tl_tokens_at(l->file, at + i);
+      targets[s * l->t + i] = (int32_t)tl_tokens_at(l->file, at + i + 1);
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "graph/model.h"
+#include "launcher/data/tokenizer.h"
 #include "launcher/data/tokens.h"
 #include "launcher/train/checkpoint.h"
 #include "launcher/train/sharded.h"
@@ -65,6 +66,20 @@ tl_status tl_inputs_check(const struct tl_config* cfg) {
     add(&p, "data.train");
   }
   if (cfg->data.val[0] && check_tokens(cfg->data.val, vocab, b, t) != TL_OK) add(&p, "data.val");
+  if (cfg->data.tokenizer[0]) {
+    tl_tokenizer tok;
+    if (tl_tokenizer_open(cfg->data.tokenizer, &tok) != TL_OK) {
+      add(&p, "data.tokenizer");
+    } else {
+      if (tok.vocab < vocab) {
+        TL_ERRF(TL_ERR_FORMAT,
+                "'%s' decodes %d tokens; the model's vocabulary has %d (model.vocab_size)",
+                cfg->data.tokenizer, tok.vocab, vocab);
+        add(&p, "data.tokenizer");
+      }
+      tl_tokenizer_close(&tok);
+    }
+  }
   const bool init = cfg->model.init_from[0], resume = cfg->checkpoint.resume[0];
   if (init || resume) {
     tl_model m;

@@ -18,7 +18,7 @@ const tl_model* tl_trainer_model(const tl_trainer* t) {
 }
 int32_t tl_trainer_first_token(const tl_trainer* t) {
   const tl_token_file* f = t->val_file.tokens ? &t->val_file : &t->train_file;
-  return f->n_tokens > 0 ? f->tokens[0] : 0;
+  return f->n_tokens > 0 ? (int32_t)tl_tokens_at(f, 0) : 0;
 }
 
 double tl_trainer_step_flops(const tl_trainer* t) {

@@ -65,6 +65,22 @@ std::string Corpus(const std::string& name, const std::string& text, size_t byte
 const char* kModel = R"({"n_layers": 2, "n_heads": 2, "n_embd": 16, "max_seq_len": 16})";
 
 // An llm.c model file of the tiny GPT (weights from another seed).
+// An llm.c tokenizer file of 256 tokens, token i decoding to "<xx>" (its
+// hex): a sample decoded through it reads unlike the byte-level one.
+std::string TokenizerFile() {
+  std::string path = TmpDir() + "/tokenizer.bin";
+  std::ofstream f(path, std::ios::binary);
+  uint32_t h[256] = {20240328, 2, 256, 0};
+  f.write(reinterpret_cast<const char*>(h), sizeof h);
+  for (int i = 0; i < 256; i++) {
+    char piece[8];
+    int n = snprintf(piece, sizeof piece, "<%02x>", i);
+    f.put((char)n);
+    f.write(piece, n);
+  }
+  return path;
+}
+
 std::string LlmcFile() {
   tl_config c;
   tl_config_defaults(&c);
@@ -276,6 +292,7 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
        {{"TRELLIS_FAULT", "nan_at_step_2"}}},
       {"data.train", "{}", "\"" + corpus_b + "\"", 1},
       {"data.val", validating, "\"" + corpus_b + "\"", 1},
+      {"data.tokenizer", R"({"train": {"sample_tokens": 8}})", "\"" + TokenizerFile() + "\"", 1},
       {"device.type", "{}", R"("cuda")", 1},
       {"device.threads", "{}", "2", 1},
       {"checkpoint.dir", "{}", R"("RUN/other")", 1},

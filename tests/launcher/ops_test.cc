@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -300,4 +301,36 @@ TEST(Ops, ANonFiniteStepStopsTheRunOrIsSkipped) {
   EXPECT_NE(ReadFile(metrics).find("\"step\": 4, \"loss\""), std::string::npos);
   EXPECT_NE(ReadFile(metrics).find("\"skipped\": 1, "), std::string::npos);
   EXPECT_TRUE(Exists(Ckpt(skip, 4)));
+}
+
+// `trellis data --uint32` writes llm.c's Llama-3 format (magic 20240801,
+// version 7, uint32 tokens); the same text trains the same bits from it as
+// from the GPT-2 format, and a sample decodes through data.tokenizer.
+TEST(Ops, TheWideTokenFormatTrainsAsTheNarrowOne) {
+  const std::string text = WriteTempFile(std::string(3000, 'b') + " hello world\n", ".txt");
+  const std::string narrow = text + ".u16.bin", wide = text + ".u32.bin";
+  ASSERT_EQ(RunProcess({kTrellis, "data", text, narrow}).status, 0);
+  RunResult w = RunProcess({kTrellis, "data", text, wide, "--uint32"});
+  ASSERT_EQ(w.status, 0) << w.output;
+  EXPECT_NE(w.output.find("Llama-3 (uint32)"), std::string::npos) << w.output;
+  const std::string bytes = ReadFile(wide);
+  int32_t magic = 0, version = 0;
+  memcpy(&magic, bytes.data(), 4);
+  memcpy(&version, bytes.data() + 4, 4);
+  EXPECT_EQ(magic, 20240801);
+  EXPECT_EQ(version, 7);
+  EXPECT_EQ(bytes.size(), 1024 + 4 * (ReadFile(narrow).size() - 1024) / 2);
+  std::string ckpt[2];
+  for (int k = 0; k < 2; k++) {
+    const std::string dir = TmpDir() + (k ? "/wide" : "/narrow");
+    std::string cfg = Config(dir, 3, 1);
+    std::string t = ReadFile(cfg);
+    t.replace(t.find(Tokens()), Tokens().size(), k ? wide : narrow);
+    std::ofstream(cfg) << t;
+    RunResult r = RunProcess({kTrellis, "train", cfg});
+    ASSERT_EQ(r.status, 0) << r.output;
+    ckpt[k] = ReadFile(Ckpt(dir, 3));
+  }
+  EXPECT_TRUE(ckpt[0] == ckpt[1]) << "the same tokens, another width: the same run";
+  EXPECT_EQ(RunProcess({kTrellis, "data", text, wide, "--uint64"}).status, 2);
 }

@@ -10,6 +10,7 @@
 
 #include "launcher/data/corpus.h"
 #include "launcher/data/loader.h"
+#include "launcher/data/tokenizer.h"
 #include "launcher/data/tokens.h"
 #include "launcher/train/checkpoint.h"
 #include "launcher/train/optimizer.h"
@@ -64,7 +65,8 @@ TEST(Tokens, RoundTripAndBadFilesAreNamed) {
   tl_token_file f;
   ASSERT_EQ(tl_tokens_open(p.c_str(), 0, &f), TL_OK);
   EXPECT_EQ(f.n_tokens, 4);
-  EXPECT_EQ(f.tokens[2], 300);
+  EXPECT_EQ(tl_tokens_at(&f, 2), 300);
+  EXPECT_EQ(f.width, 2);
   EXPECT_EQ(f.max_token, 300);
   tl_tokens_close(&f);
   EXPECT_EQ(tl_tokens_open(p.c_str(), 256, &f), TL_ERR_FORMAT);
@@ -98,6 +100,90 @@ TEST(Tokens, RandomFilesAreReproducibleAndInRange) {
   tl_tokens_close(&g);
   EXPECT_EQ(tl_tokens_write_random(a.c_str(), 10, 0, 1), TL_ERR_INVALID);
   EXPECT_NE(std::string(tl_last_error()).find("vocabulary 0"), std::string::npos);
+}
+
+// llm.c's Llama-3 format (magic 20240801, version 7, uint32 tokens): read
+// and written for vocabularies past 16 bits, and a GPT of a 100,000-token
+// vocabulary trains from it.
+TEST(Tokens, TheLlama3FormatHoldsVocabulariesBeyondSixteenBits) {
+  std::string p = TempPath("wide.bin");
+  ASSERT_EQ(tl_tokens_write_random(p.c_str(), 20000, 100000, 3), TL_OK) << tl_last_error();
+  tl_token_file f;
+  ASSERT_EQ(tl_tokens_open(p.c_str(), 100000, &f), TL_OK) << tl_last_error();
+  EXPECT_EQ(f.width, 4);
+  EXPECT_GT(f.max_token, 65535);
+  EXPECT_LT(f.max_token, 100000);
+  const int32_t* h = static_cast<const int32_t*>(f.map);
+  EXPECT_EQ(h[0], 20240801);
+  EXPECT_EQ(h[1], 7);
+  tl_tokens_close(&f);
+  // a model of that vocabulary trains a step from it
+  tl_config c = SmallConfig();
+  c.model.n_layers = 1, c.model.n_embd = 8, c.model.n_heads = 2, c.model.vocab_size = 100000;
+  c.train.steps = 1, c.train.sample_tokens = 0;
+  snprintf(c.data.train, sizeof c.data.train, "%s", p.c_str());
+  c.data.val[0] = '\0';
+  tl_trainer* t = nullptr;
+  ASSERT_EQ(tl_trainer_create(&c, nullptr, &t), TL_OK) << tl_last_error();
+  tl_step_stats s;
+  ASSERT_EQ(tl_trainer_step(t, &s), TL_OK) << tl_last_error();
+  EXPECT_NEAR(s.loss, std::log(100000.0), 0.5) << "a fresh model's loss is about ln V";
+  tl_trainer_destroy(t);
+  // narrow tokens go as uint16 unless asked; the wide form holds them alike
+  std::vector<uint32_t> tok = {1, 70000, 3};
+  ASSERT_EQ(tl_tokens_write32(p.c_str(), tok.data(), 3, 0), TL_OK);
+  ASSERT_EQ(tl_tokens_open(p.c_str(), 0, &f), TL_OK);
+  EXPECT_EQ(f.width, 4);  // 70000 needs the wide form
+  EXPECT_EQ(tl_tokens_at(&f, 1), 70000);
+  tl_tokens_close(&f);
+  tok[1] = 2;
+  for (int wide : {0, 1}) {
+    ASSERT_EQ(tl_tokens_write32(p.c_str(), tok.data(), 3, wide), TL_OK);
+    ASSERT_EQ(tl_tokens_open(p.c_str(), 0, &f), TL_OK);
+    EXPECT_EQ(f.width, wide ? 4 : 2);
+    EXPECT_EQ(tl_tokens_at(&f, 2), 3);
+    tl_tokens_close(&f);
+  }
+  // a token past the vocabulary, and the Llama-3 magic with another version
+  EXPECT_EQ(tl_tokens_open(p.c_str(), 3, &f), TL_ERR_FORMAT);
+  EXPECT_NE(std::string(tl_last_error()).find("token 3 at position 2"), std::string::npos);
+  {
+    std::FILE* g = std::fopen(p.c_str(), "r+b");
+    int32_t v = 1;
+    std::fseek(g, 4, SEEK_SET);
+    std::fwrite(&v, 4, 1, g);
+    std::fclose(g);
+  }
+  EXPECT_EQ(tl_tokens_open(p.c_str(), 0, &f), TL_ERR_FORMAT);
+  EXPECT_NE(std::string(tl_last_error()).find("version 1, expected 7 for magic 20240801"),
+            std::string::npos)
+      << tl_last_error();
+}
+
+// llm.c's tokenizer file: pieces back as written, the end-of-text token,
+// and damaged files named.
+TEST(Tokenizer, ReadsLlmcsFileAndNamesDamage) {
+  std::string p = TempPath("tok.bin");
+  const char* pieces[3] = {"he", "llo", " w\xc3\xb6rld"};
+  const uint8_t lengths[3] = {2, 3, 7};
+  ASSERT_EQ(tl_tokenizer_write(p.c_str(), 3, pieces, lengths, 2), TL_OK);
+  tl_tokenizer t;
+  ASSERT_EQ(tl_tokenizer_open(p.c_str(), &t), TL_OK) << tl_last_error();
+  EXPECT_EQ(t.vocab, 3);
+  EXPECT_EQ(t.eot, 2);
+  size_t len = 0;
+  const char* s = tl_tokenizer_piece(&t, 2, &len);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(std::string(s, len), " w\xc3\xb6rld");
+  EXPECT_EQ(tl_tokenizer_piece(&t, 3, &len), nullptr);
+  tl_tokenizer_close(&t);
+  ASSERT_EQ(truncate(p.c_str(), 1024 + 1 + 2 + 1 + 2), 0);  // inside token 1
+  EXPECT_EQ(tl_tokenizer_open(p.c_str(), &t), TL_ERR_FORMAT);
+  EXPECT_NE(std::string(tl_last_error()).find("ends inside token 1"), std::string::npos)
+      << tl_last_error();
+  ASSERT_EQ(tl_tokens_write_random(p.c_str(), 600, 50, 1), TL_OK);  // a token file instead
+  EXPECT_EQ(tl_tokenizer_open(p.c_str(), &t), TL_ERR_FORMAT);
+  EXPECT_NE(std::string(tl_last_error()).find("not an llm.c tokenizer file"), std::string::npos);
 }
 
 TEST(Loader, BatchesAreContiguousSequencesAndWrap) {
