@@ -74,6 +74,7 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(parallel, recompute, TL__FIELD_ENUM, .names = k_recompute),
     FIELD(parallel, sequence_parallel, TL__FIELD_BOOL),
     FIELD(parallel, deterministic, TL__FIELD_BOOL),
+    FIELD(parallel, timeout_s, TL__FIELD_DOUBLE, AT_LEAST(0)),
 
     FIELD(train, steps, TL__FIELD_INT, AT_LEAST(0)),
     FIELD(train, batch_size, TL__FIELD_INT, AT_LEAST(1)),
@@ -139,6 +140,7 @@ void tl_config_defaults(struct tl_config* cfg) {
 
   cfg->parallel.zero = 0;
   cfg->parallel.bucket_mb = 25.0;
+  cfg->parallel.timeout_s = 1800.0;
 
   struct tl_train_config* t = &cfg->train;
   t->steps = 100;

@@ -82,6 +82,9 @@ struct tl_parallel_config {
    * gradient sums): bit-identical parameters across data x pipeline meshes
    * with the same micro-batch size; default false */
   bool deterministic;
+  /* seconds a rank may wait in one collective or transfer before the job
+   * ends naming what is stuck (core/watchdog.h); 0 = never; default 1800 */
+  double timeout_s;
 };
 
 struct tl_train_config {

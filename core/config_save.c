@@ -39,6 +39,11 @@ static void format_float(float x, char* buf, size_t size) {
 }
 
 static void format_double(double x, char* buf, size_t size) {
+  /* a whole number as one (1800, not 1.8e3) */
+  if (x == (double)(long long)x && x > -1e9 && x < 1e9) {
+    snprintf(buf, size, "%lld", (long long)x);
+    return;
+  }
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(buf, size, "%.*g", prec, x);
     if (strtod(buf, NULL) == x) break;

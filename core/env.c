@@ -70,7 +70,7 @@ static void load(void) {
     bad("TRELLIS_FAULT", v,
         "one of none, micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, "
         "tp_allreduce_skipped, sp_sync_skipped, pp_grad_misrouted, update_repeated, "
-        "nan_at_step_2");
+        "nan_at_step_2, rank_stops");
 }
 
 const char* tl_fault_name(tl_fault f) {
@@ -82,7 +82,8 @@ const char* tl_fault_name(tl_fault f) {
                                                     "sp_sync_skipped",
                                                     "pp_grad_misrouted",
                                                     "update_repeated",
-                                                    "nan_at_step_2"};
+                                                    "nan_at_step_2",
+                                                    "rank_stops"};
   return f >= 0 && f < TL_FAULT_COUNT ? names[f] : "?";
 }
 

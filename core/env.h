@@ -15,22 +15,23 @@ extern "C" {
 #endif
 
 /* X(NAME, default, doc) */
-#define TL_ENV_MAP(X)                                                                        \
-  X(TRELLIS_LOG_LEVEL, "info", "least severe log level printed: error, warn, info or debug") \
-  X(TRELLIS_LOG_RANKS, "0",                                                                  \
-    "which ranks print info and debug lines: a rank number, or 'all' "                       \
-    "(warnings and errors always print)")                                                    \
-  X(TRELLIS_NUM_THREADS, "0",                                                                \
-    "CPU threads per process for kernels and OpenBLAS; 0 = every online core "               \
-    "divided by the ranks sharing this node")                                                \
-  X(TRELLIS_MPI_WAIT, "auto",                                                                \
-    "how a rank waits for an MPI message: 'spin' (MPI's own busy-polling), 'yield' (poll, "  \
-    "giving the core away between polls) or 'auto' (yield when the node's ranks times "      \
-    "their threads outnumber its cores)")                                                    \
-  X(TRELLIS_FAULT, "none",                                                                   \
-    "a deliberate bug, for proving that --verify catches one (tests only): none, "           \
-    "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "        \
-    "sp_sync_skipped, pp_grad_misrouted, update_repeated or nan_at_step_2 (README: the "     \
+#define TL_ENV_MAP(X)                                                                            \
+  X(TRELLIS_LOG_LEVEL, "info", "least severe log level printed: error, warn, info or debug")     \
+  X(TRELLIS_LOG_RANKS, "0",                                                                      \
+    "which ranks print info and debug lines: a rank number, or 'all' "                           \
+    "(warnings and errors always print)")                                                        \
+  X(TRELLIS_NUM_THREADS, "0",                                                                    \
+    "CPU threads per process for kernels and OpenBLAS; 0 = every online core "                   \
+    "divided by the ranks sharing this node")                                                    \
+  X(TRELLIS_MPI_WAIT, "auto",                                                                    \
+    "how a rank waits for an MPI message: 'spin' (MPI's own busy-polling), 'yield' (poll, "      \
+    "giving the core away between polls) or 'auto' (yield when the node's ranks times "          \
+    "their threads outnumber its cores)")                                                        \
+  X(TRELLIS_FAULT, "none",                                                                       \
+    "a deliberate bug, for proving that --verify catches one (tests only): none, "               \
+    "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "            \
+    "sp_sync_skipped, pp_grad_misrouted, update_repeated, nan_at_step_2 or rank_stops (README: " \
+    "the "                                                                                       \
     "equality oracle)")
 
 typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
@@ -52,6 +53,8 @@ typedef enum {
   TL_FAULT_NAN_AT_STEP_2,        /* world rank 0's gradients of step 2 are NaN (a transient
                                   * divergence, for the non-finite tests; --verify does not
                                   * compare a step that stops or is skipped) */
+  TL_FAULT_RANK_STOPS,           /* the last world rank stops itself (SIGSTOP) in step 3: a
+                                  * rank that no longer answers, for the watchdog's test */
   TL_FAULT_COUNT
 } tl_fault;
 

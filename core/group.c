@@ -10,6 +10,7 @@
 
 #include "core/group_impl.h"
 #include "core/log.h"
+#include "core/watchdog.h"
 
 static const char* const k_call_names[] = {
 #define TL__GROUP_CALL_NAME(name, str) str,
@@ -113,6 +114,7 @@ static tl_status check_peer(const tl_group* g, const char* what, const char* rol
 /* Counts an issued call and adopts its request. */
 static tl_status issued(tl_group* g, tl_group_call call, size_t bytes, tl_status st,
                         tl_group_request** req) {
+  if (!req) tl_watchdog_leave(); /* a blocking call has returned (WATCH) */
   if (st != TL_OK) {
     if (req) *req = NULL;
     return st;
@@ -123,10 +125,16 @@ static tl_status issued(tl_group* g, tl_group_call call, size_t bytes, tl_status
   g->stats.total_bytes += (int64_t)bytes;
   if (req) {
     (*req)->group = g;
+    (*req)->call = (int)call;
+    (*req)->bytes = bytes;
     g->n_pending++;
   }
   return TL_OK;
 }
+
+/* A blocking call about to wait: the watchdog knows what (watchdog.h). */
+#define WATCH(g, call, bytes, req) \
+  ((req) ? (void)0 : tl_watchdog_enter((g)->name, k_call_names[call], (bytes)))
 
 /* ---- calls ------------------------------------------------------------------ */
 
@@ -140,6 +148,7 @@ tl_status tl_group_all_reduce(tl_group* g, const void* send, void* recv, size_t 
                    "group '%s': all_reduce buffers overlap without being the same (in place "
                    "means send == recv)",
                    g->name);
+  WATCH(g, TL_GROUP_ALL_REDUCE, bytes, req);
   return issued(g, TL_GROUP_ALL_REDUCE, bytes,
                 g->ops->all_reduce(g->ctx, send, recv, count, dtype, op, req), req);
 }
@@ -156,6 +165,7 @@ tl_status tl_group_reduce_scatter(tl_group* g, const void* send, void* recv, siz
                    "group '%s': reduce_scatter buffers overlap (in place means recv == send + "
                    "this member's offset, %zu elements)",
                    g->name, off);
+  WATCH(g, TL_GROUP_REDUCE_SCATTER, count * es, req);
   return issued(g, TL_GROUP_REDUCE_SCATTER, count * es,
                 g->ops->reduce_scatter(g->ctx, send, recv, count, dtype, op, req), req);
 }
@@ -172,6 +182,7 @@ tl_status tl_group_all_gather(tl_group* g, const void* send, void* recv, size_t 
                    "group '%s': all_gather buffers overlap (in place means send == recv + this "
                    "member's offset, %zu elements)",
                    g->name, off);
+  WATCH(g, TL_GROUP_ALL_GATHER, count * es, req);
   return issued(g, TL_GROUP_ALL_GATHER, count * es,
                 g->ops->all_gather(g->ctx, send, recv, count, dtype, req), req);
 }
@@ -181,6 +192,7 @@ tl_status tl_group_broadcast(tl_group* g, void* buf, size_t count, tl_dtype dtyp
   if (req) *req = NULL;
   TL_CHECK(check_call(g, TL_GROUP_BROADCAST, count, dtype, -1, buf, buf));
   TL_CHECK(check_peer(g, "broadcast", "root", root));
+  WATCH(g, TL_GROUP_BROADCAST, count * tl_dtype_size(dtype), req);
   return issued(g, TL_GROUP_BROADCAST, count * tl_dtype_size(dtype),
                 g->ops->broadcast(g->ctx, buf, count, dtype, root, req), req);
 }
@@ -198,6 +210,7 @@ tl_status tl_group_send(tl_group* g, const void* buf, size_t count, tl_dtype dty
   TL_CHECK(check_call(g, TL_GROUP_SEND, count, dtype, -1, buf, buf));
   TL_CHECK(check_peer(g, "send", "peer", peer));
   TL_CHECK(check_tag(g, "send", tag));
+  WATCH(g, TL_GROUP_SEND, count * tl_dtype_size(dtype), req);
   return issued(g, TL_GROUP_SEND, count * tl_dtype_size(dtype),
                 g->ops->send(g->ctx, buf, count, dtype, peer, tag, req), req);
 }
@@ -208,12 +221,14 @@ tl_status tl_group_recv(tl_group* g, void* buf, size_t count, tl_dtype dtype, in
   TL_CHECK(check_call(g, TL_GROUP_RECV, count, dtype, -1, buf, buf));
   TL_CHECK(check_peer(g, "recv", "peer", peer));
   TL_CHECK(check_tag(g, "recv", tag));
+  WATCH(g, TL_GROUP_RECV, count * tl_dtype_size(dtype), req);
   return issued(g, TL_GROUP_RECV, count * tl_dtype_size(dtype),
                 g->ops->recv(g->ctx, buf, count, dtype, peer, tag, req), req);
 }
 
 tl_status tl_group_barrier(tl_group* g, tl_group_request** req) {
   if (req) *req = NULL;
+  WATCH(g, TL_GROUP_BARRIER, 0, req);
   return issued(g, TL_GROUP_BARRIER, 0, g->ops->barrier(g->ctx, req), req);
 }
 
@@ -223,7 +238,10 @@ tl_status tl_group_wait(tl_group_request* req) {
   if (!req) return TL_OK;
   tl_group* g = req->group;
   g->n_pending--;
-  return g->ops->wait(g->ctx, req);
+  tl_watchdog_enter(g->name, k_call_names[req->call], req->bytes);
+  tl_status st = g->ops->wait(g->ctx, req);
+  tl_watchdog_leave();
+  return st;
 }
 
 tl_status tl_group_wait_all(int n, tl_group_request** reqs) {

@@ -17,6 +17,8 @@ extern "C" {
 /* Every backend's request starts with this header; group.c fills in `group`. */
 struct tl_group_request {
   tl_group* group;
+  int call;     /* tl_group_call, and its bytes: what a wait waits for (watchdog.h) */
+  size_t bytes;
 };
 
 /* `req` NULL: complete the operation before returning. Otherwise issue it and

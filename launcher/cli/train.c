@@ -582,8 +582,8 @@ int tl_cli_train(int argc, char** argv) {
     }
     tl_trainer_trace(r.t, r.trace);
   }
-  if (rank0(&r)) describe(&r);
   if (tl_stop_install() != TL_OK) return finish(&r, fail(&r, ""));
+  if (rank0(&r)) describe(&r);
   int rc = train_loop(&r);
   tl_trainer_trace(r.t, NULL);
   if (rc == 0) trace_merge(&r);

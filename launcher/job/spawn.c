@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -141,7 +142,9 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
   return TL_OK;
 }
 
-static volatile sig_atomic_t g_child = 0, g_own_group = 0;
+static volatile sig_atomic_t g_child = 0, g_own_group = 0, g_second = 0;
+static struct timespec g_first_at; /* when the first signal was passed on */
+static volatile sig_atomic_t g_forwarded = 0;
 
 /* Passes a signal on to the launcher, which passes it to the ranks
  * (job/stop.h): mpiexec runs in a process group of its own, so that a
@@ -151,6 +154,17 @@ static volatile sig_atomic_t g_child = 0, g_own_group = 0;
 static void forward(int sig, siginfo_t* info, void* ctx) {
   (void)ctx;
   if (!g_own_group && info && info->si_code == SI_KERNEL) return;
+  /* a second signal a second or more after the first ends the ranks at
+   * once (job/stop.h); the job's status then says so even where mpiexec
+   * reports 0 for ranks that ended on a signal it passed on */
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (!g_forwarded) {
+    g_first_at = now, g_forwarded = 1;
+  } else if ((double)(now.tv_sec - g_first_at.tv_sec) + (now.tv_nsec - g_first_at.tv_nsec) * 1e-9 >=
+             1.0) {
+    g_second = sig;
+  }
   if (g_child > 0) kill((pid_t)g_child, sig);
 }
 
@@ -211,6 +225,7 @@ static int run(char** cmd, int* errno_out) {
   for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
   g_child = 0;
   if (got == (ssize_t)sizeof e) return *errno_out = e, -1;
+  if (g_second && WIFEXITED(status) && WEXITSTATUS(status) == 0) return 128 + g_second;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;

@@ -15,6 +15,7 @@
 #include "core/group_mpi.h"
 #include "core/group_nccl.h"
 #include "core/log.h"
+#include "core/watchdog.h"
 #include "kernels/backend.h"
 
 static tl_status local_rank(int* rank, int* size) {
@@ -102,6 +103,9 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
     w.device = tl_cpu();
     for (int a = 0; a < 3; a++) w.groups[a] = w.host_groups[a];
   }
+
+  /* a peer that stops answering ends the job, naming what waits */
+  if (w.world_size > 1) TL_CHECK_GOTO(tl_watchdog_start(cfg->parallel.timeout_s, w.rank), st, fail);
 
   char dev[16];
   TL_LOG_DEBUG("rank %d: dp %d, tp %d, pp %d; local rank %d of %d; %s; %d thread%s", w.rank,

@@ -3,6 +3,7 @@
  * the gradient sums over the mesh's groups, the norm and clipping, the
  * update; and the validation loss. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -280,6 +281,9 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     TL_CHECK(tl_memzero(t->be->device, t->grads->data, t->grads->bytes));
   if (t->grad_acc) TL_CHECK(tl_memzero(t->be->device, t->grad_acc->data, t->grad_acc->bytes));
   double loss = 0.0;
+  if (t->step + 1 == 3 && tl__trainer_in_job(t) && tl_fault_on(TL_FAULT_RANK_STOPS) &&
+      t->world_rank == tl_group_size(t->comm.world) - 1)
+    raise(SIGSTOP); /* a rank that no longer answers (core/env.h) */
   TL_CHECK(run_schedule(t, &loss));
   /* 2. replicas and the tied embedding */
   if (t->grad_acc) {

@@ -173,7 +173,8 @@ Outcome Train(const std::string& json, int ranks,
   std::istringstream metrics(ReadFile(dir + "/m.jsonl"));
   while (std::getline(metrics, line)) {
     json_t* j = Parse(line);
-    for (const char* timed : {"ms", "tokens_per_s", "wait_ms", "dp_wait_ms"}) json_object_del(j, timed);
+    for (const char* timed : {"ms", "tokens_per_s", "wait_ms", "dp_wait_ms"})
+      json_object_del(j, timed);
     char* s = json_dumps(j, JSON_SORT_KEYS);
     fp << "metrics " << s << "\n";
     free(s);
@@ -270,6 +271,13 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"parallel.recompute", "{}", R"("full")", 1},
       {"parallel.sequence_parallel", R"({"mesh": {"tp": 2}})", "true", 2},
       {"parallel.deterministic", R"({"mesh": {"dp": 2}})", "true", 2},
+      // the last rank stops itself in step 3 (TRELLIS_FAULT): the base waits
+      // for ever (its 120 s timeout), the other ends after 2 s naming it
+      {"parallel.timeout_s",
+       R"({"mesh": {"dp": 2}, "train": {"steps": 4}, "parallel": {"timeout_s": 0}})",
+       "2",
+       2,
+       {{"TRELLIS_FAULT", "rank_stops"}}},
       {"train.steps", "{}", "3", 1},
       {"train.batch_size", "{}", "8", 1},
       {"train.seq_len", "{}", "16", 1},
@@ -288,7 +296,10 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"train.sample_top_k", R"({"train": {"sample_tokens": 16}})", "40", 1},
       // step 2's gradients are NaN (TRELLIS_FAULT): the base stops there,
       // the other skips it
-      {"train.skip_nonfinite", R"({"mesh": {"dp": 2}, "train": {"steps": 3}})", "true", 2,
+      {"train.skip_nonfinite",
+       R"({"mesh": {"dp": 2}, "train": {"steps": 3}})",
+       "true",
+       2,
        {{"TRELLIS_FAULT", "nan_at_step_2"}}},
       {"data.train", "{}", "\"" + corpus_b + "\"", 1},
       {"data.val", validating, "\"" + corpus_b + "\"", 1},

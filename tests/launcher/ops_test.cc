@@ -334,3 +334,29 @@ TEST(Ops, TheWideTokenFormatTrainsAsTheNarrowOne) {
   EXPECT_TRUE(ckpt[0] == ckpt[1]) << "the same tokens, another width: the same run";
   EXPECT_EQ(RunProcess({kTrellis, "data", text, wide, "--uint64"}).status, 2);
 }
+
+// A rank that stops answering (TRELLIS_FAULT=rank_stops: the last rank
+// SIGSTOPs itself in step 3) while the other waits for it in the gradient
+// all-reduce: after parallel.timeout_s the waiting rank ends the job with
+// its rank, the group, the operation and the bytes that are stuck.
+TEST(Ops, AStoppedRankEndsTheJobAfterTheTimeoutNamingWhatIsStuck) {
+  const std::string dir = TmpDir() + "/stopped";
+  std::string cfg = Config(dir, 100, 2);
+  {
+    std::string t = ReadFile(cfg);
+    t.replace(t.find("\"mesh\": {"), 9, "\"parallel\": {\"timeout_s\": 2}, \"mesh\": {");
+    std::ofstream(cfg) << t;
+  }
+  RunResult r = RunProcess({kTrellis, "train", cfg}, {{"TRELLIS_FAULT", "rank_stops"}}, 60, true);
+  ASSERT_FALSE(r.timed_out) << "the job waited for ever\n" << r.output;
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_EQ(CountOf(r.output, "has not finished after"), 1) << r.output;
+  EXPECT_NE(r.output.find("rank 0: all_reduce of "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("on group 'dp' has not finished after 2 s (parallel.timeout_s = 2)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("step   2/100"), std::string::npos);
+  EXPECT_EQ(r.output.find("step   3/100"), std::string::npos);
+  std::printf("a rank stopped in step 3: the job ended after %.1f s in all (timeout 2 s)\n",
+              r.seconds);
+}
