@@ -10,6 +10,7 @@ int tl_cli_env(int argc, char** argv);
 int tl_cli_data(int argc, char** argv);
 int tl_cli_train(int argc, char** argv);
 int tl_cli_plan(int argc, char** argv);
+int tl_cli_plot(int argc, char** argv);
 /* `trellis plan --calibrate OUT`: argv is the whole command line (it may
  * start the job's ranks). */
 int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks);

@@ -18,6 +18,7 @@ static void usage(FILE* f) {
           "          check CONFIG.json validates a config and prints its rank map\n"
           "  env     list the environment variables trellis reads\n"
           "  plan    rank data x tensor x pipeline splits of a model on a cluster\n"
+          "  plot    draw what train --metrics wrote: loss, lr, tokens/s, runs overlaid\n"
           "\n"
           "`trellis <command> --help` describes a command.\n");
 }
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   if (strcmp(cmd, "data") == 0) return tl_cli_data(argc - 2, argv + 2);
   if (strcmp(cmd, "train") == 0) return tl_cli_train(argc - 2, argv + 2);
   if (strcmp(cmd, "plan") == 0) return tl_cli_plan(argc - 2, argv + 2);
+  if (strcmp(cmd, "plot") == 0) return tl_cli_plot(argc - 2, argv + 2);
   fprintf(stderr, "trellis: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

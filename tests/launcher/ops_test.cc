@@ -360,3 +360,43 @@ TEST(Ops, AStoppedRankEndsTheJobAfterTheTimeoutNamingWhatIsStuck) {
   std::printf("a rank stopped in step 3: the job ended after %.1f s in all (timeout 2 s)\n",
               r.seconds);
 }
+
+// `trellis plot`: two runs' --metrics drawn in one picture — a line per
+// run in the loss, learning-rate and tokens/s panels, a point per
+// validation — and a file that is not metrics refused naming its line.
+TEST(Ops, PlotOverlaysTheRunsMetrics) {
+  std::string m[2];
+  for (int k = 0; k < 2; k++) {
+    const std::string dir = TmpDir() + "/plot" + std::to_string(k);
+    std::string cfg = Config(dir, 6, 1);
+    if (k == 1) {  // validation every 2 steps, and another learning rate
+      std::string t = ReadFile(cfg);
+      t.replace(t.find("\"warmup_steps\": 2"), 17,
+                "\"warmup_steps\": 2, \"val_every\": 2, \"lr\": 0.003");
+      t.replace(t.find("\"data\": {"), 9, "\"data\": {\"val\": \"" + Tokens() + "\", ");
+      std::ofstream(cfg) << t;
+    }
+    m[k] = dir + "/metrics.jsonl";
+    RunResult r = RunProcess({kTrellis, "train", cfg, "--metrics", m[k]});
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  const std::string svg = TmpDir() + "/runs.svg";
+  RunResult p = RunProcess({kTrellis, "plot", m[0], m[1], "--svg", svg});
+  ASSERT_EQ(p.status, 0) << p.output;
+  EXPECT_NE(p.output.find("(2 runs, 6 steps)"), std::string::npos) << p.output;
+  const std::string text = ReadFile(svg);
+  ASSERT_EQ(text.rfind("<svg ", 0), 0u);
+  for (int k = 0; k < 2; k++) {
+    std::string run = "<polyline class=\"run" + std::to_string(k) + "\"";
+    EXPECT_EQ(CountOf(text, run), 3) << "loss, learning rate, tokens/s";
+  }
+  EXPECT_EQ(CountOf(text, "<circle class=\"run1\""), 3) << "validations at steps 2, 4, 6";
+  EXPECT_EQ(CountOf(text, "<circle class=\"run0\""), 0);
+  EXPECT_NE(text.find("metrics.jsonl"), std::string::npos) << "the legend names the files";
+  // not metrics: refused, naming the file and the line
+  const std::string bad = WriteTempFile("{\"step\": 1, \"loss\": 2}\nnot json\n", ".jsonl");
+  RunResult b = RunProcess({kTrellis, "plot", bad, "--svg", svg});
+  EXPECT_EQ(b.status, 1) << b.output;
+  EXPECT_NE(b.output.find(bad + ":2:"), std::string::npos) << b.output;
+  EXPECT_EQ(RunProcess({kTrellis, "plot", m[0]}).status, 2) << "no --svg";
+}
