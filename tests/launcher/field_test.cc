@@ -271,10 +271,10 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"parallel.recompute", "{}", R"("full")", 1},
       {"parallel.sequence_parallel", R"({"mesh": {"tp": 2}})", "true", 2},
       {"parallel.deterministic", R"({"mesh": {"dp": 2}})", "true", 2},
-      // the last rank stops itself in step 3 (TRELLIS_FAULT): the base waits
-      // for ever (its 120 s timeout), the other ends after 2 s naming it
+      // the last rank stops itself in step 3 (TRELLIS_FAULT): the base's
+      // watchdog ends the job after 5 s, the other's after 2
       {"parallel.timeout_s",
-       R"({"mesh": {"dp": 2}, "train": {"steps": 4}, "parallel": {"timeout_s": 0}})",
+       R"({"mesh": {"dp": 2}, "train": {"steps": 4}, "parallel": {"timeout_s": 5}})",
        "2",
        2,
        {{"TRELLIS_FAULT", "rank_stops"}}},
