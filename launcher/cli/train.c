@@ -116,6 +116,7 @@ static int save_checkpoint(struct run* r) {
   char path[TL_PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/step_%06lld.ckpt", c->checkpoint.dir,
            (long long)tl_trainer_steps_done(r->t));
+  if (strcmp(path, r->saved) == 0) return 0; /* this step's is written already */
   if ((r->last = tl_trainer_save(r->t, path)) != TL_OK) return fail(r, "checkpoint");
   snprintf(r->saved, sizeof r->saved, "%s", path);
   int removed = 0; /* checkpoint.keep: the newest ones stay */
@@ -454,8 +455,11 @@ static int train_loop(struct run* r) {
       double val;
       if (tl_trainer_eval(r->t, &val) != TL_OK) return fail(r, "validation");
       if (rank0(r)) printf("step %lld: validation loss %.4f\n", (long long)st.step, val);
-      if (r->metrics)
-        fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)st.step, val);
+      if (r->metrics) {
+        char num[32];
+        fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %s}\n", (long long)st.step,
+                json_number(val, "%.6f", num));
+      }
     }
     if (r->cfg.checkpoint.every > 0 && st.step % r->cfg.checkpoint.every == 0 && !last &&
         save_checkpoint(r) != 0)
