@@ -372,25 +372,25 @@ static void trace_merge(struct run* r) {
   printf("trace: %s\n", r->opt.trace);
 }
 
-/* Every rank's allocator peak into r->peaks (collective over the job): the
- * fullest rank is the one a memory plan must fit, and ranks differ (first
- * and last stages, tensor-parallel rank 0). */
+/* Every rank's allocator peak and live bytes into r->peaks (pairs;
+ * collective over the job): the fullest rank is the one a memory plan must
+ * fit, and ranks differ (first and last stages, tensor-parallel rank 0);
+ * live bytes that grow from step to step are a leak. */
 static tl_status gather_peaks(struct run* r) {
-  int64_t mine = tl_trainer_peak_bytes(r->t);
+  int64_t mine[2] = {tl_trainer_peak_bytes(r->t), tl_trainer_live_bytes(r->t)};
   if (!r->have_worker || r->w.world_size == 1) {
-    r->peaks[0] = mine;
+    memcpy(r->peaks, mine, sizeof mine);
     return TL_OK;
   }
   /* an int64 travels as two int32s: the bytes arrive as they left */
-  return tl_group_all_gather(r->w.world, &mine, r->peaks, 2 * (size_t)r->w.world_size, TL_I32,
-                             NULL);
+  return tl_group_all_gather(r->w.world, mine, r->peaks, 4 * (size_t)r->w.world_size, TL_I32, NULL);
 }
 
-/* {"rank0": N, "rank1": N, ...} */
-static void print_peaks(FILE* f, const int64_t* peaks, int n) {
+/* {"rank0": N, "rank1": N, ...}: element `which` of each rank's pair */
+static void print_peaks(FILE* f, const int64_t* peaks, int n, int which) {
   fputc('{', f);
   for (int k = 0; k < n; k++)
-    fprintf(f, "%s\"rank%d\": %lld", k ? ", " : "", k, (long long)peaks[k]);
+    fprintf(f, "%s\"rank%d\": %lld", k ? ", " : "", k, (long long)peaks[2 * k + which]);
   fputc('}', f);
 }
 
@@ -446,7 +446,9 @@ static int train_loop(struct run* r) {
                 json_number(st.grad_norm, "%.6g", num[1]), st.seconds * 1e3, tokens / st.seconds,
                 st.bubble_seconds * 1e3, st.dp_buckets, st.dp_buckets_early,
                 st.dp_wait_seconds * 1e3, (long long)skipped);
-        print_peaks(r->metrics, r->peaks, r->have_worker ? r->w.world_size : 1);
+        print_peaks(r->metrics, r->peaks, r->have_worker ? r->w.world_size : 1, 0);
+        fputs(", \"live_bytes\": ", r->metrics);
+        print_peaks(r->metrics, r->peaks, r->have_worker ? r->w.world_size : 1, 1);
         fputs("}\n", r->metrics);
       }
     }
@@ -565,7 +567,7 @@ int tl_cli_train(int argc, char** argv) {
   if (r.opt.verify && tl_verify_create(r.t, &r.verify) != TL_OK)
     return finish(&r, fail(&r, "--verify"));
   if (r.opt.metrics) {
-    r.peaks = calloc(r.have_worker ? (size_t)r.w.world_size : 1, sizeof(int64_t));
+    r.peaks = calloc(2 * (r.have_worker ? (size_t)r.w.world_size : 1), sizeof(int64_t));
     if (!r.peaks) return finish(&r, fail(&r, "out of memory"));
   }
   if (rank0(&r) && r.opt.metrics) {

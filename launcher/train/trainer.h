@@ -140,6 +140,8 @@ double tl_trainer_step_flops(const tl_trainer* t);
 /* Device peak bytes since start (core's allocator), and the activation
  * arenas this rank holds (one per micro-batch in flight). */
 int64_t tl_trainer_peak_bytes(const tl_trainer* t);
+/* Bytes the allocator holds now on this rank's device. */
+int64_t tl_trainer_live_bytes(const tl_trainer* t);
 int64_t tl_trainer_activation_bytes(const tl_trainer* t);
 /* The costs of a block's passes its pipeline schedule was built with
  * (pp/schedule.h: zero-bubble's lists depend on them). */

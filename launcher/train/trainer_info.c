@@ -31,6 +31,10 @@ int64_t tl_trainer_peak_bytes(const tl_trainer* t) {
   return tl_alloc_stats_get(t->be->device).peak_bytes;
 }
 
+int64_t tl_trainer_live_bytes(const tl_trainer* t) {
+  return tl_alloc_stats_get(t->be->device).live_bytes;
+}
+
 struct tl_pp_costs tl_trainer_schedule_costs(const tl_trainer* t) {
   return t->costs;
 }

@@ -380,6 +380,22 @@ TEST(Ops, PlotOverlaysTheRunsMetrics) {
     RunResult r = RunProcess({kTrellis, "train", cfg, "--metrics", m[k]});
     ASSERT_EQ(r.status, 0) << r.output;
   }
+  // every step's live bytes on each rank: flat after the first (no leak)
+  {
+    std::istringstream lines(ReadFile(m[0]));
+    std::string line, first;
+    int steps = 0;
+    while (std::getline(lines, line)) {
+      size_t at = line.find("\"live_bytes\": ");
+      if (at == std::string::npos) continue;
+      std::string live = line.substr(at, line.find('}', at) - at);
+      if (++steps == 2) first = live;
+      if (steps > 2) {
+        EXPECT_EQ(live, first) << "step " << steps;
+      }
+    }
+    EXPECT_EQ(steps, 6);
+  }
   const std::string svg = TmpDir() + "/runs.svg";
   RunResult p = RunProcess({kTrellis, "plot", m[0], m[1], "--svg", svg});
   ASSERT_EQ(p.status, 0) << p.output;
