@@ -521,7 +521,7 @@ int tl_cli_train(int argc, char** argv) {
       fprintf(stderr, "trellis train: checkpoint.resume \"latest\": path too long: %s\n", latest);
       return 1;
     }
-    snprintf(r.cfg.checkpoint.resume, sizeof r.cfg.checkpoint.resume, "%s", latest);
+    memcpy(r.cfg.checkpoint.resume, latest, strlen(latest) + 1); /* it fits: checked above */
     const char* pmi = getenv("PMI_RANK");
     if (!getenv("TRELLIS_SPAWNED") && (!pmi || strcmp(pmi, "0") == 0)) { /* said once */
       if (step >= 0)
