@@ -19,6 +19,8 @@ packages=(
   libxxhash-dev
   libopenblas-openmp-dev
   libgtest-dev googletest
+  # a one-node Slurm for tests/launcher:slurm_test (started by the test)
+  slurmctld slurmd slurm-client munge
   # the default training corpus (English text, see README)
   fortunes
   # used by the scripts and tests

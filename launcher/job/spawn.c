@@ -100,6 +100,13 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
   /* 2. the launcher, its options, then this program and its own arguments */
   const char* step;
   bool srun = getenv("SLURM_JOB_ID") && !in_slurm_step(&step);
+  const char* ntasks = getenv("SLURM_NTASKS");
+  if (srun && ntasks && *ntasks && !hosts && !hostfile && atoi(ntasks) < world_size)
+    /* srun would refuse with its own words, or wait for resources that never come */
+    return TL_ERRF(TL_ERR_INVALID,
+                   "the Slurm allocation (job %s) has %s tasks (SLURM_NTASKS) and the config's "
+                   "mesh needs %d ranks: submit with --ntasks=%d",
+                   getenv("SLURM_JOB_ID"), ntasks, world_size, world_size);
   char** cmd = (char**)calloc((size_t)argc + 8, sizeof *cmd);
   if (!cmd) return TL_ERRF(TL_ERR_NOMEM, "no memory for the launch command");
   int k = 0;

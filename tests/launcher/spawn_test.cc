@@ -13,7 +13,7 @@ namespace {
 
 const char* const kVars[] = {
     "PMI_RANK",      "PMI_SIZE",     "PMIX_RANK",    "OMPI_COMM_WORLD_SIZE", "SLURM_JOB_ID",
-    "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID", "TRELLIS_SPAWNED"};
+    "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID", "TRELLIS_SPAWNED", "SLURM_NTASKS"};
 
 class Spawn : public testing::Test {
  protected:
@@ -109,6 +109,14 @@ TEST_F(Spawn, InsideASlurmAllocationTheCommandIsSrun) {
             "srun --ntasks=8 /opt/trellis train cfg.json");
   EXPECT_EQ(Command({"trellis", "train", "cfg.json", "--hosts", "n1,n2"}, 8),
             "srun --ntasks=8 --nodelist=n1,n2 /opt/trellis train cfg.json");
+  // an allocation too small for the mesh: said before srun runs
+  setenv("SLURM_NTASKS", "4", 1);
+  EXPECT_NE(Command({"trellis", "train", "cfg.json"}, 8)
+                .find("the Slurm allocation (job 1234) has 4 tasks (SLURM_NTASKS) and the "
+                      "config's mesh needs 8 ranks: submit with --ntasks=8"),
+            std::string::npos);
+  EXPECT_EQ(Command({"trellis", "train", "cfg.json"}, 4),
+            "srun --ntasks=4 /opt/trellis train cfg.json");
 }
 
 TEST_F(Spawn, UnderALauncherMaybeSpawnLeavesTheCallerToWork) {

@@ -1,0 +1,390 @@
+// trellis under a real Slurm. Debian's slurm-wlm runs here as a one-node
+// cluster — munged, slurmctld and slurmd, started by this test from a
+// slurm.conf it writes into a directory of its own, on ports nobody holds —
+// and examples/slurm/train.sbatch is submitted to it as a user would:
+// a 4-rank job (dp 2 x pp 2) trained to its end; then a job preempted with
+// `scancel --signal=TERM`, which must stop after the step in progress with a
+// checkpoint and end COMPLETED with exit code 0, and the same script
+// submitted again, which must go on from that checkpoint and end bit for bit
+// where the uninterrupted run ends.
+//
+// Skipped, saying why, only where the daemons are not installed or cannot
+// run (not root: slurmd starts job steps as their user). A daemon that is
+// there and will not start fails the test with its log.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/launcher/subprocess.h"
+
+namespace {
+
+const char* kTrellis = "launcher/trellis";
+const char* kScript = "examples/slurm/train.sbatch";
+const char* kDaemons[] = {"/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd"};
+const char* kClients[] = {"sbatch", "scancel", "scontrol", "sinfo"};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+bool OnPath(const std::string& name) {
+  const char* path = getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string d;
+  while (std::getline(dirs, d, ':'))
+    if (!d.empty() && access((d + "/" + name).c_str(), X_OK) == 0) return true;
+  return false;
+}
+
+std::string Absolute(const std::string& path) {
+  char buf[PATH_MAX];
+  return realpath(path.c_str(), buf) ? buf : path;
+}
+
+double Now() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+// A TCP port on the loopback that nobody holds now.
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (sockaddr*)&a, sizeof a) == 0 && getsockname(fd, (sockaddr*)&a, &n) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+// The one-node cluster, for every test of this file.
+struct Cluster {
+  std::string dir, conf, why_not;  // why_not: the reason to skip, when set
+  std::vector<pid_t> daemons;
+  std::vector<std::string> logs;
+
+  std::string Logs() const {
+    std::string s;
+    for (const std::string& l : logs) {
+      std::string text = ReadFile(l);
+      if (text.size() > 3000) text = "..." + text.substr(text.size() - 3000);
+      s += "== " + l + "\n" + text + "\n";
+    }
+    return s;
+  }
+
+  // A daemon in the foreground, as a child of this test: it dies with the
+  // test (PDEATHSIG), whatever ends it.
+  void Start(const std::vector<std::string>& argv, const std::string& log) {
+    logs.push_back(log);
+    pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      setpgid(0, 0);
+      int in = open("/dev/null", O_RDONLY), fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (in < 0 || fd < 0 || dup2(in, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(126);
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      fprintf(stderr, "cannot run %s: %s\n", args[0], strerror(errno));
+      _exit(127);
+    }
+    daemons.push_back(pid);
+  }
+
+  bool Up(std::string* error) {
+    for (const char* d : kDaemons)
+      if (access(d, X_OK) != 0) {
+        why_not = std::string(d) +
+                  " is not installed (Debian's slurmctld, slurmd, slurm-client and munge "
+                  "packages; tools/setup.sh installs them)";
+        return false;
+      }
+    for (const char* c : kClients)
+      if (!OnPath(c)) {
+        why_not = std::string(c) + " is not on PATH (Debian's slurm-client package)";
+        return false;
+      }
+    if (geteuid() != 0) {
+      why_not = "not root: slurmd must run as root to start job steps";
+      return false;
+    }
+    // 1. a directory of its own, short enough for munged's socket path
+    char tmpl[] = "/tmp/trellis-slurm-XXXXXX";
+    if (!mkdtemp(tmpl)) return *error = "mkdtemp: " + std::string(strerror(errno)), false;
+    dir = tmpl;
+    chmod(dir.c_str(), 0755);
+    for (const char* sub : {"/munge", "/state", "/spool", "/log"}) mkdir((dir + sub).c_str(), 0755);
+    // 2. munge's key and daemon
+    std::string key = dir + "/munge/munge.key";
+    {
+      std::string bytes(1024, '\0');
+      std::ifstream r("/dev/urandom", std::ios::binary);
+      r.read(&bytes[0], (std::streamsize)bytes.size());
+      std::ofstream(key, std::ios::binary) << bytes;
+      chmod(key.c_str(), 0400);
+    }
+    const std::string sock = dir + "/munge/munge.socket";
+    Start({kDaemons[0], "--foreground", "--force", "--socket=" + sock, "--key-file=" + key,
+           "--log-file=" + dir + "/log/munged.log", "--pid-file=" + dir + "/munge/munged.pid",
+           "--seed-file=" + dir + "/munge/munged.seed"},
+          dir + "/log/munged.out");
+    for (double t0 = Now(); !Exists(sock); usleep(50000))
+      if (Now() - t0 > 20) return *error = "munged did not create its socket in 20 s", false;
+    // 3. slurm.conf: one node of 4 CPUs, named trellis0, on this host
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    if (char* dot = strchr(host, '.')) *dot = '\0';
+    int ctld_port = FreePort(), d_port = FreePort();
+    if (ctld_port < 0 || d_port < 0 || ctld_port == d_port)
+      return *error = "no free loopback port for slurmctld and slurmd", false;
+    conf = dir + "/slurm.conf";
+    std::ofstream(conf) << "ClusterName=trellistest\n"
+                        << "SlurmctldHost=" << host << "(127.0.0.1)\n"
+                        << "SlurmctldPort=" << ctld_port << "\nSlurmdPort=" << d_port << "\n"
+                        << "SlurmUser=root\nSlurmdUser=root\n"
+                        << "AuthType=auth/munge\nCredType=cred/munge\n"
+                        << "AuthInfo=socket=" << sock << "\n"
+                        << "StateSaveLocation=" << dir << "/state\n"
+                        << "SlurmdSpoolDir=" << dir << "/spool\n"
+                        << "SlurmctldPidFile=" << dir << "/slurmctld.pid\n"
+                        << "SlurmdPidFile=" << dir << "/slurmd.pid\n"
+                        << "SlurmctldLogFile=" << dir << "/log/slurmctld.log\n"
+                        << "SlurmdLogFile=" << dir << "/log/slurmd.log\n"
+                        << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+                        << "JobAcctGatherType=jobacct_gather/none\n"
+                        << "AccountingStorageType=accounting_storage/none\n"
+                        << "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+                        << "MpiDefault=pmi2\n"
+                        // 4 CPUs as declared, whatever this machine has
+                        << "SlurmdParameters=config_overrides\nReturnToService=2\n"
+                        << "NodeName=trellis0 NodeHostname=" << host
+                        << " NodeAddr=127.0.0.1 CPUs=4 Sockets=1 CoresPerSocket=4 "
+                           "ThreadsPerCore=1 RealMemory=1000 State=UNKNOWN\n"
+                        << "PartitionName=test Nodes=trellis0 Default=YES MaxTime=INFINITE "
+                           "State=UP\n";
+    setenv("SLURM_CONF", conf.c_str(), 1);
+    logs.push_back(dir + "/log/slurmctld.log");
+    logs.push_back(dir + "/log/slurmd.log");
+    Start({kDaemons[1], "-D", "-f", conf}, dir + "/log/slurmctld.out");
+    Start({kDaemons[2], "-D", "-f", conf, "-N", "trellis0"}, dir + "/log/slurmd.out");
+    // 4. the node idle, or the daemons' words
+    for (double t0 = Now();; usleep(200000)) {
+      RunResult s = RunProcess({"sinfo", "-h", "-n", "trellis0", "-o", "%T"}, {}, 10);
+      if (s.status == 0 && s.output.rfind("idle", 0) == 0) return true;
+      for (pid_t p : daemons)
+        if (waitpid(p, nullptr, WNOHANG) == p)
+          return *error = "a Slurm daemon exited while starting:\n" + Logs(), false;
+      if (Now() - t0 > 40)
+        return *error = "the node is not idle after 40 s (sinfo: " + s.output + ")\n" + Logs(),
+               false;
+    }
+  }
+
+  void Down() {
+    for (auto it = daemons.rbegin(); it != daemons.rend(); ++it) kill(*it, SIGTERM);
+    for (pid_t p : daemons) {
+      double t0 = Now();
+      while (waitpid(p, nullptr, WNOHANG) == 0) {
+        if (Now() - t0 > 10) {
+          kill(p, SIGKILL);
+          waitpid(p, nullptr, 0);
+          break;
+        }
+        usleep(50000);
+      }
+    }
+    daemons.clear();
+    if (!dir.empty() && !getenv("TRELLIS_KEEP_SLURM")) RunProcess({"rm", "-rf", dir});
+  }
+};
+
+Cluster* g_cluster = nullptr;
+std::string g_error;
+
+class Slurm : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g_cluster = new Cluster;
+    if (!g_cluster->Up(&g_error) && g_error.empty() && g_cluster->why_not.empty())
+      g_error = "the cluster did not start";
+  }
+  static void TearDownTestSuite() {
+    g_cluster->Down();
+    delete g_cluster;
+    g_cluster = nullptr;
+  }
+  void SetUp() override {
+    if (!g_cluster->why_not.empty()) GTEST_SKIP() << "Slurm: " << g_cluster->why_not;
+    ASSERT_TRUE(g_error.empty()) << g_error;
+  }
+
+  // A directory for one job's files, with its config: a 2-layer GPT on
+  // dp 2 x pp 2 over a token file of its own, train.steps = `steps`,
+  // checkpoints in dir/ckpt resumed from the latest.
+  static std::string Job(const std::string& name, int steps) {
+    std::string dir = g_cluster->dir + "/" + name;
+    mkdir(dir.c_str(), 0755);
+    std::string text = dir + "/text.txt", tokens = dir + "/tokens.bin";
+    std::ofstream(text) << std::string(20000, 'a') << "the quick brown fox jumps\n";
+    RunResult d = RunProcess({kTrellis, "data", text, tokens});
+    EXPECT_EQ(d.status, 0) << d.output;
+    std::ofstream(dir + "/config.json")
+        << R"({"model": {"n_layers": 2, "n_heads": 2, "n_embd": 16, "max_seq_len": 16},
+  "mesh": {"dp": 2, "pp": 2}, "schedule": {"kind": "1f1b", "micro_batches": 2},
+  "train": {"steps": )"
+        << steps << R"(, "batch_size": 4, "seq_len": 16, "sample_tokens": 0, "warmup_steps": 2},
+  "device": {"threads": 1}, "data": {"train": ")"
+        << tokens << R"("},
+  "checkpoint": {"dir": ")"
+        << dir << R"(/ckpt", "resume": "latest"}})";
+    return dir;
+  }
+
+  // sbatch train.sbatch config.json ARGS in dir; the job's id.
+  static std::string Submit(const std::string& dir, const std::vector<std::string>& args,
+                            const std::string& out) {
+    std::vector<std::string> argv = {"sbatch",       "--parsable",  "--chdir=" + dir,
+                                     "--output=" + dir + "/" + out, Absolute(kScript),
+                                     "config.json"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = RunProcess(argv, {{"TRELLIS", Absolute(kTrellis)}}, 30, true);
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::string id = r.output.substr(0, r.output.find_first_of(";\n"));
+    EXPECT_FALSE(id.empty()) << r.output;
+    return id;
+  }
+
+  // The job's "JobState ExitCode" once it has ended ("" after timeout_s).
+  static std::string WaitEnd(const std::string& id, double timeout_s) {
+    for (double t0 = Now(); Now() - t0 < timeout_s; usleep(200000)) {
+      RunResult r = RunProcess({"scontrol", "-o", "show", "job", id}, {}, 10);
+      auto field = [&](const std::string& k) {
+        size_t at = r.output.find(" " + k + "=");
+        if (at == std::string::npos) return std::string();
+        at += k.size() + 2;
+        return r.output.substr(at, r.output.find(' ', at) - at);
+      };
+      std::string state = field("JobState");
+      if (state.empty() || state == "PENDING" || state == "RUNNING" || state == "CONFIGURING" ||
+          state == "COMPLETING")
+        continue;
+      return state + " " + field("ExitCode");
+    }
+    return "";
+  }
+
+  // Waits until `path` holds `text`.
+  static bool WaitFor(const std::string& path, const std::string& text, double timeout_s) {
+    for (double t0 = Now(); Now() - t0 < timeout_s; usleep(20000))
+      if (ReadFile(path).find(text) != std::string::npos) return true;
+    return false;
+  }
+};
+
+std::string Ckpt(const std::string& dir, int step) {
+  char name[32];
+  snprintf(name, sizeof name, "/ckpt/step_%06d.ckpt", step);
+  return dir + name;
+}
+
+}  // namespace
+
+// The script as shipped, submitted with sbatch: trellis sees the
+// allocation, starts its 4 ranks with srun (MPICH over Slurm's PMI-2) and
+// trains to the end; the job ends COMPLETED, exit code 0.
+TEST_F(Slurm, TheBatchScriptTrainsFourRanksToTheEnd) {
+  std::string dir = Job("whole", 12);
+  std::string id = Submit(dir, {}, "job.out");
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(WaitEnd(id, 120), "COMPLETED 0:0") << ReadFile(dir + "/job.out");
+  std::string out = ReadFile(dir + "/job.out");
+  EXPECT_NE(out.find("4 tasks"), std::string::npos) << out;
+  EXPECT_NE(out.find("starting 4 ranks: srun --ntasks=4 "), std::string::npos) << out;
+  EXPECT_NE(out.find("4 ranks (dp 2, tp 1, pp 2)"), std::string::npos) << out;
+  EXPECT_NE(out.find("step 12/12"), std::string::npos) << out;
+  EXPECT_NE(out.find("done: 12 steps"), std::string::npos) << out;
+  EXPECT_TRUE(Exists(Ckpt(dir, 12))) << out;
+}
+
+// Preemption: `scancel --signal=TERM` reaches the job step's tasks (the
+// ranks). Every rank finishes the step in progress, the checkpoint is
+// written, the job ends COMPLETED with exit code 0. The script submitted
+// again goes on from that checkpoint ("latest"), and at step K+3 its
+// checkpoint is byte for byte the one a run never preempted writes there.
+TEST_F(Slurm, PreemptedWithScancelAndResubmittedIsTheUninterruptedRun) {
+  std::string cut = Job("preempted", 5000);
+  std::string id = Submit(cut, {}, "first.out");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor(cut + "/first.out", "step    3/5000", 120))
+      << ReadFile(cut + "/first.out") << g_cluster->Logs();
+  RunResult c = RunProcess({"scancel", "--signal=TERM", id}, {}, 30);
+  ASSERT_EQ(c.status, 0) << c.output;
+  EXPECT_EQ(WaitEnd(id, 120), "COMPLETED 0:0") << ReadFile(cut + "/first.out");
+  std::string first = ReadFile(cut + "/first.out");
+  const char* said = "SIGTERM: stopped after step ";
+  size_t at = first.find(said);
+  ASSERT_NE(at, std::string::npos) << first;
+  EXPECT_EQ(CountOf(first, said), 1) << first;
+  int k = atoi(first.c_str() + at + strlen(said));
+  ASSERT_GE(k, 3) << first;
+  ASSERT_LT(k, 4990) << first;
+  ASSERT_TRUE(Exists(Ckpt(cut, k))) << first;
+  // the last step printed is the one saved
+  char line[32];
+  snprintf(line, sizeof line, "step %4d/5000", k + 1);
+  EXPECT_EQ(first.find(line), std::string::npos) << first;
+  std::printf("scancel --signal=TERM: job %s stopped after step %d\n", id.c_str(), k);
+
+  // resubmitted: goes on from step k
+  const std::string stop = std::to_string(k + 3);
+  std::string again = Submit(cut, {"--steps", stop}, "second.out");
+  ASSERT_FALSE(again.empty());
+  EXPECT_EQ(WaitEnd(again, 120), "COMPLETED 0:0") << ReadFile(cut + "/second.out");
+  std::string second = ReadFile(cut + "/second.out");
+  EXPECT_NE(second.find("at step " + std::to_string(k)), std::string::npos) << second;
+  snprintf(line, sizeof line, "step %4d/5000", k);
+  EXPECT_EQ(second.find(line), std::string::npos) << "step " << k << " ran again\n" << second;
+  ASSERT_TRUE(Exists(Ckpt(cut, k + 3))) << second;
+
+  // the run never preempted, stopped at the same step
+  std::string whole = Job("unpreempted", 5000);
+  std::string ref = Submit(whole, {"--steps", stop}, "job.out");
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(WaitEnd(ref, 120), "COMPLETED 0:0") << ReadFile(whole + "/job.out");
+  std::string a = ReadFile(Ckpt(whole, k + 3)), b = ReadFile(Ckpt(cut, k + 3));
+  ASSERT_GT(a.size(), 1024u);
+  EXPECT_TRUE(a == b) << "the preempted and resubmitted run is not the uninterrupted run";
+}
