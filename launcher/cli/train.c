@@ -495,7 +495,14 @@ static int finish(struct run* r, int rc) {
   tl_trainer_destroy(r->t);
   tl_verify_destroy(r->verify);
   free(r->peaks);
-  if (r->have_worker) tl_worker_finalize(&r->w);
+  if (r->have_worker) {
+    /* under ASan: what this rank lost, before MPI's modules go (core/alloc.h) */
+    if (tl_alloc_leak_check() != TL_OK) {
+      fprintf(stderr, "trellis train: rank %d: %s\n", r->w.rank, tl_last_error());
+      if (rc == 0) rc = 1;
+    }
+    tl_worker_finalize(&r->w);
+  }
   return rc;
 }
 
@@ -597,11 +604,12 @@ int tl_cli_train(int argc, char** argv) {
   if (rc == 0 && r.stopped) { /* what the signal asked for: the step's state, kept */
     if (rank0(&r)) {
       if (r.saved[0])
-        printf(
-            "trellis train: %s: stopped after step %lld of %d; checkpoint %s written (set "
-            "checkpoint.resume to it to go on)\n",
-            tl_stop_name(r.stopped), (long long)tl_trainer_steps_done(r.t), r.cfg.train.steps,
-            r.saved);
+        printf("trellis train: %s: stopped after step %lld of %d; checkpoint %s written (%s)\n",
+               tl_stop_name(r.stopped), (long long)tl_trainer_steps_done(r.t), r.cfg.train.steps,
+               r.saved,
+               strcmp(r.cfg.checkpoint.resume, "latest") == 0
+                   ? "checkpoint.resume \"latest\": the same command goes on from it"
+                   : "set checkpoint.resume to it, or to \"latest\", to go on");
       else
         printf(
             "trellis train: %s: stopped after step %lld of %d; nothing saved: checkpoint.dir "

@@ -17,8 +17,9 @@ struct RunResult {
 
 // Runs argv with this process's environment minus every MPI / Slurm
 // launcher variable (as if typed by hand), plus `env`. `mpi`: the program
-// runs MPI ranks, so LeakSanitizer is turned off in it (MPICH's network
-// modules leak at MPI_Finalize; see tests/mpi_run.sh).
+// runs MPI ranks, so LeakSanitizer's check at exit is turned off in it
+// (MPICH's network modules leak at MPI_Finalize; see tests/mpi_run.sh) and
+// each rank checks before MPI_Finalize instead (tl_alloc_leak_check).
 RunResult RunProcess(const std::vector<std::string>& argv,
                      const std::map<std::string, std::string>& env = {}, double timeout_s = 60,
                      bool mpi = false);
