@@ -59,13 +59,15 @@ struct tl_kernel_ops {
                              int64_t n);
 
 
-  /* Causal multi-head self-attention. qkv (B,T,3C) -> out (B,T,C); att
-   * (B,NH,T,T) keeps the softmax probabilities for backward, zero above the
-   * diagonal. Scores are scaled by 1/sqrt(C/NH). */
-  tl_status (*attention_forward)(void* ctx, float* out, float* att, const float* qkv, int b, int t,
+  /* Causal multi-head self-attention without the T x T probabilities
+   * (flash attention's algorithm). qkv (B,T,3C) -> out (B,T,C); lse
+   * (B,NH,T) keeps each query row's log-sum-exp of its scores, which with
+   * qkv and out is all the backward needs. Scores are scaled by
+   * 1/sqrt(C/NH). */
+  tl_status (*attention_forward)(void* ctx, float* out, float* lse, const float* qkv, int b, int t,
                                  int c, int nh);
   tl_status (*attention_backward)(void* ctx, float* dqkv, const float* dout, const float* qkv,
-                                  const float* att, int b, int t, int c, int nh);
+                                  const float* out, const float* lse, int b, int t, int c, int nh);
 
   /* out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens are int32 in [0, V).
    * wte holds rows [row_begin, row_begin + rows) of the vocabulary (a

@@ -1,6 +1,8 @@
 /* attention.c — causal multi-head self-attention: in {qkv (B,T,3C)},
- * attr {n_heads}, out {y (B,T,C), att (B,NH,T,T)}; att is saved for the
- * backward and carries no gradient. */
+ * attr {n_heads}, out {y (B,T,C), lse (B,NH,T)}. The kernels never hold the
+ * T x T probabilities (flash attention): the backward recomputes them from
+ * qkv and lse, each row's log-sum-exp, which carries no gradient. So what
+ * a layer keeps grows linearly in T. */
 #include "graph/ops/shape.h"
 
 static tl_status infer(tl_graph* g, tl_node* n) {
@@ -13,12 +15,12 @@ static tl_status infer(tl_graph* g, tl_node* n) {
   if (nh < 1 || c % nh != 0)
     return TL_ERRF(TL_ERR_INVALID, "attention '%s': %d heads do not divide C=%lld", n->name, nh,
                    (long long)c);
-  int64_t ys[3] = {b, t, c}, as[4] = {b, nh, t, t};
+  int64_t ys[3] = {b, t, c}, ls[3] = {b, nh, t};
   TL_CHECK(tl__op_output(g, n, 0, "", TL_ROLE_ACTIVATION, TL_F32, 3, ys));
-  TL_CHECK(tl__op_output(g, n, 1, "att", TL_ROLE_ACTIVATION, TL_F32, 4, as));
+  TL_CHECK(tl__op_output(g, n, 1, "lse", TL_ROLE_ACTIVATION, TL_F32, 3, ls));
   /* causal: about half of the T x T scores, each a dot of C/NH, twice (QK^T, AV) */
   n->flops = 2.0 * 2.0 * (double)b * (double)t * (double)t / 2.0 * (double)c;
-  n->bytes = 4.0 * ((double)b * t * 4 * c + (double)b * nh * t * t);
+  n->bytes = 4.0 * ((double)b * t * 4 * c + (double)b * nh * t);
   return TL_OK;
 }
 
@@ -29,19 +31,23 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
                                        (int)y->shape[2], n->attr[0]);
 }
 
-/* backward node: in {dy, qkv, att}, out {dqkv} */
+/* backward node: in {dy, qkv, y, lse}, out {dqkv} */
 static tl_status backward(tl_graph* g, int i) {
   const tl_node* n = &g->nodes[i];
-  int in[3] = {tl__grad(g, n->out[0]), n->in[0], n->out[1]};
+  int in[4] = {tl__grad(g, n->out[0]), n->in[0], n->out[0], n->out[1]};
   int out[1] = {tl__grad(g, n->in[0])};
-  return tl__op_backward_node(g, TL_OP_ATTENTION_BACKWARD, i, 3, in, 1, out);
+  TL_CHECK(tl__op_backward_node(g, TL_OP_ATTENTION_BACKWARD, i, 4, in, 1, out));
+  /* five T x T products, not four: the scores are computed again */
+  g->nodes[g->n_nodes - 1].flops = 2.5 * g->nodes[i].flops;
+  return TL_OK;
 }
 
 static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   const tl_value* dy = &x->g->values[n->in[0]];
-  return x->be->ops->attention_backward(
-      x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]), TL_DATA(x, n->in[1]),
-      TL_DATA(x, n->in[2]), (int)dy->shape[0], (int)dy->shape[1], (int)dy->shape[2], n->attr[0]);
+  return x->be->ops->attention_backward(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]),
+                                        TL_DATA(x, n->in[1]), TL_DATA(x, n->in[2]),
+                                        TL_DATA(x, n->in[3]), (int)dy->shape[0],
+                                        (int)dy->shape[1], (int)dy->shape[2], n->attr[0]);
 }
 
 const struct tl_op_def tl_op_attention = {

@@ -1,17 +1,27 @@
-/* attention.c — causal multi-head self-attention with the T x T
- * probabilities kept for backward (llm.c's algorithm, reorganised for SIMD).
+/* attention.c — causal multi-head self-attention without the T x T matrix:
+ * flash attention's algorithm (Dao et al. 2022) on the CPU.
+ *
+ * Forward: each query row walks its keys in tiles of TILE, keeping a running
+ * maximum m, a running sum l of e^(s - m) and an accumulator of e^(s - m) v
+ * that is rescaled whenever m grows (the online softmax). What it keeps for
+ * the backward is one number a row, lse = m + log l, so activation memory
+ * is linear in T. Backward: per query row, the probabilities come back as
+ * e^(s - lse) tile by tile, and D = dout . out replaces the row sum of
+ * p * dp (the two are equal), so nothing of size T x T is ever held.
  *
  * Work splits by (batch, head): every write of one (b, h) pair lands in its
- * own slices of out, att and dqkv, so threads never share an element. Each
- * pair first copies its keys and values transposed, (hs, T), so that the
- * scores of a query against all keys are a sum of hs rows of length T —
- * vector work along T with no horizontal sums — and likewise for the
- * gradients. Results do not depend on the thread count. */
+ * own slices of out, lse and dqkv, so threads never share an element. Each
+ * pair first copies its keys (and, for the backward, values) transposed,
+ * (hs, T), so that the scores of a query against a tile of keys are a sum
+ * of hs rows — vector work along the tile with no horizontal sums. Results
+ * do not depend on the thread count. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/fastmath.h"
+
+#define TILE 64
 
 /* keys or values of (b, h) as (hs, T): dst[i * t + t2] = qkv[b, t2, part, h, i] */
 static void gather_transposed(float* restrict dst, const float* qkv, int bi, int h, int part, int t,
@@ -23,49 +33,70 @@ static void gather_transposed(float* restrict dst, const float* qkv, int bi, int
   }
 }
 
-tl_status tl__cpu_attention_forward(void* ctx, float* out, float* att, const float* qkv, int b,
+/* s[j] = scale * q . rows[i][j0 + j] for j < w: the tile's scores (rows is
+ * (hs, T), keys or values transposed) */
+static inline void tile_dot(float* restrict s, const float* restrict q, const float* rows, int64_t t,
+                            int j0, int w, int hs, float scale) {
+  for (int j = 0; j < w; j++) s[j] = 0.0f;
+  for (int i = 0; i < hs; i++) {
+    const float qi = q[i] * scale;
+    const float* restrict r = rows + (int64_t)i * t + j0;
+#pragma omp simd
+    for (int j = 0; j < w; j++) s[j] += qi * r[j];
+  }
+}
+
+tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const float* qkv, int b,
                                     int t, int c, int nh) {
   (void)ctx;
   const int hs = c / nh;
   const float scale = 1.0f / sqrtf((float)hs);
   const int64_t c3 = 3 * (int64_t)c;
-  float* scratch = malloc(sizeof(float) * (size_t)hs * (size_t)t * (size_t)b * (size_t)nh);
+  /* per (b, h): keys transposed (hs, T), a tile of scores, the accumulator */
+  const int64_t per = (int64_t)hs * t + TILE + hs;
+  float* scratch = malloc(sizeof(float) * (size_t)per * (size_t)b * (size_t)nh);
   if (!scratch) return TL_ERRF(TL_ERR_NOMEM, "attention: no memory for %d x %d keys", hs, t);
 #pragma omp parallel for collapse(2) if ((int64_t)b * nh * t * t * hs > TL_CPU_PAR_MIN)
   for (int bi = 0; bi < b; bi++) {
     for (int h = 0; h < nh; h++) {
-      float* restrict kt = scratch + ((int64_t)bi * nh + h) * hs * t;
+      float* restrict kt = scratch + ((int64_t)bi * nh + h) * per;
+      float* restrict s = kt + (int64_t)hs * t;
+      float* restrict acc = s + TILE;
       gather_transposed(kt, qkv, bi, h, 1, t, c, hs);
       for (int ti = 0; ti < t; ti++) {
-        const float* q = qkv + ((int64_t)bi * t + ti) * c3 + h * hs;
-        float* restrict a = att + (((int64_t)bi * nh + h) * t + ti) * t;
-        int n = ti + 1;
-        /* scores against keys 0..ti */
-        for (int t2 = 0; t2 < n; t2++) a[t2] = 0.0f;
-        for (int i = 0; i < hs; i++) {
-          const float qi = q[i] * scale;
-          const float* restrict krow = kt + (int64_t)i * t;
-#pragma omp simd
-          for (int t2 = 0; t2 < n; t2++) a[t2] += qi * krow[t2];
-        }
-        float mx = -INFINITY;
-        for (int t2 = 0; t2 < n; t2++) mx = a[t2] > mx ? a[t2] : mx;
-        float sum = 0.0f;
+        const float* q = qkv + ((int64_t)bi * t + ti) * c3 + (int64_t)h * hs;
+        const int n = ti + 1; /* keys 0..ti */
+        float m = -INFINITY, l = 0.0f;
+        for (int i = 0; i < hs; i++) acc[i] = 0.0f;
+        for (int j0 = 0; j0 < n; j0 += TILE) {
+          const int w = n - j0 < TILE ? n - j0 : TILE;
+          tile_dot(s, q, kt, t, j0, w, hs, scale);
+          /* 1. the running maximum, and what the sums so far are worth under it */
+          float mt = m;
+          for (int j = 0; j < w; j++) mt = s[j] > mt ? s[j] : mt;
+          const float keep = j0 ? tl__expf(m - mt) : 0.0f;
+          /* 2. this tile's probabilities, unnormalised */
+          float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int t2 = 0; t2 < n; t2++) sum += (a[t2] = tl__expf(a[t2] - mx));
-        float inv = 1.0f / sum;
+          for (int j = 0; j < w; j++) sum += (s[j] = tl__expf(s[j] - mt));
+          l = l * keep + sum;
+          /* 3. acc = acc * keep + sum_j p_j v_j */
 #pragma omp simd
-        for (int t2 = 0; t2 < n; t2++) a[t2] *= inv;
-        for (int t2 = n; t2 < t; t2++) a[t2] = 0.0f;
-        /* out = att . v */
-        float* restrict o = out + ((int64_t)bi * t + ti) * c + h * hs;
-        for (int i = 0; i < hs; i++) o[i] = 0.0f;
-        for (int t2 = 0; t2 < n; t2++) {
-          const float* restrict v = qkv + ((int64_t)bi * t + t2) * c3 + 2 * c + h * hs;
-          const float w = a[t2];
+          for (int i = 0; i < hs; i++) acc[i] *= keep;
+          for (int j = 0; j < w; j++) {
+            const float* restrict v =
+                qkv + ((int64_t)bi * t + j0 + j) * c3 + 2 * (int64_t)c + (int64_t)h * hs;
+            const float p = s[j];
 #pragma omp simd
-          for (int i = 0; i < hs; i++) o[i] += w * v[i];
+            for (int i = 0; i < hs; i++) acc[i] += p * v[i];
+          }
+          m = mt;
         }
+        const float inv = 1.0f / l;
+        float* restrict o = out + ((int64_t)bi * t + ti) * c + (int64_t)h * hs;
+#pragma omp simd
+        for (int i = 0; i < hs; i++) o[i] = acc[i] * inv;
+        lse[((int64_t)bi * nh + h) * t + ti] = m + logf(l);
       }
     }
   }
@@ -74,57 +105,61 @@ tl_status tl__cpu_attention_forward(void* ctx, float* out, float* att, const flo
 }
 
 tl_status tl__cpu_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
-                                     const float* att, int b, int t, int c, int nh) {
+                                     const float* out, const float* lse, int b, int t, int c,
+                                     int nh) {
   (void)ctx;
   const int hs = c / nh;
   const float scale = 1.0f / sqrtf((float)hs);
   const int64_t c3 = 3 * (int64_t)c;
-  /* per (b, h): values transposed (hs, T), d probabilities and d scores (T each) */
-  const int64_t per = (int64_t)hs * t + 2 * (int64_t)t;
+  /* per (b, h): keys and values transposed (hs, T each), a tile of
+   * probabilities and one of score gradients */
+  const int64_t per = 2 * (int64_t)hs * t + 2 * TILE;
   float* scratch = malloc(sizeof(float) * (size_t)per * (size_t)b * (size_t)nh);
   if (!scratch) return TL_ERRF(TL_ERR_NOMEM, "attention backward: no memory for %d-long rows", t);
 #pragma omp parallel for collapse(2) if ((int64_t)b * nh * t * t * hs > TL_CPU_PAR_MIN)
   for (int bi = 0; bi < b; bi++) {
     for (int h = 0; h < nh; h++) {
-      float* restrict vt = scratch + ((int64_t)bi * nh + h) * per;
-      float* restrict datt = vt + (int64_t)hs * t;
-      float* restrict dpre = datt + t;
+      float* restrict kt = scratch + ((int64_t)bi * nh + h) * per;
+      float* restrict vt = kt + (int64_t)hs * t;
+      float* restrict p = vt + (int64_t)hs * t;
+      float* restrict ds = p + TILE;
+      gather_transposed(kt, qkv, bi, h, 1, t, c, hs);
       gather_transposed(vt, qkv, bi, h, 2, t, c, hs);
       for (int ti = 0; ti < t; ti++) {
-        const float* restrict a = att + (((int64_t)bi * nh + h) * t + ti) * t;
-        const float* restrict dy = dout + ((int64_t)bi * t + ti) * c + h * hs;
-        const float* restrict q = qkv + ((int64_t)bi * t + ti) * c3 + h * hs;
-        float* restrict dq = dqkv + ((int64_t)bi * t + ti) * c3 + h * hs;
-        int n = ti + 1;
-        /* out = att . v: datt[t2] = dy . v[t2]; dv[t2] += att[t2] dy */
-        for (int t2 = 0; t2 < n; t2++) datt[t2] = 0.0f;
-        for (int i = 0; i < hs; i++) {
-          const float di = dy[i];
-          const float* restrict vrow = vt + (int64_t)i * t;
+        const int64_t row = ((int64_t)bi * t + ti);
+        const float* restrict q = qkv + row * c3 + (int64_t)h * hs;
+        const float* restrict dy = dout + row * c + (int64_t)h * hs;
+        const float* restrict o = out + row * c + (int64_t)h * hs;
+        float* restrict dq = dqkv + row * c3 + (int64_t)h * hs;
+        const float row_lse = lse[((int64_t)bi * nh + h) * t + ti];
+        const int n = ti + 1;
+        /* D = dout . out = sum_j p_j (dout . v_j) */
+        float d = 0.0f;
+#pragma omp simd reduction(+ : d)
+        for (int i = 0; i < hs; i++) d += dy[i] * o[i];
+        for (int j0 = 0; j0 < n; j0 += TILE) {
+          const int w = n - j0 < TILE ? n - j0 : TILE;
+          /* 1. the probabilities again, from the scores and the row's lse */
+          tile_dot(p, q, kt, t, j0, w, hs, scale);
 #pragma omp simd
-          for (int t2 = 0; t2 < n; t2++) datt[t2] += di * vrow[t2];
-        }
-        for (int t2 = 0; t2 < n; t2++) {
-          float* restrict dv = dqkv + ((int64_t)bi * t + t2) * c3 + 2 * c + h * hs;
-          const float w = a[t2];
+          for (int j = 0; j < w; j++) p[j] = tl__expf(p[j] - row_lse);
+          /* 2. dp_j = dout . v_j; the scores' gradients p (dp - D), scaled */
+          tile_dot(ds, dy, vt, t, j0, w, hs, 1.0f);
 #pragma omp simd
-          for (int i = 0; i < hs; i++) dv[i] += w * dy[i];
-        }
-        /* softmax: dpre = att * (datt - sum(att * datt)), times the score scale */
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int t2 = 0; t2 < n; t2++) dot += a[t2] * datt[t2];
+          for (int j = 0; j < w; j++) ds[j] = p[j] * (ds[j] - d) * scale;
+          /* 3. dv_j += p_j dout; dk_j += ds_j q; dq += ds_j k_j */
+          for (int j = 0; j < w; j++) {
+            const int64_t key = (int64_t)bi * t + j0 + j;
+            const float* restrict k = qkv + key * c3 + c + (int64_t)h * hs;
+            float* restrict dk = dqkv + key * c3 + c + (int64_t)h * hs;
+            float* restrict dv = dk + c;
+            const float pj = p[j], sj = ds[j];
 #pragma omp simd
-        for (int t2 = 0; t2 < n; t2++) dpre[t2] = a[t2] * (datt[t2] - dot) * scale;
-        /* scores = q . k: dq += dpre[t2] k[t2]; dk[t2] += dpre[t2] q */
-        for (int t2 = 0; t2 < n; t2++) {
-          const float* restrict k = qkv + ((int64_t)bi * t + t2) * c3 + c + h * hs;
-          float* restrict dk = dqkv + ((int64_t)bi * t + t2) * c3 + c + h * hs;
-          const float w = dpre[t2];
-#pragma omp simd
-          for (int i = 0; i < hs; i++) {
-            dq[i] += w * k[i];
-            dk[i] += w * q[i];
+            for (int i = 0; i < hs; i++) {
+              dv[i] += pj * dy[i];
+              dk[i] += sj * q[i];
+              dq[i] += sj * k[i];
+            }
           }
         }
       }

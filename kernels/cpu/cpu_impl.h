@@ -23,10 +23,11 @@ tl_status tl__cpu_layernorm_backward(void* ctx, float* dinp, float* dweight, flo
 tl_status tl__cpu_gelu_forward(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cpu_gelu_backward(void* ctx, float* dinp, const float* inp, const float* dout,
                                 int64_t n);
-tl_status tl__cpu_attention_forward(void* ctx, float* out, float* att, const float* qkv, int b,
+tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const float* qkv, int b,
                                     int t, int c, int nh);
 tl_status tl__cpu_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
-                                     const float* att, int b, int t, int c, int nh);
+                                     const float* out, const float* lse, int b, int t, int c,
+                                     int nh);
 tl_status tl__cpu_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
                                     const float* wpe, int b, int t, int c, int row_begin, int rows);
 tl_status tl__cpu_embedding_backward(void* ctx, float* dwte, float* dwpe, const float* dout,

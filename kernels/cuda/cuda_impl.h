@@ -59,10 +59,11 @@ tl_status tl__cuda_layernorm_backward(void* ctx, float* dinp, float* dweight, fl
 tl_status tl__cuda_gelu_forward(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cuda_gelu_backward(void* ctx, float* dinp, const float* inp, const float* dout,
                                  int64_t n);
-tl_status tl__cuda_attention_forward(void* ctx, float* out, float* att, const float* qkv, int b,
+tl_status tl__cuda_attention_forward(void* ctx, float* out, float* lse, const float* qkv, int b,
                                      int t, int c, int nh);
 tl_status tl__cuda_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
-                                      const float* att, int b, int t, int c, int nh);
+                                      const float* out, const float* lse, int b, int t, int c,
+                                      int nh);
 tl_status tl__cuda_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
                                      const float* wpe, int b, int t, int c, int row_begin,
                                      int rows);
