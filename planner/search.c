@@ -4,6 +4,10 @@
  * milliseconds. */
 #include "planner/search.h"
 
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +132,8 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
             }
             if (!p.fits) {
               out->rejected[TL_REJECT_MEMORY]++;
+              if (isfinite(p.t_step) && (!out->has_closest || p.mem_total < out->closest.mem_total))
+                out->closest = p, out->has_closest = true;
               continue;
             }
             TL_CHECK(push(out, cap, &p));
@@ -137,6 +143,258 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
     }
   }
   return TL_OK;
+}
+
+/* The first mesh rule dp x tp x pp breaks; TL_REJECT_COUNT: none. */
+static tl_reject_reason mesh_rule(const tl_cost_model* cm, const tl_cluster* c,
+                                  const struct tl_search_options* o, int dp, int tp, int pp) {
+  const bool mlp = cm->kind == TL_MODEL_MLP;
+  if (mlp && !tl_cost_has_shard(cm, tp)) return TL_REJECT_TP_SPLIT;
+  if (!mlp && cm->n_heads % tp) return TL_REJECT_TP_HEADS;
+  if (!mlp && cm->padded_vocab % tp) return TL_REJECT_TP_VOCAB;
+  if (tp > c->devices_per_node && !o->allow_tp_across_nodes) return TL_REJECT_TP_NODE;
+  if (pp > cm->n_layers) return TL_REJECT_PP_LAYERS;
+  if (o->global_batch % dp) return TL_REJECT_BATCH;
+  return TL_REJECT_COUNT;
+}
+
+/* Calls fn for every mesh the rules and the fixed choices allow whose
+ * devices number at most `limit`, whatever the cluster's count. */
+static void each_allowed_mesh(const tl_cost_model* cm, const tl_cluster* c,
+                              const struct tl_search_options* o, int64_t limit,
+                              void (*fn)(void* arg, int dp, int tp, int pp), void* arg) {
+  const int max_tp = o->allow_tp_across_nodes ? (int)(limit < INT32_MAX ? limit : INT32_MAX)
+                                              : c->devices_per_node;
+  for (int tp = 1; tp <= max_tp && tp <= limit; tp++) {
+    if (!fixed_ok(o->fix_tp, tp)) continue;
+    for (int pp = 1; pp <= cm->n_layers && (int64_t)tp * pp <= limit; pp++) {
+      if (!fixed_ok(o->fix_pp, pp)) continue;
+      for (int dp = 1; dp <= o->global_batch && (int64_t)dp * tp * pp <= limit; dp++) {
+        if (!fixed_ok(o->fix_dp, dp)) continue;
+        if (mesh_rule(cm, c, o, dp, tp, pp) == TL_REJECT_COUNT) fn(arg, dp, tp, pp);
+      }
+    }
+  }
+}
+
+struct largest {
+  int64_t devices;
+  int dp, tp, pp;
+};
+
+static void keep_largest(void* arg, int dp, int tp, int pp) {
+  struct largest* l = arg;
+  const int64_t d = (int64_t)dp * tp * pp;
+  if (d > l->devices) l->devices = d, l->dp = dp, l->tp = tp, l->pp = pp;
+}
+
+int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
+                              const struct tl_search_options* o, int* dp, int* tp, int* pp) {
+  struct largest l = {0, 0, 0, 0};
+  if (o->global_batch >= 1) each_allowed_mesh(cm, c, o, tl_cluster_devices(c), keep_largest, &l);
+  *dp = l.dp, *tp = l.tp, *pp = l.pp;
+  return l.devices;
+}
+
+/* A part of the cluster holding d devices: whole nodes, or part of one. */
+static bool part_of(const tl_cluster* c, int64_t d, tl_cluster* part) {
+  *part = *c;
+  if (d <= c->devices_per_node) {
+    part->nodes = 1, part->devices_per_node = (int)d;
+    return true;
+  }
+  if (d % c->devices_per_node) return false;
+  part->nodes = (int)(d / c->devices_per_node);
+  return true;
+}
+
+struct counts {
+  const tl_cluster* c;
+  int64_t* v;
+  int n, cap;
+  bool nomem;
+};
+
+static void add_count(void* arg, int dp, int tp, int pp) {
+  struct counts* s = arg;
+  const int64_t d = (int64_t)dp * tp * pp;
+  tl_cluster part;
+  if (d >= tl_cluster_devices(s->c) || !part_of(s->c, d, &part)) return;
+  for (int i = 0; i < s->n; i++)
+    if (s->v[i] == d) return;
+  if (s->n == s->cap) {
+    int nc = s->cap ? 2 * s->cap : 64;
+    int64_t* nv = realloc(s->v, sizeof *nv * (size_t)nc);
+    if (!nv) {
+      s->nomem = true;
+      return;
+    }
+    s->v = nv, s->cap = nc;
+  }
+  s->v[s->n++] = d;
+}
+
+static int descending(const void* a, const void* b) {
+  const int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* How many plans of each device count tl_search_fewer keeps: enough for a
+ * table, bounded for a search of many counts. */
+#define FEWER_KEEP 32
+
+tl_status tl_search_fewer(const tl_cost_model* cm, const tl_cluster* c,
+                          const struct tl_search_options* o, int max_counts,
+                          tl_search_result* out) {
+  memset(out, 0, sizeof *out);
+  struct counts s = {c, NULL, 0, 0, false};
+  if (o->global_batch >= 1)
+    each_allowed_mesh(cm, c, o, tl_cluster_devices(c) - 1, add_count, &s);
+  if (s.nomem) {
+    free(s.v);
+    return TL_ERRF(TL_ERR_NOMEM, "search: %d device counts", s.cap);
+  }
+  if (s.n > 1) qsort(s.v, (size_t)s.n, sizeof *s.v, descending);
+  int cap = 0;
+  tl_status st = TL_OK;
+  for (int i = 0; i < s.n && out->n_counts_fitting < max_counts; i++) {
+    tl_cluster part;
+    part_of(c, s.v[i], &part);
+    tl_search_result r;
+    TL_CHECK_GOTO(tl_search_run(cm, &part, o, &r), st, fail);
+    out->n_counts++;
+    out->n_evaluated += r.n_evaluated;
+    if (r.n_plans) out->n_counts_fitting++;
+    for (int k = 0; k < r.n_plans && k < FEWER_KEEP && st == TL_OK; k++)
+      st = push(out, &cap, &r.plans[k]);
+    tl_search_free(&r);
+    if (st != TL_OK) goto fail;
+  }
+  free(s.v);
+  if (out->n_plans > 1) qsort(out->plans, (size_t)out->n_plans, sizeof *out->plans, by_step_time);
+  return TL_OK;
+fail:
+  free(s.v);
+  tl_search_free(out);
+  return st;
+}
+
+/* ---- why nothing fits */
+
+static void appendf(char* buf, size_t size, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void appendf(char* buf, size_t size, const char* fmt, ...) {
+  size_t n = strlen(buf);
+  if (n + 1 >= size) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + n, size - n, fmt, ap);
+  va_end(ap);
+}
+
+static void fixed_list(const struct tl_search_options* o, char* buf, size_t size) {
+  buf[0] = '\0';
+  const struct {
+    const char* name;
+    int v;
+  } f[] = {{"dp", o->fix_dp}, {"tp", o->fix_tp}, {"pp", o->fix_pp}};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].v >= 0) appendf(buf, size, "%s%s %d", buf[0] ? ", " : "", f[i].name, f[i].v);
+}
+
+void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
+                       const struct tl_search_options* o, const tl_search_result* r, char* buf,
+                       size_t size) {
+  if (!size) return;
+  buf[0] = '\0';
+  if (r->n_plans > 0) return;
+  const int devices = tl_cluster_devices(c);
+  char fixed[96];
+  fixed_list(o, fixed, sizeof fixed);
+  /* 1. the fixed choices leave no factorisation of the devices */
+  if (r->n_meshes == 0) {
+    appendf(buf, size,
+            "no dp x tp x pp of the cluster's %d devices has %s (dp x tp x pp must be all "
+            "of them; --nodes N plans for N nodes)",
+            devices, fixed[0] ? fixed : "the fixed choices");
+    return;
+  }
+  /* 2. every shape breaks a mesh rule */
+  if (r->n_evaluated == 0) {
+    appendf(buf, size, "every dp x tp x pp of the %d devices%s%s breaks a mesh rule:", devices,
+            fixed[0] ? " with " : "", fixed);
+    const char* sep = " ";
+    for (int k = 0; k <= TL_REJECT_BATCH; k++) {
+      if (!r->rejected[k]) continue;
+      appendf(buf, size, "%s", sep);
+      sep = "; ";
+      switch ((tl_reject_reason)k) {
+        case TL_REJECT_TP_HEADS:
+          appendf(buf, size, "tp must divide the %d heads", cm->n_heads);
+          break;
+        case TL_REJECT_TP_VOCAB:
+          appendf(buf, size, "tp must divide the padded vocabulary (%d)", cm->padded_vocab);
+          break;
+        case TL_REJECT_TP_SPLIT:
+          appendf(buf, size, "tp must divide the sizes of the MLP's split layers");
+          break;
+        case TL_REJECT_TP_NODE:
+          appendf(buf, size,
+                  "tp must stay within a node's %d devices (--allow-tp-across-nodes lifts this)",
+                  c->devices_per_node);
+          break;
+        case TL_REJECT_PP_LAYERS:
+          appendf(buf, size, "pp must be at most the %d layers", cm->n_layers);
+          break;
+        case TL_REJECT_BATCH:
+          appendf(buf, size, "dp must divide the global batch (%d sequences)", o->global_batch);
+          break;
+        default:
+          break;
+      }
+      appendf(buf, size, " (%lld shape%s)", (long long)r->rejected[k],
+              r->rejected[k] == 1 ? "" : "s");
+    }
+    int dp, tp, pp;
+    int64_t most = tl_search_max_devices(cm, c, o, &dp, &tp, &pp);
+    if (most > 0)
+      appendf(buf, size, ". The rules allow at most %lld devices (dp %d x tp %d x pp %d)",
+              (long long)most, dp, tp, pp);
+    else
+      appendf(buf, size, ". No mesh of any size meets them");
+    return;
+  }
+  /* 3. plans were priced; none is one to run */
+  appendf(buf, size, "all %lld plans priced were rejected:", (long long)r->n_evaluated);
+  const char* sep = " ";
+  if (r->rejected[TL_REJECT_SP_TOKENS]) {
+    appendf(buf, size, "%ssequence parallelism needs tp to divide a micro-batch's tokens (%lld)",
+            sep, (long long)r->rejected[TL_REJECT_SP_TOKENS]);
+    sep = "; ";
+  }
+  if (r->rejected[TL_REJECT_TRAINER]) {
+    appendf(buf, size, "%s%lld are not what `trellis train` runs on this cluster", sep,
+            (long long)r->rejected[TL_REJECT_TRAINER]);
+    sep = "; ";
+  }
+  if (r->rejected[TL_REJECT_MEMORY]) {
+    appendf(buf, size, "%s%lld need more than a device's %.2f GB", sep,
+            (long long)r->rejected[TL_REJECT_MEMORY], c->device_memory_bytes / 1e9);
+    sep = "; ";
+  }
+  if (r->has_closest) {
+    const tl_plan* p = &r->closest;
+    appendf(buf, size,
+            ". The least memory any needs is %.2f GB a device (dp %d, tp %d, pp %d, "
+            "micro-batch %d x %d, ZeRO %d, recompute %s: state %.2f, activations %.2f, "
+            "reserve %.2f GB), %.2f GB over; its step would take %.4g s",
+            p->mem_total / 1e9, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, p->zero,
+            p->recompute == TL_RECOMPUTE_FULL        ? "full"
+            : p->recompute == TL_RECOMPUTE_SELECTIVE ? "selective"
+                                                     : "none",
+            p->mem_state / 1e9, p->mem_act / 1e9, p->mem_reserve / 1e9,
+            (p->mem_total - c->device_memory_bytes) / 1e9, p->t_step);
+  }
 }
 
 tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
@@ -155,21 +413,10 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
       if ((devices / tp) % pp || !fixed_ok(o->fix_pp, pp)) continue;
       int dp = devices / tp / pp;
       if (!fixed_ok(o->fix_dp, dp)) continue;
+      out->n_meshes++;
       /* 1. the mesh's own rules */
-      tl_reject_reason why = TL_REJECT_COUNT;
       const bool mlp = cm->kind == TL_MODEL_MLP;
-      if (mlp && !tl_cost_has_shard(cm, tp))
-        why = TL_REJECT_TP_SPLIT;
-      else if (!mlp && cm->n_heads % tp)
-        why = TL_REJECT_TP_HEADS;
-      else if (!mlp && cm->padded_vocab % tp)
-        why = TL_REJECT_TP_VOCAB;
-      else if (tp > c->devices_per_node && !o->allow_tp_across_nodes)
-        why = TL_REJECT_TP_NODE;
-      else if (pp > cm->n_layers)
-        why = TL_REJECT_PP_LAYERS;
-      else if (B % dp)
-        why = TL_REJECT_BATCH;
+      tl_reject_reason why = mesh_rule(cm, c, o, dp, tp, pp);
       if (why != TL_REJECT_COUNT) {
         out->rejected[why]++;
         continue;

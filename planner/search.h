@@ -70,6 +70,13 @@ typedef struct tl_search_result {
   int n_plans;
   int64_t n_evaluated; /* plans priced */
   int64_t rejected[TL_REJECT_COUNT];
+  int64_t n_meshes; /* dp x tp x pp shapes with the fixed choices, before the mesh rules */
+  /* the plan the memory rule rejected that needs the least memory per
+   * device (has_closest): what a plan that does not fit would take */
+  bool has_closest;
+  tl_plan closest;
+  /* tl_search_fewer: device counts searched and those with a plan */
+  int n_counts, n_counts_fitting;
 } tl_search_result;
 
 /* Runs the search; out->plans is heap memory the caller frees with
@@ -78,6 +85,32 @@ typedef struct tl_search_result {
 tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
                         const struct tl_search_options* o, tl_search_result* out);
 void tl_search_free(tl_search_result* r);
+
+/* Why `r` (tl_search_run's result) holds no plan, as one or two sentences
+ * into buf: the rule that rejected every mesh shape, in the model's and the
+ * cluster's numbers (the most devices the mesh rules can use, and the flag
+ * that lifts a rule where there is one), a fixed choice no split of the
+ * cluster's devices has, or the memory the least hungry plan needs. */
+void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
+                       const struct tl_search_options* o, const tl_search_result* r, char* buf,
+                       size_t size);
+
+/* The most devices a dp x tp x pp mesh can use under the mesh rules (dp
+ * divides the global batch, tp the heads and padded vocabulary within a
+ * node, pp at most the layers), with the fixed choices; its shape in
+ * *dp, *tp, *pp (0 when none). */
+int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
+                              const struct tl_search_options* o, int* dp, int* tp, int* pp);
+
+/* When no split of all of c's devices works: the search over fewer devices
+ * — every count below the cluster's that a mesh can use and a part of the
+ * cluster holds (whole nodes, or part of one node), most devices first, at
+ * most `max_counts` of them with a plan — into *out, fastest first (a
+ * plan's devices are dp x tp x pp). The caller frees out with
+ * tl_search_free. */
+tl_status tl_search_fewer(const tl_cost_model* cm, const tl_cluster* c,
+                          const struct tl_search_options* o, int max_counts,
+                          tl_search_result* out);
 
 #ifdef __cplusplus
 }

@@ -53,7 +53,13 @@ static void usage(FILE* f) {
           "complete config (atomic write).\n"
           "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
           "--dtype: training precision (default bf16 where the cluster has a bf16 peak).\n"
-          "Exit status: 0 a plan was found, 1 none fits or bad input, 2 bad usage.\n");
+          "When no split of all the devices fits, it says why (the rule, the most devices\n"
+          "the rules allow, or the memory the least hungry plan needs) and, where the\n"
+          "mesh rules or --fix are the cause, plans fewer devices.\n"
+          "hwTFLOP/s counts the FLOPs a device executes (recomputation included); MFU the\n"
+          "model's FLOPs (without) over the peak.\n"
+          "Exit status: 0 a plan was found (on fewer devices where no split of them all\n"
+          "fits), 1 none fits or bad input, 2 bad usage.\n");
 }
 
 static int parse_int(const char* s, int lo, int* out) {
@@ -159,11 +165,27 @@ static json_t* plan_json(const tl_plan* p) {
       tl_plan_bound(p), "runnable", p->runnable, "virtual_stages", tl_plan_chunks(p));
 }
 
-static int print_json(const tl_search_result* r, int top, const tl_cluster* c, double secs) {
+/* plan_json with what a plan on part of the cluster adds: its devices */
+static json_t* plan_json_fewer(const tl_plan* p) {
+  json_t* j = plan_json(p);
+  if (j) json_object_set_new(j, "devices", json_integer((json_int_t)p->dp * p->tp * p->pp));
+  return j;
+}
+
+static int print_json(const tl_search_result* r, const tl_search_result* fewer, const char* why,
+                      int top, const tl_cluster* c, double secs) {
   json_t* root = json_object();
   json_t* plans = json_array();
   for (int i = 0; i < r->n_plans && i < top; i++)
     json_array_append_new(plans, plan_json(&r->plans[i]));
+  if (why[0]) json_object_set_new(root, "why_none_fits", json_string(why));
+  if (fewer) {
+    json_t* f = json_array();
+    for (int i = 0; i < fewer->n_plans && i < top; i++)
+      json_array_append_new(f, plan_json_fewer(&fewer->plans[i]));
+    json_object_set_new(root, "fewer_devices", f);
+    json_object_set_new(root, "fewer_device_counts_searched", json_integer(fewer->n_counts));
+  }
   json_t* rej = json_object();
   for (int k = 0; k < TL_REJECT_COUNT; k++)
     json_object_set_new(rej, tl_reject_name((tl_reject_reason)k), json_integer(r->rejected[k]));
@@ -180,6 +202,60 @@ static int print_json(const tl_search_result* r, int top, const tl_cluster* c, d
   printf("%s\n", text);
   free(text);
   return 1;
+}
+
+/* The table's header and rows; with `devices` a first column of each
+ * plan's device count (plans on part of the cluster). */
+static void print_header(bool devices) {
+  if (devices) printf("%7s ", "devices");
+  printf("%4s %5s %3s %4s %5s %5s %6s %4s %3s %3s %9s %10s %11s %9s %6s  %-8s\n", "rank", "dp",
+         "tp", "pp", "mb", "n_mb", "sched", "zero", "rc", "sp", "mem GB", "step s", "tokens/s",
+         "hwTFLOP/s", "MFU", "bound");
+}
+
+static void print_row(const tl_plan* p, int rank, bool devices) {
+  char name[16];
+  if (devices) printf("%7d ", p->dp * p->tp * p->pp);
+  printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %3s %9.2f %10.4g %11.4g %9.4g %5.1f%%  %-8s%s\n",
+         rank, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, schedule_name(p, name, sizeof name),
+         p->zero,
+         p->recompute == TL_RECOMPUTE_SELECTIVE ? "sel"
+         : p->recompute                         ? "full"
+                                                : "-",
+         p->tp == 1             ? "-"
+         : p->sequence_parallel ? "on"
+                                : "off",
+         p->mem_total / 1e9, p->t_step, p->tokens_per_s, p->flops_per_device / 1e12, 100 * p->mfu,
+         tl_plan_bound(p), p->runnable ? "" : "  (trellis train: not yet)");
+}
+
+static const char* const k_flops_note =
+    "(hwTFLOP/s: FLOPs a device executes per second, recomputation included; MFU: the model's "
+    "FLOPs, without recomputation, over the peak)\n";
+
+/* The plans on fewer devices, when none of the cluster's splits works: by
+ * step time, and the one with the most tokens/s per device. */
+static void print_fewer(const tl_search_result* f, int top, const tl_cluster* c) {
+  printf("\nsearched fewer devices: %d device counts below %d (%lld plans priced), %d with a "
+         "plan (the %d largest counts with one, at most)\n",
+         f->n_counts, tl_cluster_devices(c), (long long)f->n_evaluated, f->n_counts_fitting, 16);
+  if (!f->n_plans) {
+    printf("none fits on fewer devices either\n");
+    return;
+  }
+  print_header(true);
+  for (int i = 0; i < f->n_plans && i < top; i++) print_row(&f->plans[i], i + 1, true);
+  int best = 0;
+  for (int i = 1; i < f->n_plans; i++) {
+    const tl_plan *p = &f->plans[i], *b = &f->plans[best];
+    if (p->tokens_per_s / (p->dp * p->tp * p->pp) > b->tokens_per_s / (b->dp * b->tp * b->pp))
+      best = i;
+  }
+  const tl_plan* b = &f->plans[best];
+  printf("most tokens/s per device (%.4g on each of %d):\n",
+         b->tokens_per_s / (b->dp * b->tp * b->pp), b->dp * b->tp * b->pp);
+  print_row(b, best + 1, true);
+  printf("%s", k_flops_note);
 }
 
 static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
@@ -199,24 +275,9 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
         "predicts its runs)\n");
   printf("global batch %d x %d tokens; %lld plans priced in %.1f ms, %d fit\n\n", batch, cm->seq,
          (long long)r->n_evaluated, secs * 1e3, r->n_plans);
-  printf("%4s %5s %3s %4s %5s %5s %6s %4s %3s %3s %9s %10s %11s %8s %6s  %-8s\n", "rank", "dp",
-         "tp", "pp", "mb", "n_mb", "sched", "zero", "rc", "sp", "mem GB", "step s", "tokens/s",
-         "TFLOP/s", "MFU", "bound");
-  for (int i = 0; i < r->n_plans && i < top; i++) {
-    char name[16];
-    const tl_plan* p = &r->plans[i];
-    printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %3s %9.2f %10.4g %11.4g %8.4g %5.1f%%  %-8s%s\n",
-           i + 1, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro,
-           schedule_name(p, name, sizeof name), p->zero,
-           p->recompute == TL_RECOMPUTE_SELECTIVE ? "sel"
-           : p->recompute                         ? "full"
-                                                  : "-",
-           p->tp == 1             ? "-"
-           : p->sequence_parallel ? "on"
-                                  : "off",
-           p->mem_total / 1e9, p->t_step, p->tokens_per_s, p->flops_per_device / 1e12, 100 * p->mfu,
-           tl_plan_bound(p), p->runnable ? "" : "  (trellis train: not yet)");
-  }
+  if (r->n_plans > 0) print_header(false);
+  for (int i = 0; i < r->n_plans && i < top; i++) print_row(&r->plans[i], i + 1, false);
+  if (r->n_plans > 0) printf("%s", k_flops_note);
   if (r->n_plans > 0) {
     const tl_plan* w = &r->plans[0];
     double t = w->t_step;
@@ -378,29 +439,53 @@ int tl_cli_plan(int argc, char** argv) {
     fprintf(stderr, "trellis plan: %s\n", tl_last_error());
     return 1;
   }
+  /* none fits: why; and where the mesh rules or the fixed choices leave
+   * the cluster's devices no split, the plans on fewer of them (where
+   * memory is what fails, fewer devices only need more of it) */
+  char why[1024] = "";
+  tl_search_result fewer;
+  memset(&fewer, 0, sizeof fewer);
+  const bool searched_fewer = r.n_plans == 0 && r.n_evaluated == 0;
+  if (r.n_plans == 0) tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
+  if (searched_fewer && tl_search_fewer(&cm, &c, &o, 16, &fewer) != TL_OK) {
+    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    tl_search_free(&r);
+    return 1;
+  }
   double secs = tl_timer_elapsed_s(&timer);
   if (as_json) {
-    if (!print_json(&r, top, &c, secs)) {
+    if (!print_json(&r, searched_fewer ? &fewer : NULL, why, top, &c, secs)) {
       fprintf(stderr, "trellis plan: cannot encode the plans as JSON\n");
       tl_search_free(&r);
+      tl_search_free(&fewer);
       return 1;
     }
   } else {
     print_table(&r, top, &c, &cm, batch, dtype, secs);
+    if (why[0]) printf("\nno split of all %d devices fits: %s.\n", tl_cluster_devices(&c), why);
+    if (searched_fewer) print_fewer(&fewer, top, &c);
   }
+  fflush(stdout); /* what follows on stderr after it, not inside it */
+  const tl_search_result* chosen = r.n_plans ? &r : fewer.n_plans ? &fewer : NULL;
   int status = 0;
-  if (r.n_plans == 0) {
-    fprintf(stderr, "trellis plan: no plan fits %s (see the rejected counts)\n", c.name);
+  if (r.n_plans == 0)
+    fprintf(stderr, "trellis plan: no plan fits all %d devices of %s%s\n", tl_cluster_devices(&c),
+            c.name,
+            chosen ? "; the best on fewer devices are listed"
+            : as_json ? ""
+                      : " (why: above)");
+  if (r.n_plans == 0 && as_json && why[0]) fprintf(stderr, "trellis plan: %s\n", why);
+  if (!chosen) {
     status = 1;
   } else if (out_path) {
     const tl_plan* best = NULL;
-    for (int i = 0; i < r.n_plans && !best; i++)
-      if (r.plans[i].runnable) best = &r.plans[i];
+    for (int i = 0; i < chosen->n_plans && !best; i++)
+      if (chosen->plans[i].runnable) best = &chosen->plans[i];
     struct tl_config plan_cfg;
     if (!best) {
       fprintf(stderr,
-              "trellis plan: no plan that fits runs without recomputation, which "
-              "`trellis train` needs today; nothing written to %s\n",
+              "trellis plan: no plan that fits is one `trellis train` runs today; nothing "
+              "written to %s\n",
               out_path);
       status = 1;
     } else if (tl_plan_to_config(best, &cfg, seq, &c, &plan_cfg) != TL_OK ||
@@ -408,14 +493,14 @@ int tl_cli_plan(int argc, char** argv) {
       fprintf(stderr, "trellis plan: %s\n", tl_last_error());
       status = 1;
     } else {
-      fprintf(
-          as_json ? stderr : stdout, "%swrote %s: plan %d (dp %d, tp %d, pp %d)%s\n",
-          as_json ? "trellis plan: " : "\n", out_path, (int)(best - r.plans) + 1, best->dp,
-          best->tp, best->pp,
-          best == r.plans ? "" : ", the best that `trellis train` runs today (no recomputation)");
+      fprintf(as_json ? stderr : stdout, "%swrote %s: plan %d (dp %d, tp %d, pp %d%s)%s\n",
+              as_json ? "trellis plan: " : "\n", out_path, (int)(best - chosen->plans) + 1,
+              best->dp, best->tp, best->pp, chosen == &fewer ? ", on fewer devices" : "",
+              best == chosen->plans ? "" : ", the best that `trellis train` runs today");
     }
   }
-  if (r.n_plans > 0 && svg_path && write_svg(&r.plans[0], &cfg, &c, svg_path) != 0) status = 1;
+  if (chosen && svg_path && write_svg(&chosen->plans[0], &cfg, &c, svg_path) != 0) status = 1;
   tl_search_free(&r);
+  tl_search_free(&fewer);
   return status;
 }

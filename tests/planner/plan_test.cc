@@ -482,3 +482,69 @@ TEST(PlanCli, PredictedBytesMatchTheAllocatorsPeak) {
   ASSERT_GT(peak, 0);
   EXPECT_NEAR(predicted / peak, 1.0, 0.10);
 }
+
+// The issue's case as a person meets it: a 4-layer model at batch 64 on the
+// shipped 3072-GPU A100 spec. No split uses every device; trellis plan says
+// why, plans fewer devices (by step time, and the most tokens/s per
+// device), and --out writes the fastest as a config for its devices.
+TEST(PlanCli, NoSplitOfAllDevicesSaysWhyAndPlansFewer) {
+  std::string model = TempPath("four_layers.json"), out = TempPath("fewer_plan.json");
+  std::ofstream(model) << R"({"model": {"n_layers": 4, "n_heads": 16, "n_embd": 1024,
+      "vocab_size": 131072, "max_seq_len": 1024}, "train": {"batch_size": 64, "seq_len": 1024}})";
+  std::remove(out.c_str());
+  PlanRun r = Plan("--model " + model + " --cluster examples/clusters/dgx_a100.json --top 3 --out " +
+                   out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("no split of all 3072 devices fits: every dp x tp x pp"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("at most 2048 devices (dp 64 x tp 8 x pp 4)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("searched fewer devices:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("devices rank    dp"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("most tokens/s per device ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hwTFLOP/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("on fewer devices)"), std::string::npos) << r.output;
+  struct tl_config cfg;
+  ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
+  EXPECT_LT(cfg.mesh.dp * cfg.mesh.tp * cfg.mesh.pp, 3072);
+  EXPECT_EQ(64 % cfg.mesh.dp, 0);
+
+  // --json carries the reason and the plans on fewer devices
+  PlanRun j = Plan("--model " + model + " --cluster examples/clusters/dgx_a100.json --json");
+  ASSERT_EQ(j.status, 0) << j.output;
+  size_t brace = j.output.find('{');
+  ASSERT_NE(brace, std::string::npos) << j.output;
+  json_error_t err;
+  json_t* root = json_loads(j.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, &err);
+  ASSERT_NE(root, nullptr) << err.text << " at " << err.line << "\n" << j.output;
+  EXPECT_NE(std::string(json_string_value(json_object_get(root, "why_none_fits")))
+                .find("at most 2048 devices"),
+            std::string::npos);
+  json_t* fewer = json_object_get(root, "fewer_devices");
+  ASSERT_GT(json_array_size(fewer), 0u);
+  EXPECT_LT(json_integer_value(json_object_get(json_array_get(fewer, 0), "devices")), 3072);
+  json_decref(root);
+}
+
+// A --fix no split can satisfy names the constraint (and the flag that
+// lifts it); a fixed split over memory gives its memory, parts and time.
+TEST(PlanCli, AnImpossibleFixSaysWhichConstraint) {
+  std::string wide = TempPath("sixteen_heads.json");
+  std::ofstream(wide) << R"({"model": {"n_layers": 4, "n_heads": 16, "n_embd": 1024,
+      "vocab_size": 50257, "max_seq_len": 1024}, "train": {"batch_size": 64, "seq_len": 1024}})";
+  PlanRun r = Plan("--model " + wide +
+                   " --cluster examples/clusters/dgx_a100.json --nodes 2 --fix tp=16");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("tp must stay within a node's 8 devices (--allow-tp-across-nodes"),
+            std::string::npos)
+      << r.output;
+  std::string big = TempPath("twenty_b.json");
+  std::ofstream(big) << R"({"model": {"n_layers": 44, "n_heads": 48, "n_embd": 6144,
+      "vocab_size": 50257, "max_seq_len": 2048}, "train": {"batch_size": 64, "seq_len": 2048}})";
+  PlanRun m = Plan("--model " + big +
+                   " --cluster examples/clusters/dgx_a100.json --nodes 1 --fix dp=8,zero=0");
+  EXPECT_EQ(m.status, 1) << m.output;
+  EXPECT_NE(m.output.find("The least memory any needs is"), std::string::npos) << m.output;
+  EXPECT_NE(m.output.find("GB over; its step would take"), std::string::npos) << m.output;
+}

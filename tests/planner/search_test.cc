@@ -145,6 +145,107 @@ TEST(Search, MeshRulesAreCountedByReason) {
   EXPECT_STREQ(tl_reject_name(TL_REJECT_MEMORY), "memory");
 }
 
+// No split of all of the cluster's devices works: a 4-layer model at batch
+// 64 on the shipped 3072-GPU spec (dp <= 64, tp <= 8, pp <= 4). The search
+// says which rules, how many devices they allow, and finds the plans on
+// fewer devices.
+TEST(Search, WhenNoSplitOfAllDevicesWorksItSaysWhyAndSearchesFewer) {
+  tl_cluster c = DgxA100();
+  tl_cost_model cm = Gpt(4, 16, 1024, 131072, 1024);
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 64, TL_BF16);
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  EXPECT_EQ(r.n_plans, 0);
+  EXPECT_EQ(r.n_evaluated, 0);
+  char why[1024];
+  tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
+  EXPECT_NE(strstr(why, "every dp x tp x pp of the 3072 devices breaks a mesh rule"), nullptr)
+      << why;
+  EXPECT_NE(strstr(why, "dp must divide the global batch (64 sequences)"), nullptr) << why;
+  EXPECT_NE(strstr(why, "pp must be at most the 4 layers"), nullptr) << why;
+  EXPECT_NE(strstr(why, "at most 2048 devices (dp 64 x tp 8 x pp 4)"), nullptr) << why;
+  int dp, tp, pp;
+  EXPECT_EQ(tl_search_max_devices(&cm, &c, &o, &dp, &tp, &pp), 2048);
+  tl_search_free(&r);
+
+  tl_search_result f;
+  ASSERT_EQ(tl_search_fewer(&cm, &c, &o, 16, &f), TL_OK) << tl_last_error();
+  ASSERT_GT(f.n_plans, 0);
+  EXPECT_EQ(f.n_counts_fitting, 16);
+  bool largest = false;
+  for (int i = 0; i < f.n_plans; i++) {
+    const tl_plan& p = f.plans[i];
+    int d = p.dp * p.tp * p.pp;
+    EXPECT_LT(d, 3072);
+    EXPECT_TRUE(d <= 8 || d % 8 == 0) << d << " devices are not a part of the cluster";
+    EXPECT_EQ(64 % p.dp, 0);
+    EXPECT_LE(p.tp, 8);
+    EXPECT_LE(p.pp, 4);
+    largest |= d == 2048;
+    if (i) {
+      EXPECT_LE(f.plans[i - 1].t_step, p.t_step) << "fastest first";
+    }
+  }
+  EXPECT_TRUE(largest) << "the most devices the rules allow were searched";
+  tl_search_free(&f);
+}
+
+// A fixed choice the rules refuse says so, naming the flag that lifts the
+// rule; one no split of the devices has says that.
+TEST(Search, AFixedChoiceNoSplitSatisfiesIsNamed) {
+  tl_cluster c = DgxA100(4);
+  tl_cost_model cm = Gpt(24, 16, 2048, 50257, 2048);
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 512, TL_BF16);
+  o.fix_tp = 16;
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  EXPECT_EQ(r.n_plans, 0);
+  char why[1024];
+  tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
+  EXPECT_NE(strstr(why, "with tp 16 breaks a mesh rule"), nullptr) << why;
+  EXPECT_NE(strstr(why, "tp must stay within a node's 8 devices (--allow-tp-across-nodes"),
+            nullptr)
+      << why;
+  tl_search_free(&r);
+  o.allow_tp_across_nodes = true;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  EXPECT_GT(r.n_plans, 0) << "--allow-tp-across-nodes lifts it";
+  tl_search_free(&r);
+
+  tl_search_options_defaults(&o, 512, TL_BF16);
+  o.fix_dp = 5;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  EXPECT_EQ(r.n_meshes, 0);
+  tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
+  EXPECT_NE(strstr(why, "no dp x tp x pp of the cluster's 32 devices has dp 5"), nullptr) << why;
+  tl_search_free(&r);
+}
+
+// Every split priced and over memory: the least hungry plan's bytes, its
+// parts and its step time say by how much.
+TEST(Search, WhenEveryPlanIsOverMemoryTheLeastHungryIsGiven) {
+  tl_cluster c = DgxA100(1);
+  tl_cost_model cm = Gpt(44, 48, 6144, 50257, 2048);  // about 20B parameters
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 64, TL_BF16);
+  o.fix_dp = 8;  // dp 8 x tp 1 x pp 1 without ZeRO: 16 bytes a parameter,
+  o.fix_zero = 0;  // some 320 GB of state on each device
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  EXPECT_EQ(r.n_plans, 0);
+  ASSERT_TRUE(r.has_closest);
+  EXPECT_GT(r.closest.mem_total, c.device_memory_bytes);
+  EXPECT_EQ(r.closest.dp, 8);
+  char why[1024];
+  tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
+  EXPECT_NE(strstr(why, "need more than a device's 80.00 GB"), nullptr) << why;
+  EXPECT_NE(strstr(why, "The least memory any needs is"), nullptr) << why;
+  EXPECT_NE(strstr(why, "its step would take"), nullptr) << why;
+  tl_search_free(&r);
+}
+
 // Sequence parallelism is a searched choice: every tensor-parallel mesh is
 // priced with and without it (its plans hold less activation memory), `fix_sp`
 // pins it, and where only the sequence-parallel plans fit memory the winner
