@@ -148,6 +148,9 @@ void tl_alloc_reset_peak(tl_device device) {
  * not trellis's to free. */
 const char* __lsan_default_suppressions(void);
 const char* __lsan_default_suppressions(void) { return "leak:libucs.so\nleak:libuct.so\n"; }
+/* and says nothing of them on every exit */
+const char* __lsan_default_options(void);
+const char* __lsan_default_options(void) { return "print_suppressions=0"; }
 #endif
 
 tl_status tl_alloc_leak_check(void) {

@@ -27,7 +27,7 @@ def tl_mpi_test(name, srcs, n_ranks, deps = [], size = "small", timeout_s = 120,
         name = name,
         srcs = ["//tests:mpi_run.sh"],
         args = [str(n_ranks), "$(location :%s_bin)" % name],
-        data = [":%s_bin" % name],
+        data = [":%s_bin" % name, "//tests:lsan_suppressions.txt"],
         env = dict(env, TL_MPI_TIMEOUT = str(timeout_s)),
         size = size,
         **kwargs
