@@ -18,6 +18,9 @@ def cuda_library(name, cu_srcs, hdrs = [], srcs = [], fallback_srcs = [], deps =
         )
         return
     gencode = " ".join(["-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in _ARCHS])
+    # where the toolkit's libraries are that trellis loads when it first uses
+    # a GPU rather than links (cuBLAS: kernels/cuda/blas.cu)
+    lib_dir = "-DTL_CUDA_LIB_DIR='\"%s/lib64\"'" % NVCC.rsplit("/bin/", 1)[0]
     objs = []
     for src in cu_srcs:
         obj = name + "_cu/" + src.replace("/", "_").replace(".cu", ".o")
@@ -27,7 +30,7 @@ def cuda_library(name, cu_srcs, hdrs = [], srcs = [], fallback_srcs = [], deps =
             outs = [obj],
             # -I. reaches the workspace's headers from the execution root.
             cmd = ("%s -std=c++17 -O3 -Xcompiler -fPIC -Xcompiler -Wall " +
-                   "-Werror all-warnings -I. %s -c $(location %s) -o $@") % (NVCC, gencode, src),
+                   "-Werror all-warnings -I. %s %s -c $(location %s) -o $@") % (NVCC, gencode, lib_dir, src),
             tags = ["no-remote"],
         )
         objs.append(obj)

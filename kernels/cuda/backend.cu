@@ -100,16 +100,22 @@ extern "C" tl_status tl_cuda_backend_init(int index, void** out) {
     free(ctx);
     return TL_ERRF(TL_ERR_CUDA, "cannot start cuda:%d: %s", index, cudaGetErrorString(e));
   }
-  cublasStatus_t b = cublasCreate(&ctx->blas);
-  if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetStream(ctx->blas, ctx->stream);
+  if (tl__cuda_blas_load(&ctx->blas_api) != TL_OK) {
+    cudaStreamDestroy(ctx->stream);
+    free(ctx);
+    return TL_ERR_CUBLAS; /* the loader's message stands */
+  }
+  const struct tl_cublas_api* api = ctx->blas_api;
+  cublasStatus_t b = api->create(&ctx->blas);
+  if (b == CUBLAS_STATUS_SUCCESS) b = api->set_stream(ctx->blas, ctx->stream);
   /* Plain fp32 GEMM (no TF32): a parallel run must equal the single-device run. */
-  if (b == CUBLAS_STATUS_SUCCESS) b = cublasSetMathMode(ctx->blas, CUBLAS_PEDANTIC_MATH);
+  if (b == CUBLAS_STATUS_SUCCESS) b = api->set_math_mode(ctx->blas, CUBLAS_PEDANTIC_MATH);
   if (b != CUBLAS_STATUS_SUCCESS) {
-    if (ctx->blas) cublasDestroy(ctx->blas);
+    if (ctx->blas) api->destroy(ctx->blas);
     cudaStreamDestroy(ctx->stream);
     free(ctx);
     return TL_ERRF(TL_ERR_CUBLAS, "cannot create a cuBLAS handle on cuda:%d: %s", index,
-                   cublasGetStatusString(b));
+                   api->status_string(b));
   }
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, index) == cudaSuccess)
@@ -125,7 +131,7 @@ extern "C" void tl_cuda_backend_free(void* p) {
   cudaSetDevice(ctx->device);
   cudaStreamSynchronize(ctx->stream);
   tl_buffer_destroy(ctx->workspace);
-  cublasDestroy(ctx->blas);
+  if (ctx->blas) ctx->blas_api->destroy(ctx->blas);
   cudaStreamDestroy(ctx->stream);
   free(ctx);
 }

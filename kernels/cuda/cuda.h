@@ -19,6 +19,11 @@ void tl_cuda_backend_free(void* ctx);
 
 int tl__cuda_device_count(const char** why);
 
+/* Loads cuBLAS now, as the first backend does (trellis does not link it):
+ * TL_OK, or TL_ERR_CUBLAS naming the library and the loader's reason;
+ * TL_ERR_NO_DEVICE in a build without CUDA. Needs no GPU. */
+tl_status tl_cuda_blas_check(void);
+
 #ifdef __cplusplus
 }
 #endif

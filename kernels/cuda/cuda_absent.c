@@ -15,6 +15,10 @@ tl_status tl_cuda_backend_init(int index, void** ctx) {
   return TL_ERRF(TL_ERR_NO_DEVICE, "cuda:%d is not available: %s", index, k_why);
 }
 
+tl_status tl_cuda_blas_check(void) {
+  return TL_ERRF(TL_ERR_NO_DEVICE, "cuBLAS is not used: %s", k_why);
+}
+
 void tl_cuda_backend_free(void* ctx) {
   (void)ctx;
 }

@@ -10,10 +10,28 @@
 #include "core/alloc.h"
 #include "kernels/cuda/cuda.h"
 
+/* cuBLAS's entry points, from the library loaded at the first backend's
+ * creation (blas.cu): trellis does not link it, so that a process that uses
+ * no GPU never maps it. */
+struct tl_cublas_api {
+  bool loaded;
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasDestroy_v2) destroy;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSgemm_v2) sgemm;
+  decltype(&cublasGetStatusString) status_string;
+};
+/* Loads cuBLAS once per process (thread-safe); the table, or
+ * TL_ERR_CUBLAS naming the library and the loader's reason. */
+extern "C" tl_status tl__cuda_blas_load(const struct tl_cublas_api** out);
+extern "C" const char* tl__cuda_blas_status(cublasStatus_t s);
+
 struct tl_cuda_ctx {
   int device;
   cudaStream_t stream;
   cublasHandle_t blas;
+  const struct tl_cublas_api* blas_api; /* loaded with the first context */
   tl_buffer* workspace; /* grown on demand, counted by core's allocator */
 };
 
@@ -25,11 +43,12 @@ struct tl_cuda_ctx {
                      cudaGetErrorName(tl__e));                                            \
   } while (0)
 
-#define TL_CUBLAS_CHECK(expr)                                                              \
-  do {                                                                                     \
-    cublasStatus_t tl__b = (expr);                                                         \
-    if (tl__b != CUBLAS_STATUS_SUCCESS)                                                    \
-      return TL_ERRF(TL_ERR_CUBLAS, "%s failed: %s", #expr, cublasGetStatusString(tl__b)); \
+
+#define TL_CUBLAS_CHECK(expr)                                                             \
+  do {                                                                                    \
+    cublasStatus_t tl__b = (expr);                                                        \
+    if (tl__b != CUBLAS_STATUS_SUCCESS)                                                   \
+      return TL_ERRF(TL_ERR_CUBLAS, "%s failed: %s", #expr, tl__cuda_blas_status(tl__b)); \
   } while (0)
 
 /* After a kernel launch: reports a bad launch configuration at once. */

@@ -31,7 +31,7 @@ extern "C" tl_status tl__cuda_matmul(void* pctx, float* out, const float* a, con
     TL_CUDA_LAUNCHED();
     beta = 1.0f;
   }
-  TL_CUBLAS_CHECK(cublasSgemm(ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+  TL_CUBLAS_CHECK(ctx->blas_api->sgemm(ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
                               trans_b ? k : n, a, trans_a ? m : k, &beta, out, n));
   return TL_OK;

@@ -10,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cuda/cuda.h"
 #include "kernels/opcheck.h"
 
 namespace {
@@ -171,6 +172,14 @@ TEST(OpCheck, UnknownCaseIsAnError) {
   tl_opcheck_result r;
   EXPECT_EQ(tl_opcheck_run(be, tl_opcheck_count(), &r), TL_ERR_INVALID);
   tl_backend_destroy(be);
+}
+
+// cuBLAS is loaded, not linked (kernels/cuda/blas.cu): from the toolkit
+// trellis was built against, with every entry point it calls, GPU or not.
+TEST(Backend, CublasLoadsFromTheToolkit) {
+  tl_status st = tl_cuda_blas_check();
+  if (st == TL_ERR_NO_DEVICE) GTEST_SKIP() << tl_last_error();
+  EXPECT_EQ(st, TL_OK) << tl_last_error();
 }
 
 TEST(Backend, CudaWithoutGpuSaysWhy) {
