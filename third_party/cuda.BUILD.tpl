@@ -2,7 +2,7 @@
 # cuDNN and NCCL, which this machine kind ships inside the toolkit folder.
 package(default_visibility = ["//visibility:public"])
 
-# The runtime. cuBLAS is not linked: mapping it costs a process 0.35 s and
+# The runtime. cuBLAS is not linked: mapping it costs a process 0.1 s and
 # 210 MB before main(), so trellis loads it when it first uses a GPU
 # (kernels/cuda/blas.cu).
 cc_library(

@@ -1,8 +1,8 @@
 // blas.cu — cuBLAS, loaded when a CUDA backend is first created rather than
 // when trellis starts. Mapping libcublas (and the libcublasLt it pulls in)
-// costs a process about 0.35 s and 210 MB before main() on this machine, and
-// every `trellis` command — plan, check, data, a CPU run — would pay it for
-// nothing. The library comes from the toolkit trellis was built against
+// costs a process 0.08-0.10 s and 210 MB before main() on this machine (up
+// to 0.35 s when it is busy), and every `trellis` command — plan, check,
+// data, a CPU run — would pay it for nothing. The library comes from the toolkit trellis was built against
 // (TL_CUDA_LIB_DIR), else from the loader's path (LD_LIBRARY_PATH: a bundle
 // carried to another machine).
 #include <dlfcn.h>

@@ -299,7 +299,7 @@ TEST(TrainCli, TraceOfAnInterleavedPipelineNamesEachSpansChunk) {
 }
 
 // cuBLAS is loaded where a GPU is first used, not linked: mapping it costs
-// a process about 0.35 s and 210 MB before main(), which `trellis plan`,
+// a process about 0.1 s and 210 MB before main(), which `trellis plan`,
 // `check`, `data` and every CPU run would pay for nothing.
 TEST(CheckCliMap, TrellisDoesNotLinkCublas) {
   RunResult r = RunProcess({"ldd", kTrellis});
