@@ -177,25 +177,6 @@ static void each_allowed_mesh(const tl_cost_model* cm, const tl_cluster* c,
   }
 }
 
-struct largest {
-  int64_t devices;
-  int dp, tp, pp;
-};
-
-static void keep_largest(void* arg, int dp, int tp, int pp) {
-  struct largest* l = arg;
-  const int64_t d = (int64_t)dp * tp * pp;
-  if (d > l->devices) l->devices = d, l->dp = dp, l->tp = tp, l->pp = pp;
-}
-
-int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
-                              const struct tl_search_options* o, int* dp, int* tp, int* pp) {
-  struct largest l = {0, 0, 0, 0};
-  if (o->global_batch >= 1) each_allowed_mesh(cm, c, o, tl_cluster_devices(c), keep_largest, &l);
-  *dp = l.dp, *tp = l.tp, *pp = l.pp;
-  return l.devices;
-}
-
 /* A part of the cluster holding d devices: whole nodes, or part of one. */
 static bool part_of(const tl_cluster* c, int64_t d, tl_cluster* part) {
   *part = *c;
@@ -206,6 +187,28 @@ static bool part_of(const tl_cluster* c, int64_t d, tl_cluster* part) {
   if (d % c->devices_per_node) return false;
   part->nodes = (int)(d / c->devices_per_node);
   return true;
+}
+
+struct largest {
+  const tl_cluster* c;
+  int64_t devices;
+  int dp, tp, pp;
+};
+
+static void keep_largest(void* arg, int dp, int tp, int pp) {
+  struct largest* l = arg;
+  const int64_t d = (int64_t)dp * tp * pp;
+  tl_cluster part;
+  if (d > l->devices && part_of(l->c, d, &part))
+    l->devices = d, l->dp = dp, l->tp = tp, l->pp = pp;
+}
+
+int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
+                              const struct tl_search_options* o, int* dp, int* tp, int* pp) {
+  struct largest l = {c, 0, 0, 0, 0};
+  if (o->global_batch >= 1) each_allowed_mesh(cm, c, o, tl_cluster_devices(c), keep_largest, &l);
+  *dp = l.dp, *tp = l.tp, *pp = l.pp;
+  return l.devices;
 }
 
 struct counts {
@@ -242,6 +245,8 @@ static int descending(const void* a, const void* b) {
 /* How many plans of each device count tl_search_fewer keeps: enough for a
  * table, bounded for a search of many counts. */
 #define FEWER_KEEP 32
+/* The most device counts tl_search_fewer prices. */
+#define FEWER_MAX_COUNTS 64
 
 tl_status tl_search_fewer(const tl_cost_model* cm, const tl_cluster* c,
                           const struct tl_search_options* o, int max_counts,
@@ -257,7 +262,10 @@ tl_status tl_search_fewer(const tl_cost_model* cm, const tl_cluster* c,
   if (s.n > 1) qsort(s.v, (size_t)s.n, sizeof *s.v, descending);
   int cap = 0;
   tl_status st = TL_OK;
-  for (int i = 0; i < s.n && out->n_counts_fitting < max_counts; i++) {
+  /* where memory is what fails, fewer devices only need more of it: a
+   * search that finds nothing stops after FEWER_MAX_COUNTS counts */
+  for (int i = 0; i < s.n && out->n_counts_fitting < max_counts && out->n_counts < FEWER_MAX_COUNTS;
+       i++) {
     tl_cluster part;
     part_of(c, s.v[i], &part);
     tl_search_result r;
@@ -358,7 +366,8 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
     int dp, tp, pp;
     int64_t most = tl_search_max_devices(cm, c, o, &dp, &tp, &pp);
     if (most > 0)
-      appendf(buf, size, ". The rules allow at most %lld devices (dp %d x tp %d x pp %d)",
+      appendf(buf, size,
+              ". The rules allow at most %lld devices of whole nodes (dp %d x tp %d x pp %d)",
               (long long)most, dp, tp, pp);
     else
       appendf(buf, size, ". No mesh of any size meets them");

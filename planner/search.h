@@ -97,17 +97,18 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
 
 /* The most devices a dp x tp x pp mesh can use under the mesh rules (dp
  * divides the global batch, tp the heads and padded vocabulary within a
- * node, pp at most the layers), with the fixed choices; its shape in
+ * node, pp at most the layers), with the fixed choices, counting whole
+ * nodes or part of one (the parts tl_search_fewer searches); its shape in
  * *dp, *tp, *pp (0 when none). */
 int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
                               const struct tl_search_options* o, int* dp, int* tp, int* pp);
 
 /* When no split of all of c's devices works: the search over fewer devices
  * — every count below the cluster's that a mesh can use and a part of the
- * cluster holds (whole nodes, or part of one node), most devices first, at
- * most `max_counts` of them with a plan — into *out, fastest first (a
- * plan's devices are dp x tp x pp). The caller frees out with
- * tl_search_free. */
+ * cluster holds (whole nodes, or part of one node), most devices first,
+ * until `max_counts` of them have a plan or 64 were priced — into *out,
+ * fastest first (a plan's devices are dp x tp x pp). The caller frees out
+ * with tl_search_free. */
 tl_status tl_search_fewer(const tl_cost_model* cm, const tl_cluster* c,
                           const struct tl_search_options* o, int max_counts,
                           tl_search_result* out);

@@ -498,7 +498,7 @@ TEST(PlanCli, NoSplitOfAllDevicesSaysWhyAndPlansFewer) {
   EXPECT_NE(r.output.find("no split of all 3072 devices fits: every dp x tp x pp"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("at most 2048 devices (dp 64 x tp 8 x pp 4)"), std::string::npos)
+  EXPECT_NE(r.output.find("at most 2048 devices of whole nodes (dp 64 x tp 8 x pp 4)"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("searched fewer devices:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("devices rank    dp"), std::string::npos) << r.output;

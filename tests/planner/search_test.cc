@@ -164,7 +164,7 @@ TEST(Search, WhenNoSplitOfAllDevicesWorksItSaysWhyAndSearchesFewer) {
       << why;
   EXPECT_NE(strstr(why, "dp must divide the global batch (64 sequences)"), nullptr) << why;
   EXPECT_NE(strstr(why, "pp must be at most the 4 layers"), nullptr) << why;
-  EXPECT_NE(strstr(why, "at most 2048 devices (dp 64 x tp 8 x pp 4)"), nullptr) << why;
+  EXPECT_NE(strstr(why, "at most 2048 devices of whole nodes (dp 64 x tp 8 x pp 4)"), nullptr) << why;
   int dp, tp, pp;
   EXPECT_EQ(tl_search_max_devices(&cm, &c, &o, &dp, &tp, &pp), 2048);
   tl_search_free(&r);
