@@ -42,7 +42,8 @@
  *   share (what lives within a pass: graph/memplan.h); fp32 in the graph,
  *   scaled to the training dtype. Under full recomputation the own arena
  *   keeps each layer's input (b·s·h, /t with sequence parallelism), under
- *   selective it drops the attention probabilities;
+ *   selective it drops each attention's log-sum-exp (the kernels keep no
+ *   T x T probabilities in any mode);
  * - the fullest stage is the device's figure (first and last stages hold
  *   the embedding and head and, under 1F1B, differ in micro-batches held);
  * - time: arithmetic of the slowest stage at peak × efficiency; per layer

@@ -300,14 +300,41 @@ static void appendf(char* buf, size_t size, const char* fmt, ...) {
   va_end(ap);
 }
 
-static void fixed_list(const struct tl_search_options* o, char* buf, size_t size) {
+/* The fixed choices as "dp 5, tp 2": the mesh's (mesh = true) or the
+ * others'. */
+static void fixed_list(const struct tl_search_options* o, bool mesh, char* buf, size_t size) {
   buf[0] = '\0';
   const struct {
     const char* name;
     int v;
-  } f[] = {{"dp", o->fix_dp}, {"tp", o->fix_tp}, {"pp", o->fix_pp}};
+    bool mesh;
+  } f[] = {{"dp", o->fix_dp, true},
+           {"tp", o->fix_tp, true},
+           {"pp", o->fix_pp, true},
+           {"micro_batch", o->fix_micro_batch, false},
+           {"micro_batches", o->fix_n_micro, false},
+           {"zero", o->fix_zero, false},
+           {"sp", o->fix_sp, false},
+           {"virtual_stages", o->fix_virtual_stages, false}};
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    if (f[i].v >= 0) appendf(buf, size, "%s%s %d", buf[0] ? ", " : "", f[i].name, f[i].v);
+    if (f[i].v >= 0 && f[i].mesh == mesh)
+      appendf(buf, size, "%s%s=%d", buf[0] ? ", " : "", f[i].name, f[i].v);
+  if (!mesh && o->fix_schedule >= 0)
+    appendf(buf, size, "%sschedule=%s", buf[0] ? ", " : "",
+            tl_schedule_kind_name((tl_schedule_kind)o->fix_schedule));
+  if (!mesh && o->fix_recompute >= 0)
+    appendf(buf, size, "%srecompute=%s", buf[0] ? ", " : "",
+            o->fix_recompute == TL_RECOMPUTE_FULL        ? "full"
+            : o->fix_recompute == TL_RECOMPUTE_SELECTIVE ? "selective"
+                                                         : "none");
+}
+
+bool tl_search_mesh_bound(const tl_search_result* r) {
+  if (r->n_plans > 0) return false;
+  if (r->n_meshes == 0) return true;
+  int64_t broken = 0;
+  for (int k = 0; k <= TL_REJECT_BATCH; k++) broken += r->rejected[k];
+  return r->n_evaluated == 0 && broken == r->n_meshes;
 }
 
 void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
@@ -317,8 +344,9 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
   buf[0] = '\0';
   if (r->n_plans > 0) return;
   const int devices = tl_cluster_devices(c);
-  char fixed[96];
-  fixed_list(o, fixed, sizeof fixed);
+  char fixed[96], others[192];
+  fixed_list(o, true, fixed, sizeof fixed);
+  fixed_list(o, false, others, sizeof others);
   /* 1. the fixed choices leave no factorisation of the devices */
   if (r->n_meshes == 0) {
     appendf(buf, size,
@@ -327,7 +355,22 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
             devices, fixed[0] ? fixed : "the fixed choices");
     return;
   }
-  /* 2. every shape breaks a mesh rule */
+  /* 2. the shapes that keep the mesh rules have no plan with the other
+   * fixed choices (or sequence parallelism's token rule) */
+  if (!tl_search_mesh_bound(r) && r->n_evaluated == 0) {
+    appendf(buf, size, "no plan of the dp x tp x pp shapes that keep the mesh rules has %s",
+            others[0] ? others : "the fixed choices");
+    if (r->rejected[TL_REJECT_SP_TOKENS])
+      appendf(buf, size,
+              "; sequence parallelism needs tp to divide a micro-batch's tokens (%lld "
+              "micro-batch sizes rejected)",
+              (long long)r->rejected[TL_REJECT_SP_TOKENS]);
+    appendf(buf, size,
+            " (micro_batch x micro_batches must make a replica's share of the %d sequences)",
+            o->global_batch);
+    return;
+  }
+  /* 3. every shape breaks a mesh rule */
   if (r->n_evaluated == 0) {
     appendf(buf, size, "every dp x tp x pp of the %d devices%s%s breaks a mesh rule:", devices,
             fixed[0] ? " with " : "", fixed);
@@ -373,7 +416,7 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
       appendf(buf, size, ". No mesh of any size meets them");
     return;
   }
-  /* 3. plans were priced; none is one to run */
+  /* 4. plans were priced; none is one to run */
   appendf(buf, size, "all %lld plans priced were rejected:", (long long)r->n_evaluated);
   const char* sep = " ";
   if (r->rejected[TL_REJECT_SP_TOKENS]) {

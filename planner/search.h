@@ -95,6 +95,10 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
                        const struct tl_search_options* o, const tl_search_result* r, char* buf,
                        size_t size);
 
+/* No plan, because of the mesh rules or the fixed dp, tp and pp alone
+ * (fewer devices may then have one; tl_search_fewer). */
+bool tl_search_mesh_bound(const tl_search_result* r);
+
 /* The most devices a dp x tp x pp mesh can use under the mesh rules (dp
  * divides the global batch, tp the heads and padded vocabulary within a
  * node, pp at most the layers), with the fixed choices, counting whole

@@ -233,12 +233,16 @@ static const char* const k_flops_note =
     "(hwTFLOP/s: FLOPs a device executes per second, recomputation included; MFU: the model's "
     "FLOPs, without recomputation, over the peak)\n";
 
+/* Device counts with a plan that the search over fewer devices looks for. */
+#define FEWER_COUNTS 16
+
 /* The plans on fewer devices, when none of the cluster's splits works: by
  * step time, and the one with the most tokens/s per device. */
 static void print_fewer(const tl_search_result* f, int top, const tl_cluster* c) {
   printf("\nsearched fewer devices: %d device counts below %d (%lld plans priced), %d with a "
          "plan (the %d largest counts with one, at most)\n",
-         f->n_counts, tl_cluster_devices(c), (long long)f->n_evaluated, f->n_counts_fitting, 16);
+         f->n_counts, tl_cluster_devices(c), (long long)f->n_evaluated, f->n_counts_fitting,
+         FEWER_COUNTS);
   if (!f->n_plans) {
     printf("none fits on fewer devices either\n");
     return;
@@ -445,9 +449,9 @@ int tl_cli_plan(int argc, char** argv) {
   char why[1024] = "";
   tl_search_result fewer;
   memset(&fewer, 0, sizeof fewer);
-  const bool searched_fewer = r.n_plans == 0 && r.n_evaluated == 0;
+  const bool searched_fewer = tl_search_mesh_bound(&r);
   if (r.n_plans == 0) tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
-  if (searched_fewer && tl_search_fewer(&cm, &c, &o, 16, &fewer) != TL_OK) {
+  if (searched_fewer && tl_search_fewer(&cm, &c, &o, FEWER_COUNTS, &fewer) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_last_error());
     tl_search_free(&r);
     return 1;

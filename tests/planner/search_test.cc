@@ -158,6 +158,7 @@ TEST(Search, WhenNoSplitOfAllDevicesWorksItSaysWhyAndSearchesFewer) {
   ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
   EXPECT_EQ(r.n_plans, 0);
   EXPECT_EQ(r.n_evaluated, 0);
+  EXPECT_TRUE(tl_search_mesh_bound(&r));
   char why[1024];
   tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
   EXPECT_NE(strstr(why, "every dp x tp x pp of the 3072 devices breaks a mesh rule"), nullptr)
@@ -204,7 +205,7 @@ TEST(Search, AFixedChoiceNoSplitSatisfiesIsNamed) {
   EXPECT_EQ(r.n_plans, 0);
   char why[1024];
   tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
-  EXPECT_NE(strstr(why, "with tp 16 breaks a mesh rule"), nullptr) << why;
+  EXPECT_NE(strstr(why, "with tp=16 breaks a mesh rule"), nullptr) << why;
   EXPECT_NE(strstr(why, "tp must stay within a node's 8 devices (--allow-tp-across-nodes"),
             nullptr)
       << why;
@@ -214,12 +215,27 @@ TEST(Search, AFixedChoiceNoSplitSatisfiesIsNamed) {
   EXPECT_GT(r.n_plans, 0) << "--allow-tp-across-nodes lifts it";
   tl_search_free(&r);
 
+  // a micro-batch no replica's share makes: named, and no search of fewer
+  // devices (the mesh rules are not what fails)
+  tl_search_options_defaults(&o, 8, TL_BF16);
+  o.fix_micro_batch = 16;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  EXPECT_EQ(r.n_plans, 0);
+  EXPECT_FALSE(tl_search_mesh_bound(&r));
+  tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
+  EXPECT_NE(strstr(why, "no plan of the dp x tp x pp shapes that keep the mesh rules has "
+                        "micro_batch=16"),
+            nullptr)
+      << why;
+  tl_search_free(&r);
+
   tl_search_options_defaults(&o, 512, TL_BF16);
   o.fix_dp = 5;
   ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
   EXPECT_EQ(r.n_meshes, 0);
+  EXPECT_TRUE(tl_search_mesh_bound(&r));
   tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
-  EXPECT_NE(strstr(why, "no dp x tp x pp of the cluster's 32 devices has dp 5"), nullptr) << why;
+  EXPECT_NE(strstr(why, "no dp x tp x pp of the cluster's 32 devices has dp=5"), nullptr) << why;
   tl_search_free(&r);
 }
 
