@@ -9,8 +9,9 @@
 // where the uninterrupted run ends.
 //
 // Skipped, saying why, only where the daemons are not installed or cannot
-// run (not root: slurmd starts job steps as their user). A daemon that is
-// there and will not start fails the test with its log.
+// run: not root (slurmd starts job steps as their user), or no cgroup
+// filesystem (slurmd will not start without one: a chroot). A daemon that
+// is there and will not start fails the test with its log.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -141,6 +142,13 @@ struct Cluster {
       }
     if (geteuid() != 0) {
       why_not = "not root: slurmd must run as root to start job steps";
+      return false;
+    }
+    if (access("/sys/fs/cgroup/cgroup.controllers", F_OK) != 0 &&
+        access("/sys/fs/cgroup/cpuset", F_OK) != 0) {
+      why_not =
+          "slurmd (22.05) needs the cgroup filesystem at /sys/fs/cgroup, and none is mounted "
+          "here (a chroot or container without /sys)";
       return false;
     }
     // 1. a directory of its own, short enough for munged's socket path
