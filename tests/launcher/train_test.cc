@@ -10,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/device.h"
+#include "core/env.h"
 #include "launcher/data/corpus.h"
 #include "launcher/data/loader.h"
 #include "launcher/data/tokenizer.h"
@@ -20,6 +21,15 @@
 #include "launcher/train/trainer.h"
 
 namespace {
+
+// One CPU thread for every trainer here: CI runs this binary beside 8-rank
+// jobs on two cores, where an OpenMP team spinning for a core it shares
+// took minutes (results do not depend on the thread count).
+class OneThread : public testing::Environment {
+ public:
+  void SetUp() override { tl_env_set_num_threads(1); }
+};
+testing::Environment* const g_one_thread = testing::AddGlobalTestEnvironment(new OneThread);
 
 std::string TempPath(const char* name) {
   const char* dir = getenv("TEST_TMPDIR");
