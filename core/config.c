@@ -29,6 +29,7 @@ static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", "
                                                 NULL};
 static const char* const k_lr_schedules[] = {"cosine", "constant", NULL};
 static const char* const k_recompute[] = {"none", "selective", "full", NULL};
+static const char* const k_precisions[] = {"fp32", "bf16", NULL};
 static const char* const k_checkpoint_formats[] = {"auto", "file", "sharded", NULL};
 static const char* const k_device_types[] = {"cpu", "cuda", NULL};
 
@@ -93,6 +94,7 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(train, sample_tokens, TL__FIELD_INT, AT_LEAST(0)),
     FIELD(train, sample_top_k, TL__FIELD_INT, AT_LEAST(1)),
     FIELD(train, skip_nonfinite, TL__FIELD_BOOL),
+    FIELD(train, precision, TL__FIELD_ENUM, .names = k_precisions),
 
     FIELD(data, train, TL__FIELD_STRING),
     FIELD(data, val, TL__FIELD_STRING),

@@ -42,6 +42,11 @@ typedef enum { TL_LR_COSINE = 0, TL_LR_CONSTANT } tl_lr_schedule;
  * full, each block from its input */
 typedef enum { TL_RECOMPUTE_NONE = 0, TL_RECOMPUTE_SELECTIVE, TL_RECOMPUTE_FULL } tl_recompute;
 
+/* train.precision: "fp32", or "bf16" mixed precision (activations and
+ * their gradients stored in bf16, fp32 master weights, gradients and AdamW
+ * moments, fp32 arithmetic: graph/graph.h's tl_graph_set_precision) */
+typedef enum { TL_PRECISION_FP32 = 0, TL_PRECISION_BF16 } tl_precision;
+
 struct tl_model_config {
   tl_model_kind kind; /* "gpt" | "mlp"; default gpt */
   /* gpt */
@@ -105,6 +110,7 @@ struct tl_train_config {
   /* a step whose loss or gradient norm is not finite: skipped (no update)
    * instead of stopping the run; default false */
   bool skip_nonfinite;
+  tl_precision precision; /* "fp32" | "bf16"; default fp32 */
 };
 
 struct tl_data_config {

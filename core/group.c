@@ -77,8 +77,9 @@ void tl_group_chunk(size_t count, int size, int index, size_t* offset, size_t* n
 static tl_status check_call(const tl_group* g, tl_group_call call, size_t count, tl_dtype dtype,
                             int op, const void* a, const void* b) {
   const char* what = k_call_names[call];
-  if (dtype != TL_F32 && dtype != TL_I32 && dtype != TL_I64)
-    return TL_ERRF(TL_ERR_UNSUPPORTED, "group '%s': %s of %s elements: expected f32, i32 or i64",
+  if (dtype != TL_F32 && dtype != TL_BF16 && dtype != TL_I32 && dtype != TL_I64)
+    return TL_ERRF(TL_ERR_UNSUPPORTED,
+                   "group '%s': %s of %s elements: expected f32, bf16, i32 or i64",
                    g->name, what, tl_dtype_name(dtype));
   if (op >= 0) {
     if (op > TL_REDUCE_MAX)

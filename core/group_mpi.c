@@ -55,10 +55,38 @@ struct mpi_req {
 };
 
 static MPI_Datatype dt_of(tl_dtype d) {
-  return d == TL_F32 ? MPI_FLOAT : d == TL_I64 ? MPI_INT64_T : MPI_INT;
+  return d == TL_F32    ? MPI_FLOAT
+         : d == TL_I64  ? MPI_INT64_T
+         : d == TL_BF16 ? MPI_UINT16_T
+                        : MPI_INT;
 }
 
-static MPI_Op op_of(tl_reduce_op op) {
+/* bf16 reductions: MPI has no bf16, so its elements travel as 16-bit
+ * integers and these ops combine them, each pair in fp32 and rounded back
+ * (what a bf16 all-reduce over NCCL does). */
+static void bf16_sum(void* in, void* inout, int* len, MPI_Datatype* dt) {
+  (void)dt;
+  const uint16_t* a = in;
+  uint16_t* b = inout;
+  for (int i = 0; i < *len; i++) b[i] = tl_f32_to_bf16(tl_bf16_to_f32(a[i]) + tl_bf16_to_f32(b[i]));
+}
+
+static void bf16_max(void* in, void* inout, int* len, MPI_Datatype* dt) {
+  (void)dt;
+  const uint16_t* a = in;
+  uint16_t* b = inout;
+  for (int i = 0; i < *len; i++)
+    if (tl_bf16_to_f32(a[i]) > tl_bf16_to_f32(b[i])) b[i] = a[i];
+}
+
+static MPI_Op op_of(tl_reduce_op op, tl_dtype d) {
+  if (d == TL_BF16) {
+    /* created on first use (after MPI_Init); MPI_Finalize frees them */
+    static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
+    if (sum == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &sum);
+    if (max == MPI_OP_NULL) MPI_Op_create(bf16_max, 1, &max);
+    return op == TL_REDUCE_MAX ? max : sum;
+  }
   return op == TL_REDUCE_MAX ? MPI_MAX : MPI_SUM;
 }
 
@@ -143,7 +171,7 @@ static tl_status mpi_all_reduce(void* ctx, const void* send, void* recv, size_t 
   struct mpi_ctx* c = (struct mpi_ctx*)ctx;
   const void* sb = send == recv ? MPI_IN_PLACE : send;
   if (!out && !c->yield) { /* the hot path of data parallelism: nothing between us and MPI */
-    TL_MPI_CHECK(MPI_Allreduce(sb, recv, (int)count, dt_of(dtype), op_of(op), c->comm));
+    TL_MPI_CHECK(MPI_Allreduce(sb, recv, (int)count, dt_of(dtype), op_of(op, dtype), c->comm));
     if (op == TL_REDUCE_AVG) {
       float scale = 1.0f / (float)c->size, *x = (float*)recv;
       for (size_t i = 0; i < count; i++) x[i] *= scale;
@@ -153,7 +181,7 @@ static tl_status mpi_all_reduce(void* ctx, const void* send, void* recv, size_t 
   struct mpi_req stack, *r;
   TL_CHECK(begin(c, out, &stack, &r));
   if (op == TL_REDUCE_AVG) r->avg = (float*)recv, r->avg_n = count;
-  int rc = MPI_Iallreduce(sb, recv, (int)count, dt_of(dtype), op_of(op), c->comm, &r->mpi);
+  int rc = MPI_Iallreduce(sb, recv, (int)count, dt_of(dtype), op_of(op, dtype), c->comm, &r->mpi);
   return issued(c, r, rc, "MPI_Iallreduce", MPI_STATUS_IGNORE, out);
 }
 
@@ -192,8 +220,9 @@ static tl_status mpi_reduce_scatter(void* ctx, const void* send, void* recv, siz
   if (count % (size_t)c->size == 0) {
     int block = (int)(count / (size_t)c->size);
     call = nb ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block";
-    rc = nb ? MPI_Ireduce_scatter_block(sb, rb, block, dt_of(dtype), op_of(op), c->comm, &r->mpi)
-            : MPI_Reduce_scatter_block(sb, rb, block, dt_of(dtype), op_of(op), c->comm);
+    rc = nb ? MPI_Ireduce_scatter_block(sb, rb, block, dt_of(dtype), op_of(op, dtype), c->comm,
+                                        &r->mpi)
+            : MPI_Reduce_scatter_block(sb, rb, block, dt_of(dtype), op_of(op, dtype), c->comm);
   } else {
     tl_status st = chunk_arrays(c->size, count, &r->arrays);
     if (st != TL_OK) {
@@ -201,8 +230,9 @@ static tl_status mpi_reduce_scatter(void* ctx, const void* send, void* recv, siz
       return st;
     }
     call = nb ? "MPI_Ireduce_scatter" : "MPI_Reduce_scatter";
-    rc = nb ? MPI_Ireduce_scatter(sb, rb, r->arrays, dt_of(dtype), op_of(op), c->comm, &r->mpi)
-            : MPI_Reduce_scatter(sb, rb, r->arrays, dt_of(dtype), op_of(op), c->comm);
+    rc = nb ? MPI_Ireduce_scatter(sb, rb, r->arrays, dt_of(dtype), op_of(op, dtype), c->comm,
+                                  &r->mpi)
+            : MPI_Reduce_scatter(sb, rb, r->arrays, dt_of(dtype), op_of(op, dtype), c->comm);
   }
   return issued(c, r, rc, call, MPI_STATUS_IGNORE, out);
 }

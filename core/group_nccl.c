@@ -50,7 +50,10 @@ static tl_status nccl_error(ncclResult_t r, const char* call, const char* file, 
 }
 
 static ncclDataType_t dt_of(tl_dtype d) {
-  return d == TL_F32 ? ncclFloat32 : d == TL_I64 ? ncclInt64 : ncclInt32;
+  return d == TL_F32    ? ncclFloat32
+         : d == TL_I64  ? ncclInt64
+         : d == TL_BF16 ? ncclBfloat16
+                        : ncclInt32;
 }
 
 static ncclRedOp_t op_of(tl_reduce_op op) {

@@ -35,7 +35,54 @@ struct tl_exec {
   void* node_hook_user;
   tl_exec_pre_hook pre_hook;
   void* pre_hook_user;
+  /* bf16 storage: the fp32 copies of the running node's bf16 values (and
+   * of its parameters, rounded), at the end of the transient arena */
+  size_t staging_at; /* bytes into `transient` */
+  bool staging;      /* whether any node of the range has staged values */
+  int n_staged;
+  int staged_v[2 * TL_NODE_MAX_IO];
+  float* staged_p[2 * TL_NODE_MAX_IO];
 };
+
+#define ALIGN64(b) (((b) + 63) / 64 * 64)
+
+/* Whether value v reaches kernels through an fp32 copy: stored in bf16,
+ * or a parameter of a bf16 graph (read rounded to bf16). */
+static bool is_staged(const tl_graph* g, int v) {
+  const tl_value* val = &g->values[v];
+  return val->dtype == TL_BF16 || (val->role == TL_ROLE_PARAM && g->precision == TL_BF16);
+}
+
+/* The distinct staged values node n reads or writes, in slot order
+ * (inputs first); returns how many (at most 2 * TL_NODE_MAX_IO). */
+static int staged_values(const tl_graph* g, const tl_node* n, int* ids) {
+  int k = 0;
+  for (int s = 0; s < n->n_in + n->n_out; s++) {
+    int v = s < n->n_in ? n->in[s] : n->out[s - n->n_in];
+    if (v < 0 || !is_staged(g, v)) continue;
+    bool seen = false;
+    for (int j = 0; j < k && !seen; j++) seen = ids[j] == v;
+    if (!seen) ids[k++] = v;
+  }
+  return k;
+}
+
+/* The fp32 copies one node of forward nodes [begin, end) (or of their
+ * backward) needs at most, in bytes. */
+static size_t staging_bytes(const tl_graph* g, int begin, int end) {
+  size_t most = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const bool in =
+        i < g->n_forward ? i >= begin && i < end : tl_memplan_in_range(g, i, begin, end);
+    if (!in || (tl_op_get(g->nodes[i].op)->flags & TL_OP_STORED)) continue;
+    int ids[2 * TL_NODE_MAX_IO];
+    int k = staged_values(g, &g->nodes[i], ids);
+    size_t b = 0;
+    for (int j = 0; j < k; j++) b += ALIGN64((size_t)tl_value_numel(&g->values[ids[j]]) * 4);
+    if (b > most) most = b;
+  }
+  return most;
+}
 
 void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user) {
   x->hook = hook;
@@ -68,8 +115,12 @@ void* tl_exec_data(const tl_exec* x, int v) {
   }
 }
 
+/* What kernels see: the fp32 copy of a staged value of the running node. */
 static void* ctx_data(const struct tl_run_ctx* c, int v) {
-  return tl_exec_data(c->exec, v);
+  const tl_exec* x = c->exec;
+  for (int j = 0; j < x->n_staged; j++)
+    if (x->staged_v[j] == v) return x->staged_p[j];
+  return tl_exec_data(x, v);
 }
 
 tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* params,
@@ -123,7 +174,8 @@ tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_byt
   tl_memplan plan;
   TL_CHECK(tl_memplan_build_range(g, begin, end, &plan));
   out->arena = plan.arena_bytes;
-  out->transient = plan.transient_bytes;
+  size_t staging = staging_bytes(g, begin, end);
+  out->transient = staging ? ALIGN64(plan.transient_bytes) + staging : plan.transient_bytes;
   tl_memplan_free(&plan);
   out->inputs = input_layout(g, begin, end, NULL);
   out->scratch = scratch_bytes(g, begin, end);
@@ -189,16 +241,26 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   /* 3. inputs this range reads */
   size_t in_bytes = input_layout(g, opt->begin, opt->end, x->input_offset);
   TL_CHECK_GOTO(tl_buffer_create(be->device, x->plan.arena_bytes, &x->arena), st, fail);
+  /* the fp32 copies of a bf16 graph's values live one node long: after
+   * the transient values */
+  size_t staging = staging_bytes(g, opt->begin, opt->end);
+  x->staging_at = staging ? ALIGN64(x->plan.transient_bytes) : x->plan.transient_bytes;
+  size_t transient = x->staging_at + staging;
+  x->staging = staging > 0;
+  if (staging && (!be->ops->to_bf16 || !be->ops->from_bf16 || !be->ops->round_bf16)) {
+    st = TL_ERRF(TL_ERR_UNSUPPORTED, "the %s backend has no bf16 conversions", be->ops->name);
+    goto fail;
+  }
   if (opt->transient) {
-    if (opt->transient->bytes < x->plan.transient_bytes) {
+    if (opt->transient->bytes < transient) {
       st =
           TL_ERRF(TL_ERR_INVALID, "the shared transient arena holds %zu bytes; the range needs %zu",
-                  opt->transient->bytes, x->plan.transient_bytes);
+                  opt->transient->bytes, transient);
       goto fail;
     }
     x->transient = opt->transient;
   } else {
-    TL_CHECK_GOTO(tl_buffer_create(be->device, x->plan.transient_bytes, &x->transient), st, fail);
+    TL_CHECK_GOTO(tl_buffer_create(be->device, transient, &x->transient), st, fail);
     x->own_transient = true;
   }
   TL_CHECK_GOTO(tl_buffer_create(be->device, in_bytes, &x->inputs), st, fail);
@@ -256,6 +318,24 @@ tl_status tl_exec_get(const tl_exec* x, int v, void* host, size_t bytes) {
   return tl_memcpy(tl_cpu(), host, x->be->device, p, bytes);
 }
 
+tl_status tl_exec_get_f32(const tl_exec* x, int v, float* host, int64_t n) {
+  if (v < 0 || v >= x->g->n_values)
+    return TL_ERRF(TL_ERR_INVALID, "value %d is not in the graph", v);
+  const tl_value* val = &x->g->values[v];
+  if (n != tl_value_numel(val))
+    return TL_ERRF(TL_ERR_INVALID, "value '%s' has %lld elements; asked for %lld", val->name,
+                   (long long)tl_value_numel(val), (long long)n);
+  if (val->dtype == TL_F32) return tl_exec_get(x, v, host, sizeof(float) * (size_t)n);
+  if (val->dtype != TL_BF16)
+    return TL_ERRF(TL_ERR_INVALID, "value '%s' is %s, not a float", val->name,
+                   tl_dtype_name(val->dtype));
+  /* widen in place from the back: element i's 2 bytes lie at or before its 4 */
+  TL_CHECK(tl_exec_get(x, v, host, sizeof(uint16_t) * (size_t)n));
+  const uint16_t* h = (const uint16_t*)host;
+  for (int64_t i = n - 1; i >= 0; i--) host[i] = tl_bf16_to_f32(h[i]);
+  return TL_OK;
+}
+
 /* Exact gradient sums: the parameter gradients node n just wrote, into
  * the fixed-point buffer. */
 static tl_status move_param_grads(tl_exec* x, const tl_node* n) {
@@ -269,14 +349,64 @@ static tl_status move_param_grads(tl_exec* x, const tl_node* n) {
   return TL_OK;
 }
 
+/* Before node n runs: the fp32 copies of its staged values. Inputs and
+ * gradients (which the node adds into) are widened from their bf16,
+ * parameters rounded to bf16 precision; activations it writes need no
+ * copy in. */
+static tl_status stage_in(tl_exec* x, const tl_node* n) {
+  const tl_graph* g = x->g;
+  const struct tl_kernel_ops* ops = x->be->ops;
+  int ids[2 * TL_NODE_MAX_IO];
+  int k = staged_values(g, n, ids);
+  char* at = (char*)x->transient->data + x->staging_at;
+  for (int j = 0; j < k; j++) {
+    const tl_value* val = &g->values[ids[j]];
+    int64_t count = tl_value_numel(val);
+    float* p = (float*)at;
+    at += ALIGN64((size_t)count * 4);
+    void* raw = tl_exec_data(x, ids[j]);
+    if (val->role == TL_ROLE_PARAM)
+      TL_CHECK(ops->round_bf16(x->be->ctx, p, raw, count));
+    else if (val->role == TL_ROLE_GRAD || tl_node_reads(n, ids[j]))
+      TL_CHECK(ops->from_bf16(x->be->ctx, p, raw, count));
+    x->staged_v[j] = ids[j];
+    x->staged_p[j] = p;
+  }
+  x->n_staged = k;
+  return TL_OK;
+}
+
+/* After node n ran: what it wrote, back into bf16 storage. */
+static tl_status stage_out(tl_exec* x, const tl_node* n) {
+  const tl_graph* g = x->g;
+  tl_status st = TL_OK;
+  for (int j = 0; j < x->n_staged && st == TL_OK; j++) {
+    const int v = x->staged_v[j];
+    if (g->values[v].role == TL_ROLE_PARAM || !tl_node_writes(n, v)) continue;
+    st = x->be->ops->to_bf16(x->be->ctx, tl_exec_data(x, v), x->staged_p[j],
+                             tl_value_numel(&g->values[v]));
+  }
+  x->n_staged = 0;
+  return st;
+}
+
+static tl_status run_op(tl_exec* x, const struct tl_op_def* def, const tl_node* n) {
+  if (!x->staging || (def->flags & TL_OP_STORED)) return def->run(&x->ctx, n);
+  tl_status st = stage_in(x, n);
+  if (st == TL_OK) st = def->run(&x->ctx, n);
+  tl_status st2 = stage_out(x, n);
+  return st != TL_OK ? st : st2;
+}
+
 static tl_status run_node(tl_exec* x, int i) {
   const tl_node* n = &x->g->nodes[i];
   /* activation gradients start from zero in each backward pass */
   for (int k = 0; k < n->n_out; k++) {
     int v = n->out[k];
     if (v >= 0 && x->g->values[v].role == TL_ROLE_GRAD && x->plan.first[v] == i)
-      TL_CHECK(tl_memzero(x->be->device, tl_exec_data(x, v),
-                          (size_t)tl_value_numel(&x->g->values[v]) * sizeof(float)));
+      TL_CHECK(tl_memzero(
+          x->be->device, tl_exec_data(x, v),
+          (size_t)tl_value_numel(&x->g->values[v]) * tl_dtype_size(x->g->values[v].dtype)));
   }
   const struct tl_op_def* def = tl_op_get(n->op);
   if (x->node_hook) {
@@ -284,16 +414,16 @@ static tl_status run_node(tl_exec* x, int i) {
      * starts, so that their time is theirs and not the queued kernels' */
     if (def->flags & TL_OP_COLLECTIVE) TL_CHECK(x->be->ops->synchronize(x->be->ctx));
     int64_t t0 = tl_time_ns();
-    TL_CHECK(def->run(&x->ctx, n));
+    TL_CHECK(run_op(x, def, n));
     x->node_hook(x->node_hook_user, n, t0, tl_time_ns());
     return x->grad_acc ? move_param_grads(x, n) : TL_OK;
   }
   if (!x->profile) {
-    TL_CHECK(def->run(&x->ctx, n));
+    TL_CHECK(run_op(x, def, n));
   } else {
     tl_timer t;
     tl_timer_start(&t);
-    TL_CHECK(def->run(&x->ctx, n));
+    TL_CHECK(run_op(x, def, n));
     TL_CHECK(x->be->ops->synchronize(x->be->ctx));
     x->op_seconds[n->op] += tl_timer_elapsed_s(&t);
   }

@@ -54,7 +54,8 @@ struct tl_exec_options {
   /* the arena of the values that live within one pass (graph/memplan.h),
    * shared with executors that never run at the same time as this one
    * (a pipeline stage's, one per micro-batch in flight): at least
-   * tl_exec_size's `transient` bytes, on be->device; not owned. NULL: the
+   * tl_exec_size's `transient` bytes (which include, for a bf16 graph, the
+   * fp32 copies of one node's values), on be->device; not owned. NULL: the
    * executor allocates its own */
   tl_buffer* transient;
 };
@@ -77,10 +78,17 @@ tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_byt
 
 /* Copies host data into an INPUT value (bytes must match its size). */
 tl_status tl_exec_set_input(tl_exec* x, int value, const void* host, size_t bytes);
-/* Device pointer of any value (NULL for -1). */
+/* Device pointer of any value (NULL for -1): its storage, in its dtype
+ * (bf16 values of a mixed-precision graph are 2 bytes each; kernels see
+ * fp32 copies of them, made by the executor around each node). */
 void* tl_exec_data(const tl_exec* x, int value);
 /* Copies a value to host memory. */
 tl_status tl_exec_get(const tl_exec* x, int value, void* host, size_t bytes);
+
+/* Copies a float value to host memory as n fp32 numbers, widening a bf16
+ * one (graph/graph.h's tl_graph_set_precision); n must be its element
+ * count. */
+tl_status tl_exec_get_f32(const tl_exec* x, int value, float* host, int64_t n);
 
 /* Forward nodes [begin, end). */
 tl_status tl_exec_forward(tl_exec* x, int begin, int end);

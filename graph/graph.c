@@ -541,3 +541,35 @@ tl_status tl_graph_split_weight(tl_graph* g) {
   free(in_pass), free(w_pass);
   return st;
 }
+
+tl_status tl_graph_set_precision(tl_graph* g, tl_dtype precision) {
+  if (precision != TL_F32 && precision != TL_BF16)
+    return TL_ERRF(TL_ERR_INVALID, "graph precision %s; expected f32 or bf16",
+                   tl_dtype_name(precision));
+  if (precision == g->precision) return TL_OK;
+  if (g->precision != TL_F32)
+    return TL_ERRF(TL_ERR_INVALID, "the graph's precision is already %s",
+                   tl_dtype_name(g->precision));
+  /* 1. what forward ops (and their copies run again) write in their
+   * differentiable slots, but the loss */
+  for (int i = 0; i < g->n_nodes; i++) {
+    const tl_node* n = &g->nodes[i];
+    const struct tl_op_def* def = tl_op_get(n->op);
+    if (!def->backward) continue; /* a backward op: it writes gradients */
+    for (int k = 0; k < def->n_diff_out && k < n->n_out; k++) {
+      int v = n->out[k];
+      if (v < 0 || v == g->loss) continue;
+      tl_value* val = &g->values[v];
+      if (val->role == TL_ROLE_ACTIVATION && val->dtype == TL_F32) val->dtype = TL_BF16;
+    }
+  }
+  /* 2. their gradients */
+  for (int v = 0; v < g->n_values; v++) {
+    tl_value* val = &g->values[v];
+    if (val->role == TL_ROLE_GRAD && val->dtype == TL_F32 && val->grad_of >= 0 &&
+        g->values[val->grad_of].dtype == TL_BF16)
+      val->dtype = TL_BF16;
+  }
+  g->precision = precision;
+  return TL_OK;
+}

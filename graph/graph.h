@@ -79,6 +79,10 @@ typedef struct tl_graph {
    * the input-gradient pass, [weight_begin, n_nodes) the weight-gradient
    * pass; 0 when the backward is one pass */
   int weight_begin;
+  /* tl_graph_set_precision: TL_F32 (everything fp32) or TL_BF16 (mixed
+   * precision: activations and their gradients stored in bf16, parameters
+   * read at bf16 precision, all arithmetic in fp32) */
+  tl_dtype precision;
 } tl_graph;
 
 tl_status tl_graph_create(tl_graph** out);
@@ -160,6 +164,19 @@ tl_status tl_graph_recompute(tl_graph* g, int begin, int end);
  * gradient's terms keep their order), stay in the input pass. Sets g->weight_begin; the same arithmetic, so the
  * gradients are bit-identical. */
 tl_status tl_graph_split_weight(tl_graph* g);
+
+/* After every rewrite (the very last pass): the graph's arithmetic in
+ * `precision`. TL_BF16 is mixed precision as trellis runs it on every
+ * backend: each activation a differentiable op output writes, and each
+ * activation gradient, is stored in bf16 (2 bytes: what the memory plan,
+ * pipeline transfers and the planner count); a kernel still computes in
+ * fp32 on fp32 copies the executor makes of the node's values (graph/exec.h),
+ * reading parameters rounded to bf16 from the fp32 master weights. Kept in
+ * fp32: the loss and its gradient, the saved statistics (outputs an op does
+ * not differentiate: LayerNorm's mean and rstd, attention's log-sum-exp,
+ * the cross-entropy's row statistics), parameter gradients (they accumulate
+ * over micro-batches), inputs. TL_F32 is a no-op on an fp32 graph. */
+tl_status tl_graph_set_precision(tl_graph* g, tl_dtype precision);
 
 /* The flops of nodes [begin, end), summed. */
 double tl_graph_flops(const tl_graph* g, int begin, int end);

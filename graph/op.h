@@ -54,6 +54,11 @@ struct tl_op_def {
  * or backward): every member runs it, in the same order. The executor
  * synchronises the device before timing one, so that its time is its own. */
 #define TL_OP_COLLECTIVE 1u
+/* The op reads and writes its values as stored, in their dtypes (a
+ * collective of a bf16 graph then moves 2-byte elements): the executor
+ * hands its kernel no fp32 copies (graph/exec.h). An op that accumulates
+ * into a bf16 gradient cannot be one. */
+#define TL_OP_STORED 2u
 
 enum {
   TL_OP_EMBEDDING = 0,

@@ -137,6 +137,18 @@ struct tl_kernel_ops {
   tl_status (*fixed_add)(void* ctx, int64_t* acc, float* x, int64_t n);
   tl_status (*fixed_to_float)(void* ctx, float* out, const int64_t* acc, int64_t n);
   tl_status (*sumsq_fixed)(void* ctx, int64_t* out, const float* x, int64_t n);
+
+  /* bf16 storage (train.precision "bf16"): the executor keeps activations
+   * in bf16 and hands kernels fp32 copies (graph/exec.h).
+   *   to_bf16:    out[i] = x[i] rounded to the nearest bf16, ties to even
+   *               (core/dtype.h's tl_f32_to_bf16, NaN kept a NaN)
+   *   from_bf16:  out[i] = x[i] widened to fp32 (exact)
+   *   round_bf16: out[i] = x[i] rounded to bf16 precision, kept in fp32 (how
+   *               an fp32 master weight is read by bf16 arithmetic); out may
+   *               be x */
+  tl_status (*to_bf16)(void* ctx, uint16_t* out, const float* x, int64_t n);
+  tl_status (*from_bf16)(void* ctx, float* out, const uint16_t* x, int64_t n);
+  tl_status (*round_bf16)(void* ctx, float* out, const float* x, int64_t n);
 };
 
 /* Fixed-point units of the exact sums: gradients in 2^-48 (|g| < 2^14,

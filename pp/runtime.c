@@ -160,7 +160,10 @@ static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, i
   for (int k = 0; k < n; k++) {
     int v = what == GRADIENTS ? g->values[values[k]].grad : values[k];
     if (v < 0) continue; /* an activation without gradient */
-    float* p = tl_exec_data(s->exec, v);
+    /* as stored: a bf16 graph's boundary values travel in 2 bytes */
+    const tl_dtype dt = g->values[v].dtype;
+    char* p = tl_exec_data(s->exec, v);
+    const size_t es = tl_dtype_size(dt);
     size_t count = (size_t)tl_value_numel(&g->values[v]), off = 0, len = count;
     const bool split = r->c.scatter && tl_group_size(r->c.scatter) > 1 && r->c.scatter_value &&
                        r->c.scatter_value[values[k]];
@@ -169,10 +172,10 @@ static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, i
     int tag = what == GRADIENTS ? grad_tag(r, micro, chunk, k) : act_tag(r, micro, chunk, k);
     if (dir == SEND) {
       if (s->n_sends == MAX_SENDS) TL_CHECK(wait_sends(s));
-      TL_CHECK(tl_group_send(r->c.pp, p + off, len, TL_F32, peer, tag, &s->sends[s->n_sends++]));
+      TL_CHECK(tl_group_send(r->c.pp, p + off * es, len, dt, peer, tag, &s->sends[s->n_sends++]));
     } else {
-      TL_CHECK(tl_group_recv(r->c.pp, p + off, len, TL_F32, peer, tag, NULL));
-      if (split) TL_CHECK(tl_group_all_gather(r->c.scatter, p + off, p, count, TL_F32, NULL));
+      TL_CHECK(tl_group_recv(r->c.pp, p + off * es, len, dt, peer, tag, NULL));
+      if (split) TL_CHECK(tl_group_all_gather(r->c.scatter, p + off * es, p, count, dt, NULL));
     }
   }
   int64_t t1 = tl_time_ns();

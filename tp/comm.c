@@ -74,37 +74,45 @@ static tl_status group_of(const struct tl_run_ctx* x, const tl_node* n, tl_group
   return TL_OK;
 }
 
+/* The forward moves values as stored (TL_OP_STORED): a bf16 graph's in
+ * 2-byte elements, summed by the group in bf16. */
 static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   tl_group* tp;
   TL_CHECK(group_of(x, n, &tp));
-  const float* in = TL_DATA(x, n->in[0]);
-  float* out = TL_DATA(x, n->out[0]);
-  size_t count = (size_t)tl_value_numel(&x->g->values[n->in[0]]);
+  const tl_value *vi = &x->g->values[n->in[0]], *vo = &x->g->values[n->out[0]];
+  if (vi->dtype != vo->dtype)
+    return TL_ERRF(TL_ERR_INTERNAL, "tp_comm '%s': %s in, %s out", n->name,
+                   tl_dtype_name(vi->dtype), tl_dtype_name(vo->dtype));
+  const tl_dtype dt = vi->dtype;
+  const size_t es = tl_dtype_size(dt);
+  const char* in = x->data(x, n->in[0]);
+  char* out = x->data(x, n->out[0]);
+  size_t count = (size_t)tl_value_numel(vi);
   tl_device dev = x->be->device;
   TL_CHECK(x->be->ops->synchronize(x->be->ctx));
-  if (!tp) return tl_memcpy(dev, out, dev, in, count * sizeof(float));
+  if (!tp) return tl_memcpy(dev, out, dev, in, count * es);
   switch (n->attr[0]) {
     case TL_TP_COPY:
-      return tl_memcpy(dev, out, dev, in, count * sizeof(float));
+      return tl_memcpy(dev, out, dev, in, count * es);
     case TL_TP_REDUCE:
       if (tl_fault_on(TL_FAULT_TP_ALLREDUCE_SKIPPED)) /* a deliberate bug (core/env.h) */
-        return tl_memcpy(dev, out, dev, in, count * sizeof(float));
-      return tl_group_all_reduce(tp, in, out, count, TL_F32, TL_REDUCE_SUM, NULL);
+        return tl_memcpy(dev, out, dev, in, count * es);
+      return tl_group_all_reduce(tp, in, out, count, dt, TL_REDUCE_SUM, NULL);
     case TL_TP_GATHER:
     case TL_TP_GATHER_WHOLE:
-      return tl_group_all_gather(tp, in, out, count * (size_t)n->attr[1], TL_F32, NULL);
+      return tl_group_all_gather(tp, in, out, count * (size_t)n->attr[1], dt, NULL);
     case TL_TP_SLICE: { /* this rank's rows, as reduce-scatter would place them */
       size_t off, len;
       tl_group_chunk(count, tl_group_size(tp), tl_group_rank(tp), &off, &len);
-      return tl_memcpy(dev, out, dev, in + off, len * sizeof(float));
+      return tl_memcpy(dev, out, dev, in + off * es, len * es);
     }
     default: /* TL_TP_SCATTER */
       if (tl_fault_on(TL_FAULT_TP_ALLREDUCE_SKIPPED)) { /* a deliberate bug (core/env.h) */
         size_t off, len;
         tl_group_chunk(count, tl_group_size(tp), tl_group_rank(tp), &off, &len);
-        return tl_memcpy(dev, out, dev, in + off, len * sizeof(float));
+        return tl_memcpy(dev, out, dev, in + off * es, len * es);
       }
-      return tl_group_reduce_scatter(tp, in, out, count, TL_F32, TL_REDUCE_SUM, NULL);
+      return tl_group_reduce_scatter(tp, in, out, count, dt, TL_REDUCE_SUM, NULL);
   }
 }
 
@@ -116,6 +124,19 @@ static tl_status backward(tl_graph* g, int i) {
   return tl__op_backward_node(g, tl__tp_ops()->comm_backward, i, 1, in, 1, out);
 }
 
+/* the backward's temporary: the larger of the gradients it reads and
+ * writes, as floats, and in a bf16 graph the message in and out in bf16 */
+static size_t scratch(const tl_graph* g, const tl_node* n) {
+  size_t a = (size_t)tl_value_numel(&g->values[n->in[0]]);
+  size_t b = n->out[0] >= 0 ? (size_t)tl_value_numel(&g->values[n->out[0]]) : 0;
+  const size_t most = a > b ? a : b;
+  return g->values[n->in[0]].dtype == TL_BF16 ? most * (sizeof(float) + 2 * sizeof(uint16_t))
+                                              : most * sizeof(float);
+}
+
+/* The backward adds into dx, so it runs on the executor's fp32 copies; in
+ * a bf16 graph the collective still moves bf16 (dy is a bf16 value widened:
+ * narrowing it again is exact), then widens the result to add it. */
 static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   const tl_node* f = &x->g->nodes[n->forward_of];
   tl_group* tp;
@@ -134,12 +155,27 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
     tl_group_chunk(ny, tl_group_size(tp), tl_group_rank(tp), &off, &len);
     return ops->scale_backward(x->be->ctx, dx, dy + off, 1.0f, (int64_t)len);
   }
-  if (x->scratch_bytes < nx * sizeof(float) || x->scratch_bytes < ny * sizeof(float))
-    return TL_ERRF(TL_ERR_INTERNAL, "tp_comm '%s': the executor's scratch holds %zu bytes", f->name,
-                   x->scratch_bytes);
+  const bool bf16 = x->g->values[n->in[0]].dtype == TL_BF16;
+  const size_t most = nx > ny ? nx : ny, need = scratch(x->g, n);
+  if (x->scratch_bytes < need)
+    return TL_ERRF(TL_ERR_INTERNAL, "tp_comm '%s': the executor's scratch holds %zu bytes of %zu",
+                   f->name, x->scratch_bytes, need);
   float* tmp = x->scratch;
   TL_CHECK(ops->synchronize(x->be->ctx));
-  if (kind == TL_TP_COPY) {
+  if (bf16) {
+    /* [tmp: most floats | a: most bf16 | b: most bf16] */
+    uint16_t* a = (uint16_t*)(tmp + most);
+    uint16_t* b = a + most;
+    TL_CHECK(ops->to_bf16(x->be->ctx, a, dy, (int64_t)ny));
+    TL_CHECK(ops->synchronize(x->be->ctx));
+    if (kind == TL_TP_COPY)
+      TL_CHECK(tl_group_all_reduce(tp, a, b, ny, TL_BF16, TL_REDUCE_SUM, NULL));
+    else if (kind == TL_TP_GATHER)
+      TL_CHECK(tl_group_reduce_scatter(tp, a, b, ny, TL_BF16, TL_REDUCE_SUM, NULL));
+    else /* SCATTER, SLICE */
+      TL_CHECK(tl_group_all_gather(tp, a, b, nx, TL_BF16, NULL));
+    TL_CHECK(ops->from_bf16(x->be->ctx, tmp, b, (int64_t)nx));
+  } else if (kind == TL_TP_COPY) {
     TL_CHECK(tl_group_all_reduce(tp, dy, tmp, ny, TL_F32, TL_REDUCE_SUM, NULL));
   } else if (kind == TL_TP_GATHER) {
     TL_CHECK(tl_group_reduce_scatter(tp, dy, tmp, ny, TL_F32, TL_REDUCE_SUM, NULL));
@@ -149,19 +185,12 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   return ops->scale_backward(x->be->ctx, dx, tmp, 1.0f, (int64_t)nx);
 }
 
-/* the backward's temporary: the larger of the gradients it reads and writes */
-static size_t scratch(const tl_graph* g, const tl_node* n) {
-  size_t a = (size_t)tl_value_numel(&g->values[n->in[0]]);
-  size_t b = n->out[0] >= 0 ? (size_t)tl_value_numel(&g->values[n->out[0]]) : 0;
-  return sizeof(float) * (a > b ? a : b);
-}
-
 const struct tl_op_def tl__tp_op_comm = {.name = "tp_comm",
                                          .n_diff_out = 1,
                                          .infer = infer,
                                          .run = run,
                                          .backward = backward,
-                                         .flags = TL_OP_COLLECTIVE};
+                                         .flags = TL_OP_COLLECTIVE | TL_OP_STORED};
 const struct tl_op_def tl__tp_op_comm_backward = {.name = "tp_comm_backward",
                                                   .run = run_backward,
                                                   .flags = TL_OP_COLLECTIVE,

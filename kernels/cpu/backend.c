@@ -86,4 +86,7 @@ const struct tl_kernel_ops tl_cpu_kernel_ops = {
     .fixed_add = tl__cpu_fixed_add,
     .fixed_to_float = tl__cpu_fixed_to_float,
     .sumsq_fixed = tl__cpu_sumsq_fixed,
+    .to_bf16 = tl__cpu_to_bf16,
+    .from_bf16 = tl__cpu_from_bf16,
+    .round_bf16 = tl__cpu_round_bf16,
 };

@@ -50,6 +50,9 @@ tl_status tl__cpu_sumsq(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cpu_fixed_add(void* ctx, int64_t* acc, float* x, int64_t n);
 tl_status tl__cpu_fixed_to_float(void* ctx, float* out, const int64_t* acc, int64_t n);
 tl_status tl__cpu_sumsq_fixed(void* ctx, int64_t* out, const float* x, int64_t n);
+tl_status tl__cpu_to_bf16(void* ctx, uint16_t* out, const float* x, int64_t n);
+tl_status tl__cpu_from_bf16(void* ctx, float* out, const uint16_t* x, int64_t n);
+tl_status tl__cpu_round_bf16(void* ctx, float* out, const float* x, int64_t n);
 tl_status tl__cpu_adamw(void* ctx, float* params, const float* grads, float* m, float* v, int64_t n,
                         float lr, float beta1, float beta2, float eps, float weight_decay,
                         int step);

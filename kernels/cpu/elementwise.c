@@ -2,6 +2,8 @@
  * of squares (the gradient norm). That sum adds fixed-size chunks in double
  * and then the chunk totals in order, so its result does not depend on the
  * thread count. */
+#include <string.h>
+
 #include "kernels/cpu/cpu_impl.h"
 
 tl_status tl__cpu_add_forward(void* ctx, float* out, const float* a, const float* b, int64_t n) {
@@ -63,5 +65,43 @@ static double chunked_sumsq(const float* inp, int64_t n) {
 tl_status tl__cpu_sumsq(void* ctx, float* out, const float* inp, int64_t n) {
   (void)ctx;
   out[0] = (float)chunked_sumsq(inp, n);
+  return TL_OK;
+}
+
+/* bf16 storage: core/dtype.c's conversions, inlined so that the loops
+ * vectorise. */
+static inline uint16_t to_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);                                          /* nearest even */
+  return (uint16_t)(u >> 16);
+}
+
+static inline float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+tl_status tl__cpu_to_bf16(void* ctx, uint16_t* out, const float* x, int64_t n) {
+  (void)ctx;
+#pragma omp parallel for if (n > TL_CPU_PAR_MIN)
+  for (int64_t i = 0; i < n; i++) out[i] = to_bf16(x[i]);
+  return TL_OK;
+}
+
+tl_status tl__cpu_from_bf16(void* ctx, float* out, const uint16_t* x, int64_t n) {
+  (void)ctx;
+#pragma omp parallel for if (n > TL_CPU_PAR_MIN)
+  for (int64_t i = 0; i < n; i++) out[i] = from_bf16(x[i]);
+  return TL_OK;
+}
+
+tl_status tl__cpu_round_bf16(void* ctx, float* out, const float* x, int64_t n) {
+  (void)ctx;
+#pragma omp parallel for if (n > TL_CPU_PAR_MIN)
+  for (int64_t i = 0; i < n; i++) out[i] = from_bf16(to_bf16(x[i]));
   return TL_OK;
 }

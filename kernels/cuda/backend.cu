@@ -158,4 +158,10 @@ extern "C" const struct tl_kernel_ops tl_cuda_kernel_ops = {
     tl__cuda_scale_backward,
     tl__cuda_sumsq,
     tl__cuda_adamw,
+    NULL, /* fixed_add: the deterministic mode is CPU-only */
+    NULL, /* fixed_to_float */
+    NULL, /* sumsq_fixed */
+    tl__cuda_to_bf16,
+    tl__cuda_from_bf16,
+    tl__cuda_round_bf16,
 };

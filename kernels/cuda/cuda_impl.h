@@ -104,6 +104,9 @@ tl_status tl__cuda_scale_forward(void* ctx, float* out, const float* inp, float 
 tl_status tl__cuda_scale_backward(void* ctx, float* dinp, const float* dout, float alpha,
                                   int64_t n);
 tl_status tl__cuda_sumsq(void* ctx, float* out, const float* inp, int64_t n);
+tl_status tl__cuda_to_bf16(void* ctx, uint16_t* out, const float* x, int64_t n);
+tl_status tl__cuda_from_bf16(void* ctx, float* out, const uint16_t* x, int64_t n);
+tl_status tl__cuda_round_bf16(void* ctx, float* out, const float* x, int64_t n);
 tl_status tl__cuda_adamw(void* ctx, float* params, const float* grads, float* m, float* v,
                          int64_t n, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int step);

@@ -1,4 +1,4 @@
-// elementwise.cu — GELU, residual add, scale and the full sum. The sum is
+// elementwise.cu — GELU, residual add, scale, the bf16 conversions and the full sum. The sum is
 // one block striding in double and reducing in a fixed tree, so it is
 // deterministic (it is used for losses and norms, not in hot loops).
 #include "kernels/cuda/cuda_impl.h"
@@ -66,7 +66,49 @@ __global__ static void sumsq_kernel(float* out, const float* inp, int64_t n) {
   if (threadIdx.x == 0) out[0] = (float)shared[0];
 }
 
+// bf16 storage: the same rounding as core/dtype.c (nearest even, NaN kept).
+__device__ static inline uint16_t to_bf16(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+__device__ static inline float from_bf16(uint16_t h) {
+  return __uint_as_float((uint32_t)h << 16);
+}
+
+__global__ static void to_bf16_kernel(uint16_t* out, const float* x, int64_t n) {
+  FOR_EACH(i, n) out[i] = to_bf16(x[i]);
+}
+
+__global__ static void from_bf16_kernel(float* out, const uint16_t* x, int64_t n) {
+  FOR_EACH(i, n) out[i] = from_bf16(x[i]);
+}
+
+__global__ static void round_bf16_kernel(float* out, const float* x, int64_t n) {
+  FOR_EACH(i, n) out[i] = from_bf16(to_bf16(x[i]));
+}
+
 #define STREAM TL_CUDA_CTX(ctx)->stream
+
+extern "C" tl_status tl__cuda_to_bf16(void* ctx, uint16_t* out, const float* x, int64_t n) {
+  to_bf16_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(out, x, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_from_bf16(void* ctx, float* out, const uint16_t* x, int64_t n) {
+  from_bf16_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(out, x, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_round_bf16(void* ctx, float* out, const float* x, int64_t n) {
+  round_bf16_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(out, x, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
 
 extern "C" tl_status tl__cuda_gelu_forward(void* ctx, float* out, const float* inp, int64_t n) {
   gelu_forward_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(out, inp, n);

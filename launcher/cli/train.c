@@ -298,15 +298,15 @@ static int print_verify(const struct run* r) {
   printf("verify:   start       %s\n",
          v->start.value == 0 ? "parameters equal bit for bit" : "parameters DIFFER");
   printf("verify:   loss        %.3g relative, worst at step %d (allowed %g)\n", v->loss.value,
-         v->loss.step, TL_VERIFY_LOSS_TOL);
+         v->loss.step, v->loss_tol);
   printf("verify:   grad norm   %.3g relative, worst at step %d (allowed %g)\n", v->norm.value,
-         v->norm.step, TL_VERIFY_NORM_TOL);
+         v->norm.step, v->norm_tol);
   printf(
       "verify:   gradients   %.3g of the tensor's largest, worst %s element %lld at step %d "
       "(allowed %g; %lld attention key biases, exactly zero, left out)\n",
       v->grad.value, tensor_name(m, v->grad.tensor),
       (long long)(v->grad.element >= 0 ? v->grad.element - m->tensors[v->grad.tensor].offset : -1),
-      v->grad.step, TL_VERIFY_GRAD_TOL, (long long)v->n_key_bias);
+      v->grad.step, v->grad_tol, (long long)v->n_key_bias);
   printf(
       "verify:   AdamW       parameters %.3g lr from AdamW replayed on the mesh's state and "
       "gradients (%.3g of the bound 1e-3 lr + 2 roundings), moments %.3g (allowed %g)\n",

@@ -35,7 +35,7 @@ tl_status tl_sample(const tl_model* m, int seq_len, const float* params, const i
     for (int i = 0; i < T; i++) window[i] = i < used ? seq[start + i] : 0;
     st = tl_exec_set_input(x, io.tokens, window, sizeof(int32_t) * (size_t)T);
     if (st == TL_OK) st = tl_exec_forward(x, 0, g->n_forward);
-    if (st == TL_OK) st = tl_exec_get(x, io.logits, logits, sizeof(float) * (size_t)T * vp);
+    if (st == TL_OK) st = tl_exec_get_f32(x, io.logits, logits, (int64_t)T * vp);
     if (st != TL_OK) break;
     const float* row = logits + (size_t)(used - 1) * vp;
     /* top-k: the k largest logits, then a draw from their softmax */

@@ -238,6 +238,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                             cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE, &t->graph, &t->io,
                             &t->shard, &t->full),
                 st, fail);
+  /* mixed precision: bf16 storage, fp32 arithmetic (the last rewrite) */
+  if (cfg->train.precision == TL_PRECISION_BF16)
+    TL_CHECK_GOTO(tl_graph_set_precision(t->graph, TL_BF16), st, fail);
   /* the model cut into pp_size * n_chunks virtual stages: the config's
    * cut when it gives one, else balanced by FLOPs; chunk c of this rank is
    * virtual stage c * pp_size + pp_rank */

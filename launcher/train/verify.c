@@ -64,6 +64,10 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
   v->rep.equal = 1;
   v->rep.deterministic = tl_trainer_config(par)->parallel.deterministic;
   v->rep.copies_agree = 1;
+  const bool bf16 = tl_trainer_config(par)->train.precision == TL_PRECISION_BF16;
+  v->rep.loss_tol = bf16 ? TL_VERIFY_BF16_LOSS_TOL : TL_VERIFY_LOSS_TOL;
+  v->rep.norm_tol = bf16 ? TL_VERIFY_BF16_NORM_TOL : TL_VERIFY_NORM_TOL;
+  v->rep.grad_tol = bf16 ? TL_VERIFY_BF16_GRAD_TOL : TL_VERIFY_GRAD_TOL;
   struct tl_verify_worst* all[] = {&v->rep.start, &v->rep.loss,   &v->rep.norm,
                                    &v->rep.grad,  &v->rep.update, &v->rep.update_bound,
                                    &v->rep.moment};
@@ -207,7 +211,7 @@ tl_status tl_verify_step(tl_verify* v, const struct tl_step_stats* ps) {
       fabs((double)ps->grad_norm - rs.grad_norm) / (rs.grad_norm > 0 ? (double)rs.grad_norm : 1);
   worst(&r->loss, dl, step, -1, -1);
   worst(&r->norm, dn, step, -1, -1);
-  if (dl > TL_VERIFY_LOSS_TOL)
+  if (dl > r->loss_tol)
     fail_once(v, "step %d: loss %.9g on the mesh, %.9g on one device (%.3g apart, relative)", step,
               ps->loss, rs.loss, dl);
   /* 2.-3. per tensor */
@@ -221,16 +225,16 @@ tl_status tl_verify_step(tl_verify* v, const struct tl_step_stats* ps) {
   struct tl_verify_worst g0 = r->grad, u0 = r->update_bound, m0 = r->moment;
   int64_t bits0 = r->bits_differ;
   for (int k = 0; k < m->n_tensors; k++) compare_tensor(v, &a, k, step);
-  if (r->grad.value > TL_VERIFY_GRAD_TOL && r->grad.step == step && g0.value <= TL_VERIFY_GRAD_TOL)
+  if (r->grad.value > r->grad_tol && r->grad.step == step && g0.value <= r->grad_tol)
     fail_once(v,
               "step %d: gradient of %s, element %lld: %.9g on the mesh, %.9g on one device "
               "(%.3g of the tensor's largest gradient apart; allowed %g)",
               step, m->tensors[r->grad.tensor].name,
               (long long)(r->grad.element - m->tensors[r->grad.tensor].offset),
               v->grads[r->grad.element], v->ref_grads[r->grad.element], r->grad.value,
-              TL_VERIFY_GRAD_TOL);
+              r->grad_tol);
   /* the norm after the gradients: a gradient names the tensor */
-  if (dn > TL_VERIFY_NORM_TOL)
+  if (dn > r->norm_tol)
     fail_once(v, "step %d: gradient norm %.9g on the mesh, %.9g on one device (%.3g apart)", step,
               ps->grad_norm, rs.grad_norm, dn);
   if (ps->lr != rs.lr)

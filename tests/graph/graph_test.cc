@@ -163,6 +163,136 @@ TEST(Exec, RunningRangesEqualsRunningTheWhole) {
   tl_graph_destroy(g);
 }
 
+// bf16 mixed precision (tl_graph_set_precision): what a kernel sees and
+// what is stored, through a probe op that records the fp32 numbers its
+// kernel is handed and writes each times 1.01 (not a bf16 number). In a
+// bf16 graph the probe of a parameter sees the fp32 master rounded to bf16;
+// its output is stored as the bf16 rounding of what it wrote (2 bytes an
+// element); the next probe sees that widened, exactly. In an fp32 graph
+// it sees the parameter's own bits.
+std::vector<std::vector<float>> g_probe_seen;
+
+tl_status ProbeInfer(tl_graph* g, tl_node* n) {
+  const tl_value* in = &g->values[n->in[0]];
+  return tl__op_output(g, n, 0, "", TL_ROLE_ACTIVATION, TL_F32, in->n_dims, in->shape);
+}
+
+tl_status ProbeRun(const tl_run_ctx* x, const tl_node* n) {
+  const int64_t count = tl_value_numel(&x->g->values[n->in[0]]);
+  const float* in = TL_DATA(x, n->in[0]);
+  float* out = TL_DATA(x, n->out[0]);
+  g_probe_seen.emplace_back(in, in + count);
+  for (int64_t i = 0; i < count; i++) out[i] = in[i] * 1.01f;
+  return TL_OK;
+}
+
+tl_status ProbeBackward(tl_graph*, int) { return TL_OK; }
+
+const tl_op_def kProbe = {"probe", 1, ProbeInfer, ProbeRun, ProbeBackward, 0, nullptr};
+
+TEST(Exec, Bf16GraphsStoreBf16AndHandKernelsFp32Copies) {
+  int probe = -1;
+  ASSERT_EQ(tl_op_register(&kProbe, &probe), TL_OK);
+  const int64_t count = 64;
+  std::vector<float> master(count);
+  for (int64_t i = 0; i < count; i++) master[i] = 1.0f + (float)i * 0x1p-12f;  // not bf16 numbers
+  for (bool bf16 : {false, true}) {
+    tl_graph* g = nullptr;
+    ASSERT_EQ(tl_graph_create(&g), TL_OK);
+    int x, y, z;
+    ASSERT_EQ(tl_graph_param(g, "x", 0, 1, &count, &x), TL_OK);
+    int attr[1] = {0};
+    ASSERT_EQ(tl_graph_node(g, probe, "p1", 1, &x, attr, 0, &y), TL_OK);
+    ASSERT_EQ(tl_graph_node(g, probe, "p2", 1, &y, attr, 0, &z), TL_OK);
+    ASSERT_EQ(tl_graph_mark_output(g, z), TL_OK);
+    if (bf16) {
+      ASSERT_EQ(tl_graph_set_precision(g, TL_BF16), TL_OK);
+    }
+    EXPECT_EQ(g->values[y].dtype, bf16 ? TL_BF16 : TL_F32);
+    EXPECT_EQ(g->values[x].dtype, TL_F32);  // the master weights
+    tl_backend* be = nullptr;
+    ASSERT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+    tl_buffer* p = nullptr;
+    ASSERT_EQ(tl_buffer_create(tl_cpu(), sizeof(float) * count, &p), TL_OK);
+    memcpy(p->data, master.data(), sizeof(float) * count);
+    tl_exec* ex = nullptr;
+    ASSERT_EQ(tl_exec_create(g, be, p, nullptr, &ex), TL_OK);
+    g_probe_seen.clear();
+    ASSERT_EQ(tl_exec_forward(ex, 0, g->n_forward), TL_OK) << tl_last_error();
+    ASSERT_EQ(g_probe_seen.size(), 2u);
+    std::vector<float> zf(count);
+    ASSERT_EQ(tl_exec_get_f32(ex, z, zf.data(), count), TL_OK) << tl_last_error();
+    const uint16_t* y_raw = (const uint16_t*)tl_exec_data(ex, y);
+    for (int64_t i = 0; i < count; i++) {
+      const float seen = g_probe_seen[0][i];
+      if (!bf16) {
+        EXPECT_EQ(seen, master[i]) << i;
+        EXPECT_EQ(g_probe_seen[1][i], seen * 1.01f) << i;
+        EXPECT_EQ(zf[i], g_probe_seen[1][i] * 1.01f) << i;
+        continue;
+      }
+      EXPECT_EQ(seen, tl_bf16_to_f32(tl_f32_to_bf16(master[i]))) << i;
+      EXPECT_EQ(y_raw[i], tl_f32_to_bf16(seen * 1.01f)) << i;
+      EXPECT_EQ(g_probe_seen[1][i], tl_bf16_to_f32(y_raw[i])) << i;
+      EXPECT_EQ(zf[i], tl_bf16_to_f32(tl_f32_to_bf16(g_probe_seen[1][i] * 1.01f))) << i;
+    }
+    // the master weights are read, never written
+    EXPECT_EQ(memcmp(p->data, master.data(), sizeof(float) * count), 0);
+    tl_exec_destroy(ex);
+    tl_buffer_destroy(p);
+    tl_backend_destroy(be);
+    tl_graph_destroy(g);
+  }
+}
+
+// What a bf16 GPT graph stores in 2 bytes and what stays fp32, and the
+// memory plan that follows: activations and their gradients in bf16; the
+// loss, its gradient, the saved statistics (LayerNorm's mean and rstd,
+// attention's log-sum-exp), parameters, their gradients and the inputs in
+// fp32 or int32. The arena shrinks to well under two thirds.
+TEST(Graph, Bf16PrecisionStoresActivationsInTwoBytes) {
+  tl_model m;
+  tl_model_config c = SmallGpt();
+  ASSERT_EQ(tl_model_init(&c, &m), TL_OK);
+  tl_graph* g = nullptr;
+  tl_model_io io;
+  ASSERT_EQ(tl_model_build(&m, 2, 8, true, &g, &io), TL_OK);
+  tl_exec_bytes f32 = {}, b16 = {};
+  ASSERT_EQ(tl_exec_size(g, 0, g->n_forward, &f32), TL_OK);
+  EXPECT_EQ(tl_graph_set_precision(g, TL_F16), TL_ERR_INVALID);
+  ASSERT_EQ(tl_graph_set_precision(g, TL_BF16), TL_OK);
+  EXPECT_EQ(g->precision, TL_BF16);
+  ASSERT_EQ(tl_exec_size(g, 0, g->n_forward, &b16), TL_OK);
+  int n_bf16 = 0;
+  for (int i = 0; i < g->n_forward; i++) {
+    const tl_node* n = &g->nodes[i];
+    for (int k = 0; k < n->n_out; k++) {
+      const tl_value* v = &g->values[n->out[k]];
+      const bool stat = (n->op == TL_OP_LAYERNORM && k > 0) || (n->op == TL_OP_ATTENTION && k > 0);
+      const bool loss = n->out[k] == io.losses;
+      EXPECT_EQ(v->dtype, stat || loss ? TL_F32 : TL_BF16) << n->name << " output " << k;
+      n_bf16 += v->dtype == TL_BF16;
+      if (v->grad >= 0) {
+        EXPECT_EQ(g->values[v->grad].dtype, v->dtype) << v->name;
+      }
+    }
+  }
+  EXPECT_GT(n_bf16, 10);
+  for (int v = 0; v < g->n_values; v++) {
+    const tl_value* val = &g->values[v];
+    if (val->role == TL_ROLE_PARAM || val->role == TL_ROLE_PARAM_GRAD) {
+      EXPECT_EQ(val->dtype, TL_F32) << val->name;
+    }
+    if (val->role == TL_ROLE_INPUT) {
+      EXPECT_EQ(val->dtype, TL_I32) << val->name;
+    }
+  }
+  printf("arena: fp32 %zu bytes, bf16 %zu (%.3f)\n", f32.arena, b16.arena,
+         (double)b16.arena / (double)f32.arena);
+  EXPECT_LT((double)b16.arena, 0.65 * (double)f32.arena);
+  tl_graph_destroy(g);
+}
+
 // Computing the GELU outputs again in the backward instead of keeping them
 // gives the same gradients bit for bit from a smaller arena: the copies run
 // just before their first backward reader, no backward node reads the

@@ -145,8 +145,10 @@ void Report(const tl_config& c, const std::string& what, const std::vector<int>&
 
 void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int micro,
                 const std::vector<int>& stage_layers = {}, int tp = 1, bool sp = false,
-                int zero = 0, double bucket_mb = 0, tl_recompute rc = TL_RECOMPUTE_NONE) {
+                int zero = 0, double bucket_mb = 0, tl_recompute rc = TL_RECOMPUTE_NONE,
+                tl_precision precision = TL_PRECISION_FP32) {
   tl_config c = Base(kind);
+  c.train.precision = precision;
   c.schedule.n_stage_layers = (int)stage_layers.size();
   for (size_t i = 0; i < stage_layers.size(); i++) c.schedule.stage_layers[i] = stage_layers[i];
   c.mesh.dp = dp, c.mesh.pp = pp, c.mesh.tp = tp;
@@ -165,7 +167,8 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
                      (bucket_mb > 0 ? " bucket_mb=" + std::to_string(bucket_mb) : "") +
                      (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
                       : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
-                                                   : "");
+                                                   : "") +
+                     (precision == TL_PRECISION_BF16 ? " bf16" : "");
   for (size_t i = 0; i < stage_layers.size(); i++)
     what += (i ? "+" : " stage layers ") + std::to_string(stage_layers[i]);
   Report(c, what, stage_layers);
@@ -355,20 +358,52 @@ TEST(Equality, InterleavedEqualsTheSingleDeviceRun) {
     }
 }
 
+// bf16 mixed precision (train.precision "bf16"): every mesh of this job
+// equals the bf16 single-device run, to the oracle's bf16 tolerances
+// (launcher/train/verify.h says why they are looser: a reassociated fp32
+// sum can round to the neighbouring bf16 value): data, tensor (with
+// sequence parallelism) and pipeline parallelism alone and together, ZeRO
+// 1 and 3, full recomputation, zero-bubble, both models.
+TEST(Equality, Bf16OnEveryMeshEqualsTheBf16SingleDeviceRun) {
+  const int n = WorldSize();
+  const tl_precision bf16 = TL_PRECISION_BF16;
+  const tl_model_kind gpt = TL_MODEL_GPT, mlp = TL_MODEL_MLP;
+  for (int tp : {1, 2})
+    for (int pp : {1, 2, 4}) {
+      int dp = n / tp / pp;
+      if (dp < 1 || dp * tp * pp != n) continue;
+      if (n == 8 && (tp != 2 || pp != 2)) continue;  // CI time: 8 ranks run 2 x 2 x 2 only
+      const bool sp = tp > 1;
+      CheckEqual(gpt, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, sp, 0, 0, TL_RECOMPUTE_NONE, bf16);
+      if (n == 8) continue;
+      if (dp > 1)
+        CheckEqual(gpt, dp, pp, TL_SCHEDULE_GPIPE, 2, {}, tp, false, 3, 0, TL_RECOMPUTE_NONE,
+                   bf16);
+      if (pp > 1)
+        CheckEqual(gpt, dp, pp, TL_SCHEDULE_ZERO_BUBBLE, 2, {}, tp, false, dp > 1 ? 1 : 0, 0,
+                   TL_RECOMPUTE_FULL, bf16);
+      CheckEqual(mlp, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, false, 0, 0, TL_RECOMPUTE_NONE, bf16);
+    }
+}
+
 // A pipeline boundary carries the residual stream: whole between stages of
 // one rank each, 1/tp of it per tensor-parallel rank otherwise — with
 // sequence parallelism each rank's token rows, without it each rank's chunk
 // of the (identical) whole, all-gathered over tp on arrival. Counted on
 // every rank over a GPT of dp x 2 x 2 (GPipe without, 1F1B with sequence
 // parallelism) and dp x 1 x 2: each step, stage 0 sends every micro-batch's
-// activations and stage 1 their gradients, b x T x C floats / tp each.
+// activations and stage 1 their gradients, b x T x C floats / tp each
+// (bf16 numbers, 2 bytes each, under train.precision "bf16").
 TEST(Equality, PipelineBoundariesCarryOneTensorParallelShardEach) {
   int n = WorldSize();
   if (n != 4 && n != 8) GTEST_SKIP() << "runs on 4 and 8 ranks (dp x tp 2 x pp 2)";
   for (int tp : {1, 2})
-    for (bool sp : {false, true}) {
+    for (int sp_bf16 = 0; sp_bf16 < 3; sp_bf16++) {
+      // 0: no sequence parallelism; 1: with; 2: with, in bf16 (2 bytes an element)
+      const bool sp = sp_bf16 > 0, bf16 = sp_bf16 == 2;
       if (tp == 1 && sp) continue;
       tl_config c = Base(TL_MODEL_GPT);
+      if (bf16) c.train.precision = TL_PRECISION_BF16;
       c.mesh.tp = tp, c.mesh.pp = 2, c.mesh.dp = n / (2 * tp);
       c.parallel.sequence_parallel = sp;
       c.schedule.kind = sp ? TL_SCHEDULE_1F1B : TL_SCHEDULE_GPIPE, c.schedule.micro_batches = 2;
@@ -376,8 +411,8 @@ TEST(Equality, PipelineBoundariesCarryOneTensorParallelShardEach) {
       struct Run r = Train(c);
       const int64_t b = c.train.batch_size / c.mesh.dp / c.schedule.micro_batches;
       const int64_t floats = b * c.train.seq_len * c.model.n_embd / tp;
-      EXPECT_EQ(r.pp_send_bytes, c.train.steps * c.schedule.micro_batches * floats * 4)
-          << "tp=" << tp << (sp ? " sp" : "") << ", rank " << WorldRank();
+      EXPECT_EQ(r.pp_send_bytes, c.train.steps * c.schedule.micro_batches * floats * (bf16 ? 2 : 4))
+          << "tp=" << tp << (sp ? " sp" : "") << (bf16 ? " bf16" : "") << ", rank " << WorldRank();
       // and the run is still the single-device run
       if (WorldRank() == 0) {
         EXPECT_TRUE(r.report.equal) << r.report.failure;

@@ -301,6 +301,7 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
        "true",
        2,
        {{"TRELLIS_FAULT", "nan_at_step_2"}}},
+      {"train.precision", "{}", R"("bf16")", 1},
       {"data.train", "{}", "\"" + corpus_b + "\"", 1},
       {"data.val", validating, "\"" + corpus_b + "\"", 1},
       {"data.tokenizer", R"({"train": {"sample_tokens": 8}})", "\"" + TokenizerFile() + "\"", 1},

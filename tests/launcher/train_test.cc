@@ -296,6 +296,62 @@ TEST(Train, ActivationMemoryIsLinearInTheSequence) {
   EXPECT_LE((double)peak[0], 1.15 * (double)peak[1]);
 }
 
+// train.precision "bf16" (activations and their gradients stored in bf16,
+// fp32 master weights, gradients, moments and arithmetic) trains the small
+// GPT as fp32 does: over 300 steps from the same start and data, the mean
+// loss of the last 20 steps and the validation loss each within 2% of
+// fp32's (measured: 2.9179 against 2.8933 and 2.8106 against 2.7894). The
+// two runs are not the same run: the first step's loss already differs.
+TEST(Train, Bf16MixedPrecisionTrainsAsFp32Does) {
+  double last20[2] = {0, 0}, val[2] = {0, 0}, first[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    tl_config c = SmallConfig();
+    c.train.precision = i ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
+    tl_trainer* t = nullptr;
+    ASSERT_EQ(tl_trainer_create(&c, nullptr, &t), TL_OK) << tl_last_error();
+    tl_step_stats s;
+    for (int k = 0; k < c.train.steps; k++) {
+      ASSERT_EQ(tl_trainer_step(t, &s), TL_OK) << tl_last_error();
+      if (k == 0) first[i] = s.loss;
+      if (k >= c.train.steps - 20) last20[i] += s.loss / 20;
+    }
+    ASSERT_EQ(tl_trainer_eval(t, &val[i]), TL_OK) << tl_last_error();
+    tl_trainer_destroy(t);
+  }
+  std::printf("fp32: first %.6f, last 20 %.4f, validation %.4f\n", first[0], last20[0], val[0]);
+  std::printf("bf16: first %.6f, last 20 %.4f, validation %.4f\n", first[1], last20[1], val[1]);
+  EXPECT_NE(first[0], first[1]) << "bf16 storage changes the arithmetic";
+  EXPECT_NEAR(first[1], first[0], 1e-2 * first[0]);
+  EXPECT_NEAR(last20[1], last20[0], 0.02 * last20[0]);
+  EXPECT_NEAR(val[1], val[0], 0.02 * val[0]);
+}
+
+// bf16 storage is real: what the executors allocate for the 4-layer,
+// 128-channel GPT at B = 8, T = 256 — the trainer's peak less its 16 bytes
+// a parameter of weights, gradients and moments — falls from 81.0 MB to
+// 53.3 MB (0.657): the stored activations halve, and what stays fp32 is
+// the saved statistics, the per-position losses and the fp32 copies of
+// the largest node's values (the attention backward's four, 8.4 MB).
+TEST(Train, Bf16HalvesTheActivationBytes) {
+  int64_t act[2];
+  for (int i = 0; i < 2; i++) {
+    tl_config c = SmallConfig();
+    c.model.n_layers = 4, c.model.n_embd = 128, c.model.max_seq_len = 256;
+    c.train.batch_size = 8, c.train.seq_len = 256;
+    c.train.precision = i ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
+    tl_alloc_reset_peak(tl_cpu());
+    const int64_t before = tl_alloc_stats_get(tl_cpu()).live_bytes;
+    tl_trainer* t = nullptr;
+    ASSERT_EQ(tl_trainer_create(&c, nullptr, &t), TL_OK) << tl_last_error();
+    act[i] = tl_alloc_stats_get(tl_cpu()).peak_bytes - before -
+             16 * tl_trainer_model(t)->n_params;
+    tl_trainer_destroy(t);
+  }
+  std::printf("activation bytes: fp32 %lld, bf16 %lld, ratio %.3f\n", (long long)act[0],
+              (long long)act[1], (double)act[1] / (double)act[0]);
+  EXPECT_LT((double)act[1], 0.7 * (double)act[0]);
+}
+
 TEST(Train, ResumeContinuesBitForBit) {
   tl_config c = SmallConfig();
   c.model.n_layers = 1, c.model.n_embd = 32, c.train.steps = 6, c.schedule.micro_batches = 2;

@@ -8,7 +8,10 @@
 // the wrong micro-batch, an optimizer step repeated on one stage, a
 // tensor-parallel reduction skipped, sequence parallelism's LayerNorm sync
 // skipped. With parallel.deterministic the correct run must also be equal
-// bit for bit at every step. (dp_scaled_twice is caught by the norm: clipping to 1.0 makes
+// bit for bit at every step. The same faults on the same meshes in bf16
+// mixed precision (train.precision "bf16"), whose looser tolerances
+// (verify.h) must still catch each; and bf16 with parallel.deterministic
+// bit for bit. (dp_scaled_twice is caught by the norm: clipping to 1.0 makes
 // the clipped gradients AdamW takes the same.)
 #include <gtest/gtest.h>
 
@@ -33,7 +36,7 @@ std::string Tokens() {
 }
 
 // A 4-layer GPT on the mesh, 3 steps, eps 1e-8.
-std::string Config(const std::string& mesh, bool sp, bool det = false) {
+std::string Config(const std::string& mesh, bool sp, bool det = false, bool bf16 = false) {
   std::string t = Tokens();
   return WriteTempFile(
       "{\"model\": {\"kind\": \"gpt\", \"n_layers\": 4, \"n_heads\": 4, \"n_embd\": 32, "
@@ -43,14 +46,17 @@ std::string Config(const std::string& mesh, bool sp, bool det = false) {
       " \"parallel\": {\"sequence_parallel\": " + (sp ? "true" : "false") +
       ", \"deterministic\": " + (det ? "true" : "false") + "},\n"
       " \"train\": {\"steps\": 3, \"batch_size\": 8, \"seq_len\": 16, \"lr\": 0.001, "
-      "\"eps\": 1e-8, \"warmup_steps\": 0, \"grad_clip\": 1.0, \"sample_tokens\": 0},\n"
+      "\"eps\": 1e-8, \"warmup_steps\": 0, \"grad_clip\": 1.0, \"sample_tokens\": 0, "
+      "\"precision\": \"" + (bf16 ? "bf16" : "fp32") + "\"},\n"
       " \"data\": {\"train\": \"" + t + "\"},\n"
       " \"device\": {\"type\": \"cpu\", \"threads\": 1}}\n");
 }
 
 struct Case {
   const char* fault;
-  const char* mesh;  // "dp2pp2", "tp2sp" or "dp2pp2det" (parallel.deterministic)
+  // "dp2pp2", "tp2sp", "dp2pp2det" (parallel.deterministic), or any of
+  // them with "bf16" after it (train.precision)
+  const char* mesh;
   const char* says;  // in the DIFFERENT line
 };
 
@@ -58,8 +64,16 @@ RunResult Verify(const Case& c) {
   static std::string dp_pp = Config("{\"dp\": 2, \"tp\": 1, \"pp\": 2}", false);
   static std::string tp_sp = Config("{\"dp\": 1, \"tp\": 2, \"pp\": 1}", true);
   static std::string dp_pp_det = Config("{\"dp\": 2, \"tp\": 1, \"pp\": 2}", false, true);
+  static std::string dp_pp_bf16 = Config("{\"dp\": 2, \"tp\": 1, \"pp\": 2}", false, false, true);
+  static std::string tp_sp_bf16 = Config("{\"dp\": 1, \"tp\": 2, \"pp\": 1}", true, false, true);
+  static std::string det_bf16 = Config("{\"dp\": 2, \"tp\": 1, \"pp\": 2}", false, true, true);
   std::string mesh = c.mesh;
-  const std::string& cfg = mesh == "dp2pp2" ? dp_pp : mesh == "tp2sp" ? tp_sp : dp_pp_det;
+  const std::string& cfg = mesh == "dp2pp2"       ? dp_pp
+                           : mesh == "tp2sp"      ? tp_sp
+                           : mesh == "dp2pp2bf16" ? dp_pp_bf16
+                           : mesh == "tp2spbf16"  ? tp_sp_bf16
+                           : mesh == "dp2pp2detbf16" ? det_bf16
+                                                  : dp_pp_det;
   return RunProcess({kTrellis, "train", cfg, "--verify"}, {{"TRELLIS_FAULT", c.fault}}, 120,
                     true);
 }
@@ -85,7 +99,7 @@ TEST_P(Faults, VerifyCatchesIt) {
     EXPECT_NE(r.output.find("verify:   start       parameters equal bit for bit"),
               std::string::npos)
         << r.output;
-    if (std::string(c.mesh) == "dp2pp2det") {  // every step's state, bit for bit
+    if (std::string(c.mesh).rfind("dp2pp2det", 0) == 0) {  // every step's state, bit for bit
       EXPECT_NE(r.output.find("verify:   bits        parallel.deterministic: every parameter, "
                               "moment and gradient equal to the single-device run's"),
                 std::string::npos)
@@ -116,7 +130,16 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"micro_batch_dropped", "tp2sp", "gradient of"},
                     Case{"tp_allreduce_skipped", "tp2sp", "loss"},
                     Case{"sp_sync_skipped", "tp2sp", "gradient of ln"},
-                    Case{"update_repeated", "tp2sp", "the optimizer's update"}),
+                    Case{"update_repeated", "tp2sp", "the optimizer's update"},
+                    Case{"none", "dp2pp2bf16", ""}, Case{"none", "tp2spbf16", ""},
+                    Case{"none", "dp2pp2detbf16", ""},
+                    Case{"micro_batch_dropped", "dp2pp2bf16", "gradient of"},
+                    Case{"dp_scaled_twice", "dp2pp2bf16", "gradient norm"},
+                    Case{"tied_sync_skipped", "dp2pp2bf16", "gradient of wte"},
+                    Case{"pp_grad_misrouted", "dp2pp2bf16", "gradient of"},
+                    Case{"micro_batch_dropped", "tp2spbf16", "gradient of"},
+                    Case{"tp_allreduce_skipped", "tp2spbf16", "gradient of"},
+                    Case{"sp_sync_skipped", "tp2spbf16", "gradient of ln"}),
     [](const testing::TestParamInfo<Case>& i) {
       return std::string(i.param.fault) + "_" + i.param.mesh;
     });
