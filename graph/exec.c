@@ -37,7 +37,8 @@ struct tl_exec {
   void* pre_hook_user;
   /* bf16 storage: the fp32 copies of the running node's bf16 values (and
    * of its parameters, rounded), at the end of the transient arena */
-  size_t staging_at; /* bytes into `transient` */
+  size_t staging_at;     /* bytes into `transient` */
+  size_t staging_params; /* the parameters' copies first, the other values' after */
   bool staging;      /* whether any node of the range has staged values */
   int n_staged;
   int staged_v[2 * TL_NODE_MAX_IO];
@@ -67,20 +68,32 @@ static int staged_values(const tl_graph* g, const tl_node* n, int* ids) {
   return k;
 }
 
-/* The fp32 copies one node of forward nodes [begin, end) (or of their
- * backward) needs at most, in bytes. */
-static size_t staging_bytes(const tl_graph* g, int begin, int end) {
-  size_t most = 0;
+/* The fp32 copies the nodes of forward nodes [begin, end) (and of their
+ * backward) need, in bytes: *params, the most one node's parameters take
+ * (fixed), and the return value, the most one node's other values take
+ * (which grow with the batch). The copies of a node's parameters go first,
+ * its other values after *params: the region is the sum of the two maxima,
+ * so that it is a fixed part plus a part linear in the batch (what the
+ * planner prices) at the cost of a little more than the largest node. */
+static size_t staging_bytes(const tl_graph* g, int begin, int end, size_t* params) {
+  size_t most = 0, most_params = 0;
   for (int i = 0; i < g->n_nodes; i++) {
-    const bool in =
-        i < g->n_forward ? i >= begin && i < end : tl_memplan_in_range(g, i, begin, end);
+    const bool in = i < g->n_forward ? i >= begin && i < end : tl_memplan_in_range(g, i, begin, end);
     if (!in || (tl_op_get(g->nodes[i].op)->flags & TL_OP_STORED)) continue;
     int ids[2 * TL_NODE_MAX_IO];
     int k = staged_values(g, &g->nodes[i], ids);
-    size_t b = 0;
-    for (int j = 0; j < k; j++) b += ALIGN64((size_t)tl_value_numel(&g->values[ids[j]]) * 4);
+    size_t b = 0, bp = 0;
+    for (int j = 0; j < k; j++) {
+      size_t bytes = ALIGN64((size_t)tl_value_numel(&g->values[ids[j]]) * 4);
+      if (g->values[ids[j]].role == TL_ROLE_PARAM)
+        bp += bytes;
+      else
+        b += bytes;
+    }
     if (b > most) most = b;
+    if (bp > most_params) most_params = bp;
   }
+  *params = most_params;
   return most;
 }
 
@@ -174,8 +187,9 @@ tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_byt
   tl_memplan plan;
   TL_CHECK(tl_memplan_build_range(g, begin, end, &plan));
   out->arena = plan.arena_bytes;
-  size_t staging = staging_bytes(g, begin, end);
+  size_t params = 0, staging = staging_bytes(g, begin, end, &params) + params;
   out->transient = staging ? ALIGN64(plan.transient_bytes) + staging : plan.transient_bytes;
+  out->staging_params = params;
   tl_memplan_free(&plan);
   out->inputs = input_layout(g, begin, end, NULL);
   out->scratch = scratch_bytes(g, begin, end);
@@ -243,8 +257,10 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   TL_CHECK_GOTO(tl_buffer_create(be->device, x->plan.arena_bytes, &x->arena), st, fail);
   /* the fp32 copies of a bf16 graph's values live one node long: after
    * the transient values */
-  size_t staging = staging_bytes(g, opt->begin, opt->end);
+  size_t param_copies = 0;
+  size_t staging = staging_bytes(g, opt->begin, opt->end, &param_copies) + param_copies;
   x->staging_at = staging ? ALIGN64(x->plan.transient_bytes) : x->plan.transient_bytes;
+  x->staging_params = param_copies;
   size_t transient = x->staging_at + staging;
   x->staging = staging > 0;
   if (staging && (!be->ops->to_bf16 || !be->ops->from_bf16 || !be->ops->round_bf16)) {
@@ -358,12 +374,14 @@ static tl_status stage_in(tl_exec* x, const tl_node* n) {
   const struct tl_kernel_ops* ops = x->be->ops;
   int ids[2 * TL_NODE_MAX_IO];
   int k = staged_values(g, n, ids);
-  char* at = (char*)x->transient->data + x->staging_at;
+  char* base = (char*)x->transient->data + x->staging_at;
+  char *at_params = base, *at = base + x->staging_params;
   for (int j = 0; j < k; j++) {
     const tl_value* val = &g->values[ids[j]];
     int64_t count = tl_value_numel(val);
-    float* p = (float*)at;
-    at += ALIGN64((size_t)count * 4);
+    char** next = val->role == TL_ROLE_PARAM ? &at_params : &at;
+    float* p = (float*)*next;
+    *next += ALIGN64((size_t)count * 4);
     void* raw = tl_exec_data(x, ids[j]);
     if (val->role == TL_ROLE_PARAM)
       TL_CHECK(ops->round_bf16(x->be->ctx, p, raw, count));

@@ -73,6 +73,9 @@ void tl_exec_destroy(tl_exec* x); /* NULL is fine */
 struct tl_exec_bytes {
   size_t arena, inputs, scratch;
   size_t transient;
+  /* of transient, a bf16 graph's fp32 copies of one node's parameters:
+   * the part that does not grow with the batch (0 for an fp32 graph) */
+  size_t staging_params;
 };
 tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_bytes* out);
 

@@ -551,7 +551,10 @@ tl_status tl_graph_set_precision(tl_graph* g, tl_dtype precision) {
     return TL_ERRF(TL_ERR_INVALID, "the graph's precision is already %s",
                    tl_dtype_name(g->precision));
   /* 1. what forward ops (and their copies run again) write in their
-   * differentiable slots, but the loss */
+   * differentiable slots, but the loss and what its node reads (the
+   * logits: the loss is computed from fp32 logits, as Megatron-LM's
+   * default casts them, and their gradient is written in fp32) */
+  const int loss_node = g->loss >= 0 ? tl_graph_producer(g, g->loss) : -1;
   for (int i = 0; i < g->n_nodes; i++) {
     const tl_node* n = &g->nodes[i];
     const struct tl_op_def* def = tl_op_get(n->op);
@@ -559,8 +562,28 @@ tl_status tl_graph_set_precision(tl_graph* g, tl_dtype precision) {
     for (int k = 0; k < def->n_diff_out && k < n->n_out; k++) {
       int v = n->out[k];
       if (v < 0 || v == g->loss) continue;
+      if (loss_node >= 0 && tl_node_reads(&g->nodes[loss_node], v)) continue;
       tl_value* val = &g->values[v];
       if (val->role == TL_ROLE_ACTIVATION && val->dtype == TL_F32) val->dtype = TL_BF16;
+    }
+  }
+  /* an op that moves values as stored (TL_OP_STORED) reads and writes one
+   * dtype: where one side stayed fp32 (the logits), so does the other */
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int i = 0; i < g->n_nodes; i++) {
+      const tl_node* n = &g->nodes[i];
+      if (!(tl_op_get(n->op)->flags & TL_OP_STORED)) continue;
+      bool f32 = false;
+      for (int k = 0; k < n->n_in + n->n_out; k++) {
+        int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+        if (v >= 0 && g->values[v].role == TL_ROLE_ACTIVATION && g->values[v].dtype == TL_F32)
+          f32 = true;
+      }
+      for (int k = 0; f32 && k < n->n_in + n->n_out; k++) {
+        int v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+        if (v >= 0 && g->values[v].dtype == TL_BF16) g->values[v].dtype = TL_F32, changed = true;
+      }
     }
   }
   /* 2. their gradients */

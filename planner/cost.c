@@ -60,7 +60,8 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
   TL_CHECK(tl_exec_size(g, begin, end, &b));
   out->arena = (double)b.arena;
   out->io = (double)(b.inputs + b.scratch);
-  out->transient = (double)b.transient;
+  out->transient = (double)(b.transient - b.staging_params);
+  out->transient_fixed = (double)b.staging_params;
   return TL_OK;
 }
 
@@ -77,6 +78,7 @@ static struct tl_cost_stage_shape stage_shape(const struct tl__cost_range* one,
       .io = one->io,
       .transient = one->transient,
       .transient_layer = two->transient - one->transient,
+      .transient_fixed = fmax(one->transient_fixed, two->transient_fixed),
   };
   /* what does not grow with the blocks: the tied embedding, the largest node */
   s.shared = two->shared, s.multi = two->multi;
@@ -95,7 +97,8 @@ static int gcd(int a, int b) {
 /* Rank 0's graphs of one and two blocks at tensor-parallel degree tp,
  * recomputing as rc says. */
 static tl_status shard_build(const struct tl_model_config* full, int seq, int tp, bool sp,
-                             tl_recompute rc, bool split, struct tl_cost_shard* out) {
+                             tl_recompute rc, bool split, tl_dtype precision,
+                             struct tl_cost_shard* out) {
   memset(out, 0, sizeof *out);
   out->tp = tp;
   out->sp = sp;
@@ -118,6 +121,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
     struct tl_model_io io;
     /* rank 0's graph, as the trainer builds it (tp/tp.h) */
     if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, rc, split, &g, &io, &sh, NULL);
+    if (st == TL_OK) st = tl_graph_set_precision(g, precision);
     if (st == TL_OK) {
       /* the last n blocks, with the embedding and / or the head */
       const int lb = io.layer_begin[0], le = io.layer_begin[n], nf = g->n_forward;
@@ -156,8 +160,16 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
 }
 
 tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out) {
+  return tl_cost_model_build_precision(mc, seq, TL_F32, out);
+}
+
+tl_status tl_cost_model_build_precision(const struct tl_model_config* mc, int seq,
+                                        tl_dtype precision, tl_cost_model* out) {
   memset(out, 0, sizeof *out);
   out->kind = mc->kind;
+  out->precision = precision;
+  if (precision != TL_F32 && precision != TL_BF16)
+    return TL_ERRF(TL_ERR_INVALID, "precision %s; expected f32 or bf16", tl_dtype_name(precision));
   if (seq < 1) return TL_ERRF(TL_ERR_INVALID, "sequence length %d; expected >= 1", seq);
   if (mc->kind == TL_MODEL_MLP) return tl__cost_mlp_model_build(mc, seq, out);
   if (mc->n_layers < 1 || mc->n_layers > TL_MODEL_MAX_LAYERS)
@@ -255,7 +267,7 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
     for (int sp = 0; sp <= (t > 1) && out->n_shards + 6 <= TL_COST_MAX_SHARDS; sp++)
       for (int split = 0; split <= 1; split++)
         for (int rc = TL_RECOMPUTE_NONE; rc <= TL_RECOMPUTE_FULL; rc++)
-          TL_CHECK(shard_build(&full, seq, t, sp, (tl_recompute)rc, split,
+          TL_CHECK(shard_build(&full, seq, t, sp, (tl_recompute)rc, split, precision,
                                &out->shards[out->n_shards++]));
   }
   for (int rc = 0; rc < 3; rc++)
@@ -298,7 +310,7 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
     s->replicated = s->replicated_layer = 0;
     s->shared /= t, s->multi /= t, s->staging /= t, s->unit_max /= t;
     s->arena *= act, s->arena_layer *= act;
-    s->transient *= act, s->transient_layer *= act;
+    s->transient *= act, s->transient_layer *= act, s->transient_fixed /= t;
   }
   return tmp;
 }
@@ -319,6 +331,17 @@ tl_status tl_cost_stage_layers(const tl_cost_model* cm, int tp, bool sp, int pp,
   tl_status st = tl_pp_cut(cost, cm->n_layers, s->embed_fwd_flops, s->head_fwd_flops, pp, layers);
   free(cost);
   return st;
+}
+
+double tl__cost_act_scale(const tl_cost_model* cm, tl_dtype dtype) {
+  /* graphs built in the dtype are exact; an fp32 graph priced in bf16 is
+   * the papers' accounting: every activation in 2 bytes */
+  return cm->precision == dtype ? 1.0 : tl_dtype_size(dtype) / 4.0;
+}
+
+tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype) {
+  /* trellis's bf16 keeps fp32 weights, gradients and moments */
+  return cm->precision == TL_BF16 ? TL_F32 : dtype;
 }
 
 struct tl_state_bytes tl_cost_state_bytes(tl_dtype dtype) {
@@ -437,11 +460,10 @@ static int stage_kind(int s, int pp) {
  * interleaved). */
 static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh, tl_dtype dtype,
                          const tl_plan* p, const int* layers, int s, double* state, double* act) {
-  (void)cm;
   const int v = tl_plan_chunks(p), n_virtual = p->pp * v;
   const double b = p->micro_batch;
-  /* the graph is fp32; activations train in the dtype (inputs are int32) */
-  const double scale = tl_dtype_size(dtype) / 4.0;
+  const double scale = tl__cost_act_scale(cm, dtype);
+  const tl_dtype state_dtype = tl__cost_state_dtype(cm, dtype);
   int held[TL_PP_MAX_CHUNKS] = {0};
   if (v > 1)
     tl_pp_schedule_chunk_in_flight(p->pp, s, p->n_micro, v, held);
@@ -462,13 +484,15 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
      * layers' inputs alone), and the transient arena they all share (a
      * pass's working set: the largest chunk's) */
     kept += held[c] * b * ((x->arena + (k - 1) * x->arena_layer) * scale + x->io);
-    transient = fmax(transient, (x->transient + (k - 1) * x->transient_layer) * scale);
+    transient = fmax(transient, (x->transient + (k - 1) * x->transient_layer) * scale * b +
+                                    x->transient_fixed);
   }
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
-  *state = tl__cost_zero_state(p, dtype, params, shared + rep, multi, staging, unit_max) + 4.0;
+  *state =
+      tl__cost_zero_state(p, state_dtype, params, shared + rep, multi, staging, unit_max) + 4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
-  *act = kept + b * transient;
+  *act = kept + transient;
 }
 
 void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
@@ -483,7 +507,7 @@ void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan
     }
     int a = 0;
     for (int s = 0; s < stage; s++) a += layers[s];
-    tl__cost_mlp_stage_memory(sh, dtype, p, a, a + layers[stage], stage, state, act);
+    tl__cost_mlp_stage_memory(cm, sh, dtype, p, a, a + layers[stage], stage, state, act);
     return;
   }
   stage_memory(cm, sh, dtype, p, layers, stage, state, act);
@@ -583,7 +607,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* 3. the step: m micro-batches, the bubble, then the gradient all-reduce */
   const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
-   * bf16, and trellis's only dtype), whatever the weights' dtype */
+   * bf16, and trellis's under train.precision "bf16"), whatever the
+   * activations' dtype */
   double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp);
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;

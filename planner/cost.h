@@ -110,8 +110,10 @@ struct tl_cost_stage_shape {
   double unit_max; /* ZeRO-3: the most early parameters one unit (block, embedding, head) holds */
   double arena, arena_layer; /* bytes of one executor's own arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */
-  /* bytes of the transient arena the stage's executors share (graph/memplan.h) */
-  double transient, transient_layer;
+  /* bytes of the transient arena the stage's executors share (graph/memplan.h),
+   * per sequence, and the part of it that does not grow with the batch (a
+   * bf16 graph's fp32 copies of one node's parameters: tl_exec_bytes) */
+  double transient, transient_layer, transient_fixed;
 };
 
 /* An MLP's layers differ in shape, so its costs are per layer and per range
@@ -121,7 +123,7 @@ struct tl_cost_stage_shape {
 struct tl_cost_range {
   double params, arena, io; /* as tl_cost_stage_shape, for the stage of layers [a, b) */
   double shared, multi, staging, unit_max;
-  double transient;
+  double transient, transient_fixed;
 };
 struct tl_cost_mlp_layer {
   double fwd_flops, flops; /* per sequence */
@@ -163,6 +165,7 @@ typedef struct tl_cost_model {
   tl_model_kind kind;
   int n_layers, n_heads, n_embd, vocab, padded_vocab, seq;
   int64_t params_total;
+  tl_dtype precision; /* of the graphs the costs were read off (tl_cost_model_build_precision) */
   int64_t params_layer;                /* one transformer block */
   int64_t params_embed;                /* wte + wpe (the first stage) */
   int64_t params_head;                 /* wte (tied, a copy on the last stage when pp > 1) + lnf */
@@ -191,6 +194,17 @@ typedef struct tl_cost_model {
  * (tl_cost_has_shard says which). The graphs are destroyed before
  * returning. */
 tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out);
+
+/* The same, with the graphs in `precision` (tl_graph_set_precision) as
+ * `trellis train` runs them under train.precision: TL_BF16 reads bf16
+ * activations, their fp32 statistics and the executor's fp32 copies off
+ * the memory plan, and keeps the model state as the trainer does (fp32
+ * weights, gradients and moments: 16 bytes a parameter, sharded by ZeRO as
+ * dp/ cuts it). tl_cost_model_build is TL_F32: evaluated in TL_BF16, its
+ * graphs' activation bytes are halved and the state is the ZeRO paper's
+ * 2 + 2 + 12 (the published accounting, which the paper tests hold it to). */
+tl_status tl_cost_model_build_precision(const struct tl_model_config* mc, int seq,
+                                        tl_dtype precision, tl_cost_model* out);
 
 /* Whether costs at tp were read off a graph (an MLP plans only those). */
 bool tl_cost_has_shard(const tl_cost_model* cm, int tp);

@@ -20,6 +20,7 @@ struct tl__cost_range {
   double shared, multi, staging;
   double arena, io;        /* bytes an executor of the range allocates */
   double transient;        /* bytes of the transient arena its executors share */
+  double transient_fixed;  /* of which no part grows with the batch (tl_exec_bytes) */
   double fwd_flops, flops; /* forward; forward + backward */
   double again_flops;      /* of flops, nodes run again in the backward */
 };
@@ -29,6 +30,12 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
 
 /* The model state a stage of `params` elements holds on a data-parallel
  * rank (planner/cost.c). */
+/* What an activation byte of cm's graphs costs in dtype (1: built in it;
+ * 1/2: an fp32 graph priced in bf16), and the dtype the model state is
+ * kept in (fp32 for trellis's bf16). */
+double tl__cost_act_scale(const tl_cost_model* cm, tl_dtype dtype);
+tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
+
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
                            double multi, double staging, double unit_max);
 
@@ -41,8 +48,9 @@ int tl__cost_in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s);
 
 /* The MLP (planner/cost_mlp.c). */
 tl_status tl__cost_mlp_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out);
-void tl__cost_mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, const tl_plan* p,
-                               int a, int b, int s, double* state, double* act);
+void tl__cost_mlp_stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh,
+                               tl_dtype dtype, const tl_plan* p, int a, int b, int s,
+                               double* state, double* act);
 void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
                            const int* layers, tl_plan* p);
 

@@ -40,7 +40,7 @@ static void collectives(const tl_graph* g, int begin, int end, double* n, double
  * layers, off rank 0's whole graph at one sequence. TL_ERR_CONFIG when tp
  * leaves a linear layer unsplit (the config check refuses such a mesh). */
 static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int tp,
-                                 struct tl_cost_shard* out) {
+                                 tl_dtype precision, struct tl_cost_shard* out) {
   memset(out, 0, sizeof *out);
   out->tp = tp;
   out->from_graph = true;
@@ -50,8 +50,8 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
   struct tl_model_io io;
   tl_tp_shard sh;
   TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, TL_RECOMPUTE_NONE, false, &g, &io, &sh, NULL));
-  tl_status st = TL_OK;
-  if (tp > 1 && sh.n_linear_split < sh.n_linear)
+  tl_status st = tl_graph_set_precision(g, precision);
+  if (st == TL_OK && tp > 1 && sh.n_linear_split < sh.n_linear)
     st = TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d leaves a linear layer of the MLP unsplit", tp);
   const int L = io.n_layers, nf = g->n_forward;
   struct tl__cost_range r;
@@ -84,6 +84,7 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
                           &r);
       struct tl_cost_range* x = &out->mlp_range[tl_cost_range_index(a, b)];
       x->params = r.params, x->arena = r.arena, x->io = r.io, x->transient = r.transient;
+      x->transient_fixed = r.transient_fixed;
       x->shared = r.shared, x->multi = r.multi, x->staging = r.staging;
     }
   /* ZeRO-3's units are the layers: the largest of each range's */
@@ -122,7 +123,7 @@ tl_status tl__cost_mlp_model_build(const struct tl_model_config* mc, int seq, tl
     if (mc->mlp_sizes[i] > widest) widest = mc->mlp_sizes[i];
   for (int t = 1; t <= widest && out->n_shards < TL_COST_MAX_SHARDS; t++) {
     struct tl_cost_shard* s = &out->shards[out->n_shards];
-    tl_status st = mlp_shard_build(mc, seq, t, s);
+    tl_status st = mlp_shard_build(mc, seq, t, out->precision, s);
     if (st == TL_OK)
       out->n_shards++;
     else if (t == 1 || st != TL_ERR_CONFIG)
@@ -133,14 +134,16 @@ tl_status tl__cost_mlp_model_build(const struct tl_model_config* mc, int seq, tl
 
 /* An MLP's stage of layers [a, b): its range's parameters and executor
  * (no sequence parallelism, no recomputation). */
-void tl__cost_mlp_stage_memory(const struct tl_cost_shard* sh, tl_dtype dtype, const tl_plan* p,
-                               int a, int b, int s, double* state, double* act) {
+void tl__cost_mlp_stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh,
+                               tl_dtype dtype, const tl_plan* p, int a, int b, int s,
+                               double* state, double* act) {
   const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
-  *state =
-      tl__cost_zero_state(p, dtype, x->params, x->shared, x->multi, x->staging, x->unit_max) + 4.0;
-  const double scale = tl_dtype_size(dtype) / 4.0;
+  *state = tl__cost_zero_state(p, tl__cost_state_dtype(cm, dtype), x->params, x->shared, x->multi,
+                               x->staging, x->unit_max) +
+           4.0;
+  const double scale = tl__cost_act_scale(cm, dtype);
   *act = tl__cost_in_flight(p, sh, s) * p->micro_batch * (x->arena * scale + x->io) +
-         p->micro_batch * x->transient * scale;
+         p->micro_batch * x->transient * scale + x->transient_fixed;
 }
 
 /* tl_cost_evaluate for an MLP: every stage priced from its own layers (they
@@ -171,7 +174,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   for (int s = 0, a = 0; s < pp; a += layers[s++]) {
     const int e = a + layers[s];
     double state, act;
-    tl__cost_mlp_stage_memory(sh, dtype, p, a, e, s, &state, &act);
+    tl__cost_mlp_stage_memory(cm, sh, dtype, p, a, e, s, &state, &act);
     if (state + act > p->mem_state + p->mem_act)
       p->mem_state = state, p->mem_act = act, p->mem_stage = s;
     double params = sh->mlp_range[tl_cost_range_index(a, e)].params;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int seq,
-                            const tl_cluster* c, struct tl_config* out) {
+                            const tl_cluster* c, tl_dtype dtype, struct tl_config* out) {
   struct tl_config cfg = *base;
   if (seq > cfg.model.max_seq_len)
     return TL_ERRF(TL_ERR_CONFIG, "sequence length %d exceeds model.max_seq_len = %d", seq,
@@ -23,6 +23,7 @@ tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int 
   cfg.train.batch_size = p->dp * p->micro_batch * p->n_micro;
   cfg.train.seq_len = seq;
   cfg.device.type = c->device;
+  cfg.train.precision = dtype == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
   *out = cfg;
   return TL_OK;
 }

@@ -17,11 +17,12 @@ extern "C" {
 #endif
 
 /* *out = *base with plan `p` for a global batch of dp * micro_batch *
- * n_micro sequences of `seq` tokens on cluster `c`; stage cuts are left to
+ * n_micro sequences of `seq` tokens on cluster `c`, trained in `dtype`
+ * (train.precision: TL_BF16 or TL_F32, as priced); stage cuts are left to
  * the trainer's FLOP balance. Fails (TL_ERR_CONFIG) when seq exceeds the
  * model's max_seq_len. */
 tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int seq,
-                            const tl_cluster* c, struct tl_config* out);
+                            const tl_cluster* c, tl_dtype dtype, struct tl_config* out);
 
 #ifdef __cplusplus
 }

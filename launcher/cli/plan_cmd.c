@@ -52,7 +52,9 @@ static void usage(FILE* f) {
           "--out: the best plan `trellis train` runs, as a\n"
           "complete config (atomic write).\n"
           "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
-          "--dtype: training precision (default bf16 where the cluster has a bf16 peak).\n"
+          "--dtype: training precision, written to --out as train.precision (default bf16\n"
+          "where the cluster has a bf16 peak; fp32 on CPU clusters, which run bf16 at\n"
+          "their fp32 peak).\n"
           "When no split of all the devices fits, it says why (the rule, the most devices\n"
           "the rules allow, or the memory the least hungry plan needs) and, where the\n"
           "mesh rules or --fix are the cause, plans fewer devices.\n"
@@ -274,9 +276,7 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
          c->nodes, c->devices_per_node, c->device_memory_bytes / 1e9,
          tl_cluster_peak(c, dtype) / 1e12, dtype == TL_BF16 ? "bf16" : "fp32");
   if (dtype == TL_BF16)
-    printf(
-        "(bf16 mixed precision predicted; trellis train runs fp32 today: --dtype fp32 "
-        "predicts its runs)\n");
+    printf("(bf16 mixed precision: train.precision \"bf16\"; --dtype fp32 predicts fp32 runs)\n");
   printf("global batch %d x %d tokens; %lld plans priced in %.1f ms, %d fit\n\n", batch, cm->seq,
          (long long)r->n_evaluated, secs * 1e3, r->n_plans);
   if (r->n_plans > 0) print_header(false);
@@ -414,7 +414,12 @@ int tl_cli_plan(int argc, char** argv) {
       return 2;
     }
   }
-  if (c.device == TL_DEVICE_CPU) dtype = TL_F32; /* the CPU kernels are fp32 */
+  /* a CPU computes bf16 runs in fp32 (on fp32 copies): at its fp32 peak,
+   * and in fp32 unless asked */
+  if (c.device == TL_DEVICE_CPU) {
+    if (!dtype_name) dtype = TL_F32;
+    if (c.peak_bf16 <= 0) c.peak_bf16 = c.peak_fp32;
+  }
   struct tl_search_options o;
   tl_search_options_defaults(&o, batch, dtype);
   o.allow_tp_across_nodes = allow_tp;
@@ -438,7 +443,7 @@ int tl_cli_plan(int argc, char** argv) {
   tl_timer_start(&timer);
   tl_cost_model cm;
   tl_search_result r;
-  if (tl_cost_model_build(&cfg.model, seq, &cm) != TL_OK ||
+  if (tl_cost_model_build_precision(&cfg.model, seq, dtype, &cm) != TL_OK ||
       tl_search_run(&cm, &c, &o, &r) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_last_error());
     return 1;
@@ -492,7 +497,7 @@ int tl_cli_plan(int argc, char** argv) {
               "written to %s\n",
               out_path);
       status = 1;
-    } else if (tl_plan_to_config(best, &cfg, seq, &c, &plan_cfg) != TL_OK ||
+    } else if (tl_plan_to_config(best, &cfg, seq, &c, dtype, &plan_cfg) != TL_OK ||
                tl_config_save(&plan_cfg, out_path) != TL_OK) {
       fprintf(stderr, "trellis plan: %s\n", tl_last_error());
       status = 1;

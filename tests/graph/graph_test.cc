@@ -247,9 +247,9 @@ TEST(Exec, Bf16GraphsStoreBf16AndHandKernelsFp32Copies) {
 
 // What a bf16 GPT graph stores in 2 bytes and what stays fp32, and the
 // memory plan that follows: activations and their gradients in bf16; the
-// loss, its gradient, the saved statistics (LayerNorm's mean and rstd,
-// attention's log-sum-exp), parameters, their gradients and the inputs in
-// fp32 or int32. The arena shrinks to well under two thirds.
+// loss, the logits it is computed from, their gradients, the saved
+// statistics (LayerNorm's mean and rstd, attention's log-sum-exp),
+// parameters, their gradients and the inputs in fp32 or int32. The arena shrinks to well under two thirds.
 TEST(Graph, Bf16PrecisionStoresActivationsInTwoBytes) {
   tl_model m;
   tl_model_config c = SmallGpt();
@@ -269,7 +269,7 @@ TEST(Graph, Bf16PrecisionStoresActivationsInTwoBytes) {
     for (int k = 0; k < n->n_out; k++) {
       const tl_value* v = &g->values[n->out[k]];
       const bool stat = (n->op == TL_OP_LAYERNORM && k > 0) || (n->op == TL_OP_ATTENTION && k > 0);
-      const bool loss = n->out[k] == io.losses;
+      const bool loss = n->out[k] == io.losses || n->out[k] == io.logits;
       EXPECT_EQ(v->dtype, stat || loss ? TL_F32 : TL_BF16) << n->name << " output " << k;
       n_bf16 += v->dtype == TL_BF16;
       if (v->grad >= 0) {

@@ -148,11 +148,12 @@ struct Row {
 // (one chunk of two) and pp micro-batches.
 Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
           tl_model_kind kind = TL_MODEL_GPT, int zero = -1, tl_recompute rc = TL_RECOMPUTE_NONE,
-          int v = 1) {
+          int v = 1, tl_dtype dtype = TL_F32) {
   bool single = !w;
   bool sp = tp > 1 && (sched == TL_SCHEDULE_1F1B || v > 1) && kind == TL_MODEL_GPT;
   tl_config c = Config(dp, tp, pp, sched, sp, kind, zero);
   c.parallel.recompute = rc;
+  c.train.precision = dtype == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
   if (v > 1) {
     c.schedule.kind = sched = TL_SCHEDULE_INTERLEAVED, c.schedule.virtual_stages = v;
     c.model.n_layers = pp * v + 1;
@@ -160,8 +161,10 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
   }
   const double tolerance = zero >= 0 ? kZeroTolerance : kTolerance;
   tl_cost_model cm;
-  EXPECT_EQ(tl_cost_model_build(&c.model, c.train.seq_len, &cm), TL_OK) << tl_last_error();
-  std::string what = std::string(kind == TL_MODEL_MLP ? "mlp " : "") + "dp=" + std::to_string(dp) +
+  EXPECT_EQ(tl_cost_model_build_precision(&c.model, c.train.seq_len, dtype, &cm), TL_OK)
+      << tl_last_error();
+  std::string what = std::string(kind == TL_MODEL_MLP ? "mlp " : "") +
+                     (dtype == TL_BF16 ? "bf16 " : "") + "dp=" + std::to_string(dp) +
                      " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " " +
                      tl_schedule_kind_name(sched) + (sp ? " sp" : "") +
                      (zero >= 0 ? " 16 layers zero=" + std::to_string(zero) : "") +
@@ -182,13 +185,14 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
   EXPECT_EQ(tl_cost_stage_layers(&cm, tp, sp, pp * v, layers.data()), TL_OK) << tl_last_error();
   tl_cluster cluster = {};
   cluster.nodes = 1, cluster.devices_per_node = dp * tp * pp, cluster.peak_fp32 = 1e10;
+  cluster.peak_bf16 = 1e10;
   cluster.efficiency = 1, cluster.intra = cluster.inter = {1e9, 1e-5};
   cluster.device_memory_bytes = 1e12;
-  tl_cost_evaluate(&cm, &cluster, TL_F32, layers.data(), &p);
+  tl_cost_evaluate(&cm, &cluster, dtype, layers.data(), &p);
 
   RankBytes mine = Measure(c, w);
   double state = 0, act = 0;
-  tl_cost_stage_memory(&cm, TL_F32, &p, layers.data(), mine.stage, &state, &act);
+  tl_cost_stage_memory(&cm, dtype, &p, layers.data(), mine.stage, &state, &act);
   mine.predicted = state + act;
   int first = 0;
   for (int s = 0; s < mine.stage; s++) first += layers[s];
@@ -333,6 +337,28 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
       for (int v : {2, 3})
         rows.push_back(
             Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, -1, TL_RECOMPUTE_NONE, v));
+      tl_worker_finalize(&w);
+    }
+  // bf16 mixed precision (train.precision "bf16"): the planner reads the
+  // bf16 graphs' memory plans and keeps the state in fp32 as the trainer
+  // does — every mesh of this job, both models, ZeRO 1 and 3 where there is
+  // data parallelism, full recomputation (8 ranks: 2 x 2 x 2 only, CI time)
+  for (int dp = 1; dp <= n; dp *= 2)
+    for (int tp = 1; dp * tp <= n; tp *= 2) {
+      int pp = n / (dp * tp);
+      if (n == 8 && (dp != 2 || tp != 2)) continue;
+      tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
+      tl_worker w;
+      ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
+      const tl_recompute none = TL_RECOMPUTE_NONE;
+      for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_MLP})
+        rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, k, -1, none, 1, TL_BF16));
+      rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, -1,
+                           TL_RECOMPUTE_FULL, 1, TL_BF16));
+      if (dp > 1)
+        for (int zero : {1, 3})
+          rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1,
+                               TL_BF16));
       tl_worker_finalize(&w);
     }
   if (WorldRank() != 0) return;

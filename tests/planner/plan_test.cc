@@ -132,9 +132,10 @@ TEST(PlanCli, ZeroPlansAreConfigsThatTrainAsPriced) {
   }
 }
 
-// Plans that recompute and plans on the zero-bubble schedule are written
-// by --out and trained by `trellis train` in the bytes per rank the planner
-// predicted.
+// Plans that recompute, plans on the zero-bubble schedule and a bf16 plan
+// (--dtype bf16 on this CPU machine: train.precision "bf16" in the config)
+// are written by --out and trained by `trellis train` in the bytes per rank
+// the planner predicted.
 TEST(PlanCli, RecomputingInterleavedAndZeroBubblePlansAreConfigsThatTrainAsPriced) {
   std::string tokens = WriteTokens("rc_corpus", "Computed again", 400);
   std::string base = TempPath("rc_base.json");
@@ -151,8 +152,10 @@ TEST(PlanCli, RecomputingInterleavedAndZeroBubblePlansAreConfigsThatTrainAsPrice
     tl_schedule_kind kind;
     tl_recompute rc;
     int v;
+    bool bf16 = false;
   };
   const Case cases[] = {
+      {"dp=2,pp=1,recompute=none", TL_SCHEDULE_1F1B, TL_RECOMPUTE_NONE, 1, true},
       {"pp=2,schedule=1f1b,recompute=selective", TL_SCHEDULE_1F1B, TL_RECOMPUTE_SELECTIVE, 1},
       {"pp=2,schedule=zero_bubble,recompute=none", TL_SCHEDULE_ZERO_BUBBLE, TL_RECOMPUTE_NONE, 1},
       {"dp=2,recompute=full", TL_SCHEDULE_1F1B, TL_RECOMPUTE_FULL, 1},
@@ -163,10 +166,11 @@ TEST(PlanCli, RecomputingInterleavedAndZeroBubblePlansAreConfigsThatTrainAsPrice
     std::string out = TempPath("plan_rc.json");
     std::remove(out.c_str());
     PlanRun r = Plan("--model " + base + " --cluster " + kThisMachine + " --json --top 1 --fix " +
-                     c.fix + " --out " + out);
+                     c.fix + " --out " + out + (c.bf16 ? " --dtype bf16" : ""));
     ASSERT_EQ(r.status, 0) << r.output;
     struct tl_config cfg;
     ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
+    EXPECT_EQ(cfg.train.precision, c.bf16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32) << c.fix;
     EXPECT_EQ(cfg.schedule.kind, c.kind) << c.fix;
     EXPECT_EQ(cfg.parallel.recompute, c.rc) << c.fix;
     EXPECT_EQ(cfg.schedule.virtual_stages, c.v) << c.fix;
@@ -185,8 +189,8 @@ TEST(PlanCli, RecomputingInterleavedAndZeroBubblePlansAreConfigsThatTrainAsPrice
         out + " --metrics " + metrics + " > " + log + " 2>&1";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << "see " << log;
     double peak = MaxPeak(metrics);
-    std::printf("%s: predicted %.4g bytes per rank, allocator peak %.4g: %+.2f%%\n", c.fix,
-                predicted, peak, 100 * (predicted / peak - 1));
+    std::printf("%s%s: predicted %.4g bytes per rank, allocator peak %.4g: %+.2f%%\n", c.fix,
+                c.bf16 ? " bf16" : "", predicted, peak, 100 * (predicted / peak - 1));
     ASSERT_GT(peak, 0);
     EXPECT_NEAR(predicted / peak, 1.0, 0.05) << c.fix;
   }
@@ -208,7 +212,7 @@ TEST(Plan, ThisMachinesWinnerIsAConfigForItsTwoRanks) {
   ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
   ASSERT_GT(r.n_plans, 0);
   struct tl_config cfg;
-  ASSERT_EQ(tl_plan_to_config(&r.plans[0], &base, base.train.seq_len, &c, &cfg), TL_OK);
+  ASSERT_EQ(tl_plan_to_config(&r.plans[0], &base, base.train.seq_len, &c, TL_F32, &cfg), TL_OK);
   std::string path = TempPath("plan_lib.json");
   ASSERT_EQ(tl_config_save(&cfg, path.c_str()), TL_OK) << tl_last_error();
   struct tl_config back;
