@@ -75,6 +75,7 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(parallel, recompute, TL__FIELD_ENUM, .names = k_recompute),
     FIELD(parallel, sequence_parallel, TL__FIELD_BOOL),
     FIELD(parallel, deterministic, TL__FIELD_BOOL),
+    FIELD(parallel, grad_reduce, TL__FIELD_ENUM, .names = k_precisions),
     FIELD(parallel, timeout_s, TL__FIELD_DOUBLE, AT_LEAST(0)),
 
     FIELD(train, steps, TL__FIELD_INT, AT_LEAST(0)),

@@ -83,6 +83,9 @@ struct tl_parallel_config {
   double bucket_mb;       /* DP all-reduce bucket size; default 25 */
   tl_recompute recompute; /* "none" | "selective" | "full"; default none */
   bool sequence_parallel; /* default false */
+  /* the data-parallel gradient reduction's dtype: "fp32" (default) or
+   * "bf16" (rounded, summed in bf16, widened back: dp/buckets.h) */
+  tl_precision grad_reduce;
   /* every mesh-dependent sum in one canonical order (exact fixed-point
    * gradient sums): bit-identical parameters across data x pipeline meshes
    * with the same micro-batch size; default false */

@@ -334,6 +334,12 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                 "sums whole fixed-point gradients over the replicas and does not shard them; "
                 "expected parallel.zero = 0",
                 cfg->parallel.zero);
+  if (OK(parallel, grad_reduce) && OK(parallel, deterministic) &&
+      cfg->parallel.grad_reduce == TL_PRECISION_BF16 && cfg->parallel.deterministic)
+    tl__problem(p,
+                "parallel.grad_reduce = \"bf16\" with parallel.deterministic = true: the "
+                "deterministic mode sums exact 64-bit fixed-point gradients over the replicas; "
+                "expected parallel.grad_reduce = \"fp32\"");
   if (OK(parallel, recompute) && OK(model, kind) && cfg->model.kind == TL_MODEL_MLP &&
       cfg->parallel.recompute == TL_RECOMPUTE_SELECTIVE)
     tl__problem(p,

@@ -94,12 +94,14 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t staging, int size, in
 }
 
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
-                            int64_t unit_max, int size, double bucket_mb) {
-  if (zero < 2) return 0;
+                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire) {
+  const bool bf16 = wire == TL_BF16 && size > 1;
+  if (zero < 2) return bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0;
   int64_t gbuf, slot, temp, per = per_bucket(bucket_mb);
   zero2_sizes(n, n_late, staging, size, per, &gbuf, &slot, &temp);
   int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
   int64_t bytes = (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
+  if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * slot + 2 * temp);
   if (zero == 3) /* the parameters: two unit slots and the late ones, and the shard */
     bytes += (int64_t)sizeof(float) * (tl__dp_at_least_one(2 * unit_max + n_late) + shard);
   return bytes;
@@ -115,6 +117,10 @@ static tl_status create_zero2(tl_dp_buckets* b) {
   for (int s = 0; s < 2; s++) {
     TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)slot, &b->slot[s]));
     if (temp) TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)temp, &b->temp[s]));
+    if (b->bf16) {
+      TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)slot, &b->wslot[s]));
+      TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)temp, &b->wtemp[s]));
+    }
     b->slot_bucket[s] = b->slot_fill[s] = -1;
   }
   TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->shard));
@@ -156,6 +162,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   b->size = b->group ? tl_group_size(b->group) : 1;
   b->rank = b->group ? tl_group_rank(b->group) : 0;
   b->zero = c->zero;
+  b->bf16 = c->wire == TL_BF16 && b->group;
   b->layout = c->layout;
   b->be = c->be;
   b->grads = c->grads;
@@ -201,6 +208,12 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
     if (st == TL_OK) st = create_zero2(b);
   }
   if (st == TL_OK && b->zero == 3) st = tl__dp_create_zero3(b);
+  if (st == TL_OK && b->bf16 && b->zero < 2)
+    st = tl_buffer_create(b->be->device, sizeof(uint16_t) * (size_t)tl__dp_at_least_one(b->n),
+                          &b->wbuf);
+  if (st == TL_OK && c->wire != TL_F32 && c->wire != TL_BF16)
+    st = TL_ERRF(TL_ERR_INVALID, "gradient buckets reduce in f32 or bf16, not %s",
+                 tl_dtype_name(c->wire));
   if (st != TL_OK) {
     tl_dp_buckets_destroy(b);
     return st;
@@ -219,7 +232,10 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
   for (int s = 0; s < 2; s++) {
     tl_buffer_destroy(b->slot[s]);
     tl_buffer_destroy(b->temp[s]);
+    tl_buffer_destroy(b->wslot[s]);
+    tl_buffer_destroy(b->wtemp[s]);
   }
+  tl_buffer_destroy(b->wbuf);
   tl_buffer_destroy(b->shard);
   free(b->unit_node);
   free(b->unit_lb);
@@ -240,12 +256,33 @@ static tl_status launch(tl_dp_buckets* b, int i) {
   TL_CHECK(b->be->ops->synchronize(b->be->ctx));
   size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
   float* p = b->grads + b->begin[i];
-  if (b->zero == 0)
-    return tl_group_all_reduce(b->group, p, p, count, TL_F32, TL_REDUCE_SUM, &b->req[i]);
   int64_t off, len;
   tl__dp_chunk_of(b, i, &off, &len);
+  if (b->bf16) { /* rounded into the image; widened back by finish */
+    uint16_t* w = (uint16_t*)b->wbuf->data;
+    TL_CHECK(b->be->ops->to_bf16(b->be->ctx, w + b->begin[i], p, (int64_t)count));
+    TL_CHECK(b->be->ops->synchronize(b->be->ctx));
+    if (b->zero == 0)
+      return tl_group_all_reduce(b->group, w + b->begin[i], w + b->begin[i], count, TL_BF16,
+                                 TL_REDUCE_SUM, &b->req[i]);
+    return tl_group_reduce_scatter(b->group, w + b->begin[i], w + off, count, TL_BF16,
+                                   TL_REDUCE_SUM, &b->req[i]);
+  }
+  if (b->zero == 0)
+    return tl_group_all_reduce(b->group, p, p, count, TL_F32, TL_REDUCE_SUM, &b->req[i]);
   return tl_group_reduce_scatter(b->group, p, b->grads + off, count, TL_F32, TL_REDUCE_SUM,
                                  &b->req[i]);
+}
+
+/* bf16: every bucket's reduced chunk, widened into the gradients */
+static tl_status widen(tl_dp_buckets* b) {
+  const uint16_t* w = (const uint16_t*)b->wbuf->data;
+  for (int i = 0; i < b->n_buckets; i++) {
+    int64_t off, len;
+    tl__dp_chunk_of(b, i, &off, &len);
+    if (len) TL_CHECK(b->be->ops->from_bf16(b->be->ctx, b->grads + off, w + off, len));
+  }
+  return TL_OK;
 }
 
 /* ---- zero 2: the stream of staged gradients ------------------------------ */
@@ -263,6 +300,8 @@ static tl_status retire(tl_dp_buckets* b, int s) {
   int64_t off, len;
   tl__dp_chunk_of(b, i, &off, &len);
   float* dst = (float*)b->shard->data + b->at[i];
+  if (b->bf16 && len)
+    TL_CHECK(b->be->ops->from_bf16(b->be->ctx, b->temp[s]->data, b->wtemp[s]->data, len));
   return len ? b->be->ops->add_forward(b->be->ctx, dst, dst, b->slot_sum[s], len) : TL_OK;
 }
 
@@ -273,10 +312,16 @@ static tl_status reduce_bucket(tl_dp_buckets* b, int i, int s, const float* src)
     b->slot_sum[s] = src; /* a group of one: the chunk is the bucket */
     return TL_OK;
   }
-  TL_CHECK(b->be->ops->synchronize(b->be->ctx)); /* the copies in, before the group reads */
+  const size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
   b->slot_sum[s] = b->temp[s]->data;
-  return tl_group_reduce_scatter(b->group, src, b->temp[s]->data,
-                                 (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, TL_REDUCE_SUM,
+  if (b->bf16) { /* rounded in; retire widens the chunk into temp */
+    TL_CHECK(b->be->ops->to_bf16(b->be->ctx, b->wslot[s]->data, src, (int64_t)count));
+    TL_CHECK(b->be->ops->synchronize(b->be->ctx));
+    return tl_group_reduce_scatter(b->group, b->wslot[s]->data, b->wtemp[s]->data, count, TL_BF16,
+                                   TL_REDUCE_SUM, &b->slot_req[s]);
+  }
+  TL_CHECK(b->be->ops->synchronize(b->be->ctx)); /* the copies in, before the group reads */
+  return tl_group_reduce_scatter(b->group, src, b->temp[s]->data, count, TL_F32, TL_REDUCE_SUM,
                                  &b->slot_req[s]);
 }
 
@@ -379,6 +424,7 @@ tl_status tl_dp_buckets_finish(tl_dp_buckets* b) {
     while (b->launched < b->n_buckets && st == TL_OK) st = launch(b, b->launched++);
     tl_status w = tl_group_wait_all(b->launched, b->req);
     if (st == TL_OK) st = w;
+    if (st == TL_OK && b->bf16) st = widen(b);
   }
   if (b->zero < 2) b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
   b->launched = 0;

@@ -75,6 +75,11 @@ struct tl_dp_buckets_config {
    * unit_begin[u + 1]) of the layout's range, n_units + 1 entries (copied) */
   int n_units;
   const int* unit_begin;
+  /* the dtype the reductions move (parallel.grad_reduce): TL_F32, or
+   * TL_BF16: each bucket is rounded to bf16, summed over the group in bf16
+   * (half the bytes) and widened back into the fp32 gradients — a group
+   * of one reduces nothing and rounds nothing */
+  tl_dtype wire;
 };
 
 /* The layout and grads must outlive the buckets. */
@@ -165,12 +170,13 @@ int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b);
 /* What the buckets allocate on the device for a stage of n elements, n_late
  * of them late, whose largest backward node writes `staging` elements of
  * early gradients and whose largest unit holds unit_max (zero 3), over
- * `size` ranks: the planner prices ZeRO with it. Zero 0 and 1: nothing
- * (the gradients are the caller's). With zero 3 the shard is counted as
+ * `size` ranks, reducing in `wire`: the planner prices ZeRO with it. Zero
+ * 0 and 1: nothing (the gradients are the caller's) but a bf16 wire's
+ * image of them. With zero 3 the shard is counted as
  * zero 2 cuts it; cutting buckets at units too adds at most a few
  * elements per bucket. */
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
-                            int64_t unit_max, int size, double bucket_mb);
+                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire);
 /* The elements a rank owns of a stage of n elements, n_late late, over
  * `size` ranks (the largest rank's share: rank 0). */
 int64_t tl_dp_shard_elems(int64_t n, int64_t n_late, int size, double bucket_mb);

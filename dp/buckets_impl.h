@@ -17,6 +17,12 @@ struct tl_dp_buckets {
   int64_t* at;    /* per bucket: where this rank's chunk lies in the shard */
   int64_t shard_n;
   tl_group_request** req; /* zero 0, 1: per bucket */
+  /* parallel.grad_reduce "bf16" (over a group of more than one): what the
+   * reductions move, rounded from the fp32 gradients — zero 0, 1: the whole
+   * buffer's image; zero 2, 3: each slot's bucket and its reduced chunk */
+  bool bf16;
+  tl_buffer* wbuf;
+  tl_buffer *wslot[2], *wtemp[2];
   int launched;           /* zero 0, 1: buckets [0, launched) are in flight or done */
   int early, early_last;
   double wait_s, wait_last;

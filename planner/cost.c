@@ -374,16 +374,20 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
                            double multi, double staging, double unit_max) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
-  if (dtype != TL_F32 || p->zero == 0) return tl_cost_model_state(params, p->zero, p->dp, sb);
+  /* a bf16 reduction's image of the buckets (ZeRO 0, 1: the whole stage) */
+  const double image = p->grad_reduce == TL_BF16 && p->dp > 1 ? 2.0 * params : 0;
+  if (dtype != TL_F32 || p->zero == 0)
+    return tl_cost_model_state(params, p->zero, p->dp, sb) + (p->zero < 2 ? image : 0);
   double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
   int64_t n = (int64_t)params;
   if (p->zero == 1)
-    return params * (sb.w + sb.g) + sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb);
+    return params * (sb.w + sb.g) +
+           sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb) + image;
   int64_t l2 = (int64_t)(late + multi);
   double shard = (double)tl_dp_shard_elems(n, l2, p->dp, mb);
   return (p->zero == 2 ? params * sb.w : 0) + sb.o * shard +
          (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, p->dp,
-                                     mb);
+                                     mb, p->grad_reduce);
 }
 
 /* All-reduce of `bytes` over n ranks on `link`: the bandwidth term of a
@@ -416,12 +420,13 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
                            const struct tl_link* link, double comp) {
   const int d = p->dp;
   if (d <= 1) return 0;
-  double ar = tl_cost_all_reduce(c, grads * 4.0, d, link);
+  const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0; /* bytes an element moves */
+  double ar = tl_cost_all_reduce(c, grads * wire, d, link);
   if (p->zero == 3) return 1.5 * ar;
   double reduce = p->zero == 0 ? ar : ar / 2, gather = p->zero == 0 ? 0 : ar / 2;
   int passes = p->zero == 2 ? p->n_micro : 1;
   if (p->dp_bucket_mb <= 0) return passes * reduce + gather;
-  double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0));
+  double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0)); /* of fp32 */
   double last = reduce / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;
   double exposed = reduce - hidden > last ? reduce - hidden : last;
   return passes * exposed + gather;

@@ -248,6 +248,10 @@ typedef struct tl_plan {
    * parallel.bucket_mb); 0: after the backward (Megatron-LM before its
    * --overlap-grad-reduce of 2023, as in the runs of Narayanan et al. 2021) */
   double dp_bucket_mb;
+  /* the dtype the data-parallel reduction moves (parallel.grad_reduce):
+   * TL_F32 (0, the default) or TL_BF16 — half the bytes, and a bf16 image
+   * of the buckets on each rank (dp/buckets.h) */
+  tl_dtype grad_reduce;
   /* price full recomputation as Megatron-LM runs it — each block's whole
    * forward again, where trellis recomputes only what a backward reads —
    * to check the model against published runs; trellis does not run it */

@@ -24,6 +24,7 @@ tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int 
   cfg.train.seq_len = seq;
   cfg.device.type = c->device;
   cfg.train.precision = dtype == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
+  cfg.parallel.grad_reduce = p->grad_reduce == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
   *out = cfg;
   return TL_OK;
 }

@@ -122,6 +122,7 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
             p.recompute = (tl_recompute)rc;
             p.sequence_parallel = sp;
             p.dp_bucket_mb = o->dp_bucket_mb;
+            p.grad_reduce = o->grad_reduce;
             p.recompute_whole_forward = o->recompute_whole_forward;
             p.virtual_stages = v;
             tl_cost_evaluate(cm, c, o->dtype, layers, &p);

@@ -52,6 +52,8 @@ struct tl_search_options {
   /* the plans' dp_bucket_mb (tl_plan): default 25, the trainer's default
    * bucket; 0 prices a runtime that all-reduces after the backward */
   double dp_bucket_mb;
+  /* the plans' grad_reduce (tl_plan): TL_F32 */
+  tl_dtype grad_reduce;
   /* the plans' recompute_whole_forward (tl_plan): false */
   bool recompute_whole_forward;
   /* fixed choices; -1 = search (schedule: -1 or a tl_schedule_kind;

@@ -426,6 +426,7 @@ int tl_cli_plan(int argc, char** argv) {
   /* where trellis itself trains (CPU ranks), plan only what its trainer runs */
   o.trainer_only = c.device == TL_DEVICE_CPU;
   o.dp_bucket_mb = cfg.parallel.bucket_mb;
+  o.grad_reduce = cfg.parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
   if (fix[0] && !parse_fix(fix, &o)) return 2;
   if (cfg.model.kind == TL_MODEL_MLP &&
       (o.fix_sp == 1 || o.fix_recompute > 0 || o.fix_schedule == TL_SCHEDULE_ZERO_BUBBLE ||

@@ -64,7 +64,10 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
   v->rep.equal = 1;
   v->rep.deterministic = tl_trainer_config(par)->parallel.deterministic;
   v->rep.copies_agree = 1;
-  const bool bf16 = tl_trainer_config(par)->train.precision == TL_PRECISION_BF16;
+  /* bf16 arithmetic, or gradients rounded to bf16 for their reduction */
+  const struct tl_config* cfg = tl_trainer_config(par);
+  const bool bf16 = cfg->train.precision == TL_PRECISION_BF16 ||
+                    (cfg->parallel.grad_reduce == TL_PRECISION_BF16 && cfg->mesh.dp > 1);
   v->rep.loss_tol = bf16 ? TL_VERIFY_BF16_LOSS_TOL : TL_VERIFY_LOSS_TOL;
   v->rep.norm_tol = bf16 ? TL_VERIFY_BF16_NORM_TOL : TL_VERIFY_NORM_TOL;
   v->rep.grad_tol = bf16 ? TL_VERIFY_BF16_GRAD_TOL : TL_VERIFY_GRAD_TOL;

@@ -73,7 +73,10 @@ extern "C" {
  * gradient does not: allowed 2^-4 of its tensor's largest, 16 bf16 steps
  * (measured up to 0.013), still far below what a dropped micro-batch, a
  * missing collective or a wrong scale does (tens of percent and more). The
- * optimizer and copy checks compare the mesh with itself: unchanged. */
+ * optimizer and copy checks compare the mesh with itself: unchanged. The
+ * same tolerances hold a mesh whose data-parallel reduction moves bf16
+ * (parallel.grad_reduce "bf16": each replica's gradients rounded once, 2^-9,
+ * and each pairwise sum). */
 #define TL_VERIFY_BF16_LOSS_TOL 0x1p-9
 #define TL_VERIFY_BF16_NORM_TOL 0x1p-8
 #define TL_VERIFY_BF16_GRAD_TOL 0x1p-4
@@ -113,7 +116,7 @@ struct tl_verify_report {
   int deterministic;
   int64_t bits_differ;
   /* the tolerances of checks 1 and 2 (the TL_VERIFY_* above, or their
-   * bf16 values under train.precision "bf16") */
+   * bf16 values under train.precision or parallel.grad_reduce "bf16") */
   double loss_tol, norm_tol, grad_tol;
   /* the verdict, and the first check that failed, in words */
   int equal;

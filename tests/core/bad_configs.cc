@@ -108,6 +108,12 @@ const std::vector<BadConfig>& BadConfigs() {
        R"({"mesh": {"tp": 2}, "parallel": {"deterministic": true}})",
        "parallel.deterministic = true with mesh.tp = 2: the deterministic mode covers data and "
        "pipeline parallelism"},
+      {"DeterministicSumsExactGradients",
+       R"({"mesh": {"dp": 2}, "parallel": {"deterministic": true, "grad_reduce": "bf16"}})",
+       "parallel.grad_reduce = \"bf16\" with parallel.deterministic = true: the deterministic "
+       "mode sums exact 64-bit fixed-point gradients"},
+      {"GradReduceIsFp32OrBf16", R"({"parallel": {"grad_reduce": "fp16"}})",
+       "parallel.grad_reduce"},
       {"DeterministicRunsOnTheCpu",
        R"({"device": {"type": "cuda"}, "parallel": {"deterministic": true}})",
        "parallel.deterministic = true with device.type = \"cuda\": its exact fixed-point "

@@ -146,9 +146,11 @@ void Report(const tl_config& c, const std::string& what, const std::vector<int>&
 void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int micro,
                 const std::vector<int>& stage_layers = {}, int tp = 1, bool sp = false,
                 int zero = 0, double bucket_mb = 0, tl_recompute rc = TL_RECOMPUTE_NONE,
-                tl_precision precision = TL_PRECISION_FP32) {
+                tl_precision precision = TL_PRECISION_FP32,
+                tl_precision grad_reduce = TL_PRECISION_FP32) {
   tl_config c = Base(kind);
   c.train.precision = precision;
+  c.parallel.grad_reduce = grad_reduce;
   c.schedule.n_stage_layers = (int)stage_layers.size();
   for (size_t i = 0; i < stage_layers.size(); i++) c.schedule.stage_layers[i] = stage_layers[i];
   c.mesh.dp = dp, c.mesh.pp = pp, c.mesh.tp = tp;
@@ -168,7 +170,8 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
                      (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
                       : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
                                                    : "") +
-                     (precision == TL_PRECISION_BF16 ? " bf16" : "");
+                     (precision == TL_PRECISION_BF16 ? " bf16" : "") +
+                     (grad_reduce == TL_PRECISION_BF16 ? " grad_reduce=bf16" : "");
   for (size_t i = 0; i < stage_layers.size(); i++)
     what += (i ? "+" : " stage layers ") + std::to_string(stage_layers[i]);
   Report(c, what, stage_layers);
@@ -384,6 +387,51 @@ TEST(Equality, Bf16OnEveryMeshEqualsTheBf16SingleDeviceRun) {
                    TL_RECOMPUTE_FULL, bf16);
       CheckEqual(mlp, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, false, 0, 0, TL_RECOMPUTE_NONE, bf16);
     }
+}
+
+// parallel.grad_reduce "bf16": the data-parallel reduction rounds each
+// replica's gradients to bf16 and sums them in bf16, at every ZeRO stage
+// (each moves its buckets its own way: all-reduce, reduce-scatter from the
+// buffer, from ZeRO-2's slots), in fp32 and bf16 training; every step
+// equals the single-device run to the bf16 tolerances, and the reduction
+// moves half the bytes of fp32's.
+TEST(Equality, Bf16GradientReductionEqualsTheSingleDeviceRun) {
+  const int n = WorldSize();
+  const tl_precision bf16 = TL_PRECISION_BF16, fp32 = TL_PRECISION_FP32;
+  const tl_recompute none = TL_RECOMPUTE_NONE;
+  for (int pp : {1, 2}) {
+    const int dp = n / pp;
+    if (dp < 2 || dp * pp != n || (n == 8 && pp == 1)) continue;
+    for (int zero : {0, 1, 2, 3})
+      CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 2, {}, 1, false, zero, 0, none,
+                 zero == 3 ? bf16 : fp32, bf16);
+  }
+  if (n != 2) return;
+  // the bytes: ZeRO-0's all-reduce and ZeRO-1's reduce-scatter
+  for (int zero : {0, 1}) {
+    int64_t bytes[2];
+    for (int i = 0; i < 2; i++) {
+      tl_config c = Base(TL_MODEL_GPT);
+      c.mesh.dp = 2, c.parallel.zero = zero, c.train.steps = 1, c.schedule.micro_batches = 2;
+      c.parallel.grad_reduce = i ? bf16 : fp32;
+      tl_worker w;
+      ASSERT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
+      tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+      tl_trainer* t = nullptr;
+      ASSERT_EQ(tl_trainer_create(&c, &comm, &t), TL_OK) << tl_last_error();
+      tl_group_stats_reset(w.groups[TL_AXIS_DP]);
+      tl_step_stats st;
+      ASSERT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
+      tl_group_stats s = tl_group_stats_get(w.groups[TL_AXIS_DP]);
+      bytes[i] = s.bytes[zero ? TL_GROUP_REDUCE_SCATTER : TL_GROUP_ALL_REDUCE];
+      tl_trainer_destroy(t);
+      tl_worker_finalize(&w);
+    }
+    std::printf("zero=%d: the gradient reduction moved %lld bytes in fp32, %lld in bf16\n", zero,
+                (long long)bytes[0], (long long)bytes[1]);
+    EXPECT_GT(bytes[0], 0);
+    EXPECT_NEAR((double)bytes[1] / (double)bytes[0], 0.5, 0.01) << "zero=" << zero;
+  }
 }
 
 // A pipeline boundary carries the residual stream: whole between stages of

@@ -271,6 +271,7 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"parallel.recompute", "{}", R"("full")", 1},
       {"parallel.sequence_parallel", R"({"mesh": {"tp": 2}})", "true", 2},
       {"parallel.deterministic", R"({"mesh": {"dp": 2}})", "true", 2},
+      {"parallel.grad_reduce", R"({"mesh": {"dp": 2}})", R"("bf16")", 2},
       // the last rank stops itself in step 3 (TRELLIS_FAULT): the base's
       // watchdog ends the job after 5 s, the other's after 2
       {"parallel.timeout_s",

@@ -148,12 +148,13 @@ struct Row {
 // (one chunk of two) and pp micro-batches.
 Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
           tl_model_kind kind = TL_MODEL_GPT, int zero = -1, tl_recompute rc = TL_RECOMPUTE_NONE,
-          int v = 1, tl_dtype dtype = TL_F32) {
+          int v = 1, tl_dtype dtype = TL_F32, tl_dtype grad_reduce = TL_F32) {
   bool single = !w;
   bool sp = tp > 1 && (sched == TL_SCHEDULE_1F1B || v > 1) && kind == TL_MODEL_GPT;
   tl_config c = Config(dp, tp, pp, sched, sp, kind, zero);
   c.parallel.recompute = rc;
   c.train.precision = dtype == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
+  c.parallel.grad_reduce = grad_reduce == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
   if (v > 1) {
     c.schedule.kind = sched = TL_SCHEDULE_INTERLEAVED, c.schedule.virtual_stages = v;
     c.model.n_layers = pp * v + 1;
@@ -164,7 +165,8 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
   EXPECT_EQ(tl_cost_model_build_precision(&c.model, c.train.seq_len, dtype, &cm), TL_OK)
       << tl_last_error();
   std::string what = std::string(kind == TL_MODEL_MLP ? "mlp " : "") +
-                     (dtype == TL_BF16 ? "bf16 " : "") + "dp=" + std::to_string(dp) +
+                     (dtype == TL_BF16 ? "bf16 " : "") +
+                     (grad_reduce == TL_BF16 ? "grad_reduce=bf16 " : "") + "dp=" + std::to_string(dp) +
                      " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " " +
                      tl_schedule_kind_name(sched) + (sp ? " sp" : "") +
                      (zero >= 0 ? " 16 layers zero=" + std::to_string(zero) : "") +
@@ -179,6 +181,7 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
   p.recompute = rc;
   p.dp = dp, p.tp = tp, p.pp = pp, p.schedule = sched, p.sequence_parallel = sp;
   p.zero = c.parallel.zero, p.dp_bucket_mb = c.parallel.bucket_mb;
+  p.grad_reduce = grad_reduce;
   p.n_micro = c.schedule.micro_batches;
   p.micro_batch = c.train.batch_size / dp / p.n_micro;
   std::vector<int> layers(pp * v);  // per chunk: chunk c of stage s is c * pp + s
@@ -359,6 +362,12 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
         for (int zero : {1, 3})
           rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1,
                                TL_BF16));
+      // and the gradient reduction in bf16, at every ZeRO stage: its bf16
+      // image of the buckets
+      if (dp > 1)
+        for (int zero : {0, 1, 2, 3})
+          rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1,
+                               TL_F32, TL_BF16));
       tl_worker_finalize(&w);
     }
   if (WorldRank() != 0) return;
