@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
-# gpu_check.sh — the checks that need an NVIDIA GPU, as one run of a few
-# minutes (for a machine with a GPU and the CUDA toolkit; everything else is
-# tested on the CPU by tools/test.sh):
-#   1. the op suite on the GPU (every kernel's forward and gradients against
-#      the double reference), through the test and through `trellis check`;
-#   2. the NCCL group suite (it skips, saying so, unless every rank has a GPU);
-#   3. a small GPT trained on cuda:0 for 50 steps and the same model on the
-#      CPU for 50 steps: the same initialisation and data, so their losses
-#      should agree to a few digits (printed side by side at the end);
-# and prints each step's status. Exits non-zero if any step fails.
+# gpu_check.sh [BUNDLE] — the checks that need an NVIDIA GPU, as one run of
+# a few minutes on a machine with the GPU, its driver, the CUDA toolkit and
+# PyTorch but no Bazel, MPICH or OpenBLAS: what runs is the bundle that
+# tools/gpu_bundle.sh built elsewhere (default .gpu/trellis-gpu.tar.xz),
+# unpacked into a temporary folder, its libraries beside the GPU machine's
+# own CUDA runtime, NCCL and cuBLAS (its toolkit's, else its PyTorch's
+# wheels'). On a machine with Bazel and no bundle it builds one first.
+#   1. the op suite on the GPU: every kernel's forward and gradients against
+#      the double reference (the test binary, then `trellis check`);
+#   2. the NCCL group suite on one rank (NCCL refuses two on one GPU);
+#   3. a small GPT on cuda:0 and on the CPU, 50 steps each, fp32 and bf16:
+#      the same start and data, so the losses must agree (step 50 within 2%);
+#   4. the benchmark: GPT-2 124M dimensions, bf16, T = 1024, in trellis and
+#      in PyTorch (bf16 autocast, scaled_dot_product_attention,
+#      torch.compile: tools/gpu_torch_gpt2.py), tokens/s and MFU against
+#      989 TFLOP/s dense bf16, side by side.
+# Every step is timed out on its own; a table of the figures comes last.
+# Exits non-zero if a check fails (the benchmark's figures are not checks).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bundle=${1:-.gpu/trellis-gpu.tar.xz}
+B=${TL_BENCH_BATCH:-16}
+STEPS=${TL_BENCH_STEPS:-10}
 
 fail=0
-step() {
-  echo "== $1"
-  shift
-  if "$@"; then echo "-- ok"; else echo "-- FAILED ($?)"; fail=1; fi
+step() { # step NAME SECONDS CMD...
+  local name=$1 secs=$2
+  shift 2
+  echo "== $name"
+  local t0=$SECONDS
+  timeout --kill-after=5 "$secs" "$@"
+  local rc=$?
+  if [ $rc -eq 0 ]; then echo "-- ok ($((SECONDS - t0)) s)"; else
+    echo "-- FAILED (exit $rc after $((SECONDS - t0)) s)"
+    fail=1
+  fi
+  return $rc
 }
 
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
@@ -24,25 +43,101 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
   exit 2
 fi
 nvidia-smi -L
-
-step "build" bazel build //launcher:trellis //tests/kernels:op_test //tests/core:group_nccl_test
-step "op suite on the GPU (test)" bazel test //tests/kernels:op_test //tests/core:group_nccl_test \
-  --test_output=all
-step "op suite (trellis check --device cuda)" bazel-bin/launcher/trellis check --device cuda
-
-if [ ! -f data/fortunes_train.bin ]; then
-  step "corpus" bazel-bin/launcher/trellis data --corpus data
+if [ ! -f "$bundle" ]; then
+  if command -v bazel > /dev/null; then
+    bash tools/gpu_bundle.sh "$(dirname "$bundle")" || exit 1
+  else
+    echo "gpu_check: no bundle at $bundle, and no Bazel here to build one (tools/gpu_bundle.sh)" >&2
+    exit 2
+  fi
 fi
-cfg=$(mktemp --suffix=.json)
-sed -e 's/"type": "cpu"/"type": "cuda"/' -e 's/"checkpoint": {[^}]*}/"checkpoint": {}/' \
-  examples/gpt_small.json > "$cfg"
-gpu_log=$(mktemp) cpu_log=$(mktemp)
-step "a GPT on cuda:0, 50 steps" bash -c "bazel-bin/launcher/trellis train '$cfg' --steps 50 \
-  | tee '$gpu_log'"
-step "the same GPT on the CPU, 50 steps" bash -c "bazel-bin/launcher/trellis train \
-  examples/gpt_small.json --steps 50 | tee '$cpu_log'"
-echo "== losses, cuda | cpu (steps 1, 10, 20, ..., 50)"
-paste <(grep -E '^step (1|10|20|30|40|50)/' "$gpu_log" | cut -d'|' -f1,2) \
-  <(grep -E '^step (1|10|20|30|40|50)/' "$cpu_log" | cut -d'|' -f2)
-rm -f "$cfg" "$gpu_log" "$cpu_log"
+
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+xz -dc "$bundle" | tar -C "$root" -xf - || exit 1
+echo "bundle: $bundle, commit $(cat "$root/COMMIT")"
+# the GPU machine's CUDA runtime, NCCL and cuBLAS: its toolkit's, then its
+# PyTorch's wheels' (nvidia-*-cu13)
+libs="$root/lib"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && libs="$libs:$d"
+done
+py=$(command -v python3)
+site=$("$py" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)
+for d in "$site"/nvidia/*/lib; do [ -d "$d" ] && libs="$libs:$d"; done
+export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export UCX_MODULE_DIR="$root/ucx"
+# (trellis opens cuBLAS at its first CUDA backend: from the toolkit's
+# folder it was built against, else from this same path)
+tl="$root/bin/trellis"
+ldd "$tl" | grep "not found" && { echo "gpu_check: the bundle misses libraries" >&2; exit 1; }
+
+step "op suite on the GPU (test binary)" 240 "$root/bin/op_test"
+step "op suite (trellis check --device cuda)" 120 "$tl" check --device cuda
+step "NCCL group suite, one rank" 120 "$root/bin/group_nccl_test_bin"
+
+# 3. cuda against the CPU
+small() { # small DEVICE PRECISION -> a config path
+  local f="$root/small_$1_$2.json"
+  sed -e "s/\"type\": \"cpu\"/\"type\": \"$1\"/" -e 's/"checkpoint": {[^}]*}/"checkpoint": {}/' \
+    -e "s#data/fortunes_#$root/data/fortunes_#g" \
+    -e "s/\"sample_tokens\": [0-9]*/\"sample_tokens\": 0, \"precision\": \"$2\"/" \
+    "$root/gpt_small.json" > "$f"
+  echo "$f"
+}
+for prec in fp32 bf16; do
+  for dev in cuda cpu; do
+    step "a small GPT on $dev, $prec, 50 steps" 300 bash -c \
+      "'$tl' train '$(small $dev $prec)' --steps 50 > '$root/$dev.$prec.log' 2>&1; \
+       rc=\$?; tail -3 '$root/$dev.$prec.log'; exit \$rc"
+  done
+  echo "== losses, $prec: cuda | cpu (steps 1, 10, 20, ..., 50)"
+  paste <(grep -E '^step (1|10|20|30|40|50)/' "$root/cuda.$prec.log" | cut -d'|' -f1,2) \
+    <(grep -E '^step (1|10|20|30|40|50)/' "$root/cpu.$prec.log" | cut -d'|' -f2)
+  step "cuda's step-50 loss within 2% of the CPU's ($prec)" 10 "$py" - "$root/cuda.$prec.log" \
+    "$root/cpu.$prec.log" << 'EOF'
+import re, sys
+def last(p):
+    v = [float(m.group(1)) for m in re.finditer(r"^step 50/\d+ \| loss ([0-9.]+)", open(p).read(), re.M)]
+    return v[-1] if v else float("nan")
+g, c = last(sys.argv[1]), last(sys.argv[2])
+print(f"step 50: cuda {g:.4f}, cpu {c:.4f}, {100 * abs(g - c) / c:.2f}% apart")
+sys.exit(0 if abs(g - c) <= 0.02 * c else 1)
+EOF
+done
+
+# 4. the benchmark
+bench="$root/gpt2.json"
+cat > "$bench" << EOF
+{"model": {"kind": "gpt", "n_layers": 12, "n_heads": 12, "n_embd": 768, "vocab_size": 50257,
+           "max_seq_len": 1024},
+ "train": {"steps": $((STEPS + 3)), "batch_size": $B, "seq_len": 1024, "lr": 3e-4,
+           "warmup_steps": 0, "sample_tokens": 0, "precision": "bf16"},
+ "data": {"train": "$root/data/fortunes_train.bin"},
+ "device": {"type": "cuda"}}
+EOF
+step "trellis: GPT-2 124M, bf16, B=$B, T=1024, $((STEPS + 3)) steps" 300 bash -c \
+  "'$tl' train '$bench' > '$root/bench.log' 2>&1; rc=\$?; tail -4 '$root/bench.log'; exit \$rc"
+trellis_line=$("$py" - "$root/bench.log" "$B" "$STEPS" << 'EOF'
+import re, sys
+log, B, steps = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3])
+ms = [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \|.*\|\s+([0-9.]+) ms \|", log, re.M)]
+if len(ms) < steps:
+    print("trellis: no step times (see the log above)")
+    sys.exit(0)
+dt = sum(ms[-steps:]) / steps / 1e3
+tok = B * 1024 / dt
+L, C, T, V = 12, 768, 1024, 50304
+n = V * C + L * (12 * C * C + 13 * C) + 2 * C  # the parameters but wpe
+print(f"trellis: B={B} T={T}: {dt * 1e3:.1f} ms a step, {tok:.0f} tokens/s, "
+      f"MFU {100 * tok * (6 * n + 12 * L * T * C) / 989e12:.1f}%")
+EOF
+)
+step "pytorch: the same model, bf16 autocast, SDPA, torch.compile" 420 \
+  bash -c "'$py' tools/gpu_torch_gpt2.py $B 1024 $STEPS 2>&1 | tail -20 | tee '$root/torch.log'"
+echo
+echo "== figures (GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+echo "$trellis_line"
+grep '^pytorch:' "$root/torch.log" || echo "pytorch: no figure (see the log above)"
+[ $fail -eq 0 ] && echo "gpu_check: every check passed" || echo "gpu_check: a check FAILED"
 exit $fail

@@ -4,10 +4,14 @@
 // where none does); and proof that the suite catches broken gradients.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "core/alloc.h"
+#include "core/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cuda/cuda.h"
@@ -171,6 +175,75 @@ TEST(OpCheck, UnknownCaseIsAnError) {
   ASSERT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
   tl_opcheck_result r;
   EXPECT_EQ(tl_opcheck_run(be, tl_opcheck_count(), &r), TL_ERR_INVALID);
+  tl_backend_destroy(be);
+}
+
+// bf16 storage's conversions (train.precision "bf16"), on the CPU and on a
+// GPU where there is one: element for element core/dtype.h's rounding —
+// nearest, ties to even (1 + 2^-8 and 1 + 3 * 2^-8 are ties), NaN kept a
+// NaN, infinities, signed zeros, subnormals and the largest floats — and
+// widening back exact.
+void CheckBf16Conversions(tl_backend* be) {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -1.0f - 0x1p-9f,
+                          3.14159265f, -2.71828183f, 1e-40f, -1e-45f, 3.4e38f, -3.4e38f,
+                          INFINITY, -INFINITY, NAN, 65504.0f, 1.0f / 3.0f};
+  for (int i = 0; i < 4000; i++) x.push_back((float)std::ldexp((i * 7919 % 4001) - 2000.5, i % 60 - 30));
+  const int64_t n = (int64_t)x.size();
+  tl_buffer *in = nullptr, *h = nullptr, *out = nullptr;
+  ASSERT_EQ(tl_buffer_create(be->device, sizeof(float) * n, &in), TL_OK);
+  ASSERT_EQ(tl_buffer_create(be->device, sizeof(uint16_t) * n, &h), TL_OK);
+  ASSERT_EQ(tl_buffer_create(be->device, sizeof(float) * n, &out), TL_OK);
+  ASSERT_EQ(tl_memcpy(be->device, in->data, tl_cpu(), x.data(), sizeof(float) * n), TL_OK);
+  ASSERT_EQ(be->ops->to_bf16(be->ctx, (uint16_t*)h->data, (const float*)in->data, n), TL_OK);
+  std::vector<uint16_t> half(n);
+  ASSERT_EQ(be->ops->synchronize(be->ctx), TL_OK);
+  ASSERT_EQ(tl_memcpy(tl_cpu(), half.data(), be->device, h->data, sizeof(uint16_t) * n), TL_OK);
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t want = tl_f32_to_bf16(x[i]);
+    if (half[i] != want && bad++ < 5)
+      ADD_FAILURE() << be->ops->name << ": to_bf16(" << x[i] << ") = " << half[i] << ", want "
+                    << want;
+  }
+  EXPECT_EQ(half[3], 0x3f80) << "1 + 2^-8 is a tie: to the even 1";
+  EXPECT_EQ(half[4], 0x3f82) << "1 + 3 * 2^-8 is a tie: to the even 1 + 2^-6";
+  EXPECT_TRUE(std::isnan(tl_bf16_to_f32(half[14])));
+  std::vector<float> back(n), rounded(n);
+  ASSERT_EQ(be->ops->from_bf16(be->ctx, (float*)out->data, (const uint16_t*)h->data, n), TL_OK);
+  ASSERT_EQ(be->ops->synchronize(be->ctx), TL_OK);
+  ASSERT_EQ(tl_memcpy(tl_cpu(), back.data(), be->device, out->data, sizeof(float) * n), TL_OK);
+  ASSERT_EQ(be->ops->round_bf16(be->ctx, (float*)out->data, (const float*)in->data, n), TL_OK);
+  ASSERT_EQ(be->ops->synchronize(be->ctx), TL_OK);
+  ASSERT_EQ(tl_memcpy(tl_cpu(), rounded.data(), be->device, out->data, sizeof(float) * n), TL_OK);
+  for (int64_t i = 0; i < n; i++) {
+    const float want = tl_bf16_to_f32(half[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(back[i]) && std::isnan(rounded[i])) << i;
+      continue;
+    }
+    if ((std::memcmp(&back[i], &want, 4) || std::memcmp(&rounded[i], &want, 4)) && bad++ < 10)
+      ADD_FAILURE() << be->ops->name << ": element " << i << " widened " << back[i]
+                    << ", rounded " << rounded[i] << ", want " << want;
+  }
+  EXPECT_EQ(bad, 0);
+  tl_buffer_destroy(in);
+  tl_buffer_destroy(h);
+  tl_buffer_destroy(out);
+}
+
+TEST(Bf16, ConversionsAreTheCoreRoundingOnTheCpu) {
+  tl_backend* be = nullptr;
+  ASSERT_EQ(tl_backend_create(tl_cpu(), &be), TL_OK);
+  CheckBf16Conversions(be);
+  tl_backend_destroy(be);
+}
+
+TEST(Bf16, ConversionsAreTheCoreRoundingOnTheGpu) {
+  const char* why = nullptr;
+  if (tl_cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  tl_backend* be = nullptr;
+  ASSERT_EQ(tl_backend_create(tl_cuda(0), &be), TL_OK) << tl_last_error();
+  CheckBf16Conversions(be);
   tl_backend_destroy(be);
 }
 
