@@ -60,6 +60,38 @@ static tl_status push(tl_search_result* r, int* cap, const tl_plan* p) {
   return TL_OK;
 }
 
+/* The trainer's cut of the layers into n virtual stages depends on tp,
+ * sequence parallelism and n alone, and meshes of one search share many
+ * (pp 16 with 2 chunks a rank and pp 32 with one, say): each is made once. */
+struct cut_cache {
+  struct cut_entry {
+    int tp, sp, n;
+    int layers[TL_MODEL_MAX_LAYERS];
+  } * e;
+  int n, cap;
+};
+
+static tl_status cut_of(const tl_cost_model* cm, struct cut_cache* cc, int tp, bool sp, int n,
+                        const int** out) {
+  for (int i = 0; i < cc->n; i++)
+    if (cc->e[i].tp == tp && cc->e[i].sp == sp && cc->e[i].n == n) {
+      *out = cc->e[i].layers;
+      return TL_OK;
+    }
+  if (cc->n == cc->cap) {
+    int cap = cc->cap ? 2 * cc->cap : 64;
+    struct cut_entry* e = realloc(cc->e, sizeof *e * (size_t)cap);
+    if (!e) return TL_ERRF(TL_ERR_NOMEM, "out of memory for %d stage cuts", cap);
+    cc->e = e, cc->cap = cap;
+  }
+  struct cut_entry* e = &cc->e[cc->n];
+  TL_CHECK(tl_cost_stage_layers(cm, tp, sp, n, e->layers));
+  e->tp = tp, e->sp = sp, e->n = n;
+  cc->n++;
+  *out = e->layers;
+  return TL_OK;
+}
+
 /* Every plan of mesh dp x tp x pp (sequence parallel or not): the stages as
  * the trainer cuts them (one cut per mesh), then every way to cut the
  * replica's batch, every schedule, ZeRO stage and recomputation. */
@@ -68,17 +100,15 @@ static tl_status push(tl_search_result* r, int* cap, const tl_plan* p) {
 
 static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
                           const struct tl_search_options* o, int dp, int tp, int pp, bool sp,
-                          tl_search_result* out, int* cap) {
-  /* the cut per chunk count: cuts[v - 1] into pp * v virtual stages (v = 1:
-   * the stages); interleaving only where every chunk gets a layer */
-  int cuts[MAX_SEARCHED_CHUNKS][TL_MODEL_MAX_LAYERS];
+                          struct cut_cache* cc, tl_search_result* out, int* cap) {
+  /* the cut per chunk count: into pp * v virtual stages (v = 1: the
+   * stages); interleaving only where every chunk gets a layer */
   int max_v = 1;
   if (pp >= 2 && cm->kind != TL_MODEL_MLP &&
       (o->fix_schedule < 0 || o->fix_schedule == TL_SCHEDULE_INTERLEAVED))
     for (int v = 2; v <= MAX_SEARCHED_CHUNKS && pp * v <= cm->n_layers && pp * v <= TL_MAX_STAGES;
          v++)
       max_v = v;
-  bool cut_made[MAX_SEARCHED_CHUNKS] = {false}; /* each cut when first needed */
   int per_replica = o->global_batch / dp;
   for (int mb = 1; mb <= per_replica; mb++) {
     if (per_replica % mb || !fixed_ok(o->fix_micro_batch, mb)) continue;
@@ -101,11 +131,8 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
         continue;
       for (int v = inter ? 2 : 1; v <= (inter ? max_v : 1); v++) {
         if (!fixed_ok(o->fix_virtual_stages, v)) continue;
-        if (!cut_made[v - 1]) {
-          TL_CHECK(tl_cost_stage_layers(cm, tp, sp, pp * v, cuts[v - 1]));
-          cut_made[v - 1] = true;
-        }
-        const int* layers = cuts[v - 1];
+        const int* layers = NULL; /* each cut when first needed */
+        TL_CHECK(cut_of(cm, cc, tp, sp, pp * v, &layers));
         for (int zero = 0; zero <= 3; zero++) {
           if (!fixed_ok(o->fix_zero, zero)) continue;
           if (dp == 1 && zero > 0 && o->fix_zero < 0) continue; /* nothing to shard over */
@@ -459,6 +486,7 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
     return TL_ERRF(TL_ERR_CONFIG, "cluster %s has no peak_flops for %s", c->name,
                    o->dtype == TL_BF16 ? "bf16" : "fp32");
   int cap = 0;
+  struct cut_cache cc = {0};
   tl_status st = TL_OK;
   for (int tp = 1; tp <= devices; tp++) {
     if (devices % tp || !fixed_ok(o->fix_tp, tp)) continue;
@@ -477,13 +505,15 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
       /* 2. with and without sequence parallelism (tp > 1) */
       for (int sp = 0; sp <= (tp > 1 && !mlp); sp++) { /* an MLP has no sequence */
         if (!fixed_ok(o->fix_sp, sp) && !(tp == 1 && o->fix_sp == 1)) continue;
-        TL_CHECK_GOTO(add_mesh(cm, c, o, dp, tp, pp, sp, out, &cap), st, fail);
+        TL_CHECK_GOTO(add_mesh(cm, c, o, dp, tp, pp, sp, &cc, out, &cap), st, fail);
       }
     }
   }
+  free(cc.e);
   if (out->n_plans > 1) qsort(out->plans, (size_t)out->n_plans, sizeof *out->plans, by_step_time);
   return TL_OK;
 fail:
+  free(cc.e);
   tl_search_free(out);
   return st;
 }

@@ -2,6 +2,7 @@
  * lists, and their simulation. */
 #include "pp/schedule.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,12 @@ static int zero_bubble_lists(int p, int m, struct tl_pp_costs c, tl_pp_schedule*
       busy[s] = now + took;
       left--;
     }
+    /* nothing happens before the next pass ends (a stage waits only for a
+     * pass's end, its own or a neighbour's): go there at once */
+    int next = INT_MAX;
+    for (int s = 0; s < p; s++)
+      if (busy[s] > now && busy[s] < next) next = busy[s];
+    if (next != INT_MAX) now = next - 1;
   }
   int end = 0; /* the simulation's length: the last pass's end */
   for (int s = 0; s < p; s++)
@@ -209,25 +216,37 @@ static tl_status zero_bubble_all(int p, int m, struct tl_pp_costs c, tl_pp_sched
 }
 
 /* Zero-bubble's list of one stage (out may be NULL), and its most
- * micro-batches held (every stage's of the last (p, m) are kept: the
- * planner asks stage after stage). */
+ * micro-batches held. Every stage's figures of the last few (p, m, costs)
+ * are kept, per thread: the planner asks stage after stage, and plans that
+ * differ in their recomputation (the costs) alternate. */
+#define ZB_CACHED 8
+static _Thread_local struct zb_cached {
+  int p, m, ticks, held[TL_MAX_STAGES];
+  struct tl_pp_costs c;
+} g_zb[ZB_CACHED];
+static _Thread_local int g_zb_next;
+
 static tl_status zero_bubble_stage(int p, int m, struct tl_pp_costs c, int stage,
                                    tl_pp_schedule* out, int* held, int* ticks) {
-  static int cache_p, cache_m, cache_ticks, cache_held[TL_MAX_STAGES];
-  static struct tl_pp_costs cache_c;
-  if (!out && cache_p == p && cache_m == m && memcmp(&cache_c, &c, sizeof c) == 0) {
-    *held = cache_held[stage];
-    *ticks = cache_ticks;
-    return TL_OK;
+  for (int i = 0; !out && i < ZB_CACHED; i++) {
+    const struct zb_cached* e = &g_zb[i];
+    if (e->p == p && e->m == m && memcmp(&e->c, &c, sizeof c) == 0) {
+      *held = e->held[stage];
+      *ticks = e->ticks;
+      return TL_OK;
+    }
   }
   tl_pp_schedule* all = calloc((size_t)p, sizeof *all);
   if (!all) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
-  tl_status st = zero_bubble_all(p, m, c, all, &cache_ticks);
+  int n_ticks = 0;
+  tl_status st = zero_bubble_all(p, m, c, all, &n_ticks);
   if (st == TL_OK) {
-    for (int s = 0; s < p; s++) cache_held[s] = all[s].max_in_flight;
-    cache_p = p, cache_m = m, cache_c = c;
-    *held = cache_held[stage];
-    *ticks = cache_ticks;
+    struct zb_cached* e = &g_zb[g_zb_next];
+    g_zb_next = (g_zb_next + 1) % ZB_CACHED;
+    for (int s = 0; s < p; s++) e->held[s] = all[s].max_in_flight;
+    e->p = p, e->m = m, e->c = c, e->ticks = n_ticks;
+    *held = e->held[stage];
+    *ticks = n_ticks;
     if (out) {
       *out = all[stage];
       all[stage].instr = NULL;
