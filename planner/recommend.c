@@ -25,6 +25,9 @@ tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int 
   cfg.device.type = c->device;
   cfg.train.precision = dtype == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
   cfg.parallel.grad_reduce = p->grad_reduce == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
+  /* as priced: 0 is the all-reduce after the backward, which one bucket
+   * larger than any stage is (it starts when the last gradient is final) */
+  cfg.parallel.bucket_mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : TL_PLAN_ONE_BUCKET_MB;
   *out = cfg;
   return TL_OK;
 }

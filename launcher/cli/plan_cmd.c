@@ -34,7 +34,7 @@ static void usage(FILE* f) {
           "                    [--fix dp=..,tp=..,pp=..,micro_batch=..,micro_batches=..,zero=..,\n"
           "                           recompute=none|selective|full,sp=0|1,\n"
           "                           schedule=gpipe|1f1b|interleaved|zero_bubble,\n"
-          "                           virtual_stages=..]\n"
+          "                           virtual_stages=..,bucket_mb=..,grad_reduce=bf16|fp32]\n"
           "                    [--allow-tp-across-nodes]\n"
           "\n"
           "Ranks every data x tensor x pipeline split of the cluster's devices (micro-batch\n"
@@ -51,7 +51,10 @@ static void usage(FILE* f) {
           "bandwidth and latency over N ranks, default the online cores) into a cluster spec.\n"
           "--out: the best plan `trellis train` runs, as a\n"
           "complete config (atomic write).\n"
-          "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices.\n"
+          "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices;\n"
+          "bucket_mb and grad_reduce default to the config's parallel.bucket_mb and\n"
+          "parallel.grad_reduce (bucket_mb=0: one all-reduce after the backward, as\n"
+          "runs without overlap did; --out writes it as one bucket a stage).\n"
           "--dtype: training precision, written to --out as train.precision (default bf16\n"
           "where the cluster has a bf16 peak; fp32 on CPU clusters, which run bf16 at\n"
           "their fp32 peak).\n"
@@ -107,6 +110,27 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
       o->fix_recompute = rc;
       continue;
     }
+    if (strcmp(k, "bucket_mb") == 0) {
+      char* end = NULL;
+      double mb = strtod(v, &end);
+      if (!*v || *end || !(mb >= 0) || mb > 1e6) {
+        fprintf(stderr,
+                "trellis plan: --fix bucket_mb=%s: expected MiB >= 0 (0: one all-reduce after "
+                "the backward)\n",
+                v);
+        return 0;
+      }
+      o->dp_bucket_mb = mb;
+      continue;
+    }
+    if (strcmp(k, "grad_reduce") == 0) {
+      if (strcmp(v, "bf16") && strcmp(v, "fp32")) {
+        fprintf(stderr, "trellis plan: --fix grad_reduce=%s: expected bf16 or fp32\n", v);
+        return 0;
+      }
+      o->grad_reduce = strcmp(v, "bf16") == 0 ? TL_BF16 : TL_F32;
+      continue;
+    }
     if (strcmp(k, "schedule") == 0) {
       if (strcmp(v, "gpipe") == 0)
         o->fix_schedule = TL_SCHEDULE_GPIPE;
@@ -128,7 +152,8 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
     if (!dst) {
       fprintf(stderr,
               "trellis plan: --fix %s: unknown; expected dp, tp, pp, micro_batch, "
-              "micro_batches, zero, recompute, sp, schedule or virtual_stages\n",
+              "micro_batches, zero, recompute, sp, schedule, virtual_stages, bucket_mb or "
+              "grad_reduce\n",
               k);
       return 0;
     }

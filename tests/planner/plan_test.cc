@@ -132,6 +132,51 @@ TEST(PlanCli, ZeroPlansAreConfigsThatTrainAsPriced) {
   }
 }
 
+// --fix bucket_mb and grad_reduce price what a run did — 0: one all-reduce
+// after the backward, so more of it exposed than with buckets during the
+// backward; bf16: half the bytes — and --out writes them: bucket_mb 0 as one
+// bucket larger than any stage, which the trainer starts when the last
+// gradient is final.
+TEST(PlanCli, BucketsAndTheReductionDtypeCanBeFixedAndAreWritten) {
+  std::string tokens = WriteTokens("bucket_corpus", "In one bucket", 400);
+  std::string base = TempPath("bucket_base.json");
+  {
+    std::ofstream f(base);
+    f << R"({"model": {"kind": "gpt", "n_layers": 4, "n_heads": 4, "n_embd": 64,
+             "vocab_size": 256, "max_seq_len": 64},
+             "train": {"steps": 2, "batch_size": 8, "seq_len": 64, "sample_tokens": 0},
+             "data": {"train": ")"
+      << tokens << "\"}}";
+  }
+  double t_dp[3] = {0, 0, 0};
+  const char* fixes[3] = {"dp=2,pp=1,bucket_mb=0.01", "dp=2,pp=1,bucket_mb=0",
+                          "dp=2,pp=1,bucket_mb=0,grad_reduce=bf16"};
+  for (int i = 0; i < 3; i++) {
+    std::string out = TempPath("plan_bucket.json");
+    std::remove(out.c_str());
+    PlanRun r = Plan("--model " + base + " --cluster " + kThisMachine + " --json --top 1 --fix " +
+                     fixes[i] + " --out " + out);
+    ASSERT_EQ(r.status, 0) << r.output;
+    struct tl_config cfg;
+    ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
+    EXPECT_EQ(cfg.parallel.bucket_mb, i == 0 ? 0.01 : 1e6) << fixes[i];
+    EXPECT_EQ(cfg.parallel.grad_reduce, i == 2 ? TL_PRECISION_BF16 : TL_PRECISION_FP32);
+    size_t brace = r.output.find('{');
+    json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+    ASSERT_NE(root, nullptr) << r.output;
+    json_t* best = json_array_get(json_object_get(root, "plans"), 0);
+    t_dp[i] = json_number_value(json_object_get(best, "dp_comm_s"));
+    json_decref(root);
+  }
+  std::printf("exposed gradient reduction: buckets %.3g s, after the backward %.3g s, in bf16 %.3g s\n",
+              t_dp[0], t_dp[1], t_dp[2]);
+  EXPECT_GT(t_dp[1], t_dp[0]);
+  EXPECT_LT(t_dp[2], t_dp[1]);
+  EXPECT_EQ(Plan("--model " + base + " --cluster " + kThisMachine + " --fix bucket_mb=-1").status, 2);
+  EXPECT_EQ(Plan("--model " + base + " --cluster " + kThisMachine + " --fix grad_reduce=fp16").status,
+            2);
+}
+
 // Plans that recompute, plans on the zero-bubble schedule and a bf16 plan
 // (--dtype bf16 on this CPU machine: train.precision "bf16" in the config)
 // are written by --out and trained by `trellis train` in the bytes per rank
