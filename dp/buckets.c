@@ -82,26 +82,30 @@ int64_t tl_dp_shard_elems(int64_t n, int64_t n_late, int size, double bucket_mb)
   return shard_elems(n, n_late, size, per_bucket(bucket_mb));
 }
 
-/* zero 2's buffers, in elements: gradient buffer, one slot, one temp */
+/* zero 2's buffers, in elements: gradient buffer, one slot, one temp, and
+ * a bf16 reduction's image of one bucket (the longest of either part: the
+ * late buckets are reduced from the gradient buffer, not through a slot,
+ * but their bf16 image needs room as well) */
 static void zero2_sizes(int64_t n, int64_t n_late, int64_t staging, int size, int64_t per,
-                        int64_t* gbuf, int64_t* slot, int64_t* temp) {
+                        int64_t* gbuf, int64_t* slot, int64_t* temp, int64_t* image) {
   int64_t early = n - n_late;
   int64_t longest = early > n_late ? early : n_late;
   if (longest > per) longest = per;
   *gbuf = tl__dp_at_least_one(staging + n_late);
   *slot = tl__dp_at_least_one(early < per ? early : per);
   *temp = size > 1 ? tl__dp_at_least_one(ceil_div(longest, size)) : 0;
+  *image = tl__dp_at_least_one(longest);
 }
 
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
                             int64_t unit_max, int size, double bucket_mb, tl_dtype wire) {
   const bool bf16 = wire == TL_BF16 && size > 1;
   if (zero < 2) return bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0;
-  int64_t gbuf, slot, temp, per = per_bucket(bucket_mb);
-  zero2_sizes(n, n_late, staging, size, per, &gbuf, &slot, &temp);
+  int64_t gbuf, slot, temp, image, per = per_bucket(bucket_mb);
+  zero2_sizes(n, n_late, staging, size, per, &gbuf, &slot, &temp, &image);
   int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
   int64_t bytes = (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
-  if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * slot + 2 * temp);
+  if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
   if (zero == 3) /* the parameters: two unit slots and the late ones, and the shard */
     bytes += (int64_t)sizeof(float) * (tl__dp_at_least_one(2 * unit_max + n_late) + shard);
   return bytes;
@@ -111,14 +115,14 @@ static tl_status create_zero2(tl_dp_buckets* b) {
   const tl_dp_layout* l = b->layout;
   tl_device dev = b->be->device;
   b->staging = tl_dp_layout_staging(l);
-  int64_t gbuf, slot, temp;
-  zero2_sizes(l->n, l->n - l->n_early, b->staging, b->size, b->per, &gbuf, &slot, &temp);
+  int64_t gbuf, slot, temp, image;
+  zero2_sizes(l->n, l->n - l->n_early, b->staging, b->size, b->per, &gbuf, &slot, &temp, &image);
   TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)gbuf, &b->gbuf));
   for (int s = 0; s < 2; s++) {
     TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)slot, &b->slot[s]));
     if (temp) TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)temp, &b->temp[s]));
     if (b->bf16) {
-      TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)slot, &b->wslot[s]));
+      TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)image, &b->wslot[s]));
       TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)temp, &b->wtemp[s]));
     }
     b->slot_bucket[s] = b->slot_fill[s] = -1;

@@ -345,11 +345,12 @@ tl_status tl_exec_get_f32(const tl_exec* x, int v, float* host, int64_t n) {
   if (val->dtype != TL_BF16)
     return TL_ERRF(TL_ERR_INVALID, "value '%s' is %s, not a float", val->name,
                    tl_dtype_name(val->dtype));
-  /* widen in place from the back: element i's 2 bytes lie at or before its 4 */
-  TL_CHECK(tl_exec_get(x, v, host, sizeof(uint16_t) * (size_t)n));
-  const uint16_t* h = (const uint16_t*)host;
-  for (int64_t i = n - 1; i >= 0; i--) host[i] = tl_bf16_to_f32(h[i]);
-  return TL_OK;
+  uint16_t* h = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
+  if (!h) return TL_ERRF(TL_ERR_NOMEM, "out of memory reading '%s'", val->name);
+  tl_status st = tl_exec_get(x, v, h, sizeof(uint16_t) * (size_t)n);
+  for (int64_t i = 0; st == TL_OK && i < n; i++) host[i] = tl_bf16_to_f32(h[i]);
+  free(h);
+  return st;
 }
 
 /* Exact gradient sums: the parameter gradients node n just wrote, into

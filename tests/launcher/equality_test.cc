@@ -407,6 +407,18 @@ TEST(Equality, Bf16GradientReductionEqualsTheSingleDeviceRun) {
                  zero == 3 ? bf16 : fp32, bf16);
   }
   if (n != 2) return;
+  // a stage whose late gradients (the tied embedding) outnumber its early
+  // ones, in one bucket a part: ZeRO-2 and 3 reduce the late bucket from
+  // the gradient buffer, through a bf16 image as long as the longest part
+  for (int zero : {2, 3}) {
+    tl_config c = Base(TL_MODEL_GPT);
+    c.model.n_layers = 1, c.model.vocab_size = 4000;  // wte 4096 x 32, a block 12.7k
+    c.mesh.dp = 2, c.parallel.zero = zero, c.parallel.bucket_mb = 25;
+    c.schedule.micro_batches = 2;
+    c.parallel.grad_reduce = bf16;
+    Report(c, "gpt L=1 V=4000 dp=2 zero=" + std::to_string(zero) + " grad_reduce=bf16 one bucket",
+           {});
+  }
   // the bytes: ZeRO-0's all-reduce and ZeRO-1's reduce-scatter
   for (int zero : {0, 1}) {
     int64_t bytes[2];
