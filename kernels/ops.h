@@ -149,6 +149,20 @@ struct tl_kernel_ops {
   tl_status (*to_bf16)(void* ctx, uint16_t* out, const float* x, int64_t n);
   tl_status (*from_bf16)(void* ctx, float* out, const uint16_t* x, int64_t n);
   tl_status (*round_bf16)(void* ctx, float* out, const float* x, int64_t n);
+
+  /* matmul and matmul_backward (same arguments and semantics) for operands
+   * that are bf16 numbers held in fp32 — a bf16 graph's copies, where every
+   * float input of the node is stored in bf16 or is a parameter read
+   * rounded to bf16: a backend may multiply them in bf16 with fp32
+   * accumulation (tensor cores), where every product is exact and only the
+   * order of the sums can differ from matmul's. NULL: the graph calls
+   * matmul / matmul_backward (the CPU's). */
+  tl_status (*matmul_bf16)(void* ctx, float* out, const float* a, const float* b,
+                           const float* bias, int m, int n, int k, bool trans_a, bool trans_b,
+                           bool accumulate);
+  tl_status (*matmul_backward_bf16)(void* ctx, float* da, float* db, float* dbias,
+                                    const float* dout, const float* a, const float* b, int m,
+                                    int n, int k, bool trans_a, bool trans_b);
 };
 
 /* Fixed-point units of the exact sums: gradients in 2^-48 (|g| < 2^14,

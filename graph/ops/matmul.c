@@ -49,9 +49,26 @@ static void dims(const tl_graph* g, const tl_node* n, int* m, int* nn, int* k) {
   *nn = (int)(n->attr[1] ? b->shape[0] : b->shape[1]);
 }
 
+/* Whether every float input of n reaches the kernel as a bf16 number (a
+ * bf16 graph's copy of a bf16 value, or a parameter read rounded): then a
+ * backend's bf16 GEMM may multiply them (kernels/ops.h's matmul_bf16). */
+static bool bf16_operands(const tl_graph* g, const tl_node* n) {
+  if (g->precision != TL_BF16) return false;
+  for (int i = 0; i < n->n_in; i++) {
+    const tl_value* v = n->in[i] >= 0 ? &g->values[n->in[i]] : NULL;
+    if (v && v->dtype != TL_BF16 && v->role != TL_ROLE_PARAM) return false;
+  }
+  return true;
+}
+
 static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   int m, nn, k;
   dims(x->g, n, &m, &nn, &k);
+  const struct tl_kernel_ops* ops = x->be->ops;
+  if (ops->matmul_bf16 && bf16_operands(x->g, n))
+    return ops->matmul_bf16(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]),
+                            TL_DATA(x, n->in[1]), n->n_in > 2 ? TL_DATA(x, n->in[2]) : NULL, m,
+                            nn, k, n->attr[0], n->attr[1], false);
   return x->be->ops->matmul(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]),
                             TL_DATA(x, n->in[1]), n->n_in > 2 ? TL_DATA(x, n->in[2]) : NULL, m, nn,
                             k, n->attr[0], n->attr[1], false);
@@ -70,6 +87,12 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   int m, nn, k;
   const tl_node* f = &x->g->nodes[n->forward_of];
   dims(x->g, f, &m, &nn, &k);
+  const struct tl_kernel_ops* ops = x->be->ops;
+  if (ops->matmul_backward_bf16 && bf16_operands(x->g, n))
+    return ops->matmul_backward_bf16(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->out[1]),
+                                     TL_DATA(x, n->out[2]), TL_DATA(x, n->in[0]),
+                                     TL_DATA(x, n->in[1]), TL_DATA(x, n->in[2]), m, nn, k,
+                                     n->attr[0], n->attr[1]);
   return x->be->ops->matmul_backward(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->out[1]),
                                      TL_DATA(x, n->out[2]), TL_DATA(x, n->in[0]),
                                      TL_DATA(x, n->in[1]), TL_DATA(x, n->in[2]), m, nn, k,

@@ -164,4 +164,6 @@ extern "C" const struct tl_kernel_ops tl_cuda_kernel_ops = {
     tl__cuda_to_bf16,
     tl__cuda_from_bf16,
     tl__cuda_round_bf16,
+    tl__cuda_matmul_bf16,
+    tl__cuda_matmul_backward_bf16,
 };

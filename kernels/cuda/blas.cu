@@ -47,6 +47,7 @@ static void load(void) {
   TL_SYM(set_stream, "cublasSetStream_v2")
   TL_SYM(set_math_mode, "cublasSetMathMode")
   TL_SYM(sgemm, "cublasSgemm_v2")
+  TL_SYM(gemm_ex, "cublasGemmEx")
   TL_SYM(status_string, "cublasGetStatusString")
 #undef TL_SYM
   if (missing) {

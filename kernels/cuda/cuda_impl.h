@@ -20,6 +20,11 @@ struct tl_cublas_api {
   decltype(&cublasSetStream_v2) set_stream;
   decltype(&cublasSetMathMode) set_math_mode;
   decltype(&cublasSgemm_v2) sgemm;
+  /* the C entry point (cublas_api.h also declares C++ overloads of it) */
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*,
+                            cudaDataType, int, const void*, void*, cudaDataType, int,
+                            cublasComputeType_t, cublasGemmAlgo_t);
   decltype(&cublasGetStatusString) status_string;
 };
 /* Loads cuBLAS once per process (thread-safe); the table, or
@@ -107,6 +112,12 @@ tl_status tl__cuda_sumsq(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cuda_to_bf16(void* ctx, uint16_t* out, const float* x, int64_t n);
 tl_status tl__cuda_from_bf16(void* ctx, float* out, const uint16_t* x, int64_t n);
 tl_status tl__cuda_round_bf16(void* ctx, float* out, const float* x, int64_t n);
+tl_status tl__cuda_matmul_bf16(void* ctx, float* out, const float* a, const float* b,
+                               const float* bias, int m, int n, int k, bool trans_a, bool trans_b,
+                               bool accumulate);
+tl_status tl__cuda_matmul_backward_bf16(void* ctx, float* da, float* db, float* dbias,
+                                        const float* dout, const float* a, const float* b, int m,
+                                        int n, int k, bool trans_a, bool trans_b);
 tl_status tl__cuda_adamw(void* ctx, float* params, const float* grads, float* m, float* v,
                          int64_t n, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int step);

@@ -50,3 +50,52 @@ extern "C" tl_status tl__cuda_matmul_backward(void* ctx, float* da, float* db, f
   return tl__matmul_backward_by_matmul(&tl_cuda_kernel_ops, ctx, da, db, dbias, dout, a, b, m, n, k,
                                        trans_a, trans_b, colsum_add);
 }
+
+// bf16 operands held in fp32 (kernels/ops.h's matmul_bf16): narrowed into
+// the workspace (exact: they are bf16 numbers) and multiplied by
+// cublasGemmEx in bf16 with fp32 accumulation and an fp32 result, on the
+// tensor cores.
+extern "C" tl_status tl__cuda_matmul_bf16(void* pctx, float* out, const float* a, const float* b,
+                                          const float* bias, int m, int n, int k, bool trans_a,
+                                          bool trans_b, bool accumulate) {
+  struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
+  const size_t na = (size_t)m * k, nb = (size_t)k * n;
+  void* ws = NULL;
+  TL_CHECK(tl__cuda_workspace(ctx, sizeof(uint16_t) * (na + nb), &ws));
+  uint16_t *a16 = (uint16_t*)ws, *b16 = a16 + na;
+  TL_CHECK(tl__cuda_to_bf16(pctx, a16, a, (int64_t)na));
+  TL_CHECK(tl__cuda_to_bf16(pctx, b16, b, (int64_t)nb));
+  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  if (bias) {
+    bias_rows_kernel<<<tl__cuda_blocks((int64_t)m * n, 256), 256, 0, ctx->stream>>>(out, bias, m, n,
+                                                                                    !accumulate);
+    TL_CUDA_LAUNCHED();
+    beta = 1.0f;
+  }
+  TL_CUBLAS_CHECK(ctx->blas_api->gemm_ex(
+      ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+      &alpha, b16, CUDA_R_16BF, trans_b ? k : n, a16, CUDA_R_16BF, trans_a ? m : k, &beta, out,
+      CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return TL_OK;
+}
+
+// The backward's three products through the bf16 GEMM: dout is a bf16
+// gradient there too (the graph calls this only when every float input is).
+static struct tl_kernel_ops make_bf16_ops(void) {
+  struct tl_kernel_ops ops = tl_cuda_kernel_ops;
+  ops.matmul = tl__cuda_matmul_bf16;
+  return ops;
+}
+
+static const struct tl_kernel_ops* bf16_ops(void) {
+  static const struct tl_kernel_ops ops = make_bf16_ops(); /* C++: made once, thread-safely */
+  return &ops;
+}
+
+extern "C" tl_status tl__cuda_matmul_backward_bf16(void* ctx, float* da, float* db, float* dbias,
+                                                   const float* dout, const float* a,
+                                                   const float* b, int m, int n, int k,
+                                                   bool trans_a, bool trans_b) {
+  return tl__matmul_backward_by_matmul(bf16_ops(), ctx, da, db, dbias, dout, a, b, m, n, k,
+                                       trans_a, trans_b, colsum_add);
+}
