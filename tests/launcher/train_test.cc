@@ -301,40 +301,47 @@ TEST(Train, ActivationMemoryIsLinearInTheSequence) {
   }
 }
 
+// A run stopped after K steps and resumed from its checkpoint is the run
+// of N steps bit for bit, in fp32 and in bf16 (the checkpoint holds the
+// fp32 master weights and moments; bf16 activations are made again).
 TEST(Train, ResumeContinuesBitForBit) {
-  tl_config c = SmallConfig();
-  c.model.n_layers = 1, c.model.n_embd = 32, c.train.steps = 6, c.schedule.micro_batches = 2;
-  const int n = 6, k = 3;
-  // N steps straight
-  tl_trainer* a = nullptr;
-  ASSERT_EQ(tl_trainer_create(&c, nullptr, &a), TL_OK) << tl_last_error();
-  std::vector<double> losses_a;
-  tl_step_stats s;
-  for (int i = 0; i < n; i++) {
-    ASSERT_EQ(tl_trainer_step(a, &s), TL_OK);
-    losses_a.push_back(s.loss);
+  for (tl_precision precision : {TL_PRECISION_FP32, TL_PRECISION_BF16}) {
+    tl_config c = SmallConfig();
+    c.model.n_layers = 1, c.model.n_embd = 32, c.train.steps = 6, c.schedule.micro_batches = 2;
+    c.train.precision = precision;
+    const char* name = precision == TL_PRECISION_BF16 ? "bf16" : "fp32";
+    const int n = 6, k = 3;
+    // N steps straight
+    tl_trainer* a = nullptr;
+    ASSERT_EQ(tl_trainer_create(&c, nullptr, &a), TL_OK) << tl_last_error();
+    std::vector<double> losses_a;
+    tl_step_stats s;
+    for (int i = 0; i < n; i++) {
+      ASSERT_EQ(tl_trainer_step(a, &s), TL_OK);
+      losses_a.push_back(s.loss);
+    }
+    // K steps, checkpoint, a new trainer resumes, N - K more
+    tl_trainer* b = nullptr;
+    ASSERT_EQ(tl_trainer_create(&c, nullptr, &b), TL_OK);
+    for (int i = 0; i < k; i++) ASSERT_EQ(tl_trainer_step(b, &s), TL_OK);
+    std::string ck = TempPath((std::string("resume_") + name + ".ckpt").c_str());
+    ASSERT_EQ(tl_trainer_save(b, ck.c_str()), TL_OK) << tl_last_error();
+    tl_trainer_destroy(b);
+    snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", ck.c_str());
+    ASSERT_EQ(tl_trainer_create(&c, nullptr, &b), TL_OK) << tl_last_error();
+    EXPECT_EQ(tl_trainer_steps_done(b), k);
+    for (int i = k; i < n; i++) {
+      ASSERT_EQ(tl_trainer_step(b, &s), TL_OK);
+      EXPECT_EQ(s.loss, losses_a[i]) << name << ": step " << i + 1;
+    }
+    int64_t np = tl_trainer_model(a)->n_params;
+    std::vector<float> pa(np), pb(np);
+    ASSERT_EQ(tl_trainer_gather(a, pa.data(), 0), TL_OK);
+    ASSERT_EQ(tl_trainer_gather(b, pb.data(), 0), TL_OK);
+    EXPECT_EQ(memcmp(pa.data(), pb.data(), np * 4), 0) << name << ": parameters differ after resuming";
+    tl_trainer_destroy(a);
+    tl_trainer_destroy(b);
   }
-  // K steps, checkpoint, a new trainer resumes, N - K more
-  tl_trainer* b = nullptr;
-  ASSERT_EQ(tl_trainer_create(&c, nullptr, &b), TL_OK);
-  for (int i = 0; i < k; i++) ASSERT_EQ(tl_trainer_step(b, &s), TL_OK);
-  std::string ck = TempPath("resume.ckpt");
-  ASSERT_EQ(tl_trainer_save(b, ck.c_str()), TL_OK) << tl_last_error();
-  tl_trainer_destroy(b);
-  snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", ck.c_str());
-  ASSERT_EQ(tl_trainer_create(&c, nullptr, &b), TL_OK) << tl_last_error();
-  EXPECT_EQ(tl_trainer_steps_done(b), k);
-  for (int i = k; i < n; i++) {
-    ASSERT_EQ(tl_trainer_step(b, &s), TL_OK);
-    EXPECT_EQ(s.loss, losses_a[i]) << "step " << i + 1;
-  }
-  int64_t np = tl_trainer_model(a)->n_params;
-  std::vector<float> pa(np), pb(np);
-  ASSERT_EQ(tl_trainer_gather(a, pa.data(), 0), TL_OK);
-  ASSERT_EQ(tl_trainer_gather(b, pb.data(), 0), TL_OK);
-  EXPECT_EQ(memcmp(pa.data(), pb.data(), np * 4), 0) << "parameters differ after resuming";
-  tl_trainer_destroy(a);
-  tl_trainer_destroy(b);
 }
 
 // A weight gone NaN makes every gradient NaN: the step must stop, naming
