@@ -105,6 +105,25 @@ TEST(CheckCliMap, TheThreeAxisExampleShowsEachTensorParallelRanksShard) {
   EXPECT_NE(r.output.find("parameters, on devices 2, 4, 6, 8"), std::string::npos) << r.output;
 }
 
+// The summary says in which precision the run trains and reduces.
+TEST(CheckCliMap, ThePrecisionsAreSaid) {
+  RunResult r = RunProcess({kTrellis, "check", ExampleWithData("examples/gpt_dp2_tp2_pp2.json")});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("precision fp32\ngradients reduced over dp in fp32\n"), std::string::npos)
+      << r.output;
+  std::string cfg = WriteTempFile(R"({"mesh": {"dp": 2}, "train": {"precision": "bf16"},
+                                      "parallel": {"grad_reduce": "bf16"},
+                                      "data": {"train": ")" +
+                                  Tokens(2000) + "\"}}");
+  r = RunProcess({kTrellis, "check", cfg});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("precision bf16: activations and their gradients stored in bf16"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("gradients reduced over dp in bf16 (half the bytes)"), std::string::npos)
+      << r.output;
+}
+
 TEST(CheckCliMap, RanksPerNodePlacesGpusByLocalRank) {
   std::string cfg = WriteTempFile(R"({"mesh": {"dp": 2, "tp": 2}, "device": {"type": "cuda"},
                                       "data": {"train": ")" +
