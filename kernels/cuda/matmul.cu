@@ -59,11 +59,12 @@ extern "C" tl_status tl__cuda_matmul_bf16(void* pctx, float* out, const float* a
                                           const float* bias, int m, int n, int k, bool trans_a,
                                           bool trans_b, bool accumulate) {
   struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
-  const size_t na = (size_t)m * k, nb = (size_t)k * n;
+  /* b's image 128-byte aligned, as the tensor-core kernels want it */
+  const size_t na = ((size_t)m * k + 63) / 64 * 64, nb = (size_t)k * n;
   void* ws = NULL;
   TL_CHECK(tl__cuda_workspace(ctx, sizeof(uint16_t) * (na + nb), &ws));
   uint16_t *a16 = (uint16_t*)ws, *b16 = a16 + na;
-  TL_CHECK(tl__cuda_to_bf16(pctx, a16, a, (int64_t)na));
+  TL_CHECK(tl__cuda_to_bf16(pctx, a16, a, (int64_t)m * k));
   TL_CHECK(tl__cuda_to_bf16(pctx, b16, b, (int64_t)nb));
   float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   if (bias) {

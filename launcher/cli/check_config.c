@@ -89,12 +89,12 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
   else
     printf("CPU threads per rank automatic\n");
   if (cfg->train.precision == TL_PRECISION_BF16)
-    printf("precision bf16: activations and their gradients stored in bf16; fp32 weights, "
-           "gradients, moments, logits and arithmetic\n");
+    printf("precision bf16: activations and their gradients stored in bf16; weights, gradients, "
+           "moments and logits in fp32; sums in fp32\n");
   else
     printf("precision fp32\n");
   if (cfg->mesh.dp > 1)
-    printf("gradients reduced over dp in %s\n",
+    printf("reduce    gradients over dp in %s\n",
            cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? "bf16 (half the bytes)" : "fp32");
   printf("nodes     %d rank%s per node (%s)\n", per_node, per_node == 1 ? "" : "s",
          per_node >= me->dp * me->tp * me->pp ? "all on one node" : "--ranks-per-node");

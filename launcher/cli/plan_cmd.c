@@ -453,6 +453,12 @@ int tl_cli_plan(int argc, char** argv) {
   o.dp_bucket_mb = cfg.parallel.bucket_mb;
   o.grad_reduce = cfg.parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
   if (fix[0] && !parse_fix(fix, &o)) return 2;
+  if (o.grad_reduce == TL_BF16 && cfg.parallel.deterministic) {
+    fprintf(stderr,
+            "trellis plan: --fix grad_reduce=bf16 with the config's parallel.deterministic = true: "
+            "the deterministic mode sums exact fixed-point gradients; expected fp32\n");
+    return 2;
+  }
   if (cfg.model.kind == TL_MODEL_MLP &&
       (o.fix_sp == 1 || o.fix_recompute > 0 || o.fix_schedule == TL_SCHEDULE_ZERO_BUBBLE ||
        o.fix_schedule == TL_SCHEDULE_INTERLEAVED || o.fix_virtual_stages > 1)) {

@@ -109,7 +109,7 @@ TEST(CheckCliMap, TheThreeAxisExampleShowsEachTensorParallelRanksShard) {
 TEST(CheckCliMap, ThePrecisionsAreSaid) {
   RunResult r = RunProcess({kTrellis, "check", ExampleWithData("examples/gpt_dp2_tp2_pp2.json")});
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("precision fp32\ngradients reduced over dp in fp32\n"), std::string::npos)
+  EXPECT_NE(r.output.find("precision fp32\nreduce    gradients over dp in fp32\n"), std::string::npos)
       << r.output;
   std::string cfg = WriteTempFile(R"({"mesh": {"dp": 2}, "train": {"precision": "bf16"},
                                       "parallel": {"grad_reduce": "bf16"},
@@ -120,7 +120,7 @@ TEST(CheckCliMap, ThePrecisionsAreSaid) {
   EXPECT_NE(r.output.find("precision bf16: activations and their gradients stored in bf16"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("gradients reduced over dp in bf16 (half the bytes)"), std::string::npos)
+  EXPECT_NE(r.output.find("reduce    gradients over dp in bf16 (half the bytes)"), std::string::npos)
       << r.output;
 }
 

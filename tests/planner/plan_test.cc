@@ -175,6 +175,18 @@ TEST(PlanCli, BucketsAndTheReductionDtypeCanBeFixedAndAreWritten) {
   EXPECT_EQ(Plan("--model " + base + " --cluster " + kThisMachine + " --fix bucket_mb=-1").status, 2);
   EXPECT_EQ(Plan("--model " + base + " --cluster " + kThisMachine + " --fix grad_reduce=fp16").status,
             2);
+  // the deterministic mode's exact sums are not rounded: refused before any search
+  std::string det = TempPath("bucket_det.json");
+  {
+    std::ofstream f(det);
+    f << R"({"model": {"kind": "gpt", "n_layers": 4, "n_heads": 4, "n_embd": 64,
+             "vocab_size": 256, "max_seq_len": 64}, "parallel": {"deterministic": true},
+             "train": {"batch_size": 8, "seq_len": 64}, "data": {"train": ")"
+      << tokens << "\"}}";
+  }
+  PlanRun d = Plan("--model " + det + " --cluster " + kThisMachine + " --fix grad_reduce=bf16");
+  EXPECT_EQ(d.status, 2) << d.output;
+  EXPECT_NE(d.output.find("parallel.deterministic"), std::string::npos) << d.output;
 }
 
 // Plans that recompute, plans on the zero-bubble schedule and a bf16 plan
