@@ -20,17 +20,25 @@ __global__ static void colsum_add_kernel(float* out, const float* x, int rows, i
   out[j] += s;
 }
 
+// The bias, written (or added) before the GEMM, which then accumulates onto
+// it: *beta is the GEMM's factor on what out holds.
+static tl_status bias_first(struct tl_cuda_ctx* ctx, float* out, const float* bias, int m, int n,
+                            bool accumulate, float* beta) {
+  *beta = accumulate ? 1.0f : 0.0f;
+  if (!bias) return TL_OK;
+  bias_rows_kernel<<<tl__cuda_blocks((int64_t)m * n, 256), 256, 0, ctx->stream>>>(out, bias, m, n,
+                                                                                  !accumulate);
+  TL_CUDA_LAUNCHED();
+  *beta = 1.0f;
+  return TL_OK;
+}
+
 extern "C" tl_status tl__cuda_matmul(void* pctx, float* out, const float* a, const float* b,
                                      const float* bias, int m, int n, int k, bool trans_a,
                                      bool trans_b, bool accumulate) {
   struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
-  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  if (bias) {
-    bias_rows_kernel<<<tl__cuda_blocks((int64_t)m * n, 256), 256, 0, ctx->stream>>>(out, bias, m, n,
-                                                                                    !accumulate);
-    TL_CUDA_LAUNCHED();
-    beta = 1.0f;
-  }
+  float alpha = 1.0f, beta = 0.0f;
+  TL_CHECK(bias_first(ctx, out, bias, m, n, accumulate, &beta));
   TL_CUBLAS_CHECK(ctx->blas_api->sgemm(ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
                               trans_b ? k : n, a, trans_a ? m : k, &beta, out, n));
@@ -66,13 +74,8 @@ extern "C" tl_status tl__cuda_matmul_bf16(void* pctx, float* out, const float* a
   uint16_t *a16 = (uint16_t*)ws, *b16 = a16 + na;
   TL_CHECK(tl__cuda_to_bf16(pctx, a16, a, (int64_t)m * k));
   TL_CHECK(tl__cuda_to_bf16(pctx, b16, b, (int64_t)nb));
-  float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  if (bias) {
-    bias_rows_kernel<<<tl__cuda_blocks((int64_t)m * n, 256), 256, 0, ctx->stream>>>(out, bias, m, n,
-                                                                                    !accumulate);
-    TL_CUDA_LAUNCHED();
-    beta = 1.0f;
-  }
+  float alpha = 1.0f, beta = 0.0f;
+  TL_CHECK(bias_first(ctx, out, bias, m, n, accumulate, &beta));
   TL_CUBLAS_CHECK(ctx->blas_api->gemm_ex(
       ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
       &alpha, b16, CUDA_R_16BF, trans_b ? k : n, a16, CUDA_R_16BF, trans_a ? m : k, &beta, out,
