@@ -96,6 +96,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      "inter_node",
                                      "compute_efficiency",
                                      "efficiency_half_flops",
+                                     "attention_efficiency",
                                      "reserve_bytes",
                                      NULL};
   static const char* const peak_keys[] = {"fp32", "bf16", NULL};
@@ -138,6 +139,11 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
     return TL_ERRF(TL_ERR_CONFIG, "%s: compute_efficiency = %g: expected a fraction in (0, 1]", src,
                    c->efficiency);
   TL_CHECK(number(src, root, "", "efficiency_half_flops", 0, 1, &c->efficiency_half_flops));
+  TL_CHECK(number(src, root, "", "attention_efficiency", c->efficiency, 0,
+                  &c->attention_efficiency));
+  if (c->attention_efficiency > 1)
+    return TL_ERRF(TL_ERR_CONFIG, "%s: attention_efficiency = %g: expected a fraction in (0, 1]",
+                   src, c->attention_efficiency);
   return number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes);
 }
 

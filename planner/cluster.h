@@ -18,8 +18,10 @@
  * are optional: the fraction of peak the model's arithmetic reaches
  * (TL_CLUSTER_DEFAULT_EFFICIENCY), how it falls for small layers (the
  * efficiency is compute_efficiency * x / (x + efficiency_half_flops), x the
- * FLOPs of one block's forward on one rank; default 0, flat) and the bytes a device keeps back for
- * its runtime, workspaces and fragmentation. */
+ * FLOPs of one block's forward on one rank; default 0, flat), the fraction
+ * the attention kernels reach ("attention_efficiency", default the former)
+ * and the bytes a device keeps back for its runtime, workspaces and
+ * fragmentation. */
 #ifndef TL_PLANNER_CLUSTER_H
 #define TL_PLANNER_CLUSTER_H
 
@@ -54,6 +56,11 @@ typedef struct tl_cluster {
   /* FLOPs per rank of one block's forward at which a device reaches half of
    * `efficiency` (small matrix products run further from peak); 0 = flat */
   double efficiency_half_flops;
+  /* fraction of peak the attention kernels' FLOPs reach (forward and
+   * backward; the graph's TL_OP_ATTENTION nodes): they run far below the
+   * matrix products (short head dimensions, a softmax per tile); default
+   * `efficiency` */
+  double attention_efficiency;
   double reserve_bytes; /* kept back per device */
 } tl_cluster;
 

@@ -12,6 +12,7 @@
 #include "graph/graph.h"
 #include "graph/model.h"
 #include "planner/cost_impl.h"
+#include "graph/op.h"
 #include "pp/cut.h"
 #include "pp/schedule.h"
 #include "tp/tp.h"
@@ -27,9 +28,15 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
   for (int i = 0; i < g->n_nodes; i++) {
     int f = forward_index(g, i);
     if (f < begin || f >= end) continue;
-    out->flops += g->nodes[i].flops;
-    if (i < g->n_forward) out->fwd_flops += g->nodes[i].flops;
-    if (g->nodes[i].again) out->again_flops += g->nodes[i].flops;
+    const tl_node* n = &g->nodes[i];
+    out->flops += n->flops;
+    if (i < g->n_forward) out->fwd_flops += n->flops;
+    if (n->again) out->again_flops += n->flops;
+    if (n->op == TL_OP_ATTENTION || n->op == TL_OP_ATTENTION_BACKWARD) {
+      out->attn_flops += n->flops;
+      if (i < g->n_forward) out->attn_fwd_flops += n->flops;
+      if (n->again) out->attn_again_flops += n->flops;
+    }
   }
   /* a parameter counts once however many nodes read it (the tied wte) */
   bool* late = calloc((size_t)g->n_values, sizeof(bool));
@@ -140,6 +147,8 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
         out->embed_fwd_flops = e.fwd_flops / b, out->embed_flops = e.flops / b;
         out->layer_fwd_flops = l.fwd_flops / b, out->layer_flops = l.flops / b;
         out->layer_recompute_flops = l.again_flops / b;
+        out->layer_attn_flops = l.attn_flops / b, out->layer_attn_fwd_flops = l.attn_fwd_flops / b;
+        out->layer_attn_again_flops = l.attn_again_flops / b;
         out->zb_costs = tl_pp_costs_of(g, lb, le);
         out->head_fwd_flops = h.fwd_flops / b, out->head_flops = h.flops / b;
       }
@@ -300,10 +309,11 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
   if (tp <= 1) return tmp;
   double t = tp, rep = cm->layer_act_rep, shard = cm->layer_act_shard;
   double act = sp ? 1.0 / t : (rep + shard / t) / (rep + shard);
-  double* flops[] = {&tmp->layer_fwd_flops,      &tmp->layer_flops,    &tmp->embed_fwd_flops,
-                     &tmp->embed_flops,          &tmp->head_fwd_flops, &tmp->head_flops,
-                     &tmp->layer_recompute_flops};
-  for (int i = 0; i < 7; i++) *flops[i] /= t;
+  double* flops[] = {&tmp->layer_fwd_flops,      &tmp->layer_flops,      &tmp->embed_fwd_flops,
+                     &tmp->embed_flops,          &tmp->head_fwd_flops,   &tmp->head_flops,
+                     &tmp->layer_recompute_flops, &tmp->layer_attn_flops, &tmp->layer_attn_fwd_flops,
+                     &tmp->layer_attn_again_flops};
+  for (int i = 0; i < 10; i++) *flops[i] /= t;
   for (int k = 0; k < 4; k++) {
     struct tl_cost_stage_shape* s = &tmp->stage[k];
     s->params /= t, s->params_layer /= t;
@@ -398,6 +408,15 @@ double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct
   if (n <= 1) return 0;
   double messages = c->device == TL_DEVICE_CPU ? 2.0 * ceil(log2((double)n)) : 2.0 * (n - 1);
   return 2.0 * (n - 1) / n * bytes / link->bandwidth + messages * link->latency;
+}
+
+struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride) {
+  const int dpn = c->devices_per_node;
+  const int k = stride >= dpn ? 1 : (n < dpn / stride ? n : dpn / stride);
+  if (k >= n) return c->intra;
+  struct tl_link l = c->inter;
+  l.bandwidth = fmin(c->intra.bandwidth, k * c->inter.bandwidth);
+  return l;
 }
 
 double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct tl_link* link) {
@@ -553,6 +572,18 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   }
 
   const bool whole = p->recompute_whole_forward && p->recompute == TL_RECOMPUTE_FULL;
+  /* the arithmetic at the matrix products' rate: a block's attention FLOPs
+   * weighed by how much slower they run (a whole forward again re-runs the
+   * forward's attention in place of the graph's copies) */
+  double eff = c->efficiency;
+  if (c->efficiency_half_flops > 0) {
+    double x = cm->layer_fwd_flops * b / t; /* one block's forward on one rank */
+    eff *= x / (x + c->efficiency_half_flops);
+  }
+  const double attn_eff = c->attention_efficiency > 0 ? c->attention_efficiency : c->efficiency;
+  const double attn = sh->layer_attn_flops +
+                      (whole ? sh->layer_attn_fwd_flops - sh->layer_attn_again_flops : 0);
+  const double attn_extra = attn * (eff / attn_eff - 1);
   /* 1. memory: the fullest stage */
   p->mem_state = p->mem_act = -1;
   double grads = 0, slowest = 0, ln_grads = 0;
@@ -572,7 +603,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
       /* the stage's arithmetic per sequence; the shard's graph recomputes
        * as the plan does: its FLOPs count the copies */
       fl += layers[q] *
-            (sh->layer_flops + (whole ? sh->layer_fwd_flops - sh->layer_recompute_flops : 0));
+            (sh->layer_flops + (whole ? sh->layer_fwd_flops - sh->layer_recompute_flops : 0) +
+             attn_extra);
       if (q == 0) fl += sh->embed_flops;
       if (q == n_virtual - 1) fl += sh->head_flops;
       k += layers[q];
@@ -587,10 +619,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
 
   /* 2. time of one micro-batch on the slowest stage */
   double fl_micro = slowest * b;
-  double x = cm->layer_fwd_flops * b / t; /* one block's forward on one rank */
-  double eff = c->efficiency * x / (x + c->efficiency_half_flops);
   double comp = fl_micro / (tl_cluster_peak(c, dtype) * eff);
-  const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
+  const struct tl_link tp_l = tl_cost_group_link(c, t, 1), *tp_link = &tp_l;
   /* full recomputation re-runs the forward's two collectives */
   const bool full = p->recompute == TL_RECOMPUTE_FULL;
   int tp_calls = full ? 6 : 4;
@@ -610,7 +640,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double micro = comp + tp_comm + pp_comm;
 
   /* 3. the step: m micro-batches, the bubble, then the gradient all-reduce */
-  const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
+  const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's under train.precision "bf16"), whatever the
    * activations' dtype */

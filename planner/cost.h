@@ -46,7 +46,8 @@
  *   T x T probabilities in any mode);
  * - the fullest stage is the device's figure (first and last stages hold
  *   the embedding and head and, under 1F1B, differ in micro-batches held);
- * - time: arithmetic of the slowest stage at peak × efficiency; per layer
+ * - time: arithmetic of the slowest stage at peak × efficiency, its
+ *   attention kernels' FLOPs at peak × attention_efficiency; per layer
  *   and micro-batch 4 all-reduces of b·s·h over tp (6 with full
  *   recomputation, which re-runs the forward; sequence parallelism moves
  *   the same bytes as reduce-scatters and all-gathers, plus 2 all-gathers
@@ -59,7 +60,9 @@
  *   over dp, 2(d-1)/d·S/β + kα (k = 2(d-1) messages of NCCL's ring on
  *   GPUs, 2 log2 d of MPICH's halving and doubling on CPUs; the same for
  *   every all-reduce), over the inter-node link when the dp
- *   group spans nodes (ZeRO-1: a reduce-scatter and, exposed after the
+ *   group spans nodes, at the bandwidth of as many network cards as the
+ *   group has members on a node (tl_cost_group_link; the same for a tensor-
+ *   parallel group across nodes) (ZeRO-1: a reduce-scatter and, exposed after the
  *   update, an all-gather of the same total; ZeRO-2: a reduce-scatter per
  *   micro-batch; 1.5x the all-reduce for ZeRO-3's parameter gathers);
  *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B. What overlaps: with
@@ -143,6 +146,10 @@ struct tl_cost_shard {
   bool from_graph;        /* read off rank 0's graph; false: scaled from tp = 1 */
   double layer_fwd_flops, layer_flops, embed_fwd_flops, embed_flops, head_fwd_flops, head_flops;
   double layer_recompute_flops; /* of layer_flops, the recomputation's copies */
+  /* of a block's FLOPs, its attention kernels' (forward and backward; those
+   * in the forward; those the recomputation's copies re-run), priced at the
+   * cluster's attention_efficiency */
+  double layer_attn_flops, layer_attn_fwd_flops, layer_attn_again_flops;
   struct tl_pp_costs zb_costs;  /* a block's passes, as the trainer builds zero-bubble's lists */
   struct tl_cost_stage_shape stage[4]; /* indexed by TL_COST_STAGE_* bits */
   /* MLP only: per layer, and per range of layers */
@@ -284,6 +291,16 @@ static inline int tl_plan_chunks(const tl_plan* p) {
 /* Seconds for an all-reduce of `bytes` over n ranks on `link` of cluster c
  * (the formula above; 0 for n <= 1). */
 double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct tl_link* link);
+
+/* The link a collective over n ranks `stride` apart (tp: 1, dp: tp, as the
+ * launcher lays ranks out: tensor-parallel fastest, then data-parallel)
+ * runs on: the node's when all n share one; else the inter-node link with
+ * the bandwidth of the group's k members on a node together, k x the
+ * per-device figure (at most the node's own): rail-optimised nodes give
+ * every device its own network card, and NCCL's rings and trees cross
+ * nodes through all of the group's cards at once, so a group of 8 per node
+ * reduces at 8 cards' rate and one member per node at one card's. */
+struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride);
 
 /* Seconds for an all-gather assembling `bytes` on each of n ranks: half an
  * all-reduce's bandwidth, (n-1) ring messages on GPUs, log2 n recursive

@@ -23,6 +23,7 @@ struct tl__cost_range {
   double transient_fixed;  /* of which no part grows with the batch (tl_exec_bytes) */
   double fwd_flops, flops; /* forward; forward + backward */
   double again_flops;      /* of flops, nodes run again in the backward */
+  double attn_flops, attn_fwd_flops, attn_again_flops; /* of those, the attention kernels' */
 };
 
 tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, int end,

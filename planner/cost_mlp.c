@@ -166,7 +166,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     if (tl_cost_stage_layers(cm, t, false, pp, cut) != TL_OK)
       for (int s = 0; s < pp; s++) cut[s] = L / pp + (s < L % pp);
   }
-  const struct tl_link* tp_link = t <= dpn ? &c->intra : &c->inter;
+  const struct tl_link tp_l = tl_cost_group_link(c, t, 1), *tp_link = &tp_l;
   const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
   const double peak = tl_cluster_peak(c, dtype);
   p->mem_state = p->mem_act = -1;
@@ -187,7 +187,9 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     }
     total_flops += fl;
     double x = fwd * b / layers[s]; /* one layer's forward on this rank */
-    double eff = c->efficiency * x / (x + c->efficiency_half_flops);
+    double eff = c->efficiency_half_flops > 0
+                     ? c->efficiency * x / (x + c->efficiency_half_flops)
+                     : c->efficiency;
     double comp_s = fl * b / (peak * eff);
     /* all-reduces cost their bytes plus one latency term each */
     double tp_s = n_ar > 0 ? tl_cost_all_reduce(c, ar_elems * b * act_bytes, t, tp_link) +
@@ -205,7 +207,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   p->mem_reserve = c->reserve_bytes;
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
-  const struct tl_link* dp_link = d * t > dpn ? &c->inter : &c->intra;
+  const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
   double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp);
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;

@@ -59,6 +59,12 @@ TEST(Cluster, DefaultsForTheOptionalKeys) {
   ASSERT_EQ(tl_cluster_parse(kGood, "c.json", &c), TL_OK) << tl_last_error();
   EXPECT_EQ(tl_cluster_devices(&c), 8);
   EXPECT_DOUBLE_EQ(c.efficiency, TL_CLUSTER_DEFAULT_EFFICIENCY);
+  EXPECT_DOUBLE_EQ(c.attention_efficiency, c.efficiency);
+  ASSERT_EQ(tl_cluster_parse(With("\"nodes\"", "\"attention_efficiency\": 0.125, \"nodes\"").c_str(),
+                              "c.json", &c),
+            TL_OK)
+      << tl_last_error();
+  EXPECT_DOUBLE_EQ(c.attention_efficiency, 0.125);
   EXPECT_DOUBLE_EQ(c.reserve_bytes, TL_CLUSTER_DEFAULT_RESERVE);
   EXPECT_EQ(c.device, TL_DEVICE_CUDA);
 }
@@ -78,6 +84,9 @@ TEST(Cluster, BadSpecsNameThePathTheValueAndWhatWasExpected) {
   EXPECT_NE(Error(With("\"nodes\"", "\"node\"")).find("node: unknown key"), std::string::npos);
   EXPECT_NE(Error(With("{\"nodes\"", "{\"device\": \"tpu\", \"nodes\""))
                 .find("device: expected \"cpu\" or \"cuda\", got tpu"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"nodes\"", "\"attention_efficiency\": 1.5, \"nodes\""))
+                .find("attention_efficiency = 1.5: expected a fraction in (0, 1]"),
             std::string::npos);
   EXPECT_NE(Error("{\"nodes\": ").find("c.json:1:"), std::string::npos);
   tl_cluster c;

@@ -396,3 +396,81 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
   }
   std::printf("%d stages: state exact, activations within %.3f%%\n", checked, 100 * worst);
 }
+
+// A collective whose group spans nodes crosses them through each member's
+// own network card (rail-optimised nodes, one card per GPU), so it moves
+// bytes at k cards' rate, k the group's members on one node, never above the
+// node's own links; a group inside one node stays on them.
+TEST(CostModel, CollectivesAcrossNodesUseEveryCardOfTheGroup) {
+  tl_cluster c = A100Nodes(4);
+  struct {
+    int n, stride;
+    double bandwidth, latency;
+  } cases[] = {
+      {8, 1, 300e9, 5e-6},    // tp 8: one node
+      {4, 2, 300e9, 5e-6},    // dp 4 over tp 2: one node
+      {16, 1, 200e9, 1e-5},   // tp 16: two nodes, 8 cards each
+      {32, 1, 200e9, 1e-5},   // dp 32 at tp 1: every card of 4 nodes
+      {8, 4, 50e9, 1e-5},     // dp 8 over tp 4: 2 members a node
+      {4, 8, 25e9, 1e-5},     // dp 4 over tp 8: one member a node, one card
+      {2, 16, 25e9, 1e-5},    // dp 2 over tp 16
+  };
+  for (const auto& x : cases) {
+    struct tl_link l = tl_cost_group_link(&c, x.n, x.stride);
+    EXPECT_DOUBLE_EQ(l.bandwidth, x.bandwidth) << x.n << " ranks " << x.stride << " apart";
+    EXPECT_DOUBLE_EQ(l.latency, x.latency) << x.n << " ranks " << x.stride << " apart";
+  }
+  c.intra.bandwidth = 100e9;  // cards faster than the node's own links
+  EXPECT_DOUBLE_EQ(tl_cost_group_link(&c, 32, 1).bandwidth, 100e9);
+
+  // a plan's gradient all-reduce runs on that link: dp 32 at tp 1 on 4 nodes
+  // at 8 cards' rate, dp 4 at tp 8 at one card's
+  tl_cost_model cm = Build(kShapes[1]);
+  c = A100Nodes(4);
+  for (int tp : {1, 8}) {
+    tl_plan p = {};
+    p.dp = 32 / tp, p.tp = tp, p.pp = 1, p.micro_batch = 1, p.n_micro = 1;
+    p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_NONE;
+    tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+    struct tl_link l = tl_cost_group_link(&c, p.dp, tp);
+    EXPECT_DOUBLE_EQ(l.bandwidth, tp == 1 ? 200e9 : 25e9);
+    // fp32 gradients of the rank's parameters, all-reduced after the backward
+    const tl_cost_shard* sh = &cm.shards[0];
+    for (int i = 0; i < cm.n_shards; i++)
+      if (cm.shards[i].tp == tp && !cm.shards[i].sp && cm.shards[i].recompute == 0 &&
+          !cm.shards[i].split)
+        sh = &cm.shards[i];
+    const tl_cost_stage_shape& st = sh->stage[TL_COST_STAGE_EMBED | TL_COST_STAGE_HEAD];
+    double params = st.params + (cm.n_layers - 1) * st.params_layer;
+    EXPECT_NEAR(p.t_dp, tl_cost_all_reduce(&c, params * 4.0, p.dp, &l), 1e-12) << tp;
+  }
+}
+
+// The attention kernels' FLOPs (the graph's TL_OP_ATTENTION nodes: 2 s^2 h
+// forward for the causal half, 2.5 times that backward) run at the cluster's
+// attention_efficiency, the rest at compute_efficiency; without the key both
+// are one rate.
+TEST(CostModel, AttentionKernelsRunAtTheirOwnRate) {
+  const Shape& x = kShapes[1];
+  tl_cost_model cm = Build(x);
+  double s = x.s, h = x.h;
+  EXPECT_NEAR(cm.shards[0].layer_attn_fwd_flops / (2 * s * s * h), 1.0, 1e-12);
+  EXPECT_NEAR(cm.shards[0].layer_attn_flops / (7 * s * s * h), 1.0, 1e-12);
+  EXPECT_EQ(cm.shards[0].layer_attn_again_flops, 0);
+  // full recomputation runs the attention forward again
+  EXPECT_NEAR(cm.shards[TL_RECOMPUTE_FULL].layer_attn_again_flops / (2 * s * s * h), 1.0, 1e-12);
+
+  tl_cluster c = A100Nodes(1);
+  tl_plan p = {};
+  p.dp = 1, p.tp = 1, p.pp = 1, p.micro_batch = 2, p.n_micro = 3;
+  p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_NONE;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  const tl_cost_shard& sh = cm.shards[0];
+  double all = x.l * sh.layer_flops + sh.embed_flops + sh.head_flops;
+  EXPECT_NEAR(p.t_compute / (3 * 2 * all / (312e12 * 0.5)), 1.0, 1e-12);
+  c.attention_efficiency = 0.1;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  double attn = x.l * sh.layer_attn_flops;
+  EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.1))),
+              1.0, 1e-12);
+}
