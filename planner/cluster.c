@@ -4,6 +4,7 @@
 #include "planner/cluster.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,39 @@
 
 double tl_cluster_peak(const tl_cluster* c, tl_dtype dtype) {
   return dtype == TL_BF16 || dtype == TL_F16 ? c->peak_bf16 : c->peak_fp32;
+}
+
+/* Index of the grid cell [a[i], a[i+1]] holding x (clamped) and x's place
+ * in it, 0 .. 1, in log2 space. */
+static int cell(const double* a, int n, double x, double* frac) {
+  if (n == 1 || x <= a[0]) {
+    *frac = 0;
+    return 0;
+  }
+  if (x >= a[n - 1]) {
+    *frac = 1;
+    return n - 2;
+  }
+  int i = 0;
+  while (i + 2 < n && x >= a[i + 1]) i++;
+  *frac = log2(x / a[i]) / log2(a[i + 1] / a[i]);
+  return i;
+}
+
+double tl_cluster_gemm_efficiency(const tl_cluster* c, double m, double n, double k) {
+  const struct tl_gemm_table* t = &c->gemm;
+  if (t->n_m == 0) return c->efficiency;
+  double fm, fn, fk;
+  int i = cell(t->m, t->n_m, m, &fm), j = cell(t->n, t->n_n, n, &fn),
+      l = cell(t->k, t->n_k, k, &fk);
+  double e = 0;
+  for (int di = 0; di <= (t->n_m > 1); di++)
+    for (int dj = 0; dj <= (t->n_n > 1); dj++)
+      for (int dl = 0; dl <= (t->n_k > 1); dl++) {
+        double w = (di ? fm : 1 - fm) * (dj ? fn : 1 - fn) * (dl ? fk : 1 - fk);
+        e += w * t->eff[((i + di) * t->n_n + (j + dj)) * t->n_k + (l + dl)];
+      }
+  return e;
 }
 
 /* A number > 0 (>= 0 when zero_ok) at obj[key]; required unless `dflt` >= 0. */
@@ -84,6 +118,63 @@ static tl_status parse_link(const char* src, const json_t* root, const char* key
   return number(src, o, path, "latency", -1, 1, &out->latency);
 }
 
+/* One axis of the GEMM table: 1 to TL_GEMM_AXIS_MAX sizes, each > 0, rising. */
+static tl_status gemm_axis(const char* src, const json_t* o, const char* key, double* out,
+                           int* n) {
+  const json_t* a = json_object_get(o, key);
+  if (!a || !json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TL_GEMM_AXIS_MAX)
+    return TL_ERRF(TL_ERR_CONFIG, "%s: gemm_efficiency.%s: expected an array of 1 to %d sizes, got %s",
+                   src, key, TL_GEMM_AXIS_MAX, a ? tl_json_kind(a) : "nothing");
+  *n = (int)json_array_size(a);
+  for (int i = 0; i < *n; i++) {
+    const json_t* v = json_array_get(a, (size_t)i);
+    if (!json_is_number(v))
+      return TL_ERRF(TL_ERR_CONFIG, "%s: gemm_efficiency.%s[%d]: expected a size > 0, got %s", src,
+                     key, i, tl_json_kind(v));
+    double x = json_number_value(v);
+    if (x <= 0 || (i > 0 && x <= out[i - 1]))
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "%s: gemm_efficiency.%s[%d] = %g: expected sizes > 0, each above the last",
+                     src, key, i, x);
+    out[i] = x;
+  }
+  return TL_OK;
+}
+
+static tl_status parse_gemm(const char* src, const json_t* o, struct tl_gemm_table* t) {
+  static const char* const keys[] = {"m", "n", "k", "efficiency", "comment", NULL};
+  if (!json_is_object(o))
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: gemm_efficiency: expected an object {\"m\": [...], \"n\": [...], \"k\": "
+                   "[...], \"efficiency\": [...]}, got %s",
+                   src, tl_json_kind(o));
+  TL_CHECK(known_keys(src, o, "gemm_efficiency.", keys));
+  TL_CHECK(gemm_axis(src, o, "m", t->m, &t->n_m));
+  TL_CHECK(gemm_axis(src, o, "n", t->n, &t->n_n));
+  TL_CHECK(gemm_axis(src, o, "k", t->k, &t->n_k));
+  const json_t* e = json_object_get(o, "efficiency");
+  const size_t want = (size_t)t->n_m * t->n_n * t->n_k;
+  if (!e || !json_is_array(e) || json_array_size(e) != want)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: gemm_efficiency.efficiency: expected an array of %zu fractions (m x n x "
+                   "k, m-major), got %s of %zu",
+                   src, want, e ? tl_json_kind(e) : "nothing", e && json_is_array(e) ? json_array_size(e) : 0);
+  for (size_t i = 0; i < want; i++) {
+    const json_t* v = json_array_get(e, i);
+    if (!json_is_number(v))
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "%s: gemm_efficiency.efficiency[%zu]: expected a fraction in (0, 1], got %s",
+                     src, i, tl_json_kind(v));
+    double x = json_number_value(v);
+    if (!(x > 0 && x <= 1))
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "%s: gemm_efficiency.efficiency[%zu] = %g: expected a fraction in (0, 1]", src,
+                     i, x);
+    t->eff[i] = x;
+  }
+  return TL_OK;
+}
+
 static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) {
   static const char* const keys[] = {"name",
                                      "comment",
@@ -97,6 +188,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      "compute_efficiency",
                                      "efficiency_half_flops",
                                      "attention_efficiency",
+                                     "gemm_efficiency",
                                      "reserve_bytes",
                                      NULL};
   static const char* const peak_keys[] = {"fp32", "bf16", NULL};
@@ -144,6 +236,8 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
   if (c->attention_efficiency > 1)
     return TL_ERRF(TL_ERR_CONFIG, "%s: attention_efficiency = %g: expected a fraction in (0, 1]",
                    src, c->attention_efficiency);
+  const json_t* gt = json_object_get(root, "gemm_efficiency");
+  if (gt) TL_CHECK(parse_gemm(src, gt, &c->gemm));
   return number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes);
 }
 

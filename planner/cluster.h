@@ -19,9 +19,10 @@
  * (TL_CLUSTER_DEFAULT_EFFICIENCY), how it falls for small layers (the
  * efficiency is compute_efficiency * x / (x + efficiency_half_flops), x the
  * FLOPs of one block's forward on one rank; default 0, flat), the fraction
- * the attention kernels reach ("attention_efficiency", default the former)
- * and the bytes a device keeps back for its runtime, workspaces and
- * fragmentation. */
+ * the attention kernels reach ("attention_efficiency", default the former),
+ * the bytes a device keeps back for its runtime, workspaces and
+ * fragmentation, and the matrix products' efficiency by shape
+ * ("gemm_efficiency", below). */
 #ifndef TL_PLANNER_CLUSTER_H
 #define TL_PLANNER_CLUSTER_H
 
@@ -38,6 +39,19 @@ extern "C" {
  * against Narayanan et al. 2021 Table 1 (tests/planner/table1_test.cc). */
 #define TL_CLUSTER_DEFAULT_EFFICIENCY 0.5
 #define TL_CLUSTER_DEFAULT_RESERVE 2e9
+
+/* Fraction of peak a matrix product of (m x k) times (k x n) reaches, on a
+ * grid of sizes per axis ("gemm_efficiency" in a spec: {"m": [...], "n":
+ * [...], "k": [...], "efficiency": [...]}, the efficiencies m-major, then
+ * n, then k: index (i * n_n + j) * n_k + l), read between the grid's points
+ * by trilinear interpolation in log2 of each size and held at its edges.
+ * `trellis plan --calibrate` measures one. */
+#define TL_GEMM_AXIS_MAX 8
+struct tl_gemm_table {
+  int n_m, n_n, n_k; /* 0: no table */
+  double m[TL_GEMM_AXIS_MAX], n[TL_GEMM_AXIS_MAX], k[TL_GEMM_AXIS_MAX];
+  double eff[TL_GEMM_AXIS_MAX * TL_GEMM_AXIS_MAX * TL_GEMM_AXIS_MAX];
+};
 
 struct tl_link {
   double bandwidth; /* bytes/s per device, each direction */
@@ -62,7 +76,13 @@ typedef struct tl_cluster {
    * `efficiency` */
   double attention_efficiency;
   double reserve_bytes; /* kept back per device */
+  /* the matrix products' efficiency by shape; with it they are priced
+   * product by product (planner/cost.h), without it at `efficiency` */
+  struct tl_gemm_table gemm;
 } tl_cluster;
+
+/* The table's efficiency at (m, n, k); `efficiency` when c has none. */
+double tl_cluster_gemm_efficiency(const tl_cluster* c, double m, double n, double k);
 
 static inline int tl_cluster_devices(const tl_cluster* c) {
   return c->nodes * c->devices_per_node;

@@ -47,7 +47,9 @@
  * - the fullest stage is the device's figure (first and last stages hold
  *   the embedding and head and, under 1F1B, differ in micro-batches held);
  * - time: arithmetic of the slowest stage at peak × efficiency, its
- *   attention kernels' FLOPs at peak × attention_efficiency; per layer
+ *   attention kernels' FLOPs at peak × attention_efficiency and, where the
+ *   cluster carries a GEMM table, each matrix product at the table's
+ *   efficiency for its shape at the plan's micro-batch; per layer
  *   and micro-batch 4 all-reduces of b·s·h over tp (6 with full
  *   recomputation, which re-runs the forward; sequence parallelism moves
  *   the same bytes as reduce-scatters and all-gathers, plus 2 all-gathers
@@ -119,6 +121,23 @@ struct tl_cost_stage_shape {
   double transient, transient_layer, transient_fixed;
 };
 
+/* One matrix product shape of a graph range, per sequence: (m x k) times
+ * (k x n), `count` times; `grows` says which of m (1) or k (2) holds the
+ * micro-batch's token rows, so that it grows with the micro-batch (0:
+ * neither). A forward matmul is one, its backward two (the input's gradient
+ * (m, k, n) and the weight's (k, n, m)). `pass`: TL_COST_GEMM_*. */
+enum { TL_COST_GEMM_FWD, TL_COST_GEMM_BWD, TL_COST_GEMM_AGAIN };
+struct tl_cost_gemm {
+  double m, n, k;
+  signed char grows, pass;
+  short count;
+};
+#define TL_COST_MAX_GEMMS 16
+struct tl_cost_gemms {
+  int n;
+  struct tl_cost_gemm g[TL_COST_MAX_GEMMS];
+};
+
 /* An MLP's layers differ in shape, so its costs are per layer and per range
  * of layers [a, b) (a stage), read off the whole graph of rank 0 at one
  * sequence; tl_cost_range_index(a, b) indexes the ranges. */
@@ -130,6 +149,9 @@ struct tl_cost_range {
 };
 struct tl_cost_mlp_layer {
   double fwd_flops, flops; /* per sequence */
+  /* its matrix products (a linear layer: its forward and the backward's two) */
+  int n_gemm;
+  struct tl_cost_gemm gemm[4];
   /* its tensor-parallel all-reduces (count; elements per sequence, summed) */
   double n_all_reduce, all_reduce_elems;
   double out_elems; /* elements per sequence a rank sends to the next stage after this layer */
@@ -150,6 +172,8 @@ struct tl_cost_shard {
    * in the forward; those the recomputation's copies re-run), priced at the
    * cluster's attention_efficiency */
   double layer_attn_flops, layer_attn_fwd_flops, layer_attn_again_flops;
+  /* the matrix products of a block, of the embedding and of the head */
+  struct tl_cost_gemms layer_gemms, embed_gemms, head_gemms;
   struct tl_pp_costs zb_costs;  /* a block's passes, as the trainer builds zero-bubble's lists */
   struct tl_cost_stage_shape stage[4]; /* indexed by TL_COST_STAGE_* bits */
   /* MLP only: per layer, and per range of layers */
@@ -287,6 +311,17 @@ typedef struct tl_plan {
 static inline int tl_plan_chunks(const tl_plan* p) {
   return p->schedule == TL_SCHEDULE_INTERLEAVED && p->virtual_stages > 1 ? p->virtual_stages : 1;
 }
+
+/* Seconds per sequence of `n` matrix products at micro-batch b on a device
+ * of c (peak FLOP/s `peak`): each at the cluster's GEMM table's efficiency
+ * for its shape (tl_cluster_gemm_efficiency). `whole`: a block's forward
+ * products run again in place of the recomputation's copies (Megatron-LM's
+ * full recomputation). */
+double tl_cost_gemm_seconds(const tl_cluster* c, double peak, const struct tl_cost_gemm* g, int n,
+                            int b, bool whole);
+
+/* Their FLOPs per sequence, counted as tl_cost_gemm_seconds counts them. */
+double tl_cost_gemm_flops(const struct tl_cost_gemm* g, int n, bool whole);
 
 /* Seconds for an all-reduce of `bytes` over n ranks on `link` of cluster c
  * (the formula above; 0 for n <= 1). */

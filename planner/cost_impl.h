@@ -29,6 +29,12 @@ struct tl__cost_range {
 tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, int end,
                          struct tl__cost_range* out);
 
+/* The matrix products of forward nodes [begin, end) and their backward
+ * and recomputed copies, per sequence of a graph built at micro-batch
+ * `per` (at most `max` distinct shapes; the rest dropped). */
+tl_status tl__cost_gemms(const tl_graph* g, int begin, int end, int per,
+                         struct tl_cost_gemm* out, int* n_out, int max);
+
 /* The model state a stage of `params` elements holds on a data-parallel
  * rank (planner/cost.c). */
 /* What an activation byte of cm's graphs costs in dtype (1: built in it;

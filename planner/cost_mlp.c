@@ -59,6 +59,8 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
     struct tl_cost_mlp_layer* x = &out->mlp_layer[l];
     st = tl__cost_range(g, &sh, io.layer_begin[l], io.layer_begin[l + 1], &r);
     x->fwd_flops = r.fwd_flops, x->flops = r.flops;
+    if (st == TL_OK)
+      st = tl__cost_gemms(g, io.layer_begin[l], io.layer_begin[l + 1], 1, x->gemm, &x->n_gemm, 4);
     collectives(g, io.layer_begin[l], io.layer_begin[l + 1], &x->n_all_reduce,
                 &x->all_reduce_elems);
     if (l + 1 < L) x->out_elems = boundary_elems(g, &sh, io.layer_begin[l + 1]);
@@ -180,17 +182,22 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     double params = sh->mlp_range[tl_cost_range_index(a, e)].params;
     if (params > grads) grads = params;
     double fl = (s == 0 ? sh->embed_flops : 0) + (s == pp - 1 ? sh->head_flops : 0);
-    double fwd = 0, n_ar = 0, ar_elems = 0;
+    double fwd = 0, n_ar = 0, ar_elems = 0, gemm_fl = 0, gemm_s = 0;
     for (int l = a; l < e; l++) {
-      fl += sh->mlp_layer[l].flops, fwd += sh->mlp_layer[l].fwd_flops;
-      n_ar += sh->mlp_layer[l].n_all_reduce, ar_elems += sh->mlp_layer[l].all_reduce_elems;
+      const struct tl_cost_mlp_layer* y = &sh->mlp_layer[l];
+      fl += y->flops, fwd += y->fwd_flops;
+      n_ar += y->n_all_reduce, ar_elems += y->all_reduce_elems;
+      gemm_fl += tl_cost_gemm_flops(y->gemm, y->n_gemm, false);
+      if (c->gemm.n_m > 0) gemm_s += tl_cost_gemm_seconds(c, peak, y->gemm, y->n_gemm, b, false);
     }
     total_flops += fl;
     double x = fwd * b / layers[s]; /* one layer's forward on this rank */
     double eff = c->efficiency_half_flops > 0
                      ? c->efficiency * x / (x + c->efficiency_half_flops)
                      : c->efficiency;
-    double comp_s = fl * b / (peak * eff);
+    /* the matrix products by shape where the cluster has a GEMM table */
+    double comp_s = c->gemm.n_m > 0 ? ((fl - gemm_fl) / (peak * eff) + gemm_s) * b
+                                    : fl * b / (peak * eff);
     /* all-reduces cost their bytes plus one latency term each */
     double tp_s = n_ar > 0 ? tl_cost_all_reduce(c, ar_elems * b * act_bytes, t, tp_link) +
                                  (n_ar - 1) * tl_cost_all_reduce(c, 0, t, tp_link)

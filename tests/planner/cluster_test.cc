@@ -93,3 +93,47 @@ TEST(Cluster, BadSpecsNameThePathTheValueAndWhatWasExpected) {
   EXPECT_EQ(tl_cluster_load("no/such/cluster.json", &c), TL_ERR_IO);
   EXPECT_NE(std::string(tl_last_error()).find("no/such/cluster.json"), std::string::npos);
 }
+
+// A GEMM table: exact at its points, log-linear between them along each
+// axis, held at its edges; one point per axis is a constant.
+TEST(Cluster, GemmTableInterpolatesInLogSize) {
+  tl_cluster c;
+  std::string table = With(
+      "{\"nodes\"",
+      "{\"gemm_efficiency\": {\"m\": [64, 4096], \"n\": [128], \"k\": [16, 256, 4096],"
+      " \"efficiency\": [0.1, 0.2, 0.4, 0.3, 0.6, 0.9]}, \"nodes\"");
+  ASSERT_EQ(tl_cluster_parse(table.c_str(), "c.json", &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(c.gemm.n_m, 2);
+  EXPECT_EQ(c.gemm.n_k, 3);
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 64, 128, 16), 0.1);
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 4096, 1, 4096), 0.9);      // n held
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 1e6, 128, 256), 0.6);      // m held
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 64, 128, 64), 0.15);       // k halfway in log
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 512, 128, 16), 0.2);       // m halfway in log
+  EXPECT_NEAR(tl_cluster_gemm_efficiency(&c, 512, 128, 64), 0.5 * (0.15 + 0.45), 1e-15);
+  // without a table: the flat efficiency
+  ASSERT_EQ(tl_cluster_parse(kGood, "c.json", &c), TL_OK);
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 64, 64, 64), c.efficiency);
+}
+
+TEST(Cluster, BadGemmTablesSayWhatIsWrong) {
+  auto bad = [](const char* t) {
+    return Error(With("{\"nodes\"", std::string("{\"gemm_efficiency\": ") + t + ", \"nodes\""));
+  };
+  EXPECT_NE(bad("[]").find("gemm_efficiency: expected an object"), std::string::npos);
+  EXPECT_NE(bad(R"({"m": [64, 32], "n": [1], "k": [1], "efficiency": [0.5, 0.5]})")
+                .find("gemm_efficiency.m[1] = 32: expected sizes > 0, each above the last"),
+            std::string::npos);
+  EXPECT_NE(bad(R"({"m": [64], "n": [1], "k": [1], "efficiency": [0.5, 0.5]})")
+                .find("gemm_efficiency.efficiency: expected an array of 1 fractions"),
+            std::string::npos);
+  EXPECT_NE(bad(R"({"m": [64], "n": [1], "k": [1], "efficiency": [1.5]})")
+                .find("gemm_efficiency.efficiency[0] = 1.5: expected a fraction in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(bad(R"({"m": [64], "n": [1], "efficiency": [0.5]})")
+                .find("gemm_efficiency.k: expected an array of 1 to 8 sizes, got nothing"),
+            std::string::npos);
+  EXPECT_NE(bad(R"({"m": [64], "n": [1], "k": [1], "efficiency": [0.5], "x": 1})")
+                .find("gemm_efficiency.x: unknown key"),
+            std::string::npos);
+}

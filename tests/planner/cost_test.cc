@@ -474,3 +474,87 @@ TEST(CostModel, AttentionKernelsRunAtTheirOwnRate) {
   EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.1))),
               1.0, 1e-12);
 }
+
+// The matrix products the cost model keeps per block and for the head are
+// the graph's: their FLOPs add up to the matmul nodes' (forward, backward
+// and recomputed copies, in every mode and with the zero-bubble split), and
+// a block's forward products have Megatron's shard shapes per sequence:
+// qkv (s, 3h/t, h), the output projection (s, h, h/t), the MLP's (s, 4h/t, h)
+// and (s, h, 4h/t), the token rows growing with the micro-batch.
+TEST(CostModel, MatrixProductsAreTheGraphsMatmuls) {
+  const Shape& x = kShapes[3];
+  tl_cost_model cm = Build(x);
+  double s = x.s, h = x.h;
+  for (int i = 0; i < cm.n_shards; i++) {
+    const tl_cost_shard& sh = cm.shards[i];
+    double t = sh.tp;
+    const tl_cost_gemms& g = sh.layer_gemms;
+    // a block's matmuls: 24 s h^2 / t forward; twice that backward; the
+    // copies as the mode recomputes them
+    double fwd = 24 * s * h * h / t;
+    double again = tl_cost_gemm_flops(g.g, g.n, false) - 3 * fwd;
+    EXPECT_NEAR(tl_cost_gemm_flops(g.g, g.n, true), 4 * fwd, 1e-6 * fwd) << i;
+    EXPECT_GE(again, -1e-6 * fwd) << i;
+    if (sh.recompute == TL_RECOMPUTE_NONE) {
+      EXPECT_NEAR(again, 0, 1e-6 * fwd) << i;
+    }
+    // the head: the logits (s, V/t, h) forward and its two backward products
+    double Vp = cm.padded_vocab;
+    EXPECT_NEAR(tl_cost_gemm_flops(sh.head_gemms.g, sh.head_gemms.n, false),
+                3 * 2 * s * h * Vp / t, 1e-6 * s * h * Vp)
+        << i;
+    EXPECT_EQ(sh.embed_gemms.n, 0) << i;
+    int found = 0;
+    for (int j = 0; j < g.n; j++) {
+      const tl_cost_gemm& e = g.g[j];
+      if (e.pass != TL_COST_GEMM_FWD) continue;
+      EXPECT_EQ(e.m, s) << i;
+      EXPECT_EQ(e.grows, 1) << i;
+      bool known = (e.n == 3 * h / t && e.k == h) || (e.n == h && e.k == h / t) ||
+                   (e.n == 4 * h / t && e.k == h) || (e.n == h && e.k == 4 * h / t);
+      EXPECT_TRUE(known) << i << ": " << e.m << " x " << e.n << " x " << e.k;
+      found += e.count;
+    }
+    EXPECT_EQ(found, 4) << i;
+  }
+}
+
+// With a GEMM table every product is priced at its shape's efficiency at
+// the plan's micro-batch: a table of one efficiency everywhere prices as a
+// flat efficiency does, and a table that halves one shape's rate adds
+// exactly that product's time.
+TEST(CostModel, AGemmTablePricesEachProductByItsShape) {
+  const Shape& x = kShapes[3];
+  tl_cost_model cm = Build(x);
+  tl_cluster flat = A100Nodes(1);
+  flat.efficiency = 0.5;
+  tl_cluster table = flat;
+  tl_gemm_table& t = table.gemm;
+  t.n_m = t.n_n = t.n_k = 2;
+  t.m[0] = t.n[0] = t.k[0] = 16, t.m[1] = t.n[1] = t.k[1] = 65536;
+  for (int i = 0; i < 8; i++) t.eff[i] = 0.5;
+  tl_plan p = {};
+  p.dp = 1, p.tp = 2, p.pp = 2, p.micro_batch = 2, p.n_micro = 4;
+  p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_SELECTIVE;
+  tl_plan q = p;
+  tl_cost_evaluate(&cm, &flat, TL_BF16, nullptr, &p);
+  tl_cost_evaluate(&cm, &table, TL_BF16, nullptr, &q);
+  EXPECT_NEAR(q.t_compute / p.t_compute, 1.0, 1e-12);
+  EXPECT_NEAR(q.t_step / p.t_step, 1.0, 1e-12);
+
+  // efficiency 0.25 at m = 65536, 0.5 at m = 16, whatever n and k: one
+  // product priced by hand
+  for (int i = 0; i < 8; i++) t.eff[i] = (i & 4) ? 0.25 : 0.5;
+  tl_cost_gemm e = {2048, 768, 768, 1, TL_COST_GEMM_FWD, 1};
+  // m = 2048 at micro-batch 4 is 8192: log2(8192/16)/log2(65536/16) = 9/12
+  double eff = 0.5 + (0.25 - 0.5) * 9.0 / 12.0;
+  double want = 2.0 * 8192 * 768 * 768 / (312e12 * eff) / 4;
+  EXPECT_NEAR(tl_cost_gemm_seconds(&table, 312e12, &e, 1, 4, false) / want, 1.0, 1e-12);
+  // a whole forward again runs a forward product twice, a copy not at all
+  EXPECT_NEAR(tl_cost_gemm_seconds(&table, 312e12, &e, 1, 4, true) / want, 2.0, 1e-12);
+  e.pass = TL_COST_GEMM_AGAIN;
+  EXPECT_EQ(tl_cost_gemm_seconds(&table, 312e12, &e, 1, 4, true), 0);
+  // and a plan's compute is the sum over its products: slower than flat
+  tl_cost_evaluate(&cm, &table, TL_BF16, nullptr, &q);
+  EXPECT_GT(q.t_compute, p.t_compute * 1.01);
+}
