@@ -180,6 +180,14 @@ int main(int argc, char** argv) {
     }
     printf("Spearman rank correlation, predicted vs best step time: %.2f over %d runs\n",
            spearman(pred, meas, n_runs), n_runs);
+    double sum_err = 0, worst_err = 0;
+    for (int i = 0; i < n_runs; i++) {
+      double e = fabs(pred[i] / meas[i] - 1);
+      sum_err += e;
+      worst_err = fmax(worst_err, e);
+    }
+    printf("predicted against best step time: mean |error| %.0f%%, worst %.0f%%\n",
+           100 * sum_err / n_runs, 100 * worst_err);
     if (n > cores)
       printf(
           "%d ranks on %d cores: ranks time-share the cores (waiting ranks yield theirs, "

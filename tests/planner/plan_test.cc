@@ -2,6 +2,8 @@
 // loads and passes the world check for its 2 ranks; `trellis plan` prints a
 // ranked table, JSON, writes that config atomically, and refuses bad usage.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <jansson.h>
 #include <sys/wait.h>
 
@@ -478,6 +480,19 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
   EXPECT_GT(c.peak_fp32, 1e9);  // a CPU core's sgemm: tens of GFLOP/s
   EXPECT_GT(c.intra.bandwidth, 1e6);
   EXPECT_GT(c.intra.latency, 0);
+  // the matmul's rate over a grid of shapes, its best the peak; attention
+  // and the element-wise ops as fractions of it
+  ASSERT_EQ(c.gemm.n_m, 4);
+  ASSERT_EQ(c.gemm.n_k, 4);
+  EXPECT_EQ(c.gemm.m[0], 32);
+  EXPECT_EQ(c.gemm.k[3], 2048);
+  double best = 0;
+  for (int i = 0; i < 64; i++) best = std::max(best, c.gemm.eff[i]);
+  EXPECT_NEAR(best, 1.0, 1e-3);
+  EXPECT_GT(c.attention_efficiency, 0);
+  EXPECT_LE(c.attention_efficiency, 1);
+  EXPECT_GT(c.efficiency, 0);
+  EXPECT_LE(c.efficiency, 1);
   // and the planner plans with it
   EXPECT_EQ(Plan(std::string("--model ") + kSmall + " --cluster " + out + " --top 1").status, 0);
 }
