@@ -69,12 +69,18 @@ int64_t tl_dp_layout_staging(const tl_dp_layout* l) {
   return most;
 }
 
+/* Each part cut into buckets of `per` (the last shorter), each bucket's
+ * chunk on a rank its length / size rounded up: whole buckets times their
+ * chunk, plus the short one's. */
 static int64_t shard_elems(int64_t n, int64_t n_late, int size, int64_t per) {
   int64_t total = 0;
   int64_t parts[2] = {n - n_late, n_late};
-  for (int p = 0; p < 2; p++)
-    for (int64_t b = 0; b < parts[p]; b += per)
-      total += ceil_div(parts[p] - b < per ? parts[p] - b : per, size < 1 ? 1 : size);
+  const int d = size < 1 ? 1 : size;
+  for (int p = 0; p < 2; p++) {
+    if (parts[p] <= 0) continue;
+    const int64_t whole = parts[p] / per, rest = parts[p] % per;
+    total += whole * ceil_div(per, d) + (rest > 0 ? ceil_div(rest, d) : 0);
+  }
   return total;
 }
 

@@ -3,8 +3,11 @@
 #include "planner/cost.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dp/buckets.h"
 #include "dp/layout.h"
@@ -304,12 +307,71 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
   return st;
 }
 
+/* The shards to build, each into out->shards[i]: independent graphs, built
+ * by as many threads as there are cores (at most 8), each taking the next
+ * job; the first error (in job order) is the build's. */
+struct shard_job {
+  int tp, sp, split, rc;
+};
+struct shard_jobs {
+  const struct tl_model_config* full;
+  int seq;
+  tl_dtype precision;
+  tl_cost_model* out;
+  struct shard_job job[TL_COST_MAX_SHARDS];
+  int n;
+  _Atomic int next;
+  /* per job: its status and, when not TL_OK, its message */
+  tl_status status[TL_COST_MAX_SHARDS];
+  char* message[TL_COST_MAX_SHARDS];
+};
+
+static void* shard_worker(void* arg) {
+  struct shard_jobs* j = arg;
+  for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
+    const struct shard_job* x = &j->job[i];
+    j->status[i] = shard_build(j->full, j->seq, x->tp, x->sp, (tl_recompute)x->rc, x->split,
+                               j->precision, &j->out->shards[i]);
+    if (j->status[i] != TL_OK) {
+      j->message[i] = strdup(tl_last_error());
+      atomic_store(&j->next, j->n); /* no more jobs: the build fails */
+    }
+  }
+  return NULL;
+}
+
+static tl_status shard_build_all(struct shard_jobs* j) {
+  for (int i = 0; i < j->n; i++) j->status[i] = TL_OK, j->message[i] = NULL;
+  atomic_init(&j->next, 0);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int n_threads = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
+  if (n_threads > j->n) n_threads = j->n;
+  pthread_t th[8];
+  int started = 0;
+  for (int i = 1; i < n_threads; i++) /* this thread is the first worker */
+    if (pthread_create(&th[started], NULL, shard_worker, j) == 0) started++;
+  shard_worker(j);
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  tl_status st = TL_OK;
+  for (int i = 0; i < j->n; i++) {
+    if (st == TL_OK && j->status[i] != TL_OK)
+      st = TL_ERRF(j->status[i], "%s", j->message[i] ? j->message[i] : "building a cost model");
+    free(j->message[i]);
+  }
+  return st;
+}
+
 tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out) {
   return tl_cost_model_build_precision(mc, seq, TL_F32, out);
 }
 
 tl_status tl_cost_model_build_precision(const struct tl_model_config* mc, int seq,
                                         tl_dtype precision, tl_cost_model* out) {
+  return tl_cost_model_build_tp(mc, seq, precision, 0, out);
+}
+
+tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_dtype precision,
+                                 int max_tp, tl_cost_model* out) {
   memset(out, 0, sizeof *out);
   out->kind = mc->kind;
   out->precision = precision;
@@ -407,14 +469,17 @@ tl_status tl_cost_model_build_precision(const struct tl_model_config* mc, int se
   /* 4. per device, for every tensor-parallel degree a mesh may use,
    * every recomputation and both backwards (shards[0 .. 3) are tp = 1,
    * one pass, by mode; shards[3 .. 6) the same split) */
-  for (int t = 1; t <= mc->n_heads && out->n_shards + 6 <= TL_COST_MAX_SHARDS; t++) {
+  struct shard_jobs jobs = {.full = &full, .seq = seq, .precision = precision, .out = out};
+  const int top = max_tp > 0 && max_tp < mc->n_heads ? max_tp : mc->n_heads;
+  for (int t = 1; t <= top && jobs.n + 6 <= TL_COST_MAX_SHARDS; t++) {
     if (mc->n_heads % t || m.padded_vocab % t) continue;
-    for (int sp = 0; sp <= (t > 1) && out->n_shards + 6 <= TL_COST_MAX_SHARDS; sp++)
+    for (int sp = 0; sp <= (t > 1) && jobs.n + 6 <= TL_COST_MAX_SHARDS; sp++)
       for (int split = 0; split <= 1; split++)
         for (int rc = TL_RECOMPUTE_NONE; rc <= TL_RECOMPUTE_FULL; rc++)
-          TL_CHECK(shard_build(&full, seq, t, sp, (tl_recompute)rc, split, precision,
-                               &out->shards[out->n_shards++]));
+          jobs.job[jobs.n++] = (struct shard_job){t, sp, split, rc};
   }
+  out->n_shards = jobs.n;
+  TL_CHECK(shard_build_all(&jobs));
   for (int rc = 0; rc < 3; rc++)
     out->layer_recompute_flops[rc] = out->shards[rc].layer_flops - out->shards[0].layer_flops;
   return TL_OK;
@@ -731,10 +796,12 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     double fl = sh->layer_flops + (whole ? sh->layer_fwd_flops - sh->layer_recompute_flops : 0);
     const struct tl_cost_gemms *gl = &sh->layer_gemms, *ge = &sh->embed_gemms,
                                *gh = &sh->head_gemms;
-    double fl_l = tl_cost_gemm_flops(gl->g, gl->n, whole), fl_e = tl_cost_gemm_flops(ge->g, ge->n, false),
-           fl_h = tl_cost_gemm_flops(gh->g, gh->n, false);
-    double g_l = fl_l / (peak * eff), g_e = fl_e / (peak * eff), g_h = fl_h / (peak * eff);
+    /* without a table the products run at `eff` like the rest */
+    double fl_l = 0, fl_e = 0, fl_h = 0, g_l = 0, g_e = 0, g_h = 0;
     if (c->gemm.n_m > 0) {
+      fl_l = tl_cost_gemm_flops(gl->g, gl->n, whole);
+      fl_e = tl_cost_gemm_flops(ge->g, ge->n, false);
+      fl_h = tl_cost_gemm_flops(gh->g, gh->n, false);
       g_l = tl_cost_gemm_seconds(c, peak, gl->g, gl->n, b, whole);
       g_e = tl_cost_gemm_seconds(c, peak, ge->g, ge->n, b, false);
       g_h = tl_cost_gemm_seconds(c, peak, gh->g, gh->n, b, false);
@@ -747,11 +814,47 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   p->mem_state = p->mem_act = -1;
   double grads = 0, slowest = 0, ln_grads = 0;
   int k_slowest = 1;
+  /* A stage's bytes follow from its kind (embedding, head), its layers and
+   * the micro-batches it holds, growing with the last: of stages alike in
+   * the first two only the one holding the most (the first of those) can be
+   * the fullest. One chunk a stage: price those alone, in stage order, the
+   * first of equal totals kept as below. */
+  int reps[16], rep_held[16], n_rep = 0;
+  bool grouped = v == 1;
+  for (int s = 0; grouped && s < pp; s++) {
+    const int held = tl__cost_in_flight(p, sh, s), kind = stage_kind(s, pp);
+    int g = 0;
+    while (g < n_rep && !(stage_kind(reps[g], pp) == kind && layers[reps[g]] == layers[s])) g++;
+    if (g == n_rep) {
+      if (n_rep == 16)
+        grouped = false; /* too many kinds of stage: price them all */
+      else
+        reps[n_rep] = s, rep_held[n_rep++] = held;
+    } else if (held > rep_held[g]) {
+      reps[g] = s, rep_held[g] = held;
+    }
+  }
+  if (grouped) {
+    /* in stage order, as the loop below would meet them */
+    for (int i = 1; i < n_rep; i++)
+      for (int j = i; j > 0 && reps[j - 1] > reps[j]; j--) {
+        int x = reps[j];
+        reps[j] = reps[j - 1], reps[j - 1] = x;
+      }
+    for (int i = 0; i < n_rep; i++) {
+      double state, act;
+      stage_memory(cm, sh, dtype, p, layers, reps[i], &state, &act);
+      if (state + act > p->mem_state + p->mem_act)
+        p->mem_state = state, p->mem_act = act, p->mem_stage = reps[i];
+    }
+  }
   for (int s = 0; s < pp; s++) {
-    double state, act;
-    stage_memory(cm, sh, dtype, p, layers, s, &state, &act);
-    if (state + act > p->mem_state + p->mem_act)
-      p->mem_state = state, p->mem_act = act, p->mem_stage = s;
+    if (!grouped) {
+      double state, act;
+      stage_memory(cm, sh, dtype, p, layers, s, &state, &act);
+      if (state + act > p->mem_state + p->mem_act)
+        p->mem_state = state, p->mem_act = act, p->mem_stage = s;
+    }
     double params = 0, rep = 0, fl = 0;
     int k = 0;
     for (int c = 0; c < v; c++) { /* the stage's chunks */

@@ -237,6 +237,13 @@ tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost
 tl_status tl_cost_model_build_precision(const struct tl_model_config* mc, int seq,
                                         tl_dtype precision, tl_cost_model* out);
 
+/* The same, reading graphs only for the tensor-parallel degrees up to
+ * max_tp (0: all): the search of a cluster whose tp stays within a node
+ * (its devices_per_node) prices no other; a degree beyond is then scaled
+ * from tp = 1, as past TL_COST_MAX_SHARDS. An MLP's are all read. */
+tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_dtype precision,
+                                 int max_tp, tl_cost_model* out);
+
 /* Whether costs at tp were read off a graph (an MLP plans only those). */
 bool tl_cost_has_shard(const tl_cost_model* cm, int tp);
 

@@ -27,13 +27,46 @@ tl_status tl_pp_cut(const double* layer_fwd_flops, int n, double embed_fwd_flops
   for (int s = 0; s <= p; s++)
     for (int l = 0; l <= L; l++) BEST(s, l) = 1e300, CUT(s, l) = 0;
   BEST(0, 0) = 0;
-  for (int s = 1; s <= p; s++)
-    for (int l = s; l <= L - (p - s); l++)
-      for (int k = s - 1; k < l; k++) {
-        double c = prefix[l] - prefix[k] + (s == 1 ? first_extra : 0) + (s == p ? last_extra : 0);
-        double v = BEST(s - 1, k) > c ? BEST(s - 1, k) : c;
-        if (v < BEST(s, l)) BEST(s, l) = v, CUT(s, l) = k;
+  /* BEST(s, l) = min over k of max(A(k), C(k)), A(k) = BEST(s - 1, k) not
+   * falling as k grows (more items never cut better) and C(k), run s's cost
+   * of items [k, l), not rising: the minimum sits where they cross. Found by
+   * bisection, and of equal maxima the smallest k, as a scan of every k
+   * keeping the first strict improvement would (tests/pp/cut_test.cc holds
+   * the two equal). */
+  for (int s = 1; s <= p; s++) {
+    const double extra = (s == 1 ? first_extra : 0) + (s == p ? last_extra : 0);
+    for (int l = s; l <= L - (p - s); l++) {
+#define C(k) (prefix[l] - prefix[k] + extra)
+      int lo = s - 1, hi = l - 1;
+      /* the first k with A(k) >= C(k), or hi + 1 */
+      int a = lo, b = hi + 1;
+      while (a < b) {
+        int mid = a + (b - a) / 2;
+        if (BEST(s - 1, mid) >= C(mid))
+          b = mid;
+        else
+          a = mid + 1;
       }
+      const int cross = a;
+      const double left = cross > lo ? C(cross - 1) : 1e301;
+      const double right = cross <= hi ? BEST(s - 1, cross) : 1e301;
+      int k = cross;
+      double v = right;
+      if (left <= right) { /* the first k with C(k) <= left: C does not rise */
+        int x = lo, y = cross - 1;
+        while (x < y) {
+          int mid = x + (y - x) / 2;
+          if (C(mid) <= left)
+            y = mid;
+          else
+            x = mid + 1;
+        }
+        k = x, v = left;
+      }
+      if (v < BEST(s, l)) BEST(s, l) = v, CUT(s, l) = k;
+#undef C
+    }
+  }
   for (int s = p, l = L; s >= 1; s--) {
     int k = CUT(s, l);
     counts[s - 1] = l - k;

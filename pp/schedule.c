@@ -3,6 +3,7 @@
 #include "pp/schedule.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,55 +142,85 @@ static const struct tl_pp_costs k_unit = {1, 1, 1};
  * schedule.h describes (F, B, W taking c's ticks). all[0 .. n_stages) are
  * filled (instr allocated by the caller, room for 7 * n_micro each). */
 static int zero_bubble_lists(int p, int m, struct tl_pp_costs c, tl_pp_schedule* all, int* fdone,
-                             int* bdone) {
+                             int* bdone, int* held) {
   /* fdone/bdone[s * m + i]: when F / B of micro-batch i ends on stage s (-1: not yet) */
   for (int i = 0; i < p * m; i++) fdone[i] = bdone[i] = -1;
   int nf[TL_MAX_STAGES] = {0}, nb[TL_MAX_STAGES] = {0}, nw[TL_MAX_STAGES] = {0};
-  int busy[TL_MAX_STAGES] = {0};
+  int busy[TL_MAX_STAGES] = {0}, h[TL_MAX_STAGES] = {0};
+  for (int s = 0; s < p; s++) held[s] = 0;
   const int bound = p < m ? p : m;
-  int left = 3 * p * m;
-  for (int now = 0; left > 0; now++) {
-    for (int s = 0; s < p; s++) {
+  /* Each stage, when free, starts the first of: the backward whose
+   * gradient has arrived, a forward whose input has (at most `bound` held
+   * before their weight passes), a weight pass owed; else it waits. A pass
+   * ends at least a tick after it starts, so what stages start at one time
+   * depends only on passes ended by then: the simulation goes from one end
+   * to the next, looking only at the stages an end can have changed (the
+   * stage itself, and the neighbour a forward's output or a backward's
+   * gradient reaches). At most one pass runs per stage. */
+  /* The passes running end within the longest pass's ticks: a wheel of
+   * that many slots (a power of two) holds, per slot, the stages whose pass
+   * ends then and which of those were forwards and backwards. */
+  const int longest = c.forward > c.backward ? (c.forward > c.weight ? c.forward : c.weight)
+                                             : (c.backward > c.weight ? c.backward : c.weight);
+  int slots = 1;
+  while (slots <= longest) slots *= 2;
+  uint64_t* wheel = calloc((size_t)slots * 3, sizeof(uint64_t)); /* ends, forwards, backwards */
+  if (!wheel) return -1;
+  int end = 0, running = 0;
+  uint64_t wake = p >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << p) - 1); /* time 0: all */
+  for (int now = 0;;) {
+    for (uint64_t w = wake; w; w &= w - 1) {
+      const int s = __builtin_ctzll(w);
       if (busy[s] > now) continue;
-      tl_pp_schedule* x = &all[s];
+      tl_pp_schedule* x = all ? &all[s] : NULL;
       int b = nb[s], f = nf[s];
       int grad_at = b < nf[s] ? (s == p - 1 ? fdone[s * m + b] : bdone[(s + 1) * m + b]) : -1;
-      int took;
+      int took, kind;
       if (grad_at >= 0 && grad_at <= now) {
-        backward(x, b);
-        took = c.backward;
+        if (x) backward(x, b);
+        took = c.backward, kind = 2;
         bdone[s * m + b] = now + took, nb[s]++;
       } else if (f < m && f - nw[s] < bound &&
                  (s == 0 || (fdone[(s - 1) * m + f] >= 0 && fdone[(s - 1) * m + f] <= now))) {
-        forward(x, f);
-        took = c.forward;
+        if (x) forward(x, f);
+        took = c.forward, kind = 1;
         fdone[s * m + f] = now + took, nf[s]++;
+        if (++h[s] > held[s]) held[s] = h[s];
       } else if (nw[s] < nb[s]) {
-        emit(x, TL_PP_WEIGHT, nw[s]++);
-        took = c.weight;
+        if (x) emit(x, TL_PP_WEIGHT, nw[s]);
+        nw[s]++, h[s]--;
+        took = c.weight, kind = 0;
       } else {
         continue;
       }
       busy[s] = now + took;
-      left--;
+      if (busy[s] > end) end = busy[s];
+      uint64_t* slot = &wheel[3 * ((now + took) & (slots - 1))];
+      slot[0] |= (uint64_t)1 << s;
+      if (kind) slot[kind] |= (uint64_t)1 << s;
+      running++;
     }
-    /* nothing happens before the next pass ends (a stage waits only for a
-     * pass's end, its own or a neighbour's): go there at once */
-    int next = INT_MAX;
-    for (int s = 0; s < p; s++)
-      if (busy[s] > now && busy[s] < next) next = busy[s];
-    if (next != INT_MAX) now = next - 1;
+    if (running == 0) break;
+    /* the next time a pass ends: each pass ending then wakes its stage and
+     * the neighbour it feeds (a forward the next stage, a backward the one
+     * before) */
+    do now++;
+    while (wheel[3 * (now & (slots - 1))] == 0);
+    uint64_t* slot = &wheel[3 * (now & (slots - 1))];
+    wake = slot[0] | (slot[1] << 1) | (slot[2] >> 1);
+    if (p < 64) wake &= ((uint64_t)1 << p) - 1;
+    running -= __builtin_popcountll(slot[0]);
+    slot[0] = slot[1] = slot[2] = 0;
   }
-  int end = 0; /* the simulation's length: the last pass's end */
-  for (int s = 0; s < p; s++)
-    if (busy[s] > end) end = busy[s];
-  return end;
+  free(wheel);
+  return end; /* the simulation's length: the last pass's end */
 }
 
-/* Every stage's zero-bubble list into all[0 .. p) (zeroed by the caller),
- * each with its most micro-batches held. */
+/* Every stage's zero-bubble list into all[0 .. p) (zeroed by the caller;
+ * NULL: none, the counts only), each stage's most micro-batches held into
+ * held[0 .. p) and the simulation's length into *ticks. */
 static tl_status zero_bubble_all(int p, int m, struct tl_pp_costs c, tl_pp_schedule* all,
-                                 int* ticks) {
+                                 int* held, int* ticks) {
   if (p > TL_MAX_STAGES)
     return TL_ERRF(TL_ERR_UNSUPPORTED, "a zero-bubble schedule of %d stages; at most %d", p,
                    TL_MAX_STAGES);
@@ -199,16 +230,18 @@ static tl_status zero_bubble_all(int p, int m, struct tl_pp_costs c, tl_pp_sched
   int* fdone = malloc(sizeof(int) * (size_t)p * (size_t)m);
   int* bdone = malloc(sizeof(int) * (size_t)p * (size_t)m);
   tl_status st = fdone && bdone ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
-  for (int s = 0; s < p && st == TL_OK; s++) {
+  for (int s = 0; all && s < p && st == TL_OK; s++) {
     all[s] = (tl_pp_schedule){
         .kind = TL_SCHEDULE_ZERO_BUBBLE, .n_stages = p, .stage = s, .n_micro = m, .n_chunks = 1};
     all[s].instr = malloc(sizeof(tl_pp_instr) * 7 * (size_t)m);
     if (!all[s].instr) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
   }
   if (st == TL_OK) {
-    *ticks = zero_bubble_lists(p, m, c, all, fdone, bdone);
-    for (int s = 0; s < p; s++) count_in_flight(&all[s]);
-  } else {
+    *ticks = zero_bubble_lists(p, m, c, all, fdone, bdone, held);
+    if (*ticks < 0) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
+    for (int s = 0; all && s < p; s++) count_in_flight(&all[s]);
+  }
+  if (st != TL_OK && all) {
     for (int s = 0; s < p; s++) tl_pp_schedule_free(&all[s]);
   }
   free(fdone), free(bdone);
@@ -216,42 +249,48 @@ static tl_status zero_bubble_all(int p, int m, struct tl_pp_costs c, tl_pp_sched
 }
 
 /* Zero-bubble's list of one stage (out may be NULL), and its most
- * micro-batches held. Every stage's figures of the last few (p, m, costs)
- * are kept, per thread: the planner asks stage after stage, and plans that
- * differ in their recomputation (the costs) alternate. */
-#define ZB_CACHED 8
-static _Thread_local struct zb_cached {
-  int p, m, ticks, held[TL_MAX_STAGES];
+ * micro-batches held. Every stage's counts of the last (p, m, costs) are
+ * kept per thread, in a table indexed by their hash: the planner asks stage
+ * after stage, for meshes whose replicas cut the batch alike, and plans
+ * that differ in their recomputation (the costs) alternate. */
+#define ZB_CACHED 4096
+struct zb_cached {
+  int p, m, ticks;
   struct tl_pp_costs c;
-} g_zb[ZB_CACHED];
-static _Thread_local int g_zb_next;
+  unsigned char held[TL_MAX_STAGES];
+};
+static _Thread_local struct zb_cached g_zb[ZB_CACHED];
+
+static struct zb_cached* zb_slot(int p, int m, struct tl_pp_costs c) {
+  unsigned h = (unsigned)p * 2654435761u ^ (unsigned)m * 40503u ^ (unsigned)c.forward * 7919u ^
+               (unsigned)c.backward * 104729u ^ (unsigned)c.weight * 1299709u;
+  return &g_zb[(h ^ (h >> 15)) % ZB_CACHED];
+}
 
 static tl_status zero_bubble_stage(int p, int m, struct tl_pp_costs c, int stage,
                                    tl_pp_schedule* out, int* held, int* ticks) {
-  for (int i = 0; !out && i < ZB_CACHED; i++) {
-    const struct zb_cached* e = &g_zb[i];
-    if (e->p == p && e->m == m && memcmp(&e->c, &c, sizeof c) == 0) {
-      *held = e->held[stage];
-      *ticks = e->ticks;
-      return TL_OK;
-    }
-  }
-  tl_pp_schedule* all = calloc((size_t)p, sizeof *all);
-  if (!all) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
-  int n_ticks = 0;
-  tl_status st = zero_bubble_all(p, m, c, all, &n_ticks);
-  if (st == TL_OK) {
-    struct zb_cached* e = &g_zb[g_zb_next];
-    g_zb_next = (g_zb_next + 1) % ZB_CACHED;
-    for (int s = 0; s < p; s++) e->held[s] = all[s].max_in_flight;
-    e->p = p, e->m = m, e->c = c, e->ticks = n_ticks;
+  struct zb_cached* e = zb_slot(p, m, c);
+  if (!out && e->p == p && e->m == m && memcmp(&e->c, &c, sizeof c) == 0) {
     *held = e->held[stage];
+    *ticks = e->ticks;
+    return TL_OK;
+  }
+  tl_pp_schedule* all = NULL;
+  if (out && !(all = calloc((size_t)p, sizeof *all)))
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for a schedule");
+  int n_ticks = 0, h[TL_MAX_STAGES];
+  tl_status st = zero_bubble_all(p, m, c, all, h, &n_ticks);
+  if (st == TL_OK) {
+    /* at most min(p, m) <= TL_MAX_STAGES: a byte holds it */
+    for (int s = 0; s < p; s++) e->held[s] = (unsigned char)h[s];
+    e->p = p, e->m = m, e->c = c, e->ticks = n_ticks;
+    *held = h[stage];
     *ticks = n_ticks;
     if (out) {
       *out = all[stage];
       all[stage].instr = NULL;
+      for (int s = 0; s < p; s++) free(all[s].instr);
     }
-    for (int s = 0; s < p; s++) free(all[s].instr);
   }
   free(all);
   return st;
@@ -442,9 +481,9 @@ static tl_status simulate(tl_schedule_kind kind, int n_stages, int n_micro, int 
     goto done;
   }
   for (size_t i = 0; i < cells; i++) act_ready[i] = grad_ready[i] = -1;
-  int zb_ticks;
-  if (zb && n_chunks == 1)
-    st = zero_bubble_all(n_stages, n_micro, c, s, &zb_ticks); /* all at once: one simulation */
+  int zb_ticks, zb_held[TL_MAX_STAGES];
+  if (zb && n_chunks == 1) /* all at once: one simulation */
+    st = zero_bubble_all(n_stages, n_micro, c, s, zb_held, &zb_ticks);
   else
     for (int p = 0; p < n_stages && st == TL_OK; p++)
       st = tl_pp_schedule_build_costs(kind, n_stages, p, n_micro, n_chunks, &c, &s[p]);

@@ -475,7 +475,10 @@ int tl_cli_plan(int argc, char** argv) {
   tl_timer_start(&timer);
   tl_cost_model cm;
   tl_search_result r;
-  if (tl_cost_model_build_precision(&cfg.model, seq, dtype, &cm) != TL_OK ||
+  /* graphs for the tensor-parallel degrees the search may price: within a
+   * node unless tp may cross nodes */
+  if (tl_cost_model_build_tp(&cfg.model, seq, dtype, allow_tp ? 0 : c.devices_per_node, &cm) !=
+          TL_OK ||
       tl_search_run(&cm, &c, &o, &r) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_last_error());
     return 1;

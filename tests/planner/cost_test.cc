@@ -22,6 +22,7 @@
 #include <vector>
 
 extern "C" {
+#include "dp/buckets.h"
 #include "dp/layout.h"
 #include "graph/exec.h"
 #include "planner/cost.h"
@@ -557,4 +558,30 @@ TEST(CostModel, AGemmTablePricesEachProductByItsShape) {
   // and a plan's compute is the sum over its products: slower than flat
   tl_cost_evaluate(&cm, &table, TL_BF16, nullptr, &q);
   EXPECT_GT(q.t_compute, p.t_compute * 1.01);
+}
+
+// A rank's shard of the buckets, as dp/ cuts them (tl_dp_shard_elems, what
+// ZeRO-1 to 3 priced states read): each part in buckets of bucket_mb MiB
+// of fp32, each bucket's chunk its length over the ranks rounded up; the
+// closed form against the bucket-by-bucket sum.
+TEST(CostModel, ShardElementsAreTheBucketsChunks) {
+  unsigned seed = 7;
+  auto rnd = [&seed]() {
+    seed = seed * 1103515245u + 12345u;
+    return (int64_t)((seed >> 4) & 0xfffffff);
+  };
+  for (int trial = 0; trial < 2000; trial++) {
+    int64_t n = 1 + rnd() % 50000000, late = rnd() % (n + 1);
+    int size = 1 + (int)(rnd() % 70);
+    double mb = trial % 3 == 0 ? 0.01 : trial % 3 == 1 ? 1 : 25;
+    int64_t per = (int64_t)(mb * 1024 * 1024 / 4);
+    if (per < 1) per = 1;
+    int64_t want = 0, parts[2] = {n - late, late};
+    for (int p = 0; p < 2; p++)
+      for (int64_t b = 0; b < parts[p]; b += per) {
+        int64_t len = parts[p] - b < per ? parts[p] - b : per;
+        want += (len + size - 1) / size;
+      }
+    ASSERT_EQ(tl_dp_shard_elems(n, late, size, mb), want) << n << " " << late << " " << size;
+  }
 }

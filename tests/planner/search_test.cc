@@ -15,13 +15,15 @@ extern "C" {
 
 namespace {
 
-tl_cost_model Gpt(int l, int a, int h, int V, int s) {
+// max_tp: the graphs' tensor-parallel degrees, as trellis plan builds them
+// for a cluster (0: all)
+tl_cost_model Gpt(int l, int a, int h, int V, int s, int max_tp = 0) {
   struct tl_config cfg;
   tl_config_defaults(&cfg);
   cfg.model.n_layers = l, cfg.model.n_heads = a, cfg.model.n_embd = h;
   cfg.model.vocab_size = V, cfg.model.max_seq_len = s;
   tl_cost_model cm;
-  EXPECT_EQ(tl_cost_model_build(&cfg.model, s, &cm), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_cost_model_build_tp(&cfg.model, s, TL_F32, max_tp, &cm), TL_OK) << tl_last_error();
   return cm;
 }
 
@@ -37,12 +39,36 @@ tl_cluster DgxA100(int nodes = 0) {
 
 // The whole space of the trillion-parameter row; the time is printed (a
 // figure, not a bound: machines are shared and noisy).
+// Graphs read for the degrees within a node only (what trellis plan builds
+// when tp may not cross nodes) give the same search as graphs of every
+// degree: the same plans, priced the same.
+TEST(Search, GraphsWithinANodeSearchAsAllDegrees) {
+  tl_cluster c = DgxA100(64);
+  tl_cost_model* all = new tl_cost_model(Gpt(48, 64, 8192, 51200, 2048));
+  tl_cost_model* node = new tl_cost_model(Gpt(48, 64, 8192, 51200, 2048, c.devices_per_node));
+  EXPECT_LT(node->n_shards, all->n_shards);
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 1536, TL_BF16);
+  tl_search_result a, b;
+  ASSERT_EQ(tl_search_run(all, &c, &o, &a), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_search_run(node, &c, &o, &b), TL_OK) << tl_last_error();
+  ASSERT_EQ(a.n_plans, b.n_plans);
+  EXPECT_EQ(a.n_evaluated, b.n_evaluated);
+  for (int i = 0; i < a.n_plans; i++) {
+    EXPECT_EQ(a.plans[i].t_step, b.plans[i].t_step) << i;
+    EXPECT_EQ(a.plans[i].mem_total, b.plans[i].mem_total) << i;
+  }
+  tl_search_free(&a), tl_search_free(&b);
+  delete all, delete node;
+}
+
 TEST(Search, TheTrillionParameterRowSearchesTheWholeSpace) {
   tl_cluster c = DgxA100();
   ASSERT_EQ(tl_cluster_devices(&c), 3072);
   auto t0 = std::chrono::steady_clock::now();
-  // the graph is built once (one block); every plan reuses it
-  tl_cost_model cm = Gpt(128, 160, 25600, 51200, 2048);
+  // the graphs are built once (one and two blocks, for the degrees within a
+  // node, as trellis plan builds them); every plan reuses them
+  tl_cost_model cm = Gpt(128, 160, 25600, 51200, 2048, c.devices_per_node);
   struct tl_search_options o;
   tl_search_options_defaults(&o, 3072, TL_BF16);
   tl_search_result r;

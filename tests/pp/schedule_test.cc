@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -248,3 +249,84 @@ TEST(Schedule, ForwardOnlyListsVisitEveryChunk) {
 }
 
 }  // namespace
+
+namespace {
+
+// Zero-bubble's greedy simulation as a scan of every stage at every time a
+// pass ends (the definition pp/schedule.c's event-driven one must keep):
+// each stage's passes (F, B, W and the micro-batch), its most held, the end.
+struct ZbRef {
+  std::vector<std::string> lists;
+  std::vector<int> held;
+  int ticks = 0;
+};
+
+ZbRef ZeroBubbleScan(int p, int m, tl_pp_costs c) {
+  ZbRef r;
+  r.lists.assign(p, "");
+  r.held.assign(p, 0);
+  std::vector<int> fdone(p * m, -1), bdone(p * m, -1), nf(p), nb(p), nw(p), busy(p), h(p);
+  const int bound = std::min(p, m);
+  int left = 3 * p * m;
+  for (int now = 0; left > 0; now++) {
+    for (int s = 0; s < p; s++) {
+      if (busy[s] > now) continue;
+      int b = nb[s], f = nf[s], took;
+      int grad_at = b < nf[s] ? (s == p - 1 ? fdone[s * m + b] : bdone[(s + 1) * m + b]) : -1;
+      if (grad_at >= 0 && grad_at <= now) {
+        r.lists[s] += "B" + std::to_string(b) + " ";
+        took = c.backward, bdone[s * m + b] = now + took, nb[s]++;
+      } else if (f < m && f - nw[s] < bound &&
+                 (s == 0 || (fdone[(s - 1) * m + f] >= 0 && fdone[(s - 1) * m + f] <= now))) {
+        r.lists[s] += "F" + std::to_string(f) + " ";
+        took = c.forward, fdone[s * m + f] = now + took, nf[s]++;
+        r.held[s] = std::max(r.held[s], ++h[s]);
+      } else if (nw[s] < nb[s]) {
+        r.lists[s] += "W" + std::to_string(nw[s]) + " ";
+        nw[s]++, h[s]--, took = c.weight;
+      } else {
+        continue;
+      }
+      busy[s] = now + took;
+      left--;
+    }
+  }
+  for (int s = 0; s < p; s++) r.ticks = std::max(r.ticks, busy[s]);
+  return r;
+}
+
+}  // namespace
+
+// The event-driven zero-bubble simulation gives the scan's lists, counts
+// and length for every (p, m, costs) tried.
+TEST(Schedule, ZeroBubbleEventsAreTheScan) {
+  const tl_pp_costs costs[] = {{1, 1, 1}, {8, 8, 8}, {8, 13, 8}, {3, 5, 2}, {8, 11, 5}, {2, 1, 7}};
+  int tried = 0;
+  for (int p : {1, 2, 3, 4, 7, 8, 13, 16, 64})
+    for (int m : {1, 2, 3, 5, 8, 9, 16, 33, 64})
+      for (const tl_pp_costs& c : costs) {
+        ZbRef want = ZeroBubbleScan(p, m, c);
+        int ticks = 0;
+        ASSERT_EQ(tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p, m, 1, &c, &ticks), TL_OK);
+        EXPECT_EQ(ticks, want.ticks) << p << " stages, " << m << " micro-batches";
+        for (int s = 0; s < p; s++) {
+          EXPECT_EQ(tl_pp_schedule_in_flight_costs(TL_SCHEDULE_ZERO_BUBBLE, p, s, m, 1, &c),
+                    want.held[s])
+              << p << " stages, " << m << " micro-batches, stage " << s;
+          tl_pp_schedule sc;
+          ASSERT_EQ(tl_pp_schedule_build_costs(TL_SCHEDULE_ZERO_BUBBLE, p, s, m, 1, &c, &sc),
+                    TL_OK);
+          std::string got;
+          for (int i = 0; i < sc.n; i++) {
+            const tl_pp_instr& in = sc.instr[i];
+            if (in.op == TL_PP_FORWARD) got += "F" + std::to_string(in.micro) + " ";
+            if (in.op == TL_PP_BACKWARD) got += "B" + std::to_string(in.micro) + " ";
+            if (in.op == TL_PP_WEIGHT) got += "W" + std::to_string(in.micro) + " ";
+          }
+          tl_pp_schedule_free(&sc);
+          ASSERT_EQ(got, want.lists[s]) << p << " stages, " << m << " micro-batches, stage " << s;
+        }
+        tried++;
+      }
+  EXPECT_EQ(tried, 9 * 9 * 6);
+}
