@@ -11,18 +11,22 @@
  *    "intra_node": {"bandwidth": 300e9, "latency": 5e-6},
  *    "inter_node": {"bandwidth": 25e9, "latency": 1e-5},
  *    "compute_efficiency": 0.6, "efficiency_half_flops": 4e10,
- *    "reserve_bytes": 2e9}
+ *    "attention_efficiency": 0.12, "reserve_bytes": 2e9,
+ *    "gemm_efficiency": {"m": [...], "n": [...], "k": [...], "efficiency": [...]}}
  *
  * Bandwidths are bytes/s per device and direction (what one device's ring
- * neighbour link carries), latencies seconds per message. The last two keys
- * are optional: the fraction of peak the model's arithmetic reaches
- * (TL_CLUSTER_DEFAULT_EFFICIENCY), how it falls for small layers (the
- * efficiency is compute_efficiency * x / (x + efficiency_half_flops), x the
- * FLOPs of one block's forward on one rank; default 0, flat), the fraction
- * the attention kernels reach ("attention_efficiency", default the former),
- * the bytes a device keeps back for its runtime, workspaces and
- * fragmentation, and the matrix products' efficiency by shape
- * ("gemm_efficiency", below). */
+ * neighbour link carries: a collective whose group spans nodes crosses them
+ * through each member's own card, planner/cost.h), latencies seconds per
+ * message. The keys from compute_efficiency on are optional: the fraction of
+ * peak the model's arithmetic reaches (TL_CLUSTER_DEFAULT_EFFICIENCY), how it
+ * falls for small layers (the efficiency is compute_efficiency * x / (x +
+ * efficiency_half_flops), x the FLOPs of one block's forward on one rank;
+ * default 0, flat), the fraction the attention kernels reach
+ * ("attention_efficiency", default the former), the bytes a device keeps
+ * back for its runtime, workspaces and fragmentation, and the matrix
+ * products' efficiency by shape ("gemm_efficiency", below: with it every
+ * product is priced by its shape and compute_efficiency is the rest's, the
+ * element-wise nodes'). */
 #ifndef TL_PLANNER_CLUSTER_H
 #define TL_PLANNER_CLUSTER_H
 
@@ -35,8 +39,9 @@ extern "C" {
 #endif
 
 /* Fraction of peak FLOP/s the executed arithmetic reaches when a cluster
- * does not say: a round guess. The DGX specs carry figures calibrated
- * against Narayanan et al. 2021 Table 1 (tests/planner/table1_test.cc). */
+ * does not say: a round guess. The DGX specs carry figures fitted on the
+ * published runs of tests/planner/published_test.cc other than Narayanan et
+ * al. 2021 Table 1 (tests/planner/table1_test.cc). */
 #define TL_CLUSTER_DEFAULT_EFFICIENCY 0.5
 #define TL_CLUSTER_DEFAULT_RESERVE 2e9
 
