@@ -8,6 +8,9 @@
 #include "planner/cost.h"
 #include "tp/tp.h"
 
+/* Which forward region node i of g (forward or backward) belongs to. */
+int tl__cost_forward_index(const tl_graph* g, int i);
+
 /* What forward nodes [begin, end) of a rank's graph g (sharded as sh) cost
  * a device at micro-batch 1. */
 struct tl__cost_range {
