@@ -1,0 +1,354 @@
+/* cost_eval.c — a plan priced on a cluster from the cost model's per-layer
+ * costs: model state by ZeRO stage, the fullest stage's bytes, and the
+ * step's time by its parts (planner/cost.h for the formulas). */
+#include "planner/cost.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp/buckets.h"
+#include "planner/cost_impl.h"
+#include "pp/schedule.h"
+
+double tl__cost_act_scale(const tl_cost_model* cm, tl_dtype dtype) {
+  /* graphs built in the dtype are exact; an fp32 graph priced in bf16 is
+   * the papers' accounting: every activation in 2 bytes */
+  return cm->precision == dtype ? 1.0 : tl_dtype_size(dtype) / 4.0;
+}
+
+tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype) {
+  /* trellis's bf16 keeps fp32 weights, gradients and moments */
+  return cm->precision == TL_BF16 ? TL_F32 : dtype;
+}
+
+struct tl_state_bytes tl_cost_state_bytes(tl_dtype dtype) {
+  struct tl_state_bytes sb = {4, 4, 8}; /* fp32 Adam: weights, grads, two moments */
+  if (dtype == TL_BF16 || dtype == TL_F16)
+    sb = (struct tl_state_bytes){2, 2, 12}; /* 16-bit w, g; fp32 master + two moments */
+  return sb;
+}
+
+double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes sb) {
+  double dd = d < 1 ? 1 : d;
+  switch (zero) {
+    case 1:
+      return params * (sb.w + sb.g + sb.o / dd);
+    case 2:
+      return params * (sb.w + (sb.g + sb.o) / dd);
+    case 3:
+      return params * (sb.w + sb.g + sb.o) / dd;
+    default:
+      return params * (sb.w + sb.g + sb.o);
+  }
+}
+
+/* The model state a stage of `params` elements holds on a data-parallel
+ * rank, as dp/ and the trainer allocate it in fp32: the formulas' ZeRO-1
+ * and ZeRO-2 with the shard the buckets cut (each bucket's chunk rounded
+ * up) and ZeRO-2's staging, bucket buffers and late gradients
+ * (dp/buckets.h); late = the parameters reduced last (sum over another
+ * group first), multi = those several nodes write (late for ZeRO-2). */
+double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
+                           double multi, double staging, double unit_max) {
+  struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
+  /* a bf16 reduction's image of the buckets (ZeRO 0, 1: the whole stage) */
+  const double image = p->grad_reduce == TL_BF16 && p->dp > 1 ? 2.0 * params : 0;
+  if (dtype != TL_F32 || p->zero == 0)
+    return tl_cost_model_state(params, p->zero, p->dp, sb) + (p->zero < 2 ? image : 0);
+  double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
+  int64_t n = (int64_t)params;
+  if (p->zero == 1)
+    return params * (sb.w + sb.g) +
+           sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb) + image;
+  int64_t l2 = (int64_t)(late + multi);
+  double shard = (double)tl_dp_shard_elems(n, l2, p->dp, mb);
+  return (p->zero == 2 ? params * sb.w : 0) + sb.o * shard +
+         (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, p->dp,
+                                     mb, p->grad_reduce);
+}
+
+/* The bubble in micro-batch times (one micro-batch's forward and
+ * backward on the slowest stage, all its chunks): p - 1 for GPipe and
+ * 1F1B, (p - 1) / v interleaved; zero-bubble's from pp's own simulation
+ * (ticks beyond 3m, a third of a micro-batch each). */
+static double bubble_micro_batches(const tl_plan* p, const struct tl_pp_costs* c) {
+  const int v = tl_plan_chunks(p);
+  if (v > 1) return (p->pp - 1.0) / v;
+  if (p->schedule != TL_SCHEDULE_ZERO_BUBBLE || p->pp <= 1) return p->pp - 1;
+  int ticks = 0;
+  if (tl_pp_schedule_ticks(TL_SCHEDULE_ZERO_BUBBLE, p->pp, p->n_micro, 1, c, &ticks) != TL_OK) {
+    tl_clear_error();
+    return p->pp - 1; /* cannot simulate it: priced as 1F1B */
+  }
+  const double micro = c->forward + c->backward + c->weight;
+  return (ticks - micro * p->n_micro) / micro;
+}
+
+/* Micro-batches whose activations stage s holds at once: pp's schedule's
+ * (all its chunks' under the interleaved schedule). */
+int tl__cost_in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s) {
+  return tl_pp_schedule_in_flight_costs(p->schedule, p->pp, s, p->n_micro, tl_plan_chunks(p),
+                                        &sh->zb_costs);
+}
+
+static int stage_kind(int s, int pp) {
+  return (s == 0 ? TL_COST_STAGE_EMBED : 0) | (s == pp - 1 ? TL_COST_STAGE_HEAD : 0);
+}
+
+/* Memory of pipeline rank s: its chunks, virtual stages c * pp + s of
+ * pp * v with layers[c * pp + s] layers each (one chunk, layers[s], unless
+ * interleaved). */
+static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh, tl_dtype dtype,
+                         const tl_plan* p, const int* layers, int s, double* state, double* act) {
+  const int v = tl_plan_chunks(p), n_virtual = p->pp * v;
+  const double b = p->micro_batch;
+  const double scale = tl__cost_act_scale(cm, dtype);
+  const tl_dtype state_dtype = tl__cost_state_dtype(cm, dtype);
+  int held[TL_PP_MAX_CHUNKS] = {0};
+  if (v > 1)
+    tl_pp_schedule_chunk_in_flight(p->pp, s, p->n_micro, v, held);
+  else
+    held[0] = tl__cost_in_flight(p, sh, s);
+  double params = 0, rep = 0, shared = 0, multi = 0, staging = 0, unit_max = 0;
+  double kept = 0, transient = 0;
+  for (int c = 0; c < v; c++) {
+    const int q = c * p->pp + s, k = layers[q];
+    const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(q, n_virtual)];
+    /* 1. parameters, gradients, optimizer state: the chunks' in one layout */
+    params += x->params + (k - 1) * x->params_layer;
+    if (sh->sp && sh->tp > 1) rep += x->replicated + (k - 1) * x->replicated_layer;
+    shared += x->shared, multi += x->multi;
+    staging = fmax(staging, x->staging), unit_max = fmax(unit_max, x->unit_max);
+    /* 2. an executor per micro-batch the chunk holds, each its own arena
+     * (what a forward keeps for its backward: with recomputation, the
+     * layers' inputs alone), and the transient arena they all share (a
+     * pass's working set: the largest chunk's) */
+    kept += held[c] * b * ((x->arena + (k - 1) * x->arena_layer) * scale + x->io);
+    transient = fmax(transient, (x->transient + (k - 1) * x->transient_layer) * scale * b +
+                                    x->transient_fixed);
+  }
+  /* the packed LayerNorm gradients of sequence parallelism; the trainer's
+   * norm scalar */
+  *state =
+      tl__cost_zero_state(p, state_dtype, params, shared + rep, multi, staging, unit_max) + 4.0;
+  if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
+  *act = kept + transient;
+}
+
+void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
+                          const int* layers, int stage, double* state, double* act) {
+  struct tl_cost_shard tmp;
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, p->tp, p->sequence_parallel, p->recompute,
+                                                    p->schedule == TL_SCHEDULE_ZERO_BUBBLE, &tmp);
+  if (cm->kind == TL_MODEL_MLP) {
+    if (!tl_cost_has_shard(cm, p->tp)) { /* no such split: nothing fits */
+      *state = *act = HUGE_VAL;
+      return;
+    }
+    int a = 0;
+    for (int s = 0; s < stage; s++) a += layers[s];
+    tl__cost_mlp_stage_memory(cm, sh, dtype, p, a, a + layers[stage], stage, state, act);
+    return;
+  }
+  stage_memory(cm, sh, dtype, p, layers, stage, state, act);
+}
+
+void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
+                      const int* layers, tl_plan* p) {
+  if (cm->kind == TL_MODEL_MLP && p->pp >= 1 && p->pp <= cm->n_layers) {
+    tl__cost_mlp_evaluate(cm, c, dtype, layers, p);
+    return;
+  }
+  const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
+  const double act_bytes = tl_dtype_size(dtype); /* the graph counts elements */
+  const int dpn = c->devices_per_node;
+  const int L = cm->n_layers;
+  const double bsh = (double)b * cm->layer_input; /* (b, s, h) elements */
+  struct tl_cost_shard tmp;
+  const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, p->sequence_parallel, p->recompute,
+                                                    p->schedule == TL_SCHEDULE_ZERO_BUBBLE, &tmp);
+  if (pp < 1 || pp > L) { /* no such mesh (the search rejects it first) */
+    p->fits = p->runnable = false;
+    p->t_step = HUGE_VAL;
+    return;
+  }
+  /* 0. the stages (the chunks, interleaved), cut as the trainer cuts them */
+  const int v = tl_plan_chunks(p), n_virtual = pp * v;
+  if (n_virtual > L || (v > 1 && (pp < 2 || m % pp != 0))) { /* no such schedule */
+    p->fits = p->runnable = false;
+    p->t_step = HUGE_VAL;
+    return;
+  }
+  int cut[TL_MODEL_MAX_LAYERS];
+  if (!layers) {
+    layers = cut;
+    if (tl_cost_stage_layers(cm, t, p->sequence_parallel, n_virtual, cut) != TL_OK)
+      for (int s = 0; s < n_virtual; s++) /* out of memory: even */
+        cut[s] = L / n_virtual + (s < L % n_virtual);
+  }
+
+  const bool whole = p->recompute_whole_forward && p->recompute == TL_RECOMPUTE_FULL;
+  /* the arithmetic at the matrix products' rate: a block's attention FLOPs
+   * weighed by how much slower they run (a whole forward again re-runs the
+   * forward's attention in place of the graph's copies) */
+  double eff = c->efficiency;
+  if (c->efficiency_half_flops > 0) {
+    double x = cm->layer_fwd_flops * b / t; /* one block's forward on one rank */
+    eff *= x / (x + c->efficiency_half_flops);
+  }
+  const double attn_eff = c->attention_efficiency > 0 ? c->attention_efficiency : c->efficiency;
+  const double attn = sh->layer_attn_flops +
+                      (whole ? sh->layer_attn_fwd_flops - sh->layer_attn_again_flops : 0);
+  const double peak = tl_cluster_peak(c, dtype);
+  /* seconds per sequence of a block, of the embedding and of the head at
+   * micro-batch b: matrix products by shape where the cluster has a table,
+   * attention kernels at their rate, the rest at `eff` */
+  double sec_layer, sec_embed, sec_head;
+  {
+    double fl = sh->layer_flops + (whole ? sh->layer_fwd_flops - sh->layer_recompute_flops : 0);
+    const struct tl_cost_gemms *gl = &sh->layer_gemms, *ge = &sh->embed_gemms,
+                               *gh = &sh->head_gemms;
+    /* without a table the products run at `eff` like the rest */
+    double fl_l = 0, fl_e = 0, fl_h = 0, g_l = 0, g_e = 0, g_h = 0;
+    if (c->gemm.n_m > 0) {
+      fl_l = tl_cost_gemm_flops(gl->g, gl->n, whole);
+      fl_e = tl_cost_gemm_flops(ge->g, ge->n, false);
+      fl_h = tl_cost_gemm_flops(gh->g, gh->n, false);
+      g_l = tl_cost_gemm_seconds(c, peak, gl->g, gl->n, b, whole);
+      g_e = tl_cost_gemm_seconds(c, peak, ge->g, ge->n, b, false);
+      g_h = tl_cost_gemm_seconds(c, peak, gh->g, gh->n, b, false);
+    }
+    sec_layer = (fl - attn - fl_l) / (peak * eff) + attn / (peak * attn_eff) + g_l;
+    sec_embed = (sh->embed_flops - fl_e) / (peak * eff) + g_e;
+    sec_head = (sh->head_flops - fl_h) / (peak * eff) + g_h;
+  }
+  /* 1. memory: the fullest stage */
+  p->mem_state = p->mem_act = -1;
+  double grads = 0, slowest = 0, ln_grads = 0;
+  int k_slowest = 1;
+  /* A stage's bytes follow from its kind (embedding, head), its layers and
+   * the micro-batches it holds, growing with the last: of stages alike in
+   * the first two only the one holding the most (the first of those) can be
+   * the fullest. One chunk a stage: price those alone, in stage order, the
+   * first of equal totals kept as below. */
+  int reps[16], rep_held[16], n_rep = 0;
+  bool grouped = v == 1;
+  for (int s = 0; grouped && s < pp; s++) {
+    const int held = tl__cost_in_flight(p, sh, s), kind = stage_kind(s, pp);
+    int g = 0;
+    while (g < n_rep && !(stage_kind(reps[g], pp) == kind && layers[reps[g]] == layers[s])) g++;
+    if (g == n_rep) {
+      if (n_rep == 16)
+        grouped = false; /* too many kinds of stage: price them all */
+      else
+        reps[n_rep] = s, rep_held[n_rep++] = held;
+    } else if (held > rep_held[g]) {
+      reps[g] = s, rep_held[g] = held;
+    }
+  }
+  if (grouped) {
+    /* in stage order, as the loop below would meet them */
+    for (int i = 1; i < n_rep; i++)
+      for (int j = i; j > 0 && reps[j - 1] > reps[j]; j--) {
+        int x = reps[j];
+        reps[j] = reps[j - 1], reps[j - 1] = x;
+      }
+    for (int i = 0; i < n_rep; i++) {
+      double state, act;
+      stage_memory(cm, sh, dtype, p, layers, reps[i], &state, &act);
+      if (state + act > p->mem_state + p->mem_act)
+        p->mem_state = state, p->mem_act = act, p->mem_stage = reps[i];
+    }
+  }
+  for (int s = 0; s < pp; s++) {
+    if (!grouped) {
+      double state, act;
+      stage_memory(cm, sh, dtype, p, layers, s, &state, &act);
+      if (state + act > p->mem_state + p->mem_act)
+        p->mem_state = state, p->mem_act = act, p->mem_stage = s;
+    }
+    double params = 0, rep = 0, fl = 0;
+    int k = 0;
+    for (int c = 0; c < v; c++) { /* the stage's chunks */
+      const int q = c * pp + s;
+      const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(q, n_virtual)];
+      params += x->params + (layers[q] - 1) * x->params_layer;
+      rep += x->replicated + (layers[q] - 1) * x->replicated_layer;
+      /* the stage's arithmetic per sequence; the shard's graph recomputes
+       * as the plan does: its FLOPs count the copies */
+      fl += layers[q] * sec_layer;
+      if (q == 0) fl += sec_embed;
+      if (q == n_virtual - 1) fl += sec_head;
+      k += layers[q];
+    }
+    if (params > grads) grads = params;
+    if (rep > ln_grads) ln_grads = rep;
+    if (fl > slowest) slowest = fl, k_slowest = k;
+  }
+  p->mem_reserve = c->reserve_bytes;
+  p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
+  p->fits = p->mem_total <= c->device_memory_bytes;
+
+  /* 2. time of one micro-batch on the slowest stage */
+  double comp = slowest * b; /* seconds of one micro-batch on the slowest stage */
+  const struct tl_link tp_l = tl_cost_group_link(c, t, 1), *tp_link = &tp_l;
+  /* full recomputation re-runs the forward's two collectives */
+  const bool full = p->recompute == TL_RECOMPUTE_FULL;
+  int tp_calls = full ? 6 : 4;
+  double tp_comm = k_slowest * tp_calls * tl_cost_all_reduce(c, bsh * act_bytes, t, tp_link);
+  /* sequence parallelism moves the same bytes (a reduce-scatter and an
+   * all-gather for each all-reduce), and gathers each column-parallel
+   * matmul's input once more in the backward: 2 all-gathers per layer
+   * (which full recomputation's own gathers serve: tl_graph_recompute) */
+  if (sh->sp && t > 1 && !full)
+    tp_comm += k_slowest * 2 * tl_cost_all_gather(c, bsh * act_bytes, t, tp_link);
+  double pp_comm = 0;
+  if (pp > 1) {
+    const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
+    /* each chunk's boundary: interleaving sends v times the messages */
+    pp_comm = v * 2.0 * (bsh * act_bytes / t / pp_link->bandwidth + pp_link->latency);
+  }
+  double micro = comp + tp_comm + pp_comm;
+
+  /* 3. the step: m micro-batches, the bubble, then the gradient all-reduce */
+  const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
+  /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
+   * bf16, and trellis's under train.precision "bf16"), whatever the
+   * activations' dtype */
+  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp);
+  p->t_compute = m * comp;
+  p->t_tp = m * tp_comm;
+  /* and once a step, the LayerNorm gradients summed over the group (packed) */
+  if (sh->sp && t > 1) p->t_tp += tl_cost_all_reduce(c, ln_grads * 4.0, t, tp_link);
+  p->t_pp = m * pp_comm;
+  p->zb_costs = sh->zb_costs;
+  p->t_bubble = bubble_micro_batches(p, &sh->zb_costs) * micro;
+  p->t_dp = dp;
+  p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
+
+  double layer_fl =
+      cm->layer_flops + (whole ? cm->layer_fwd_flops : cm->layer_recompute_flops[p->recompute]);
+  double devices = (double)d * t * pp;
+  double seqs = (double)d * b * m;
+  p->tokens_per_s = seqs * cm->seq / p->t_step;
+  double exec = seqs * (L * layer_fl + cm->embed_flops + cm->head_flops);
+  double model = seqs * (L * cm->layer_flops + cm->embed_flops + cm->head_flops);
+  p->flops_per_device = exec / p->t_step / devices;
+  p->mfu = model / p->t_step / devices / tl_cluster_peak(c, dtype);
+  /* the trainer runs dp x tp x pp meshes with any ZeRO stage and
+   * recomputation, interleaved with ZeRO 0 and 1 */
+  p->runnable =
+      !whole &&
+      (v == 1 || (p->zero <= 1 && v <= TL_MAX_VIRTUAL_STAGES && n_virtual <= TL_MAX_STAGES));
+}
+
+const char* tl_plan_bound(const tl_plan* p) {
+  const char* name = "compute";
+  double best = p->t_compute;
+  if (p->t_bubble > best) name = "bubble", best = p->t_bubble;
+  if (p->t_tp > best) name = "tp comm", best = p->t_tp;
+  if (p->t_pp > best) name = "pp comm", best = p->t_pp;
+  if (p->t_dp > best) name = "dp comm", best = p->t_dp;
+  return name;
+}
