@@ -4,12 +4,21 @@
  * all-gather want equal chunks; for counts that do not divide the group,
  * the same result comes from one grouped call per member (ncclReduce to
  * that member's chunk, ncclBroadcast from it) inside ncclGroupStart/End.
- * NCCL has no tags: send/recv between a pair match in issue order. */
+ * NCCL has no tags: send/recv between a pair match in issue order.
+ *
+ * libnccl is loaded when the first NCCL group is made, not linked: a
+ * `trellis` that plans, checks or trains on CPUs must start where no CUDA
+ * library is installed. It comes from the toolkit trellis was built against
+ * (TL_CUDA_LIB_DIR), else from the loader's path (LD_LIBRARY_PATH: a bundle
+ * carried to another machine, a PyTorch wheel's NCCL). */
 #include "core/group_nccl.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,10 +51,88 @@ struct nccl_req {
   cudaEvent_t done;
 };
 
+#ifndef TL_CUDA_LIB_DIR
+#define TL_CUDA_LIB_DIR ""
+#endif
+#define TL_STR2(x) #x
+#define TL_STR(x) TL_STR2(x)
+#define NCCL_SONAME "libnccl.so." TL_STR(NCCL_MAJOR)
+
+/* The NCCL functions trellis calls, found in the library once loaded. */
+static struct {
+  const char* (*GetLastError)(ncclComm_t);
+  const char* (*GetErrorString)(ncclResult_t);
+  ncclResult_t (*GetUniqueId)(ncclUniqueId*);
+  ncclResult_t (*CommInitRank)(ncclComm_t*, int, ncclUniqueId, int);
+  ncclResult_t (*CommDestroy)(ncclComm_t);
+  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t*);
+  ncclResult_t (*AllReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                            cudaStream_t);
+  ncclResult_t (*ReduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
+                                ncclComm_t, cudaStream_t);
+  ncclResult_t (*AllGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*Reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                         cudaStream_t);
+  ncclResult_t (*Broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                            cudaStream_t);
+  ncclResult_t (*Send)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*Recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*GroupStart)(void);
+  ncclResult_t (*GroupEnd)(void);
+  bool loaded;
+} nccl;
+static char g_load_error[512];
+static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
+
+static void load_nccl(void) {
+  void* h = NULL;
+  char path[512];
+  if (TL_CUDA_LIB_DIR[0]) {
+    snprintf(path, sizeof path, "%s/%s", TL_CUDA_LIB_DIR, NCCL_SONAME);
+    h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!h) h = dlopen(NCCL_SONAME, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* why = dlerror();
+    snprintf(g_load_error, sizeof g_load_error, "cannot load %s (from %s or the loader's path): %s",
+             NCCL_SONAME, TL_CUDA_LIB_DIR[0] ? TL_CUDA_LIB_DIR : "the toolkit",
+             why ? why : "unknown");
+    return;
+  }
+  const char* missing = NULL;
+#define TL_SYM(field)                                                                    \
+  if (!missing && !(*(void**)&nccl.field = dlsym(h, "nccl" #field))) missing = "nccl" #field;
+  TL_SYM(GetLastError)
+  TL_SYM(GetErrorString)
+  TL_SYM(GetUniqueId)
+  TL_SYM(CommInitRank)
+  TL_SYM(CommDestroy)
+  TL_SYM(CommGetAsyncError)
+  TL_SYM(AllReduce)
+  TL_SYM(ReduceScatter)
+  TL_SYM(AllGather)
+  TL_SYM(Reduce)
+  TL_SYM(Broadcast)
+  TL_SYM(Send)
+  TL_SYM(Recv)
+  TL_SYM(GroupStart)
+  TL_SYM(GroupEnd)
+#undef TL_SYM
+  if (missing) {
+    snprintf(g_load_error, sizeof g_load_error, "%s has no %s", NCCL_SONAME, missing);
+    dlclose(h);
+    return;
+  }
+  nccl.loaded = true;
+}
+
+/* `call` is the source text, "nccl.AllReduce(...)": named as NCCL names it. */
 static tl_status nccl_error(ncclResult_t r, const char* call, const char* file, int line) {
-  const char* detail = ncclGetLastError(NULL);
-  return tl__set_error(TL_ERR_NCCL, file, line, "%.*s failed: %s%s%s", (int)strcspn(call, "("),
-                       call, ncclGetErrorString(r), detail && *detail ? ": " : "",
+  const char* detail = nccl.GetLastError(NULL);
+  if (strncmp(call, "nccl.", 5) == 0) call += 5;
+  else if (strncmp(call, "nccl", 4) == 0) call += 4;
+  return tl__set_error(TL_ERR_NCCL, file, line, "nccl%.*s failed: %s%s%s", (int)strcspn(call, "("),
+                       call, nccl.GetErrorString(r), detail && *detail ? ": " : "",
                        detail ? detail : "");
 }
 
@@ -83,7 +170,7 @@ static tl_status nccl_all_reduce(void* ctx, const void* send, void* recv, size_t
                                  tl_dtype dtype, tl_reduce_op op, tl_group_request** out) {
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   TL_CUDA_CHECK(cudaSetDevice(c->device));
-  TL_NCCL_CHECK(ncclAllReduce(send, recv, count, dt_of(dtype), op_of(op), c->nccl, c->stream));
+  TL_NCCL_CHECK(nccl.AllReduce(send, recv, count, dt_of(dtype), op_of(op), c->nccl, c->stream));
   return enqueued(c, out);
 }
 
@@ -92,24 +179,24 @@ static tl_status nccl_reduce_scatter(void* ctx, const void* send, void* recv, si
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   TL_CUDA_CHECK(cudaSetDevice(c->device));
   if (count % (size_t)c->size == 0) {
-    TL_NCCL_CHECK(ncclReduceScatter(send, recv, count / (size_t)c->size, dt_of(dtype), op_of(op),
+    TL_NCCL_CHECK(nccl.ReduceScatter(send, recv, count / (size_t)c->size, dt_of(dtype), op_of(op),
                                     c->nccl, c->stream));
     return enqueued(c, out);
   }
   size_t es = tl_dtype_size(dtype);
-  TL_NCCL_CHECK(ncclGroupStart());
+  TL_NCCL_CHECK(nccl.GroupStart());
   for (int r = 0; r < c->size; r++) {
     size_t off, n;
     tl_group_chunk(count, c->size, r, &off, &n);
     if (n == 0) continue;
-    ncclResult_t e = ncclReduce((const char*)send + off * es, recv, n, dt_of(dtype), op_of(op), r,
+    ncclResult_t e = nccl.Reduce((const char*)send + off * es, recv, n, dt_of(dtype), op_of(op), r,
                                 c->nccl, c->stream);
     if (e != ncclSuccess) {
-      ncclGroupEnd();
+      nccl.GroupEnd();
       return nccl_error(e, "ncclReduce", __FILE__, __LINE__);
     }
   }
-  TL_NCCL_CHECK(ncclGroupEnd());
+  TL_NCCL_CHECK(nccl.GroupEnd());
   return enqueued(c, out);
 }
 
@@ -119,23 +206,23 @@ static tl_status nccl_all_gather(void* ctx, const void* send, void* recv, size_t
   TL_CUDA_CHECK(cudaSetDevice(c->device));
   if (count % (size_t)c->size == 0) {
     TL_NCCL_CHECK(
-        ncclAllGather(send, recv, count / (size_t)c->size, dt_of(dtype), c->nccl, c->stream));
+        nccl.AllGather(send, recv, count / (size_t)c->size, dt_of(dtype), c->nccl, c->stream));
     return enqueued(c, out);
   }
   size_t es = tl_dtype_size(dtype);
-  TL_NCCL_CHECK(ncclGroupStart());
+  TL_NCCL_CHECK(nccl.GroupStart());
   for (int r = 0; r < c->size; r++) {
     size_t off, n;
     tl_group_chunk(count, c->size, r, &off, &n);
     if (n == 0) continue;
     ncclResult_t e =
-        ncclBroadcast(send, (char*)recv + off * es, n, dt_of(dtype), r, c->nccl, c->stream);
+        nccl.Broadcast(send, (char*)recv + off * es, n, dt_of(dtype), r, c->nccl, c->stream);
     if (e != ncclSuccess) {
-      ncclGroupEnd();
+      nccl.GroupEnd();
       return nccl_error(e, "ncclBroadcast", __FILE__, __LINE__);
     }
   }
-  TL_NCCL_CHECK(ncclGroupEnd());
+  TL_NCCL_CHECK(nccl.GroupEnd());
   return enqueued(c, out);
 }
 
@@ -143,7 +230,7 @@ static tl_status nccl_broadcast(void* ctx, void* buf, size_t count, tl_dtype dty
                                 tl_group_request** out) {
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   TL_CUDA_CHECK(cudaSetDevice(c->device));
-  TL_NCCL_CHECK(ncclBroadcast(buf, buf, count, dt_of(dtype), root, c->nccl, c->stream));
+  TL_NCCL_CHECK(nccl.Broadcast(buf, buf, count, dt_of(dtype), root, c->nccl, c->stream));
   return enqueued(c, out);
 }
 
@@ -152,7 +239,7 @@ static tl_status nccl_send(void* ctx, const void* buf, size_t count, tl_dtype dt
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   (void)tag; /* NCCL matches a pair's messages in issue order */
   TL_CUDA_CHECK(cudaSetDevice(c->device));
-  TL_NCCL_CHECK(ncclSend(buf, count, dt_of(dtype), peer, c->nccl, c->stream));
+  TL_NCCL_CHECK(nccl.Send(buf, count, dt_of(dtype), peer, c->nccl, c->stream));
   return enqueued(c, out);
 }
 
@@ -161,7 +248,7 @@ static tl_status nccl_recv(void* ctx, void* buf, size_t count, tl_dtype dtype, i
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   (void)tag;
   TL_CUDA_CHECK(cudaSetDevice(c->device));
-  TL_NCCL_CHECK(ncclRecv(buf, count, dt_of(dtype), peer, c->nccl, c->stream));
+  TL_NCCL_CHECK(nccl.Recv(buf, count, dt_of(dtype), peer, c->nccl, c->stream));
   return enqueued(c, out);
 }
 
@@ -177,7 +264,7 @@ static tl_status nccl_barrier(void* ctx, tl_group_request** out) {
 
 static tl_status check_async(struct nccl_ctx* c) {
   ncclResult_t async = ncclSuccess;
-  TL_NCCL_CHECK(ncclCommGetAsyncError(c->nccl, &async));
+  TL_NCCL_CHECK(nccl.CommGetAsyncError(c->nccl, &async));
   if (async != ncclSuccess) return nccl_error(async, "NCCL operation", __FILE__, __LINE__);
   return TL_OK;
 }
@@ -205,7 +292,7 @@ static void nccl_destroy(void* ctx) {
   if (!c) return;
   cudaSetDevice(c->device);
   if (c->stream) cudaStreamSynchronize(c->stream);
-  if (c->nccl) ncclCommDestroy(c->nccl);
+  if (c->nccl) nccl.CommDestroy(c->nccl);
   if (c->stream) cudaStreamDestroy(c->stream);
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -243,7 +330,7 @@ static tl_status join(MPI_Comm comm, int device, struct nccl_ctx** out) {
     ncclUniqueId id;
   } msg;
   memset(&msg, 0, sizeof msg);
-  if (c->rank == 0) msg.ok = ncclGetUniqueId(&msg.id) == ncclSuccess;
+  if (c->rank == 0) msg.ok = nccl.GetUniqueId(&msg.id) == ncclSuccess;
   rc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, comm);
   if (rc != MPI_SUCCESS) {
     st = tl_mpi_error(rc, "MPI_Bcast", __FILE__, __LINE__);
@@ -254,7 +341,7 @@ static tl_status join(MPI_Comm comm, int device, struct nccl_ctx** out) {
     goto fail;
   }
   /* 2. everyone joins */
-  ncclResult_t r = ncclCommInitRank(&c->nccl, c->size, msg.id, c->rank);
+  ncclResult_t r = nccl.CommInitRank(&c->nccl, c->size, msg.id, c->rank);
   if (r != ncclSuccess) {
     c->nccl = NULL;
     st = nccl_error(r, "ncclCommInitRank", __FILE__, __LINE__);
@@ -308,6 +395,11 @@ bool tl_group_nccl_built(void) {
   return true;
 }
 
+tl_status tl_group_nccl_check(void) {
+  pthread_once(&g_load_once, load_nccl);
+  return nccl.loaded ? TL_OK : TL_ERRF(TL_ERR_NCCL, "%s", g_load_error);
+}
+
 tl_status tl_group_nccl_create(tl_group* mpi_group, int device, const char* name, tl_group** out) {
   *out = NULL;
   name = name ? name : "group";
@@ -330,7 +422,10 @@ tl_status tl_group_nccl_create(tl_group* mpi_group, int device, const char* name
                    "NCCL group '%s' on cuda:%d: this machine has %d CUDA device%s (one per rank "
                    "on a node: run at most %d ranks per node)",
                    name, device, n, n == 1 ? "" : "s", n);
-  /* 2. its own communicator, then the NCCL one over it */
+  /* 2. the library, on first use */
+  if (tl_group_nccl_check() != TL_OK)
+    return TL_ERRF(TL_ERR_NCCL, "NCCL group '%s': %s", name, g_load_error);
+  /* 3. its own communicator, then the NCCL one over it */
   MPI_Comm comm = MPI_COMM_NULL;
   TL_MPI_CHECK(MPI_Comm_dup(parent, &comm));
   struct nccl_ctx* c;

@@ -28,6 +28,11 @@ tl_status tl_group_nccl_create(tl_group* mpi_group, int device, const char* name
 /* Whether this build has the NCCL backend (false: built without CUDA). */
 bool tl_group_nccl_built(void);
 
+/* Loads libnccl (once; group creation does the same) and finds every entry
+ * point trellis calls: TL_OK, TL_ERR_NCCL naming the library or the missing
+ * function, TL_ERR_NO_DEVICE in a build without CUDA. Needs no GPU. */
+tl_status tl_group_nccl_check(void);
+
 #ifdef __cplusplus
 }
 #endif

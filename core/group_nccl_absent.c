@@ -6,6 +6,10 @@ bool tl_group_nccl_built(void) {
   return false;
 }
 
+tl_status tl_group_nccl_check(void) {
+  return TL_ERRF(TL_ERR_NO_DEVICE, "trellis was built without CUDA, so without NCCL");
+}
+
 tl_status tl_group_nccl_create(tl_group* mpi_group, int device, const char* name, tl_group** out) {
   (void)mpi_group;
   *out = NULL;

@@ -2,9 +2,12 @@
 # cuDNN and NCCL, which this machine kind ships inside the toolkit folder.
 package(default_visibility = ["//visibility:public"])
 
-# The runtime. cuBLAS is not linked: mapping it costs a process 0.1 s and
-# 210 MB before main(), so trellis loads it when it first uses a GPU
-# (kernels/cuda/blas.cu).
+# The runtime, linked statically: `trellis` needs no CUDA library to start
+# (plan, check, data and CPU runs work where none is installed), and the
+# runtime finds the driver (libcuda) when a GPU is first used. cuBLAS and
+# NCCL are not linked either: trellis loads them when it first uses a GPU
+# (kernels/cuda/blas.cu, core/group_nccl.c); mapping libcublas alone costs a
+# process 0.1 s and 210 MB before main().
 cc_library(
     name = "cuda",
     hdrs = glob([
@@ -16,14 +19,14 @@ cc_library(
     ]),
     includes = ["include"],
     linkopts = [
-        "-L%{root}/lib64",
-        "-Wl,-rpath,%{root}/lib64",
-        "-lcudart",
+        "%{root}/lib64/libcudart_static.a",
         "-ldl",
+        "-lpthread",
+        "-lrt",
     ],
 )
 
-# cuBLAS and cuBLASLt linked, for a test that checks they load.
+# cuBLAS, cuBLASLt and NCCL linked, for a test that checks they load.
 cc_library(
     name = "cublas",
     linkopts = ["-L%{root}/lib64", "-Wl,-rpath,%{root}/lib64", "-lcublasLt", "-lcublas"],

@@ -4,8 +4,9 @@
 # PyTorch but no Bazel, MPICH or OpenBLAS: what runs is the bundle that
 # tools/gpu_bundle.sh built elsewhere (default .gpu/trellis-gpu.tar.xz),
 # unpacked into a temporary folder, its libraries beside the GPU machine's
-# own CUDA runtime, NCCL and cuBLAS (its toolkit's, else its PyTorch's
-# wheels'). On a machine with Bazel and no bundle it builds one first.
+# own NCCL and cuBLAS (its toolkit's, else its PyTorch's wheels'; the CUDA
+# runtime is linked into the binaries). On a machine with Bazel and no
+# bundle it builds one first.
 #   1. the op suite on the GPU: every kernel's forward and gradients against
 #      the double reference (the test binary, then `trellis check`);
 #   2. the NCCL group suite on one rank (NCCL refuses two on one GPU);
@@ -67,8 +68,9 @@ site=$("$py" -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)
 for d in "$site"/nvidia/*/lib; do [ -d "$d" ] && libs="$libs:$d"; done
 export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export UCX_MODULE_DIR="$root/ucx"
-# (trellis opens cuBLAS at its first CUDA backend: from the toolkit's
-# folder it was built against, else from this same path)
+# (trellis opens cuBLAS at its first CUDA backend and NCCL at its first NCCL
+# group: from the toolkit's folder it was built against, else from this
+# same path)
 tl="$root/bin/trellis"
 ldd "$tl" | grep "not found" && { echo "gpu_check: the bundle misses libraries" >&2; exit 1; }
 
