@@ -39,3 +39,8 @@ void tl_backend_destroy(tl_backend* be) {
 int tl_cuda_device_count(const char** why) {
   return tl__cuda_device_count(why);
 }
+
+tl_status tl_cuda_device_info(int index, char* name, size_t name_size, double* memory_bytes,
+                              double* free_bytes) {
+  return tl__cuda_device_info(index, name, name_size, memory_bytes, free_bytes);
+}

@@ -7,6 +7,8 @@
 #ifndef TL_KERNELS_BACKEND_H
 #define TL_KERNELS_BACKEND_H
 
+#include <stddef.h>
+
 #include "core/device.h"
 #include "core/status.h"
 #include "kernels/ops.h"
@@ -30,6 +32,13 @@ void tl_backend_destroy(tl_backend* be); /* NULL is fine */
 /* Number of usable CUDA devices; 0 without a GPU, driver or CUDA build.
  * Never fails; `why` (may be NULL) receives a short reason when it is 0. */
 int tl_cuda_device_count(const char** why);
+
+/* cuda:`index`'s name (as the driver gives it, into name[name_size]), its
+ * memory and the part of it free now (every process's allocations, the
+ * CUDA contexts' and libraries' included, taken off), in bytes.
+ * TL_ERR_NO_DEVICE when it is not there. */
+tl_status tl_cuda_device_info(int index, char* name, size_t name_size, double* memory_bytes,
+                              double* free_bytes);
 
 #ifdef __cplusplus
 }

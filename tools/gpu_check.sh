@@ -15,7 +15,12 @@
 #   4. the benchmark: GPT-2 124M dimensions, bf16, T = 1024, in trellis and
 #      in PyTorch (bf16 autocast, scaled_dot_product_attention,
 #      torch.compile: tools/gpu_torch_gpt2.py), tokens/s and MFU against
-#      989 TFLOP/s dense bf16, side by side.
+#      989 TFLOP/s dense bf16, side by side;
+#   5. the planner against the GPU: `trellis plan --calibrate --device cuda`
+#      on one rank, then the step time it predicts with that spec for the
+#      benchmark's GPT-2 124M and for a 1.5B-class GPT (GPT-2 XL's 48 x
+#      1600, 25 heads, B = 8) against what trellis measures (figures).
+# TL_GPU_PARTS (default "ops nccl small bench planner") picks the parts.
 # Every step is timed out on its own; a table of the figures comes last.
 # Exits non-zero if a check fails (the benchmark's figures are not checks).
 set -uo pipefail
@@ -23,6 +28,8 @@ cd "$(dirname "$0")/.."
 bundle=${1:-.gpu/trellis-gpu.tar.xz}
 B=${TL_BENCH_BATCH:-16}
 STEPS=${TL_BENCH_STEPS:-10}
+PARTS=" ${TL_GPU_PARTS:-ops nccl small bench planner} "
+want() { [[ "$PARTS" == *" $1 "* ]]; }
 
 fail=0
 step() { # step NAME SECONDS CMD...
@@ -74,9 +81,11 @@ export UCX_MODULE_DIR="$root/ucx"
 tl="$root/bin/trellis"
 ldd "$tl" | grep "not found" && { echo "gpu_check: the bundle misses libraries" >&2; exit 1; }
 
-step "op suite on the GPU (test binary)" 240 "$root/bin/op_test"
-step "op suite (trellis check --device cuda)" 120 "$tl" check --device cuda
-step "NCCL group suite, one rank" 120 "$root/bin/group_nccl_test_bin"
+if want ops; then
+  step "op suite on the GPU (test binary)" 240 "$root/bin/op_test"
+  step "op suite (trellis check --device cuda)" 120 "$tl" check --device cuda
+fi
+want nccl && step "NCCL group suite, one rank" 120 "$root/bin/group_nccl_test_bin"
 
 # 3. cuda against the CPU
 small() { # small DEVICE PRECISION -> a config path
@@ -87,7 +96,7 @@ small() { # small DEVICE PRECISION -> a config path
     "$root/gpt_small.json" > "$f"
   echo "$f"
 }
-for prec in fp32 bf16; do
+want small && for prec in fp32 bf16; do
   for dev in cuda cpu; do
     step "a small GPT on $dev, $prec, 50 steps" 300 bash -c \
       "'$tl' train '$(small $dev $prec)' --steps 50 > '$root/$dev.$prec.log' 2>&1; \
@@ -109,25 +118,39 @@ EOF
 done
 
 # 4. the benchmark
-bench="$root/gpt2.json"
-cat > "$bench" << EOF
-{"model": {"kind": "gpt", "n_layers": 12, "n_heads": 12, "n_embd": 768, "vocab_size": 50257,
+step_ms() { # step_ms LOG STEPS: the mean of the last STEPS steps' ms, or nothing
+  "$py" - "$1" "$2" << 'EOF'
+import re, sys
+log, steps = open(sys.argv[1]).read(), int(sys.argv[2])
+ms = [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \|.*\|\s+([0-9.]+) ms \|", log, re.M)]
+if len(ms) >= steps:
+    print(f"{sum(ms[-steps:]) / steps:.2f}")
+EOF
+}
+gpt_config() { # gpt_config PATH LAYERS HEADS EMBD BATCH STEPS
+  cat > "$1" << EOF
+{"model": {"kind": "gpt", "n_layers": $2, "n_heads": $3, "n_embd": $4, "vocab_size": 50257,
            "max_seq_len": 1024},
- "train": {"steps": $((STEPS + 3)), "batch_size": $B, "seq_len": 1024, "lr": 3e-4,
+ "train": {"steps": $6, "batch_size": $5, "seq_len": 1024, "lr": 3e-4,
            "warmup_steps": 0, "sample_tokens": 0, "precision": "bf16"},
  "data": {"train": "$root/data/fortunes_train.bin"},
  "device": {"type": "cuda"}}
 EOF
-step "trellis: GPT-2 124M, bf16, B=$B, T=1024, $((STEPS + 3)) steps" 300 bash -c \
-  "'$tl' train '$bench' > '$root/bench.log' 2>&1; rc=\$?; tail -4 '$root/bench.log'; exit \$rc"
-trellis_line=$("$py" - "$root/bench.log" "$B" "$STEPS" << 'EOF'
-import re, sys
-log, B, steps = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3])
-ms = [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \|.*\|\s+([0-9.]+) ms \|", log, re.M)]
-if len(ms) < steps:
+}
+bench="$root/gpt2.json"
+gpt_config "$bench" 12 12 768 "$B" $((STEPS + 3))
+trellis_line="trellis: not run (TL_GPU_PARTS)"
+if want bench || want planner; then
+  step "trellis: GPT-2 124M, bf16, B=$B, T=1024, $((STEPS + 3)) steps" 300 bash -c \
+    "'$tl' train '$bench' > '$root/bench.log' 2>&1; rc=\$?; tail -4 '$root/bench.log'; exit \$rc"
+  bench_ms=$(step_ms "$root/bench.log" "$STEPS")
+  trellis_line=$("$py" - "$B" "$bench_ms" << 'EOF'
+import sys
+B, ms = int(sys.argv[1]), sys.argv[2]
+if not ms:
     print("trellis: no step times (see the log above)")
     sys.exit(0)
-dt = sum(ms[-steps:]) / steps / 1e3
+dt = float(ms) / 1e3
 tok = B * 1024 / dt
 L, C, T, V = 12, 768, 1024, 50304
 n = V * C + L * (12 * C * C + 13 * C) + 2 * C  # the parameters but wpe
@@ -135,11 +158,53 @@ print(f"trellis: B={B} T={T}: {dt * 1e3:.1f} ms a step, {tok:.0f} tokens/s, "
       f"MFU {100 * tok * (6 * n + 12 * L * T * C) / 989e12:.1f}%")
 EOF
 )
-step "pytorch: the same model, bf16 autocast, SDPA, torch.compile" 420 \
-  bash -c "'$py' tools/gpu_torch_gpt2.py $B 1024 $STEPS 2>&1 | tail -20 | tee '$root/torch.log'"
+fi
+if want bench; then
+  step "pytorch: the same model, bf16 autocast, SDPA, torch.compile" 420 \
+    bash -c "'$py' tools/gpu_torch_gpt2.py $B 1024 $STEPS 2>&1 | tail -20 | tee '$root/torch.log'"
+fi
+
+# 5. the planner against the GPU: its spec measured here, its predictions
+# for two models at dp = tp = pp = 1 against the step times trellis takes
+planner_lines=()
+if want planner; then
+  cal="$root/calibrated.json"
+  step "trellis plan --calibrate --device cuda, one rank" 240 \
+    "$tl" plan --calibrate "$cal" --device cuda --ranks 1
+  predict() { # predict CONFIG BATCH: the predicted step time in ms
+    "$tl" plan --model "$1" --cluster "$cal" --batch "$2" --json --fix \
+      "dp=1,tp=1,pp=1,micro_batch=$2,micro_batches=1,zero=0,recompute=none,schedule=1f1b" |
+      "$py" -c 'import json, sys
+p = json.load(sys.stdin)["plans"]
+print("%.2f" % (1e3 * p[0]["step_s"]) if p else "")'
+  }
+  xl="$root/gpt2_xl.json"
+  gpt_config "$xl" 48 25 1600 8 6
+  step "trellis: a 1.5B-class GPT (48 x 1600), bf16, B=8, T=1024, 6 steps" 400 bash -c \
+    "'$tl' train '$xl' > '$root/xl.log' 2>&1; rc=\$?; tail -3 '$root/xl.log'; exit \$rc"
+  for m in "GPT-2 124M, B=$B|$bench|$B|$root/bench.log|$STEPS" \
+    "1.5B-class, B=8|$xl|8|$root/xl.log|3"; do
+    IFS='|' read -r name cfg batch log n <<< "$m"
+    pred=""
+    [ -f "$cal" ] && pred=$(predict "$cfg" "$batch")
+    meas=$(step_ms "$log" "$n")
+    planner_lines+=("$("$py" - "$name" "$pred" "$meas" << 'EOF'
+import sys
+name, p, m = sys.argv[1:4]
+if not p or not m:
+    print(f"planner: {name}: predicted {p or '-'} ms, measured {m or '-'} ms")
+else:
+    print(f"planner: {name}: predicted {float(p):.1f} ms, measured {float(m):.1f} ms, "
+          f"error {100 * (float(p) / float(m) - 1):+.1f}%")
+EOF
+)")
+  done
+fi
+
 echo
 echo "== figures (GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
 echo "$trellis_line"
-grep '^pytorch:' "$root/torch.log" || echo "pytorch: no figure (see the log above)"
+want bench && { grep '^pytorch:' "$root/torch.log" || echo "pytorch: no figure (see the log above)"; }
+for l in "${planner_lines[@]}"; do echo "$l"; done
 [ $fail -eq 0 ] && echo "gpu_check: every check passed" || echo "gpu_check: a check FAILED"
 exit $fail

@@ -1,5 +1,6 @@
 // backend.cu — the CUDA kernel table, the device context (stream, cuBLAS
 // handle, workspace) and CUDA memory for core's counted allocator.
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/log.h"
@@ -64,6 +65,31 @@ extern "C" int tl__cuda_device_count(const char** why) {
   }
   if (n == 0 && why) *why = "no CUDA device found";
   return n;
+}
+
+extern "C" tl_status tl__cuda_device_info(int index, char* name, size_t name_size,
+                                         double* memory_bytes, double* free_bytes) {
+  if (name_size) name[0] = 0;
+  *memory_bytes = *free_bytes = 0;
+  const char* why = NULL;
+  int n = tl__cuda_device_count(&why);
+  if (n == 0) return TL_ERRF(TL_ERR_NO_DEVICE, "cuda:%d is not available: %s", index, why);
+  if (index < 0 || index >= n)
+    return TL_ERRF(TL_ERR_NO_DEVICE, "cuda:%d does not exist: this machine has %d CUDA device%s",
+                   index, n, n == 1 ? "" : "s");
+  cudaDeviceProp prop;
+  TL_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  if (name_size) snprintf(name, name_size, "%s", prop.name);
+  int current = 0;
+  TL_CUDA_CHECK(cudaGetDevice(&current));
+  size_t free_now = 0, total = 0;
+  TL_CUDA_CHECK(cudaSetDevice(index));
+  cudaError_t e = cudaMemGetInfo(&free_now, &total);
+  cudaSetDevice(current);
+  TL_CUDA_CHECK(e);
+  *memory_bytes = (double)total;
+  *free_bytes = (double)free_now;
+  return TL_OK;
 }
 
 extern "C" tl_status tl__cuda_workspace(struct tl_cuda_ctx* ctx, size_t bytes, void** out) {

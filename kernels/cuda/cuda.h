@@ -18,6 +18,8 @@ tl_status tl_cuda_backend_init(int index, void** ctx);
 void tl_cuda_backend_free(void* ctx);
 
 int tl__cuda_device_count(const char** why);
+tl_status tl__cuda_device_info(int index, char* name, size_t name_size, double* memory_bytes,
+                               double* free_bytes);
 
 /* Loads cuBLAS now, as the first backend does (trellis does not link it):
  * TL_OK, or TL_ERR_CUBLAS naming the library and the loader's reason;

@@ -10,6 +10,13 @@ int tl__cuda_device_count(const char** why) {
   return 0;
 }
 
+tl_status tl__cuda_device_info(int index, char* name, size_t name_size, double* memory_bytes,
+                               double* free_bytes) {
+  if (name_size) name[0] = 0;
+  *memory_bytes = *free_bytes = 0;
+  return TL_ERRF(TL_ERR_NO_DEVICE, "cuda:%d is not available: %s", index, k_why);
+}
+
 tl_status tl_cuda_backend_init(int index, void** ctx) {
   *ctx = NULL;
   return TL_ERRF(TL_ERR_NO_DEVICE, "cuda:%d is not available: %s", index, k_why);

@@ -1,24 +1,39 @@
 /* calibrate.c — `trellis plan --calibrate OUT.json`: measure this machine
  * and write it as a cluster spec for the planner.
  *
- * It runs as a job of --ranks ranks (default: the online cores), as training
- * would: every rank measures at the same time (so ranks share the machine as
- * they will when training) the CPU backend's matmul over a grid of shapes
- * (the spec's GEMM table, its best rate the peak), the attention kernels
- * and the element-wise ops (their fractions of the peak), then the job
- * measures all-reduce bus bandwidth on 4 MiB (the median of its rounds)
- * and the latency: what a 4-byte all-reduce adds to ranks that compute
- * between messages, as training does (on a core per rank that is the bare
- * latency; with more ranks than cores it holds the scheduling delays), per
- * message of MPICH's all-reduce (2 log2 n, planner/cost.h). Rank 0 writes
- * the spec (atomically) with a comment saying what was measured. Memory per
- * device is an assumption: half the machine's RAM divided among the ranks. */
+ * It runs as a job of --ranks ranks, as training would: every rank measures
+ * at the same time (so ranks share the machine as they will when training)
+ * its backend's matmul over a grid of shapes (the spec's GEMM table, its
+ * best rate the peak), the attention kernels and the element-wise ops (their
+ * fractions of the peak), then the job measures all-reduce bus bandwidth on
+ * 4 MiB (the median of its rounds) and the latency per message of the
+ * planner's all-reduce (2 log2 n messages, planner/cost.h). Rank 0 writes
+ * the spec (atomically) with a comment saying what was measured.
+ *
+ * --device cpu (default; ranks default the online cores): the CPU backend's
+ * fp32 matmul at m, n, k in 32..2048; attention at (b 2, t 256, c 256, 4
+ * heads); the latency is what a 4-byte all-reduce adds to ranks that
+ * compute between messages (on a core per rank the bare latency; with more
+ * ranks than cores it holds the scheduling delays). Memory per device is
+ * an assumption: half the machine's RAM divided among the ranks.
+ *
+ * --device cuda (ranks default the node's GPUs, one each): the CUDA
+ * backend's bf16 matmul as bf16 training runs it (operands narrowed, cuBLAS
+ * in bf16 with fp32 sums) at m, n, k in 128..8192, its best the bf16 peak,
+ * and the fp32 matmul's best for the fp32 peak; attention at GPT-2's (b 4,
+ * t 1024, c 768, 12 heads); all-reduce over the ranks' NCCL group, the
+ * latency a 4-byte one's (median) per message. The device's memory is the
+ * driver's figure, and the reserve what the process holds beyond its
+ * tensors once the CUDA context, cuBLAS and NCCL are up (measured, the
+ * largest over the ranks) plus 5% of the memory for the allocator's
+ * rounding and other processes' contexts. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "kernels/backend.h"
@@ -28,16 +43,30 @@
 #include "launcher/job/worker.h"
 
 /* The GEMM table's sizes on each axis (m, n, k), as trellis plan writes
- * them; a block of a small GPT multiplies (B*T, C..4C, C..4C). */
-static const int kGrid[] = {32, 128, 512, 2048};
+ * them: a block of a small GPT on a CPU multiplies (B*T, C..4C, C..4C); on
+ * a GPU, GPT-2's (8192, 768..3072, 768..3072) and beyond. */
 #define GRID 4
 #define N_GEMM (GRID * GRID * GRID)
+static const int kCpuGrid[GRID] = {32, 128, 512, 2048};
+static const int kGpuGrid[GRID] = {128, 512, 2048, 8192};
 
-/* GFLOP/s of fn run over and over (at least 3 calls and 50 ms; `flops` a call). */
+/* What one device kind is measured at. */
+struct bench_shapes {
+  const int* grid;
+  int attention[4]; /* b, t, c, heads */
+  int rows, c;      /* the element-wise ops' */
+};
+static const struct bench_shapes kCpuShapes = {kCpuGrid, {2, 256, 256, 4}, 512, 256};
+static const struct bench_shapes kGpuShapes = {kGpuGrid, {4, 1024, 768, 12}, 8192, 768};
+
+/* GFLOP/s of fn run over and over (at least 3 calls and 50 ms; `flops` a
+ * call), on the backend's stream as training issues them: the clock stops
+ * when the device has finished. */
 typedef tl_status (*bench_fn)(tl_backend* be, float* const* buf, const int* shape);
 static tl_status rate(tl_backend* be, bench_fn fn, float* const* buf, const int* shape,
                       double flops, double* gflops) {
   TL_CHECK(fn(be, buf, shape)); /* warm up */
+  TL_CHECK(be->ops->synchronize(be->ctx));
   tl_timer t;
   tl_timer_start(&t);
   int iters = 0;
@@ -46,6 +75,7 @@ static tl_status rate(tl_backend* be, bench_fn fn, float* const* buf, const int*
     st = fn(be, buf, shape);
     iters++;
   }
+  if (st == TL_OK) st = be->ops->synchronize(be->ctx);
   *gflops = flops * iters / tl_timer_elapsed_s(&t) * 1e-9;
   return st;
 }
@@ -54,6 +84,12 @@ static tl_status rate(tl_backend* be, bench_fn fn, float* const* buf, const int*
 static tl_status bench_gemm(tl_backend* be, float* const* buf, const int* s) {
   return be->ops->matmul(be->ctx, buf[2], buf[0], buf[1], NULL, s[0], s[1], s[2], false, true,
                          false);
+}
+
+/* the same in bf16, as a bf16 graph multiplies on this backend */
+static tl_status bench_gemm_bf16(tl_backend* be, float* const* buf, const int* s) {
+  return be->ops->matmul_bf16(be->ctx, buf[2], buf[0], buf[1], NULL, s[0], s[1], s[2], false,
+                              true, false);
 }
 
 /* causal attention, forward and backward, on qkv (b, t, 3c) of nh heads */
@@ -75,47 +111,64 @@ static tl_status bench_elementwise(tl_backend* be, float* const* buf, const int*
   return be->ops->gelu_backward(be->ctx, dx, x, y, (int64_t)rows * 4 * c);
 }
 
-/* What this rank's CPU backend reaches: GFLOP/s of the matmul at every
- * point of the grid (gemm[(i * GRID + j) * GRID + l] at m = kGrid[i],
- * n = kGrid[j], k = kGrid[l]), of attention's forward and backward at
- * (b 2, t 256, c 256, 4 heads) and of the element-wise ops at 512 rows of
- * 256, each counted as the graph counts its FLOPs (graph/ops/). */
-static tl_status measure(double* gemm, double* attention, double* elementwise) {
-  const size_t big = (size_t)2048 * 2048;
-  tl_backend* be = NULL;
-  TL_CHECK(tl_backend_create(tl_cpu(), &be));
-  float* mem[5] = {NULL, NULL, NULL, NULL, NULL};
+/* What this rank's backend reaches: GFLOP/s of the matmul (bf16 where the
+ * backend multiplies bf16 itself) at every point of the grid (gemm[(i *
+ * GRID + j) * GRID + l] at m = grid[i], n = grid[j], k = grid[l]), of the
+ * fp32 matmul at the grid's largest shape, of attention's forward and
+ * backward and of the element-wise ops, each counted as the graph counts
+ * its FLOPs (graph/ops/). */
+static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* gemm,
+                         double* fp32, double* attention, double* elementwise) {
+  const int top = sh->grid[GRID - 1];
+  const int* a = sh->attention;
+  size_t big = (size_t)top * top;
+  size_t qkv = (size_t)a[0] * a[1] * 3 * a[2], rows = (size_t)sh->rows * 4 * sh->c;
+  if (qkv > big) big = qkv;
+  if (rows > big) big = rows;
+  tl_buffer* mem[5] = {NULL, NULL, NULL, NULL, NULL};
+  float* buf[5];
   tl_status st = TL_OK;
-  for (int i = 0; i < 5 && st == TL_OK; i++)
-    if (!(mem[i] = calloc(big, sizeof(float))))
-      st = TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
-  if (st == TL_OK) {
-    tl_rng_normal(1, 0, 0, big, 0, 1, mem[0]);
-    tl_rng_normal(1, 1, 0, big, 0, 1, mem[1]);
+  for (int i = 0; i < 5 && st == TL_OK; i++) {
+    st = tl_buffer_create(be->device, big * sizeof(float), &mem[i]);
+    if (st == TL_OK) buf[i] = (float*)mem[i]->data;
   }
+  float* host = st == TL_OK ? malloc(big * sizeof(float)) : NULL;
+  if (st == TL_OK && !host) st = TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
+  for (int i = 0; i < 2 && st == TL_OK; i++) {
+    tl_rng_normal(1, (uint32_t)i, 0, big, 0, 1, host);
+    st = tl_memcpy(be->device, buf[i], tl_cpu(), host, big * sizeof(float));
+  }
+  bench_fn gemm_fn = be->ops->matmul_bf16 ? bench_gemm_bf16 : bench_gemm;
   for (int i = 0; i < GRID && st == TL_OK; i++)
     for (int j = 0; j < GRID && st == TL_OK; j++)
       for (int l = 0; l < GRID && st == TL_OK; l++) {
-        int shape[3] = {kGrid[i], kGrid[j], kGrid[l]};
-        st = rate(be, bench_gemm, mem, shape, 2.0 * shape[0] * shape[1] * shape[2],
+        int shape[3] = {sh->grid[i], sh->grid[j], sh->grid[l]};
+        st = rate(be, gemm_fn, buf, shape, 2.0 * shape[0] * shape[1] * shape[2],
                   &gemm[(i * GRID + j) * GRID + l]);
       }
+  *fp32 = st == TL_OK ? gemm[N_GEMM - 1] : 0;
+  if (st == TL_OK && gemm_fn != bench_gemm) {
+    int shape[3] = {top, top, top};
+    st = rate(be, bench_gemm, buf, shape, 2.0 * top * top * (double)top, fp32);
+  }
   if (st == TL_OK) {
-    const int b = 2, t = 256, c = 256, nh = 4;
-    int shape[4] = {b, t, c, nh};
+    int shape[4] = {a[0], a[1], a[2], a[3]};
     /* graph/ops/attention.c: 2 b t^2 c forward (the causal half), 2.5x backward */
-    st = rate(be, bench_attention, mem, shape, 3.5 * 2.0 * b * t * t * c, attention);
+    st = rate(be, bench_attention, buf, shape, 3.5 * 2.0 * a[0] * a[1] * (double)a[1] * a[2],
+              attention);
   }
   if (st == TL_OK) {
-    const int rows = 512, c = 256;
-    int shape[2] = {rows, c};
-    for (int i = 0; i < 4 * c; i++) mem[2][i] = 1; /* LayerNorm's weight and bias */
+    const int r = sh->rows, c = sh->c;
+    int shape[2] = {r, c};
+    for (int i = 0; i < 4 * c; i++) host[i] = 1; /* LayerNorm's weight and bias */
+    st = tl_memcpy(be->device, buf[2], tl_cpu(), host, 4 * (size_t)c * sizeof(float));
     /* LayerNorm 8 a element forward, GELU 10, each backward twice its forward */
-    st = rate(be, bench_elementwise, mem, shape, 3.0 * (8.0 * rows * c + 10.0 * rows * 4 * c),
-              elementwise);
+    if (st == TL_OK)
+      st = rate(be, bench_elementwise, buf, shape,
+                3.0 * (8.0 * r * c + 10.0 * (double)r * 4 * c), elementwise);
   }
-  for (int i = 0; i < 5; i++) free(mem[i]);
-  tl_backend_destroy(be);
+  free(host);
+  for (int i = 0; i < 5; i++) tl_buffer_destroy(mem[i]);
   return st;
 }
 
@@ -130,12 +183,14 @@ static int by_double(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
-/* Seconds per all-reduce of `count` floats over the job: the median of
- * `rounds` (at most 64), each started together after a barrier — what a
- * message costs in a step, not the best case. */
-static tl_status allreduce_time(tl_group* g, size_t count, int rounds, double* median) {
-  float* buf = calloc(count, sizeof(float));
-  if (!buf) return TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
+/* Seconds per all-reduce of `count` floats over the group, on `device`'s
+ * memory: the median of `rounds` (at most 64), each started together after
+ * a barrier — what a message costs in a step, not the best case. */
+static tl_status allreduce_time(tl_group* g, tl_device device, size_t count, int rounds,
+                                double* median) {
+  tl_buffer* b = NULL;
+  TL_CHECK(tl_buffer_create(device, count * sizeof(float), &b));
+  float* buf = (float*)b->data;
   tl_status st = TL_OK;
   double s[64];
   if (rounds > 64) rounds = 64;
@@ -151,7 +206,7 @@ static tl_status allreduce_time(tl_group* g, size_t count, int rounds, double* m
     qsort(s, (size_t)done, sizeof(double), by_double);
     *median = s[done / 2];
   }
-  free(buf);
+  tl_buffer_destroy(b);
   return st;
 }
 
@@ -192,10 +247,123 @@ static tl_status busy_allreduce_time(tl_group* g, double* per_call) {
   return st;
 }
 
-int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks) {
+/* The figures rank 0 writes. */
+struct calibration {
+  int ranks, threads;
+  tl_device_type device;
+  char gpu[128];
+  const int* grid;
+  double gemm[N_GEMM]; /* GFLOP/s, the ranks' mean */
+  double peak, slowest, fp32, attention, elementwise;
+  double bus, latency, busy, small;
+  double memory, reserve;
+};
+
+static tl_status write_spec(const struct calibration* k, const char* out) {
+  const bool gpu = k->device == TL_DEVICE_CUDA;
+  const int n = k->ranks;
+  char axis[64] = "", table[2048] = "", what[1024], net[640], mem[512];
+  for (int i = 0; i < GRID; i++)
+    snprintf(axis + strlen(axis), sizeof axis - strlen(axis), "%s%d", i ? ", " : "", k->grid[i]);
+  for (int i = 0; i < N_GEMM; i++)
+    snprintf(table + strlen(table), sizeof table - strlen(table), "%s%s%.4f", i ? "," : "",
+             i % GRID == 0 ? "\n      " : " ", fmax(1e-4, k->gemm[i] / k->peak));
+  const int* a = gpu ? kGpuShapes.attention : kCpuShapes.attention;
+  const int rows = gpu ? kGpuShapes.rows : kCpuShapes.rows, c = gpu ? kGpuShapes.c : kCpuShapes.c;
+  if (gpu)
+    snprintf(what, sizeof what,
+             "Measured by trellis plan --calibrate --device cuda on %d rank%s, one %s each, all "
+             "at once: the CUDA backend's bf16 matmul (operands narrowed to bf16, cuBLAS with "
+             "fp32 sums, as bf16 training multiplies) at %d shapes (m, n, k in %s), %.1f "
+             "GFLOP/s per GPU at best (the bf16 peak; slowest rank %.1f), each shape's rate a "
+             "fraction of it in gemm_efficiency (fp32 training is priced on the same table); the "
+             "fp32 matmul at %d^3, %.1f GFLOP/s (the fp32 peak)",
+             n, n == 1 ? "" : "s", k->gpu, N_GEMM, axis, k->peak, k->slowest, k->grid[GRID - 1],
+             k->fp32);
+  else
+    snprintf(what, sizeof what,
+             "Measured by trellis plan --calibrate on %d rank%s with %d CPU thread%s each, all "
+             "at once: the CPU backend's matmul at %d shapes (m, n, k in %s), %.1f GFLOP/s per "
+             "rank at best (the peak; slowest rank %.1f), each shape's rate a fraction of it in "
+             "gemm_efficiency",
+             n, n == 1 ? "" : "s", k->threads, k->threads == 1 ? "" : "s", N_GEMM, axis, k->peak,
+             k->slowest);
+  if (n < 2)
+    snprintf(net, sizeof net,
+             "one rank, so no link was measured: intra_node and inter_node are placeholders "
+             "(1e9 bytes/s, 1e-6 s) that plans on this one device never use");
+  else if (gpu)
+    snprintf(net, sizeof net,
+             "all-reduce over the ranks' NCCL group: bus bandwidth %.3g bytes/s on 4 MiB "
+             "(median); latency %.3g s per message, a 4-byte all-reduce's %.3g s (median) over "
+             "the planner's 2 log2 n messages; inter_node is the same figure (one node measured)",
+             k->bus, k->latency, k->small);
+  else
+    snprintf(net, sizeof net,
+             "all-reduce bus bandwidth %.3g bytes/s on 4 MiB (median); latency %.3g s per "
+             "message: a 4-byte all-reduce takes %.3g s between small matmuls on every rank, "
+             "against %.3g s (median) on idle ranks",
+             k->bus, k->latency, k->busy, k->small);
+  if (gpu)
+    snprintf(mem, sizeof mem,
+             "device_memory_bytes is the driver's figure; reserve_bytes is what the process held "
+             "on its GPU beyond its tensors once the CUDA context, cuBLAS and NCCL were up and "
+             "had run (the most over the ranks)");
+  else
+    snprintf(mem, sizeof mem,
+             "device_memory_bytes is an assumption: half the machine's RAM divided among the "
+             "ranks");
+  char peaks[128];
+  if (gpu)
+    snprintf(peaks, sizeof peaks, "{\"fp32\": %.4g, \"bf16\": %.4g}", k->fp32 * 1e9, k->peak * 1e9);
+  else
+    snprintf(peaks, sizeof peaks, "{\"fp32\": %.4g}", k->peak * 1e9);
+  const double bw = k->bus > 0 ? k->bus : 1e9, lat = k->latency > 0 ? k->latency : 1e-6;
+  char json[8192];
+  snprintf(json, sizeof json,
+           "{\n  \"name\": \"this_machine\",\n  \"comment\": \"%s; attention forward and "
+           "backward (b %d, t %d, c %d, %d heads) at %.2f GFLOP/s, LayerNorm and GELU forward and "
+           "backward (%d rows of %d) at %.2f GFLOP/s, as the graph counts their FLOPs "
+           "(attention_efficiency and compute_efficiency, the latter for every node but the "
+           "matrix products and attention); %s. %s.\",\n  \"device\": \"%s\",\n"
+           "  \"nodes\": 1,\n  \"devices_per_node\": %d,\n  \"device_memory_bytes\": %.0f,\n"
+           "  \"peak_flops\": %s,\n"
+           "  \"intra_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
+           "  \"inter_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
+           "  \"compute_efficiency\": %.4f,\n  \"attention_efficiency\": %.4f,\n"
+           "  \"gemm_efficiency\": {\n    \"m\": [%s], \"n\": [%s], \"k\": [%s],\n"
+           "    \"efficiency\": [%s]\n  },\n"
+           "  \"reserve_bytes\": %.4g\n}\n",
+           what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise, net, mem,
+           gpu ? "cuda" : "cpu", n, k->memory, peaks, bw, lat, bw, lat,
+           fmax(1e-4, fmin(1, k->elementwise / k->peak)),
+           fmax(1e-4, fmin(1, k->attention / k->peak)), axis, axis, axis, table, k->reserve);
+  tl_atomic_file af;
+  TL_CHECK(tl_atomic_file_open(&af, out));
+  tl_status st = tl_atomic_file_write(&af, json, strlen(json));
+  if (st != TL_OK) {
+    tl_atomic_file_abort(&af);
+    return st;
+  }
+  return tl_atomic_file_commit(&af);
+}
+
+/* The job's mean of v[0..n) (in place), or its maximum. */
+static tl_status job_reduce(tl_group* world, int size, double* v, int n, tl_reduce_op op) {
+  if (size < 2) return TL_OK;
+  float f[N_GEMM + 8];
+  for (int i = 0; i < n; i++) f[i] = (float)v[i];
+  TL_CHECK(tl_group_all_reduce(world, f, f, (size_t)n, TL_F32, op, NULL));
+  for (int i = 0; i < n; i++) v[i] = op == TL_REDUCE_SUM ? f[i] / size : f[i];
+  return TL_OK;
+}
+
+int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
+                          tl_device_type device) {
   struct tl_config cfg;
   tl_config_defaults(&cfg);
   cfg.mesh.dp = ranks;
+  cfg.device.type = device;
   int status = 0;
   if (tl_launch_maybe_spawn(argc, argv, ranks, &status)) return status;
   struct tl_worker w;
@@ -204,98 +372,73 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks) {
     snprintf(msg, sizeof msg, "trellis plan --calibrate: %s", tl_last_error());
     tl_worker_fail(msg);
   }
-  double small = 0, large = 0;
+  const bool gpu = device == TL_DEVICE_CUDA;
+  struct calibration k;
+  memset(&k, 0, sizeof k);
+  k.ranks = w.world_size, k.threads = w.threads, k.device = device;
+  k.grid = gpu ? kGpuGrid : kCpuGrid;
   const size_t big = (4u << 20) / sizeof(float);
   /* every rank measures at once (sharing the machine as training will);
    * the job keeps each figure's mean over the ranks, and the slowest rank's
-   * largest GEMM rate */
-  double rates[N_GEMM + 2];
-  tl_status st = measure(rates, &rates[N_GEMM], &rates[N_GEMM + 1]);
+   * best GEMM rate */
+  tl_backend* be = NULL;
+  tl_status st = tl_backend_create(w.device, &be);
+  double v[N_GEMM + 3] = {0};
+  if (st == TL_OK)
+    st = measure(be, gpu ? &kGpuShapes : &kCpuShapes, v, &v[N_GEMM], &v[N_GEMM + 1],
+                 &v[N_GEMM + 2]);
   double best = 0;
-  for (int i = 0; i < N_GEMM; i++) best = fmax(best, rates[i]);
-  double lo = best;
-  if (st == TL_OK && w.world_size > 1) {
-    float v[N_GEMM + 2];
-    for (int i = 0; i < N_GEMM + 2; i++) v[i] = (float)rates[i];
-    st = tl_group_all_reduce(w.world, v, v, N_GEMM + 2, TL_F32, TL_REDUCE_SUM, NULL);
-    for (int i = 0; i < N_GEMM + 2 && st == TL_OK; i++) rates[i] = v[i] / w.world_size;
-    float m = (float)-best;
-    if (st == TL_OK) st = tl_group_all_reduce(w.world, &m, &m, 1, TL_F32, TL_REDUCE_MAX, NULL);
-    lo = -m;
+  for (int i = 0; i < N_GEMM && st == TL_OK; i++) best = fmax(best, v[i]);
+  if (st == TL_OK) st = job_reduce(w.world, w.world_size, v, N_GEMM + 3, TL_REDUCE_SUM);
+  double neg = -best;
+  if (st == TL_OK) st = job_reduce(w.world, w.world_size, &neg, 1, TL_REDUCE_MAX);
+  k.slowest = -neg;
+  memcpy(k.gemm, v, sizeof k.gemm);
+  k.fp32 = v[N_GEMM], k.attention = v[N_GEMM + 1], k.elementwise = v[N_GEMM + 2];
+  for (int i = 0; i < N_GEMM; i++) k.peak = fmax(k.peak, k.gemm[i]);
+  /* the messages: on device memory over the device's group (NCCL on GPUs) */
+  tl_group* g = gpu ? w.groups[TL_AXIS_DP] : w.world;
+  double large = 0;
+  if (st == TL_OK) st = allreduce_time(g, w.device, 1, 51, &k.small);
+  if (st == TL_OK && w.world_size > 1 && !gpu) st = busy_allreduce_time(w.world, &k.busy);
+  if (st == TL_OK) st = allreduce_time(g, w.device, big, 11, &large);
+  const int n = w.world_size;
+  if (n > 1) {
+    k.bus = 2.0 * (n - 1) / n * big * sizeof(float) / large; /* ring all-reduce steps */
+    /* per message of the planner's all-reduce (2 log2 n, planner/cost.h) */
+    double messages = 2.0 * ceil(log2((double)n));
+    k.latency = (gpu ? k.small : k.busy) / messages;
   }
-  double busy = 0;
-  if (st == TL_OK) st = allreduce_time(w.world, 1, 51, &small);
-  if (st == TL_OK && w.world_size > 1) st = busy_allreduce_time(w.world, &busy);
-  if (st == TL_OK) st = allreduce_time(w.world, big, 11, &large);
+  /* memory: the driver's figure, and what the process holds beyond its
+   * counted tensors now that everything has run */
+  if (st == TL_OK && gpu) {
+    double total = 0, free_now = 0;
+    st = tl_cuda_device_info(w.device.index, k.gpu, sizeof k.gpu, &total, &free_now);
+    k.memory = total;
+    k.reserve = total - free_now - (double)tl_alloc_stats_get(w.device).live_bytes;
+    if (st == TL_OK) st = job_reduce(w.world, w.world_size, &k.reserve, 1, TL_REDUCE_MAX);
+  } else {
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    k.memory = floor(ram / 2 / n);
+    k.reserve = 2e8;
+  }
+  tl_backend_destroy(be);
   if (st != TL_OK) {
     char msg[8400];
     snprintf(msg, sizeof msg, "trellis plan --calibrate: %s", tl_last_error());
     tl_worker_fail(msg);
   }
-  int n = w.world_size, rc = 0;
+  int rc = 0;
   if (w.rank == 0) {
-    /* the peak: the best GEMM rate of the grid (ranks' mean); the table,
-     * attention and the element-wise rest as fractions of it */
-    double peak = 0;
-    for (int i = 0; i < N_GEMM; i++) peak = fmax(peak, rates[i]);
-    double attention = fmin(1, rates[N_GEMM] / peak), rest = fmin(1, rates[N_GEMM + 1] / peak);
-    double factor = n > 1 ? 2.0 * (n - 1) / n : 1.0; /* ring all-reduce steps */
-    double bus = n > 1 ? factor * big * sizeof(float) / large : 0;
-    /* per message of MPICH's halving and doubling (planner/cost.h): what an
-     * all-reduce costs amid the job's arithmetic */
-    double messages = 2.0 * ceil(log2((double)n));
-    double latency = n > 1 ? busy / messages : 0;
-    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    double memory = floor(ram / 2 / n);
-    char axis[64] = "", table[2048] = "";
-    for (int i = 0; i < GRID; i++)
-      snprintf(axis + strlen(axis), sizeof axis - strlen(axis), "%s%d", i ? ", " : "", kGrid[i]);
-    for (int i = 0; i < N_GEMM; i++)
-      snprintf(table + strlen(table), sizeof table - strlen(table), "%s%s%.4f", i ? "," : "",
-               i % GRID == 0 ? (i ? "\n      " : "\n      ") : " ", fmax(1e-4, rates[i] / peak));
-    char json[8192];
-    snprintf(json, sizeof json,
-             "{\n  \"name\": \"this_machine\",\n  \"comment\": \"Measured by trellis plan "
-             "--calibrate on %d rank%s with %d CPU thread%s each, all at once: the CPU backend's "
-             "matmul at %d shapes (m, n, k in %s), %.1f GFLOP/s per rank at best (the peak; "
-             "slowest rank %.1f), each shape's rate a fraction of it in gemm_efficiency; "
-             "attention forward and backward (b 2, t 256, c 256, 4 heads) at %.2f GFLOP/s, "
-             "LayerNorm and GELU forward and backward at %.2f GFLOP/s, as the graph counts "
-             "their FLOPs (attention_efficiency and compute_efficiency, the latter for every "
-             "node but the matrix products and attention); all-reduce bus bandwidth %.3g "
-             "bytes/s on 4 MiB (median); latency %.3g s per message: a 4-byte all-reduce takes "
-             "%.3g s between small matmuls on every rank, against %.3g s (median) on idle "
-             "ranks. device_memory_bytes is an assumption: half the machine's RAM divided among "
-             "the ranks.\",\n  \"device\": \"cpu\",\n  \"nodes\": 1,\n"
-             "  \"devices_per_node\": %d,\n  \"device_memory_bytes\": %.0f,\n"
-             "  \"peak_flops\": {\"fp32\": %.4g},\n"
-             "  \"intra_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
-             "  \"inter_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
-             "  \"compute_efficiency\": %.4f,\n  \"attention_efficiency\": %.4f,\n"
-             "  \"gemm_efficiency\": {\n    \"m\": [%s], \"n\": [%s], \"k\": [%s],\n"
-             "    \"efficiency\": [%s]\n  },\n"
-             "  \"reserve_bytes\": 2e8\n}\n",
-             n, n == 1 ? "" : "s", w.threads, w.threads == 1 ? "" : "s", N_GEMM, axis, peak, lo,
-             rates[N_GEMM], rates[N_GEMM + 1], bus, latency, busy, small, n, memory, peak * 1e9,
-             bus > 0 ? bus : 1e9, latency > 0 ? latency : 1e-6, bus > 0 ? bus : 1e9,
-             latency > 0 ? latency : 1e-6, fmax(1e-4, rest), fmax(1e-4, attention), axis, axis,
-             axis, table);
-    tl_atomic_file af;
-    st = tl_atomic_file_open(&af, out);
-    if (st == TL_OK) {
-      st = tl_atomic_file_write(&af, json, strlen(json));
-      if (st == TL_OK)
-        st = tl_atomic_file_commit(&af);
-      else
-        tl_atomic_file_abort(&af);
-    }
+    st = write_spec(&k, out);
     if (st == TL_OK)
-      printf(
-          "calibrated %d rank%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to %.0f%% of it "
-          "over %d shapes), attention %.0f%%, element-wise %.0f%%, all-reduce %.3g bytes/s, "
-          "%.3g s latency; wrote %s\n",
-          n, n == 1 ? "" : "s", peak, 100 * min_fraction(rates, peak), 100.0, N_GEMM,
-          100 * attention, 100 * rest, bus, latency, out);
+      printf("calibrated %d rank%s%s%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to 100%% "
+             "of it over %d shapes), attention %.0f%%, element-wise %.0f%%, all-reduce %.3g "
+             "bytes/s, %.3g s latency%s; wrote %s\n",
+             n, n == 1 ? "" : "s", gpu ? " on " : "", gpu ? k.gpu : "", k.peak,
+             100 * min_fraction(k.gemm, k.peak), N_GEMM, 100 * k.attention / k.peak,
+             100 * k.elementwise / k.peak, k.bus, k.latency, gpu ? ", reserve measured" : "",
+             out);
     else
       fprintf(stderr, "trellis plan --calibrate: %s\n", tl_last_error()), rc = 1;
   }

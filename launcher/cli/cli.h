@@ -4,6 +4,8 @@
 #ifndef TL_LAUNCHER_CLI_H
 #define TL_LAUNCHER_CLI_H
 
+#include "core/device.h"
+
 int tl_cli_check(int argc, char** argv);
 int tl_cli_check_config(int argc, char** argv);
 int tl_cli_env(int argc, char** argv);
@@ -11,8 +13,9 @@ int tl_cli_data(int argc, char** argv);
 int tl_cli_train(int argc, char** argv);
 int tl_cli_plan(int argc, char** argv);
 int tl_cli_plot(int argc, char** argv);
-/* `trellis plan --calibrate OUT`: argv is the whole command line (it may
- * start the job's ranks). */
-int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks);
+/* `trellis plan --calibrate OUT [--device cpu|cuda]`: argv is the whole
+ * command line (it may start the job's ranks). */
+int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
+                          tl_device_type device);
 
 #endif

@@ -18,6 +18,7 @@
 #include "core/atomic_file.h"
 #include "core/config.h"
 #include "core/timer.h"
+#include "kernels/backend.h"
 #include "launcher/cli/cli.h"
 #include "launcher/cli/plan_svg.h"
 #include "planner/cluster.h"
@@ -47,8 +48,12 @@ static void usage(FILE* f) {
           "--cluster: a cluster spec (examples/clusters/).\n"
           "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}}.\n"
           "--svg FILE: the winner's pipeline schedule and mesh as a picture.\n"
-          "--calibrate OUT.json [--ranks N]: measure this machine (matmul rate, all-reduce\n"
-          "bandwidth and latency over N ranks, default the online cores) into a cluster spec.\n"
+          "--calibrate OUT.json [--ranks N] [--device cpu|cuda]: measure this machine into a\n"
+          "cluster spec as a job of N ranks: the matmul's rate over 64 shapes (the GEMM\n"
+          "table), attention and element-wise rates, all-reduce bandwidth and latency. cpu\n"
+          "(default): the CPU backend, N default the online cores; cuda: one GPU a rank,\n"
+          "N default this node's GPUs, bf16 matmuls as bf16 training runs them, NCCL's\n"
+          "all-reduce, the GPU's memory and the process's reserve beyond its tensors.\n"
           "--out: the best plan `trellis train` runs, as a\n"
           "complete config (atomic write).\n"
           "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices;\n"
@@ -359,7 +364,7 @@ static int write_svg(const tl_plan* p, const struct tl_config* cfg, const tl_clu
 
 int tl_cli_plan(int argc, char** argv) {
   const char *model_path = NULL, *cluster_path = NULL, *out_path = NULL, *dtype_name = NULL;
-  const char *svg_path = NULL, *calibrate_path = NULL;
+  const char *svg_path = NULL, *calibrate_path = NULL, *device_name = NULL;
   int ranks = 0;
   int batch = 0, seq = 0, top = 10, nodes = 0, as_json = 0, allow_tp = 0;
   char fix[512] = "";
@@ -388,6 +393,8 @@ int tl_cli_plan(int argc, char** argv) {
         fprintf(stderr, "trellis plan: --ranks %s: expected an integer >= 1\n", argv[i]);
         return 2;
       }
+    } else if (has && strcmp(a, "--device") == 0) {
+      device_name = argv[++i];
     } else if (has && strcmp(a, "--dtype") == 0) {
       dtype_name = argv[++i];
     } else if (has && strcmp(a, "--fix") == 0) {
@@ -405,10 +412,31 @@ int tl_cli_plan(int argc, char** argv) {
       return 2;
     }
   }
+  if (device_name && !calibrate_path) {
+    fprintf(stderr, "trellis plan: --device is --calibrate's (what to measure)\n");
+    return 2;
+  }
   if (calibrate_path) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (!ranks) ranks = cores > 1 ? (int)cores : 2;
-    return tl_cli_plan_calibrate(argc + 2, argv - 2, calibrate_path, ranks);
+    tl_device_type device = TL_DEVICE_CPU;
+    if (device_name && strcmp(device_name, "cuda") == 0) {
+      device = TL_DEVICE_CUDA;
+    } else if (device_name && strcmp(device_name, "cpu") != 0) {
+      fprintf(stderr, "trellis plan: --device %s: expected cpu or cuda\n", device_name);
+      return 2;
+    }
+    if (device == TL_DEVICE_CUDA) {
+      const char* why = NULL;
+      int gpus = tl_cuda_device_count(&why);
+      if (gpus == 0) {
+        fprintf(stderr, "trellis plan --calibrate --device cuda: %s\n", why);
+        return 1;
+      }
+      if (!ranks) ranks = gpus;
+    } else {
+      long cores = sysconf(_SC_NPROCESSORS_ONLN);
+      if (!ranks) ranks = cores > 1 ? (int)cores : 2;
+    }
+    return tl_cli_plan_calibrate(argc + 2, argv - 2, calibrate_path, ranks, device);
   }
   if (!model_path || !cluster_path) {
     fprintf(stderr, "trellis plan: --model and --cluster are required\n");

@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "core/config.h"
+#include "kernels/backend.h"
 #include "planner/recommend.h"
 #include "planner/search.h"
 #include "tp/tp.h"
@@ -495,6 +496,27 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
   EXPECT_LE(c.efficiency, 1);
   // and the planner plans with it
   EXPECT_EQ(Plan(std::string("--model ") + kSmall + " --cluster " + out + " --top 1").status, 0);
+}
+
+// --device cuda measures the GPUs; without one it says why before any rank
+// starts and writes nothing.
+TEST(PlanCli, CalibrateOnCudaWithoutAGpuSaysWhy) {
+  const char* why = nullptr;
+  if (tl_cuda_device_count(&why) > 0) GTEST_SKIP() << "this machine has a GPU (gpu_check.sh)";
+  std::string out = TempPath("calibrated_cuda.json");
+  std::remove(out.c_str());
+  PlanRun r = Plan("--calibrate " + out + " --device cuda");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--device cuda: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
+  std::ifstream f(out);
+  EXPECT_FALSE(f.good()) << "nothing written";
+  r = Plan("--calibrate " + out + " --device tpu");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--device tpu: expected cpu or cuda"), std::string::npos) << r.output;
+  r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " --device cuda");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--device is --calibrate's"), std::string::npos) << r.output;
 }
 
 TEST(PlanCli, BadUsageAndBadInput) {
