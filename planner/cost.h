@@ -66,7 +66,8 @@
  *   group has members on a node (tl_cost_group_link; the same for a tensor-
  *   parallel group across nodes) (ZeRO-1: a reduce-scatter and, exposed after the
  *   update, an all-gather of the same total; ZeRO-2: a reduce-scatter per
- *   micro-batch; 1.5x the all-reduce for ZeRO-3's parameter gathers);
+ *   micro-batch; ZeRO-3 the same reduce-scatters, its parameters gathered unit
+ *   by unit one ahead of the compute: tl_cost_zero3_gathers);
  *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B. What overlaps: with
  *   dp_bucket_mb > 0 the gradient all-reduce runs bucket by bucket during
  *   the last micro-batch's backward (two thirds of its arithmetic), so only
@@ -348,6 +349,29 @@ struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride);
  * all-reduce's bandwidth, (n-1) ring messages on GPUs, log2 n recursive
  * doubling steps on CPUs. */
 double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct tl_link* link);
+
+/* `count` ZeRO-3 units in a row alike (the embedding, blocks, the head; an
+ * MLP's layer): the parameters each gathers (elements) and its seconds in
+ * one micro-batch's forward and backward. */
+struct tl_cost_unit {
+  double params, fwd, bwd;
+  int count;
+};
+
+/* The seconds ZeRO-3's parameter gathers leave exposed on pipeline stage s
+ * of plan p, as dp/units.c runs them over units u[0..n) (forward order):
+ * the late parameters (`late` elements: read by several nodes or another
+ * stage) whole at the step's start and the first unit, then each unit
+ * gathered one ahead into the other of two slots while the current one
+ * computes — in every micro-batch's forward (unit i behind i - 1's forward)
+ * and again in its backward (unit i behind i + 1's backward), so only what
+ * a unit's compute cannot cover shows; a pass that starts where the last
+ * ended finds its unit held, one that follows a pass of its own kind
+ * (GPipe's, 1F1B's warm-up) gathers its first unit unhidden. fp32 on the
+ * wire. */
+double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
+                             const struct tl_cost_unit* u, int n, double late,
+                             const struct tl_link* link); /* n runs of units */
 
 /* Fills the predictions of *p (its split fields set by the caller) trained
  * in `dtype`. `layers` is the stage cut (tl_cost_stage_layers; a search

@@ -38,20 +38,52 @@ double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct
  *   the all-gather of the updated parameters after the step, exposed;
  * - ZeRO 2: a reduce-scatter after EVERY micro-batch's backward (m of them,
  *   each overlapping its backward), then the all-gather;
- * - ZeRO 3: 1.5x the all-reduce's volume (the parameters gathered for the
- *   forward and again for the backward), unoverlapped (not run yet). */
+ * - ZeRO 3: the gradients as ZeRO-2's, and no all-gather after the step:
+ *   the parameters are gathered unit by unit as the passes run
+ *   (tl_cost_zero3_gathers, which the caller adds). */
 double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
                            const struct tl_link* link, double comp) {
   const int d = p->dp;
   if (d <= 1) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0; /* bytes an element moves */
   double ar = tl_cost_all_reduce(c, grads * wire, d, link);
-  if (p->zero == 3) return 1.5 * ar;
-  double reduce = p->zero == 0 ? ar : ar / 2, gather = p->zero == 0 ? 0 : ar / 2;
-  int passes = p->zero == 2 ? p->n_micro : 1;
+  double reduce = p->zero == 0 ? ar : ar / 2, gather = p->zero == 1 || p->zero == 2 ? ar / 2 : 0;
+  int passes = p->zero >= 2 ? p->n_micro : 1;
   if (p->dp_bucket_mb <= 0) return passes * reduce + gather;
   double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0)); /* of fp32 */
   double last = reduce / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;
   double exposed = reduce - hidden > last ? reduce - hidden : last;
   return passes * exposed + gather;
+}
+
+/* Transitions of stage s's passes from one micro-batch's forward straight
+ * to the next one's (a warm-up: GPipe's every one, 1F1B's first
+ * min(pp - s - 1, m - 1)); as many backwards follow backwards. */
+static int forward_runs(const tl_plan* p, int s) {
+  if (p->n_micro <= 1) return 0;
+  if (p->schedule == TL_SCHEDULE_GPIPE) return p->n_micro - 1;
+  int w = p->pp - s - 1;
+  return w < p->n_micro - 1 ? w : p->n_micro - 1;
+}
+
+double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
+                             const struct tl_cost_unit* u, int n, double late,
+                             const struct tl_link* link) {
+  const int d = p->dp, m = p->n_micro;
+  if (d <= 1 || n <= 0) return 0;
+  /* the shards are fp32 and so is the wire (dp/units.c) */
+  double first = tl_cost_all_gather(c, 4.0 * u[0].params, d, link), last = first;
+  double t = tl_cost_all_gather(c, 4.0 * late, d, link) + first;
+  double ahead = 0;
+  for (int i = 0; i < n; i++) {
+    const double g = tl_cost_all_gather(c, 4.0 * u[i].params, d, link);
+    /* forward: each unit arrives while the one before computes, backward
+     * while the one after; a run's own units follow one another */
+    ahead += (u[i].count - 1) * (fmax(0, g - u[i].fwd) + fmax(0, g - u[i].bwd));
+    if (i > 0) ahead += fmax(0, g - u[i - 1].fwd);
+    if (i < n - 1) ahead += fmax(0, g - u[i + 1].bwd);
+    last = g;
+  }
+  const int runs = forward_runs(p, s);
+  return t + m * ahead + runs * (first + last);
 }

@@ -136,6 +136,40 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   *act = kept + transient;
 }
 
+/* ZeRO-3's exposed gathers on the stage where they show most: its units
+ * (the embedding on the first stage, its blocks, the head on the last) with
+ * their parameters and seconds at micro-batch b, forward and backward split
+ * as the shard's graph splits the FLOPs (tl_cost_zero3_gathers). One chunk
+ * a stage: the trainer runs ZeRO-3 with GPipe and 1F1B only. */
+static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh, const tl_plan* p,
+                            const int* layers, int b, double sec_layer, double sec_embed,
+                            double sec_head, const struct tl_link* link) {
+  const double fl = sh->layer_flops > 0 ? sh->layer_fwd_flops / sh->layer_flops : 1.0 / 3;
+  const double fe = sh->embed_flops > 0 ? sh->embed_fwd_flops / sh->embed_flops : 1.0 / 3;
+  const double fh = sh->head_flops > 0 ? sh->head_fwd_flops / sh->head_flops : 1.0 / 3;
+  double worst = 0;
+  for (int s = 0; s < p->pp; s++) {
+    const int kind = stage_kind(s, p->pp), k = layers[s];
+    /* of stages alike, the first shows the most: the longest warm-up */
+    if (s > 0 && s < p->pp - 1 && layers[s - 1] == k && stage_kind(s - 1, p->pp) == kind)
+      continue;
+    const struct tl_cost_stage_shape* x = &sh->stage[kind];
+    /* the stage's early parameters beyond its blocks': the embedding's and
+     * the head's own (the late ones are gathered whole for the step) */
+    double rest = fmax(0, x->params - x->params_layer - x->shared - x->multi);
+    struct tl_cost_unit u[3];
+    int n = 0;
+    if (kind & TL_COST_STAGE_EMBED)
+      u[n++] = (struct tl_cost_unit){rest, sec_embed * b * fe, sec_embed * b * (1 - fe), 1};
+    u[n++] = (struct tl_cost_unit){x->params_layer, sec_layer * b * fl, sec_layer * b * (1 - fl), k};
+    if (kind & TL_COST_STAGE_HEAD)
+      u[n++] = (struct tl_cost_unit){kind & TL_COST_STAGE_EMBED ? 0 : rest, sec_head * b * fh,
+                                     sec_head * b * (1 - fh), 1};
+    worst = fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi, link));
+  }
+  return worst;
+}
+
 void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
                           const int* layers, int stage, double* state, double* act) {
   struct tl_cost_shard tmp;
@@ -289,6 +323,11 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   p->mem_reserve = c->reserve_bytes;
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
+  const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
+  const double zero3 = p->zero == 3 && d > 1 ? zero3_gathers(c, sh, p, layers, b,
+                                                             sec_layer, sec_embed, sec_head,
+                                                             dp_link)
+                                             : 0;
 
   /* 2. time of one micro-batch on the slowest stage */
   double comp = slowest * b; /* seconds of one micro-batch on the slowest stage */
@@ -312,11 +351,10 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   double micro = comp + tp_comm + pp_comm;
 
   /* 3. the step: m micro-batches, the bubble, then the gradient all-reduce */
-  const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's under train.precision "bf16"), whatever the
    * activations' dtype */
-  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp);
+  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp) + zero3;
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;
   /* and once a step, the LayerNorm gradients summed over the group (packed) */

@@ -173,6 +173,8 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   const double peak = tl_cluster_peak(c, dtype);
   p->mem_state = p->mem_act = -1;
   double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;
+  double zero3 = 0; /* ZeRO-3's exposed gathers, on the stage where they show most */
+  const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
   for (int s = 0, a = 0; s < pp; a += layers[s++]) {
     const int e = a + layers[s];
     double state, act;
@@ -210,12 +212,25 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     }
     if (comp_s + tp_s + pp_s > micro)
       micro = comp_s + tp_s + pp_s, comp = comp_s, tp_comm = tp_s, pp_comm = pp_s;
+    if (p->zero == 3 && d > 1) { /* a unit a layer, its seconds its share of the stage's */
+      struct tl_cost_unit u[TL_MLP_MAX_LAYERS];
+      const struct tl_cost_range* r = &sh->mlp_range[tl_cost_range_index(a, e)];
+      for (int l = a; l < e; l++) {
+        const struct tl_cost_mlp_layer* y = &sh->mlp_layer[l];
+        const struct tl_cost_range* one = &sh->mlp_range[tl_cost_range_index(l, l + 1)];
+        double share = fl > 0 ? comp_s * y->flops / fl : 0;
+        double f = y->flops > 0 ? y->fwd_flops / y->flops : 1.0 / 3;
+        u[l - a] = (struct tl_cost_unit){fmax(0, one->params - one->shared - one->multi),
+                                         share * f, share * (1 - f), 1};
+      }
+      zero3 = fmax(zero3,
+                   tl_cost_zero3_gathers(c, p, s, u, e - a, r->shared + r->multi, dp_link));
+    }
   }
   p->mem_reserve = c->reserve_bytes;
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
-  const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
-  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp);
+  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp) + zero3;
   p->t_compute = m * comp;
   p->t_tp = m * tp_comm;
   p->t_pp = m * pp_comm;

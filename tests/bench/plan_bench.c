@@ -4,7 +4,7 @@
  *
  *   bazel build //tests/bench:plan_bench
  *   mpiexec -n 4 bazel-bin/tests/bench/plan_bench [--steps S] [--layers L]
- *       [--embd C] [--heads H] [--batch B] [--micro M]
+ *       [--embd C] [--heads H] [--batch B] [--micro M] [--zero Z]
  *       [--cluster examples/clusters/this_machine.json]
  *
  * Every dp x tp x pp mesh of the job's ranks (powers of two; sequence
@@ -70,7 +70,7 @@ static double spearman(const double* a, const double* b, int n) {
 }
 
 int main(int argc, char** argv) {
-  int steps = 8, layers = 4, embd = 64, heads = 8, batch = 16, micro = 2;
+  int steps = 8, layers = 4, embd = 64, heads = 8, batch = 16, micro = 2, zero = 0;
   const char* cluster_path = "examples/clusters/this_machine.json";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
     if (strcmp(argv[i], "--heads") == 0) heads = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--batch") == 0) batch = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--micro") == 0) micro = atoi(argv[i + 1]);
+    if (strcmp(argv[i], "--zero") == 0) zero = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--cluster") == 0) cluster_path = argv[i + 1];
   }
   MPI_Init(&argc, &argv);
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
   c.train.batch_size = batch, c.train.seq_len = 64, c.train.steps = steps;
   c.train.sample_tokens = 0;
   c.schedule.micro_batches = micro;
+  c.parallel.zero = zero;
   snprintf(c.data.train, sizeof c.data.train, "%s", path);
   c.data.val[0] = '\0';
   tl_cluster cluster;
@@ -113,9 +115,9 @@ int main(int argc, char** argv) {
   cluster.nodes = 1, cluster.devices_per_node = n; /* the planner's view: a device per rank */
   if (rank == 0)
     printf(
-        "GPT %d layers x %d channels, %d heads, B=%d x T=64, %d micro-batches, %d ranks, %d "
-        "steps (the first left out); cluster %s (%d devices there, %d here)\n",
-        layers, embd, heads, batch, micro, n, steps, cluster.name, devices, n);
+        "GPT %d layers x %d channels, %d heads, B=%d x T=64, %d micro-batches, ZeRO-%d, %d "
+        "ranks, %d steps (the first left out); cluster %s (%d devices there, %d here)\n",
+        layers, embd, heads, batch, micro, zero, n, steps, cluster.name, devices, n);
 
   struct run runs[MAX_RUNS];
   int n_runs = 0;
@@ -134,6 +136,7 @@ int main(int argc, char** argv) {
         p.dp = dp, p.tp = tp, p.pp = pp, p.schedule = r->sched;
         p.micro_batch = batch / dp / micro, p.n_micro = micro;
         p.dp_bucket_mb = 25; /* the trainer's default bucket, which these runs use */
+        p.zero = zero;
         tl_cost_evaluate(&cm, &cluster, TL_F32, NULL, &p);
         r->predicted = p.t_step, r->pred_bytes = p.mem_state + p.mem_act;
         r->t_compute = p.t_compute, r->t_bubble = p.t_bubble, r->t_tp = p.t_tp;

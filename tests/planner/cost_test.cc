@@ -263,6 +263,81 @@ TEST(CostModel, TheGradientAllReduceHidesBehindTheLastBackwardBucketByBucket) {
   EXPECT_DOUBLE_EQ(one.t_dp, after.t_dp);
 }
 
+// ZeRO-3's gathers as dp/units.c runs them: the late parameters and the
+// first unit at the step's start, then each unit one ahead of the compute,
+// in every micro-batch's forward and backward; a pass after a pass of its
+// own kind (GPipe's, 1F1B's warm-up) gathers its first unit unhidden.
+TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
+  tl_cluster c = {};
+  c.device = TL_DEVICE_CUDA;
+  const struct tl_link link = {1e9, 0};
+  tl_plan p = {};
+  p.dp = 4, p.pp = 1, p.n_micro = 3, p.micro_batch = 1, p.schedule = TL_SCHEDULE_1F1B, p.zero = 3;
+  const double P = 1e6, late = 5e5;
+  auto g = [&](double elems) { return 0.75 * 4 * elems / 1e9; };  // (d-1)/d of fp32
+  tl_cost_unit idle[3] = {{P, 0, 0, 1}, {2 * P, 0, 0, 1}, {P, 0, 0, 1}};
+  // nothing to hide behind: forward gathers units 1, 2, backward 1, 0, per micro-batch
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link),
+              g(late) + g(P) + 3 * (g(2 * P) + g(P) + g(2 * P) + g(P)), 1e-12);
+  // compute longer than any gather: only the step's start shows
+  tl_cost_unit busy[3] = {{P, 1, 2, 1}, {2 * P, 1, 2, 1}, {P, 1, 2, 1}};
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link), g(late) + g(P), 1e-12);
+  // half hidden: unit 1's gather (8 ms) behind unit 0's forward (3 ms)
+  tl_cost_unit half[3] = {{P, 3e-3, 1, 1}, {2 * P, 1, 1, 1}, {P, 1, 1, 1}};
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, half, 3, 0, &link), g(P) + 3 * (g(2 * P) - 3e-3),
+              1e-12);
+  // GPipe: m - 1 forwards after forwards, as many backwards after backwards
+  p.schedule = TL_SCHEDULE_GPIPE;
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link),
+              g(late) + g(P) + 2 * (g(P) + g(P)), 1e-12);
+  // 1F1B's first stage of 4 warms up with min(pp - 1, m - 1) forwards
+  p.schedule = TL_SCHEDULE_1F1B, p.pp = 4;
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link),
+              g(late) + g(P) + 2 * 2 * g(P), 1e-12);
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 2, busy, 3, late, &link),
+              g(late) + g(P) + 1 * 2 * g(P), 1e-12);
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link), g(late) + g(P), 1e-12);
+  // a run of alike units is those units one by one
+  p.pp = 1;
+  tl_cost_unit runs[3] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 4}, {P, 1e-3, 1e-3, 1}};
+  tl_cost_unit each[6] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 1}, {2 * P, 2e-3, 4e-3, 1},
+                          {2 * P, 2e-3, 4e-3, 1}, {2 * P, 2e-3, 4e-3, 1}, {P, 1e-3, 1e-3, 1}};
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, runs, 3, late, &link),
+              tl_cost_zero3_gathers(&c, &p, 0, each, 6, late, &link), 1e-12);
+  EXPECT_GT(tl_cost_zero3_gathers(&c, &p, 0, each, 6, late, &link), g(late) + g(P));
+  p.dp = 1;
+  EXPECT_EQ(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link), 0);
+}
+
+// In a plan: ZeRO-3 regathers the parameters for every micro-batch, so
+// where the network cannot keep up with the compute its exposed time grows
+// with the micro-batches; where it can, ZeRO-3 costs what ZeRO-2 does plus
+// the step's first gathers, less the all-gather after the update. (At
+// micro-batch 1 on 39.1B at tp 8 it cannot: a block's fp32 gather takes 16
+// ms over one card, its forward 2.6 ms.)
+TEST(CostModel, ZeroThreeRegathersForEveryMicroBatch) {
+  tl_cost_model cm = Build(kShapes[1]);
+  tl_cluster c = A100Nodes(64);
+  tl_plan p = {};
+  p.dp = 64, p.tp = 8, p.pp = 1, p.micro_batch = 1, p.n_micro = 1, p.zero = 3;
+  p.schedule = TL_SCHEDULE_1F1B, p.dp_bucket_mb = 25;
+  tl_cluster slow = c;
+  slow.inter.bandwidth = 1e7;
+  tl_plan one = p, four = p;
+  four.n_micro = 4;
+  tl_cost_evaluate(&cm, &slow, TL_BF16, nullptr, &one);
+  tl_cost_evaluate(&cm, &slow, TL_BF16, nullptr, &four);
+  EXPECT_GT(four.t_dp, 3.5 * one.t_dp) << "gathers and reduce-scatters again each micro-batch";
+  // micro-batches of 8: a block's forward (8 x 2.6 ms) outlasts its gather
+  // (16 ms: 100M fp32 parameters over one card)
+  tl_plan z2 = p, z3 = p;
+  z2.zero = 2, z2.micro_batch = z3.micro_batch = 8;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &z2);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &z3);
+  EXPECT_LT(z3.t_dp, z2.t_dp) << "no all-gather after the update; the passes hide the units'";
+  EXPECT_GT(z3.t_dp, 0);
+}
+
 // An all-reduce's latency term is the message count of the algorithm the
 // backend runs: NCCL's ring on GPUs (2(n-1)), MPICH's recursive halving and
 // doubling on CPUs (2 log2 n); the bandwidth term is the ring's on both.
