@@ -291,6 +291,11 @@ typedef struct tl_plan {
    * TL_F32 (0, the default) or TL_BF16 — half the bytes, and a bf16 image
    * of the buckets on each rank (dp/buckets.h) */
   tl_dtype grad_reduce;
+  /* price every data-parallel collective exposed — the buckets' and
+   * ZeRO-3's gathers as if no compute ran beside them — to check the model
+   * against published runs that overlapped nothing; trellis always
+   * overlaps them (false, the default) */
+  bool no_overlap;
   /* price full recomputation as Megatron-LM runs it — each block's whole
    * forward again, where trellis recomputes only what a backward reads —
    * to check the model against published runs; trellis does not run it */

@@ -49,7 +49,7 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
   double ar = tl_cost_all_reduce(c, grads * wire, d, link);
   double reduce = p->zero == 0 ? ar : ar / 2, gather = p->zero == 1 || p->zero == 2 ? ar / 2 : 0;
   int passes = p->zero >= 2 ? p->n_micro : 1;
-  if (p->dp_bucket_mb <= 0) return passes * reduce + gather;
+  if (p->dp_bucket_mb <= 0 || p->no_overlap) return passes * reduce + gather;
   double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0)); /* of fp32 */
   double last = reduce / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;
   double exposed = reduce - hidden > last ? reduce - hidden : last;
@@ -75,13 +75,14 @@ double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
   double first = tl_cost_all_gather(c, 4.0 * u[0].params, d, link), last = first;
   double t = tl_cost_all_gather(c, 4.0 * late, d, link) + first;
   double ahead = 0;
+  const double hide = p->no_overlap ? 0 : 1; /* overlapping nothing: every gather shows */
   for (int i = 0; i < n; i++) {
     const double g = tl_cost_all_gather(c, 4.0 * u[i].params, d, link);
     /* forward: each unit arrives while the one before computes, backward
      * while the one after; a run's own units follow one another */
-    ahead += (u[i].count - 1) * (fmax(0, g - u[i].fwd) + fmax(0, g - u[i].bwd));
-    if (i > 0) ahead += fmax(0, g - u[i - 1].fwd);
-    if (i < n - 1) ahead += fmax(0, g - u[i + 1].bwd);
+    ahead += (u[i].count - 1) * (fmax(0, g - hide * u[i].fwd) + fmax(0, g - hide * u[i].bwd));
+    if (i > 0) ahead += fmax(0, g - hide * u[i - 1].fwd);
+    if (i < n - 1) ahead += fmax(0, g - hide * u[i + 1].bwd);
     last = g;
   }
   const int runs = forward_runs(p, s);

@@ -150,6 +150,7 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
             p.sequence_parallel = sp;
             p.dp_bucket_mb = o->dp_bucket_mb;
             p.grad_reduce = o->grad_reduce;
+            p.no_overlap = o->no_overlap;
             p.recompute_whole_forward = o->recompute_whole_forward;
             p.virtual_stages = v;
             tl_cost_evaluate(cm, c, o->dtype, layers, &p);

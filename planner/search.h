@@ -54,6 +54,8 @@ struct tl_search_options {
   double dp_bucket_mb;
   /* the plans' grad_reduce (tl_plan): TL_F32 */
   tl_dtype grad_reduce;
+  /* the plans' no_overlap (tl_plan): false */
+  bool no_overlap;
   /* the plans' recompute_whole_forward (tl_plan): false */
   bool recompute_whole_forward;
   /* fixed choices; -1 = search (schedule: -1 or a tl_schedule_kind;

@@ -35,7 +35,8 @@ static void usage(FILE* f) {
           "                    [--fix dp=..,tp=..,pp=..,micro_batch=..,micro_batches=..,zero=..,\n"
           "                           recompute=none|selective|full,sp=0|1,\n"
           "                           schedule=gpipe|1f1b|interleaved|zero_bubble,\n"
-          "                           virtual_stages=..,bucket_mb=..,grad_reduce=bf16|fp32]\n"
+          "                           virtual_stages=..,bucket_mb=..,grad_reduce=bf16|fp32,\n"
+          "                           overlap=0|1]\n"
           "                    [--allow-tp-across-nodes]\n"
           "\n"
           "Ranks every data x tensor x pipeline split of the cluster's devices (micro-batch\n"
@@ -59,7 +60,10 @@ static void usage(FILE* f) {
           "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices;\n"
           "bucket_mb and grad_reduce default to the config's parallel.bucket_mb and\n"
           "parallel.grad_reduce (bucket_mb=0: one all-reduce after the backward, as\n"
-          "runs without overlap did; --out writes it as one bucket a stage).\n"
+          "runs without overlap did; --out writes it as one bucket a stage). overlap=0\n"
+          "prices every data-parallel collective exposed (ZeRO-3's gathers too), as a\n"
+          "published run that overlapped nothing; trellis train always overlaps, so not\n"
+          "with --out.\n"
           "--dtype: training precision, written to --out as train.precision (default bf16\n"
           "where the cluster has a bf16 peak; fp32 on CPU clusters, which run bf16 at\n"
           "their fp32 peak).\n"
@@ -128,6 +132,14 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
       o->dp_bucket_mb = mb;
       continue;
     }
+    if (strcmp(k, "overlap") == 0) {
+      if (strcmp(v, "0") && strcmp(v, "1")) {
+        fprintf(stderr, "trellis plan: --fix overlap=%s: expected 0 or 1\n", v);
+        return 0;
+      }
+      o->no_overlap = strcmp(v, "0") == 0;
+      continue;
+    }
     if (strcmp(k, "grad_reduce") == 0) {
       if (strcmp(v, "bf16") && strcmp(v, "fp32")) {
         fprintf(stderr, "trellis plan: --fix grad_reduce=%s: expected bf16 or fp32\n", v);
@@ -157,8 +169,8 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
     if (!dst) {
       fprintf(stderr,
               "trellis plan: --fix %s: unknown; expected dp, tp, pp, micro_batch, "
-              "micro_batches, zero, recompute, sp, schedule, virtual_stages, bucket_mb or "
-              "grad_reduce\n",
+              "micro_batches, zero, recompute, sp, schedule, virtual_stages, bucket_mb, "
+              "grad_reduce or overlap\n",
               k);
       return 0;
     }
@@ -481,6 +493,14 @@ int tl_cli_plan(int argc, char** argv) {
   o.dp_bucket_mb = cfg.parallel.bucket_mb;
   o.grad_reduce = cfg.parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
   if (fix[0] && !parse_fix(fix, &o)) return 2;
+  if (o.no_overlap && out_path) {
+    fprintf(stderr,
+            "trellis plan: --fix overlap=0 with --out: it prices a run whose data-parallel "
+            "communication overlapped nothing (a published run's), and trellis train always "
+            "overlaps it, so the config would not run what was priced; drop --out or "
+            "overlap=0\n");
+    return 2;
+  }
   if (o.grad_reduce == TL_BF16 && cfg.parallel.deterministic) {
     fprintf(stderr,
             "trellis plan: --fix grad_reduce=bf16 with the config's parallel.deterministic = true: "

@@ -261,6 +261,11 @@ TEST(CostModel, TheGradientAllReduceHidesBehindTheLastBackwardBucketByBucket) {
   one.dp_bucket_mb = 1e9;
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &one);
   EXPECT_DOUBLE_EQ(one.t_dp, after.t_dp);
+  // a run that overlapped nothing (--fix overlap=0), buckets or not
+  tl_plan none = during;
+  none.no_overlap = true;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &none);
+  EXPECT_DOUBLE_EQ(none.t_dp, after.t_dp);
 }
 
 // ZeRO-3's gathers as dp/units.c runs them: the late parameters and the
@@ -297,6 +302,11 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 2, busy, 3, late, &link),
               g(late) + g(P) + 1 * 2 * g(P), 1e-12);
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link), g(late) + g(P), 1e-12);
+  // overlapping nothing (--fix overlap=0): compute hides no gather
+  p.no_overlap = true;
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link),
+              tl_cost_zero3_gathers(&c, &p, 3, idle, 3, late, &link), 1e-12);
+  p.no_overlap = false;
   // a run of alike units is those units one by one
   p.pp = 1;
   tl_cost_unit runs[3] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 4}, {P, 1e-3, 1e-3, 1}};

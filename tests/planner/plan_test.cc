@@ -519,6 +519,45 @@ TEST(PlanCli, CalibrateOnCudaWithoutAGpuSaysWhy) {
   EXPECT_NE(r.output.find("--device is --calibrate's"), std::string::npos) << r.output;
 }
 
+// --fix overlap=0 prices a published run that overlapped nothing: the same
+// split's data-parallel time grows, the rest stays; it never goes to --out,
+// which trellis train would run overlapped.
+TEST(PlanCli, FixOverlapZeroExposesTheDataParallelTime) {
+  auto step = [](const std::string& overlap, double* dp_s) {
+    PlanRun r = Plan(std::string("--model ") + kSmall +
+                     " --cluster examples/clusters/dgx_a100.json --nodes 2 --batch 64 --json"
+                     " --fix dp=16,tp=1,pp=1,micro_batch=2,micro_batches=2,zero=3,bucket_mb=25" +
+                     overlap);
+    EXPECT_EQ(r.status, 0) << r.output;
+    json_error_t err;
+    json_t* root = json_loads(r.output.c_str(), 0, &err);
+    EXPECT_NE(root, nullptr) << err.text << "\n" << r.output;
+    if (!root) return 0.0;
+    json_t* first = json_array_get(json_object_get(root, "plans"), 0);
+    double s = json_real_value(json_object_get(first, "step_s"));
+    *dp_s = json_real_value(json_object_get(first, "dp_comm_s"));
+    json_decref(root);
+    return s;
+  };
+  double dp_on = 0, dp_off = 0, dp_default = 0;
+  double on = step(",overlap=1", &dp_on), off = step(",overlap=0", &dp_off);
+  EXPECT_DOUBLE_EQ(step("", &dp_default), on);
+  EXPECT_GT(dp_off, dp_on);
+  EXPECT_NEAR(off - dp_off, on - dp_on, 1e-9 * on) << "only the data-parallel time moves";
+  PlanRun r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine +
+                   " --fix overlap=2");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--fix overlap=2: expected 0 or 1"), std::string::npos) << r.output;
+  std::string out = TempPath("plan_no_overlap.json");
+  std::remove(out.c_str());
+  r = Plan(std::string("--model ") + kSmall + " --cluster examples/clusters/dgx_a100.json" +
+           " --nodes 1 --fix overlap=0 --out " + out);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--fix overlap=0 with --out"), std::string::npos) << r.output;
+  std::ifstream f(out);
+  EXPECT_FALSE(f.good()) << "nothing written";
+}
+
 TEST(PlanCli, BadUsageAndBadInput) {
   EXPECT_EQ(Plan("--cluster x.json").status, 2);
   PlanRun r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " --fix tq=2");
