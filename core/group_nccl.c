@@ -126,14 +126,15 @@ static void load_nccl(void) {
   nccl.loaded = true;
 }
 
-/* `call` is the source text, "nccl.AllReduce(...)": named as NCCL names it. */
+/* `call` is the source text ("nccl.AllReduce(...)", named as NCCL names
+ * it: ncclAllReduce) or a name. */
 static tl_status nccl_error(ncclResult_t r, const char* call, const char* file, int line) {
   const char* detail = nccl.GetLastError(NULL);
-  if (strncmp(call, "nccl.", 5) == 0) call += 5;
-  else if (strncmp(call, "nccl", 4) == 0) call += 4;
-  return tl__set_error(TL_ERR_NCCL, file, line, "nccl%.*s failed: %s%s%s", (int)strcspn(call, "("),
-                       call, nccl.GetErrorString(r), detail && *detail ? ": " : "",
-                       detail ? detail : "");
+  const char* prefix = "";
+  if (strncmp(call, "nccl.", 5) == 0) call += 5, prefix = "nccl";
+  return tl__set_error(TL_ERR_NCCL, file, line, "%s%.*s failed: %s%s%s", prefix,
+                       (int)strcspn(call, "("), call, nccl.GetErrorString(r),
+                       detail && *detail ? ": " : "", detail ? detail : "");
 }
 
 static ncclDataType_t dt_of(tl_dtype d) {

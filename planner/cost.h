@@ -364,16 +364,17 @@ struct tl_cost_unit {
 };
 
 /* The seconds ZeRO-3's parameter gathers leave exposed on pipeline stage s
- * of plan p, as dp/units.c runs them over units u[0..n) (forward order):
- * the late parameters (`late` elements: read by several nodes or another
- * stage) whole at the step's start and the first unit, then each unit
- * gathered one ahead into the other of two slots while the current one
- * computes — in every micro-batch's forward (unit i behind i - 1's forward)
- * and again in its backward (unit i behind i + 1's backward), so only what
- * a unit's compute cannot cover shows; a pass that starts where the last
- * ended finds its unit held, one that follows a pass of its own kind
- * (GPipe's, 1F1B's warm-up) gathers its first unit unhidden. fp32 on the
- * wire. */
+ * of plan p, as dp/units.c runs them over the units u[0..n) spell out
+ * (forward order): the late parameters (`late` elements: read by several
+ * nodes or another stage) whole at the step's start and the first unit,
+ * then each unit gathered one ahead into the other of two slots while the
+ * current one computes — in every micro-batch's forward (unit i behind
+ * i - 1's forward) and again in its backward (unit i behind i + 1's
+ * backward), so only what a unit's compute cannot cover shows. A pass
+ * finds the two units the pass before it ran still in the slots (the last
+ * two after a forward, the first two after a backward): a backward after a
+ * forward gathers neither, a forward after a forward (GPipe's, 1F1B's
+ * warm-up) its first unit unhidden. fp32 on the wire. */
 double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
                              const struct tl_cost_unit* u, int n, double late,
                              const struct tl_link* link); /* n runs of units */

@@ -66,25 +66,65 @@ static int forward_runs(const tl_plan* p, int s) {
   return w < p->n_micro - 1 ? w : p->n_micro - 1;
 }
 
+/* The run holding unit i of the units u[0..n) spells out. */
+static const struct tl_cost_unit* unit_at(const struct tl_cost_unit* u, int n, int i) {
+  for (int r = 0; r < n; r++) {
+    if (i < u[r].count) return &u[r];
+    i -= u[r].count;
+  }
+  return &u[n - 1];
+}
+
+struct zero3_pass {
+  const tl_cluster* c;
+  const struct tl_link* link;
+  const struct tl_cost_unit* u;
+  int n, units, d;
+  double hide; /* 1: compute hides gathers; 0: overlapping nothing */
+};
+
+static double gather_of(const struct zero3_pass* z, const struct tl_cost_unit* x) {
+  return tl_cost_all_gather(z->c, 4.0 * x->params, z->d, z->link); /* fp32 shards and wire */
+}
+
+/* What gathering unit i shows in a forward (the first whole, the others
+ * behind the forward of the unit before) or a backward (the last whole,
+ * the others behind the backward of the unit after). */
+static double shows(const struct zero3_pass* z, int i, bool backward) {
+  const struct tl_cost_unit* x = unit_at(z->u, z->n, i);
+  const double g = gather_of(z, x);
+  if (!backward) return i == 0 ? g : fmax(0, g - z->hide * unit_at(z->u, z->n, i - 1)->fwd);
+  return i == z->units - 1 ? g : fmax(0, g - z->hide * unit_at(z->u, z->n, i + 1)->bwd);
+}
+
+/* A pass's exposed gathers when units h0 and h1 are already in the slots
+ * (-1: none), summed run by run. */
+static double pass(const struct zero3_pass* z, bool backward, int h0, int h1) {
+  double t = shows(z, backward ? z->units - 1 : 0, backward);
+  for (int r = 0; r < z->n; r++) {
+    const struct tl_cost_unit* x = &z->u[r];
+    const double g = gather_of(z, x);
+    t += (x->count - 1) * fmax(0, g - z->hide * (backward ? x->bwd : x->fwd));
+    if (!backward && r > 0) t += fmax(0, g - z->hide * z->u[r - 1].fwd);
+    if (backward && r < z->n - 1) t += fmax(0, g - z->hide * z->u[r + 1].bwd);
+  }
+  if (h0 >= 0 && h0 < z->units) t -= shows(z, h0, backward);
+  if (h1 >= 0 && h1 < z->units && h1 != h0) t -= shows(z, h1, backward);
+  return t;
+}
+
 double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
                              const struct tl_cost_unit* u, int n, double late,
                              const struct tl_link* link) {
   const int d = p->dp, m = p->n_micro;
   if (d <= 1 || n <= 0) return 0;
-  /* the shards are fp32 and so is the wire (dp/units.c) */
-  double first = tl_cost_all_gather(c, 4.0 * u[0].params, d, link), last = first;
-  double t = tl_cost_all_gather(c, 4.0 * late, d, link) + first;
-  double ahead = 0;
-  const double hide = p->no_overlap ? 0 : 1; /* overlapping nothing: every gather shows */
-  for (int i = 0; i < n; i++) {
-    const double g = tl_cost_all_gather(c, 4.0 * u[i].params, d, link);
-    /* forward: each unit arrives while the one before computes, backward
-     * while the one after; a run's own units follow one another */
-    ahead += (u[i].count - 1) * (fmax(0, g - hide * u[i].fwd) + fmax(0, g - hide * u[i].bwd));
-    if (i > 0) ahead += fmax(0, g - hide * u[i - 1].fwd);
-    if (i < n - 1) ahead += fmax(0, g - hide * u[i + 1].bwd);
-    last = g;
-  }
-  const int runs = forward_runs(p, s);
-  return t + m * ahead + runs * (first + last);
+  struct zero3_pass z = {c, link, u, n, 0, d, p->no_overlap ? 0 : 1};
+  for (int r = 0; r < n; r++) z.units += u[r].count;
+  const int N = z.units, runs = forward_runs(p, s);
+  /* the slots hold the last two units a pass ran: N-2 and N-1 after a
+   * forward, 1 and 0 after a backward, none at the step's start (the late
+   * parameters are gathered then, whole) */
+  return tl_cost_all_gather(c, 4.0 * late, d, link) + pass(&z, false, -1, -1) +
+         runs * pass(&z, false, N - 2, N - 1) + (m - runs - 1) * pass(&z, false, 0, 1) +
+         (m - runs) * pass(&z, true, N - 2, N - 1) + runs * pass(&z, true, 0, 1);
 }

@@ -154,18 +154,24 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
     if (s > 0 && s < p->pp - 1 && layers[s - 1] == k && stage_kind(s - 1, p->pp) == kind)
       continue;
     const struct tl_cost_stage_shape* x = &sh->stage[kind];
+    /* late, gathered whole for the step: parameters another stage or
+     * several nodes read, and the tensor-parallel partial ones (LayerNorms
+     * under sequence parallelism), as planner/cost.c counts ZeRO-3's units */
+    const double rep = x->replicated + (k - 1) * x->replicated_layer;
+    const double block = x->params_layer - x->replicated_layer;
     /* the stage's early parameters beyond its blocks': the embedding's and
-     * the head's own (the late ones are gathered whole for the step) */
-    double rest = fmax(0, x->params - x->params_layer - x->shared - x->multi);
+     * the head's own */
+    const double rest = fmax(0, x->params - x->params_layer - x->shared - x->multi -
+                                    (x->replicated - x->replicated_layer));
     struct tl_cost_unit u[3];
     int n = 0;
     if (kind & TL_COST_STAGE_EMBED)
       u[n++] = (struct tl_cost_unit){rest, sec_embed * b * fe, sec_embed * b * (1 - fe), 1};
-    u[n++] = (struct tl_cost_unit){x->params_layer, sec_layer * b * fl, sec_layer * b * (1 - fl), k};
+    u[n++] = (struct tl_cost_unit){block, sec_layer * b * fl, sec_layer * b * (1 - fl), k};
     if (kind & TL_COST_STAGE_HEAD)
       u[n++] = (struct tl_cost_unit){kind & TL_COST_STAGE_EMBED ? 0 : rest, sec_head * b * fh,
                                      sec_head * b * (1 - fh), 1};
-    worst = fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi, link));
+    worst = fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi + rep, link));
   }
   return worst;
 }

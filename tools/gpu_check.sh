@@ -122,7 +122,7 @@ step_ms() { # step_ms LOG STEPS: the mean of the last STEPS steps' ms, or nothin
   "$py" - "$1" "$2" << 'EOF'
 import re, sys
 log, steps = open(sys.argv[1]).read(), int(sys.argv[2])
-ms = [float(m.group(1)) for m in re.finditer(r"^step \d+/\d+ \|.*\|\s+([0-9.]+) ms \|", log, re.M)]
+ms = [float(m.group(1)) for m in re.finditer(r"^step\s+\d+/\d+ \|.*\|\s+([0-9.]+) ms \|", log, re.M)]
 if len(ms) >= steps:
     print(f"{sum(ms[-steps:]) / steps:.2f}")
 EOF

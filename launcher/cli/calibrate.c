@@ -24,9 +24,10 @@
  * t 1024, c 768, 12 heads); all-reduce over the ranks' NCCL group, the
  * latency a 4-byte one's (median) per message. The device's memory is the
  * driver's figure, and the reserve what the process holds beyond its
- * tensors once the CUDA context, cuBLAS and NCCL are up (measured, the
- * largest over the ranks) plus 5% of the memory for the allocator's
- * rounding and other processes' contexts. */
+ * tensors once the CUDA context, cuBLAS and NCCL are up and have run
+ * (measured, the largest over the ranks). The attention and element-wise
+ * fractions are of the bf16 peak: the spec prices bf16 training (an fp32
+ * plan on it reads them against the fp32 peak, too slow by the ratio). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,8 +267,8 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
   for (int i = 0; i < GRID; i++)
     snprintf(axis + strlen(axis), sizeof axis - strlen(axis), "%s%d", i ? ", " : "", k->grid[i]);
   for (int i = 0; i < N_GEMM; i++)
-    snprintf(table + strlen(table), sizeof table - strlen(table), "%s%s%.4f", i ? "," : "",
-             i % GRID == 0 ? "\n      " : " ", fmax(1e-4, k->gemm[i] / k->peak));
+    snprintf(table + strlen(table), sizeof table - strlen(table), "%s%s%.4g", i ? "," : "",
+             i % GRID == 0 ? "\n      " : " ", fmax(1e-6, k->gemm[i] / k->peak));
   const int* a = gpu ? kGpuShapes.attention : kCpuShapes.attention;
   const int rows = gpu ? kGpuShapes.rows : kCpuShapes.rows, c = gpu ? kGpuShapes.c : kCpuShapes.c;
   if (gpu)
@@ -276,8 +277,9 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              "at once: the CUDA backend's bf16 matmul (operands narrowed to bf16, cuBLAS with "
              "fp32 sums, as bf16 training multiplies) at %d shapes (m, n, k in %s), %.1f "
              "GFLOP/s per GPU at best (the bf16 peak; slowest rank %.1f), each shape's rate a "
-             "fraction of it in gemm_efficiency (fp32 training is priced on the same table); the "
-             "fp32 matmul at %d^3, %.1f GFLOP/s (the fp32 peak)",
+             "fraction of it in gemm_efficiency; the fp32 matmul at %d^3, %.1f GFLOP/s (the fp32 "
+             "peak). A spec for bf16 training: the table and the attention and element-wise "
+             "fractions are of the bf16 peak, so an fp32 plan on it is priced too slow",
              n, n == 1 ? "" : "s", k->gpu, N_GEMM, axis, k->peak, k->slowest, k->grid[GRID - 1],
              k->fp32);
   else
@@ -296,7 +298,7 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
     snprintf(net, sizeof net,
              "all-reduce over the ranks' NCCL group: bus bandwidth %.3g bytes/s on 4 MiB "
              "(median); latency %.3g s per message, a 4-byte all-reduce's %.3g s (median) over "
-             "the planner's 2 log2 n messages; inter_node is the same figure (one node measured)",
+             "the ring's 2 (n - 1) messages; inter_node is the same figure (one node measured)",
              k->bus, k->latency, k->small);
   else
     snprintf(net, sizeof net,
@@ -330,14 +332,14 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "  \"peak_flops\": %s,\n"
            "  \"intra_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
            "  \"inter_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
-           "  \"compute_efficiency\": %.4f,\n  \"attention_efficiency\": %.4f,\n"
+           "  \"compute_efficiency\": %.4g,\n  \"attention_efficiency\": %.4g,\n"
            "  \"gemm_efficiency\": {\n    \"m\": [%s], \"n\": [%s], \"k\": [%s],\n"
            "    \"efficiency\": [%s]\n  },\n"
            "  \"reserve_bytes\": %.4g\n}\n",
            what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise, net, mem,
            gpu ? "cuda" : "cpu", n, k->memory, peaks, bw, lat, bw, lat,
-           fmax(1e-4, fmin(1, k->elementwise / k->peak)),
-           fmax(1e-4, fmin(1, k->attention / k->peak)), axis, axis, axis, table, k->reserve);
+           fmax(1e-6, fmin(1, k->elementwise / k->peak)),
+           fmax(1e-6, fmin(1, k->attention / k->peak)), axis, axis, axis, table, k->reserve);
   tl_atomic_file af;
   TL_CHECK(tl_atomic_file_open(&af, out));
   tl_status st = tl_atomic_file_write(&af, json, strlen(json));
@@ -405,8 +407,9 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   const int n = w.world_size;
   if (n > 1) {
     k.bus = 2.0 * (n - 1) / n * big * sizeof(float) / large; /* ring all-reduce steps */
-    /* per message of the planner's all-reduce (2 log2 n, planner/cost.h) */
-    double messages = 2.0 * ceil(log2((double)n));
+    /* per message of the planner's all-reduce (planner/cost.h): NCCL's
+     * ring, 2 (n - 1); MPICH's halving and doubling, 2 log2 n */
+    double messages = gpu ? 2.0 * (n - 1) : 2.0 * ceil(log2((double)n));
     k.latency = (gpu ? k.small : k.busy) / messages;
   }
   /* memory: the driver's figure, and what the process holds beyond its
