@@ -353,7 +353,7 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
 /* The job's mean of v[0..n) (in place), or its maximum. */
 static tl_status job_reduce(tl_group* world, int size, double* v, int n, tl_reduce_op op) {
   if (size < 2) return TL_OK;
-  float f[N_GEMM + 8];
+  float f[N_GEMM + 8] = {0};
   for (int i = 0; i < n; i++) f[i] = (float)v[i];
   TL_CHECK(tl_group_all_reduce(world, f, f, (size_t)n, TL_F32, op, NULL));
   for (int i = 0; i < n; i++) v[i] = op == TL_REDUCE_SUM ? f[i] / size : f[i];
