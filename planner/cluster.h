@@ -41,7 +41,8 @@ extern "C" {
 /* Fraction of peak FLOP/s the executed arithmetic reaches when a cluster
  * does not say: a round guess. The DGX specs carry figures fitted on the
  * published runs of tests/planner/published_test.cc other than Narayanan et
- * al. 2021 Table 1 (tests/planner/table1_test.cc). */
+ * al. 2021 Table 1 (tests/planner/table1_test.cc): the best point of a grid
+ * that published_test re-runs. */
 #define TL_CLUSTER_DEFAULT_EFFICIENCY 0.5
 #define TL_CLUSTER_DEFAULT_RESERVE 2e9
 
@@ -50,7 +51,9 @@ extern "C" {
  * [...], "k": [...], "efficiency": [...]}, the efficiencies m-major, then
  * n, then k: index (i * n_n + j) * n_k + l), read between the grid's points
  * by trilinear interpolation in log2 of each size and held at its edges.
- * `trellis plan --calibrate` measures one. */
+ * `trellis plan --calibrate` measures one: the CPU backend's fp32 matmul,
+ * or with --device cuda the bf16 matmul as bf16 training runs it (with the
+ * GPU's memory and the reserve the process holds beyond its tensors). */
 #define TL_GEMM_AXIS_MAX 8
 struct tl_gemm_table {
   int n_m, n_n, n_k; /* 0: no table */
