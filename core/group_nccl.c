@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dynlib.h"
 #include "core/group_impl.h"
 #include "core/group_mpi.h"
 
@@ -85,20 +86,8 @@ static char g_load_error[512];
 static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
 
 static void load_nccl(void) {
-  void* h = NULL;
-  char path[512];
-  if (TL_CUDA_LIB_DIR[0]) {
-    snprintf(path, sizeof path, "%s/%s", TL_CUDA_LIB_DIR, NCCL_SONAME);
-    h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!h) h = dlopen(NCCL_SONAME, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char* why = dlerror();
-    snprintf(g_load_error, sizeof g_load_error, "cannot load %s (from %s or the loader's path): %s",
-             NCCL_SONAME, TL_CUDA_LIB_DIR[0] ? TL_CUDA_LIB_DIR : "the toolkit",
-             why ? why : "unknown");
-    return;
-  }
+  void* h = tl_dynlib_open(NCCL_SONAME, TL_CUDA_LIB_DIR, g_load_error, sizeof g_load_error);
+  if (!h) return;
   const char* missing = NULL;
 #define TL_SYM(field)                                                                    \
   if (!missing && !(*(void**)&nccl.field = dlsym(h, "nccl" #field))) missing = "nccl" #field;

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "core/dynlib.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/cuda_impl.h"
 
@@ -24,20 +25,8 @@ static char g_error[512];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void load(void) {
-  void* h = NULL;
-  char path[512];
-  if (TL_CUDA_LIB_DIR[0]) {
-    snprintf(path, sizeof path, "%s/%s", TL_CUDA_LIB_DIR, CUBLAS_SONAME);
-    h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  }
-  if (!h) h = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char* why = dlerror();
-    snprintf(g_error, sizeof g_error, "cannot load %s (from %s or the loader's path): %s",
-             CUBLAS_SONAME, TL_CUDA_LIB_DIR[0] ? TL_CUDA_LIB_DIR : "the toolkit",
-             why ? why : "unknown");
-    return;
-  }
+  void* h = tl_dynlib_open(CUBLAS_SONAME, TL_CUDA_LIB_DIR, g_error, sizeof g_error);
+  if (!h) return;
   struct tl_cublas_api a;
   const char* missing = NULL;
 #define TL_SYM(field, name)                                      \
