@@ -190,6 +190,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      "attention_efficiency",
                                      "gemm_efficiency",
                                      "reserve_bytes",
+                                     "allocator_overhead",
                                      NULL};
   static const char* const peak_keys[] = {"fp32", "bf16", NULL};
   if (!json_is_object(root))
@@ -238,7 +239,15 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                    src, c->attention_efficiency);
   const json_t* gt = json_object_get(root, "gemm_efficiency");
   if (gt) TL_CHECK(parse_gemm(src, gt, &c->gemm));
-  return number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes);
+  TL_CHECK(
+      number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes));
+  TL_CHECK(number(src, root, "", "allocator_overhead", 0, 1, &c->allocator_overhead));
+  if (c->allocator_overhead > 1)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: allocator_overhead = %g: expected a fraction of the tensors' bytes in "
+                   "[0, 1]",
+                   src, c->allocator_overhead);
+  return TL_OK;
 }
 
 tl_status tl_cluster_parse(const char* text, const char* src, tl_cluster* out) {

@@ -11,7 +11,7 @@
  *    "intra_node": {"bandwidth": 300e9, "latency": 5e-6},
  *    "inter_node": {"bandwidth": 25e9, "latency": 1e-5},
  *    "compute_efficiency": 0.6, "efficiency_half_flops": 4e10,
- *    "attention_efficiency": 0.12, "reserve_bytes": 2e9,
+ *    "attention_efficiency": 0.12, "reserve_bytes": 2e9, "allocator_overhead": 0.1,
  *    "gemm_efficiency": {"m": [...], "n": [...], "k": [...], "efficiency": [...]}}
  *
  * Bandwidths are bytes/s per device and direction (what one device's ring
@@ -23,7 +23,9 @@
  * efficiency_half_flops), x the FLOPs of one block's forward on one rank;
  * default 0, flat), the fraction the attention kernels reach
  * ("attention_efficiency", default the former), the bytes a device keeps
- * back for its runtime, workspaces and fragmentation, and the matrix
+ * back for its runtime (CUDA context, library workspaces, communication
+ * buffers), the fraction of the tensors' bytes its allocator holds on top
+ * (a caching allocator's cache and fragmentation), and the matrix
  * products' efficiency by shape ("gemm_efficiency", below: with it every
  * product is priced by its shape and compute_efficiency is the rest's, the
  * element-wise nodes'). */
@@ -84,6 +86,12 @@ typedef struct tl_cluster {
    * `efficiency` */
   double attention_efficiency;
   double reserve_bytes; /* kept back per device */
+  /* what the runtime's allocator holds beyond the live tensors, as a
+   * fraction of their peak ("allocator_overhead", default 0): a caching
+   * allocator's cached blocks and fragmentation. trellis allocates each
+   * buffer from the device and caches none (0); the shipped GPU specs
+   * carry what PyTorch-based runs held (planner/README.md) */
+  double allocator_overhead;
   /* the matrix products' efficiency by shape; with it they are priced
    * product by product (planner/cost.h), without it at `efficiency` */
   struct tl_gemm_table gemm;

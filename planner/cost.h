@@ -301,7 +301,8 @@ typedef struct tl_plan {
    * to check the model against published runs; trellis does not run it */
   bool recompute_whole_forward;
   /* memory, bytes per device: the fullest stage's (mem_stage), state and
-   * activations as the trainer's allocator counts them, plus the reserve */
+   * activations as the trainer's allocator counts them, plus the reserve
+   * (the spec's reserve_bytes and its allocator_overhead of the two) */
   double mem_total, mem_state, mem_act, mem_reserve;
   int mem_stage;
   /* time, seconds per step, and its parts (they add up to t_step) */

@@ -326,7 +326,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     if (rep > ln_grads) ln_grads = rep;
     if (fl > slowest) slowest = fl, k_slowest = k;
   }
-  p->mem_reserve = c->reserve_bytes;
+  p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
   const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;

@@ -227,7 +227,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
                    tl_cost_zero3_gathers(c, p, s, u, e - a, r->shared + r->multi, dp_link));
     }
   }
-  p->mem_reserve = c->reserve_bytes;
+  p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
   double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp) + zero3;

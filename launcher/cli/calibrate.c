@@ -310,7 +310,8 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
     snprintf(mem, sizeof mem,
              "device_memory_bytes is the driver's figure; reserve_bytes is what the process held "
              "on its GPU beyond its tensors once the CUDA context, cuBLAS and NCCL were up and "
-             "had run (the most over the ranks)");
+             "had run (the most over the ranks); allocator_overhead is 0, trellis's "
+             "allocator caching no blocks");
   else
     snprintf(mem, sizeof mem,
              "device_memory_bytes is an assumption: half the machine's RAM divided among the "
@@ -335,7 +336,7 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "  \"compute_efficiency\": %.4g,\n  \"attention_efficiency\": %.4g,\n"
            "  \"gemm_efficiency\": {\n    \"m\": [%s], \"n\": [%s], \"k\": [%s],\n"
            "    \"efficiency\": [%s]\n  },\n"
-           "  \"reserve_bytes\": %.4g\n}\n",
+           "  \"reserve_bytes\": %.4g,\n  \"allocator_overhead\": 0\n}\n",
            what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise, net, mem,
            gpu ? "cuda" : "cpu", n, k->memory, peaks, bw, lat, bw, lat,
            fmax(1e-6, fmin(1, k->elementwise / k->peak)),

@@ -66,7 +66,13 @@ TEST(Cluster, DefaultsForTheOptionalKeys) {
       << tl_last_error();
   EXPECT_DOUBLE_EQ(c.attention_efficiency, 0.125);
   EXPECT_DOUBLE_EQ(c.reserve_bytes, TL_CLUSTER_DEFAULT_RESERVE);
+  EXPECT_EQ(c.allocator_overhead, 0.0);  // trellis's allocator caches nothing
   EXPECT_EQ(c.device, TL_DEVICE_CUDA);
+  ASSERT_EQ(tl_cluster_parse(With("\"nodes\"", "\"allocator_overhead\": 0.15, \"nodes\"").c_str(),
+                             "c.json", &c),
+            TL_OK)
+      << tl_last_error();
+  EXPECT_DOUBLE_EQ(c.allocator_overhead, 0.15);
 }
 
 TEST(Cluster, BadSpecsNameThePathTheValueAndWhatWasExpected) {
@@ -87,6 +93,13 @@ TEST(Cluster, BadSpecsNameThePathTheValueAndWhatWasExpected) {
             std::string::npos);
   EXPECT_NE(Error(With("\"nodes\"", "\"attention_efficiency\": 1.5, \"nodes\""))
                 .find("attention_efficiency = 1.5: expected a fraction in (0, 1]"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"nodes\"", "\"allocator_overhead\": 10, \"nodes\""))
+                .find("allocator_overhead = 10: expected a fraction of the tensors' bytes in "
+                      "[0, 1]"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"nodes\"", "\"allocator_overhead\": -0.1, \"nodes\""))
+                .find("allocator_overhead = -0.1: expected a number >= 0"),
             std::string::npos);
   EXPECT_NE(Error("{\"nodes\": ").find("c.json:1:"), std::string::npos);
   tl_cluster c;

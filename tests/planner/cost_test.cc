@@ -203,6 +203,26 @@ TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
   EXPECT_NEAR(p.t_compute + p.t_tp + p.t_pp + p.t_bubble + p.t_dp, p.t_step, 1e-12 * p.t_step);
 }
 
+// The reserve: the spec's bytes plus its allocator overhead of the tensors
+// (state and activations).
+TEST(CostModel, TheReserveAddsTheAllocatorsOverheadOfTheTensors) {
+  tl_cost_model cm = Build(kShapes[1]);
+  tl_cluster c = A100Nodes(64);
+  tl_plan p = {};
+  p.dp = 32, p.tp = 8, p.pp = 2, p.micro_batch = 1, p.n_micro = 48;
+  p.schedule = TL_SCHEDULE_1F1B;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  EXPECT_EQ(p.mem_reserve, 0);
+  c.reserve_bytes = 2e9, c.allocator_overhead = 0.1;
+  tl_plan q = p;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &q);
+  EXPECT_EQ(q.mem_state, p.mem_state);
+  EXPECT_EQ(q.mem_act, p.mem_act);
+  EXPECT_DOUBLE_EQ(q.mem_reserve, 2e9 + 0.1 * (p.mem_state + p.mem_act));
+  EXPECT_DOUBLE_EQ(q.mem_total, 2e9 + 1.1 * (p.mem_state + p.mem_act));
+  EXPECT_EQ(q.t_step, p.t_step);
+}
+
 // Interleaving v chunks a rank: the bubble (p - 1) / v micro-batches, v
 // times the pipeline's messages, the same arithmetic, and more activations
 // held (Megatron-LM's warm-up of 2 (p - s - 1) + (v - 1) p forwards).

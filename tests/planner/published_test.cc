@@ -157,9 +157,10 @@ const char* SpecOf(const Published& r) {
 }
 
 // The A100 efficiencies: matrix products at eff * F / (F + half) of peak,
-// attention kernels at attn.
+// attention kernels at attn; and the allocator's overhead (< 0: the spec's).
 struct Fit {
   double eff, half, attn;
+  double overhead = -1;
 };
 
 struct Pick {
@@ -178,6 +179,11 @@ struct Stats {
   double sum_fit = 0;
   int n_fit = 0;
   std::map<std::string, Pick> groups;
+  // the runs priced above their GPU's memory (every one of them ran), and
+  // the fullest against its GPU's memory
+  int n_over = 0;
+  double fullest = 0;
+  std::string fullest_run;
 };
 
 class PublishedRuns : public ::testing::Test {
@@ -222,13 +228,20 @@ class PublishedRuns : public ::testing::Test {
     for (size_t i = 0; i < sizeof kRuns / sizeof kRuns[0]; i++) {
       const Published& r = kRuns[i];
       tl_cluster c = specs_.at(SpecOf(r));
-      if (fit) {
+      if (fit && fit->eff > 0) {
         c.efficiency = fit->eff;
         c.efficiency_half_flops = fit->half;
         c.attention_efficiency = fit->attn;
       }
+      if (fit && fit->overhead >= 0) c.allocator_overhead = fit->overhead;
       Priced pr{};
       if (!price(r, *model_of_[i], c, &pr)) continue;
+      if (!pr.plan.fits) st.n_over++;
+      if (pr.mem / c.device_memory_bytes > st.fullest) {
+        st.fullest = pr.mem / c.device_memory_bytes;
+        st.fullest_run =
+            std::string(r.source) + " " + r.model + " " + (r.rc == kFull ? "full" : "selective+sp");
+      }
       double meas = published_seconds(r);
       double et = pr.t / meas - 1;
       st.sum_t += std::fabs(et), st.n_t++;
@@ -289,10 +302,12 @@ TEST_F(PublishedRuns, StepTimeAndMemoryAtThePublishedSplits) {
   ASSERT_GT(st.n_t, 0);
   // What the model reaches today, each bound the measured figure rounded up
   // by about a point: a change that makes any source worse fails here. The
-  // targets (8% on step time, 5% on memory) are not all met; planner/README.md
-  // says which rows miss and why. DeepSpeed's ZeRO-3 of 2021 is listed but
-  // not bounded: its parameter gathers ran at about a network card's rate
-  // per GPU whatever the group, which no runtime trellis prices is.
+  // step-time target (8%) is not met by every source; planner/README.md
+  // says which rows miss and why. Memory meets its 5% with the allocator's
+  // overhead the specs carry (TheAllocatorOverheadIsTheMemoryRowsBest).
+  // DeepSpeed's ZeRO-3 of 2021 is listed but not bounded: its parameter
+  // gathers ran at about a network card's rate per GPU whatever the group,
+  // which no runtime trellis prices is.
   const std::map<std::string, double> bound = {
       {"N21-T1", 0.045}, {"N21-T2", 0.03}, {"K22", 0.11}, {"S22", 0.20},
       {"BS22", 0.10}};
@@ -302,7 +317,7 @@ TEST_F(PublishedRuns, StepTimeAndMemoryAtThePublishedSplits) {
     EXPECT_LE(s.first / s.second, b.second) << b.first << ": step time MAPE";
   }
   EXPECT_LE(st.sum_x / st.n_x, 0.085) << "step time MAPE over all runs but ZeRO-3's";
-  EXPECT_LE(st.sum_m / st.n_m, 0.11) << "memory MAPE";
+  EXPECT_LE(st.sum_m / st.n_m, 0.05) << "memory MAPE";
   // the planner's pick among a group's measured splits, where the group's
   // rows measure one configuration each way (K22: full recomputation
   // against selective + sequence parallelism; BS22's 2048-sequence sweep)
@@ -350,5 +365,44 @@ TEST_F(PublishedRuns, TheA100FitIsTheGridsBest) {
     EXPECT_EQ(c.efficiency, shipped.efficiency) << spec;
     EXPECT_EQ(c.efficiency_half_flops, shipped.efficiency_half_flops) << spec;
     EXPECT_EQ(c.attention_efficiency, shipped.attention_efficiency) << spec;
+  }
+}
+
+// The allocator overhead the A100 specs carry (the fraction of the tensors'
+// bytes a caching allocator holds on top) is the best of 0-0.30 by 0.01 for
+// the memory rows (BigScience's, nvidia-smi's reading of PyTorch processes),
+// with the 2 GB reserve, among the figures at which every published run
+// fits its GPU (each of them ran: the fullest, K22's 1T with selective
+// recomputation, bounds the overhead from above). Without it every memory
+// row is 4-19% low (10.2%).
+TEST_F(PublishedRuns, TheAllocatorOverheadIsTheMemoryRowsBest) {
+  const tl_cluster& shipped = specs_.at("examples/clusters/dgx_a100.json");
+  double best = -1, best_score = HUGE_VAL, unconstrained = -1, unconstrained_score = HUGE_VAL;
+  for (int i = 0; i <= 30; i++) {
+    Fit f{0, 0, 0, 0.01 * i};
+    Stats st = Evaluate(&f, false);
+    ASSERT_GT(st.n_m, 10);
+    double score = st.sum_m / st.n_m;
+    if (score < unconstrained_score - 1e-12) unconstrained_score = score, unconstrained = f.overhead;
+    if (st.n_over == 0 && score < best_score - 1e-12) best_score = score, best = f.overhead;
+  }
+  ASSERT_GE(best, 0) << "no overhead lets every published run fit";
+  std::printf("allocator overhead: the memory rows' best %.2f (MAPE %.2f%%); with every run "
+              "fitting its GPU %.2f (%.2f%%)\n",
+              unconstrained, 100 * unconstrained_score, best, 100 * best_score);
+  Fit none{0, 0, 0, 0};
+  Stats bare = Evaluate(&none, false), st = Evaluate(nullptr, false);
+  std::printf("shipped %.2f: memory MAPE %.2f%% over %d rows, the fullest run (%s) at %.1f%% "
+              "of its GPU; without an overhead %.2f%%\n",
+              shipped.allocator_overhead, 100 * st.sum_m / st.n_m, st.n_m,
+              st.fullest_run.c_str(), 100 * st.fullest, 100 * bare.sum_m / bare.n_m);
+  EXPECT_EQ(st.n_over, 0) << "a published run is priced above its GPU's memory";
+  EXPECT_LE(st.sum_m / st.n_m, best_score + 0.0005)
+      << "the A100 specs' allocator_overhead is stale";
+  for (const char* spec : {"examples/clusters/jean_zay_a100.json",
+                           "examples/clusters/dgx_h100.json", "examples/clusters/h200.json"}) {
+    tl_cluster c;
+    ASSERT_EQ(tl_cluster_load(spec, &c), TL_OK) << tl_last_error();
+    EXPECT_EQ(c.allocator_overhead, shipped.allocator_overhead) << spec;
   }
 }
