@@ -333,11 +333,15 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
         100 * w->t_compute / t, 100 * w->t_bubble / t, 100 * w->t_tp / t, 100 * w->t_pp / t,
         100 * w->t_dp / t, tl_plan_bound(w));
     double usable = c->device_memory_bytes;
+    char alloc[96] = "";
+    if (c->allocator_overhead > 0)
+      snprintf(alloc, sizeof alloc, ": %.2f runtime + the allocator's %.0f%% of the tensors",
+               c->reserve_bytes / 1e9, 100 * c->allocator_overhead);
     printf(
         "memory: %.2f GB of %.2f GB per device (%.0f%%; state %.2f, activations %.2f, reserve "
-        "%.2f)%s\n",
+        "%.2f%s)%s\n",
         w->mem_total / 1e9, usable / 1e9, 100 * w->mem_total / usable, w->mem_state / 1e9,
-        w->mem_act / 1e9, w->mem_reserve / 1e9,
+        w->mem_act / 1e9, w->mem_reserve / 1e9, alloc,
         w->mem_total > 0.9 * usable ? " -> also bound by memory" : "");
   }
   printf("\nrejected:");

@@ -318,6 +318,11 @@ TEST(PlanCli, JsonListsPlansAndRejections) {
                 json_integer_value(json_object_get(first, "pp")),
             8);
   EXPECT_GT(json_real_value(json_object_get(first, "step_s")), 0);
+  // the spec's reserve (2 GB) and its allocator's 9% of the tensors
+  double tensors = json_number_value(json_object_get(first, "memory_state_bytes")) +
+                   json_number_value(json_object_get(first, "memory_activation_bytes"));
+  EXPECT_NEAR(json_number_value(json_object_get(first, "memory_bytes")), 2e9 + 1.09 * tensors,
+              1e-5 * (2e9 + tensors));
   EXPECT_TRUE(json_is_object(json_object_get(root, "rejected")));
   EXPECT_TRUE(json_is_integer(json_object_get(json_object_get(root, "rejected"), "memory")));
   json_decref(root);
