@@ -32,9 +32,9 @@ static int cell(const double* a, int n, double x, double* frac) {
   return i;
 }
 
-double tl_cluster_gemm_efficiency(const tl_cluster* c, double m, double n, double k) {
-  const struct tl_gemm_table* t = &c->gemm;
-  if (t->n_m == 0) return c->efficiency;
+/* A table's value at (m, n, k): trilinear in log2 of each size, held at
+ * its edges; an axis of one point is a constant. */
+static double table_at(const struct tl_gemm_table* t, double m, double n, double k) {
   double fm, fn, fk;
   int i = cell(t->m, t->n_m, m, &fm), j = cell(t->n, t->n_n, n, &fn),
       l = cell(t->k, t->n_k, k, &fk);
@@ -46,6 +46,15 @@ double tl_cluster_gemm_efficiency(const tl_cluster* c, double m, double n, doubl
         e += w * t->eff[((i + di) * t->n_n + (j + dj)) * t->n_k + (l + dl)];
       }
   return e;
+}
+
+double tl_cluster_gemm_efficiency(const tl_cluster* c, double m, double n, double k) {
+  return c->gemm.n_m == 0 ? c->efficiency : table_at(&c->gemm, m, n, k);
+}
+
+double tl_cluster_attention_efficiency(const tl_cluster* c, double head_dim, double seq) {
+  if (c->attention.n_m > 0) return table_at(&c->attention, head_dim, seq, 1);
+  return c->attention_efficiency > 0 ? c->attention_efficiency : c->efficiency;
 }
 
 /* A number > 0 (>= 0 when zero_ok) at obj[key]; required unless `dflt` >= 0. */
@@ -118,62 +127,83 @@ static tl_status parse_link(const char* src, const json_t* root, const char* key
   return number(src, o, path, "latency", -1, 1, &out->latency);
 }
 
-/* One axis of the GEMM table: 1 to TL_GEMM_AXIS_MAX sizes, each > 0, rising. */
-static tl_status gemm_axis(const char* src, const json_t* o, const char* key, double* out,
-                           int* n) {
+/* A table of efficiencies by size ("gemm_efficiency": m, n, k;
+ * "attention_efficiency_table": head_dim, seq): `n_axes` named axes of 1 to
+ * TL_GEMM_AXIS_MAX sizes each, rising, and the fractions in (0, 1], the
+ * first axis major. A table of two axes keeps k = {1}. */
+struct table_form {
+  const char* name;
+  const char* axes[3];
+  int n_axes;
+};
+
+static tl_status table_axis(const char* src, const json_t* o, const char* name, const char* key,
+                            double* out, int* n) {
   const json_t* a = json_object_get(o, key);
   if (!a || !json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TL_GEMM_AXIS_MAX)
-    return TL_ERRF(TL_ERR_CONFIG, "%s: gemm_efficiency.%s: expected an array of 1 to %d sizes, got %s",
-                   src, key, TL_GEMM_AXIS_MAX, a ? tl_json_kind(a) : "nothing");
+    return TL_ERRF(TL_ERR_CONFIG, "%s: %s.%s: expected an array of 1 to %d sizes, got %s", src,
+                   name, key, TL_GEMM_AXIS_MAX, a ? tl_json_kind(a) : "nothing");
   *n = (int)json_array_size(a);
   for (int i = 0; i < *n; i++) {
     const json_t* v = json_array_get(a, (size_t)i);
     if (!json_is_number(v))
-      return TL_ERRF(TL_ERR_CONFIG, "%s: gemm_efficiency.%s[%d]: expected a size > 0, got %s", src,
-                     key, i, tl_json_kind(v));
+      return TL_ERRF(TL_ERR_CONFIG, "%s: %s.%s[%d]: expected a size > 0, got %s", src, name, key,
+                     i, tl_json_kind(v));
     double x = json_number_value(v);
     if (x <= 0 || (i > 0 && x <= out[i - 1]))
-      return TL_ERRF(TL_ERR_CONFIG,
-                     "%s: gemm_efficiency.%s[%d] = %g: expected sizes > 0, each above the last",
-                     src, key, i, x);
+      return TL_ERRF(TL_ERR_CONFIG, "%s: %s.%s[%d] = %g: expected sizes > 0, each above the last",
+                     src, name, key, i, x);
     out[i] = x;
   }
   return TL_OK;
 }
 
-static tl_status parse_gemm(const char* src, const json_t* o, struct tl_gemm_table* t) {
-  static const char* const keys[] = {"m", "n", "k", "efficiency", "comment", NULL};
+static tl_status parse_table(const char* src, const json_t* o, const struct table_form* f,
+                             struct tl_gemm_table* t) {
+  const char* keys[6] = {NULL};
+  char shape[128] = "", order[64] = "", path[64];
+  for (int a = 0; a < f->n_axes; a++) {
+    keys[a] = f->axes[a];
+    snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "\"%s\": [...], ", f->axes[a]);
+    snprintf(order + strlen(order), sizeof order - strlen(order), "%s%s", a ? " x " : "",
+             f->axes[a]);
+  }
+  keys[f->n_axes] = "efficiency", keys[f->n_axes + 1] = "comment";
   if (!json_is_object(o))
-    return TL_ERRF(TL_ERR_CONFIG,
-                   "%s: gemm_efficiency: expected an object {\"m\": [...], \"n\": [...], \"k\": "
-                   "[...], \"efficiency\": [...]}, got %s",
-                   src, tl_json_kind(o));
-  TL_CHECK(known_keys(src, o, "gemm_efficiency.", keys));
-  TL_CHECK(gemm_axis(src, o, "m", t->m, &t->n_m));
-  TL_CHECK(gemm_axis(src, o, "n", t->n, &t->n_n));
-  TL_CHECK(gemm_axis(src, o, "k", t->k, &t->n_k));
+    return TL_ERRF(TL_ERR_CONFIG, "%s: %s: expected an object {%s\"efficiency\": [...]}, got %s",
+                   src, f->name, shape, tl_json_kind(o));
+  snprintf(path, sizeof path, "%s.", f->name);
+  TL_CHECK(known_keys(src, o, path, keys));
+  double* axis[3] = {t->m, t->n, t->k};
+  int* count[3] = {&t->n_m, &t->n_n, &t->n_k};
+  t->k[0] = 1, t->n_k = 1;
+  for (int a = 0; a < f->n_axes; a++)
+    TL_CHECK(table_axis(src, o, f->name, f->axes[a], axis[a], count[a]));
   const json_t* e = json_object_get(o, "efficiency");
   const size_t want = (size_t)t->n_m * t->n_n * t->n_k;
   if (!e || !json_is_array(e) || json_array_size(e) != want)
     return TL_ERRF(TL_ERR_CONFIG,
-                   "%s: gemm_efficiency.efficiency: expected an array of %zu fractions (m x n x "
-                   "k, m-major), got %s of %zu",
-                   src, want, e ? tl_json_kind(e) : "nothing", e && json_is_array(e) ? json_array_size(e) : 0);
+                   "%s: %s.efficiency: expected an array of %zu fractions (%s, %s-major), got %s "
+                   "of %zu",
+                   src, f->name, want, order, f->axes[0], e ? tl_json_kind(e) : "nothing",
+                   e && json_is_array(e) ? json_array_size(e) : 0);
   for (size_t i = 0; i < want; i++) {
     const json_t* v = json_array_get(e, i);
     if (!json_is_number(v))
-      return TL_ERRF(TL_ERR_CONFIG,
-                     "%s: gemm_efficiency.efficiency[%zu]: expected a fraction in (0, 1], got %s",
-                     src, i, tl_json_kind(v));
+      return TL_ERRF(TL_ERR_CONFIG, "%s: %s.efficiency[%zu]: expected a fraction in (0, 1], got %s",
+                     src, f->name, i, tl_json_kind(v));
     double x = json_number_value(v);
     if (!(x > 0 && x <= 1))
-      return TL_ERRF(TL_ERR_CONFIG,
-                     "%s: gemm_efficiency.efficiency[%zu] = %g: expected a fraction in (0, 1]", src,
-                     i, x);
+      return TL_ERRF(TL_ERR_CONFIG, "%s: %s.efficiency[%zu] = %g: expected a fraction in (0, 1]",
+                     src, f->name, i, x);
     t->eff[i] = x;
   }
   return TL_OK;
 }
+
+static const struct table_form kGemmForm = {"gemm_efficiency", {"m", "n", "k"}, 3};
+static const struct table_form kAttentionForm = {"attention_efficiency_table",
+                                                 {"head_dim", "seq", NULL}, 2};
 
 static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) {
   static const char* const keys[] = {"name",
@@ -189,6 +219,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      "efficiency_half_flops",
                                      "attention_efficiency",
                                      "gemm_efficiency",
+                                     "attention_efficiency_table",
                                      "reserve_bytes",
                                      "allocator_overhead",
                                      NULL};
@@ -238,7 +269,9 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
     return TL_ERRF(TL_ERR_CONFIG, "%s: attention_efficiency = %g: expected a fraction in (0, 1]",
                    src, c->attention_efficiency);
   const json_t* gt = json_object_get(root, "gemm_efficiency");
-  if (gt) TL_CHECK(parse_gemm(src, gt, &c->gemm));
+  if (gt) TL_CHECK(parse_table(src, gt, &kGemmForm, &c->gemm));
+  const json_t* at = json_object_get(root, "attention_efficiency_table");
+  if (at) TL_CHECK(parse_table(src, at, &kAttentionForm, &c->attention));
   TL_CHECK(
       number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes));
   TL_CHECK(number(src, root, "", "allocator_overhead", 0, 1, &c->allocator_overhead));

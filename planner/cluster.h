@@ -12,7 +12,8 @@
  *    "inter_node": {"bandwidth": 25e9, "latency": 1e-5},
  *    "compute_efficiency": 0.6, "efficiency_half_flops": 4e10,
  *    "attention_efficiency": 0.12, "reserve_bytes": 2e9, "allocator_overhead": 0.1,
- *    "gemm_efficiency": {"m": [...], "n": [...], "k": [...], "efficiency": [...]}}
+ *    "gemm_efficiency": {"m": [...], "n": [...], "k": [...], "efficiency": [...]},
+ *    "attention_efficiency_table": {"head_dim": [...], "seq": [...], "efficiency": [...]}}
  *
  * Bandwidths are bytes/s per device and direction (what one device's ring
  * neighbour link carries: a collective whose group spans nodes crosses them
@@ -28,7 +29,9 @@
  * (a caching allocator's cache and fragmentation), and the matrix
  * products' efficiency by shape ("gemm_efficiency", below: with it every
  * product is priced by its shape and compute_efficiency is the rest's, the
- * element-wise nodes'). */
+ * element-wise nodes'), and the attention kernels' by head dimension and
+ * sequence length ("attention_efficiency_table": with it a model's attention
+ * runs at its own shape's, in place of attention_efficiency). */
 #ifndef TL_PLANNER_CLUSTER_H
 #define TL_PLANNER_CLUSTER_H
 
@@ -95,10 +98,20 @@ typedef struct tl_cluster {
   /* the matrix products' efficiency by shape; with it they are priced
    * product by product (planner/cost.h), without it at `efficiency` */
   struct tl_gemm_table gemm;
+  /* the attention kernels' efficiency by head dimension (m) and sequence
+   * length (n; k is {1}): "attention_efficiency_table" {"head_dim": [...],
+   * "seq": [...], "efficiency": [...]}, head_dim-major, read like the GEMM
+   * table; without it every model's attention runs at attention_efficiency */
+  struct tl_gemm_table attention;
 } tl_cluster;
 
 /* The table's efficiency at (m, n, k); `efficiency` when c has none. */
 double tl_cluster_gemm_efficiency(const tl_cluster* c, double m, double n, double k);
+
+/* The attention kernels' efficiency at a head dimension and sequence length:
+ * the table's where c has one, else attention_efficiency (itself defaulting
+ * to efficiency). */
+double tl_cluster_attention_efficiency(const tl_cluster* c, double head_dim, double seq);
 
 static inline int tl_cluster_devices(const tl_cluster* c) {
   return c->nodes * c->devices_per_node;

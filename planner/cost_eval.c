@@ -237,7 +237,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     double x = cm->layer_fwd_flops * b / t; /* one block's forward on one rank */
     eff *= x / (x + c->efficiency_half_flops);
   }
-  const double attn_eff = c->attention_efficiency > 0 ? c->attention_efficiency : c->efficiency;
+  const double attn_eff = tl_cluster_attention_efficiency(
+      c, cm->n_heads > 0 ? (double)cm->n_embd / cm->n_heads : 1, cm->seq);
   const double attn = sh->layer_attn_flops +
                       (whole ? sh->layer_attn_fwd_flops - sh->layer_attn_again_flops : 0);
   const double peak = tl_cluster_peak(c, dtype);

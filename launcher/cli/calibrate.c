@@ -10,18 +10,24 @@
  * planner's all-reduce (2 log2 n messages, planner/cost.h). Rank 0 writes
  * the spec (atomically) with a comment saying what was measured.
  *
+ * Attention is also measured by head dimension and sequence length (the
+ * spec's attention_efficiency_table: a model's attention is priced at its
+ * own shape's; a head dimension of 8 runs several times slower than 64).
+ *
  * --device cpu (default; ranks default the online cores): the CPU backend's
  * fp32 matmul at m, n, k in 32..2048; attention at (b 2, t 256, c 256, 4
- * heads); the latency is what a 4-byte all-reduce adds to ranks that
- * compute between messages (on a core per rank the bare latency; with more
- * ranks than cores it holds the scheduling delays). Memory per device is
+ * heads), and by head dimension 8..64 and t 64..1024; the latency is what
+ * a 4-byte all-reduce adds to ranks that compute between messages (on a
+ * core per rank the bare latency; with more ranks than cores it holds the
+ * scheduling delays). Memory per device is
  * an assumption: half the machine's RAM divided among the ranks.
  *
  * --device cuda (ranks default the node's GPUs, one each): the CUDA
  * backend's bf16 matmul as bf16 training runs it (operands narrowed, cuBLAS
  * in bf16 with fp32 sums) at m, n, k in 128..8192, its best the bf16 peak,
  * and the fp32 matmul's best for the fp32 peak; attention at GPT-2's (b 4,
- * t 1024, c 768, 12 heads); all-reduce over the ranks' NCCL group, the
+ * t 1024, c 768, 12 heads), and by head dimension 32..256 and t
+ * 256..4096; all-reduce over the ranks' NCCL group, the
  * latency a 4-byte one's (median) per message. The device's memory is the
  * driver's figure, and the reserve what the process holds beyond its
  * tensors once the CUDA context, cuBLAS and NCCL are up and have run
@@ -51,14 +57,26 @@
 static const int kCpuGrid[GRID] = {32, 128, 512, 2048};
 static const int kGpuGrid[GRID] = {128, 512, 2048, 8192};
 
+/* The attention table's head dimensions and sequence lengths: attention
+ * of `kAttnHeads` heads over batch tokens / t sequences of t tokens. */
+#define ATT_HD 4
+#define ATT_T 3
+#define N_ATT (ATT_HD * ATT_T)
+static const int kCpuHeadDims[ATT_HD] = {8, 16, 32, 64}, kCpuSeqs[ATT_T] = {64, 256, 1024};
+static const int kGpuHeadDims[ATT_HD] = {32, 64, 128, 256}, kGpuSeqs[ATT_T] = {256, 1024, 4096};
+
 /* What one device kind is measured at. */
 struct bench_shapes {
   const int* grid;
   int attention[4]; /* b, t, c, heads */
   int rows, c;      /* the element-wise ops' */
+  const int *head_dims, *seqs;
+  int attn_heads, attn_tokens;
 };
-static const struct bench_shapes kCpuShapes = {kCpuGrid, {2, 256, 256, 4}, 512, 256};
-static const struct bench_shapes kGpuShapes = {kGpuGrid, {4, 1024, 768, 12}, 8192, 768};
+static const struct bench_shapes kCpuShapes = {
+    kCpuGrid, {2, 256, 256, 4}, 512, 256, kCpuHeadDims, kCpuSeqs, 4, 1024};
+static const struct bench_shapes kGpuShapes = {
+    kGpuGrid, {4, 1024, 768, 12}, 8192, 768, kGpuHeadDims, kGpuSeqs, 8, 4096};
 
 /* GFLOP/s of fn run over and over (at least 3 calls and 50 ms; `flops` a
  * call), on the backend's stream as training issues them: the clock stops
@@ -119,12 +137,15 @@ static tl_status bench_elementwise(tl_backend* be, float* const* buf, const int*
  * backward and of the element-wise ops, each counted as the graph counts
  * its FLOPs (graph/ops/). */
 static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* gemm,
-                         double* fp32, double* attention, double* elementwise) {
+                         double* fp32, double* attention, double* attn_table,
+                         double* elementwise) {
   const int top = sh->grid[GRID - 1];
   const int* a = sh->attention;
   size_t big = (size_t)top * top;
   size_t qkv = (size_t)a[0] * a[1] * 3 * a[2], rows = (size_t)sh->rows * 4 * sh->c;
+  size_t qkv_table = (size_t)sh->attn_tokens * 3 * sh->attn_heads * sh->head_dims[ATT_HD - 1];
   if (qkv > big) big = qkv;
+  if (qkv_table > big) big = qkv_table;
   if (rows > big) big = rows;
   tl_buffer* mem[5] = {NULL, NULL, NULL, NULL, NULL};
   float* buf[5];
@@ -158,6 +179,15 @@ static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* 
     st = rate(be, bench_attention, buf, shape, 3.5 * 2.0 * a[0] * a[1] * (double)a[1] * a[2],
               attention);
   }
+  /* the table: by head dimension (major) and sequence length */
+  for (int i = 0; i < ATT_HD && st == TL_OK; i++)
+    for (int j = 0; j < ATT_T && st == TL_OK; j++) {
+      const int t = sh->seqs[j], b = sh->attn_tokens / t > 1 ? sh->attn_tokens / t : 1;
+      const int c = sh->attn_heads * sh->head_dims[i];
+      int shape[4] = {b, t, c, sh->attn_heads};
+      st = rate(be, bench_attention, buf, shape, 3.5 * 2.0 * b * t * (double)t * c,
+                &attn_table[i * ATT_T + j]);
+    }
   if (st == TL_OK) {
     const int r = sh->rows, c = sh->c;
     int shape[2] = {r, c};
@@ -254,7 +284,8 @@ struct calibration {
   tl_device_type device;
   char gpu[128];
   const int* grid;
-  double gemm[N_GEMM]; /* GFLOP/s, the ranks' mean */
+  double gemm[N_GEMM];       /* GFLOP/s, the ranks' mean */
+  double attn_table[N_ATT]; /* GFLOP/s by head dimension and sequence length */
   double peak, slowest, fp32, attention, elementwise;
   double bus, latency, busy, small;
   double memory, reserve;
@@ -269,7 +300,17 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
   for (int i = 0; i < N_GEMM; i++)
     snprintf(table + strlen(table), sizeof table - strlen(table), "%s%s%.4g", i ? "," : "",
              i % GRID == 0 ? "\n      " : " ", fmax(1e-6, k->gemm[i] / k->peak));
-  const int* a = gpu ? kGpuShapes.attention : kCpuShapes.attention;
+  const struct bench_shapes* shapes = gpu ? &kGpuShapes : &kCpuShapes;
+  char hd[64] = "", seqs[64] = "", attn[512] = "";
+  for (int i = 0; i < ATT_HD; i++)
+    snprintf(hd + strlen(hd), sizeof hd - strlen(hd), "%s%d", i ? ", " : "", shapes->head_dims[i]);
+  for (int j = 0; j < ATT_T; j++)
+    snprintf(seqs + strlen(seqs), sizeof seqs - strlen(seqs), "%s%d", j ? ", " : "",
+             shapes->seqs[j]);
+  for (int i = 0; i < N_ATT; i++)
+    snprintf(attn + strlen(attn), sizeof attn - strlen(attn), "%s%.4g", i ? ", " : "",
+             fmax(1e-6, fmin(1, k->attn_table[i] / k->peak)));
+  const int* a = shapes->attention;
   const int rows = gpu ? kGpuShapes.rows : kCpuShapes.rows, c = gpu ? kGpuShapes.c : kCpuShapes.c;
   if (gpu)
     snprintf(what, sizeof what,
@@ -328,19 +369,25 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "backward (b %d, t %d, c %d, %d heads) at %.2f GFLOP/s, LayerNorm and GELU forward and "
            "backward (%d rows of %d) at %.2f GFLOP/s, as the graph counts their FLOPs "
            "(attention_efficiency and compute_efficiency, the latter for every node but the "
-           "matrix products and attention); %s. %s.\",\n  \"device\": \"%s\",\n"
+           "matrix products and attention); attention_efficiency_table: attention of %d heads "
+           "by head dimension and sequence length, %d tokens a call, each a fraction of the "
+           "peak (a model's attention is priced at its own shape's); %s. %s.\",\n"
+           "  \"device\": \"%s\",\n"
            "  \"nodes\": 1,\n  \"devices_per_node\": %d,\n  \"device_memory_bytes\": %.0f,\n"
            "  \"peak_flops\": %s,\n"
            "  \"intra_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
            "  \"inter_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
            "  \"compute_efficiency\": %.4g,\n  \"attention_efficiency\": %.4g,\n"
+           "  \"attention_efficiency_table\": {\"head_dim\": [%s], \"seq\": [%s],\n"
+           "    \"efficiency\": [%s]},\n"
            "  \"gemm_efficiency\": {\n    \"m\": [%s], \"n\": [%s], \"k\": [%s],\n"
            "    \"efficiency\": [%s]\n  },\n"
            "  \"reserve_bytes\": %.4g,\n  \"allocator_overhead\": 0\n}\n",
-           what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise, net, mem,
-           gpu ? "cuda" : "cpu", n, k->memory, peaks, bw, lat, bw, lat,
-           fmax(1e-6, fmin(1, k->elementwise / k->peak)),
-           fmax(1e-6, fmin(1, k->attention / k->peak)), axis, axis, axis, table, k->reserve);
+           what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise,
+           shapes->attn_heads, shapes->attn_tokens, net, mem, gpu ? "cuda" : "cpu", n, k->memory,
+           peaks, bw, lat, bw, lat, fmax(1e-6, fmin(1, k->elementwise / k->peak)),
+           fmax(1e-6, fmin(1, k->attention / k->peak)), hd, seqs, attn, axis, axis, axis, table,
+           k->reserve);
   tl_atomic_file af;
   TL_CHECK(tl_atomic_file_open(&af, out));
   tl_status st = tl_atomic_file_write(&af, json, strlen(json));
@@ -354,7 +401,7 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
 /* The job's mean of v[0..n) (in place), or its maximum. */
 static tl_status job_reduce(tl_group* world, int size, double* v, int n, tl_reduce_op op) {
   if (size < 2) return TL_OK;
-  float f[N_GEMM + 8] = {0};
+  float f[N_GEMM + N_ATT + 8] = {0};
   for (int i = 0; i < n; i++) f[i] = (float)v[i];
   TL_CHECK(tl_group_all_reduce(world, f, f, (size_t)n, TL_F32, op, NULL));
   for (int i = 0; i < n; i++) v[i] = op == TL_REDUCE_SUM ? f[i] / size : f[i];
@@ -386,18 +433,19 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
    * best GEMM rate */
   tl_backend* be = NULL;
   tl_status st = tl_backend_create(w.device, &be);
-  double v[N_GEMM + 3] = {0};
+  double v[N_GEMM + 3 + N_ATT] = {0};
   if (st == TL_OK)
     st = measure(be, gpu ? &kGpuShapes : &kCpuShapes, v, &v[N_GEMM], &v[N_GEMM + 1],
-                 &v[N_GEMM + 2]);
+                 &v[N_GEMM + 3], &v[N_GEMM + 2]);
   double best = 0;
   for (int i = 0; i < N_GEMM && st == TL_OK; i++) best = fmax(best, v[i]);
-  if (st == TL_OK) st = job_reduce(w.world, w.world_size, v, N_GEMM + 3, TL_REDUCE_SUM);
+  if (st == TL_OK) st = job_reduce(w.world, w.world_size, v, N_GEMM + 3 + N_ATT, TL_REDUCE_SUM);
   double neg = -best;
   if (st == TL_OK) st = job_reduce(w.world, w.world_size, &neg, 1, TL_REDUCE_MAX);
   k.slowest = -neg;
   memcpy(k.gemm, v, sizeof k.gemm);
   k.fp32 = v[N_GEMM], k.attention = v[N_GEMM + 1], k.elementwise = v[N_GEMM + 2];
+  memcpy(k.attn_table, &v[N_GEMM + 3], sizeof k.attn_table);
   for (int i = 0; i < N_GEMM; i++) k.peak = fmax(k.peak, k.gemm[i]);
   /* the messages: on device memory over the device's group (NCCL on GPUs) */
   tl_group* g = gpu ? w.groups[TL_AXIS_DP] : w.world;
@@ -433,14 +481,18 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     tl_worker_fail(msg);
   }
   int rc = 0;
+  double attn_lo = HUGE_VAL, attn_hi = 0;
+  for (int i = 0; i < N_ATT; i++)
+    attn_lo = fmin(attn_lo, k.attn_table[i]), attn_hi = fmax(attn_hi, k.attn_table[i]);
   if (w.rank == 0) {
     st = write_spec(&k, out);
     if (st == TL_OK)
       printf("calibrated %d rank%s%s%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to 100%% "
-             "of it over %d shapes), attention %.0f%%, element-wise %.0f%%, all-reduce %.3g "
-             "bytes/s, %.3g s latency%s; wrote %s\n",
+             "of it over %d shapes), attention %.0f%% (%.0f%% to %.0f%% over %d shapes), "
+             "element-wise %.0f%%, all-reduce %.3g bytes/s, %.3g s latency%s; wrote %s\n",
              n, n == 1 ? "" : "s", gpu ? " on " : "", gpu ? k.gpu : "", k.peak,
              100 * min_fraction(k.gemm, k.peak), N_GEMM, 100 * k.attention / k.peak,
+             100 * attn_lo / k.peak, 100 * attn_hi / k.peak, N_ATT,
              100 * k.elementwise / k.peak, k.bus, k.latency, gpu ? ", reserve measured" : "",
              out);
     else

@@ -129,6 +129,43 @@ TEST(Cluster, GemmTableInterpolatesInLogSize) {
   EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 64, 64, 64), c.efficiency);
 }
 
+// The attention table: by head dimension and sequence length, read like
+// the GEMM table; without one, attention_efficiency (else efficiency).
+TEST(Cluster, AttentionTableByHeadDimensionAndSequence) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_parse(kGood, "c.json", &c), TL_OK);
+  EXPECT_EQ(tl_cluster_attention_efficiency(&c, 64, 1024), c.efficiency);
+  std::string table = With("{\"nodes\"",
+                           "{\"attention_efficiency\": 0.3, \"attention_efficiency_table\": "
+                           "{\"head_dim\": [8, 64], \"seq\": [64, 1024],"
+                           " \"efficiency\": [0.05, 0.1, 0.2, 0.4]}, \"nodes\"");
+  ASSERT_EQ(tl_cluster_parse(table.c_str(), "c.json", &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(c.attention.n_m, 2);
+  EXPECT_EQ(c.attention.n_n, 2);
+  EXPECT_EQ(c.attention.n_k, 1);
+  EXPECT_DOUBLE_EQ(tl_cluster_attention_efficiency(&c, 8, 64), 0.05);
+  EXPECT_DOUBLE_EQ(tl_cluster_attention_efficiency(&c, 64, 1024), 0.4);
+  EXPECT_DOUBLE_EQ(tl_cluster_attention_efficiency(&c, 128, 4096), 0.4);  // held at the edges
+  EXPECT_DOUBLE_EQ(tl_cluster_attention_efficiency(&c, 8, 256), 0.05 + 0.5 * 0.05);
+  EXPECT_DOUBLE_EQ(tl_cluster_attention_efficiency(&c, 16, 64), 0.05 + 0.15 / 3);
+  EXPECT_EQ(c.attention_efficiency, 0.3);  // kept, for what reads the one figure
+  EXPECT_NE(Error(With("{\"nodes\"", "{\"attention_efficiency_table\": {\"head_dim\": [8], "
+                                      "\"seq\": [64], \"efficiency\": [0.1, 0.2]}, \"nodes\""))
+                .find("attention_efficiency_table.efficiency: expected an array of 1 fractions "
+                      "(head_dim x seq, head_dim-major)"),
+            std::string::npos);
+  EXPECT_NE(Error(With("{\"nodes\"", "{\"attention_efficiency_table\": {\"head_dim\": [8], "
+                                      "\"k\": [1], \"seq\": [64], \"efficiency\": [0.1]}, "
+                                      "\"nodes\""))
+                .find("attention_efficiency_table.k: unknown key"),
+            std::string::npos);
+  EXPECT_NE(Error(With("{\"nodes\"", "{\"attention_efficiency_table\": {\"head_dim\": [64, 8], "
+                                      "\"seq\": [64], \"efficiency\": [0.1, 0.1]}, \"nodes\""))
+                .find("attention_efficiency_table.head_dim[1] = 8: expected sizes > 0, each above "
+                      "the last"),
+            std::string::npos);
+}
+
 TEST(Cluster, BadGemmTablesSayWhatIsWrong) {
   auto bad = [](const char* t) {
     return Error(With("{\"nodes\"", std::string("{\"gemm_efficiency\": ") + t + ", \"nodes\""));

@@ -582,6 +582,16 @@ TEST(CostModel, AttentionKernelsRunAtTheirOwnRate) {
   double attn = x.l * sh.layer_attn_flops;
   EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.1))),
               1.0, 1e-12);
+  // a table by head dimension and sequence length prices the model's own
+  // shape (head dimension 128, 2048 tokens) in place of the one figure:
+  // 0.2 at head dimension 64, 0.3 at 256, so 0.25 at 128 (halfway in log2)
+  c.attention.n_m = 2, c.attention.n_n = 1, c.attention.n_k = 1;
+  c.attention.m[0] = 64, c.attention.m[1] = 256, c.attention.n[0] = 2048, c.attention.k[0] = 1;
+  c.attention.eff[0] = 0.2, c.attention.eff[1] = 0.3;
+  ASSERT_EQ(x.h / x.a, 128);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.25))),
+              1.0, 1e-12);
 }
 
 // The matrix products the cost model keeps per block and for the head are

@@ -497,6 +497,16 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
   EXPECT_NEAR(best, 1.0, 1e-3);
   EXPECT_GT(c.attention_efficiency, 0);
   EXPECT_LE(c.attention_efficiency, 1);
+  // attention by head dimension (8 to 64) and sequence length (64 to 1024)
+  ASSERT_EQ(c.attention.n_m, 4);
+  ASSERT_EQ(c.attention.n_n, 3);
+  EXPECT_EQ(c.attention.m[0], 8);
+  EXPECT_EQ(c.attention.n[2], 1024);
+  for (int i = 0; i < 12; i++) {
+    EXPECT_GT(c.attention.eff[i], 1e-6) << i;
+    EXPECT_LE(c.attention.eff[i], 1) << i;
+  }
+  EXPECT_EQ(c.allocator_overhead, 0);
   EXPECT_GT(c.efficiency, 0);
   EXPECT_LE(c.efficiency, 1);
   // and the planner plans with it
