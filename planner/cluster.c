@@ -220,6 +220,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      "attention_efficiency",
                                      "gemm_efficiency",
                                      "attention_efficiency_table",
+                                     "collective_bandwidth",
                                      "reserve_bytes",
                                      "allocator_overhead",
                                      NULL};
@@ -272,6 +273,23 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
   if (gt) TL_CHECK(parse_table(src, gt, &kGemmForm, &c->gemm));
   const json_t* at = json_object_get(root, "attention_efficiency_table");
   if (at) TL_CHECK(parse_table(src, at, &kAttentionForm, &c->attention));
+  c->bw_all_gather = c->bw_reduce_scatter = c->bw_send_recv = 1;
+  const json_t* cb = json_object_get(root, "collective_bandwidth");
+  if (cb) {
+    static const char* const bw_keys[] = {"all_gather", "reduce_scatter", "send_recv", "comment",
+                                          NULL};
+    if (!json_is_object(cb))
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "%s: collective_bandwidth: expected an object {\"all_gather\": x, "
+                     "\"reduce_scatter\": x, \"send_recv\": x} (shares of the links' "
+                     "bandwidth), got %s",
+                     src, tl_json_kind(cb));
+    TL_CHECK(known_keys(src, cb, "collective_bandwidth.", bw_keys));
+    TL_CHECK(number(src, cb, "collective_bandwidth.", "all_gather", 1, 0, &c->bw_all_gather));
+    TL_CHECK(
+        number(src, cb, "collective_bandwidth.", "reduce_scatter", 1, 0, &c->bw_reduce_scatter));
+    TL_CHECK(number(src, cb, "collective_bandwidth.", "send_recv", 1, 0, &c->bw_send_recv));
+  }
   TL_CHECK(
       number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes));
   TL_CHECK(number(src, root, "", "allocator_overhead", 0, 1, &c->allocator_overhead));

@@ -13,7 +13,8 @@
  *    "compute_efficiency": 0.6, "efficiency_half_flops": 4e10,
  *    "attention_efficiency": 0.12, "reserve_bytes": 2e9, "allocator_overhead": 0.1,
  *    "gemm_efficiency": {"m": [...], "n": [...], "k": [...], "efficiency": [...]},
- *    "attention_efficiency_table": {"head_dim": [...], "seq": [...], "efficiency": [...]}}
+ *    "attention_efficiency_table": {"head_dim": [...], "seq": [...], "efficiency": [...]},
+ *    "collective_bandwidth": {"all_gather": 1.1, "reduce_scatter": 1.05, "send_recv": 0.9}}
  *
  * Bandwidths are bytes/s per device and direction (what one device's ring
  * neighbour link carries: a collective whose group spans nodes crosses them
@@ -31,7 +32,10 @@
  * product is priced by its shape and compute_efficiency is the rest's, the
  * element-wise nodes'), and the attention kernels' by head dimension and
  * sequence length ("attention_efficiency_table": with it a model's attention
- * runs at its own shape's, in place of attention_efficiency). */
+ * runs at its own shape's, in place of attention_efficiency), and the
+ * all-gather's, reduce-scatter's and a point-to-point send's bus bandwidth
+ * as shares of the links' ("collective_bandwidth", each default 1: the links'
+ * bandwidth is the all-reduce's). */
 #ifndef TL_PLANNER_CLUSTER_H
 #define TL_PLANNER_CLUSTER_H
 
@@ -103,6 +107,10 @@ typedef struct tl_cluster {
    * "seq": [...], "efficiency": [...]}, head_dim-major, read like the GEMM
    * table; without it every model's attention runs at attention_efficiency */
   struct tl_gemm_table attention;
+  /* each collective's bus bandwidth as a share of the links' (which is the
+   * all-reduce's): "collective_bandwidth" {"all_gather": x, "reduce_scatter":
+   * x, "send_recv": x}, each default 1; --calibrate measures them */
+  double bw_all_gather, bw_reduce_scatter, bw_send_recv;
 } tl_cluster;
 
 /* The table's efficiency at (m, n, k); `efficiency` when c has none. */

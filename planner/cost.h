@@ -352,9 +352,14 @@ double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct
 struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride);
 
 /* Seconds for an all-gather assembling `bytes` on each of n ranks: half an
- * all-reduce's bandwidth, (n-1) ring messages on GPUs, log2 n recursive
- * doubling steps on CPUs. */
+ * all-reduce's bandwidth term, (n-1) ring messages on GPUs, log2 n recursive
+ * doubling steps on CPUs; the bandwidth the link's times the cluster's
+ * collective_bandwidth.all_gather (1 unless measured). A reduce-scatter of
+ * `bytes` on each rank the same at its own share; a point-to-point send of
+ * `bytes`, one message at send_recv's share. */
 double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct tl_link* link);
+double tl_cost_reduce_scatter(const tl_cluster* c, double bytes, int n, const struct tl_link* link);
+double tl_cost_send(const tl_cluster* c, double bytes, const struct tl_link* link);
 
 /* `count` ZeRO-3 units in a row alike (the embedding, blocks, the head; an
  * MLP's layer): the parameters each gathers (elements) and its seconds in

@@ -24,10 +24,26 @@ struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride) {
   return l;
 }
 
-double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct tl_link* link) {
+/* Half an all-reduce's ring and messages, at the collective's own share of
+ * the link's bandwidth (the spec's collective_bandwidth; 1 unless measured). */
+static double half_ring(const tl_cluster* c, double bytes, int n, const struct tl_link* link,
+                        double share) {
   if (n <= 1) return 0;
   double messages = c->device == TL_DEVICE_CPU ? ceil(log2((double)n)) : (double)(n - 1);
-  return (double)(n - 1) / n * bytes / link->bandwidth + messages * link->latency;
+  return (double)(n - 1) / n * bytes / (link->bandwidth * share) + messages * link->latency;
+}
+
+double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct tl_link* link) {
+  return half_ring(c, bytes, n, link, c->bw_all_gather > 0 ? c->bw_all_gather : 1);
+}
+
+double tl_cost_reduce_scatter(const tl_cluster* c, double bytes, int n,
+                              const struct tl_link* link) {
+  return half_ring(c, bytes, n, link, c->bw_reduce_scatter > 0 ? c->bw_reduce_scatter : 1);
+}
+
+double tl_cost_send(const tl_cluster* c, double bytes, const struct tl_link* link) {
+  return bytes / (link->bandwidth * (c->bw_send_recv > 0 ? c->bw_send_recv : 1)) + link->latency;
 }
 
 /* The data-parallel communication a step leaves exposed, for `grads`
@@ -46,8 +62,9 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
   const int d = p->dp;
   if (d <= 1) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0; /* bytes an element moves */
-  double ar = tl_cost_all_reduce(c, grads * wire, d, link);
-  double reduce = p->zero == 0 ? ar : ar / 2, gather = p->zero == 1 || p->zero == 2 ? ar / 2 : 0;
+  double reduce = p->zero == 0 ? tl_cost_all_reduce(c, grads * wire, d, link)
+                               : tl_cost_reduce_scatter(c, grads * wire, d, link);
+  double gather = p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * wire, d, link) : 0;
   int passes = p->zero >= 2 ? p->n_micro : 1;
   if (p->dp_bucket_mb <= 0 || p->no_overlap) return passes * reduce + gather;
   double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0)); /* of fp32 */

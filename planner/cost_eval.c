@@ -353,7 +353,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   if (pp > 1) {
     const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
     /* each chunk's boundary: interleaving sends v times the messages */
-    pp_comm = v * 2.0 * (bsh * act_bytes / t / pp_link->bandwidth + pp_link->latency);
+    pp_comm = v * 2.0 * tl_cost_send(c, bsh * act_bytes / t, pp_link);
   }
   double micro = comp + tp_comm + pp_comm;
 

@@ -208,7 +208,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     if (pp > 1) { /* an activation out and its gradient back, at its larger boundary */
       double in = a > 0 ? sh->mlp_layer[a - 1].out_elems : 0;
       double out = e < L ? sh->mlp_layer[e - 1].out_elems : 0;
-      pp_s = 2.0 * ((in > out ? in : out) * b * act_bytes / pp_link->bandwidth + pp_link->latency);
+      pp_s = 2.0 * tl_cost_send(c, (in > out ? in : out) * b * act_bytes, pp_link);
     }
     if (comp_s + tp_s + pp_s > micro)
       micro = comp_s + tp_s + pp_s, comp = comp_s, tp_comm = tp_s, pp_comm = pp_s;

@@ -214,28 +214,60 @@ static int by_double(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
-/* Seconds per all-reduce of `count` floats over the group, on `device`'s
- * memory: the median of `rounds` (at most 64), each started together after
- * a barrier — what a message costs in a step, not the best case. */
-static tl_status allreduce_time(tl_group* g, tl_device device, size_t count, int rounds,
-                                double* median) {
+/* The collectives calibrate times: the all-reduce (the links' bandwidth
+ * and latency), and the all-gather, reduce-scatter and point-to-point
+ * send, whose bus bandwidth the spec keeps as shares of the all-reduce's. */
+enum coll { COLL_ALL_REDUCE, COLL_ALL_GATHER, COLL_REDUCE_SCATTER, COLL_SEND_RECV };
+
+/* One `kind` of `count` floats over the group: all of them for the
+ * collectives (the all-gather assembles count, the reduce-scatter reduces
+ * count); a send of count from each even member to the next, which
+ * receives it (pairs: both backends match a blocking send so). */
+static tl_status collective(tl_group* g, enum coll kind, float* buf, size_t count) {
+  const int n = tl_group_size(g), r = tl_group_rank(g);
+  size_t off = 0, mine = count;
+  if (kind == COLL_ALL_GATHER || kind == COLL_REDUCE_SCATTER)
+    tl_group_chunk(count, n, r, &off, &mine);
+  switch (kind) {
+    case COLL_ALL_REDUCE:
+      return tl_group_all_reduce(g, buf, buf, count, TL_F32, TL_REDUCE_SUM, NULL);
+    case COLL_ALL_GATHER:
+      return tl_group_all_gather(g, buf + off, buf, count, TL_F32, NULL);
+    case COLL_REDUCE_SCATTER:
+      return tl_group_reduce_scatter(g, buf, buf + off, count, TL_F32, TL_REDUCE_SUM, NULL);
+    case COLL_SEND_RECV:
+      if (r % 2 == 0 && r + 1 < n) return tl_group_send(g, buf, count, TL_F32, r + 1, 0, NULL);
+      if (r % 2 == 1) return tl_group_recv(g, buf, count, TL_F32, r - 1, 0, NULL);
+      return TL_OK;
+  }
+  return TL_OK;
+}
+
+/* Seconds per collective of `count` floats over the group, on `device`'s
+ * memory, for the first `kinds` of enum coll: the median of `rounds` (at
+ * most 64), each collective started together after a barrier — what a
+ * message costs in a step, not the best case. A round runs every kind in
+ * turn, so a busy spell on a shared machine weighs on them alike. */
+static tl_status collective_times(tl_group* g, tl_device device, int kinds, size_t count,
+                                  int rounds, double* median) {
   tl_buffer* b = NULL;
   TL_CHECK(tl_buffer_create(device, count * sizeof(float), &b));
   float* buf = (float*)b->data;
   tl_status st = TL_OK;
-  double s[64];
+  double s[4][64];
   if (rounds > 64) rounds = 64;
   int done = 0;
-  for (; done < rounds && st == TL_OK; done++) {
-    st = tl_group_barrier(g, NULL);
-    tl_timer t;
-    tl_timer_start(&t);
-    if (st == TL_OK) st = tl_group_all_reduce(g, buf, buf, count, TL_F32, TL_REDUCE_SUM, NULL);
-    s[done] = tl_timer_elapsed_s(&t);
-  }
-  if (st == TL_OK) {
-    qsort(s, (size_t)done, sizeof(double), by_double);
-    *median = s[done / 2];
+  for (; done < rounds && st == TL_OK; done++)
+    for (int k = 0; k < kinds && st == TL_OK; k++) {
+      st = tl_group_barrier(g, NULL);
+      tl_timer t;
+      tl_timer_start(&t);
+      if (st == TL_OK) st = collective(g, (enum coll)k, buf, count);
+      s[k][done] = tl_timer_elapsed_s(&t);
+    }
+  for (int k = 0; k < kinds && st == TL_OK; k++) {
+    qsort(s[k], (size_t)done, sizeof(double), by_double);
+    median[k] = s[k][done / 2];
   }
   tl_buffer_destroy(b);
   return st;
@@ -288,6 +320,7 @@ struct calibration {
   double attn_table[N_ATT]; /* GFLOP/s by head dimension and sequence length */
   double peak, slowest, fp32, attention, elementwise;
   double bus, latency, busy, small;
+  double share_gather, share_scatter, share_send; /* of the all-reduce's bus bandwidth */
   double memory, reserve;
 };
 
@@ -357,6 +390,12 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
     snprintf(mem, sizeof mem,
              "device_memory_bytes is an assumption: half the machine's RAM divided among the "
              "ranks");
+  char shares[256] = "";
+  if (n > 1)
+    snprintf(shares, sizeof shares,
+             "; collective_bandwidth: the all-gather's, reduce-scatter's and a send's bus "
+             "bandwidth on 4 MiB (median, the slowest rank's; sends from each even rank to the "
+             "next) as shares of the all-reduce's");
   char peaks[128];
   if (gpu)
     snprintf(peaks, sizeof peaks, "{\"fp32\": %.4g, \"bf16\": %.4g}", k->fp32 * 1e9, k->peak * 1e9);
@@ -371,12 +410,14 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "(attention_efficiency and compute_efficiency, the latter for every node but the "
            "matrix products and attention); attention_efficiency_table: attention of %d heads "
            "by head dimension and sequence length, %d tokens a call, each a fraction of the "
-           "peak (a model's attention is priced at its own shape's); %s. %s.\",\n"
+           "peak (a model's attention is priced at its own shape's); %s%s. %s.\",\n"
            "  \"device\": \"%s\",\n"
            "  \"nodes\": 1,\n  \"devices_per_node\": %d,\n  \"device_memory_bytes\": %.0f,\n"
            "  \"peak_flops\": %s,\n"
            "  \"intra_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
            "  \"inter_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
+           "  \"collective_bandwidth\": {\"all_gather\": %.4g, \"reduce_scatter\": %.4g, "
+           "\"send_recv\": %.4g},\n"
            "  \"compute_efficiency\": %.4g,\n  \"attention_efficiency\": %.4g,\n"
            "  \"attention_efficiency_table\": {\"head_dim\": [%s], \"seq\": [%s],\n"
            "    \"efficiency\": [%s]},\n"
@@ -384,8 +425,9 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "    \"efficiency\": [%s]\n  },\n"
            "  \"reserve_bytes\": %.4g,\n  \"allocator_overhead\": 0\n}\n",
            what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise,
-           shapes->attn_heads, shapes->attn_tokens, net, mem, gpu ? "cuda" : "cpu", n, k->memory,
-           peaks, bw, lat, bw, lat, fmax(1e-6, fmin(1, k->elementwise / k->peak)),
+           shapes->attn_heads, shapes->attn_tokens, net, shares, mem, gpu ? "cuda" : "cpu", n,
+           k->memory, peaks, bw, lat, bw, lat, k->share_gather, k->share_scatter, k->share_send,
+           fmax(1e-6, fmin(1, k->elementwise / k->peak)),
            fmax(1e-6, fmin(1, k->attention / k->peak)), hd, seqs, attn, axis, axis, axis, table,
            k->reserve);
   tl_atomic_file af;
@@ -449,13 +491,22 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   for (int i = 0; i < N_GEMM; i++) k.peak = fmax(k.peak, k.gemm[i]);
   /* the messages: on device memory over the device's group (NCCL on GPUs) */
   tl_group* g = gpu ? w.groups[TL_AXIS_DP] : w.world;
-  double large = 0;
-  if (st == TL_OK) st = allreduce_time(g, w.device, 1, 51, &k.small);
+  if (st == TL_OK) st = collective_times(g, w.device, 1, 1, 51, &k.small);
   if (st == TL_OK && w.world_size > 1 && !gpu) st = busy_allreduce_time(w.world, &k.busy);
-  if (st == TL_OK) st = allreduce_time(g, w.device, big, 11, &large);
   const int n = w.world_size;
+  /* every rank keeps the slowest rank's times (the pairs' sends and the
+   * rest differ by rank) */
+  double times[4] = {0, 0, 0, 0};
+  if (st == TL_OK) st = collective_times(g, w.device, n > 1 ? 4 : 1, big, 11, times);
+  if (st == TL_OK) st = job_reduce(w.world, w.world_size, times, 4, TL_REDUCE_MAX);
+  const double large = times[0], gather = times[1], scatter = times[2], send = times[3];
+  k.share_gather = k.share_scatter = k.share_send = 1;
   if (n > 1) {
     k.bus = 2.0 * (n - 1) / n * big * sizeof(float) / large; /* ring all-reduce steps */
+    /* bus bandwidths as shares of the all-reduce's */
+    k.share_gather = (double)(n - 1) / n * big * sizeof(float) / gather / k.bus;
+    k.share_scatter = (double)(n - 1) / n * big * sizeof(float) / scatter / k.bus;
+    k.share_send = big * sizeof(float) / send / k.bus;
     /* per message of the planner's all-reduce (planner/cost.h): NCCL's
      * ring, 2 (n - 1); MPICH's halving and doubling, 2 log2 n */
     double messages = gpu ? 2.0 * (n - 1) : 2.0 * ceil(log2((double)n));
@@ -489,11 +540,13 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     if (st == TL_OK)
       printf("calibrated %d rank%s%s%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to 100%% "
              "of it over %d shapes), attention %.0f%% (%.0f%% to %.0f%% over %d shapes), "
-             "element-wise %.0f%%, all-reduce %.3g bytes/s, %.3g s latency%s; wrote %s\n",
+             "element-wise %.0f%%, all-reduce %.3g bytes/s (all-gather x%.2f, reduce-scatter "
+             "x%.2f, send x%.2f), %.3g s latency%s; wrote %s\n",
              n, n == 1 ? "" : "s", gpu ? " on " : "", gpu ? k.gpu : "", k.peak,
              100 * min_fraction(k.gemm, k.peak), N_GEMM, 100 * k.attention / k.peak,
              100 * attn_lo / k.peak, 100 * attn_hi / k.peak, N_ATT,
-             100 * k.elementwise / k.peak, k.bus, k.latency, gpu ? ", reserve measured" : "",
+             100 * k.elementwise / k.peak, k.bus, k.share_gather, k.share_scatter, k.share_send,
+             k.latency, gpu ? ", reserve measured" : "",
              out);
     else
       fprintf(stderr, "trellis plan --calibrate: %s\n", tl_last_error()), rc = 1;

@@ -166,6 +166,34 @@ TEST(Cluster, AttentionTableByHeadDimensionAndSequence) {
             std::string::npos);
 }
 
+// The collectives' shares of the links' bandwidth: 1 unless given.
+TEST(Cluster, CollectiveBandwidthShares) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_parse(kGood, "c.json", &c), TL_OK);
+  EXPECT_EQ(c.bw_all_gather, 1);
+  EXPECT_EQ(c.bw_reduce_scatter, 1);
+  EXPECT_EQ(c.bw_send_recv, 1);
+  ASSERT_EQ(tl_cluster_parse(With("{\"nodes\"", "{\"collective_bandwidth\": {\"all_gather\": 1.5, "
+                                                 "\"send_recv\": 0.5}, \"nodes\"")
+                                 .c_str(),
+                             "c.json", &c),
+            TL_OK)
+      << tl_last_error();
+  EXPECT_EQ(c.bw_all_gather, 1.5);
+  EXPECT_EQ(c.bw_reduce_scatter, 1);
+  EXPECT_EQ(c.bw_send_recv, 0.5);
+  EXPECT_NE(Error(With("{\"nodes\"", "{\"collective_bandwidth\": {\"all_gather\": 0}, \"nodes\""))
+                .find("collective_bandwidth.all_gather = 0: expected a number > 0"),
+            std::string::npos);
+  EXPECT_NE(Error(With("{\"nodes\"", "{\"collective_bandwidth\": {\"broadcast\": 1}, \"nodes\""))
+                .find("collective_bandwidth.broadcast: unknown key; expected one of: all_gather, "
+                      "reduce_scatter, send_recv"),
+            std::string::npos);
+  EXPECT_NE(Error(With("{\"nodes\"", "{\"collective_bandwidth\": 2, \"nodes\""))
+                .find("collective_bandwidth: expected an object"),
+            std::string::npos);
+}
+
 TEST(Cluster, BadGemmTablesSayWhatIsWrong) {
   auto bad = [](const char* t) {
     return Error(With("{\"nodes\"", std::string("{\"gemm_efficiency\": ") + t + ", \"nodes\""));

@@ -288,6 +288,49 @@ TEST(CostModel, TheGradientAllReduceHidesBehindTheLastBackwardBucketByBucket) {
   EXPECT_DOUBLE_EQ(none.t_dp, after.t_dp);
 }
 
+// Each collective at its own share of the links' bandwidth (a spec's
+// collective_bandwidth, which --calibrate measures): ZeRO-1's reduce-scatter
+// and all-gather and the pipeline's sends move their bytes at their shares;
+// the all-reduce at the links' own; latencies unchanged.
+TEST(CostModel, EachCollectiveRunsAtItsOwnShareOfTheLink) {
+  tl_cluster c = A100Nodes(4);
+  const tl_link link = {100e9, 1e-5};
+  const double B = 1e9;
+  EXPECT_DOUBLE_EQ(tl_cost_all_gather(&c, B, 8, &link), 7.0 / 8 * B / 100e9 + 7 * 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_reduce_scatter(&c, B, 8, &link), 7.0 / 8 * B / 100e9 + 7 * 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_send(&c, B, &link), B / 100e9 + 1e-5);
+  c.bw_all_gather = 2, c.bw_reduce_scatter = 0.5, c.bw_send_recv = 4;
+  EXPECT_DOUBLE_EQ(tl_cost_all_gather(&c, B, 8, &link), 7.0 / 8 * B / 200e9 + 7 * 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_reduce_scatter(&c, B, 8, &link), 7.0 / 8 * B / 50e9 + 7 * 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_send(&c, B, &link), B / 400e9 + 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_all_reduce(&c, B, 8, &link), 2 * 7.0 / 8 * B / 100e9 + 14 * 1e-5);
+
+  // in a plan: ZeRO-1's data-parallel time is its reduce-scatter and its
+  // all-gather, the pipeline's its sends
+  tl_cost_model cm = Build(kShapes[1]);
+  tl_cluster a = A100Nodes(8);
+  tl_plan p = {};
+  p.dp = 4, p.tp = 8, p.pp = 2, p.micro_batch = 1, p.n_micro = 8, p.zero = 1;
+  p.schedule = TL_SCHEDULE_1F1B;
+  tl_cost_evaluate(&cm, &a, TL_BF16, nullptr, &p);
+  tl_cluster b = a;
+  b.bw_all_gather = 2, b.bw_reduce_scatter = 0.5, b.bw_send_recv = 4;
+  tl_plan q = p;
+  tl_cost_evaluate(&cm, &b, TL_BF16, nullptr, &q);
+  // at share 1 the two halves are alike: X of bandwidth and 3 messages each
+  // (dp 4 over tp 8: one member a node)
+  const tl_link dp = tl_cost_group_link(&a, 4, 8);
+  const double X = (p.t_dp - 6 * dp.latency) / 2;
+  EXPECT_NEAR(q.t_dp, X / 0.5 + X / 2 + 6 * dp.latency, 1e-9 * q.t_dp);
+  EXPECT_GT(q.t_dp, p.t_dp);  // the reduce-scatter's half share outweighs the gather's double
+  // the pipeline's two sends a micro-batch, over the network (dp x tp fills
+  // the nodes): their bandwidth term a quarter
+  const double Y = p.t_pp / (2 * p.n_micro) - a.inter.latency;
+  EXPECT_NEAR(q.t_pp, 2 * p.n_micro * (Y / 4 + a.inter.latency), 1e-9 * p.t_pp);
+  EXPECT_EQ(q.t_compute, p.t_compute);
+  EXPECT_EQ(q.t_tp, p.t_tp);  // the tensor-parallel all-reduces: the links' own
+}
+
 // ZeRO-3's gathers as dp/units.c runs them: the late parameters and the
 // first unit at the step's start, then each unit one ahead of the compute,
 // in every micro-batch's forward and backward; a pass after a pass of its

@@ -507,6 +507,12 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
     EXPECT_LE(c.attention.eff[i], 1) << i;
   }
   EXPECT_EQ(c.allocator_overhead, 0);
+  // the all-gather's, reduce-scatter's and a send's bus bandwidth, as shares
+  // of the all-reduce's (measured: not the parser's default of exactly 1)
+  for (double share : {c.bw_all_gather, c.bw_reduce_scatter, c.bw_send_recv}) {
+    EXPECT_GT(share, 0);
+    EXPECT_NE(share, 1);
+  }
   EXPECT_GT(c.efficiency, 0);
   EXPECT_LE(c.efficiency, 1);
   // and the planner plans with it
