@@ -47,7 +47,9 @@
  * - the fullest stage is the device's figure (first and last stages hold
  *   the embedding and head and, under 1F1B, differ in micro-batches held);
  * - time: arithmetic of the slowest stage at peak × efficiency, its
- *   attention kernels' FLOPs at peak × attention_efficiency and, where the
+ *   attention kernels' FLOPs at peak × attention_efficiency (the spec's
+ *   attention_efficiency_table at the model's head dimension and sequence
+ *   length where it has one) and, where the
  *   cluster carries a GEMM table, each matrix product at the table's
  *   efficiency for its shape at the plan's micro-batch; per layer
  *   and micro-batch 4 all-reduces of b·s·h over tp (6 with full
@@ -171,7 +173,7 @@ struct tl_cost_shard {
   double layer_recompute_flops; /* of layer_flops, the recomputation's copies */
   /* of a block's FLOPs, its attention kernels' (forward and backward; those
    * in the forward; those the recomputation's copies re-run), priced at the
-   * cluster's attention_efficiency */
+   * cluster's attention efficiency (tl_cluster_attention_efficiency) */
   double layer_attn_flops, layer_attn_fwd_flops, layer_attn_again_flops;
   /* the matrix products of a block, of the embedding and of the head */
   struct tl_cost_gemms layer_gemms, embed_gemms, head_gemms;

@@ -342,11 +342,15 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* full recomputation re-runs the forward's two collectives */
   const bool full = p->recompute == TL_RECOMPUTE_FULL;
   int tp_calls = full ? 6 : 4;
-  double tp_comm = k_slowest * tp_calls * tl_cost_all_reduce(c, bsh * act_bytes, t, tp_link);
   /* sequence parallelism moves the same bytes (a reduce-scatter and an
-   * all-gather for each all-reduce), and gathers each column-parallel
-   * matmul's input once more in the backward: 2 all-gathers per layer
-   * (which full recomputation's own gathers serve: tl_graph_recompute) */
+   * all-gather for each all-reduce, each at its own share of the link), and
+   * gathers each column-parallel matmul's input once more in the backward:
+   * 2 all-gathers per layer (which full recomputation's own gathers serve:
+   * tl_graph_recompute) */
+  const double one = sh->sp && t > 1 ? tl_cost_reduce_scatter(c, bsh * act_bytes, t, tp_link) +
+                                           tl_cost_all_gather(c, bsh * act_bytes, t, tp_link)
+                                     : tl_cost_all_reduce(c, bsh * act_bytes, t, tp_link);
+  double tp_comm = k_slowest * tp_calls * one;
   if (sh->sp && t > 1 && !full)
     tp_comm += k_slowest * 2 * tl_cost_all_gather(c, bsh * act_bytes, t, tp_link);
   double pp_comm = 0;

@@ -58,7 +58,8 @@ static const int kCpuGrid[GRID] = {32, 128, 512, 2048};
 static const int kGpuGrid[GRID] = {128, 512, 2048, 8192};
 
 /* The attention table's head dimensions and sequence lengths: attention
- * of `kAttnHeads` heads over batch tokens / t sequences of t tokens. */
+ * of bench_shapes.attn_heads heads over attn_tokens / t sequences of t
+ * tokens. */
 #define ATT_HD 4
 #define ATT_T 3
 #define N_ATT (ATT_HD * ATT_T)
@@ -371,12 +372,13 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
   else if (gpu)
     snprintf(net, sizeof net,
              "all-reduce over the ranks' NCCL group: bus bandwidth %.3g bytes/s on 4 MiB "
-             "(median); latency %.3g s per message, a 4-byte all-reduce's %.3g s (median) over "
+             "(the slowest rank's median); latency %.3g s per message, a 4-byte all-reduce's %.3g s (median) over "
              "the ring's 2 (n - 1) messages; inter_node is the same figure (one node measured)",
              k->bus, k->latency, k->small);
   else
     snprintf(net, sizeof net,
-             "all-reduce bus bandwidth %.3g bytes/s on 4 MiB (median); latency %.3g s per "
+             "all-reduce bus bandwidth %.3g bytes/s on 4 MiB (the slowest rank's median); "
+             "latency %.3g s per "
              "message: a 4-byte all-reduce takes %.3g s between small matmuls on every rank, "
              "against %.3g s (median) on idle ranks",
              k->bus, k->latency, k->busy, k->small);
@@ -497,16 +499,20 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   /* every rank keeps the slowest rank's times (the pairs' sends and the
    * rest differ by rank) */
   double times[4] = {0, 0, 0, 0};
-  if (st == TL_OK) st = collective_times(g, w.device, n > 1 ? 4 : 1, big, 11, times);
+  /* a count the ranks divide: NCCL's all-gather and reduce-scatter of
+   * uneven chunks fall back to broadcasts and reduces (core/group_nccl.c) */
+  const size_t even = big - big % (size_t)n;
+  if (st == TL_OK) st = collective_times(g, w.device, n > 1 ? 4 : 1, even, 11, times);
   if (st == TL_OK) st = job_reduce(w.world, w.world_size, times, 4, TL_REDUCE_MAX);
   const double large = times[0], gather = times[1], scatter = times[2], send = times[3];
   k.share_gather = k.share_scatter = k.share_send = 1;
   if (n > 1) {
-    k.bus = 2.0 * (n - 1) / n * big * sizeof(float) / large; /* ring all-reduce steps */
+    const double bytes = (double)even * sizeof(float);
+    k.bus = 2.0 * (n - 1) / n * bytes / large; /* ring all-reduce steps */
     /* bus bandwidths as shares of the all-reduce's */
-    k.share_gather = (double)(n - 1) / n * big * sizeof(float) / gather / k.bus;
-    k.share_scatter = (double)(n - 1) / n * big * sizeof(float) / scatter / k.bus;
-    k.share_send = big * sizeof(float) / send / k.bus;
+    k.share_gather = (double)(n - 1) / n * bytes / gather / k.bus;
+    k.share_scatter = (double)(n - 1) / n * bytes / scatter / k.bus;
+    k.share_send = bytes / send / k.bus;
     /* per message of the planner's all-reduce (planner/cost.h): NCCL's
      * ring, 2 (n - 1); MPICH's halving and doubling, 2 log2 n */
     double messages = gpu ? 2.0 * (n - 1) : 2.0 * ceil(log2((double)n));

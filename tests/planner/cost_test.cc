@@ -329,6 +329,14 @@ TEST(CostModel, EachCollectiveRunsAtItsOwnShareOfTheLink) {
   EXPECT_NEAR(q.t_pp, 2 * p.n_micro * (Y / 4 + a.inter.latency), 1e-9 * p.t_pp);
   EXPECT_EQ(q.t_compute, p.t_compute);
   EXPECT_EQ(q.t_tp, p.t_tp);  // the tensor-parallel all-reduces: the links' own
+  // with sequence parallelism they are reduce-scatters and all-gathers, at
+  // those shares (here the reduce-scatter's half outweighs the rest)
+  tl_plan sp = p;
+  sp.sequence_parallel = true, sp.recompute = TL_RECOMPUTE_SELECTIVE;
+  tl_plan sq = sp;
+  tl_cost_evaluate(&cm, &a, TL_BF16, nullptr, &sp);
+  tl_cost_evaluate(&cm, &b, TL_BF16, nullptr, &sq);
+  EXPECT_GT(sq.t_tp, sp.t_tp);
 }
 
 // ZeRO-3's gathers as dp/units.c runs them: the late parameters and the
