@@ -372,8 +372,8 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
   else if (gpu)
     snprintf(net, sizeof net,
              "all-reduce over the ranks' NCCL group: bus bandwidth %.3g bytes/s on 4 MiB "
-             "(the slowest rank's median); latency %.3g s per message, a 4-byte all-reduce's %.3g s (median) over "
-             "the ring's 2 (n - 1) messages; inter_node is the same figure (one node measured)",
+             "(the slowest rank's median); latency %.3g s per message, a 4-byte "
+             "all-reduce's %.3g s (median) over the ring's 2 (n - 1) messages; inter_node is the same figure (one node measured)",
              k->bus, k->latency, k->small);
   else
     snprintf(net, sizeof net,
