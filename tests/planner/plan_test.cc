@@ -22,39 +22,9 @@ extern "C" {
 #include "tp/tp.h"
 }
 
+#include "tests/planner/plan_cli.h"
+
 namespace {
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
-
-struct PlanRun {
-  int status;
-  std::string output;
-};
-
-// Runs `trellis plan ARGS` (stdout and stderr together).
-PlanRun Plan(const std::string& args) {
-  // Some runs start MPI jobs: under ASan, MPICH's run-time-loaded modules
-  // leak at MPI_Finalize (see tests/mpi_run.sh), so no leak checking here.
-  std::string cmd =
-      "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" "
-      "launcher/trellis plan " +
-      args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  PlanRun r{-1, ""};
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.output.append(buf, n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-const char* kSmall = "examples/gpt_small.json";
-const char* kThisMachine = "examples/clusters/this_machine.json";
 
 // A byte-level token file of `lines` numbered copies of `line`.
 std::string WriteTokens(const std::string& name, const std::string& line, int lines) {
@@ -472,72 +442,6 @@ TEST(PlanCli, SvgDrawsEveryChunkOfAnInterleavedWinner) {
   EXPECT_NE(text.find("chunk 1"), std::string::npos);
   // a chunk's passes: the ideal 3 x 8 x 2 = 48 ticks, (p-1) x 3 = 3 idle
   EXPECT_NE(text.find("idle 6%"), std::string::npos);  // 3 / 51
-}
-
-TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
-  std::string out = TempPath("calibrated.json");
-  PlanRun r = Plan("--calibrate " + out + " --ranks 2");
-  ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("calibrated 2 ranks"), std::string::npos) << r.output;
-  tl_cluster c;
-  ASSERT_EQ(tl_cluster_load(out.c_str(), &c), TL_OK) << tl_last_error();
-  EXPECT_EQ(tl_cluster_devices(&c), 2);
-  EXPECT_EQ(c.device, TL_DEVICE_CPU);
-  EXPECT_GT(c.peak_fp32, 1e9);  // a CPU core's sgemm: tens of GFLOP/s
-  EXPECT_GT(c.intra.bandwidth, 1e6);
-  EXPECT_GT(c.intra.latency, 0);
-  // the matmul's rate over a grid of shapes, its best the peak; attention
-  // and the element-wise ops as fractions of it
-  ASSERT_EQ(c.gemm.n_m, 4);
-  ASSERT_EQ(c.gemm.n_k, 4);
-  EXPECT_EQ(c.gemm.m[0], 32);
-  EXPECT_EQ(c.gemm.k[3], 2048);
-  double best = 0;
-  for (int i = 0; i < 64; i++) best = std::max(best, c.gemm.eff[i]);
-  EXPECT_NEAR(best, 1.0, 1e-3);
-  EXPECT_GT(c.attention_efficiency, 0);
-  EXPECT_LE(c.attention_efficiency, 1);
-  // attention by head dimension (8 to 64) and sequence length (64 to 1024)
-  ASSERT_EQ(c.attention.n_m, 4);
-  ASSERT_EQ(c.attention.n_n, 3);
-  EXPECT_EQ(c.attention.m[0], 8);
-  EXPECT_EQ(c.attention.n[2], 1024);
-  for (int i = 0; i < 12; i++) {
-    EXPECT_GT(c.attention.eff[i], 1e-6) << i;
-    EXPECT_LE(c.attention.eff[i], 1) << i;
-  }
-  EXPECT_EQ(c.allocator_overhead, 0);
-  // the all-gather's, reduce-scatter's and a send's bus bandwidth, as shares
-  // of the all-reduce's (measured: not the parser's default of exactly 1)
-  for (double share : {c.bw_all_gather, c.bw_reduce_scatter, c.bw_send_recv}) {
-    EXPECT_GT(share, 0);
-    EXPECT_NE(share, 1);
-  }
-  EXPECT_GT(c.efficiency, 0);
-  EXPECT_LE(c.efficiency, 1);
-  // and the planner plans with it
-  EXPECT_EQ(Plan(std::string("--model ") + kSmall + " --cluster " + out + " --top 1").status, 0);
-}
-
-// --device cuda measures the GPUs; without one it says why before any rank
-// starts and writes nothing.
-TEST(PlanCli, CalibrateOnCudaWithoutAGpuSaysWhy) {
-  const char* why = nullptr;
-  if (tl_cuda_device_count(&why) > 0) GTEST_SKIP() << "this machine has a GPU (gpu_check.sh)";
-  std::string out = TempPath("calibrated_cuda.json");
-  std::remove(out.c_str());
-  PlanRun r = Plan("--calibrate " + out + " --device cuda");
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("--device cuda: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
-  std::ifstream f(out);
-  EXPECT_FALSE(f.good()) << "nothing written";
-  r = Plan("--calibrate " + out + " --device tpu");
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("--device tpu: expected cpu or cuda"), std::string::npos) << r.output;
-  r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " --device cuda");
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("--device is --calibrate's"), std::string::npos) << r.output;
 }
 
 // --fix overlap=0 prices a published run that overlapped nothing: the same

@@ -1,0 +1,237 @@
+// How a cluster spec's figures enter the cost model's price: each
+// collective's messages and bandwidth (the backend's algorithm, the links a
+// group spans, each collective's share of them), the attention kernels' and
+// the matrix products' efficiencies (one figure, or tables by shape), and the
+// memory reserve with the allocator's overhead.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+extern "C" {
+#include "planner/cluster.h"
+#include "planner/cost.h"
+}
+
+#include "tests/planner/cost_fixture.h"
+
+// The reserve: the spec's bytes plus its allocator overhead of the tensors
+// (state and activations).
+TEST(CostModel, TheReserveAddsTheAllocatorsOverheadOfTheTensors) {
+  tl_cost_model cm = Build(kShapes[1]);
+  tl_cluster c = A100Nodes(64);
+  tl_plan p = Split1F1B(32, 8, 2, 1, 48);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  EXPECT_EQ(p.mem_reserve, 0);
+  c.reserve_bytes = 2e9, c.allocator_overhead = 0.1;
+  tl_plan q = p;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &q);
+  EXPECT_EQ(q.mem_state, p.mem_state);
+  EXPECT_EQ(q.mem_act, p.mem_act);
+  EXPECT_DOUBLE_EQ(q.mem_reserve, 2e9 + 0.1 * (p.mem_state + p.mem_act));
+  EXPECT_DOUBLE_EQ(q.mem_total, 2e9 + 1.1 * (p.mem_state + p.mem_act));
+  EXPECT_EQ(q.t_step, p.t_step);
+}
+
+// Each collective at its own share of the links' bandwidth (a spec's
+// collective_bandwidth, which --calibrate measures): ZeRO-1's reduce-scatter
+// and all-gather and the pipeline's sends move their bytes at their shares;
+// the all-reduce at the links' own; latencies unchanged.
+TEST(CostModel, EachCollectiveRunsAtItsOwnShareOfTheLink) {
+  tl_cluster c = A100Nodes(4);
+  const tl_link link = {100e9, 1e-5};
+  const double B = 1e9;
+  EXPECT_DOUBLE_EQ(tl_cost_all_gather(&c, B, 8, &link), 7.0 / 8 * B / 100e9 + 7 * 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_reduce_scatter(&c, B, 8, &link), 7.0 / 8 * B / 100e9 + 7 * 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_send(&c, B, &link), B / 100e9 + 1e-5);
+  c.bw_all_gather = 2, c.bw_reduce_scatter = 0.5, c.bw_send_recv = 4;
+  EXPECT_DOUBLE_EQ(tl_cost_all_gather(&c, B, 8, &link), 7.0 / 8 * B / 200e9 + 7 * 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_reduce_scatter(&c, B, 8, &link), 7.0 / 8 * B / 50e9 + 7 * 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_send(&c, B, &link), B / 400e9 + 1e-5);
+  EXPECT_DOUBLE_EQ(tl_cost_all_reduce(&c, B, 8, &link), 2 * 7.0 / 8 * B / 100e9 + 14 * 1e-5);
+
+  // in a plan: ZeRO-1's data-parallel time is its reduce-scatter and its
+  // all-gather, the pipeline's its sends
+  tl_cost_model cm = Build(kShapes[1]);
+  tl_cluster a = A100Nodes(8);
+  tl_plan p = Split1F1B(4, 8, 2, 1, 8);
+  p.zero = 1;
+  tl_cost_evaluate(&cm, &a, TL_BF16, nullptr, &p);
+  tl_cluster b = a;
+  b.bw_all_gather = 2, b.bw_reduce_scatter = 0.5, b.bw_send_recv = 4;
+  tl_plan q = p;
+  tl_cost_evaluate(&cm, &b, TL_BF16, nullptr, &q);
+  // at share 1 the two halves are alike: X of bandwidth and 3 messages each
+  // (dp 4 over tp 8: one member a node)
+  const tl_link dp = tl_cost_group_link(&a, 4, 8);
+  const double X = (p.t_dp - 6 * dp.latency) / 2;
+  EXPECT_NEAR(q.t_dp, X / 0.5 + X / 2 + 6 * dp.latency, 1e-9 * q.t_dp);
+  EXPECT_GT(q.t_dp, p.t_dp);  // the reduce-scatter's half share outweighs the gather's double
+  // the pipeline's two sends a micro-batch, over the network (dp x tp fills
+  // the nodes): their bandwidth term a quarter
+  const double Y = p.t_pp / (2 * p.n_micro) - a.inter.latency;
+  EXPECT_NEAR(q.t_pp, 2 * p.n_micro * (Y / 4 + a.inter.latency), 1e-9 * p.t_pp);
+  EXPECT_EQ(q.t_compute, p.t_compute);
+  EXPECT_EQ(q.t_tp, p.t_tp);  // the tensor-parallel all-reduces: the links' own
+  // with sequence parallelism they are reduce-scatters and all-gathers, at
+  // those shares (here the reduce-scatter's half outweighs the rest)
+  tl_plan sp = p;
+  sp.sequence_parallel = true, sp.recompute = TL_RECOMPUTE_SELECTIVE;
+  tl_plan sq = sp;
+  tl_cost_evaluate(&cm, &a, TL_BF16, nullptr, &sp);
+  tl_cost_evaluate(&cm, &b, TL_BF16, nullptr, &sq);
+  EXPECT_GT(sq.t_tp, sp.t_tp);
+}
+
+// An all-reduce's latency term is the message count of the algorithm the
+// backend runs: NCCL's ring on GPUs (2(n-1)), MPICH's recursive halving and
+// doubling on CPUs (2 log2 n); the bandwidth term is the ring's on both.
+TEST(CostModel, AllReduceLatencyCountsTheBackendsMessages) {
+  tl_cluster gpu = {}, cpu = {};
+  gpu.device = TL_DEVICE_CUDA, cpu.device = TL_DEVICE_CPU;
+  const struct tl_link zero_bytes = {1e30, 1e-3}, no_latency = {1e9, 0};
+  for (int n : {2, 4, 8, 16}) {
+    EXPECT_NEAR(tl_cost_all_reduce(&gpu, 4, n, &zero_bytes), 2e-3 * (n - 1), 1e-12) << n;
+    EXPECT_NEAR(tl_cost_all_reduce(&cpu, 4, n, &zero_bytes), 2e-3 * std::log2(n), 1e-12) << n;
+    double bw = 2.0 * (n - 1) / n * 1e6 / 1e9;
+    EXPECT_DOUBLE_EQ(tl_cost_all_reduce(&gpu, 1e6, n, &no_latency), bw);
+    EXPECT_DOUBLE_EQ(tl_cost_all_reduce(&cpu, 1e6, n, &no_latency), bw);
+  }
+  EXPECT_NEAR(tl_cost_all_reduce(&cpu, 4, 3, &zero_bytes), 2e-3 * 2, 1e-12);  // ceil(log2 3)
+  EXPECT_EQ(tl_cost_all_reduce(&cpu, 1e6, 1, &no_latency), 0);
+  // an all-gather: half an all-reduce's bandwidth and half its messages
+  for (int n : {2, 4, 8}) {
+    EXPECT_NEAR(tl_cost_all_gather(&gpu, 4, n, &zero_bytes), 1e-3 * (n - 1), 1e-12) << n;
+    EXPECT_NEAR(tl_cost_all_gather(&cpu, 4, n, &zero_bytes), 1e-3 * std::log2(n), 1e-12) << n;
+    EXPECT_DOUBLE_EQ(2 * tl_cost_all_gather(&gpu, 1e6, n, &no_latency),
+                     tl_cost_all_reduce(&gpu, 1e6, n, &no_latency));
+  }
+}
+
+// A collective whose group spans nodes crosses them through each member's
+// own network card (rail-optimised nodes, one card per GPU), so it moves
+// bytes at k cards' rate, k the group's members on one node, never above the
+// node's own links; a group inside one node stays on them.
+TEST(CostModel, CollectivesAcrossNodesUseEveryCardOfTheGroup) {
+  tl_cluster c = A100Nodes(4);
+  struct {
+    int n, stride;
+    double bandwidth, latency;
+  } cases[] = {
+      {8, 1, 300e9, 5e-6},    // tp 8: one node
+      {4, 2, 300e9, 5e-6},    // dp 4 over tp 2: one node
+      {16, 1, 200e9, 1e-5},   // tp 16: two nodes, 8 cards each
+      {32, 1, 200e9, 1e-5},   // dp 32 at tp 1: every card of 4 nodes
+      {8, 4, 50e9, 1e-5},     // dp 8 over tp 4: 2 members a node
+      {4, 8, 25e9, 1e-5},     // dp 4 over tp 8: one member a node, one card
+      {2, 16, 25e9, 1e-5},    // dp 2 over tp 16
+  };
+  for (const auto& x : cases) {
+    struct tl_link l = tl_cost_group_link(&c, x.n, x.stride);
+    EXPECT_DOUBLE_EQ(l.bandwidth, x.bandwidth) << x.n << " ranks " << x.stride << " apart";
+    EXPECT_DOUBLE_EQ(l.latency, x.latency) << x.n << " ranks " << x.stride << " apart";
+  }
+  c.intra.bandwidth = 100e9;  // cards faster than the node's own links
+  EXPECT_DOUBLE_EQ(tl_cost_group_link(&c, 32, 1).bandwidth, 100e9);
+
+  // a plan's gradient all-reduce runs on that link: dp 32 at tp 1 on 4 nodes
+  // at 8 cards' rate, dp 4 at tp 8 at one card's
+  tl_cost_model cm = Build(kShapes[1]);
+  c = A100Nodes(4);
+  for (int tp : {1, 8}) {
+    tl_plan p = {};
+    p.dp = 32 / tp, p.tp = tp, p.pp = 1, p.micro_batch = 1, p.n_micro = 1;
+    p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_NONE;
+    tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+    struct tl_link l = tl_cost_group_link(&c, p.dp, tp);
+    EXPECT_DOUBLE_EQ(l.bandwidth, tp == 1 ? 200e9 : 25e9);
+    // fp32 gradients of the rank's parameters, all-reduced after the backward
+    const tl_cost_shard* sh = &cm.shards[0];
+    for (int i = 0; i < cm.n_shards; i++)
+      if (cm.shards[i].tp == tp && !cm.shards[i].sp && cm.shards[i].recompute == 0 &&
+          !cm.shards[i].split)
+        sh = &cm.shards[i];
+    const tl_cost_stage_shape& st = sh->stage[TL_COST_STAGE_EMBED | TL_COST_STAGE_HEAD];
+    double params = st.params + (cm.n_layers - 1) * st.params_layer;
+    EXPECT_NEAR(p.t_dp, tl_cost_all_reduce(&c, params * 4.0, p.dp, &l), 1e-12) << tp;
+  }
+}
+
+// The attention kernels' FLOPs (the graph's TL_OP_ATTENTION nodes: 2 s^2 h
+// forward for the causal half, 2.5 times that backward) run at the cluster's
+// attention_efficiency, the rest at compute_efficiency; without the key both
+// are one rate.
+TEST(CostModel, AttentionKernelsRunAtTheirOwnRate) {
+  const Shape& x = kShapes[1];
+  tl_cost_model cm = Build(x);
+  double s = x.s, h = x.h;
+  EXPECT_NEAR(cm.shards[0].layer_attn_fwd_flops / (2 * s * s * h), 1.0, 1e-12);
+  EXPECT_NEAR(cm.shards[0].layer_attn_flops / (7 * s * s * h), 1.0, 1e-12);
+  EXPECT_EQ(cm.shards[0].layer_attn_again_flops, 0);
+  // full recomputation runs the attention forward again
+  EXPECT_NEAR(cm.shards[TL_RECOMPUTE_FULL].layer_attn_again_flops / (2 * s * s * h), 1.0, 1e-12);
+
+  tl_cluster c = A100Nodes(1);
+  tl_plan p = {};
+  p.dp = 1, p.tp = 1, p.pp = 1, p.micro_batch = 2, p.n_micro = 3;
+  p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_NONE;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  const tl_cost_shard& sh = cm.shards[0];
+  double all = x.l * sh.layer_flops + sh.embed_flops + sh.head_flops;
+  EXPECT_NEAR(p.t_compute / (3 * 2 * all / (312e12 * 0.5)), 1.0, 1e-12);
+  c.attention_efficiency = 0.1;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  double attn = x.l * sh.layer_attn_flops;
+  EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.1))),
+              1.0, 1e-12);
+  // a table by head dimension and sequence length prices the model's own
+  // shape (head dimension 128, 2048 tokens) in place of the one figure:
+  // 0.2 at head dimension 64, 0.3 at 256, so 0.25 at 128 (halfway in log2)
+  c.attention.n_m = 2, c.attention.n_n = 1, c.attention.n_k = 1;
+  c.attention.m[0] = 64, c.attention.m[1] = 256, c.attention.n[0] = 2048, c.attention.k[0] = 1;
+  c.attention.eff[0] = 0.2, c.attention.eff[1] = 0.3;
+  ASSERT_EQ(x.h / x.a, 128);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.25))),
+              1.0, 1e-12);
+}
+
+// With a GEMM table every product is priced at its shape's efficiency at
+// the plan's micro-batch: a table of one efficiency everywhere prices as a
+// flat efficiency does, and a table that halves one shape's rate adds
+// exactly that product's time.
+TEST(CostModel, AGemmTablePricesEachProductByItsShape) {
+  const Shape& x = kShapes[3];
+  tl_cost_model cm = Build(x);
+  tl_cluster flat = A100Nodes(1);
+  flat.efficiency = 0.5;
+  tl_cluster table = flat;
+  tl_gemm_table& t = table.gemm;
+  t.n_m = t.n_n = t.n_k = 2;
+  t.m[0] = t.n[0] = t.k[0] = 16, t.m[1] = t.n[1] = t.k[1] = 65536;
+  for (int i = 0; i < 8; i++) t.eff[i] = 0.5;
+  tl_plan p = {};
+  p.dp = 1, p.tp = 2, p.pp = 2, p.micro_batch = 2, p.n_micro = 4;
+  p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_SELECTIVE;
+  tl_plan q = p;
+  tl_cost_evaluate(&cm, &flat, TL_BF16, nullptr, &p);
+  tl_cost_evaluate(&cm, &table, TL_BF16, nullptr, &q);
+  EXPECT_NEAR(q.t_compute / p.t_compute, 1.0, 1e-12);
+  EXPECT_NEAR(q.t_step / p.t_step, 1.0, 1e-12);
+
+  // efficiency 0.25 at m = 65536, 0.5 at m = 16, whatever n and k: one
+  // product priced by hand
+  for (int i = 0; i < 8; i++) t.eff[i] = (i & 4) ? 0.25 : 0.5;
+  tl_cost_gemm e = {2048, 768, 768, 1, TL_COST_GEMM_FWD, 1};
+  // m = 2048 at micro-batch 4 is 8192: log2(8192/16)/log2(65536/16) = 9/12
+  double eff = 0.5 + (0.25 - 0.5) * 9.0 / 12.0;
+  double want = 2.0 * 8192 * 768 * 768 / (312e12 * eff) / 4;
+  EXPECT_NEAR(tl_cost_gemm_seconds(&table, 312e12, &e, 1, 4, false) / want, 1.0, 1e-12);
+  // a whole forward again runs a forward product twice, a copy not at all
+  EXPECT_NEAR(tl_cost_gemm_seconds(&table, 312e12, &e, 1, 4, true) / want, 2.0, 1e-12);
+  e.pass = TL_COST_GEMM_AGAIN;
+  EXPECT_EQ(tl_cost_gemm_seconds(&table, 312e12, &e, 1, 4, true), 0);
+  // and a plan's compute is the sum over its products: slower than flat
+  tl_cost_evaluate(&cm, &table, TL_BF16, nullptr, &q);
+  EXPECT_GT(q.t_compute, p.t_compute * 1.01);
+}

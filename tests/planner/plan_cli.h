@@ -1,0 +1,48 @@
+// plan_cli.h — running `trellis plan` from a test: a temporary path, the
+// command's exit status and output, and the example model and spec.
+#ifndef TL_TESTS_PLANNER_PLAN_CLI_H
+#define TL_TESTS_PLANNER_PLAN_CLI_H
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+struct PlanRun {
+  int status;
+  std::string output;
+};
+
+// Runs `trellis plan ARGS` (stdout and stderr together).
+PlanRun Plan(const std::string& args) {
+  // Some runs start MPI jobs: under ASan, MPICH's run-time-loaded modules
+  // leak at MPI_Finalize (see tests/mpi_run.sh), so no leak checking here.
+  std::string cmd =
+      "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" "
+      "launcher/trellis plan " +
+      args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  PlanRun r{-1, ""};
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.output.append(buf, n);
+  int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+const char* kSmall = "examples/gpt_small.json";
+const char* kThisMachine = "examples/clusters/this_machine.json";
+
+}  // namespace
+
+#endif
