@@ -33,7 +33,13 @@
  * tensors once the CUDA context, cuBLAS and NCCL are up and have run
  * (measured, the largest over the ranks). The attention and element-wise
  * fractions are of the bf16 peak: the spec prices bf16 training (an fp32
- * plan on it reads them against the fp32 peak, too slow by the ratio). */
+ * plan on it reads them against the fp32 peak, too slow by the ratio).
+ *
+ * A job across nodes (the same number of ranks on each) measures each link
+ * on its own: intra_node over every node's ranks at once, inter_node over
+ * every rail at once (rank i of each node: data-parallel groups across
+ * nodes run so, each rank through its own share of the node's network);
+ * the spec says the job's nodes and ranks a node. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,24 +317,98 @@ static tl_status busy_allreduce_time(tl_group* g, double* per_call) {
   return st;
 }
 
+/* The job's mean of v[0..n) (in place), or its maximum. */
+static tl_status job_reduce(tl_group* world, int size, double* v, int n, tl_reduce_op op) {
+  if (size < 2) return TL_OK;
+  float f[N_GEMM + N_ATT + 8] = {0};
+  for (int i = 0; i < n; i++) f[i] = (float)v[i];
+  TL_CHECK(tl_group_all_reduce(world, f, f, (size_t)n, TL_F32, op, NULL));
+  for (int i = 0; i < n; i++) v[i] = op == TL_REDUCE_SUM ? f[i] / size : f[i];
+  return TL_OK;
+}
+
+/* A link as the planner reads it (intra_node or inter_node), measured over
+ * one kind of group, every group of the kind at once as training runs them
+ * (the nodes' own groups; the rails, one rank a node): the all-reduce's bus
+ * bandwidth on 4 MiB and its latency per message, and the all-gather's,
+ * reduce-scatter's and a send's bus bandwidth as shares of it. */
+struct link_figures {
+  int n;               /* each group's members; below 2 nothing is measured */
+  double bus, latency; /* bytes/s; seconds per message */
+  double small, busy;  /* a 4-byte all-reduce idle (median) and between matmuls (CPU) */
+  double share_gather, share_scatter, share_send;
+};
+
+/* Collective over the job (`world`, `size` ranks): g is this rank's group
+ * of the kind measured. Every figure is the slowest rank's. */
+static tl_status measure_link(tl_group* g, tl_group* world, int size, tl_device device,
+                              struct link_figures* l) {
+  const bool gpu = device.type == TL_DEVICE_CUDA;
+  const int n = tl_group_size(g);
+  memset(l, 0, sizeof *l);
+  l->n = n;
+  l->share_gather = l->share_scatter = l->share_send = 1;
+  if (n < 2) return TL_OK;
+  TL_CHECK(collective_times(g, device, 1, 1, 51, &l->small));
+  if (!gpu) TL_CHECK(busy_allreduce_time(g, &l->busy));
+  /* a count the ranks divide: NCCL's all-gather and reduce-scatter of
+   * uneven chunks fall back to broadcasts and reduces (core/group_nccl.c) */
+  const size_t big = (4u << 20) / sizeof(float), even = big - big % (size_t)n;
+  double t[6] = {0, 0, 0, 0, 0, 0};
+  TL_CHECK(collective_times(g, device, 4, even, 11, t));
+  t[4] = l->small, t[5] = l->busy;
+  /* the pairs' sends and the rest differ by rank */
+  TL_CHECK(job_reduce(world, size, t, 6, TL_REDUCE_MAX));
+  l->small = t[4], l->busy = t[5];
+  const double bytes = (double)even * sizeof(float);
+  l->bus = 2.0 * (n - 1) / n * bytes / t[0]; /* ring all-reduce steps */
+  l->share_gather = (double)(n - 1) / n * bytes / t[1] / l->bus;
+  l->share_scatter = (double)(n - 1) / n * bytes / t[2] / l->bus;
+  l->share_send = bytes / t[3] / l->bus;
+  /* per message of the planner's all-reduce (planner/cost.h): NCCL's ring,
+   * 2 (n - 1); MPICH's halving and doubling, 2 log2 n */
+  const double messages = gpu ? 2.0 * (n - 1) : 2.0 * ceil(log2((double)n));
+  l->latency = (gpu ? l->small : l->busy) / messages;
+  return TL_OK;
+}
+
 /* The figures rank 0 writes. */
 struct calibration {
-  int ranks, threads;
+  int ranks, threads, nodes, per_node;
   tl_device_type device;
   char gpu[128];
   const int* grid;
   double gemm[N_GEMM];       /* GFLOP/s, the ranks' mean */
   double attn_table[N_ATT]; /* GFLOP/s by head dimension and sequence length */
   double peak, slowest, fp32, attention, elementwise;
-  double bus, latency, busy, small;
-  double share_gather, share_scatter, share_send; /* of the all-reduce's bus bandwidth */
+  /* inside a node and between nodes (one node: the same figures); the
+   * spec's collective shares are those of the link the job's data-parallel
+   * and pipeline traffic crosses: inter's on several nodes */
+  struct link_figures intra, inter;
   double memory, reserve;
 };
+
+/* One link's figures in words, for the spec's comment. */
+static void describe_link(const struct link_figures* l, bool gpu, const char* over, char* buf,
+                          size_t size) {
+  if (gpu)
+    snprintf(buf, size,
+             "all-reduce over %s (NCCL): bus bandwidth %.3g bytes/s on 4 MiB (the slowest "
+             "rank's median); latency %.3g s per message, a 4-byte all-reduce's %.3g s (median) "
+             "over the ring's 2 (n - 1) = %d messages",
+             over, l->bus, l->latency, l->small, 2 * (l->n - 1));
+  else
+    snprintf(buf, size,
+             "all-reduce over %s: bus bandwidth %.3g bytes/s on 4 MiB (the slowest rank's "
+             "median); latency %.3g s per message: a 4-byte all-reduce takes %.3g s between "
+             "small matmuls on every rank, against %.3g s (median) on idle ranks",
+             over, l->bus, l->latency, l->busy, l->small);
+}
 
 static tl_status write_spec(const struct calibration* k, const char* out) {
   const bool gpu = k->device == TL_DEVICE_CUDA;
   const int n = k->ranks;
-  char axis[64] = "", table[2048] = "", what[1024], net[640], mem[512];
+  char axis[64] = "", table[2048] = "", what[1024], net[1600], mem[512];
   for (int i = 0; i < GRID; i++)
     snprintf(axis + strlen(axis), sizeof axis - strlen(axis), "%s%d", i ? ", " : "", k->grid[i]);
   for (int i = 0; i < N_GEMM; i++)
@@ -365,23 +445,29 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              "gemm_efficiency",
              n, n == 1 ? "" : "s", k->threads, k->threads == 1 ? "" : "s", N_GEMM, axis, k->peak,
              k->slowest);
-  if (n < 2)
+  if (n < 2) {
     snprintf(net, sizeof net,
              "one rank, so no link was measured: intra_node and inter_node are placeholders "
              "(1e9 bytes/s, 1e-6 s) that plans on this one device never use");
-  else if (gpu)
-    snprintf(net, sizeof net,
-             "all-reduce over the ranks' NCCL group: bus bandwidth %.3g bytes/s on 4 MiB "
-             "(the slowest rank's median); latency %.3g s per message, a 4-byte "
-             "all-reduce's %.3g s (median) over the ring's 2 (n - 1) messages; inter_node is the same figure (one node measured)",
-             k->bus, k->latency, k->small);
-  else
-    snprintf(net, sizeof net,
-             "all-reduce bus bandwidth %.3g bytes/s on 4 MiB (the slowest rank's median); "
-             "latency %.3g s per "
-             "message: a 4-byte all-reduce takes %.3g s between small matmuls on every rank, "
-             "against %.3g s (median) on idle ranks",
-             k->bus, k->latency, k->busy, k->small);
+  } else if (k->nodes == 1) {
+    char l[640];
+    describe_link(&k->intra, gpu, "the job's ranks", l, sizeof l);
+    snprintf(net, sizeof net, "intra_node: %s; inter_node is the same figure (one node measured)",
+             l);
+  } else {
+    char in[640] = "", across[640];
+    if (k->per_node > 1) describe_link(&k->intra, gpu, "each node's ranks, every node at once", in,
+                                       sizeof in);
+    describe_link(&k->inter, gpu,
+                  "each rail (one rank of every node), every rail at once, as data-parallel "
+                  "groups across nodes run",
+                  across, sizeof across);
+    snprintf(net, sizeof net, "%d nodes of %d rank%s: intra_node: %s; inter_node: %s", k->nodes,
+             k->per_node, k->per_node == 1 ? "" : "s",
+             k->per_node > 1 ? in : "the inter-node figure (one rank a node: no group lies within "
+                                    "a node)",
+             across);
+  }
   if (gpu)
     snprintf(mem, sizeof mem,
              "device_memory_bytes is the driver's figure; reserve_bytes is what the process held "
@@ -391,20 +477,26 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
   else
     snprintf(mem, sizeof mem,
              "device_memory_bytes is an assumption: half the machine's RAM divided among the "
-             "ranks");
+             "ranks on it");
   char shares[256] = "";
   if (n > 1)
     snprintf(shares, sizeof shares,
              "; collective_bandwidth: the all-gather's, reduce-scatter's and a send's bus "
              "bandwidth on 4 MiB (median, the slowest rank's; sends from each even rank to the "
-             "next) as shares of the all-reduce's");
+             "next) as shares of the all-reduce's, %s",
+             k->nodes > 1 ? "across nodes (over the rails)" : "over the job's ranks");
   char peaks[128];
   if (gpu)
     snprintf(peaks, sizeof peaks, "{\"fp32\": %.4g, \"bf16\": %.4g}", k->fp32 * 1e9, k->peak * 1e9);
   else
     snprintf(peaks, sizeof peaks, "{\"fp32\": %.4g}", k->peak * 1e9);
-  const double bw = k->bus > 0 ? k->bus : 1e9, lat = k->latency > 0 ? k->latency : 1e-6;
-  char json[8192];
+  /* a link not measured (one rank): placeholders no plan uses */
+  const struct link_figures *li = &k->intra, *le = &k->inter;
+  const struct link_figures* shared = k->nodes > 1 ? le : li;
+  const double bw_in = li->bus > 0 ? li->bus : 1e9, lat_in = li->latency > 0 ? li->latency : 1e-6;
+  const double bw_out = le->bus > 0 ? le->bus : 1e9,
+               lat_out = le->latency > 0 ? le->latency : 1e-6;
+  char json[16384];
   snprintf(json, sizeof json,
            "{\n  \"name\": \"this_machine\",\n  \"comment\": \"%s; attention forward and "
            "backward (b %d, t %d, c %d, %d heads) at %.2f GFLOP/s, LayerNorm and GELU forward and "
@@ -414,7 +506,7 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "by head dimension and sequence length, %d tokens a call, each a fraction of the "
            "peak (a model's attention is priced at its own shape's); %s%s. %s.\",\n"
            "  \"device\": \"%s\",\n"
-           "  \"nodes\": 1,\n  \"devices_per_node\": %d,\n  \"device_memory_bytes\": %.0f,\n"
+           "  \"nodes\": %d,\n  \"devices_per_node\": %d,\n  \"device_memory_bytes\": %.0f,\n"
            "  \"peak_flops\": %s,\n"
            "  \"intra_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
            "  \"inter_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
@@ -427,8 +519,9 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "    \"efficiency\": [%s]\n  },\n"
            "  \"reserve_bytes\": %.4g,\n  \"allocator_overhead\": 0\n}\n",
            what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise,
-           shapes->attn_heads, shapes->attn_tokens, net, shares, mem, gpu ? "cuda" : "cpu", n,
-           k->memory, peaks, bw, lat, bw, lat, k->share_gather, k->share_scatter, k->share_send,
+           shapes->attn_heads, shapes->attn_tokens, net, shares, mem, gpu ? "cuda" : "cpu",
+           k->nodes, k->per_node, k->memory, peaks, bw_in, lat_in, bw_out, lat_out,
+           shared->share_gather, shared->share_scatter, shared->share_send,
            fmax(1e-6, fmin(1, k->elementwise / k->peak)),
            fmax(1e-6, fmin(1, k->attention / k->peak)), hd, seqs, attn, axis, axis, axis, table,
            k->reserve);
@@ -440,16 +533,6 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
     return st;
   }
   return tl_atomic_file_commit(&af);
-}
-
-/* The job's mean of v[0..n) (in place), or its maximum. */
-static tl_status job_reduce(tl_group* world, int size, double* v, int n, tl_reduce_op op) {
-  if (size < 2) return TL_OK;
-  float f[N_GEMM + N_ATT + 8] = {0};
-  for (int i = 0; i < n; i++) f[i] = (float)v[i];
-  TL_CHECK(tl_group_all_reduce(world, f, f, (size_t)n, TL_F32, op, NULL));
-  for (int i = 0; i < n; i++) v[i] = op == TL_REDUCE_SUM ? f[i] / size : f[i];
-  return TL_OK;
 }
 
 int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
@@ -471,7 +554,6 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   memset(&k, 0, sizeof k);
   k.ranks = w.world_size, k.threads = w.threads, k.device = device;
   k.grid = gpu ? kGpuGrid : kCpuGrid;
-  const size_t big = (4u << 20) / sizeof(float);
   /* every rank measures at once (sharing the machine as training will);
    * the job keeps each figure's mean over the ranks, and the slowest rank's
    * best GEMM rate */
@@ -491,33 +573,23 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   k.fp32 = v[N_GEMM], k.attention = v[N_GEMM + 1], k.elementwise = v[N_GEMM + 2];
   memcpy(k.attn_table, &v[N_GEMM + 3], sizeof k.attn_table);
   for (int i = 0; i < N_GEMM; i++) k.peak = fmax(k.peak, k.gemm[i]);
-  /* the messages: on device memory over the device's group (NCCL on GPUs) */
-  tl_group* g = gpu ? w.groups[TL_AXIS_DP] : w.world;
-  if (st == TL_OK) st = collective_times(g, w.device, 1, 1, 51, &k.small);
-  if (st == TL_OK && w.world_size > 1 && !gpu) st = busy_allreduce_time(w.world, &k.busy);
+  /* the links: inside each node over its own group, between nodes over
+   * the rails (each node's rank i with every other node's), on device
+   * memory (NCCL on GPUs) */
   const int n = w.world_size;
-  /* every rank keeps the slowest rank's times (the pairs' sends and the
-   * rest differ by rank) */
-  double times[4] = {0, 0, 0, 0};
-  /* a count the ranks divide: NCCL's all-gather and reduce-scatter of
-   * uneven chunks fall back to broadcasts and reduces (core/group_nccl.c) */
-  const size_t even = big - big % (size_t)n;
-  if (st == TL_OK) st = collective_times(g, w.device, n > 1 ? 4 : 1, even, 11, times);
-  if (st == TL_OK) st = job_reduce(w.world, w.world_size, times, 4, TL_REDUCE_MAX);
-  const double large = times[0], gather = times[1], scatter = times[2], send = times[3];
-  k.share_gather = k.share_scatter = k.share_send = 1;
-  if (n > 1) {
-    const double bytes = (double)even * sizeof(float);
-    k.bus = 2.0 * (n - 1) / n * bytes / large; /* ring all-reduce steps */
-    /* bus bandwidths as shares of the all-reduce's */
-    k.share_gather = (double)(n - 1) / n * bytes / gather / k.bus;
-    k.share_scatter = (double)(n - 1) / n * bytes / scatter / k.bus;
-    k.share_send = bytes / send / k.bus;
-    /* per message of the planner's all-reduce (planner/cost.h): NCCL's
-     * ring, 2 (n - 1); MPICH's halving and doubling, 2 log2 n */
-    double messages = gpu ? 2.0 * (n - 1) : 2.0 * ceil(log2((double)n));
-    k.latency = (gpu ? k.small : k.busy) / messages;
+  struct tl_node_groups ng;
+  memset(&ng, 0, sizeof ng);
+  if (st == TL_OK) {
+    st = tl_worker_node_groups(&w, &ng);
+    /* uneven nodes: every rank knows; rank 0 says it, once */
+    if (st == TL_ERR_INVALID && w.rank != 0) tl_worker_fail_quietly();
   }
+  k.nodes = ng.nodes > 0 ? ng.nodes : 1, k.per_node = ng.per_node > 0 ? ng.per_node : n;
+  if (st == TL_OK) st = measure_link(ng.node, w.world, n, w.device, &k.intra);
+  if (st == TL_OK && k.nodes > 1) st = measure_link(ng.rail, w.world, n, w.device, &k.inter);
+  tl_worker_node_groups_destroy(&ng);
+  if (k.nodes == 1) k.inter = k.intra;
+  if (k.per_node == 1) k.intra = k.inter; /* a placeholder: no group lies within a node */
   /* memory: the driver's figure, and what the process holds beyond its
    * counted tensors now that everything has run */
   if (st == TL_OK && gpu) {
@@ -528,7 +600,7 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     if (st == TL_OK) st = job_reduce(w.world, w.world_size, &k.reserve, 1, TL_REDUCE_MAX);
   } else {
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    k.memory = floor(ram / 2 / n);
+    k.memory = floor(ram / 2 / k.per_node);
     k.reserve = 2e8;
   }
   tl_backend_destroy(be);
@@ -543,17 +615,26 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     attn_lo = fmin(attn_lo, k.attn_table[i]), attn_hi = fmax(attn_hi, k.attn_table[i]);
   if (w.rank == 0) {
     st = write_spec(&k, out);
+    const struct link_figures* sh = k.nodes > 1 ? &k.inter : &k.intra;
+    char links[256];
+    if (k.nodes > 1)
+      snprintf(links, sizeof links,
+               "%d nodes of %d: all-reduce %.3g bytes/s inside a node, %.3g across nodes "
+               "(%.3g s and %.3g s latency)",
+               k.nodes, k.per_node, k.intra.bus, k.inter.bus, k.intra.latency, k.inter.latency);
+    else
+      snprintf(links, sizeof links, "all-reduce %.3g bytes/s, %.3g s latency", k.intra.bus,
+               k.intra.latency);
     if (st == TL_OK)
       printf("calibrated %d rank%s%s%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to 100%% "
              "of it over %d shapes), attention %.0f%% (%.0f%% to %.0f%% over %d shapes), "
-             "element-wise %.0f%%, all-reduce %.3g bytes/s (all-gather x%.2f, reduce-scatter "
-             "x%.2f, send x%.2f), %.3g s latency%s; wrote %s\n",
+             "element-wise %.0f%%, %s (all-gather x%.2f, reduce-scatter x%.2f, send x%.2f)%s; "
+             "wrote %s\n",
              n, n == 1 ? "" : "s", gpu ? " on " : "", gpu ? k.gpu : "", k.peak,
              100 * min_fraction(k.gemm, k.peak), N_GEMM, 100 * k.attention / k.peak,
              100 * attn_lo / k.peak, 100 * attn_hi / k.peak, N_ATT,
-             100 * k.elementwise / k.peak, k.bus, k.share_gather, k.share_scatter, k.share_send,
-             k.latency, gpu ? ", reserve measured" : "",
-             out);
+             100 * k.elementwise / k.peak, links, sh->share_gather, sh->share_scatter,
+             sh->share_send, gpu ? ", reserve measured" : "", out);
     else
       fprintf(stderr, "trellis plan --calibrate: %s\n", tl_last_error()), rc = 1;
   }

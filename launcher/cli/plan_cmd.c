@@ -21,6 +21,7 @@
 #include "kernels/backend.h"
 #include "launcher/cli/cli.h"
 #include "launcher/cli/plan_svg.h"
+#include "launcher/job/spawn.h"
 #include "planner/cluster.h"
 #include "planner/cost.h"
 #include "planner/recommend.h"
@@ -49,14 +50,16 @@ static void usage(FILE* f) {
           "--cluster: a cluster spec (examples/clusters/).\n"
           "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}}.\n"
           "--svg FILE: the winner's pipeline schedule and mesh as a picture.\n"
-          "--calibrate OUT.json [--ranks N] [--device cpu|cuda]: measure this machine into a\n"
-          "cluster spec as a job of N ranks: the matmul's rate over 64 shapes (the GEMM\n"
-          "table), attention by head dimension and sequence length, element-wise rates,\n"
-          "all-reduce bandwidth and latency, all-gather, reduce-scatter and send bandwidth.\n"
+          "--calibrate OUT.json [--ranks N] [--device cpu|cuda] [--hosts ..]: measure this\n"
+          "machine (or nodes) into a cluster spec as a job of N ranks: the matmul's rate\n"
+          "over 64 shapes (the GEMM table), attention by head dimension and sequence\n"
+          "length, element-wise rates, all-reduce bandwidth and latency, all-gather,\n"
+          "reduce-scatter and send bandwidth.\n"
           "cpu (default): the CPU backend, N default the online cores; cuda: one GPU a\n"
           "rank, N default this node's GPUs, bf16 matmuls as bf16 training runs them,\n"
           "NCCL's collectives, the GPU's memory and the process's reserve beyond its\n"
-          "tensors.\n"
+          "tensors. --hosts H1,H2 | --hostfile FILE (with --ranks, as many on each node):\n"
+          "a spec of those nodes, the links inside a node and between nodes each measured.\n"
           "--out: the best plan `trellis train` runs, as a\n"
           "complete config (atomic write).\n"
           "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices;\n"
@@ -383,13 +386,17 @@ static int write_svg(const tl_plan* p, const struct tl_config* cfg, const tl_clu
 int tl_cli_plan(int argc, char** argv) {
   const char *model_path = NULL, *cluster_path = NULL, *out_path = NULL, *dtype_name = NULL;
   const char *svg_path = NULL, *calibrate_path = NULL, *device_name = NULL;
-  int ranks = 0;
+  int ranks = 0, hosts = 0;
   int batch = 0, seq = 0, top = 10, nodes = 0, as_json = 0, allow_tp = 0;
   char fix[512] = "";
   for (int i = 0; i < argc; i++) {
     const char* a = argv[i];
     int has = i + 1 < argc;
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+    int skip = tl_launch_option_args(argc - i, argv + i); /* --hosts, --hostfile */
+    if (skip > 0) {
+      hosts = 1;
+      i += skip - 1;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       usage(stdout);
       return 0;
     } else if (strcmp(a, "--json") == 0) {
@@ -434,6 +441,16 @@ int tl_cli_plan(int argc, char** argv) {
     fprintf(stderr, "trellis plan: --device is --calibrate's (what to measure)\n");
     return 2;
   }
+  if (hosts && !calibrate_path) {
+    fprintf(stderr, "trellis plan: --hosts and --hostfile are --calibrate's (where to measure)\n");
+    return 2;
+  }
+  if (hosts && !ranks) {
+    fprintf(stderr,
+            "trellis plan --calibrate: --hosts and --hostfile need --ranks N (the job's ranks, "
+            "as many on every node)\n");
+    return 2;
+  }
   if (calibrate_path) {
     tl_device_type device = TL_DEVICE_CPU;
     if (device_name && strcmp(device_name, "cuda") == 0) {
@@ -450,6 +467,14 @@ int tl_cli_plan(int argc, char** argv) {
         return 1;
       }
       if (!ranks) ranks = gpus;
+      char who[64];
+      if (ranks > gpus && !hosts && !tl_launch_detected(who, sizeof who)) {
+        fprintf(stderr,
+                "trellis plan --calibrate --device cuda: --ranks %d: this machine has %d GPU%s, "
+                "one a rank (more nodes: --hosts or --hostfile)\n",
+                ranks, gpus, gpus == 1 ? "" : "s");
+        return 2;
+      }
     } else {
       long cores = sysconf(_SC_NPROCESSORS_ONLN);
       if (!ranks) ranks = cores > 1 ? (int)cores : 2;

@@ -51,6 +51,19 @@ struct tl_worker {
  * On failure *out is zeroed; the caller should tl_worker_fail. */
 tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out);
 
+/* The job's nodes: `node` holds this rank's node (the ranks sharing its
+ * machine), `rail` this rank's local rank on every node (one member a
+ * node), each for buffers on w->device (NCCL groups on CUDA, over the
+ * host_* MPI groups kept beside them). Collective over the job. Fails,
+ * naming the counts, when the nodes run different numbers of ranks. */
+struct tl_node_groups {
+  int nodes, per_node;
+  tl_group *node, *rail;           /* for buffers on the worker's device */
+  tl_group *host_node, *host_rail; /* MPI, for host buffers */
+};
+tl_status tl_worker_node_groups(const struct tl_worker* w, struct tl_node_groups* out);
+void tl_worker_node_groups_destroy(struct tl_node_groups* g);
+
 /* Destroys the groups and, when tl_worker_init started MPI, finalises it.
  * Collective: every rank calls it at the end of a successful run. */
 void tl_worker_finalize(struct tl_worker* w);

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
+
+#include <unistd.h>
 
 extern "C" {
 #include "kernels/backend.h"
@@ -26,6 +29,11 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
   EXPECT_GT(c.peak_fp32, 1e9);  // a CPU core's sgemm: tens of GFLOP/s
   EXPECT_GT(c.intra.bandwidth, 1e6);
   EXPECT_GT(c.intra.latency, 0);
+  // one node: its ranks' link is the only one measured
+  EXPECT_EQ(c.nodes, 1);
+  EXPECT_EQ(c.devices_per_node, 2);
+  EXPECT_EQ(c.inter.bandwidth, c.intra.bandwidth);
+  EXPECT_EQ(c.inter.latency, c.intra.latency);
   // the matmul's rate over a grid of shapes, its best the peak; attention
   // and the element-wise ops as fractions of it
   ASSERT_EQ(c.gemm.n_m, 4);
@@ -57,6 +65,60 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
   EXPECT_LE(c.efficiency, 1);
   // and the planner plans with it
   EXPECT_EQ(Plan(std::string("--model ") + kSmall + " --cluster " + out + " --top 1").status, 0);
+}
+
+// A job across nodes measures each link on its own: inside a node over the
+// node's ranks, between nodes over the rails (rank i of every node), every
+// group of a kind at once. Two nodes of two ranks are made on this machine
+// by hydra's fork launcher, which starts every rank here but keeps each
+// named host a node of its own (MPI_COMM_TYPE_SHARED splits by them).
+TEST(PlanCli, CalibrateAcrossNodesMeasuresEachLink) {
+  std::string out = TempPath("calibrated_nodes.json");
+  const std::string job = "TRELLIS_NUM_THREADS=1 mpiexec -launcher fork ";
+  PlanRun r = Shell(job + "-hosts nodeA,nodeB -ppn 2 -n 4 launcher/trellis plan --calibrate " +
+                  out + " --ranks 4");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("calibrated 4 ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 nodes of 2: all-reduce"), std::string::npos) << r.output;
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load(out.c_str(), &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(c.nodes, 2);
+  EXPECT_EQ(c.devices_per_node, 2);
+  EXPECT_GT(c.intra.bandwidth, 1e6);
+  EXPECT_GT(c.inter.bandwidth, 1e6);
+  EXPECT_GT(c.inter.latency, 0);
+  // two measurements, not one figure written twice
+  EXPECT_FALSE(c.intra.bandwidth == c.inter.bandwidth && c.intra.latency == c.inter.latency)
+      << c.intra.bandwidth << " " << c.intra.latency;
+  std::ifstream f(out);
+  std::string spec((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(spec.find("intra_node: all-reduce over each node's ranks"), std::string::npos);
+  EXPECT_NE(spec.find("inter_node: all-reduce over each rail"), std::string::npos);
+  // the memory assumed is the machine's half shared by its node's ranks
+  const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  EXPECT_NEAR(c.device_memory_bytes, ram / 4, 1.0);
+
+  // nodes of unlike sizes: said once, by rank 0, and nothing written
+  std::string uneven = TempPath("calibrated_uneven.json");
+  std::remove(uneven.c_str());
+  r = Shell(job + "-hosts nodeA:1,nodeB:2 -n 3 launcher/trellis plan --calibrate " + uneven +
+          " --ranks 3");
+  EXPECT_NE(r.status, 0) << r.output;
+  const std::string said = "the job's 2 nodes run 1 to 2 ranks each";
+  size_t at = r.output.find(said);
+  EXPECT_NE(at, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(said, at + 1), std::string::npos) << "said once: " << r.output;
+  std::ifstream g(uneven);
+  EXPECT_FALSE(g.good()) << "nothing written";
+
+  // --hosts names where --calibrate measures, with the job's ranks
+  r = Plan("--calibrate " + uneven + " --hosts nodeA,nodeB");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--hosts and --hostfile need --ranks N"), std::string::npos) << r.output;
+  r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " --hosts nodeA");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--hosts and --hostfile are --calibrate's"), std::string::npos)
+      << r.output;
 }
 
 // --device cuda measures the GPUs; without one it says why before any rank

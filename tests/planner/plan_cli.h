@@ -21,14 +21,12 @@ struct PlanRun {
   std::string output;
 };
 
-// Runs `trellis plan ARGS` (stdout and stderr together).
-PlanRun Plan(const std::string& args) {
+// Runs the shell command `line` (stdout and stderr together).
+PlanRun Shell(const std::string& line) {
   // Some runs start MPI jobs: under ASan, MPICH's run-time-loaded modules
   // leak at MPI_Finalize (see tests/mpi_run.sh), so no leak checking here.
   std::string cmd =
-      "ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\" "
-      "launcher/trellis plan " +
-      args + " 2>&1";
+      "export ASAN_OPTIONS=\"${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0\"; " + line + " 2>&1";
   FILE* f = popen(cmd.c_str(), "r");
   PlanRun r{-1, ""};
   if (!f) return r;
@@ -39,6 +37,9 @@ PlanRun Plan(const std::string& args) {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+// Runs `trellis plan ARGS`.
+PlanRun Plan(const std::string& args) { return Shell("launcher/trellis plan " + args); }
 
 const char* kSmall = "examples/gpt_small.json";
 const char* kThisMachine = "examples/clusters/this_machine.json";
