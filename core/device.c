@@ -25,3 +25,22 @@ tl_status tl_device_parse(const char* s, tl_device* out) {
   return TL_ERRF(TL_ERR_INVALID, "device '%s' is not 'cpu', 'cuda' or 'cuda:N' with 0 <= N < %d", s,
                  TL_MAX_CUDA_DEVICES);
 }
+
+const char* tl_cuda_absent_why(int no_device, int driver, int runtime, char* buf, size_t size) {
+  if (no_device)
+    snprintf(buf, size, "no NVIDIA GPU found on this machine (the driver, CUDA %d.%d, sees none)",
+             driver / 1000, driver % 1000 / 10);
+  else if (driver <= 0)
+    snprintf(buf, size, "no NVIDIA GPU or driver found on this machine");
+  else if (driver >= runtime)
+    snprintf(buf, size,
+             "the NVIDIA driver (CUDA %d.%d) refused the CUDA %d.%d runtime trellis was built "
+             "with as insufficient",
+             driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+  else
+    snprintf(buf, size,
+             "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d runtime trellis "
+             "was built with: install a newer driver (nvidia-smi shows the version in use)",
+             driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+  return buf;
+}

@@ -30,6 +30,16 @@ const char* tl_device_name(tl_device d, char* buf, size_t size);
 /* Parses "cpu", "cuda" (= cuda:0) or "cuda:N". */
 tl_status tl_device_parse(const char* s, tl_device* out);
 
+/* Why the CUDA runtime found no device, in words a user can act on, into
+ * buf (returned). no_device: the runtime said there is no GPU
+ * (cudaErrorNoDevice); else it said the driver is missing or too old
+ * (cudaErrorInsufficientDriver). driver: cudaDriverGetVersion's figure
+ * (0: no driver loaded), runtime: cudaRuntimeGetVersion's (1000 major + 10
+ * minor). A driver older than the runtime trellis was built with is named
+ * as such, with both versions: "no GPU" would send the user looking for
+ * hardware that is there. */
+const char* tl_cuda_absent_why(int no_device, int driver, int runtime, char* buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/device.h"
 #include "core/dynlib.h"
 #include "core/group_impl.h"
 #include "core/group_mpi.h"
@@ -402,9 +403,15 @@ tl_status tl_group_nccl_create(tl_group* mpi_group, int device, const char* name
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
     cudaGetLastError();
-    const char* why = (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || n == 0)
-                          ? "no NVIDIA GPU or driver found on this machine"
-                          : cudaGetErrorString(e);
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    char buf[256];
+    const char* why =
+        e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || n == 0
+            ? tl_cuda_absent_why(e != cudaErrorInsufficientDriver, driver, runtime, buf,
+                                 sizeof buf)
+            : cudaGetErrorString(e);
     return TL_ERRF(TL_ERR_NO_DEVICE, "NCCL group '%s' on cuda:%d: %s", name, device, why);
   }
   if (device < 0 || device >= n)

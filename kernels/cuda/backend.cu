@@ -55,11 +55,17 @@ extern "C" int tl__cuda_device_count(const char** why) {
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     /* Without a driver the runtime says "driver version is insufficient",
-     * which misleads on a machine that simply has no GPU. */
-    if (why)
-      *why = (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
-                 ? "no NVIDIA GPU or driver found on this machine"
-                 : cudaGetErrorString(e);
+     * which misleads on a machine that simply has no GPU; an old driver is
+     * named with its version and the runtime's. */
+    static thread_local char buf[256];
+    if (why && (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)) {
+      int driver = 0, runtime = 0;
+      cudaDriverGetVersion(&driver);
+      cudaRuntimeGetVersion(&runtime);
+      *why = tl_cuda_absent_why(e == cudaErrorNoDevice, driver, runtime, buf, sizeof buf);
+    } else if (why) {
+      *why = cudaGetErrorString(e);
+    }
     cudaGetLastError(); /* clear the error so later calls start clean */
     return 0;
   }

@@ -1,5 +1,7 @@
-// Status table, last-error messages and the propagation macros.
+// Status table, last-error messages, the propagation macros, and the words
+// for a CUDA device that is not there (core/device.h).
 #include "core/status.h"
+#include "core/device.h"
 
 #include <gtest/gtest.h>
 
@@ -37,4 +39,22 @@ TEST(Status, LongMessagesAreTruncatedNotOverflowed) {
   std::string big(20000, 'x');
   TL_ERRF(TL_ERR_INVALID, "%s", big.c_str());
   EXPECT_LT(std::string(tl_last_error()).size(), 8192u);
+}
+
+// Why CUDA found no device: the user is told what to fix, an old driver by
+// its version against the runtime's.
+TEST(CudaAbsent, SaysWhetherTheGpuTheDriverOrItsVersionIsMissing) {
+  char buf[256];
+  EXPECT_STREQ(tl_cuda_absent_why(0, 0, 13000, buf, sizeof buf),
+               "no NVIDIA GPU or driver found on this machine");
+  std::string old = tl_cuda_absent_why(0, 12040, 13000, buf, sizeof buf);
+  EXPECT_NE(old.find("the NVIDIA driver supports CUDA 12.4, older than the CUDA 13.0 runtime"),
+            std::string::npos)
+      << old;
+  EXPECT_NE(old.find("install a newer driver"), std::string::npos) << old;
+  std::string none = tl_cuda_absent_why(1, 13000, 13000, buf, sizeof buf);
+  EXPECT_NE(none.find("no NVIDIA GPU found"), std::string::npos) << none;
+  std::string odd = tl_cuda_absent_why(0, 13010, 13000, buf, sizeof buf);
+  EXPECT_NE(odd.find("refused the CUDA 13.0 runtime"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("CUDA 13.1"), std::string::npos) << odd;
 }
