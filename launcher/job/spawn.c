@@ -129,6 +129,15 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
     snprintf(buf, sizeof buf, "%d", world_size);
     cmd[k++] = strdup(buf);
     if (hosts) cmd[k++] = strdup("-hosts"), cmd[k++] = strdup(hosts);
+    if (hosts && !strchr(hosts, ':')) {
+      /* without slot counts hydra deals the ranks out one a host in turn,
+       * and tensor-parallel neighbours land on different nodes: fill each
+       * host in turn instead */
+      int n_hosts = 1;
+      for (const char* c = hosts; *c; c++) n_hosts += *c == ',';
+      snprintf(buf, sizeof buf, "%d", (world_size + n_hosts - 1) / n_hosts);
+      cmd[k++] = strdup("-ppn"), cmd[k++] = strdup(buf);
+    }
     if (hostfile) cmd[k++] = strdup("-hostfile"), cmd[k++] = strdup(hostfile);
   }
   cmd[k++] = strdup(self);

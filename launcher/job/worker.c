@@ -18,13 +18,38 @@
 #include "core/watchdog.h"
 #include "kernels/backend.h"
 
-static tl_status local_rank(int* rank, int* size) {
+/* This rank's place on its node, and the node's name: the lowest world
+ * rank on it. */
+static tl_status local_rank(int world_rank, int* rank, int* size, int* node_id) {
   MPI_Comm node = MPI_COMM_NULL;
   TL_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int rc = MPI_Comm_rank(node, rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(node, size);
+  if (rc == MPI_SUCCESS) rc = MPI_Allreduce(&world_rank, node_id, 1, MPI_INT, MPI_MIN, node);
   MPI_Comm_free(&node);
   if (rc != MPI_SUCCESS) return tl_mpi_error(rc, "MPI_Comm_rank", __FILE__, __LINE__);
+  return TL_OK;
+}
+
+/* Tensor parallelism's collectives run at every layer and are planned on a
+ * node's own links (planner: tp within a node unless allowed across): a
+ * launcher that dealt neighbouring ranks out to different nodes (hydra's
+ * -hosts without slot counts, srun's cyclic distribution) would send them
+ * over the network. Said once, by rank 0; the job goes on. */
+static tl_status warn_if_tp_spans_nodes(const struct tl_worker* w, int node_id) {
+  if (w->mesh.size[TL_AXIS_TP] <= 1) return TL_OK;
+  MPI_Comm tp = tl_group_mpi_comm(w->host_groups[TL_AXIS_TP]);
+  int lo = node_id, hi = node_id, spans = 0, any = 0;
+  TL_MPI_CHECK(MPI_Allreduce(&node_id, &lo, 1, MPI_INT, MPI_MIN, tp));
+  TL_MPI_CHECK(MPI_Allreduce(&node_id, &hi, 1, MPI_INT, MPI_MAX, tp));
+  spans = lo != hi;
+  TL_MPI_CHECK(MPI_Allreduce(&spans, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  if (any && w->rank == 0)
+    TL_LOG_WARN("%d of the job's ranks are in tensor-parallel groups that span nodes (the "
+                "launcher placed neighbouring ranks on different nodes): their collectives, "
+                "at every layer, cross the network. Keep each node's ranks consecutive: "
+                "--hosts h1:8,h2:8, mpiexec -ppn N, srun's block distribution",
+                any);
   return TL_OK;
 }
 
@@ -69,7 +94,8 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
   TL_CHECK(tl_config_check_world(cfg, w.world_size));
   TL_CHECK(tl_mesh_from_config(&cfg->mesh, &w.mesh));
   tl_mesh_coords(&w.mesh, w.rank, w.coord);
-  TL_CHECK(local_rank(&w.local_rank, &w.local_size));
+  int node_id = 0;
+  TL_CHECK(local_rank(w.rank, &w.local_rank, &w.local_size, &node_id));
 
   /* 3. CPU threads, before any CPU backend reads them */
   w.threads = pick_threads(cfg, w.local_size);
@@ -78,6 +104,7 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
   /* 4. the groups over MPI */
   TL_CHECK(tl_group_mpi_create(MPI_COMM_WORLD, "world", &w.world));
   TL_CHECK_GOTO(tl_group_split_mesh(w.world, &w.mesh, w.host_groups), st, fail);
+  TL_CHECK_GOTO(warn_if_tp_spans_nodes(&w, node_id), st, fail);
 
   /* 5. the device, and groups for its buffers */
   if (cfg->device.type == TL_DEVICE_CUDA) {

@@ -111,6 +111,27 @@ TEST(Launch, HostsAreHandedToMpiexecAndNotToTheRanks) {
   EXPECT_NE(r.output.find("-hostfile " + hostfile), std::string::npos) << r.output;
 }
 
+// Tensor-parallel neighbours dealt out to different nodes: the job runs and
+// rank 0 says so once. Two nodes are made on this machine by hydra's fork
+// launcher (each named host a node of its own); without -ppn it deals the
+// ranks out one a host in turn, with it fills each host in turn.
+TEST(Launch, TensorParallelGroupsAcrossNodesAreSaidOnce) {
+  std::string cfg = Config(R"({"mesh": {"dp": 2, "tp": 2}, "device": {"threads": 1}})");
+  const std::string warning = "tensor-parallel groups that span nodes";
+  RunResult r = RunProcess(
+      {"mpiexec", "-launcher", "fork", "-hosts", "nodeA,nodeB", "-n", "4", kJob, cfg}, {}, 50,
+      true);
+  ASSERT_EQ(r.status, 0) << Describe(r);
+  EXPECT_EQ(CountOf(r.output, "groups ok"), 4) << r.output;
+  EXPECT_EQ(CountOf(r.output, warning), 1) << r.output;
+  EXPECT_NE(r.output.find("4 of the job's ranks are in"), std::string::npos) << r.output;
+  r = RunProcess({"mpiexec", "-launcher", "fork", "-hosts", "nodeA,nodeB", "-ppn", "2", "-n", "4",
+                  kJob, cfg},
+                 {}, 50, true);
+  ASSERT_EQ(r.status, 0) << Describe(r);
+  EXPECT_EQ(CountOf(r.output, warning), 0) << r.output;
+}
+
 TEST(Launch, ALauncherOptionWithoutItsValueIsAUsageError) {
   std::string cfg = Config(R"({"mesh": {"pp": 2}})");
   RunResult r = RunProcess({kJob, cfg, "--hosts"}, {}, 30, true);

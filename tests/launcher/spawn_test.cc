@@ -93,6 +93,18 @@ TEST_F(Spawn, HostsGoToMpiexecAndAreRemovedFromTheRanksArguments) {
             "mpiexec -n 2 -hostfile nodes /opt/trellis train cfg.json");
 }
 
+// Hosts named without slot counts: hydra would deal the ranks out one a
+// host in turn (tensor-parallel neighbours on different nodes); each host
+// is filled in turn instead.
+TEST_F(Spawn, HostsWithoutSlotCountsAreFilledInTurn) {
+  EXPECT_EQ(Command({"trellis", "train", "--hosts", "a,b", "cfg.json"}, 16),
+            "mpiexec -n 16 -hosts a,b -ppn 8 /opt/trellis train cfg.json");
+  EXPECT_EQ(Command({"trellis", "train", "--hosts", "a,b,c", "cfg.json"}, 4),
+            "mpiexec -n 4 -hosts a,b,c -ppn 2 /opt/trellis train cfg.json");
+  EXPECT_EQ(Command({"trellis", "train", "--hosts=a", "cfg.json"}, 2),
+            "mpiexec -n 2 -hosts a -ppn 2 /opt/trellis train cfg.json");
+}
+
 TEST_F(Spawn, BadLauncherOptionsAreNamed) {
   EXPECT_EQ(Command({"trellis", "train", "cfg.json", "--hosts"}, 2).rfind("error: ", 0), 0u);
   EXPECT_NE(Command({"trellis", "train", "cfg.json", "--hosts"}, 2).find("--hosts needs a value"),

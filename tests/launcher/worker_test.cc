@@ -98,3 +98,24 @@ TEST(Worker, CudaWithoutEnoughGpusIsRefusedWithTheReason) {
   }
   EXPECT_EQ(w.world, nullptr);
 }
+
+// One node of four ranks: the node's group holds them all, each rail (rank
+// i of every node) one.
+TEST(Worker, NodeGroupsOfOneNode) {
+  struct tl_config cfg = FourDevice();
+  struct tl_worker w;
+  ASSERT_EQ(tl_worker_init(&cfg, &w), TL_OK) << tl_last_error();
+  struct tl_node_groups g;
+  ASSERT_EQ(tl_worker_node_groups(&w, &g), TL_OK) << tl_last_error();
+  EXPECT_EQ(g.nodes, 1);
+  EXPECT_EQ(g.per_node, 4);
+  EXPECT_EQ(tl_group_size(g.node), 4);
+  EXPECT_EQ(tl_group_size(g.rail), 1);
+  EXPECT_EQ(g.node, g.host_node);  // CPU: MPI groups
+  float x = 1;
+  ASSERT_EQ(tl_group_all_reduce(g.node, &x, &x, 1, TL_F32, TL_REDUCE_SUM, nullptr), TL_OK);
+  EXPECT_EQ(x, 4.0f);
+  tl_worker_node_groups_destroy(&g);
+  EXPECT_EQ(g.node, nullptr);
+  tl_worker_finalize(&w);
+}
