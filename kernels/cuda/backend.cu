@@ -69,7 +69,13 @@ extern "C" int tl__cuda_device_count(const char** why) {
     cudaGetLastError(); /* clear the error so later calls start clean */
     return 0;
   }
-  if (n == 0 && why) *why = "no CUDA device found";
+  if (n == 0 && why) {
+    static thread_local char none[256];
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    *why = tl_cuda_absent_why(1, driver, runtime, none, sizeof none);
+  }
   return n;
 }
 

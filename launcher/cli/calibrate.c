@@ -582,12 +582,11 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   if (st == TL_OK) {
     st = tl_worker_node_groups(&w, &ng);
     /* uneven nodes: every rank knows; rank 0 says it, once */
-    if (st == TL_ERR_INVALID && w.rank != 0) tl_worker_fail_quietly();
+    if (ng.uneven && w.rank != 0) tl_worker_fail_quietly();
   }
   k.nodes = ng.nodes > 0 ? ng.nodes : 1, k.per_node = ng.per_node > 0 ? ng.per_node : n;
   if (st == TL_OK) st = measure_link(ng.node, w.world, n, w.device, &k.intra);
   if (st == TL_OK && k.nodes > 1) st = measure_link(ng.rail, w.world, n, w.device, &k.inter);
-  tl_worker_node_groups_destroy(&ng);
   if (k.nodes == 1) k.inter = k.intra;
   if (k.per_node == 1) k.intra = k.inter; /* a placeholder: no group lies within a node */
   /* memory: the driver's figure, and what the process holds beyond its
@@ -603,6 +602,8 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     k.memory = floor(ram / 2 / k.per_node);
     k.reserve = 2e8;
   }
+  /* the groups that ran the collectives held their buffers until now */
+  tl_worker_node_groups_destroy(&ng);
   tl_backend_destroy(be);
   if (st != TL_OK) {
     char msg[8400];
@@ -617,11 +618,16 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     st = write_spec(&k, out);
     const struct link_figures* sh = k.nodes > 1 ? &k.inter : &k.intra;
     char links[256];
-    if (k.nodes > 1)
+    if (k.nodes > 1 && k.per_node > 1)
       snprintf(links, sizeof links,
                "%d nodes of %d: all-reduce %.3g bytes/s inside a node, %.3g across nodes "
                "(%.3g s and %.3g s latency)",
                k.nodes, k.per_node, k.intra.bus, k.inter.bus, k.intra.latency, k.inter.latency);
+    else if (k.nodes > 1)
+      snprintf(links, sizeof links,
+               "%d nodes of 1: all-reduce %.3g bytes/s across nodes, %.3g s latency (none "
+               "inside a node)",
+               k.nodes, k.inter.bus, k.inter.latency);
     else
       snprintf(links, sizeof links, "all-reduce %.3g bytes/s, %.3g s latency", k.intra.bus,
                k.intra.latency);

@@ -459,7 +459,8 @@ int tl_cli_plan(int argc, char** argv) {
       fprintf(stderr, "trellis plan: --device %s: expected cpu or cuda\n", device_name);
       return 2;
     }
-    if (device == TL_DEVICE_CUDA) {
+    if (device == TL_DEVICE_CUDA && !hosts) {
+      /* with --hosts the GPUs are the hosts' (this may be a login node) */
       const char* why = NULL;
       int gpus = tl_cuda_device_count(&why);
       if (gpus == 0) {
@@ -468,7 +469,9 @@ int tl_cli_plan(int argc, char** argv) {
       }
       if (!ranks) ranks = gpus;
       char who[64];
-      if (ranks > gpus && !hosts && !tl_launch_detected(who, sizeof who)) {
+      /* one node unless a launcher (or a Slurm allocation, whose srun
+       * spans its nodes) places the ranks */
+      if (ranks > gpus && !tl_launch_detected(who, sizeof who) && !getenv("SLURM_JOB_ID")) {
         fprintf(stderr,
                 "trellis plan --calibrate --device cuda: --ranks %d: this machine has %d GPU%s, "
                 "one a rank (more nodes: --hosts or --hostfile)\n",

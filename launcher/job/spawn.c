@@ -133,8 +133,10 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
       /* without slot counts hydra deals the ranks out one a host in turn,
        * and tensor-parallel neighbours land on different nodes: fill each
        * host in turn instead */
-      int n_hosts = 1;
-      for (const char* c = hosts; *c; c++) n_hosts += *c == ',';
+      int n_hosts = 0; /* the list's non-empty names */
+      for (const char* c = hosts; *c; c++)
+        n_hosts += *c != ',' && (c == hosts || c[-1] == ',');
+      if (n_hosts < 1) n_hosts = 1;
       snprintf(buf, sizeof buf, "%d", (world_size + n_hosts - 1) / n_hosts);
       cmd[k++] = strdup("-ppn"), cmd[k++] = strdup(buf);
     }

@@ -14,10 +14,13 @@
  * from the copies' arguments:
  *   --hosts h1,h2[,...]   run across these hosts (mpiexec -hosts; srun --nodelist)
  *   --hostfile FILE       hosts from a file (mpiexec -hostfile; srun --nodelist)
- * For mpiexec give slot counts (h1:8,h2:8, or "h1:8" lines) so that ranks
- * fill a node before the next: neighbouring ranks are the tensor-parallel
- * group and should share a node. The program must exist at the same path
- * on every host. */
+ * Neighbouring ranks are the tensor-parallel group and should share a
+ * node: with mpiexec, hosts given with slot counts (h1:8,h2:8, or "h1:8"
+ * lines) are filled one after the other; --hosts without any gets -ppn
+ * ceil(ranks / hosts), which does the same (hydra alone would deal the
+ * ranks out one a host in turn); a hostfile without counts is passed as it
+ * is (the worker warns when tensor-parallel groups span nodes). The program
+ * must exist at the same path on every host. */
 #ifndef TL_LAUNCHER_SPAWN_H
 #define TL_LAUNCHER_SPAWN_H
 

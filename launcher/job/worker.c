@@ -162,23 +162,24 @@ tl_status tl_worker_node_groups(const struct tl_worker* w, struct tl_node_groups
   int v[3] = {w->local_rank == 0, -w->local_size, w->local_size}, r[3];
   TL_MPI_CHECK(MPI_Allreduce(v, r, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   TL_MPI_CHECK(MPI_Allreduce(v + 1, r + 1, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
-  if (-r[1] != r[2])
+  out->nodes = r[0], out->per_node = r[2];
+  if (-r[1] != r[2]) {
+    out->uneven = true;
     return TL_ERRF(TL_ERR_INVALID,
                    "the job's %d nodes run %d to %d ranks each, where each node needs as many "
                    "(%d ranks: a multiple of the %d nodes, placed evenly)",
                    r[0], -r[1], r[2], w->world_size, r[0]);
+  }
+  /* split from the world's group, whose way of waiting (core/group_mpi.c:
+   * yield on crowded nodes) they keep: a rail's members are alone on their
+   * nodes in it, and would otherwise spin among their node's other ranks */
+  int node_id = 0;
+  TL_CHECK(local_rank(w->rank, &v[0], &v[1], &node_id));
   struct tl_node_groups g;
   memset(&g, 0, sizeof g);
   g.nodes = r[0], g.per_node = r[2];
-  MPI_Comm node = MPI_COMM_NULL, rail = MPI_COMM_NULL;
-  tl_status st = TL_OK;
-  int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &node);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_split(MPI_COMM_WORLD, w->local_rank, w->rank, &rail);
-  if (rc != MPI_SUCCESS) st = tl_mpi_error(rc, "MPI_Comm_split", __FILE__, __LINE__);
-  if (st == TL_OK) st = tl_group_mpi_create(node, "node", &g.host_node);
-  if (st == TL_OK) st = tl_group_mpi_create(rail, "rail", &g.host_rail);
-  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
-  if (rail != MPI_COMM_NULL) MPI_Comm_free(&rail);
+  tl_status st = tl_group_split(w->world, node_id, w->rank, "node", &g.host_node);
+  if (st == TL_OK) st = tl_group_split(w->world, w->local_rank, w->rank, "rail", &g.host_rail);
   g.node = g.host_node, g.rail = g.host_rail;
   if (st == TL_OK && w->device.type == TL_DEVICE_CUDA) {
     g.node = g.rail = NULL;

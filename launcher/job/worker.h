@@ -54,10 +54,12 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out);
 /* The job's nodes: `node` holds this rank's node (the ranks sharing its
  * machine), `rail` this rank's local rank on every node (one member a
  * node), each for buffers on w->device (NCCL groups on CUDA, over the
- * host_* MPI groups kept beside them). Collective over the job. Fails,
- * naming the counts, when the nodes run different numbers of ranks. */
+ * host_* MPI groups kept beside them; the MPI ones split from w->world,
+ * waiting as it does). Collective over the job. Fails, naming the counts
+ * and setting `uneven`, when the nodes run different numbers of ranks. */
 struct tl_node_groups {
   int nodes, per_node;
+  bool uneven; /* the failure: nodes running unlike numbers of ranks */
   tl_group *node, *rail;           /* for buffers on the worker's device */
   tl_group *host_node, *host_rail; /* MPI, for host buffers */
 };

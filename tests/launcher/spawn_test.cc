@@ -103,6 +103,8 @@ TEST_F(Spawn, HostsWithoutSlotCountsAreFilledInTurn) {
             "mpiexec -n 4 -hosts a,b,c -ppn 2 /opt/trellis train cfg.json");
   EXPECT_EQ(Command({"trellis", "train", "--hosts=a", "cfg.json"}, 2),
             "mpiexec -n 2 -hosts a -ppn 2 /opt/trellis train cfg.json");
+  EXPECT_EQ(Command({"trellis", "train", "--hosts", "a,,b,", "cfg.json"}, 4),
+            "mpiexec -n 4 -hosts a,,b, -ppn 2 /opt/trellis train cfg.json");
 }
 
 TEST_F(Spawn, BadLauncherOptionsAreNamed) {
