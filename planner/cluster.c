@@ -15,6 +15,10 @@ double tl_cluster_peak(const tl_cluster* c, tl_dtype dtype) {
   return dtype == TL_BF16 || dtype == TL_F16 ? c->peak_bf16 : c->peak_fp32;
 }
 
+double tl_cluster_kernel_peak(const tl_cluster* c) {
+  return c->peak_bf16 > 0 ? c->peak_bf16 : c->peak_fp32;
+}
+
 /* Index of the grid cell [a[i], a[i+1]] holding x (clamped) and x's place
  * in it, 0 .. 1, in log2 space. */
 static int cell(const double* a, int n, double x, double* frac) {

@@ -128,6 +128,14 @@ static inline int tl_cluster_devices(const tl_cluster* c) {
 /* Peak FLOP/s per device for dtype (TL_BF16 or TL_F32); 0 when unknown. */
 double tl_cluster_peak(const tl_cluster* c, tl_dtype dtype);
 
+/* The peak the spec's attention and element-wise fractions are of, in
+ * bf16 and fp32 plans alike: the bf16 peak where the device has one, else
+ * fp32's. trellis's kernels other than the matrix products compute in fp32
+ * whatever the training precision (graph/graph.h: bf16 only stores their
+ * values), so they run at one rate in both; the matrix products run at
+ * their dtype's peak (tl_cluster_peak). */
+double tl_cluster_kernel_peak(const tl_cluster* c);
+
 /* Parses a cluster file / text. Errors name the JSON path, the value and
  * what was expected; *out is zeroed on failure. */
 tl_status tl_cluster_load(const char* path, tl_cluster* out);

@@ -242,6 +242,10 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   const double attn = sh->layer_attn_flops +
                       (whole ? sh->layer_attn_fwd_flops - sh->layer_attn_again_flops : 0);
   const double peak = tl_cluster_peak(c, dtype);
+  /* the kernels that compute in fp32 in every precision (attention; the
+   * element-wise ops, alone in "the rest" where a table prices the
+   * products) at one peak whatever the plan's dtype */
+  const double kpeak = tl_cluster_kernel_peak(c), rest_peak = c->gemm.n_m > 0 ? kpeak : peak;
   /* seconds per sequence of a block, of the embedding and of the head at
    * micro-batch b: matrix products by shape where the cluster has a table,
    * attention kernels at their rate, the rest at `eff` */
@@ -260,9 +264,9 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
       g_e = tl_cost_gemm_seconds(c, peak, ge->g, ge->n, b, false);
       g_h = tl_cost_gemm_seconds(c, peak, gh->g, gh->n, b, false);
     }
-    sec_layer = (fl - attn - fl_l) / (peak * eff) + attn / (peak * attn_eff) + g_l;
-    sec_embed = (sh->embed_flops - fl_e) / (peak * eff) + g_e;
-    sec_head = (sh->head_flops - fl_h) / (peak * eff) + g_h;
+    sec_layer = (fl - attn - fl_l) / (rest_peak * eff) + attn / (kpeak * attn_eff) + g_l;
+    sec_embed = (sh->embed_flops - fl_e) / (rest_peak * eff) + g_e;
+    sec_head = (sh->head_flops - fl_h) / (rest_peak * eff) + g_h;
   }
   /* 1. memory: the fullest stage */
   p->mem_state = p->mem_act = -1;

@@ -197,9 +197,11 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     double eff = c->efficiency_half_flops > 0
                      ? c->efficiency * x / (x + c->efficiency_half_flops)
                      : c->efficiency;
-    /* the matrix products by shape where the cluster has a GEMM table */
-    double comp_s = c->gemm.n_m > 0 ? ((fl - gemm_fl) / (peak * eff) + gemm_s) * b
-                                    : fl * b / (peak * eff);
+    /* the matrix products by shape where the cluster has a GEMM table, the
+     * element-wise rest then at the kernels' peak (tl_cluster_kernel_peak) */
+    double comp_s = c->gemm.n_m > 0
+                        ? ((fl - gemm_fl) / (tl_cluster_kernel_peak(c) * eff) + gemm_s) * b
+                        : fl * b / (peak * eff);
     /* all-reduces cost their bytes plus one latency term each */
     double tp_s = n_ar > 0 ? tl_cost_all_reduce(c, ar_elems * b * act_bytes, t, tp_link) +
                                  (n_ar - 1) * tl_cost_all_reduce(c, 0, t, tp_link)

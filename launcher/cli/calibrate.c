@@ -32,8 +32,10 @@
  * driver's figure, and the reserve what the process holds beyond its
  * tensors once the CUDA context, cuBLAS and NCCL are up and have run
  * (measured, the largest over the ranks). The attention and element-wise
- * fractions are of the bf16 peak: the spec prices bf16 training (an fp32
- * plan on it reads them against the fp32 peak, too slow by the ratio).
+ * fractions are of the bf16 peak, which the planner prices those kernels
+ * against in fp32 plans too (they compute in fp32 either way:
+ * tl_cluster_kernel_peak); an fp32 plan reads the GEMM table's shape
+ * fractions, the bf16 matmul's, against the fp32 peak.
  *
  * A job across nodes (the same number of ranks on each) measures each link
  * on its own: intra_node over every node's ranks at once, inter_node over
@@ -433,8 +435,10 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              "fp32 sums, as bf16 training multiplies) at %d shapes (m, n, k in %s), %.1f "
              "GFLOP/s per GPU at best (the bf16 peak; slowest rank %.1f), each shape's rate a "
              "fraction of it in gemm_efficiency; the fp32 matmul at %d^3, %.1f GFLOP/s (the fp32 "
-             "peak). A spec for bf16 training: the table and the attention and element-wise "
-             "fractions are of the bf16 peak, so an fp32 plan on it is priced too slow",
+             "peak). The table and the attention and element-wise fractions are of the bf16 peak "
+             "(attention and the element-wise kernels compute in fp32 in either precision, and "
+             "are priced against it in fp32 plans too; an fp32 plan reads the table's fractions "
+             "against the fp32 peak)",
              n, n == 1 ? "" : "s", k->gpu, N_GEMM, axis, k->peak, k->slowest, k->grid[GRID - 1],
              k->fp32);
   else

@@ -235,3 +235,47 @@ TEST(CostModel, AGemmTablePricesEachProductByItsShape) {
   tl_cost_evaluate(&cm, &table, TL_BF16, nullptr, &q);
   EXPECT_GT(q.t_compute, p.t_compute * 1.01);
 }
+
+// Attention and the element-wise kernels compute in fp32 whatever the
+// training precision (graph/graph.h), so an fp32 plan prices them at the
+// same seconds as a bf16 one: against the spec's bf16 peak, of which its
+// fractions are. Only the matrix products run at the fp32 peak.
+TEST(CostModel, AttentionAndElementwiseRunAtOneRateInEitherPrecision) {
+  const Shape& x = kShapes[1];
+  tl_cost_model cm = Build(x);
+  tl_cluster c = A100Nodes(1);
+  c.attention_efficiency = 0.1;
+  // a GEMM table: the products by shape, the rest element-wise alone
+  tl_gemm_table& t = c.gemm;
+  t.n_m = t.n_n = t.n_k = 2;
+  t.m[0] = t.n[0] = t.k[0] = 16, t.m[1] = t.n[1] = t.k[1] = 65536;
+  for (int i = 0; i < 8; i++) t.eff[i] = 0.5;
+  tl_plan p = {};
+  p.dp = 1, p.tp = 1, p.pp = 1, p.micro_batch = 2, p.n_micro = 3;
+  p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_NONE;
+  tl_plan q = p;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  tl_cost_evaluate(&cm, &c, TL_F32, nullptr, &q);
+  const tl_cost_shard& sh = cm.shards[0];
+  const double all = x.l * sh.layer_flops + sh.embed_flops + sh.head_flops;
+  const double attn = x.l * sh.layer_attn_flops;
+  double gemm = x.l * tl_cost_gemm_flops(sh.layer_gemms.g, sh.layer_gemms.n, false) +
+                tl_cost_gemm_flops(sh.embed_gemms.g, sh.embed_gemms.n, false) +
+                tl_cost_gemm_flops(sh.head_gemms.g, sh.head_gemms.n, false);
+  ASSERT_GT(gemm, 0);
+  // the products at 0.5 of their dtype's peak, attention at 0.1 and the
+  // rest at 0.5 of the bf16 peak in both
+  auto priced = [&](double gemm_peak) {
+    return 3 * 2 *
+           (gemm / (gemm_peak * 0.5) + attn / (312e12 * 0.1) + (all - attn - gemm) / (312e12 * 0.5));
+  };
+  EXPECT_NEAR(p.t_compute / priced(312e12), 1.0, 1e-9);
+  EXPECT_NEAR(q.t_compute / priced(19.5e12), 1.0, 1e-9);
+  // without a bf16 peak (a CPU spec) everything is against the fp32 one
+  c.peak_bf16 = 0;
+  tl_cost_evaluate(&cm, &c, TL_F32, nullptr, &q);
+  EXPECT_NEAR(q.t_compute / (3 * 2 *
+                             (gemm / (19.5e12 * 0.5) + attn / (19.5e12 * 0.1) +
+                              (all - attn - gemm) / (19.5e12 * 0.5))),
+              1.0, 1e-9);
+}
