@@ -104,7 +104,8 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t staging, int size, in
 }
 
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
-                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire) {
+                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire,
+                            tl_dtype params) {
   const bool bf16 = wire == TL_BF16 && size > 1;
   if (zero < 2) return bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0;
   int64_t gbuf, slot, temp, image, per = per_bucket(bucket_mb);
@@ -112,8 +113,12 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging
   int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
   int64_t bytes = (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
-  if (zero == 3) /* the parameters: two unit slots and the late ones, and the shard */
-    bytes += (int64_t)sizeof(float) * (tl__dp_at_least_one(2 * unit_max + n_late) + shard);
+  if (zero == 3) { /* the parameters: two unit slots and the late ones (each a float longer
+                    * than it holds), and the shard */
+    bytes += (int64_t)sizeof(float) * (2 * (unit_max + 1) + n_late + 1 + shard);
+    if (params == TL_BF16 && size > 1) /* the shard's bf16 image, gathered from */
+      bytes += (int64_t)sizeof(uint16_t) * shard;
+  }
   return bytes;
 }
 
@@ -173,6 +178,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   b->rank = b->group ? tl_group_rank(b->group) : 0;
   b->zero = c->zero;
   b->bf16 = c->wire == TL_BF16 && b->group;
+  b->pbf16 = c->zero == 3 && c->params == TL_BF16 && b->group;
   b->layout = c->layout;
   b->be = c->be;
   b->grads = c->grads;
@@ -224,6 +230,9 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   if (st == TL_OK && c->wire != TL_F32 && c->wire != TL_BF16)
     st = TL_ERRF(TL_ERR_INVALID, "gradient buckets reduce in f32 or bf16, not %s",
                  tl_dtype_name(c->wire));
+  if (st == TL_OK && c->params != TL_F32 && c->params != TL_BF16)
+    st = TL_ERRF(TL_ERR_INVALID, "ZeRO-3 gathers parameters in f32 or bf16, not %s",
+                 tl_dtype_name(c->params));
   if (st != TL_OK) {
     tl_dp_buckets_destroy(b);
     return st;
@@ -255,6 +264,7 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
   free(b->poff);
   tl_buffer_destroy(b->pbuf);
   tl_buffer_destroy(b->pshard);
+  tl_buffer_destroy(b->pshard16);
   free(b);
 }
 

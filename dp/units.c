@@ -77,23 +77,70 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
         b->unit_b1[u] = i + 1;
       }
   }
-  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(2 * b->unit_max + n_late),
-                            &b->pbuf));
+  /* each slot and the late parameters one float longer than they hold:
+   * room for a bf16 gather's image (widen_in_place) */
+  b->pstride = b->unit_max + 1;
+  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)(2 * b->pstride + n_late + 1), &b->pbuf));
   TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->pshard));
+  if (b->pbf16)
+    TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)tl__dp_at_least_one(b->shard_n),
+                              &b->pshard16));
   b->poff = malloc(sizeof(int64_t) * (size_t)tl__dp_at_least_one(l->n_values));
   if (!b->poff) return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's parameters");
   for (int v = 0; v < l->n_values; v++) b->poff[v] = -1;
   for (int i = 0; i < l->n_segments; i++) {
     const tl_dp_segment* s = &l->segments[i];
     if (s->offset >= l->n_early) {
-      b->poff[s->value] = 2 * b->unit_max + (s->offset - l->n_early);
+      b->poff[s->value] = 2 * b->pstride + (s->offset - l->n_early);
     } else {
       int u = unit_of(b, s->first_use);
-      b->poff[s->value] = (u % 2) * b->unit_max + (s->offset - b->unit_lb[u]);
+      b->poff[s->value] = (u % 2) * b->pstride + (s->offset - b->unit_lb[u]);
     }
   }
   b->punit[0] = b->punit[1] = -1;
   return TL_OK;
+}
+
+/* bf16 gathers: this rank's chunks of buckets [i0, i1) rounded from the
+ * fp32 shard into its bf16 image (the shard changes with every update, so
+ * each gather rounds afresh), finished before the group reads them. */
+static tl_status round_chunks(tl_dp_buckets* b, int i0, int i1) {
+  uint16_t* img = (uint16_t*)b->pshard16->data;
+  const float* shard = b->pshard->data;
+  for (int i = i0; i < i1; i++) {
+    int64_t off, len;
+    tl__dp_chunk_of(b, i, &off, &len);
+    if (len) TL_CHECK(b->be->ops->to_bf16(b->be->ctx, img + b->at[i], shard + b->at[i], len));
+  }
+  return b->be->ops->synchronize(b->be->ctx);
+}
+
+/* The first ceil(n/2) land below their image (4k <= 2n + 2 bytes), and
+ * the rest is the same problem half the size. */
+tl_status tl_dp_widen_in_place(const tl_backend* be, float* dst, int64_t n) {
+  const uint16_t* img = (const uint16_t*)dst + n + 1;
+  while (n > 0) {
+    const int64_t k = (n + 1) / 2;
+    TL_CHECK(be->ops->from_bf16(be->ctx, dst, img, k));
+    dst += k, img += k, n -= k;
+  }
+  return TL_OK;
+}
+
+static tl_status widen_in_place(tl_dp_buckets* b, float* dst, int64_t n) {
+  return tl_dp_widen_in_place(b->be, dst, n);
+}
+
+/* Gathers bucket i (this rank's chunk at shard offset at[i]) into dst,
+ * `dst16` its place in the bf16 image: blocking when req is NULL. */
+static tl_status gather_bucket(tl_dp_buckets* b, int i, float* dst, uint16_t* dst16,
+                               tl_group_request** req) {
+  const size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
+  if (b->pbf16)
+    return tl_group_all_gather(b->group, (const uint16_t*)b->pshard16->data + b->at[i], dst16,
+                               count, TL_BF16, req);
+  return tl_group_all_gather(b->group, (const float*)b->pshard->data + b->at[i], dst, count,
+                             TL_F32, req);
 }
 
 /* Starts gathering unit u's parameters from every rank's shard into its slot. */
@@ -101,21 +148,23 @@ static tl_status gather_unit(tl_dp_buckets* b, int u) {
   int s = u % 2;
   /* kernels queued on the device may still read the unit the slot held */
   TL_CHECK(b->be->ops->synchronize(b->be->ctx));
-  float* slot = (float*)b->pbuf->data + s * b->unit_max;
+  float* slot = (float*)b->pbuf->data + s * b->pstride;
+  /* bf16: the unit's image past the upper half of its slot */
+  uint16_t* img = (uint16_t*)slot + (b->unit_le[u] - b->unit_lb[u]) + 1;
   const float* shard = b->pshard->data;
   b->punit[s] = u;
   b->pending[s] = true;
+  if (b->pbf16) TL_CHECK(round_chunks(b, b->unit_b0[u], b->unit_b1[u]));
   for (int i = b->unit_b0[u]; i < b->unit_b1[u]; i++) {
     int64_t off, len;
     tl__dp_chunk_of(b, i, &off, &len);
-    float* dst = slot + (b->begin[i] - b->unit_lb[u]);
+    const int64_t at = b->begin[i] - b->unit_lb[u];
     if (!b->group) {
-      TL_CHECK(tl_memcpy(b->be->device, dst, b->be->device, shard + b->at[i],
+      TL_CHECK(tl_memcpy(b->be->device, slot + at, b->be->device, shard + b->at[i],
                          sizeof(float) * (size_t)len));
       continue;
     }
-    TL_CHECK(tl_group_all_gather(b->group, shard + b->at[i], dst,
-                                 (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, &b->req[i]));
+    TL_CHECK(gather_bucket(b, i, slot + at, img + at, &b->req[i]));
   }
   return TL_OK;
 }
@@ -128,6 +177,9 @@ static tl_status land_unit(tl_dp_buckets* b, int s) {
   tl_status st = tl_group_wait_all(b->unit_b1[u] - b->unit_b0[u], b->req + b->unit_b0[u]);
   b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
   b->pending[s] = false;
+  /* bf16: the unit's gathered image, widened into its slot */
+  if (st == TL_OK && b->pbf16)
+    st = widen_in_place(b, (float*)b->pbuf->data + s * b->pstride, b->unit_le[u] - b->unit_lb[u]);
   if (st != TL_OK) b->punit[s] = -1;
   return st;
 }
@@ -142,18 +194,22 @@ tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
     b->punit[s] = -1; /* gathered before the update: stale */
   }
   /* the late parameters, whole on every rank for the step */
-  float* late = (float*)b->pbuf->data + 2 * b->unit_max;
+  const int64_t n_late = b->n - b->layout->n_early;
+  float* late = (float*)b->pbuf->data + 2 * b->pstride;
+  uint16_t* img = (uint16_t*)late + n_late + 1; /* bf16: as a slot's */
   const float* shard = b->pshard->data;
+  if (st == TL_OK && b->pbf16) st = round_chunks(b, b->n_early_buckets, b->n_buckets);
   for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++) {
     int64_t off, len;
     tl__dp_chunk_of(b, i, &off, &len);
-    float* dst = late + (b->begin[i] - b->layout->n_early);
+    const int64_t at = b->begin[i] - b->layout->n_early;
     if (!b->group)
-      st = tl_memcpy(b->be->device, dst, b->be->device, shard + b->at[i], sizeof(float) * (size_t)len);
+      st = tl_memcpy(b->be->device, late + at, b->be->device, shard + b->at[i],
+                     sizeof(float) * (size_t)len);
     else
-      st = tl_group_all_gather(b->group, shard + b->at[i], dst,
-                               (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, NULL);
+      st = gather_bucket(b, i, late + at, img + at, NULL);
   }
+  if (st == TL_OK && b->pbf16) st = widen_in_place(b, late, n_late);
   return st;
 }
 

@@ -382,10 +382,13 @@ struct tl_cost_unit {
  * finds the two units the pass before it ran still in the slots (the last
  * two after a forward, the first two after a backward): a backward after a
  * forward gathers neither, a forward after a forward (GPipe's, 1F1B's
- * warm-up) its first unit unhidden. fp32 on the wire. */
+ * warm-up) its first unit unhidden. On the wire in `precision`: 2 bytes a
+ * parameter in bf16 training (the shards rounded to bf16, as a bf16 graph
+ * reads them), 4 in fp32. */
 double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
                              const struct tl_cost_unit* u, int n, double late,
-                             const struct tl_link* link); /* n runs of units */
+                             const struct tl_link* link,
+                             tl_dtype precision); /* n runs of units */
 
 /* Fills the predictions of *p (its split fields set by the caller) trained
  * in `dtype`. `layers` is the stage cut (tl_cost_stage_layers; a search

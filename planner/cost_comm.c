@@ -97,11 +97,12 @@ struct zero3_pass {
   const struct tl_link* link;
   const struct tl_cost_unit* u;
   int n, units, d;
-  double hide; /* 1: compute hides gathers; 0: overlapping nothing */
+  double hide;  /* 1: compute hides gathers; 0: overlapping nothing */
+  double bytes; /* a parameter's on the wire */
 };
 
 static double gather_of(const struct zero3_pass* z, const struct tl_cost_unit* x) {
-  return tl_cost_all_gather(z->c, 4.0 * x->params, z->d, z->link); /* fp32 shards and wire */
+  return tl_cost_all_gather(z->c, z->bytes * x->params, z->d, z->link);
 }
 
 /* What gathering unit i shows in a forward (the first whole, the others
@@ -132,16 +133,17 @@ static double pass(const struct zero3_pass* z, bool backward, int h0, int h1) {
 
 double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
                              const struct tl_cost_unit* u, int n, double late,
-                             const struct tl_link* link) {
+                             const struct tl_link* link, tl_dtype precision) {
   const int d = p->dp, m = p->n_micro;
   if (d <= 1 || n <= 0) return 0;
-  struct zero3_pass z = {c, link, u, n, 0, d, p->no_overlap ? 0 : 1};
+  const double bytes = precision == TL_BF16 || precision == TL_F16 ? 2.0 : 4.0;
+  struct zero3_pass z = {c, link, u, n, 0, d, p->no_overlap ? 0 : 1, bytes};
   for (int r = 0; r < n; r++) z.units += u[r].count;
   const int N = z.units, runs = forward_runs(p, s);
   /* the slots hold the last two units a pass ran: N-2 and N-1 after a
    * forward, 1 and 0 after a backward, none at the step's start (the late
    * parameters are gathered then, whole) */
-  return tl_cost_all_gather(c, 4.0 * late, d, link) + pass(&z, false, -1, -1) +
+  return tl_cost_all_gather(c, bytes * late, d, link) + pass(&z, false, -1, -1) +
          runs * pass(&z, false, N - 2, N - 1) + (m - runs - 1) * pass(&z, false, 0, 1) +
          (m - runs) * pass(&z, true, N - 2, N - 1) + runs * pass(&z, true, 0, 1);
 }

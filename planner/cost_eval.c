@@ -49,8 +49,8 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
  * up) and ZeRO-2's staging, bucket buffers and late gradients
  * (dp/buckets.h); late = the parameters reduced last (sum over another
  * group first), multi = those several nodes write (late for ZeRO-2). */
-double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
-                           double multi, double staging, double unit_max) {
+double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
+                           double late, double multi, double staging, double unit_max) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
   /* a bf16 reduction's image of the buckets (ZeRO 0, 1: the whole stage) */
   const double image = p->grad_reduce == TL_BF16 && p->dp > 1 ? 2.0 * params : 0;
@@ -65,7 +65,7 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, double params, doub
   double shard = (double)tl_dp_shard_elems(n, l2, p->dp, mb);
   return (p->zero == 2 ? params * sb.w : 0) + sb.o * shard +
          (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, p->dp,
-                                     mb, p->grad_reduce);
+                                     mb, p->grad_reduce, precision == TL_BF16 ? TL_BF16 : TL_F32);
 }
 
 /* The bubble in micro-batch times (one micro-batch's forward and
@@ -131,7 +131,8 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
   *state =
-      tl__cost_zero_state(p, state_dtype, params, shared + rep, multi, staging, unit_max) + 4.0;
+      tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep, multi, staging, unit_max) +
+      4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
   *act = kept + transient;
 }
@@ -143,7 +144,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
  * a stage: the trainer runs ZeRO-3 with GPipe and 1F1B only. */
 static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh, const tl_plan* p,
                             const int* layers, int b, double sec_layer, double sec_embed,
-                            double sec_head, const struct tl_link* link) {
+                            double sec_head, const struct tl_link* link, tl_dtype precision) {
   const double fl = sh->layer_flops > 0 ? sh->layer_fwd_flops / sh->layer_flops : 1.0 / 3;
   const double fe = sh->embed_flops > 0 ? sh->embed_fwd_flops / sh->embed_flops : 1.0 / 3;
   const double fh = sh->head_flops > 0 ? sh->head_fwd_flops / sh->head_flops : 1.0 / 3;
@@ -171,7 +172,8 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
     if (kind & TL_COST_STAGE_HEAD)
       u[n++] = (struct tl_cost_unit){kind & TL_COST_STAGE_EMBED ? 0 : rest, sec_head * b * fh,
                                      sec_head * b * (1 - fh), 1};
-    worst = fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi + rep, link));
+    worst = fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi + rep, link,
+                                              precision));
   }
   return worst;
 }
@@ -337,7 +339,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
   const double zero3 = p->zero == 3 && d > 1 ? zero3_gathers(c, sh, p, layers, b,
                                                              sec_layer, sec_embed, sec_head,
-                                                             dp_link)
+                                                             dp_link, dtype)
                                              : 0;
 
   /* 2. time of one micro-batch on the slowest stage */

@@ -46,8 +46,10 @@ tl_status tl__cost_gemms(const tl_graph* g, int begin, int end, int per,
 double tl__cost_act_scale(const tl_cost_model* cm, tl_dtype dtype);
 tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
 
-double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, double params, double late,
-                           double multi, double staging, double unit_max);
+/* dtype: the state's (tl__cost_state_dtype); precision: the training's,
+ * whose ZeRO-3 gathers move bf16 images in bf16 (dp/buckets.h) */
+double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
+                           double late, double multi, double staging, double unit_max);
 
 /* The data-parallel communication a step leaves exposed (planner/cost.c). */
 double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,

@@ -140,8 +140,8 @@ void tl__cost_mlp_stage_memory(const tl_cost_model* cm, const struct tl_cost_sha
                                tl_dtype dtype, const tl_plan* p, int a, int b, int s,
                                double* state, double* act) {
   const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
-  *state = tl__cost_zero_state(p, tl__cost_state_dtype(cm, dtype), x->params, x->shared, x->multi,
-                               x->staging, x->unit_max) +
+  *state = tl__cost_zero_state(p, tl__cost_state_dtype(cm, dtype), dtype, x->params, x->shared,
+                               x->multi, x->staging, x->unit_max) +
            4.0;
   const double scale = tl__cost_act_scale(cm, dtype);
   *act = tl__cost_in_flight(p, sh, s) * p->micro_batch * (x->arena * scale + x->io) +
@@ -226,7 +226,8 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
                                          share * f, share * (1 - f), 1};
       }
       zero3 = fmax(zero3,
-                   tl_cost_zero3_gathers(c, p, s, u, e - a, r->shared + r->multi, dp_link));
+                   tl_cost_zero3_gathers(c, p, s, u, e - a, r->shared + r->multi, dp_link,
+                                         dtype));
     }
   }
   p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);

@@ -324,6 +324,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         .n_units = n_units,
         .unit_begin = units,
         .wire = cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32,
+        .params = cfg->train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32,
     };
     TL_CHECK_GOTO(tl_dp_buckets_create(&bc, &t->buckets), st, fail);
     if (t->zero >= 2) {

@@ -446,6 +446,49 @@ TEST(Equality, Bf16GradientReductionEqualsTheSingleDeviceRun) {
   }
 }
 
+// ZeRO-3 in bf16 training gathers the parameters rounded to bf16, half the
+// bytes of fp32's, and widens them into its slots: exactly what a bf16
+// graph reads (it rounds every parameter to bf16 on the way in), so the
+// losses are ZeRO-2's bit for bit — ZeRO-2 keeps every parameter in fp32
+// and reads it rounded the same way (no clipping: the norm's sum is cut
+// differently by the two) — and the gathers move half the bytes of the
+// same run in fp32.
+TEST(Equality, ZeroThreeInBf16GathersRoundedParametersExactly) {
+  if (WorldSize() != 2) GTEST_SKIP() << "a two-rank case";
+  auto run = [](int zero, tl_precision precision, int64_t* gathered) {
+    std::vector<double> losses;
+    tl_config c = Base(TL_MODEL_GPT);
+    c.mesh.dp = 2, c.parallel.zero = zero, c.train.steps = 3, c.schedule.micro_batches = 2;
+    c.train.precision = precision, c.train.grad_clip = 0;
+    tl_worker w;
+    EXPECT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
+    tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+    tl_trainer* t = nullptr;
+    EXPECT_EQ(tl_trainer_create(&c, &comm, &t), TL_OK) << tl_last_error();
+    tl_group_stats_reset(w.groups[TL_AXIS_DP]);
+    for (int s = 0; s < c.train.steps && t; s++) {
+      tl_step_stats st;
+      EXPECT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
+      losses.push_back(st.loss);
+    }
+    *gathered = tl_group_stats_get(w.groups[TL_AXIS_DP]).bytes[TL_GROUP_ALL_GATHER];
+    tl_trainer_destroy(t);
+    tl_worker_finalize(&w);
+    return losses;
+  };
+  int64_t g2 = 0, g3 = 0, g3_fp32 = 0;
+  std::vector<double> zero2 = run(2, TL_PRECISION_BF16, &g2);
+  std::vector<double> zero3 = run(3, TL_PRECISION_BF16, &g3);
+  run(3, TL_PRECISION_FP32, &g3_fp32);
+  ASSERT_EQ(zero2.size(), 3u);
+  ASSERT_EQ(zero3.size(), 3u);
+  for (int s = 0; s < 3; s++) EXPECT_EQ(zero3[s], zero2[s]) << "step " << s + 1;
+  std::printf("ZeRO-3 gathered %lld bytes in bf16 training, %lld in fp32\n", (long long)g3,
+              (long long)g3_fp32);
+  EXPECT_GT(g3_fp32, 0);
+  EXPECT_EQ(2 * g3, g3_fp32);
+}
+
 // A pipeline boundary carries the residual stream: whole between stages of
 // one rank each, 1/tp of it per tensor-parallel rank otherwise — with
 // sequence parallelism each rank's token rows, without it each rank's chunk

@@ -240,42 +240,45 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   // nothing to hide behind: the first forward gathers units 0, 1, 2; each
   // backward after a forward finds 2 and 1 in the slots and gathers 0; each
   // forward after a backward finds 0 and 1 and gathers 2
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link),
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32),
               g(late) + g(P) + g(2 * P) + g(P) + 3 * g(P) + 2 * g(P), 1e-12);
   // compute longer than any gather: only the step's start shows
   tl_cost_unit busy[3] = {{P, 1, 2, 1}, {2 * P, 1, 2, 1}, {P, 1, 2, 1}};
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link), g(late) + g(P), 1e-12);
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link, TL_F32), g(late) + g(P), 1e-12);
   // half hidden: unit 1's gather (6 ms) behind unit 0's forward (3 ms),
   // in the first forward only (the later ones find unit 1 in its slot)
   tl_cost_unit half[3] = {{P, 3e-3, 1, 1}, {2 * P, 1, 1, 1}, {P, 1, 1, 1}};
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, half, 3, 0, &link), g(P) + g(2 * P) - 3e-3,
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, half, 3, 0, &link, TL_F32), g(P) + g(2 * P) - 3e-3,
               1e-12);
   // GPipe: m - 1 forwards after forwards, as many backwards after backwards
   p.schedule = TL_SCHEDULE_GPIPE;
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link),
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link, TL_F32),
               g(late) + g(P) + 2 * (g(P) + g(P)), 1e-12);
   // 1F1B's first stage of 4 warms up with min(pp - 1, m - 1) forwards
   p.schedule = TL_SCHEDULE_1F1B, p.pp = 4;
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link),
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link, TL_F32),
               g(late) + g(P) + 2 * 2 * g(P), 1e-12);
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 2, busy, 3, late, &link),
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 2, busy, 3, late, &link, TL_F32),
               g(late) + g(P) + 1 * 2 * g(P), 1e-12);
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link), g(late) + g(P), 1e-12);
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link, TL_F32), g(late) + g(P), 1e-12);
   // overlapping nothing (--fix overlap=0): compute hides no gather
   p.no_overlap = true;
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link),
-              tl_cost_zero3_gathers(&c, &p, 3, idle, 3, late, &link), 1e-12);
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link, TL_F32),
+              tl_cost_zero3_gathers(&c, &p, 3, idle, 3, late, &link, TL_F32), 1e-12);
   p.no_overlap = false;
   // a run of alike units is those units one by one
   p.pp = 1;
   tl_cost_unit runs[3] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 4}, {P, 1e-3, 1e-3, 1}};
   tl_cost_unit each[6] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 1}, {2 * P, 2e-3, 4e-3, 1},
                           {2 * P, 2e-3, 4e-3, 1}, {2 * P, 2e-3, 4e-3, 1}, {P, 1e-3, 1e-3, 1}};
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, runs, 3, late, &link),
-              tl_cost_zero3_gathers(&c, &p, 0, each, 6, late, &link), 1e-12);
-  EXPECT_GT(tl_cost_zero3_gathers(&c, &p, 0, each, 6, late, &link), g(late) + g(P));
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, runs, 3, late, &link, TL_F32),
+              tl_cost_zero3_gathers(&c, &p, 0, each, 6, late, &link, TL_F32), 1e-12);
+  EXPECT_GT(tl_cost_zero3_gathers(&c, &p, 0, each, 6, late, &link, TL_F32), g(late) + g(P));
+  // bf16 training gathers the shards rounded to bf16: half the bytes
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_BF16),
+              0.5 * tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32), 1e-12);
   p.dp = 1;
-  EXPECT_EQ(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link), 0);
+  EXPECT_EQ(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32), 0);
 }
 
 // In a plan: ZeRO-3 regathers the parameters for every micro-batch, so
