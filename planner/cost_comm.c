@@ -64,7 +64,9 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0; /* bytes an element moves */
   double reduce = p->zero == 0 ? tl_cost_all_reduce(c, grads * wire, d, link)
                                : tl_cost_reduce_scatter(c, grads * wire, d, link);
-  double gather = p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * wire, d, link) : 0;
+  /* the updated parameters, in fp32 whatever the gradients moved in
+   * (tl_dp_buckets_gather_params) */
+  double gather = p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * 4.0, d, link) : 0;
   int passes = p->zero >= 2 ? p->n_micro : 1;
   if (p->dp_bucket_mb <= 0 || p->no_overlap) return passes * reduce + gather;
   double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0)); /* of fp32 */

@@ -67,6 +67,12 @@ TEST(CostModel, EachCollectiveRunsAtItsOwnShareOfTheLink) {
   const double X = (p.t_dp - 6 * dp.latency) / 2;
   EXPECT_NEAR(q.t_dp, X / 0.5 + X / 2 + 6 * dp.latency, 1e-9 * q.t_dp);
   EXPECT_GT(q.t_dp, p.t_dp);  // the reduce-scatter's half share outweighs the gather's double
+  // parallel.grad_reduce "bf16" halves the reduce-scatter's bytes, not the
+  // all-gather's: the runtime gathers the updated fp32 parameters
+  tl_plan h = p;
+  h.grad_reduce = TL_BF16;
+  tl_cost_evaluate(&cm, &a, TL_BF16, nullptr, &h);
+  EXPECT_NEAR(h.t_dp, X / 2 + X + 6 * dp.latency, 1e-9 * h.t_dp);
   // the pipeline's two sends a micro-batch, over the network (dp x tp fills
   // the nodes): their bandwidth term a quarter
   const double Y = p.t_pp / (2 * p.n_micro) - a.inter.latency;
