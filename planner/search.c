@@ -394,9 +394,21 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
               "; sequence parallelism needs tp to divide a micro-batch's tokens (%lld "
               "micro-batch sizes rejected)",
               (long long)r->rejected[TL_REJECT_SP_TOKENS]);
-    appendf(buf, size,
-            " (micro_batch x micro_batches must make a replica's share of the %d sequences)",
-            o->global_batch);
+    /* the rules the fixed choices can break, each said where it applies */
+    if (o->fix_micro_batch >= 0 || o->fix_n_micro >= 0)
+      appendf(buf, size,
+              "; micro_batch x micro_batches must make a replica's share of the %d sequences",
+              o->global_batch);
+    if (o->fix_schedule == TL_SCHEDULE_INTERLEAVED)
+      appendf(buf, size,
+              "; interleaving runs a GPT on pp >= 2 stages of 2 to %d chunks a rank, every "
+              "chunk a layer (pp x virtual_stages <= the %d layers), micro_batches a multiple "
+              "of pp, with ZeRO 0 or 1",
+              MAX_SEARCHED_CHUNKS, cm->n_layers);
+    else if (o->fix_virtual_stages > 1)
+      appendf(buf, size, "; virtual_stages > 1 is the interleaved schedule's (schedule=interleaved)");
+    if (o->fix_schedule == TL_SCHEDULE_ZERO_BUBBLE)
+      appendf(buf, size, "; zero-bubble runs a GPT, with ZeRO 0 or 1");
     return;
   }
   /* 3. every shape breaks a mesh rule */

@@ -610,4 +610,22 @@ TEST(PlanCli, AnImpossibleFixSaysWhichConstraint) {
   EXPECT_EQ(m.status, 1) << m.output;
   EXPECT_NE(m.output.find("The least memory any needs is"), std::string::npos) << m.output;
   EXPECT_NE(m.output.find("GB over; its step would take"), std::string::npos) << m.output;
+  // a schedule's own rules, named where the fixed schedule breaks them
+  PlanRun i = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine +
+                   " --fix schedule=interleaved,virtual_stages=4,pp=2");
+  EXPECT_EQ(i.status, 1) << i.output;
+  EXPECT_NE(i.output.find("every chunk a layer (pp x virtual_stages <= the 4 layers)"),
+            std::string::npos)
+      << i.output;
+  EXPECT_EQ(i.output.find("micro_batch x micro_batches"), std::string::npos) << i.output;
+  PlanRun v = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine +
+                   " --fix virtual_stages=3,schedule=1f1b");
+  EXPECT_EQ(v.status, 1) << v.output;
+  EXPECT_NE(v.output.find("virtual_stages > 1 is the interleaved schedule's"), std::string::npos)
+      << v.output;
+  PlanRun z = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine +
+                   " --fix schedule=zero_bubble,zero=2");
+  EXPECT_EQ(z.status, 1) << z.output;
+  EXPECT_NE(z.output.find("zero-bubble runs a GPT, with ZeRO 0 or 1"), std::string::npos)
+      << z.output;
 }
