@@ -113,11 +113,11 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging
   int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
   int64_t bytes = (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
-  if (zero == 3) { /* the parameters: two unit slots and the late ones (each a float longer
-                    * than it holds), and the shard */
-    bytes += (int64_t)sizeof(float) * (2 * (unit_max + 1) + n_late + 1 + shard);
-    if (params == TL_BF16 && size > 1) /* the shard's bf16 image, gathered from */
-      bytes += (int64_t)sizeof(uint16_t) * shard;
+  if (zero == 3) { /* the parameters: two unit slots and the late ones (bf16 under bf16
+                    * training), and the shard, with its bf16 image to gather from */
+    const int64_t es = params == TL_BF16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(float);
+    bytes += es * tl__dp_at_least_one(2 * unit_max + n_late) + (int64_t)sizeof(float) * shard;
+    if (params == TL_BF16 && size > 1) bytes += (int64_t)sizeof(uint16_t) * shard;
   }
   return bytes;
 }
@@ -178,7 +178,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   b->rank = b->group ? tl_group_rank(b->group) : 0;
   b->zero = c->zero;
   b->bf16 = c->wire == TL_BF16 && b->group;
-  b->pbf16 = c->zero == 3 && c->params == TL_BF16 && b->group;
+  b->pbf16 = c->zero == 3 && c->params == TL_BF16;
   b->layout = c->layout;
   b->be = c->be;
   b->grads = c->grads;

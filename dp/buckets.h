@@ -82,9 +82,10 @@ struct tl_dp_buckets_config {
   tl_dtype wire;
   /* zero 3: the precision the graph reads its parameters at
    * (train.precision): TL_BF16 gathers them rounded to bf16 (half the
-   * bytes) and widens them into the slots in place — exactly what a bf16
+   * bytes) into slots of bf16 (half the bytes too) — exactly what a bf16
    * graph reads, since it rounds every parameter to bf16 anyway
-   * (graph/exec.c); TL_F32 (0) gathers the fp32 shards */
+   * (graph/exec.c; tl_dp_buckets_param_dtype says which to read);
+   * TL_F32 (0): the fp32 shards into fp32 slots */
   tl_dtype params;
 };
 
@@ -170,6 +171,9 @@ tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b);
 tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool backward);
 tl_buffer* tl_dp_buckets_param_buffer(const tl_dp_buckets* b);
 const int64_t* tl_dp_buckets_param_offset(const tl_dp_buckets* b);
+/* How the param buffer stores them (the executor's params_dtype): TL_BF16
+ * under bf16 training (tl_dp_buckets_config.params), else TL_F32. */
+tl_dtype tl_dp_buckets_param_dtype(const tl_dp_buckets* b);
 tl_buffer* tl_dp_buckets_shard_params(const tl_dp_buckets* b);
 int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b);
 
@@ -184,13 +188,6 @@ int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b);
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
                             int64_t unit_max, int size, double bucket_mb, tl_dtype wire,
                             tl_dtype params);
-/* Widens n bf16 values lying one past the upper half of n + 1 floats on
- * be's device (from (uint16_t*)dst + n + 1, where ZeRO-3's bf16 gathers
- * put a unit's image) into dst's first n, in place: log2 n element-wise
- * kernels, none of which reads what it writes, so any order of their
- * threads is safe. */
-tl_status tl_dp_widen_in_place(const tl_backend* be, float* dst, int64_t n);
-
 /* The elements a rank owns of a stage of n elements, n_late late, over
  * `size` ranks (the largest rank's share: rank 0). */
 int64_t tl_dp_shard_elems(int64_t n, int64_t n_late, int size, double bucket_mb);

@@ -44,15 +44,13 @@ struct tl_dp_buckets {
   int64_t *unit_lb, *unit_le; /* per unit: its parameters' range of the layout's front */
   int *unit_b0, *unit_b1;    /* per unit: its buckets [b0, b1) */
   int64_t unit_max;          /* the largest unit's elements: a slot */
-  tl_buffer* pbuf;           /* two unit slots, then the late parameters whole, each a float
-                              * longer than it holds */
+  tl_buffer* pbuf;           /* two unit slots, then the late parameters whole */
   int64_t* poff;             /* per graph value: its offset in pbuf */
   tl_buffer* pshard;         /* this rank's chunks of the parameters: their only copy */
-  int64_t pstride;           /* a slot's floats in pbuf: unit_max + 1 */
-  /* train.precision "bf16" over a group of more than one: the gathers
-   * move the shard rounded to bf16 (pshard16, rounded from pshard as each
-   * gather starts) into an image past the upper half of the slot, widened
-   * in place as the unit lands (units.c) */
+  /* train.precision "bf16": the slots and the late parameters hold bf16
+   * (what a bf16 graph reads, in half the bytes: the executor's
+   * params_dtype); over a group the gathers move the shard rounded to bf16
+   * (pshard16, rounded from pshard as each gather starts) */
   bool pbf16;
   tl_buffer* pshard16;
   int punit[2];              /* the unit a slot holds (or is being gathered into), or -1 */

@@ -77,12 +77,12 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
         b->unit_b1[u] = i + 1;
       }
   }
-  /* each slot and the late parameters one float longer than they hold:
-   * room for a bf16 gather's image (widen_in_place) */
-  b->pstride = b->unit_max + 1;
-  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)(2 * b->pstride + n_late + 1), &b->pbuf));
+  /* the slots and the late parameters in bf16 under bf16 training */
+  const size_t es = b->pbf16 ? sizeof(uint16_t) : sizeof(float);
+  TL_CHECK(tl_buffer_create(dev, es * (size_t)tl__dp_at_least_one(2 * b->unit_max + n_late),
+                            &b->pbuf));
   TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->pshard));
-  if (b->pbf16)
+  if (b->pbf16 && b->group)
     TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)tl__dp_at_least_one(b->shard_n),
                               &b->pshard16));
   b->poff = malloc(sizeof(int64_t) * (size_t)tl__dp_at_least_one(l->n_values));
@@ -91,10 +91,10 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
   for (int i = 0; i < l->n_segments; i++) {
     const tl_dp_segment* s = &l->segments[i];
     if (s->offset >= l->n_early) {
-      b->poff[s->value] = 2 * b->pstride + (s->offset - l->n_early);
+      b->poff[s->value] = 2 * b->unit_max + (s->offset - l->n_early);
     } else {
       int u = unit_of(b, s->first_use);
-      b->poff[s->value] = (u % 2) * b->pstride + (s->offset - b->unit_lb[u]);
+      b->poff[s->value] = (u % 2) * b->unit_max + (s->offset - b->unit_lb[u]);
     }
   }
   b->punit[0] = b->punit[1] = -1;
@@ -115,32 +115,22 @@ static tl_status round_chunks(tl_dp_buckets* b, int i0, int i1) {
   return b->be->ops->synchronize(b->be->ctx);
 }
 
-/* The first ceil(n/2) land below their image (4k <= 2n + 2 bytes), and
- * the rest is the same problem half the size. */
-tl_status tl_dp_widen_in_place(const tl_backend* be, float* dst, int64_t n) {
-  const uint16_t* img = (const uint16_t*)dst + n + 1;
-  while (n > 0) {
-    const int64_t k = (n + 1) / 2;
-    TL_CHECK(be->ops->from_bf16(be->ctx, dst, img, k));
-    dst += k, img += k, n -= k;
-  }
-  return TL_OK;
-}
-
-static tl_status widen_in_place(tl_dp_buckets* b, float* dst, int64_t n) {
-  return tl_dp_widen_in_place(b->be, dst, n);
-}
-
-/* Gathers bucket i (this rank's chunk at shard offset at[i]) into dst,
- * `dst16` its place in the bf16 image: blocking when req is NULL. */
-static tl_status gather_bucket(tl_dp_buckets* b, int i, float* dst, uint16_t* dst16,
-                               tl_group_request** req) {
+/* Gathers bucket i (this rank's chunk at shard offset at[i]) to `dst`, an
+ * element offset in the slots' buffer (bf16 or f32, as b->pbf16): blocking
+ * when req is NULL. Without a group, the rank's own chunk (the whole
+ * bucket), rounded to bf16 or copied. */
+static tl_status gather_bucket(tl_dp_buckets* b, int i, int64_t dst, tl_group_request** req) {
   const size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
-  if (b->pbf16)
-    return tl_group_all_gather(b->group, (const uint16_t*)b->pshard16->data + b->at[i], dst16,
-                               count, TL_BF16, req);
-  return tl_group_all_gather(b->group, (const float*)b->pshard->data + b->at[i], dst, count,
-                             TL_F32, req);
+  const float* shard = (const float*)b->pshard->data + b->at[i];
+  if (b->pbf16) {
+    uint16_t* to = (uint16_t*)b->pbuf->data + dst;
+    if (!b->group) return b->be->ops->to_bf16(b->be->ctx, to, shard, (int64_t)count);
+    return tl_group_all_gather(b->group, (const uint16_t*)b->pshard16->data + b->at[i], to, count,
+                               TL_BF16, req);
+  }
+  float* to = (float*)b->pbuf->data + dst;
+  if (!b->group) return tl_memcpy(b->be->device, to, b->be->device, shard, sizeof(float) * count);
+  return tl_group_all_gather(b->group, shard, to, count, TL_F32, req);
 }
 
 /* Starts gathering unit u's parameters from every rank's shard into its slot. */
@@ -148,24 +138,12 @@ static tl_status gather_unit(tl_dp_buckets* b, int u) {
   int s = u % 2;
   /* kernels queued on the device may still read the unit the slot held */
   TL_CHECK(b->be->ops->synchronize(b->be->ctx));
-  float* slot = (float*)b->pbuf->data + s * b->pstride;
-  /* bf16: the unit's image past the upper half of its slot */
-  uint16_t* img = (uint16_t*)slot + (b->unit_le[u] - b->unit_lb[u]) + 1;
-  const float* shard = b->pshard->data;
   b->punit[s] = u;
   b->pending[s] = true;
-  if (b->pbf16) TL_CHECK(round_chunks(b, b->unit_b0[u], b->unit_b1[u]));
-  for (int i = b->unit_b0[u]; i < b->unit_b1[u]; i++) {
-    int64_t off, len;
-    tl__dp_chunk_of(b, i, &off, &len);
-    const int64_t at = b->begin[i] - b->unit_lb[u];
-    if (!b->group) {
-      TL_CHECK(tl_memcpy(b->be->device, slot + at, b->be->device, shard + b->at[i],
-                         sizeof(float) * (size_t)len));
-      continue;
-    }
-    TL_CHECK(gather_bucket(b, i, slot + at, img + at, &b->req[i]));
-  }
+  if (b->pbf16 && b->group) TL_CHECK(round_chunks(b, b->unit_b0[u], b->unit_b1[u]));
+  for (int i = b->unit_b0[u]; i < b->unit_b1[u]; i++)
+    TL_CHECK(gather_bucket(b, i, s * b->unit_max + (b->begin[i] - b->unit_lb[u]),
+                           b->group ? &b->req[i] : NULL));
   return TL_OK;
 }
 
@@ -177,9 +155,6 @@ static tl_status land_unit(tl_dp_buckets* b, int s) {
   tl_status st = tl_group_wait_all(b->unit_b1[u] - b->unit_b0[u], b->req + b->unit_b0[u]);
   b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
   b->pending[s] = false;
-  /* bf16: the unit's gathered image, widened into its slot */
-  if (st == TL_OK && b->pbf16)
-    st = widen_in_place(b, (float*)b->pbuf->data + s * b->pstride, b->unit_le[u] - b->unit_lb[u]);
   if (st != TL_OK) b->punit[s] = -1;
   return st;
 }
@@ -194,22 +169,9 @@ tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
     b->punit[s] = -1; /* gathered before the update: stale */
   }
   /* the late parameters, whole on every rank for the step */
-  const int64_t n_late = b->n - b->layout->n_early;
-  float* late = (float*)b->pbuf->data + 2 * b->pstride;
-  uint16_t* img = (uint16_t*)late + n_late + 1; /* bf16: as a slot's */
-  const float* shard = b->pshard->data;
-  if (st == TL_OK && b->pbf16) st = round_chunks(b, b->n_early_buckets, b->n_buckets);
-  for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++) {
-    int64_t off, len;
-    tl__dp_chunk_of(b, i, &off, &len);
-    const int64_t at = b->begin[i] - b->layout->n_early;
-    if (!b->group)
-      st = tl_memcpy(b->be->device, late + at, b->be->device, shard + b->at[i],
-                     sizeof(float) * (size_t)len);
-    else
-      st = gather_bucket(b, i, late + at, img + at, NULL);
-  }
-  if (st == TL_OK && b->pbf16) st = widen_in_place(b, late, n_late);
+  if (st == TL_OK && b->pbf16 && b->group) st = round_chunks(b, b->n_early_buckets, b->n_buckets);
+  for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++)
+    st = gather_bucket(b, i, 2 * b->unit_max + (b->begin[i] - b->layout->n_early), NULL);
   return st;
 }
 
@@ -239,6 +201,10 @@ tl_buffer* tl_dp_buckets_param_buffer(const tl_dp_buckets* b) {
 
 const int64_t* tl_dp_buckets_param_offset(const tl_dp_buckets* b) {
   return b->poff;
+}
+
+tl_dtype tl_dp_buckets_param_dtype(const tl_dp_buckets* b) {
+  return b->pbf16 ? TL_BF16 : TL_F32;
 }
 
 tl_buffer* tl_dp_buckets_shard_params(const tl_dp_buckets* b) {

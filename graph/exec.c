@@ -12,6 +12,7 @@ struct tl_exec {
   const tl_graph* g;
   const tl_backend* be;
   tl_buffer* params;
+  bool params_bf16; /* params stores bf16 (tl_exec_options.params_dtype) */
   tl_buffer* grads;
   tl_buffer* arena;
   tl_buffer* transient; /* values living within one pass: own or shared */
@@ -117,6 +118,7 @@ void* tl_exec_data(const tl_exec* x, int v) {
   const tl_value* val = &x->g->values[v];
   switch (val->role) {
     case TL_ROLE_PARAM:
+      if (x->params_bf16) return (uint16_t*)x->params->data + x->param_offset[v];
       return (float*)x->params->data + x->param_offset[v];
     case TL_ROLE_PARAM_GRAD:
       return x->grads ? (float*)x->grads->data + x->grad_offset[val->grad_of] : NULL;
@@ -205,8 +207,17 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   x->g = g;
   x->be = be;
   x->params = params;
+  x->params_bf16 = opt->params_dtype == TL_BF16;
   x->grads = grads;
   x->begin = opt->begin;
+  if ((opt->params_dtype != TL_F32 && !x->params_bf16) ||
+      (x->params_bf16 && g->precision != TL_BF16)) {
+    free(x);
+    return TL_ERRF(TL_ERR_INVALID,
+                   "parameters stored in %s: an executor reads them in f32, or in bf16 for a "
+                   "bf16 graph (this one computes in %s)",
+                   tl_dtype_name(opt->params_dtype), tl_dtype_name(g->precision));
+  }
   x->end = opt->end;
   x->grad_acc = opt->grad_acc;
   if (x->grad_acc && (!grads || !be->ops->fixed_add)) {
@@ -234,7 +245,8 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
     x->param_offset[v] = opt->param_offset ? opt->param_offset[v] : val->offset;
     if (x->param_offset[v] < 0) continue; /* not part of this range */
     x->grad_offset[v] = opt->grad_offset ? opt->grad_offset[v] : x->param_offset[v];
-    size_t end = sizeof(float) * (size_t)(x->param_offset[v] + tl_value_numel(val));
+    size_t end = (x->params_bf16 ? sizeof(uint16_t) : sizeof(float)) *
+                 (size_t)(x->param_offset[v] + tl_value_numel(val));
     size_t gend = sizeof(float) * (size_t)(x->grad_offset[v] + tl_value_numel(val));
     if (end > need) need = end;
     if (x->grad_offset[v] < 0) {
@@ -384,7 +396,9 @@ static tl_status stage_in(tl_exec* x, const tl_node* n) {
     float* p = (float*)*next;
     *next += ALIGN64((size_t)count * 4);
     void* raw = tl_exec_data(x, ids[j]);
-    if (val->role == TL_ROLE_PARAM)
+    if (val->role == TL_ROLE_PARAM && x->params_bf16)
+      TL_CHECK(ops->from_bf16(x->be->ctx, p, raw, count)); /* stored rounded already */
+    else if (val->role == TL_ROLE_PARAM)
       TL_CHECK(ops->round_bf16(x->be->ctx, p, raw, count));
     else if (val->role == TL_ROLE_GRAD || tl_node_reads(n, ids[j]))
       TL_CHECK(ops->from_bf16(x->be->ctx, p, raw, count));

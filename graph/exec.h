@@ -58,6 +58,11 @@ struct tl_exec_options {
    * fp32 copies of one node's values), on be->device; not owned. NULL: the
    * executor allocates its own */
   tl_buffer* transient;
+  /* how `params` stores the parameters: TL_F32 (0), or TL_BF16 — 2 bytes
+   * each at the same element offsets, for a bf16 graph only (it reads every
+   * parameter rounded to bf16 anyway, so they are the same values in half
+   * the bytes: ZeRO-3's gathered units, dp/buckets.h) */
+  tl_dtype params_dtype;
 };
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);

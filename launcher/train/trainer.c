@@ -378,7 +378,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                .param_offset = t->param_offset ? t->param_offset : t->lay->offset,
                .grad_offset = t->grad_offset,
                .group = t->comm.tp,
-               .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL},
+               .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL,
+               /* ZeRO-3's gathered units: bf16 under bf16 training */
+               .params_dtype = t->zero == 3 ? tl_dp_buckets_param_dtype(t->buckets) : TL_F32},
       .n_slots = t->sched.max_in_flight,
       .n_chunks = t->n_chunks,
       .chunks = t->chunks,

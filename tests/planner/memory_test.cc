@@ -32,6 +32,9 @@ namespace {
 
 const double kTolerance = 0.10;
 const double kZeroTolerance = 0.05;  // ZeRO's state is priced from what dp/ allocates
+// ... so the plan's bytes for the fullest device (the largest rank's) are
+// the allocator's to 0.01%: a buffer dp/ allocates but prices wrongly shows
+const double kZeroPlanTolerance = 1e-4;
 
 int WorldSize() {
   int n = 0;
@@ -222,7 +225,7 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
       double e = r.predicted / r.measured - 1;
       if (std::fabs(e) > std::fabs(row.worst_rank_error)) row.worst_rank_error = e;
     }
-    EXPECT_NEAR(row.plan / row.largest, 1.0, tolerance)
+    EXPECT_NEAR(row.plan / row.largest, 1.0, zero >= 0 ? kZeroPlanTolerance : tolerance)
         << what << ": the plan's bytes per device (stage " << p.mem_stage << ")";
   }
   return row;
