@@ -37,7 +37,8 @@ struct tl_exec {
   tl_exec_pre_hook pre_hook;
   void* pre_hook_user;
   /* bf16 storage: the fp32 copies of the running node's bf16 values (and
-   * of its parameters, rounded), at the end of the transient arena */
+   * of its parameters, rounded, or widened when stored in bf16), at the
+   * end of the transient arena */
   size_t staging_at;     /* bytes into `transient` */
   size_t staging_params; /* the parameters' copies first, the other values' after */
   bool staging;      /* whether any node of the range has staged values */
@@ -353,8 +354,10 @@ tl_status tl_exec_get_f32(const tl_exec* x, int v, float* host, int64_t n) {
   if (n != tl_value_numel(val))
     return TL_ERRF(TL_ERR_INVALID, "value '%s' has %lld elements; asked for %lld", val->name,
                    (long long)tl_value_numel(val), (long long)n);
-  if (val->dtype == TL_F32) return tl_exec_get(x, v, host, sizeof(float) * (size_t)n);
-  if (val->dtype != TL_BF16)
+  /* stored as bf16: the value's own dtype, or a parameter of bf16 params */
+  const bool bf16 = val->dtype == TL_BF16 || (val->role == TL_ROLE_PARAM && x->params_bf16);
+  if (!bf16 && val->dtype == TL_F32) return tl_exec_get(x, v, host, sizeof(float) * (size_t)n);
+  if (!bf16)
     return TL_ERRF(TL_ERR_INVALID, "value '%s' is %s, not a float", val->name,
                    tl_dtype_name(val->dtype));
   uint16_t* h = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
@@ -380,8 +383,9 @@ static tl_status move_param_grads(tl_exec* x, const tl_node* n) {
 
 /* Before node n runs: the fp32 copies of its staged values. Inputs and
  * gradients (which the node adds into) are widened from their bf16,
- * parameters rounded to bf16 precision; activations it writes need no
- * copy in. */
+ * parameters rounded to bf16 precision (widened, when the params buffer
+ * holds them in bf16 already: the same values); activations it writes
+ * need no copy in. */
 static tl_status stage_in(tl_exec* x, const tl_node* n) {
   const tl_graph* g = x->g;
   const struct tl_kernel_ops* ops = x->be->ops;

@@ -88,7 +88,8 @@ tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_byt
 tl_status tl_exec_set_input(tl_exec* x, int value, const void* host, size_t bytes);
 /* Device pointer of any value (NULL for -1): its storage, in its dtype
  * (bf16 values of a mixed-precision graph are 2 bytes each; kernels see
- * fp32 copies of them, made by the executor around each node). */
+ * fp32 copies of them, made by the executor around each node) — a
+ * parameter's in the params buffer's (tl_exec_options.params_dtype). */
 void* tl_exec_data(const tl_exec* x, int value);
 /* Copies a value to host memory. */
 tl_status tl_exec_get(const tl_exec* x, int value, void* host, size_t bytes);

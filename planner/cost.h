@@ -34,7 +34,8 @@
  *   where the trainer runs ZeRO-1 and 2, what dp/ allocates instead: Ψ/d
  *   as the buckets' chunks round it (tl_dp_shard_elems), and ZeRO-2's
  *   staging, two bucket buffers and the whole gradients of its late
- *   parameters (tl_dp_buckets_bytes);
+ *   parameters, ZeRO-3's unit slots (2 bytes a parameter in trellis's
+ *   bf16, with the shard's bf16 image) (tl_dp_buckets_bytes);
  * - activations: one executor per micro-batch in flight on the stage, as
  *   the trainer holds them (GPipe m; 1F1B min(p - s, m) on stage s), each
  *   with its own arena (what its forward keeps for its backward), its

@@ -138,7 +138,7 @@ double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
                              const struct tl_link* link, tl_dtype precision) {
   const int d = p->dp, m = p->n_micro;
   if (d <= 1 || n <= 0) return 0;
-  const double bytes = precision == TL_BF16 || precision == TL_F16 ? 2.0 : 4.0;
+  const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
   struct zero3_pass z = {c, link, u, n, 0, d, p->no_overlap ? 0 : 1, bytes};
   for (int r = 0; r < n; r++) z.units += u[r].count;
   const int N = z.units, runs = forward_runs(p, s);

@@ -336,7 +336,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
       t->param_offset = tl_dp_buckets_param_offset(t->buckets);
     }
   }
-  if (t->zero == 3) /* the parameters: ZeRO-3's unit slots and shard */
+  if (t->zero == 3) /* the parameters: ZeRO-3's unit slots and shard (not its bf16 image) */
     t->param_bytes = (int64_t)(t->params->bytes + tl_dp_buckets_shard_params(t->buckets)->bytes);
   if (cfg->parallel.deterministic) {
     if (t->tp_size > 1 || !t->be->ops->fixed_add) {

@@ -238,6 +238,37 @@ TEST(Exec, Bf16GraphsStoreBf16AndHandKernelsFp32Copies) {
     }
     // the master weights are read, never written
     EXPECT_EQ(memcmp(p->data, master.data(), sizeof(float) * count), 0);
+    // parameters stored in bf16 (ZeRO-3's gathered units): a bf16 graph's
+    // kernels see exactly the values the rounding gave them; an fp32 graph
+    // refuses them
+    std::vector<uint16_t> half(count);
+    for (int64_t i = 0; i < count; i++) half[i] = tl_f32_to_bf16(master[i]);
+    tl_buffer* p16 = nullptr;
+    ASSERT_EQ(tl_buffer_create(tl_cpu(), sizeof(uint16_t) * count, &p16), TL_OK);
+    memcpy(p16->data, half.data(), sizeof(uint16_t) * count);
+    tl_exec_options opt = {};
+    opt.begin = 0, opt.end = g->n_forward, opt.params_dtype = TL_BF16;
+    tl_exec* ex16 = nullptr;
+    if (!bf16) {
+      EXPECT_EQ(tl_exec_create_ex(g, be, p16, nullptr, &opt, &ex16), TL_ERR_INVALID);
+      EXPECT_NE(std::string(tl_last_error()).find("in bf16 for a bf16 graph"), std::string::npos)
+          << tl_last_error();
+    } else {
+      ASSERT_EQ(tl_exec_create_ex(g, be, p16, nullptr, &opt, &ex16), TL_OK) << tl_last_error();
+      g_probe_seen.clear();
+      ASSERT_EQ(tl_exec_forward(ex16, 0, g->n_forward), TL_OK) << tl_last_error();
+      ASSERT_EQ(g_probe_seen.size(), 2u);
+      std::vector<float> xf(count), zf16(count);
+      ASSERT_EQ(tl_exec_get_f32(ex16, x, xf.data(), count), TL_OK) << tl_last_error();
+      ASSERT_EQ(tl_exec_get_f32(ex16, z, zf16.data(), count), TL_OK) << tl_last_error();
+      for (int64_t i = 0; i < count; i++) {
+        EXPECT_EQ(g_probe_seen[0][i], tl_bf16_to_f32(half[i])) << i;
+        EXPECT_EQ(xf[i], tl_bf16_to_f32(half[i])) << i;
+        EXPECT_EQ(zf16[i], zf[i]) << i;  // the run of the fp32 master weights, bit for bit
+      }
+    }
+    tl_exec_destroy(ex16);
+    tl_buffer_destroy(p16);
     tl_exec_destroy(ex);
     tl_buffer_destroy(p);
     tl_backend_destroy(be);

@@ -447,7 +447,7 @@ TEST(Equality, Bf16GradientReductionEqualsTheSingleDeviceRun) {
 }
 
 // ZeRO-3 in bf16 training gathers the parameters rounded to bf16, half the
-// bytes of fp32's, and widens them into its slots: exactly what a bf16
+// bytes of fp32's, into bf16 slots the executor widens: exactly what a bf16
 // graph reads (it rounds every parameter to bf16 on the way in), so the
 // losses are ZeRO-2's bit for bit — ZeRO-2 keeps every parameter in fp32
 // and reads it rounded the same way (no clipping: the norm's sum is cut
