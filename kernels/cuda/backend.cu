@@ -50,6 +50,16 @@ static const struct tl_memory_ops k_cuda_memory = {
     cuda_alloc, cuda_free, cuda_to_host, cuda_from_host, cuda_on_device, cuda_zero,
 };
 
+/* tl_cuda_absent_why's words, with the driver's and runtime's versions,
+ * in a buffer of this thread's that lives until its next call. */
+static const char* absent_why(bool no_device) {
+  static thread_local char buf[256];
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  return tl_cuda_absent_why(no_device, driver, runtime, buf, sizeof buf);
+}
+
 extern "C" int tl__cuda_device_count(const char** why) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -57,25 +67,14 @@ extern "C" int tl__cuda_device_count(const char** why) {
     /* Without a driver the runtime says "driver version is insufficient",
      * which misleads on a machine that simply has no GPU; an old driver is
      * named with its version and the runtime's. */
-    static thread_local char buf[256];
-    if (why && (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)) {
-      int driver = 0, runtime = 0;
-      cudaDriverGetVersion(&driver);
-      cudaRuntimeGetVersion(&runtime);
-      *why = tl_cuda_absent_why(e == cudaErrorNoDevice, driver, runtime, buf, sizeof buf);
-    } else if (why) {
-      *why = cudaGetErrorString(e);
-    }
+    if (why)
+      *why = e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice
+                 ? absent_why(e == cudaErrorNoDevice)
+                 : cudaGetErrorString(e);
     cudaGetLastError(); /* clear the error so later calls start clean */
     return 0;
   }
-  if (n == 0 && why) {
-    static thread_local char none[256];
-    int driver = 0, runtime = 0;
-    cudaDriverGetVersion(&driver);
-    cudaRuntimeGetVersion(&runtime);
-    *why = tl_cuda_absent_why(1, driver, runtime, none, sizeof none);
-  }
+  if (n == 0 && why) *why = absent_why(true);
   return n;
 }
 

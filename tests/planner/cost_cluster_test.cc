@@ -212,10 +212,8 @@ TEST(CostModel, AGemmTablePricesEachProductByItsShape) {
   tl_cluster flat = A100Nodes(1);
   flat.efficiency = 0.5;
   tl_cluster table = flat;
+  FlatGemmTable(&table, 0.5);
   tl_gemm_table& t = table.gemm;
-  t.n_m = t.n_n = t.n_k = 2;
-  t.m[0] = t.n[0] = t.k[0] = 16, t.m[1] = t.n[1] = t.k[1] = 65536;
-  for (int i = 0; i < 8; i++) t.eff[i] = 0.5;
   tl_plan p = {};
   p.dp = 1, p.tp = 2, p.pp = 2, p.micro_batch = 2, p.n_micro = 4;
   p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_SELECTIVE;
@@ -252,10 +250,7 @@ TEST(CostModel, AttentionAndElementwiseRunAtOneRateInEitherPrecision) {
   tl_cluster c = A100Nodes(1);
   c.attention_efficiency = 0.1;
   // a GEMM table: the products by shape, the rest element-wise alone
-  tl_gemm_table& t = c.gemm;
-  t.n_m = t.n_n = t.n_k = 2;
-  t.m[0] = t.n[0] = t.k[0] = 16, t.m[1] = t.n[1] = t.k[1] = 65536;
-  for (int i = 0; i < 8; i++) t.eff[i] = 0.5;
+  FlatGemmTable(&c, 0.5);
   tl_plan p = {};
   p.dp = 1, p.tp = 1, p.pp = 1, p.micro_batch = 2, p.n_micro = 3;
   p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_NONE;

@@ -37,6 +37,15 @@ tl_cluster A100Nodes(int nodes) {
   return c;
 }
 
+// A GEMM table of one efficiency at every (m, n, k) from 16 to 65536: the
+// products priced by the table, as a flat efficiency would price them.
+inline void FlatGemmTable(tl_cluster* c, double eff) {
+  tl_gemm_table& t = c->gemm;
+  t.n_m = t.n_n = t.n_k = 2;
+  t.m[0] = t.n[0] = t.k[0] = 16, t.m[1] = t.n[1] = t.k[1] = 65536;
+  for (int i = 0; i < 8; i++) t.eff[i] = eff;
+}
+
 tl_cost_model Build(const Shape& x) {
   struct tl_config cfg;
   tl_config_defaults(&cfg);
