@@ -19,12 +19,14 @@
  * between polls: the same all-reduce then takes 0.3 ms and 1.7 ms. With a
  * core per rank the two cost the same (the bench above), but spinning stays
  * the default there. TRELLIS_MPI_WAIT chooses; "auto" yields when the node's
- * ranks times their threads outnumber its online cores. */
+ * ranks times their threads outnumber its online cores. A yielding wait
+ * whose message or members are late sleeps between polls (wait_yielding). */
 #include "core/group_mpi.h"
 
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/env.h"
@@ -135,10 +137,47 @@ static tl_status finish(struct mpi_req* r, MPI_Status* status) {
   return st;
 }
 
-/* MPI_Wait, giving the core away between polls. */
-static int wait_yielding(MPI_Request* req, MPI_Status* status) {
-  int flag = 0, rc;
-  while ((rc = MPI_Test(req, &flag, status)) == MPI_SUCCESS && !flag) sched_yield();
+/* A yielding wait goes to sleep between polls, from 1 us doubling to
+ * SLEEP_MAX_US: a receive once WAIT_YIELDS polls have not found its
+ * message, anything else once it has yielded for WAIT_YIELD_S. */
+#define WAIT_YIELDS 16
+#define WAIT_YIELD_S 2e-3
+#define SLEEP_MAX_US 256
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* MPI_Wait, giving the core away between polls. A rank that polls and
+ * yields stays on the run queue and still takes a share of the cores; one
+ * that sleeps leaves it, and the ranks with work get whole cores. So a
+ * receive that is not there after a few polls sleeps (a pipeline stage
+ * waiting out its bubble), and so does a collective whose members are
+ * late by more than a few milliseconds (a stage that finished its
+ * backward first, waiting in the step's gradient-norm all-reduce for the
+ * others to finish theirs). A collective whose members are close keeps
+ * yielding: they progress it only while they poll, and sleeping at once
+ * made the tensor-parallel meshes, a few collectives per layer, several
+ * times slower. On 2 cores (tests/bench/plan_bench): an 8-stage pipeline
+ * of 8 ranks steps in 49 ms against 65 ms yielding, a 4-stage one of 4
+ * ranks with one micro-batch in 58 ms against 72 (the planner's 58), the
+ * tensor-parallel meshes as before. */
+static int wait_yielding(MPI_Request* req, MPI_Status* status, bool recv) {
+  int flag = 0, rc, polls = 0;
+  long sleep_us = 1;
+  double start = 0;
+  while ((rc = MPI_Test(req, &flag, status)) == MPI_SUCCESS && !flag) {
+    if (++polls == 1) start = now_s();
+    if (polls <= WAIT_YIELDS || (!recv && now_s() - start < WAIT_YIELD_S)) {
+      sched_yield();
+      continue;
+    }
+    struct timespec ts = {0, sleep_us * 1000};
+    nanosleep(&ts, NULL);
+    if (sleep_us < SLEEP_MAX_US) sleep_us *= 2;
+  }
   return rc;
 }
 
@@ -152,7 +191,7 @@ static bool nonblocking(const struct mpi_ctx* c, tl_group_request** out) {
 static tl_status issued(const struct mpi_ctx* c, struct mpi_req* r, int rc, const char* call,
                         MPI_Status* status, tl_group_request** out) {
   if (rc == MPI_SUCCESS && !out && c->yield) {
-    rc = wait_yielding(&r->mpi, status);
+    rc = wait_yielding(&r->mpi, status, r->expect >= 0);
     /* a failed wait may leave the request active: its counts stay (leaked) */
     if (rc != MPI_SUCCESS) return tl_mpi_error(rc, "MPI_Test", __FILE__, __LINE__);
   }
@@ -341,7 +380,8 @@ static tl_status mpi_wait(void* ctx, tl_group_request* req) {
     if (st != TL_OK) TL_ERRF(st, "%s", r->message ? r->message : "request failed");
   } else {
     MPI_Status status;
-    int rc = c->yield ? wait_yielding(&r->mpi, &status) : MPI_Wait(&r->mpi, &status);
+    int rc =
+        c->yield ? wait_yielding(&r->mpi, &status, r->expect >= 0) : MPI_Wait(&r->mpi, &status);
     if (rc != MPI_SUCCESS) { /* the request may still be active: its counts stay (leaked) */
       st = tl_mpi_error(rc, c->yield ? "MPI_Test" : "MPI_Wait", __FILE__, __LINE__);
     } else {
