@@ -105,7 +105,7 @@ static tl_status known_keys(const char* src, const json_t* obj, const char* path
     int ok = 0;
     for (int i = 0; keys[i]; i++) ok |= strcmp(k, keys[i]) == 0;
     if (!ok) {
-      char list[256] = "";
+      char list[512] = "";
       for (int i = 0; keys[i]; i++)
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", keys[i]);
       return TL_ERRF(TL_ERR_CONFIG, "%s: %s%s: unknown key; expected one of: %s", src, path, k,
@@ -151,8 +151,8 @@ static tl_status table_axis(const char* src, const json_t* o, const char* name, 
   for (int i = 0; i < *n; i++) {
     const json_t* v = json_array_get(a, (size_t)i);
     if (!json_is_number(v))
-      return TL_ERRF(TL_ERR_CONFIG, "%s: %s.%s[%d]: expected a size > 0, got %s", src, name, key,
-                     i, tl_json_kind(v));
+      return TL_ERRF(TL_ERR_CONFIG, "%s: %s.%s[%d]: expected a size > 0, got %s", src, name, key, i,
+                     tl_json_kind(v));
     double x = json_number_value(v);
     if (x <= 0 || (i > 0 && x <= out[i - 1]))
       return TL_ERRF(TL_ERR_CONFIG, "%s: %s.%s[%d] = %g: expected sizes > 0, each above the last",
@@ -206,8 +206,8 @@ static tl_status parse_table(const char* src, const json_t* o, const struct tabl
 }
 
 static const struct table_form kGemmForm = {"gemm_efficiency", {"m", "n", "k"}, 3};
-static const struct table_form kAttentionForm = {"attention_efficiency_table",
-                                                 {"head_dim", "seq", NULL}, 2};
+static const struct table_form kAttentionForm = {
+    "attention_efficiency_table", {"head_dim", "seq", NULL}, 2};
 
 static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) {
   static const char* const keys[] = {"name",
@@ -227,6 +227,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      "collective_bandwidth",
                                      "reserve_bytes",
                                      "allocator_overhead",
+                                     "cores_per_node",
                                      NULL};
   static const char* const peak_keys[] = {"fp32", "bf16", NULL};
   if (!json_is_object(root))
@@ -268,8 +269,8 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
     return TL_ERRF(TL_ERR_CONFIG, "%s: compute_efficiency = %g: expected a fraction in (0, 1]", src,
                    c->efficiency);
   TL_CHECK(number(src, root, "", "efficiency_half_flops", 0, 1, &c->efficiency_half_flops));
-  TL_CHECK(number(src, root, "", "attention_efficiency", c->efficiency, 0,
-                  &c->attention_efficiency));
+  TL_CHECK(
+      number(src, root, "", "attention_efficiency", c->efficiency, 0, &c->attention_efficiency));
   if (c->attention_efficiency > 1)
     return TL_ERRF(TL_ERR_CONFIG, "%s: attention_efficiency = %g: expected a fraction in (0, 1]",
                    src, c->attention_efficiency);
@@ -297,6 +298,15 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
   TL_CHECK(
       number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes));
   TL_CHECK(number(src, root, "", "allocator_overhead", 0, 1, &c->allocator_overhead));
+  if (json_object_get(root, "cores_per_node")) {
+    if (c->device != TL_DEVICE_CPU)
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "%s: cores_per_node: only a cpu cluster's ranks share the cores they compute "
+                     "on (device is \"cuda\"); remove it",
+                     src);
+    TL_CHECK(integer(src, root, "cores_per_node", &c->cores_per_node));
+  }
+  c->rated_ranks_per_node = c->devices_per_node;
   if (c->allocator_overhead > 1)
     return TL_ERRF(TL_ERR_CONFIG,
                    "%s: allocator_overhead = %g: expected a fraction of the tensors' bytes in "

@@ -14,7 +14,8 @@
  *    "attention_efficiency": 0.12, "reserve_bytes": 2e9, "allocator_overhead": 0.1,
  *    "gemm_efficiency": {"m": [...], "n": [...], "k": [...], "efficiency": [...]},
  *    "attention_efficiency_table": {"head_dim": [...], "seq": [...], "efficiency": [...]},
- *    "collective_bandwidth": {"all_gather": 1.1, "reduce_scatter": 1.05, "send_recv": 0.9}}
+ *    "collective_bandwidth": {"all_gather": 1.1, "reduce_scatter": 1.05, "send_recv": 0.9},
+ *    "cores_per_node": 2}
  *
  * Bandwidths are bytes/s per device and direction (what one device's ring
  * neighbour link carries: a collective whose group spans nodes crosses them
@@ -35,7 +36,8 @@
  * runs at its own shape's, in place of attention_efficiency), and the
  * all-gather's, reduce-scatter's and a point-to-point send's bus bandwidth
  * as shares of the links' ("collective_bandwidth", each default 1: the links'
- * bandwidth is the all-reduce's). */
+ * bandwidth is the all-reduce's), and on a CPU cluster the cores a node's
+ * ranks share ("cores_per_node", below). */
 #ifndef TL_PLANNER_CLUSTER_H
 #define TL_PLANNER_CLUSTER_H
 
@@ -111,6 +113,17 @@ typedef struct tl_cluster {
    * all-reduce's): "collective_bandwidth" {"all_gather": x, "reduce_scatter":
    * x, "send_recv": x}, each default 1; --calibrate measures them */
   double bw_all_gather, bw_reduce_scatter, bw_send_recv;
+  /* CPU clusters: the cores a node's ranks share ("cores_per_node"; 0, the
+   * default: each rank computes on cores of its own). With more ranks than
+   * cores the spec's rates are what each rank gets while all compute at
+   * once (--calibrate measures them so and writes the count); a rank left
+   * idle by the pipeline's bubble gives its share to the busy ones, and a
+   * plan on fewer ranks gives each a larger share (planner/cost.h) */
+  int cores_per_node;
+  /* the ranks a node ran when the spec's rates were measured: its
+   * devices_per_node as parsed (a search over part of a node lowers
+   * devices_per_node and keeps this) */
+  int rated_ranks_per_node;
 } tl_cluster;
 
 /* The table's efficiency at (m, n, k); `efficiency` when c has none. */

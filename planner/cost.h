@@ -76,7 +76,12 @@
  *   the last micro-batch's backward (two thirds of its arithmetic), so only
  *   what that backward cannot cover, and at least the last bucket, shows;
  *   tensor- and pipeline-parallel messages do not overlap (the trainer's
- *   are blocking).
+ *   are blocking). On a CPU cluster whose ranks outnumber a node's cores
+ *   (cores_per_node) the micro-batches and the bubble are priced over pp's
+ *   timeline instead, each stretch at the share of the cores its computing
+ *   ranks get (cost_share.c): an idle stage lends its share to the busy
+ *   ones, and a plan on fewer ranks than the spec measured gives each a
+ *   larger share.
  * An MLP's layers differ in shape: its costs are per layer and per range of
  * layers (a stage), read off its whole graph at every tensor-parallel
  * degree that splits each of its linear layers; each stage is priced from

@@ -1,13 +1,12 @@
 /* cost_eval.c — a plan priced on a cluster from the cost model's per-layer
  * costs: model state by ZeRO stage, the fullest stage's bytes, and the
  * step's time by its parts (planner/cost.h for the formulas). */
-#include "planner/cost.h"
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dp/buckets.h"
+#include "planner/cost.h"
 #include "planner/cost_impl.h"
 #include "pp/schedule.h"
 
@@ -59,13 +58,13 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
   double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
   int64_t n = (int64_t)params;
   if (p->zero == 1)
-    return params * (sb.w + sb.g) +
-           sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb) + image;
+    return params * (sb.w + sb.g) + sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb) +
+           image;
   int64_t l2 = (int64_t)(late + multi);
   double shard = (double)tl_dp_shard_elems(n, l2, p->dp, mb);
   return (p->zero == 2 ? params * sb.w : 0) + sb.o * shard +
-         (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, p->dp,
-                                     mb, p->grad_reduce, precision == TL_BF16 ? TL_BF16 : TL_F32);
+         (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, p->dp, mb,
+                                     p->grad_reduce, precision == TL_BF16 ? TL_BF16 : TL_F32);
 }
 
 /* The bubble in micro-batch times (one micro-batch's forward and
@@ -125,8 +124,8 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
      * layers' inputs alone), and the transient arena they all share (a
      * pass's working set: the largest chunk's) */
     kept += held[c] * b * ((x->arena + (k - 1) * x->arena_layer) * scale + x->io);
-    transient = fmax(transient, (x->transient + (k - 1) * x->transient_layer) * scale * b +
-                                    x->transient_fixed);
+    transient = fmax(
+        transient, (x->transient + (k - 1) * x->transient_layer) * scale * b + x->transient_fixed);
   }
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
@@ -152,8 +151,7 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
   for (int s = 0; s < p->pp; s++) {
     const int kind = stage_kind(s, p->pp), k = layers[s];
     /* of stages alike, the first shows the most: the longest warm-up */
-    if (s > 0 && s < p->pp - 1 && layers[s - 1] == k && stage_kind(s - 1, p->pp) == kind)
-      continue;
+    if (s > 0 && s < p->pp - 1 && layers[s - 1] == k && stage_kind(s - 1, p->pp) == kind) continue;
     const struct tl_cost_stage_shape* x = &sh->stage[kind];
     /* late, gathered whole for the step: parameters another stage or
      * several nodes read, and the tensor-parallel partial ones (LayerNorms
@@ -172,8 +170,8 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
     if (kind & TL_COST_STAGE_HEAD)
       u[n++] = (struct tl_cost_unit){kind & TL_COST_STAGE_EMBED ? 0 : rest, sec_head * b * fh,
                                      sec_head * b * (1 - fh), 1};
-    worst = fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi + rep, link,
-                                              precision));
+    worst = fmax(worst,
+                 tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi + rep, link, precision));
   }
   return worst;
 }
@@ -241,8 +239,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   }
   const double attn_eff = tl_cluster_attention_efficiency(
       c, cm->n_heads > 0 ? (double)cm->n_embd / cm->n_heads : 1, cm->seq);
-  const double attn = sh->layer_attn_flops +
-                      (whole ? sh->layer_attn_fwd_flops - sh->layer_attn_again_flops : 0);
+  const double attn =
+      sh->layer_attn_flops + (whole ? sh->layer_attn_fwd_flops - sh->layer_attn_again_flops : 0);
   const double peak = tl_cluster_peak(c, dtype);
   /* the kernels that compute in fp32 in every precision (attention; the
    * element-wise ops, alone in "the rest" where a table prices the
@@ -337,9 +335,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
   const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
-  const double zero3 = p->zero == 3 && d > 1 ? zero3_gathers(c, sh, p, layers, b,
-                                                             sec_layer, sec_embed, sec_head,
-                                                             dp_link, dtype)
+  const double zero3 = p->zero == 3 && d > 1 ? zero3_gathers(c, sh, p, layers, b, sec_layer,
+                                                             sec_embed, sec_head, dp_link, dtype)
                                              : 0;
 
   /* 2. time of one micro-batch on the slowest stage */
@@ -365,20 +362,17 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     /* each chunk's boundary: interleaving sends v times the messages */
     pp_comm = v * 2.0 * tl_cost_send(c, bsh * act_bytes / t, pp_link);
   }
-  double micro = comp + tp_comm + pp_comm;
 
   /* 3. the step: m micro-batches, the bubble, then the gradient all-reduce */
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's under train.precision "bf16"), whatever the
    * activations' dtype */
-  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp) + zero3;
-  p->t_compute = m * comp;
-  p->t_tp = m * tp_comm;
+  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / tl__cost_core_speed(c, p)) + zero3;
+  p->zb_costs = sh->zb_costs;
+  tl__cost_pipeline(c, p, &sh->zb_costs, comp, tp_comm, pp_comm,
+                    bubble_micro_batches(p, &sh->zb_costs));
   /* and once a step, the LayerNorm gradients summed over the group (packed) */
   if (sh->sp && t > 1) p->t_tp += tl_cost_all_reduce(c, ln_grads * 4.0, t, tp_link);
-  p->t_pp = m * pp_comm;
-  p->zb_costs = sh->zb_costs;
-  p->t_bubble = bubble_micro_batches(p, &sh->zb_costs) * micro;
   p->t_dp = dp;
   p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
 

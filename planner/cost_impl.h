@@ -35,8 +35,8 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
 /* The matrix products of forward nodes [begin, end) and their backward
  * and recomputed copies, per sequence of a graph built at micro-batch
  * `per` (at most `max` distinct shapes; the rest dropped). */
-tl_status tl__cost_gemms(const tl_graph* g, int begin, int end, int per,
-                         struct tl_cost_gemm* out, int* n_out, int max);
+tl_status tl__cost_gemms(const tl_graph* g, int begin, int end, int per, struct tl_cost_gemm* out,
+                         int* n_out, int max);
 
 /* The model state a stage of `params` elements holds on a data-parallel
  * rank (planner/cost.c). */
@@ -58,11 +58,24 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
 /* Micro-batches whose activations stage s holds at once: pp's schedule's. */
 int tl__cost_in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s);
 
+/* cost_share.c: how much faster than the spec's rates a rank computes
+ * while all the plan's ranks do (1 unless the cluster's ranks share CPU
+ * cores and the plan has fewer of them on a node than the spec measured) */
+double tl__cost_core_speed(const tl_cluster* c, const tl_plan* p);
+/* Sets p's t_compute, t_tp, t_pp and t_bubble from one micro-batch's
+ * seconds on the slowest stage at the spec's rates and the schedule's
+ * bubble in micro-batch times (costs: its passes' relative durations,
+ * NULL for equal ones): m micro-batches plus the bubble as idle time, or
+ * on shared cores the schedule's timeline with every stretch run at the
+ * share its computing ranks get. */
+void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs* costs,
+                       double comp, double tp_comm, double pp_comm, double bubble);
+
 /* The MLP (planner/cost_mlp.c). */
 tl_status tl__cost_mlp_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out);
 void tl__cost_mlp_stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh,
-                               tl_dtype dtype, const tl_plan* p, int a, int b, int s,
-                               double* state, double* act);
+                               tl_dtype dtype, const tl_plan* p, int a, int b, int s, double* state,
+                               double* act);
 void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
                            const int* layers, tl_plan* p);
 

@@ -137,8 +137,8 @@ tl_status tl__cost_mlp_model_build(const struct tl_model_config* mc, int seq, tl
 /* An MLP's stage of layers [a, b): its range's parameters and executor
  * (no sequence parallelism, no recomputation). */
 void tl__cost_mlp_stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh,
-                               tl_dtype dtype, const tl_plan* p, int a, int b, int s,
-                               double* state, double* act) {
+                               tl_dtype dtype, const tl_plan* p, int a, int b, int s, double* state,
+                               double* act) {
   const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
   *state = tl__cost_zero_state(p, tl__cost_state_dtype(cm, dtype), dtype, x->params, x->shared,
                                x->multi, x->staging, x->unit_max) +
@@ -194,9 +194,8 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     }
     total_flops += fl;
     double x = fwd * b / layers[s]; /* one layer's forward on this rank */
-    double eff = c->efficiency_half_flops > 0
-                     ? c->efficiency * x / (x + c->efficiency_half_flops)
-                     : c->efficiency;
+    double eff = c->efficiency_half_flops > 0 ? c->efficiency * x / (x + c->efficiency_half_flops)
+                                              : c->efficiency;
     /* the matrix products by shape where the cluster has a GEMM table, the
      * element-wise rest then at the kernels' peak (tl_cluster_kernel_peak) */
     double comp_s = c->gemm.n_m > 0
@@ -222,22 +221,18 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
         const struct tl_cost_range* one = &sh->mlp_range[tl_cost_range_index(l, l + 1)];
         double share = fl > 0 ? comp_s * y->flops / fl : 0;
         double f = y->flops > 0 ? y->fwd_flops / y->flops : 1.0 / 3;
-        u[l - a] = (struct tl_cost_unit){fmax(0, one->params - one->shared - one->multi),
-                                         share * f, share * (1 - f), 1};
+        u[l - a] = (struct tl_cost_unit){fmax(0, one->params - one->shared - one->multi), share * f,
+                                         share * (1 - f), 1};
       }
       zero3 = fmax(zero3,
-                   tl_cost_zero3_gathers(c, p, s, u, e - a, r->shared + r->multi, dp_link,
-                                         dtype));
+                   tl_cost_zero3_gathers(c, p, s, u, e - a, r->shared + r->multi, dp_link, dtype));
     }
   }
   p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
-  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp) + zero3;
-  p->t_compute = m * comp;
-  p->t_tp = m * tp_comm;
-  p->t_pp = m * pp_comm;
-  p->t_bubble = (pp - 1) * micro;
+  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / tl__cost_core_speed(c, p)) + zero3;
+  tl__cost_pipeline(c, p, NULL, comp, tp_comm, pp_comm, pp - 1);
   p->t_dp = dp;
   p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
   double devices = (double)d * t * pp, seqs = (double)d * b * m;

@@ -49,10 +49,10 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/atomic_file.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "kernels/backend.h"
-#include "core/atomic_file.h"
 #include "launcher/cli/cli.h"
 #include "launcher/job/spawn.h"
 #include "launcher/job/worker.h"
@@ -82,10 +82,10 @@ struct bench_shapes {
   const int *head_dims, *seqs;
   int attn_heads, attn_tokens;
 };
-static const struct bench_shapes kCpuShapes = {
-    kCpuGrid, {2, 256, 256, 4}, 512, 256, kCpuHeadDims, kCpuSeqs, 4, 1024};
-static const struct bench_shapes kGpuShapes = {
-    kGpuGrid, {4, 1024, 768, 12}, 8192, 768, kGpuHeadDims, kGpuSeqs, 8, 4096};
+static const struct bench_shapes kCpuShapes = {kCpuGrid,     {2, 256, 256, 4}, 512, 256,
+                                               kCpuHeadDims, kCpuSeqs,         4,   1024};
+static const struct bench_shapes kGpuShapes = {kGpuGrid,     {4, 1024, 768, 12}, 8192, 768,
+                                               kGpuHeadDims, kGpuSeqs,           8,    4096};
 
 /* GFLOP/s of fn run over and over (at least 3 calls and 50 ms; `flops` a
  * call), on the backend's stream as training issues them: the clock stops
@@ -116,8 +116,8 @@ static tl_status bench_gemm(tl_backend* be, float* const* buf, const int* s) {
 
 /* the same in bf16, as a bf16 graph multiplies on this backend */
 static tl_status bench_gemm_bf16(tl_backend* be, float* const* buf, const int* s) {
-  return be->ops->matmul_bf16(be->ctx, buf[2], buf[0], buf[1], NULL, s[0], s[1], s[2], false,
-                              true, false);
+  return be->ops->matmul_bf16(be->ctx, buf[2], buf[0], buf[1], NULL, s[0], s[1], s[2], false, true,
+                              false);
 }
 
 /* causal attention, forward and backward, on qkv (b, t, 3c) of nh heads */
@@ -145,9 +145,8 @@ static tl_status bench_elementwise(tl_backend* be, float* const* buf, const int*
  * fp32 matmul at the grid's largest shape, of attention's forward and
  * backward and of the element-wise ops, each counted as the graph counts
  * its FLOPs (graph/ops/). */
-static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* gemm,
-                         double* fp32, double* attention, double* attn_table,
-                         double* elementwise) {
+static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* gemm, double* fp32,
+                         double* attention, double* attn_table, double* elementwise) {
   const int top = sh->grid[GRID - 1];
   const int* a = sh->attention;
   size_t big = (size_t)top * top;
@@ -204,8 +203,8 @@ static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* 
     st = tl_memcpy(be->device, buf[2], tl_cpu(), host, 4 * (size_t)c * sizeof(float));
     /* LayerNorm 8 a element forward, GELU 10, each backward twice its forward */
     if (st == TL_OK)
-      st = rate(be, bench_elementwise, buf, shape,
-                3.0 * (8.0 * r * c + 10.0 * (double)r * 4 * c), elementwise);
+      st = rate(be, bench_elementwise, buf, shape, 3.0 * (8.0 * r * c + 10.0 * (double)r * 4 * c),
+                elementwise);
   }
   free(host);
   for (int i = 0; i < 5; i++) tl_buffer_destroy(mem[i]);
@@ -377,10 +376,11 @@ static tl_status measure_link(tl_group* g, tl_group* world, int size, tl_device 
 /* The figures rank 0 writes. */
 struct calibration {
   int ranks, threads, nodes, per_node;
+  int cores; /* CPU: the online cores of rank 0's node, which its ranks share */
   tl_device_type device;
   char gpu[128];
   const int* grid;
-  double gemm[N_GEMM];       /* GFLOP/s, the ranks' mean */
+  double gemm[N_GEMM];      /* GFLOP/s, the ranks' mean */
   double attn_table[N_ATT]; /* GFLOP/s by head dimension and sequence length */
   double peak, slowest, fp32, attention, elementwise;
   /* inside a node and between nodes (one node: the same figures); the
@@ -460,16 +460,17 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              l);
   } else {
     char in[640] = "", across[640];
-    if (k->per_node > 1) describe_link(&k->intra, gpu, "each node's ranks, every node at once", in,
-                                       sizeof in);
+    if (k->per_node > 1)
+      describe_link(&k->intra, gpu, "each node's ranks, every node at once", in, sizeof in);
     describe_link(&k->inter, gpu,
                   "each rail (one rank of every node), every rail at once, as data-parallel "
                   "groups across nodes run",
                   across, sizeof across);
     snprintf(net, sizeof net, "%d nodes of %d rank%s: intra_node: %s; inter_node: %s", k->nodes,
              k->per_node, k->per_node == 1 ? "" : "s",
-             k->per_node > 1 ? in : "the inter-node figure (one rank a node: no group lies within "
-                                    "a node)",
+             k->per_node > 1 ? in
+                             : "the inter-node figure (one rank a node: no group lies within "
+                               "a node)",
              across);
   }
   if (gpu)
@@ -481,7 +482,12 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
   else
     snprintf(mem, sizeof mem,
              "device_memory_bytes is an assumption: half the machine's RAM divided among the "
-             "ranks on it");
+             "ranks on it. cores_per_node: the node's online cores, which its %d rank%s %s",
+             k->per_node, k->per_node == 1 ? "" : "s",
+             k->per_node > k->cores ? "share: the rates above are each rank's while all compute, "
+                                      "and a rank idle in a pipeline's bubble lends its share to "
+                                      "the busy ones"
+                                    : "use without sharing");
   char shares[256] = "";
   if (n > 1)
     snprintf(shares, sizeof shares,
@@ -489,6 +495,8 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              "bandwidth on 4 MiB (median, the slowest rank's; sends from each even rank to the "
              "next) as shares of the all-reduce's, %s",
              k->nodes > 1 ? "across nodes (over the rails)" : "over the job's ranks");
+  char cores[64] = "";
+  if (!gpu) snprintf(cores, sizeof cores, ",\n  \"cores_per_node\": %d", k->cores);
   char peaks[128];
   if (gpu)
     snprintf(peaks, sizeof peaks, "{\"fp32\": %.4g, \"bf16\": %.4g}", k->fp32 * 1e9, k->peak * 1e9);
@@ -498,8 +506,7 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
   const struct link_figures *li = &k->intra, *le = &k->inter;
   const struct link_figures* shared = k->nodes > 1 ? le : li;
   const double bw_in = li->bus > 0 ? li->bus : 1e9, lat_in = li->latency > 0 ? li->latency : 1e-6;
-  const double bw_out = le->bus > 0 ? le->bus : 1e9,
-               lat_out = le->latency > 0 ? le->latency : 1e-6;
+  const double bw_out = le->bus > 0 ? le->bus : 1e9, lat_out = le->latency > 0 ? le->latency : 1e-6;
   char json[16384];
   snprintf(json, sizeof json,
            "{\n  \"name\": \"this_machine\",\n  \"comment\": \"%s; attention forward and "
@@ -521,14 +528,13 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "    \"efficiency\": [%s]},\n"
            "  \"gemm_efficiency\": {\n    \"m\": [%s], \"n\": [%s], \"k\": [%s],\n"
            "    \"efficiency\": [%s]\n  },\n"
-           "  \"reserve_bytes\": %.4g,\n  \"allocator_overhead\": 0\n}\n",
-           what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise,
-           shapes->attn_heads, shapes->attn_tokens, net, shares, mem, gpu ? "cuda" : "cpu",
-           k->nodes, k->per_node, k->memory, peaks, bw_in, lat_in, bw_out, lat_out,
-           shared->share_gather, shared->share_scatter, shared->share_send,
-           fmax(1e-6, fmin(1, k->elementwise / k->peak)),
+           "  \"reserve_bytes\": %.4g,\n  \"allocator_overhead\": 0%s\n}\n",
+           what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise, shapes->attn_heads,
+           shapes->attn_tokens, net, shares, mem, gpu ? "cuda" : "cpu", k->nodes, k->per_node,
+           k->memory, peaks, bw_in, lat_in, bw_out, lat_out, shared->share_gather,
+           shared->share_scatter, shared->share_send, fmax(1e-6, fmin(1, k->elementwise / k->peak)),
            fmax(1e-6, fmin(1, k->attention / k->peak)), hd, seqs, attn, axis, axis, axis, table,
-           k->reserve);
+           k->reserve, cores);
   tl_atomic_file af;
   TL_CHECK(tl_atomic_file_open(&af, out));
   tl_status st = tl_atomic_file_write(&af, json, strlen(json));
@@ -565,8 +571,8 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   tl_status st = tl_backend_create(w.device, &be);
   double v[N_GEMM + 3 + N_ATT] = {0};
   if (st == TL_OK)
-    st = measure(be, gpu ? &kGpuShapes : &kCpuShapes, v, &v[N_GEMM], &v[N_GEMM + 1],
-                 &v[N_GEMM + 3], &v[N_GEMM + 2]);
+    st = measure(be, gpu ? &kGpuShapes : &kCpuShapes, v, &v[N_GEMM], &v[N_GEMM + 1], &v[N_GEMM + 3],
+                 &v[N_GEMM + 2]);
   double best = 0;
   for (int i = 0; i < N_GEMM && st == TL_OK; i++) best = fmax(best, v[i]);
   if (st == TL_OK) st = job_reduce(w.world, w.world_size, v, N_GEMM + 3 + N_ATT, TL_REDUCE_SUM);
@@ -605,6 +611,8 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     k.memory = floor(ram / 2 / k.per_node);
     k.reserve = 2e8;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    k.cores = cores > 0 ? (int)cores : 1;
   }
   /* the groups that ran the collectives held their buffers until now */
   tl_worker_node_groups_destroy(&ng);
@@ -636,15 +644,16 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
       snprintf(links, sizeof links, "all-reduce %.3g bytes/s, %.3g s latency", k.intra.bus,
                k.intra.latency);
     if (st == TL_OK)
-      printf("calibrated %d rank%s%s%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to 100%% "
-             "of it over %d shapes), attention %.0f%% (%.0f%% to %.0f%% over %d shapes), "
-             "element-wise %.0f%%, %s (all-gather x%.2f, reduce-scatter x%.2f, send x%.2f)%s; "
-             "wrote %s\n",
-             n, n == 1 ? "" : "s", gpu ? " on " : "", gpu ? k.gpu : "", k.peak,
-             100 * min_fraction(k.gemm, k.peak), N_GEMM, 100 * k.attention / k.peak,
-             100 * attn_lo / k.peak, 100 * attn_hi / k.peak, N_ATT,
-             100 * k.elementwise / k.peak, links, sh->share_gather, sh->share_scatter,
-             sh->share_send, gpu ? ", reserve measured" : "", out);
+      printf(
+          "calibrated %d rank%s%s%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to 100%% "
+          "of it over %d shapes), attention %.0f%% (%.0f%% to %.0f%% over %d shapes), "
+          "element-wise %.0f%%, %s (all-gather x%.2f, reduce-scatter x%.2f, send x%.2f)%s; "
+          "wrote %s\n",
+          n, n == 1 ? "" : "s", gpu ? " on " : "", gpu ? k.gpu : "", k.peak,
+          100 * min_fraction(k.gemm, k.peak), N_GEMM, 100 * k.attention / k.peak,
+          100 * attn_lo / k.peak, 100 * attn_hi / k.peak, N_ATT, 100 * k.elementwise / k.peak,
+          links, sh->share_gather, sh->share_scatter, sh->share_send,
+          gpu ? ", reserve measured" : "", out);
     else
       fprintf(stderr, "trellis plan --calibrate: %s\n", tl_last_error()), rc = 1;
   }

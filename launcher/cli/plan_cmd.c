@@ -288,10 +288,11 @@ static const char* const k_flops_note =
 /* The plans on fewer devices, when none of the cluster's splits works: by
  * step time, and the one with the most tokens/s per device. */
 static void print_fewer(const tl_search_result* f, int top, const tl_cluster* c) {
-  printf("\nsearched fewer devices: %d device counts below %d (%lld plans priced), %d with a "
-         "plan (the %d largest counts with one, at most)\n",
-         f->n_counts, tl_cluster_devices(c), (long long)f->n_evaluated, f->n_counts_fitting,
-         FEWER_COUNTS);
+  printf(
+      "\nsearched fewer devices: %d device counts below %d (%lld plans priced), %d with a "
+      "plan (the %d largest counts with one, at most)\n",
+      f->n_counts, tl_cluster_devices(c), (long long)f->n_evaluated, f->n_counts_fitting,
+      FEWER_COUNTS);
   if (!f->n_plans) {
     printf("none fits on fewer devices either\n");
     return;
@@ -324,6 +325,11 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
          tl_cluster_peak(c, dtype) / 1e12, dtype == TL_BF16 ? "bf16" : "fp32");
   if (dtype == TL_BF16)
     printf("(bf16 mixed precision: train.precision \"bf16\"; --dtype fp32 predicts fp32 runs)\n");
+  if (c->cores_per_node > 0 && c->cores_per_node < c->rated_ranks_per_node)
+    printf(
+        "(the %d ranks of a node share its %d cores: the spec's rates are each rank's while all "
+        "compute; a rank idle in a pipeline's bubble lends its share to the busy ones)\n",
+        c->rated_ranks_per_node, c->cores_per_node);
   printf("global batch %d x %d tokens; %lld plans priced in %.1f ms, %d fit\n\n", batch, cm->seq,
          (long long)r->n_evaluated, secs * 1e3, r->n_plans);
   if (r->n_plans > 0) print_header(false);
@@ -597,7 +603,7 @@ int tl_cli_plan(int argc, char** argv) {
   if (r.n_plans == 0)
     fprintf(stderr, "trellis plan: no plan fits all %d devices of %s%s\n", tl_cluster_devices(&c),
             c.name,
-            chosen ? "; the best on fewer devices are listed"
+            chosen    ? "; the best on fewer devices are listed"
             : as_json ? ""
                       : " (why: above)");
   if (r.n_plans == 0 && as_json && why[0]) fprintf(stderr, "trellis plan: %s\n", why);

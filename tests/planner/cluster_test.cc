@@ -45,11 +45,14 @@ std::string Error(const std::string& json) {
   return tl_last_error();
 }
 
-std::string With(const std::string& from, const std::string& to) {
-  std::string s = kGood;
+std::string With(std::string s, const std::string& from, const std::string& to) {
   size_t at = s.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   return s.replace(at, from.size(), to);
+}
+
+std::string With(const std::string& from, const std::string& to) {
+  return With(kGood, from, to);
 }
 
 }  // namespace
@@ -60,9 +63,10 @@ TEST(Cluster, DefaultsForTheOptionalKeys) {
   EXPECT_EQ(tl_cluster_devices(&c), 8);
   EXPECT_DOUBLE_EQ(c.efficiency, TL_CLUSTER_DEFAULT_EFFICIENCY);
   EXPECT_DOUBLE_EQ(c.attention_efficiency, c.efficiency);
-  ASSERT_EQ(tl_cluster_parse(With("\"nodes\"", "\"attention_efficiency\": 0.125, \"nodes\"").c_str(),
-                              "c.json", &c),
-            TL_OK)
+  ASSERT_EQ(
+      tl_cluster_parse(With("\"nodes\"", "\"attention_efficiency\": 0.125, \"nodes\"").c_str(),
+                       "c.json", &c),
+      TL_OK)
       << tl_last_error();
   EXPECT_DOUBLE_EQ(c.attention_efficiency, 0.125);
   EXPECT_DOUBLE_EQ(c.reserve_bytes, TL_CLUSTER_DEFAULT_RESERVE);
@@ -107,22 +111,49 @@ TEST(Cluster, BadSpecsNameThePathTheValueAndWhatWasExpected) {
   EXPECT_NE(std::string(tl_last_error()).find("no/such/cluster.json"), std::string::npos);
 }
 
+// cores_per_node: a CPU cluster's shared cores; with it the spec keeps the
+// ranks its rates were measured on (devices_per_node as written), which a
+// search over part of a node does not change; refused on a GPU cluster,
+// whose ranks compute on their devices.
+TEST(Cluster, CoresPerNodeIsACpuClustersAndKeepsTheRatedRanks) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_parse(kGood, "c.json", &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(c.cores_per_node, 0);
+  const std::string cpu = With("{\"nodes\"", "{\"device\": \"cpu\", \"nodes\"");
+  ASSERT_EQ(tl_cluster_parse(With(cpu, "\"nodes\"", "\"cores_per_node\": 2, \"nodes\"").c_str(),
+                             "c.json", &c),
+            TL_OK)
+      << tl_last_error();
+  EXPECT_EQ(c.cores_per_node, 2);
+  EXPECT_EQ(c.rated_ranks_per_node, c.devices_per_node);
+  EXPECT_NE(Error(With("\"nodes\"", "\"cores_per_node\": 2, \"nodes\""))
+                .find("cores_per_node: only a cpu cluster's ranks share the cores they compute "
+                      "on (device is \"cuda\")"),
+            std::string::npos);
+  EXPECT_NE(Error(With(cpu, "\"nodes\"", "\"cores_per_node\": 0, \"nodes\""))
+                .find("cores_per_node = 0: expected an integer 1 .. 1000000"),
+            std::string::npos);
+  EXPECT_NE(Error(With(cpu, "\"nodes\"", "\"cores_per_node\": 1.5, \"nodes\""))
+                .find("cores_per_node: expected an integer 1 .. 1000000, got "),
+            std::string::npos);
+}
+
 // A GEMM table: exact at its points, log-linear between them along each
 // axis, held at its edges; one point per axis is a constant.
 TEST(Cluster, GemmTableInterpolatesInLogSize) {
   tl_cluster c;
-  std::string table = With(
-      "{\"nodes\"",
-      "{\"gemm_efficiency\": {\"m\": [64, 4096], \"n\": [128], \"k\": [16, 256, 4096],"
-      " \"efficiency\": [0.1, 0.2, 0.4, 0.3, 0.6, 0.9]}, \"nodes\"");
+  std::string table =
+      With("{\"nodes\"",
+           "{\"gemm_efficiency\": {\"m\": [64, 4096], \"n\": [128], \"k\": [16, 256, 4096],"
+           " \"efficiency\": [0.1, 0.2, 0.4, 0.3, 0.6, 0.9]}, \"nodes\"");
   ASSERT_EQ(tl_cluster_parse(table.c_str(), "c.json", &c), TL_OK) << tl_last_error();
   EXPECT_EQ(c.gemm.n_m, 2);
   EXPECT_EQ(c.gemm.n_k, 3);
   EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 64, 128, 16), 0.1);
-  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 4096, 1, 4096), 0.9);      // n held
-  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 1e6, 128, 256), 0.6);      // m held
-  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 64, 128, 64), 0.15);       // k halfway in log
-  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 512, 128, 16), 0.2);       // m halfway in log
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 4096, 1, 4096), 0.9);  // n held
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 1e6, 128, 256), 0.6);  // m held
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 64, 128, 64), 0.15);   // k halfway in log
+  EXPECT_DOUBLE_EQ(tl_cluster_gemm_efficiency(&c, 512, 128, 16), 0.2);   // m halfway in log
   EXPECT_NEAR(tl_cluster_gemm_efficiency(&c, 512, 128, 64), 0.5 * (0.15 + 0.45), 1e-15);
   // without a table: the flat efficiency
   ASSERT_EQ(tl_cluster_parse(kGood, "c.json", &c), TL_OK);
@@ -149,18 +180,21 @@ TEST(Cluster, AttentionTableByHeadDimensionAndSequence) {
   EXPECT_DOUBLE_EQ(tl_cluster_attention_efficiency(&c, 8, 256), 0.05 + 0.5 * 0.05);
   EXPECT_DOUBLE_EQ(tl_cluster_attention_efficiency(&c, 16, 64), 0.05 + 0.15 / 3);
   EXPECT_EQ(c.attention_efficiency, 0.3);  // kept, for what reads the one figure
-  EXPECT_NE(Error(With("{\"nodes\"", "{\"attention_efficiency_table\": {\"head_dim\": [8], "
-                                      "\"seq\": [64], \"efficiency\": [0.1, 0.2]}, \"nodes\""))
+  EXPECT_NE(Error(With("{\"nodes\"",
+                       "{\"attention_efficiency_table\": {\"head_dim\": [8], "
+                       "\"seq\": [64], \"efficiency\": [0.1, 0.2]}, \"nodes\""))
                 .find("attention_efficiency_table.efficiency: expected an array of 1 fractions "
                       "(head_dim x seq, head_dim-major)"),
             std::string::npos);
-  EXPECT_NE(Error(With("{\"nodes\"", "{\"attention_efficiency_table\": {\"head_dim\": [8], "
-                                      "\"k\": [1], \"seq\": [64], \"efficiency\": [0.1]}, "
-                                      "\"nodes\""))
+  EXPECT_NE(Error(With("{\"nodes\"",
+                       "{\"attention_efficiency_table\": {\"head_dim\": [8], "
+                       "\"k\": [1], \"seq\": [64], \"efficiency\": [0.1]}, "
+                       "\"nodes\""))
                 .find("attention_efficiency_table.k: unknown key"),
             std::string::npos);
-  EXPECT_NE(Error(With("{\"nodes\"", "{\"attention_efficiency_table\": {\"head_dim\": [64, 8], "
-                                      "\"seq\": [64], \"efficiency\": [0.1, 0.1]}, \"nodes\""))
+  EXPECT_NE(Error(With("{\"nodes\"",
+                       "{\"attention_efficiency_table\": {\"head_dim\": [64, 8], "
+                       "\"seq\": [64], \"efficiency\": [0.1, 0.1]}, \"nodes\""))
                 .find("attention_efficiency_table.head_dim[1] = 8: expected sizes > 0, each above "
                       "the last"),
             std::string::npos);
@@ -173,8 +207,9 @@ TEST(Cluster, CollectiveBandwidthShares) {
   EXPECT_EQ(c.bw_all_gather, 1);
   EXPECT_EQ(c.bw_reduce_scatter, 1);
   EXPECT_EQ(c.bw_send_recv, 1);
-  ASSERT_EQ(tl_cluster_parse(With("{\"nodes\"", "{\"collective_bandwidth\": {\"all_gather\": 1.5, "
-                                                 "\"send_recv\": 0.5}, \"nodes\"")
+  ASSERT_EQ(tl_cluster_parse(With("{\"nodes\"",
+                                  "{\"collective_bandwidth\": {\"all_gather\": 1.5, "
+                                  "\"send_recv\": 0.5}, \"nodes\"")
                                  .c_str(),
                              "c.json", &c),
             TL_OK)

@@ -124,13 +124,13 @@ TEST(CostModel, CollectivesAcrossNodesUseEveryCardOfTheGroup) {
     int n, stride;
     double bandwidth, latency;
   } cases[] = {
-      {8, 1, 300e9, 5e-6},    // tp 8: one node
-      {4, 2, 300e9, 5e-6},    // dp 4 over tp 2: one node
-      {16, 1, 200e9, 1e-5},   // tp 16: two nodes, 8 cards each
-      {32, 1, 200e9, 1e-5},   // dp 32 at tp 1: every card of 4 nodes
-      {8, 4, 50e9, 1e-5},     // dp 8 over tp 4: 2 members a node
-      {4, 8, 25e9, 1e-5},     // dp 4 over tp 8: one member a node, one card
-      {2, 16, 25e9, 1e-5},    // dp 2 over tp 16
+      {8, 1, 300e9, 5e-6},   // tp 8: one node
+      {4, 2, 300e9, 5e-6},   // dp 4 over tp 2: one node
+      {16, 1, 200e9, 1e-5},  // tp 16: two nodes, 8 cards each
+      {32, 1, 200e9, 1e-5},  // dp 32 at tp 1: every card of 4 nodes
+      {8, 4, 50e9, 1e-5},    // dp 8 over tp 4: 2 members a node
+      {4, 8, 25e9, 1e-5},    // dp 4 over tp 8: one member a node, one card
+      {2, 16, 25e9, 1e-5},   // dp 2 over tp 16
   };
   for (const auto& x : cases) {
     struct tl_link l = tl_cost_group_link(&c, x.n, x.stride);
@@ -188,8 +188,8 @@ TEST(CostModel, AttentionKernelsRunAtTheirOwnRate) {
   c.attention_efficiency = 0.1;
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
   double attn = x.l * sh.layer_attn_flops;
-  EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.1))),
-              1.0, 1e-12);
+  EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.1))), 1.0,
+              1e-12);
   // a table by head dimension and sequence length prices the model's own
   // shape (head dimension 128, 2048 tokens) in place of the one figure:
   // 0.2 at head dimension 64, 0.3 at 256, so 0.25 at 128 (halfway in log2)
@@ -198,8 +198,8 @@ TEST(CostModel, AttentionKernelsRunAtTheirOwnRate) {
   c.attention.eff[0] = 0.2, c.attention.eff[1] = 0.3;
   ASSERT_EQ(x.h / x.a, 128);
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
-  EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.25))),
-              1.0, 1e-12);
+  EXPECT_NEAR(p.t_compute / (3 * 2 * ((all - attn) / (312e12 * 0.5) + attn / (312e12 * 0.25))), 1.0,
+              1e-12);
 }
 
 // With a GEMM table every product is priced at its shape's efficiency at
@@ -268,7 +268,8 @@ TEST(CostModel, AttentionAndElementwiseRunAtOneRateInEitherPrecision) {
   // rest at 0.5 of the bf16 peak in both
   auto priced = [&](double gemm_peak) {
     return 3 * 2 *
-           (gemm / (gemm_peak * 0.5) + attn / (312e12 * 0.1) + (all - attn - gemm) / (312e12 * 0.5));
+           (gemm / (gemm_peak * 0.5) + attn / (312e12 * 0.1) +
+            (all - attn - gemm) / (312e12 * 0.5));
   };
   EXPECT_NEAR(p.t_compute / priced(312e12), 1.0, 1e-9);
   EXPECT_NEAR(q.t_compute / priced(19.5e12), 1.0, 1e-9);
@@ -279,4 +280,69 @@ TEST(CostModel, AttentionAndElementwiseRunAtOneRateInEitherPrecision) {
                              (gemm / (19.5e12 * 0.5) + attn / (19.5e12 * 0.1) +
                               (all - attn - gemm) / (19.5e12 * 0.5))),
               1.0, 1e-9);
+}
+
+// Ranks sharing a node's CPU cores (cores_per_node): the spec's rates are
+// each rank's while all compute. A plan on all the rated ranks with no
+// bubble is priced as before; on fewer ranks each gets a larger share; a
+// pipeline's bubble lends the idle ranks' shares to the busy ones: 8 ranks
+// on 2 cores, an 8-stage GPipe of one micro-batch has one stage computing
+// at a time, on a whole core, 4 times the shared rate, so its step is 2
+// micro-batch times where idle ranks keeping their shares price it at 8;
+// and past a few rounds each micro-batch more adds one micro-batch time
+// (the steady state, every rank computing; the occupancy extrapolated
+// there is the simulation's).
+TEST(CostModel, RanksSharingCoresLendTheirShareWhenIdle) {
+  tl_cost_model cm = Build(kShapes[3]);
+  tl_cluster own = {};
+  own.device = TL_DEVICE_CPU, own.nodes = 1, own.devices_per_node = 8;
+  own.rated_ranks_per_node = 8;
+  own.device_memory_bytes = 1e15, own.peak_fp32 = 30e9, own.efficiency = 0.5;
+  own.intra = own.inter = {1e9, 5e-5};
+  tl_cluster shared = own;
+  shared.cores_per_node = 2;
+  auto priced = [&](const tl_cluster& c, tl_plan p) {
+    tl_cost_evaluate(&cm, &c, TL_F32, nullptr, &p);
+    return p;
+  };
+  // every rank computing: the rated share, the same price
+  tl_plan dp8 = priced(shared, Split1F1B(8, 1, 1, 1, 4));
+  EXPECT_DOUBLE_EQ(dp8.t_step, priced(own, Split1F1B(8, 1, 1, 1, 4)).t_step);
+  // 2 ranks on the 2 cores: a core each, 4 times the rate
+  tl_plan a = priced(own, Split1F1B(2, 1, 1, 1, 4)), b = priced(shared, Split1F1B(2, 1, 1, 1, 4));
+  EXPECT_DOUBLE_EQ(b.t_compute, a.t_compute / 4);
+  EXPECT_DOUBLE_EQ(b.t_tp + b.t_pp + b.t_bubble, 0);
+  // one rank: both cores (the trainer's 2 threads), 8 times
+  EXPECT_DOUBLE_EQ(priced(shared, Split1F1B(1, 1, 1, 1, 4)).t_compute,
+                   priced(own, Split1F1B(1, 1, 1, 1, 4)).t_compute / 8);
+
+  tl_plan g = Split1F1B(1, 1, 8, 1, 1);
+  g.schedule = TL_SCHEDULE_GPIPE;
+  tl_plan idle = priced(own, g), lent = priced(shared, g);
+  const double micro = idle.t_compute + idle.t_tp + idle.t_pp;
+  EXPECT_NEAR(idle.t_bubble, 7 * micro, 1e-12 * micro);
+  EXPECT_DOUBLE_EQ(lent.t_compute, idle.t_compute);
+  EXPECT_NEAR(lent.t_bubble, micro, 1e-9 * micro);  // 8 passes at 4x: 2 micro-batch times
+
+  // a cluster whose ranks each have a core: as if it said nothing
+  tl_cluster roomy = shared;
+  roomy.cores_per_node = 8;
+  EXPECT_DOUBLE_EQ(priced(roomy, g).t_step, idle.t_step);
+
+  // two 4-stage pipelines: at least 2 ranks always compute, the 2 cores are
+  // never idle: no bubble
+  EXPECT_EQ(priced(shared, Split1F1B(2, 1, 4, 1, 8)).t_bubble, 0);
+
+  // pp 8, 1F1B: from 16 micro-batches on (simulated to 24, then
+  // extrapolated), each more adds one micro-batch's time
+  double prev = 0, per = 0;
+  for (int m = 16; m <= 40; m++) {
+    tl_plan p = priced(shared, Split1F1B(1, 1, 8, 1, m));
+    EXPECT_GT(p.t_bubble, 0);
+    EXPECT_LT(p.t_bubble, priced(own, Split1F1B(1, 1, 8, 1, m)).t_bubble);
+    if (m > 16) {
+      EXPECT_NEAR(p.t_step - prev, per, 1e-9 * p.t_step) << m;
+    }
+    prev = p.t_step, per = (p.t_compute + p.t_tp + p.t_pp) / m;
+  }
 }
