@@ -192,8 +192,8 @@ static tl_reject_reason mesh_rule(const tl_cost_model* cm, const tl_cluster* c,
 static void each_allowed_mesh(const tl_cost_model* cm, const tl_cluster* c,
                               const struct tl_search_options* o, int64_t limit,
                               void (*fn)(void* arg, int dp, int tp, int pp), void* arg) {
-  const int max_tp = o->allow_tp_across_nodes ? (int)(limit < INT32_MAX ? limit : INT32_MAX)
-                                              : c->devices_per_node;
+  const int max_tp =
+      o->allow_tp_across_nodes ? (int)(limit < INT32_MAX ? limit : INT32_MAX) : c->devices_per_node;
   for (int tp = 1; tp <= max_tp && tp <= limit; tp++) {
     if (!fixed_ok(o->fix_tp, tp)) continue;
     for (int pp = 1; pp <= cm->n_layers && (int64_t)tp * pp <= limit; pp++) {
@@ -228,8 +228,7 @@ static void keep_largest(void* arg, int dp, int tp, int pp) {
   struct largest* l = arg;
   const int64_t d = (int64_t)dp * tp * pp;
   tl_cluster part;
-  if (d > l->devices && part_of(l->c, d, &part))
-    l->devices = d, l->dp = dp, l->tp = tp, l->pp = pp;
+  if (d > l->devices && part_of(l->c, d, &part)) l->devices = d, l->dp = dp, l->tp = tp, l->pp = pp;
 }
 
 int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
@@ -282,8 +281,7 @@ tl_status tl_search_fewer(const tl_cost_model* cm, const tl_cluster* c,
                           tl_search_result* out) {
   memset(out, 0, sizeof *out);
   struct counts s = {c, NULL, 0, 0, false};
-  if (o->global_batch >= 1)
-    each_allowed_mesh(cm, c, o, tl_cluster_devices(c) - 1, add_count, &s);
+  if (o->global_batch >= 1) each_allowed_mesh(cm, c, o, tl_cluster_devices(c) - 1, add_count, &s);
   if (s.nomem) {
     free(s.v);
     return TL_ERRF(TL_ERR_NOMEM, "search: %d device counts", s.cap);
@@ -358,6 +356,35 @@ static void fixed_list(const struct tl_search_options* o, bool mesh, char* buf, 
                                                          : "none");
 }
 
+/* A mesh rule in words. */
+static void rule_words(tl_reject_reason k, const tl_cost_model* cm, const tl_cluster* c,
+                       const struct tl_search_options* o, char* buf, size_t size) {
+  switch (k) {
+    case TL_REJECT_TP_HEADS:
+      appendf(buf, size, "tp must divide the %d heads", cm->n_heads);
+      break;
+    case TL_REJECT_TP_VOCAB:
+      appendf(buf, size, "tp must divide the padded vocabulary (%d)", cm->padded_vocab);
+      break;
+    case TL_REJECT_TP_SPLIT:
+      appendf(buf, size, "tp must divide the sizes of the MLP's split layers");
+      break;
+    case TL_REJECT_TP_NODE:
+      appendf(buf, size,
+              "tp must stay within a node's %d devices (--allow-tp-across-nodes lifts this)",
+              c->devices_per_node);
+      break;
+    case TL_REJECT_PP_LAYERS:
+      appendf(buf, size, "pp must be at most the %d layers", cm->n_layers);
+      break;
+    case TL_REJECT_BATCH:
+      appendf(buf, size, "dp must divide the global batch (%d sequences)", o->global_batch);
+      break;
+    default:
+      break;
+  }
+}
+
 bool tl_search_mesh_bound(const tl_search_result* r) {
   if (r->n_plans > 0) return false;
   if (r->n_meshes == 0) return true;
@@ -382,6 +409,19 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
             "no dp x tp x pp of the cluster's %d devices has %s (dp x tp x pp must be all "
             "of them; --nodes N plans for N nodes)",
             devices, fixed[0] ? fixed : "the fixed choices");
+    /* a whole mesh fixed: whether it could run on fewer devices */
+    if (o->fix_dp >= 1 && o->fix_tp >= 1 && o->fix_pp >= 1) {
+      const int64_t d = (int64_t)o->fix_dp * o->fix_tp * o->fix_pp;
+      const tl_reject_reason why = mesh_rule(cm, c, o, o->fix_dp, o->fix_tp, o->fix_pp);
+      tl_cluster part;
+      if (why != TL_REJECT_COUNT) {
+        appendf(buf, size, "; that mesh of %lld devices breaks a mesh rule too: ", (long long)d);
+        rule_words(why, cm, c, o, buf, size);
+      } else if (d < devices && !part_of(c, d, &part)) {
+        appendf(buf, size, "; its %lld devices are not whole nodes of %d", (long long)d,
+                c->devices_per_node);
+      }
+    }
     return;
   }
   /* 2. the shapes that keep the mesh rules have no plan with the other
@@ -406,7 +446,8 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
               "of pp, with ZeRO 0 or 1",
               MAX_SEARCHED_CHUNKS, cm->n_layers);
     else if (o->fix_virtual_stages > 1)
-      appendf(buf, size, "; virtual_stages > 1 is the interleaved schedule's (schedule=interleaved)");
+      appendf(buf, size,
+              "; virtual_stages > 1 is the interleaved schedule's (schedule=interleaved)");
     if (o->fix_schedule == TL_SCHEDULE_ZERO_BUBBLE)
       appendf(buf, size, "; zero-bubble runs a GPT, with ZeRO 0 or 1");
     return;
@@ -420,30 +461,7 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
       if (!r->rejected[k]) continue;
       appendf(buf, size, "%s", sep);
       sep = "; ";
-      switch ((tl_reject_reason)k) {
-        case TL_REJECT_TP_HEADS:
-          appendf(buf, size, "tp must divide the %d heads", cm->n_heads);
-          break;
-        case TL_REJECT_TP_VOCAB:
-          appendf(buf, size, "tp must divide the padded vocabulary (%d)", cm->padded_vocab);
-          break;
-        case TL_REJECT_TP_SPLIT:
-          appendf(buf, size, "tp must divide the sizes of the MLP's split layers");
-          break;
-        case TL_REJECT_TP_NODE:
-          appendf(buf, size,
-                  "tp must stay within a node's %d devices (--allow-tp-across-nodes lifts this)",
-                  c->devices_per_node);
-          break;
-        case TL_REJECT_PP_LAYERS:
-          appendf(buf, size, "pp must be at most the %d layers", cm->n_layers);
-          break;
-        case TL_REJECT_BATCH:
-          appendf(buf, size, "dp must divide the global batch (%d sequences)", o->global_batch);
-          break;
-        default:
-          break;
-      }
+      rule_words((tl_reject_reason)k, cm, c, o, buf, size);
       appendf(buf, size, " (%lld shape%s)", (long long)r->rejected[k],
               r->rejected[k] == 1 ? "" : "s");
     }

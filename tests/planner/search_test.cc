@@ -191,7 +191,8 @@ TEST(Search, WhenNoSplitOfAllDevicesWorksItSaysWhyAndSearchesFewer) {
       << why;
   EXPECT_NE(strstr(why, "dp must divide the global batch (64 sequences)"), nullptr) << why;
   EXPECT_NE(strstr(why, "pp must be at most the 4 layers"), nullptr) << why;
-  EXPECT_NE(strstr(why, "at most 2048 devices of whole nodes (dp 64 x tp 8 x pp 4)"), nullptr) << why;
+  EXPECT_NE(strstr(why, "at most 2048 devices of whole nodes (dp 64 x tp 8 x pp 4)"), nullptr)
+      << why;
   int dp, tp, pp;
   EXPECT_EQ(tl_search_max_devices(&cm, &c, &o, &dp, &tp, &pp), 2048);
   tl_search_free(&r);
@@ -232,8 +233,7 @@ TEST(Search, AFixedChoiceNoSplitSatisfiesIsNamed) {
   char why[1024];
   tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
   EXPECT_NE(strstr(why, "with tp=16 breaks a mesh rule"), nullptr) << why;
-  EXPECT_NE(strstr(why, "tp must stay within a node's 8 devices (--allow-tp-across-nodes"),
-            nullptr)
+  EXPECT_NE(strstr(why, "tp must stay within a node's 8 devices (--allow-tp-across-nodes"), nullptr)
       << why;
   tl_search_free(&r);
   o.allow_tp_across_nodes = true;
@@ -249,8 +249,9 @@ TEST(Search, AFixedChoiceNoSplitSatisfiesIsNamed) {
   EXPECT_EQ(r.n_plans, 0);
   EXPECT_FALSE(tl_search_mesh_bound(&r));
   tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
-  EXPECT_NE(strstr(why, "no plan of the dp x tp x pp shapes that keep the mesh rules has "
-                        "micro_batch=16"),
+  EXPECT_NE(strstr(why,
+                   "no plan of the dp x tp x pp shapes that keep the mesh rules has "
+                   "micro_batch=16"),
             nullptr)
       << why;
   tl_search_free(&r);
@@ -263,6 +264,29 @@ TEST(Search, AFixedChoiceNoSplitSatisfiesIsNamed) {
   tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
   EXPECT_NE(strstr(why, "no dp x tp x pp of the cluster's 32 devices has dp=5"), nullptr) << why;
   tl_search_free(&r);
+
+  // a whole mesh fixed on fewer devices than the cluster's: whether it
+  // could run there is said too (the search of fewer devices skips it)
+  o.fix_dp = 5, o.fix_tp = 2, o.fix_pp = 1;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
+  EXPECT_NE(strstr(why,
+                   "that mesh of 10 devices breaks a mesh rule too: dp must divide the "
+                   "global batch (512 sequences)"),
+            nullptr)
+      << why;
+  tl_search_free(&r);
+  o.fix_dp = 2, o.fix_tp = 2, o.fix_pp = 3;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
+  EXPECT_NE(strstr(why, "its 12 devices are not whole nodes of 8"), nullptr) << why;
+  tl_search_free(&r);
+  o.fix_dp = 2, o.fix_tp = 2, o.fix_pp = 4;  // 16 devices, two whole nodes: said no more
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
+  EXPECT_EQ(strstr(why, "that mesh"), nullptr) << why;
+  EXPECT_EQ(strstr(why, "whole nodes"), nullptr) << why;
+  tl_search_free(&r);
 }
 
 // Every split priced and over memory: the least hungry plan's bytes, its
@@ -272,7 +296,7 @@ TEST(Search, WhenEveryPlanIsOverMemoryTheLeastHungryIsGiven) {
   tl_cost_model cm = Gpt(44, 48, 6144, 50257, 2048);  // about 20B parameters
   struct tl_search_options o;
   tl_search_options_defaults(&o, 64, TL_BF16);
-  o.fix_dp = 8;  // dp 8 x tp 1 x pp 1 without ZeRO: 16 bytes a parameter,
+  o.fix_dp = 8;    // dp 8 x tp 1 x pp 1 without ZeRO: 16 bytes a parameter,
   o.fix_zero = 0;  // some 320 GB of state on each device
   tl_search_result r;
   ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
