@@ -169,8 +169,9 @@ static int wait_yielding(MPI_Request* req, MPI_Status* status, bool recv) {
   long sleep_us = 1;
   double start = 0;
   while ((rc = MPI_Test(req, &flag, status)) == MPI_SUCCESS && !flag) {
-    if (++polls == 1) start = now_s();
-    if (polls <= WAIT_YIELDS || (!recv && now_s() - start < WAIT_YIELD_S)) {
+    if (polls == 0) start = now_s();
+    if (polls < WAIT_YIELDS) polls++;
+    if (polls < WAIT_YIELDS || (!recv && now_s() - start < WAIT_YIELD_S)) {
       sched_yield();
       continue;
     }

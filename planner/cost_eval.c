@@ -335,9 +335,12 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
   const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
-  const double zero3 = p->zero == 3 && d > 1 ? zero3_gathers(c, sh, p, layers, b, sec_layer,
-                                                             sec_embed, sec_head, dp_link, dtype)
-                                             : 0;
+  /* the gathers hide behind the compute at the rate the plan's ranks get */
+  const double speed = tl__cost_core_speed(c, p);
+  const double zero3 = p->zero == 3 && d > 1
+                           ? zero3_gathers(c, sh, p, layers, b, sec_layer / speed,
+                                           sec_embed / speed, sec_head / speed, dp_link, dtype)
+                           : 0;
 
   /* 2. time of one micro-batch on the slowest stage */
   double comp = slowest * b; /* seconds of one micro-batch on the slowest stage */
@@ -367,7 +370,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's under train.precision "bf16"), whatever the
    * activations' dtype */
-  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / tl__cost_core_speed(c, p)) + zero3;
+  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / speed) + zero3;
   p->zb_costs = sh->zb_costs;
   tl__cost_pipeline(c, p, &sh->zb_costs, comp, tp_comm, pp_comm,
                     bubble_micro_batches(p, &sh->zb_costs));

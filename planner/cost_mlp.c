@@ -173,6 +173,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   const double peak = tl_cluster_peak(c, dtype);
   p->mem_state = p->mem_act = -1;
   double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;
+  const double speed = tl__cost_core_speed(c, p); /* the ZeRO-3 gathers hide at this rate */
   double zero3 = 0; /* ZeRO-3's exposed gathers, on the stage where they show most */
   const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
   for (int s = 0, a = 0; s < pp; a += layers[s++]) {
@@ -219,7 +220,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
       for (int l = a; l < e; l++) {
         const struct tl_cost_mlp_layer* y = &sh->mlp_layer[l];
         const struct tl_cost_range* one = &sh->mlp_range[tl_cost_range_index(l, l + 1)];
-        double share = fl > 0 ? comp_s * y->flops / fl : 0;
+        double share = fl > 0 ? comp_s / speed * y->flops / fl : 0;
         double f = y->flops > 0 ? y->fwd_flops / y->flops : 1.0 / 3;
         u[l - a] = (struct tl_cost_unit){fmax(0, one->params - one->shared - one->multi), share * f,
                                          share * (1 - f), 1};
@@ -231,7 +232,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
-  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / tl__cost_core_speed(c, p)) + zero3;
+  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / speed) + zero3;
   tl__cost_pipeline(c, p, NULL, comp, tp_comm, pp_comm, pp - 1);
   p->t_dp = dp;
   p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;

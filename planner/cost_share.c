@@ -137,7 +137,8 @@ static const double* occupancy(tl_schedule_kind kind, int p, int m, int v,
     return NULL;
   }
   if (rounds) {
-    for (int a = 0; a <= p; a++) h[a] += rounds * (h[p + 1 + a] - h[a]);
+    /* zero-bubble's greedy lists may not repeat exactly: no bin below 0 */
+    for (int a = 0; a <= p; a++) h[a] = fmax(0, h[a] + rounds * (h[p + 1 + a] - h[a]));
     t1 += rounds * (t2 - t1);
   }
   *o = (struct occupancy){kind, p, m, v, *c, h, t1};
@@ -157,6 +158,11 @@ void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs
   if (!shares_cores(c) || p->pp <= 1) return;
   const int n = node_ranks(c, p);
   if (n <= c->cores_per_node) return; /* no rank gains a core when others idle */
+  /* ranks lie pp outermost: a plan over several nodes gives each node one
+   * stage, or a run of consecutive ones, whose ranks go idle together and
+   * which no global count of computing stages describes; priced as idle
+   * time */
+  if ((double)p->dp * p->tp * p->pp > c->devices_per_node) return;
   const int v = tl_plan_chunks(p);
   const struct tl_pp_costs unit = {1, 1, 1}, *k = costs ? costs : &unit;
   double ticks = 0;

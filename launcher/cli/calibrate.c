@@ -479,7 +479,12 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              "on its GPU beyond its tensors once the CUDA context, cuBLAS and NCCL were up and "
              "had run (the most over the ranks); allocator_overhead is 0, trellis's "
              "allocator caching no blocks");
-  else
+  /* the planner takes a rated rank to have run the trainer's automatic
+   * threads (cores / ranks, at least 1); rates measured with another count
+   * say nothing of how the cores are shared */
+  const int auto_threads = k->cores / k->per_node > 1 ? k->cores / k->per_node : 1;
+  const bool write_cores = !gpu && k->threads == auto_threads;
+  if (!gpu && write_cores)
     snprintf(mem, sizeof mem,
              "device_memory_bytes is an assumption: half the machine's RAM divided among the "
              "ranks on it. cores_per_node: the node's online cores, which its %d rank%s %s",
@@ -488,6 +493,12 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
                                       "and a rank idle in a pipeline's bubble lends its share to "
                                       "the busy ones"
                                     : "use without sharing");
+  else if (!gpu)
+    snprintf(mem, sizeof mem,
+             "device_memory_bytes is an assumption: half the machine's RAM divided among the "
+             "ranks on it. No cores_per_node: the ranks ran %d thread%s each, not the automatic "
+             "%d the planner prices a share of the node's %d cores with",
+             k->threads, k->threads == 1 ? "" : "s", auto_threads, k->cores);
   char shares[256] = "";
   if (n > 1)
     snprintf(shares, sizeof shares,
@@ -496,7 +507,7 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              "next) as shares of the all-reduce's, %s",
              k->nodes > 1 ? "across nodes (over the rails)" : "over the job's ranks");
   char cores[64] = "";
-  if (!gpu) snprintf(cores, sizeof cores, ",\n  \"cores_per_node\": %d", k->cores);
+  if (write_cores) snprintf(cores, sizeof cores, ",\n  \"cores_per_node\": %d", k->cores);
   char peaks[128];
   if (gpu)
     snprintf(peaks, sizeof peaks, "{\"fp32\": %.4g, \"bf16\": %.4g}", k->fp32 * 1e9, k->peak * 1e9);

@@ -130,6 +130,26 @@ TEST(PlanCli, CalibrateAcrossNodesMeasuresEachLink) {
 
 // --device cuda measures the GPUs; without one it says why before any rank
 // starts and writes nothing.
+// Rates measured with other than the trainer's automatic threads (cores /
+// ranks) say nothing of how the ranks share the cores: no cores_per_node,
+// and the comment says why.
+TEST(PlanCli, CalibrateWithOtherThreadsWritesNoCores) {
+  std::string out = TempPath("calibrated_threads.json");
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  PlanRun r = Shell("TRELLIS_NUM_THREADS=" + std::to_string(cores + 1) +
+                    " launcher/trellis plan --calibrate " + out + " --ranks 1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load(out.c_str(), &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(c.cores_per_node, 0);
+  std::ifstream f(out);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("No cores_per_node: the ranks ran " + std::to_string(cores + 1) +
+                      " threads each, not the automatic " + std::to_string(cores)),
+            std::string::npos)
+      << text;
+}
+
 TEST(PlanCli, CalibrateOnCudaWithoutAGpuSaysWhy) {
   const char* why = nullptr;
   if (tl_cuda_device_count(&why) > 0) GTEST_SKIP() << "this machine has a GPU (gpu_check.sh)";

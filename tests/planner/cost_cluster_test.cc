@@ -324,6 +324,14 @@ TEST(CostModel, RanksSharingCoresLendTheirShareWhenIdle) {
   EXPECT_DOUBLE_EQ(lent.t_compute, idle.t_compute);
   EXPECT_NEAR(lent.t_bubble, micro, 1e-9 * micro);  // 8 passes at 4x: 2 micro-batch times
 
+  // the pipeline over two nodes of 4 ranks: each node holds whole stages,
+  // whose ranks go idle together: the bubble is idle time, as without cores
+  tl_cluster two = own, two_shared = shared;
+  two.nodes = two_shared.nodes = 2;
+  two.devices_per_node = two.rated_ranks_per_node = 4;
+  two_shared.devices_per_node = two_shared.rated_ranks_per_node = 4;
+  EXPECT_DOUBLE_EQ(priced(two_shared, g).t_bubble, priced(two, g).t_bubble);
+
   // a cluster whose ranks each have a core: as if it said nothing
   tl_cluster roomy = shared;
   roomy.cores_per_node = 8;
