@@ -80,8 +80,9 @@
  *   (cores_per_node) the micro-batches and the bubble are priced over pp's
  *   timeline instead, each stretch at the share of the cores its computing
  *   ranks get (cost_share.c): an idle stage lends its share to the busy
- *   ones, and a plan on fewer ranks than the spec measured gives each a
- *   larger share.
+ *   ones (on one node; over several, each node holds whole stages and the
+ *   bubble stays idle time), and a plan on fewer ranks than the spec
+ *   measured gives each a larger share.
  * An MLP's layers differ in shape: its costs are per layer and per range of
  * layers (a stage), read off its whole graph at every tensor-parallel
  * degree that splits each of its linear layers; each stage is priced from
