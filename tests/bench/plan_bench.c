@@ -5,7 +5,7 @@
  *   bazel build //tests/bench:plan_bench
  *   mpiexec -n 4 bazel-bin/tests/bench/plan_bench [--steps S] [--layers L]
  *       [--embd C] [--heads H] [--batch B] [--micro M] [--zero Z]
- *       [--cluster examples/clusters/this_machine.json]
+ *       [--cluster examples/clusters/this_machine.json] [--mesh DPxTPxPP]
  *
  * Every dp x tp x pp mesh of the job's ranks (powers of two; sequence
  * parallelism off) trains a small GPT with GPipe and 1F1B for S steps; the
@@ -17,8 +17,8 @@
  * `trellis plan --calibrate SPEC --ranks N` measured on as many ranks: it
  * carries the shared cores' rate and the scheduling delay per message),
  * the predicted and measured rank of each run, and Spearman's rank
- * correlation. Also the bytes: the plan's fullest stage against the
- * largest allocator peak. */
+ * correlation (--mesh runs that one mesh only). Also the bytes: the plan's fullest stage against
+ * the largest allocator peak. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -28,8 +28,8 @@
 
 #include "core/alloc.h"
 #include "launcher/data/tokens.h"
-#include "launcher/train/trainer.h"
 #include "launcher/job/worker.h"
+#include "launcher/train/trainer.h"
 #include "planner/cost.h"
 #include "tp/tp.h"
 
@@ -72,6 +72,7 @@ static double spearman(const double* a, const double* b, int n) {
 int main(int argc, char** argv) {
   int steps = 8, layers = 4, embd = 64, heads = 8, batch = 16, micro = 2, zero = 0;
   const char* cluster_path = "examples/clusters/this_machine.json";
+  int only[3] = {0, 0, 0}; /* --mesh: dp, tp, pp */
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
@@ -81,6 +82,11 @@ int main(int argc, char** argv) {
     if (strcmp(argv[i], "--micro") == 0) micro = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--zero") == 0) zero = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--cluster") == 0) cluster_path = argv[i + 1];
+    if (strcmp(argv[i], "--mesh") == 0 &&
+        sscanf(argv[i + 1], "%dx%dx%d", &only[0], &only[1], &only[2]) != 3) {
+      fprintf(stderr, "plan_bench: --mesh %s: expected DPxTPxPP, e.g. 2x1x4\n", argv[i + 1]);
+      return 2;
+    }
   }
   MPI_Init(&argc, &argv);
   int rank, n;
@@ -125,6 +131,7 @@ int main(int argc, char** argv) {
     for (int tp = 1; dp * tp <= n; tp *= 2) {
       int pp = n / (dp * tp);
       if (dp * tp * pp != n || pp > layers || heads % tp || batch % (dp * micro)) continue;
+      if (only[0] && (only[0] != dp || only[1] != tp || only[2] != pp)) continue;
       for (int k = 0; k < 2 && n_runs < MAX_RUNS; k++) {
         struct run* r = &runs[n_runs++];
         memset(r, 0, sizeof *r);
