@@ -116,6 +116,45 @@ static tl_status known_keys(const char* src, const json_t* obj, const char* path
   return TL_OK;
 }
 
+/* "shared_core_speed": one number in (0, 1e6) for each count of computing
+ * ranks 1 .. devices_per_node, on a cpu cluster that says its cores. */
+static tl_status parse_shared_speed(const char* src, const json_t* v, tl_cluster* c) {
+  const int n = c->devices_per_node;
+  if (c->device != TL_DEVICE_CPU || c->cores_per_node <= 0)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: shared_core_speed: it describes ranks sharing a cpu node's cores and needs "
+                   "cores_per_node (device \"%s\"%s); remove it",
+                   src, c->device == TL_DEVICE_CPU ? "cpu" : "cuda",
+                   c->device == TL_DEVICE_CPU ? ", no cores_per_node" : "");
+  char got[64];
+  if (json_is_array(v))
+    snprintf(got, sizeof got, "%zu", json_array_size(v));
+  else
+    snprintf(got, sizeof got, "%s", tl_json_kind(v));
+  if (!json_is_array(v) || json_array_size(v) != (size_t)n || n > TL_SHARED_SPEED_MAX)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: shared_core_speed: expected an array of %d numbers (one for each count "
+                   "of computing ranks, 1 .. devices_per_node = %d%s), got %s",
+                   src, n, n, n > TL_SHARED_SPEED_MAX ? ", at most 64" : "", got);
+  for (int i = 0; i < n; i++) {
+    const json_t* x = json_array_get(v, (size_t)i);
+    if (!json_is_number(x))
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "%s: shared_core_speed[%d]: expected a number > 0 (the rate one of %d "
+                     "computing ranks gets, over the rate while all compute), got %s",
+                     src, i, i + 1, tl_json_kind(x));
+    double d = json_number_value(x);
+    if (!(d > 0 && d < 1e6))
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "%s: shared_core_speed[%d] = %g: expected a number > 0 (the rate one of %d "
+                     "computing ranks gets, over the rate while all compute)",
+                     src, i, d, i + 1);
+    c->shared_speed[i] = d;
+  }
+  c->n_shared_speed = n;
+  return TL_OK;
+}
+
 static tl_status parse_link(const char* src, const json_t* root, const char* key,
                             struct tl_link* out) {
   static const char* const keys[] = {"bandwidth", "latency", NULL};
@@ -228,6 +267,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      "reserve_bytes",
                                      "allocator_overhead",
                                      "cores_per_node",
+                                     "shared_core_speed",
                                      NULL};
   static const char* const peak_keys[] = {"fp32", "bf16", NULL};
   if (!json_is_object(root))
@@ -307,6 +347,8 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
     TL_CHECK(integer(src, root, "cores_per_node", &c->cores_per_node));
   }
   c->rated_ranks_per_node = c->devices_per_node;
+  const json_t* ss = json_object_get(root, "shared_core_speed");
+  if (ss) TL_CHECK(parse_shared_speed(src, ss, c));
   if (c->allocator_overhead > 1)
     return TL_ERRF(TL_ERR_CONFIG,
                    "%s: allocator_overhead = %g: expected a fraction of the tensors' bytes in "

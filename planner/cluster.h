@@ -15,7 +15,7 @@
  *    "gemm_efficiency": {"m": [...], "n": [...], "k": [...], "efficiency": [...]},
  *    "attention_efficiency_table": {"head_dim": [...], "seq": [...], "efficiency": [...]},
  *    "collective_bandwidth": {"all_gather": 1.1, "reduce_scatter": 1.05, "send_recv": 0.9},
- *    "cores_per_node": 2}
+ *    "cores_per_node": 2, "shared_core_speed": [0.85, 0.82, ..., 1]}
  *
  * Bandwidths are bytes/s per device and direction (what one device's ring
  * neighbour link carries: a collective whose group spans nodes crosses them
@@ -37,7 +37,8 @@
  * all-gather's, reduce-scatter's and a point-to-point send's bus bandwidth
  * as shares of the links' ("collective_bandwidth", each default 1: the links'
  * bandwidth is the all-reduce's), and on a CPU cluster the cores a node's
- * ranks share ("cores_per_node", below). */
+ * ranks share ("cores_per_node", below) and the rate a computing rank gets
+ * while others wait ("shared_core_speed", below). */
 #ifndef TL_PLANNER_CLUSTER_H
 #define TL_PLANNER_CLUSTER_H
 
@@ -71,6 +72,9 @@ struct tl_gemm_table {
   double m[TL_GEMM_AXIS_MAX], n[TL_GEMM_AXIS_MAX], k[TL_GEMM_AXIS_MAX];
   double eff[TL_GEMM_AXIS_MAX * TL_GEMM_AXIS_MAX * TL_GEMM_AXIS_MAX];
 };
+
+/* the most ranks a node's "shared_core_speed" describes */
+#define TL_SHARED_SPEED_MAX 64
 
 struct tl_link {
   double bandwidth; /* bytes/s per device, each direction */
@@ -124,6 +128,15 @@ typedef struct tl_cluster {
    * devices_per_node as parsed (a search over part of a node lowers
    * devices_per_node and keeps this) */
   int rated_ranks_per_node;
+  /* with cores_per_node: shared_speed[a - 1] is what one of `a` computing
+   * ranks gets while the node's other rated ranks wait on receives, over
+   * what it gets while all compute ("shared_core_speed", a = 1 ..
+   * devices_per_node, the last 1; --calibrate measures it). The waiting
+   * ranks wake to poll and the scheduler places them beside the busy ones,
+   * so a rank computing alone gets less than the cores' ideal share. 0
+   * entries: the ideal share (cores / a each, up to its threads) */
+  int n_shared_speed;
+  double shared_speed[TL_SHARED_SPEED_MAX];
 } tl_cluster;
 
 /* The table's efficiency at (m, n, k); `efficiency` when c has none. */

@@ -12,7 +12,10 @@
  * stretch run faster by the share its computing ranks get: all the ranks
  * that compute at a moment get equal shares, so every pass in flight
  * speeds up alike and the timeline keeps its order, only its stretches
- * shrink. */
+ * shrink. How much a stretch shrinks is the spec's measured speed-up for
+ * its count of computing ranks where --calibrate wrote one
+ * ("shared_core_speed": ranks waiting on receives still wake to poll and
+ * take slices of the busy ones' cores), else the cores' ideal share. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,8 +43,16 @@ static bool shares_cores(const tl_cluster* c) {
 }
 
 /* How much faster than the spec's rates a rank computes while `active` of
- * the plan's ranks on a node compute. */
+ * the plan's n ranks on a node compute: what the spec measured
+ * ("shared_core_speed", read linearly between its counts) when the plan
+ * runs the ranks it was measured on, else the ideal share of the cores. */
 static double speed(const tl_cluster* c, int n, double active) {
+  if (c->n_shared_speed > 0 && n == c->n_shared_speed) {
+    const double a = fmin(fmax(active, 1), n);
+    const int lo = (int)floor(a), hi = lo < n ? lo + 1 : n;
+    const double f = a - lo;
+    return (1 - f) * c->shared_speed[lo - 1] + f * c->shared_speed[hi - 1];
+  }
   const double rated =
       rank_cores(c->cores_per_node, c->rated_ranks_per_node, c->rated_ranks_per_node);
   return rank_cores(c->cores_per_node, n, active) / rated;

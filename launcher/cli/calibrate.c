@@ -56,6 +56,7 @@
 #include "launcher/cli/cli.h"
 #include "launcher/job/spawn.h"
 #include "launcher/job/worker.h"
+#include "planner/cluster.h"
 
 /* The GEMM table's sizes on each axis (m, n, k), as trellis plan writes
  * them: a block of a small GPT on a CPU multiplies (B*T, C..4C, C..4C); on
@@ -318,6 +319,61 @@ static tl_status busy_allreduce_time(tl_group* g, double* per_call) {
   return st;
 }
 
+/* How fast a rank computes while only `a` of its node's n ranks do, the
+ * others waiting on a receive as a pipeline stage waits out its bubble,
+ * against all n computing: speed[a - 1] for a = 1 .. n (speed[n - 1] = 1),
+ * on the node's group `g` (CPU, ranks sharing cores). Ranks 0 .. a-1 each
+ * run the same matmuls and report their time to rank 0; rank 0 then sends
+ * the slowest time to every rank, which frees the waiting ones for the
+ * next count. The best of 3 rounds per count. */
+#define SHARED_ROUNDS 3
+static tl_status shared_speeds(tl_group* g, double* speed) {
+  const int m = 64, k = 256, n = 256, calls = 192;
+  const int size = tl_group_size(g), me = tl_group_rank(g);
+  tl_backend* be = NULL;
+  TL_CHECK(tl_backend_create(tl_cpu(), &be));
+  float* a = calloc((size_t)m * k, sizeof(float));
+  float* b = calloc((size_t)n * k, sizeof(float));
+  float* c = calloc((size_t)m * n, sizeof(float));
+  tl_status st = a && b && c ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
+  double best[TL_SHARED_SPEED_MAX];
+  if (st == TL_OK) st = tl_group_barrier(g, NULL);
+  /* all computing first: the rate the others are measured against */
+  for (int active = size; active >= 1 && st == TL_OK; active--) {
+    best[active - 1] = HUGE_VAL;
+    for (int round = 0; round < SHARED_ROUNDS && st == TL_OK; round++) {
+      float mine = 0, slowest = 0;
+      if (me < active) {
+        tl_timer tm;
+        tl_timer_start(&tm);
+        for (int i = 0; i < calls && st == TL_OK; i++)
+          st = be->ops->matmul(be->ctx, c, a, b, NULL, m, n, k, false, true, false);
+        mine = (float)tl_timer_elapsed_s(&tm);
+      }
+      if (st != TL_OK) break;
+      if (me == 0) {
+        slowest = mine;
+        for (int r = 1; r < active && st == TL_OK; r++) {
+          float t = 0;
+          st = tl_group_recv(g, &t, 1, TL_F32, r, 1, NULL);
+          slowest = fmaxf(slowest, t);
+        }
+        for (int r = 1; r < size && st == TL_OK; r++)
+          st = tl_group_send(g, &slowest, 1, TL_F32, r, 2, NULL);
+      } else {
+        if (me < active) st = tl_group_send(g, &mine, 1, TL_F32, 0, 1, NULL);
+        if (st == TL_OK) st = tl_group_recv(g, &slowest, 1, TL_F32, 0, 2, NULL);
+      }
+      best[active - 1] = fmin(best[active - 1], slowest);
+    }
+  }
+  for (int i = 0; i < size && st == TL_OK; i++)
+    speed[i] = best[i] > 0 ? best[size - 1] / best[i] : 1;
+  free(a), free(b), free(c);
+  tl_backend_destroy(be);
+  return st;
+}
+
 /* The job's mean of v[0..n) (in place), or its maximum. */
 static tl_status job_reduce(tl_group* world, int size, double* v, int n, tl_reduce_op op) {
   if (size < 2) return TL_OK;
@@ -377,6 +433,11 @@ static tl_status measure_link(tl_group* g, tl_group* world, int size, tl_device 
 struct calibration {
   int ranks, threads, nodes, per_node;
   int cores; /* CPU: the online cores of rank 0's node, which its ranks share */
+  /* CPU, more ranks a node than cores: what one of a computing ranks gets
+   * over what it gets while all compute (shared_speeds), a = 1 .. per_node,
+   * the mean over the nodes; 0 entries when not measured */
+  int n_speed;
+  double speed[TL_SHARED_SPEED_MAX];
   tl_device_type device;
   char gpu[128];
   const int* grid;
@@ -410,7 +471,7 @@ static void describe_link(const struct link_figures* l, bool gpu, const char* ov
 static tl_status write_spec(const struct calibration* k, const char* out) {
   const bool gpu = k->device == TL_DEVICE_CUDA;
   const int n = k->ranks;
-  char axis[64] = "", table[2048] = "", what[1024], net[1600], mem[512];
+  char axis[64] = "", table[2048] = "", what[1024], net[1600], mem[1024];
   for (int i = 0; i < GRID; i++)
     snprintf(axis + strlen(axis), sizeof axis - strlen(axis), "%s%d", i ? ", " : "", k->grid[i]);
   for (int i = 0; i < N_GEMM; i++)
@@ -489,10 +550,13 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              "device_memory_bytes is an assumption: half the machine's RAM divided among the "
              "ranks on it. cores_per_node: the node's online cores, which its %d rank%s %s",
              k->per_node, k->per_node == 1 ? "" : "s",
-             k->per_node > k->cores ? "share: the rates above are each rank's while all compute, "
-                                      "and a rank idle in a pipeline's bubble lends its share to "
-                                      "the busy ones"
-                                    : "use without sharing");
+             k->per_node > k->cores
+                 ? "share: the rates above are each rank's while all compute, and a rank idle in "
+                   "a pipeline's bubble lends its share to the busy ones. shared_core_speed: how "
+                   "much faster one of 1, 2, ... of them computes (the backend's 64 x 256 x 256 "
+                   "matmul) while the others wait on a receive, against all computing (the best "
+                   "of 3 rounds, the slowest computing rank's time)"
+                 : "use without sharing");
   else if (!gpu)
     snprintf(mem, sizeof mem,
              "device_memory_bytes is an assumption: half the machine's RAM divided among the "
@@ -506,8 +570,15 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              "bandwidth on 4 MiB (median, the slowest rank's; sends from each even rank to the "
              "next) as shares of the all-reduce's, %s",
              k->nodes > 1 ? "across nodes (over the rails)" : "over the job's ranks");
-  char cores[64] = "";
+  char cores[1024] = "";
   if (write_cores) snprintf(cores, sizeof cores, ",\n  \"cores_per_node\": %d", k->cores);
+  if (write_cores && k->n_speed > 0) {
+    snprintf(cores + strlen(cores), sizeof cores - strlen(cores), ",\n  \"shared_core_speed\": [");
+    for (int i = 0; i < k->n_speed; i++)
+      snprintf(cores + strlen(cores), sizeof cores - strlen(cores), "%s%.3g", i ? ", " : "",
+               k->speed[i]);
+    snprintf(cores + strlen(cores), sizeof cores - strlen(cores), "]");
+  }
   char peaks[128];
   if (gpu)
     snprintf(peaks, sizeof peaks, "{\"fp32\": %.4g, \"bf16\": %.4g}", k->fp32 * 1e9, k->peak * 1e9);
@@ -610,6 +681,21 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   if (st == TL_OK && k.nodes > 1) st = measure_link(ng.rail, w.world, n, w.device, &k.inter);
   if (k.nodes == 1) k.inter = k.intra;
   if (k.per_node == 1) k.intra = k.inter; /* a placeholder: no group lies within a node */
+  /* ranks sharing their node's cores, each on the trainer's automatic
+   * threads: how fast a rank computes while only some do (a pipeline's
+   * bubble), every node at once */
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  k.cores = online > 0 ? (int)online : 1;
+  const int auto_threads = k.cores / k.per_node > 1 ? k.cores / k.per_node : 1;
+  if (st == TL_OK && !gpu && k.per_node > k.cores && k.per_node <= TL_SHARED_SPEED_MAX &&
+      k.threads == auto_threads) {
+    double sp[TL_SHARED_SPEED_MAX];
+    st = shared_speeds(ng.host_node, sp);
+    if (st == TL_OK) st = job_reduce(w.world, w.world_size, sp, k.per_node, TL_REDUCE_SUM);
+    for (int i = 0; i < k.per_node; i++) k.speed[i] = sp[i];
+    k.n_speed = k.per_node;
+    k.speed[k.per_node - 1] = 1; /* all computing: the rates measured */
+  }
   /* memory: the driver's figure, and what the process holds beyond its
    * counted tensors now that everything has run */
   if (st == TL_OK && gpu) {
@@ -622,8 +708,6 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     k.memory = floor(ram / 2 / k.per_node);
     k.reserve = 2e8;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    k.cores = cores > 0 ? (int)cores : 1;
   }
   /* the groups that ran the collectives held their buffers until now */
   tl_worker_node_groups_destroy(&ng);
@@ -654,17 +738,23 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     else
       snprintf(links, sizeof links, "all-reduce %.3g bytes/s, %.3g s latency", k.intra.bus,
                k.intra.latency);
+    char sharing[160] = "";
+    if (k.n_speed > 0)
+      snprintf(sharing, sizeof sharing,
+               ", %d ranks on %d cores: one computing alone runs x%.2f the rate all get (the "
+               "cores' share: x%.2f)",
+               k.per_node, k.cores, k.speed[0], (double)k.per_node / k.cores);
     if (st == TL_OK)
       printf(
           "calibrated %d rank%s%s%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to 100%% "
           "of it over %d shapes), attention %.0f%% (%.0f%% to %.0f%% over %d shapes), "
-          "element-wise %.0f%%, %s (all-gather x%.2f, reduce-scatter x%.2f, send x%.2f)%s; "
+          "element-wise %.0f%%, %s (all-gather x%.2f, reduce-scatter x%.2f, send x%.2f)%s%s; "
           "wrote %s\n",
           n, n == 1 ? "" : "s", gpu ? " on " : "", gpu ? k.gpu : "", k.peak,
           100 * min_fraction(k.gemm, k.peak), N_GEMM, 100 * k.attention / k.peak,
           100 * attn_lo / k.peak, 100 * attn_hi / k.peak, N_ATT, 100 * k.elementwise / k.peak,
           links, sh->share_gather, sh->share_scatter, sh->share_send,
-          gpu ? ", reserve measured" : "", out);
+          gpu ? ", reserve measured" : "", sharing, out);
     else
       fprintf(stderr, "trellis plan --calibrate: %s\n", tl_last_error()), rc = 1;
   }

@@ -325,11 +325,17 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
          tl_cluster_peak(c, dtype) / 1e12, dtype == TL_BF16 ? "bf16" : "fp32");
   if (dtype == TL_BF16)
     printf("(bf16 mixed precision: train.precision \"bf16\"; --dtype fp32 predicts fp32 runs)\n");
-  if (c->cores_per_node > 0 && c->cores_per_node < c->rated_ranks_per_node)
+  if (c->cores_per_node > 0 && c->cores_per_node < c->rated_ranks_per_node) {
+    char measured[128] = "";
+    if (c->n_shared_speed > 0)
+      snprintf(measured, sizeof measured,
+               ", one computing alone x%.2f as fast, as measured (the cores' share: x%.2f)",
+               c->shared_speed[0], (double)c->rated_ranks_per_node / c->cores_per_node);
     printf(
         "(the %d ranks of a node share its %d cores: the spec's rates are each rank's while all "
-        "compute; a rank idle in a pipeline's bubble lends its share to the busy ones)\n",
-        c->rated_ranks_per_node, c->cores_per_node);
+        "compute; a rank idle in a pipeline's bubble lends its share to the busy ones%s)\n",
+        c->rated_ranks_per_node, c->cores_per_node, measured);
+  }
   printf("global batch %d x %d tokens; %lld plans priced in %.1f ms, %d fit\n\n", batch, cm->seq,
          (long long)r->n_evaluated, secs * 1e3, r->n_plans);
   if (r->n_plans > 0) print_header(false);

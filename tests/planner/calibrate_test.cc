@@ -68,9 +68,41 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
   // the cores the node's ranks share
   EXPECT_EQ(c.cores_per_node, (int)sysconf(_SC_NPROCESSORS_ONLN));
   EXPECT_EQ(c.rated_ranks_per_node, 2);
+  // a core (or more) a rank: no sharing measured
+  if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) {
+    EXPECT_EQ(c.n_shared_speed, 0);
+  }
   EXPECT_GT(c.efficiency, 0);
   EXPECT_LE(c.efficiency, 1);
   // and the planner plans with it
+  EXPECT_EQ(Plan(std::string("--model ") + kSmall + " --cluster " + out + " --top 1").status, 0);
+}
+
+// More ranks than cores: how fast one of 1, 2, ... computing ranks runs
+// while the others wait on a receive, against all computing, one figure a
+// count, the last 1 (the rates measured), which the planner reads.
+TEST(PlanCli, CalibrateOnMoreRanksThanCoresMeasuresTheSharedSpeed) {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores > 7)
+    GTEST_SKIP() << "this machine has " << cores << " cores: " << cores + 1
+                 << " ranks are too many for a test";
+  const int ranks = (int)cores + 1;
+  std::string out = TempPath("shared.json");
+  PlanRun r = Plan("--calibrate " + out + " --ranks " + std::to_string(ranks));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(std::to_string(ranks) + " ranks on " + std::to_string(cores) +
+                          " cores: one computing alone runs x"),
+            std::string::npos)
+      << r.output;
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load(out.c_str(), &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(c.cores_per_node, cores);
+  ASSERT_EQ(c.n_shared_speed, ranks);
+  EXPECT_EQ(c.shared_speed[ranks - 1], 1);
+  for (int a = 0; a < ranks; a++) {
+    EXPECT_GT(c.shared_speed[a], 0.2) << a;  // a rank alone: about ranks / cores
+    EXPECT_LT(c.shared_speed[a], 4.0 * ranks) << a;
+  }
   EXPECT_EQ(Plan(std::string("--model ") + kSmall + " --cluster " + out + " --top 1").status, 0);
 }
 

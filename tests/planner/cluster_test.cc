@@ -138,6 +138,35 @@ TEST(Cluster, CoresPerNodeIsACpuClustersAndKeepsTheRatedRanks) {
             std::string::npos);
 }
 
+// The speed a computing rank gets while only some of the node's ranks
+// compute: one figure for each count of computing ranks, on a cpu cluster
+// that says its cores.
+TEST(Cluster, SharedCoreSpeedIsOneFigureACountOfComputingRanks) {
+  tl_cluster c;
+  const std::string cpu = With("{\"nodes\"", "{\"device\": \"cpu\", \"nodes\"");
+  const std::string cores = With(cpu, "\"nodes\"", "\"cores_per_node\": 2, \"nodes\"");
+  ASSERT_EQ(
+      tl_cluster_parse(
+          With(cores, "\"nodes\"", "\"shared_core_speed\": [1.5, 1.6, 1.2, 1], \"nodes\"").c_str(),
+          "c.json", &c),
+      TL_OK)
+      << tl_last_error();
+  ASSERT_EQ(c.n_shared_speed, 4);
+  EXPECT_EQ(c.shared_speed[0], 1.5);
+  EXPECT_EQ(c.shared_speed[3], 1);
+  EXPECT_NE(Error(With(cores, "\"nodes\"", "\"shared_core_speed\": [1.5, 1], \"nodes\""))
+                .find("shared_core_speed: expected an array of 4 numbers (one for each count of "
+                      "computing ranks, 1 .. devices_per_node = 4), got 2"),
+            std::string::npos);
+  EXPECT_NE(Error(With(cores, "\"nodes\"", "\"shared_core_speed\": [1.5, 0, 1, 1], \"nodes\""))
+                .find("shared_core_speed[1] = 0: expected a number > 0"),
+            std::string::npos);
+  EXPECT_NE(Error(With(cpu, "\"nodes\"", "\"shared_core_speed\": [1, 1, 1, 1], \"nodes\""))
+                .find("shared_core_speed: it describes ranks sharing a cpu node's cores and needs "
+                      "cores_per_node (device \"cpu\", no cores_per_node)"),
+            std::string::npos);
+}
+
 // A GEMM table: exact at its points, log-linear between them along each
 // axis, held at its edges; one point per axis is a constant.
 TEST(Cluster, GemmTableInterpolatesInLogSize) {

@@ -354,3 +354,49 @@ TEST(CostModel, RanksSharingCoresLendTheirShareWhenIdle) {
     prev = p.t_step, per = (p.t_compute + p.t_tp + p.t_pp) / m;
   }
 }
+
+// A spec that measured how fast a computing rank runs while only some
+// compute ("shared_core_speed") is priced at those speeds, not the cores'
+// ideal share, on the ranks it was measured on.
+TEST(CostModel, MeasuredSharedSpeedReplacesTheIdealShare) {
+  tl_cost_model cm = Build(kShapes[3]);
+  tl_cluster ideal = {};
+  ideal.device = TL_DEVICE_CPU, ideal.nodes = 1, ideal.devices_per_node = 8;
+  ideal.rated_ranks_per_node = 8, ideal.cores_per_node = 2;
+  ideal.device_memory_bytes = 1e15, ideal.peak_fp32 = 30e9, ideal.efficiency = 0.5;
+  ideal.intra = ideal.inter = {1e9, 5e-5};
+  tl_cluster measured = ideal;
+  const double speeds[8] = {2, 2, 1.5, 1.25, 1.1, 1.05, 1.02, 1};
+  measured.n_shared_speed = 8;
+  for (int i = 0; i < 8; i++) measured.shared_speed[i] = speeds[i];
+  auto priced = [&](const tl_cluster& c, tl_plan p) {
+    tl_cost_evaluate(&cm, &c, TL_F32, nullptr, &p);
+    return p;
+  };
+  // all computing: the rates measured, either way
+  EXPECT_DOUBLE_EQ(priced(measured, Split1F1B(8, 1, 1, 1, 4)).t_step,
+                   priced(ideal, Split1F1B(8, 1, 1, 1, 4)).t_step);
+  // an 8-stage GPipe of one micro-batch: one stage computes at a time, at
+  // 2x the rate (not the cores' 4x): 8 passes take 4 micro-batch times
+  tl_plan g = Split1F1B(1, 1, 8, 1, 1);
+  g.schedule = TL_SCHEDULE_GPIPE;
+  tl_plan a = priced(ideal, g), b = priced(measured, g);
+  const double micro = b.t_compute + b.t_tp + b.t_pp;
+  EXPECT_DOUBLE_EQ(b.t_compute, a.t_compute);
+  EXPECT_NEAR(a.t_bubble, micro, 1e-9 * micro);
+  EXPECT_NEAR(b.t_bubble, 3 * micro, 1e-9 * micro);
+  // two 4-stage pipelines of 1 micro-batch: one stage of each computes at a
+  // time, 2 ranks: 2x; its 4 stages one after another at 2x: 2 micro-batch
+  // times
+  tl_plan two = Split1F1B(2, 1, 4, 1, 1);
+  two.schedule = TL_SCHEDULE_GPIPE;
+  tl_plan t = priced(measured, two);
+  const double tm = t.t_compute + t.t_tp + t.t_pp;
+  EXPECT_NEAR(t.t_compute + t.t_tp + t.t_pp + t.t_bubble, 2 * tm, 1e-9 * tm);
+  // a plan on fewer ranks than were measured: the ideal share
+  tl_cluster part = measured, part_ideal = ideal;
+  part.devices_per_node = part_ideal.devices_per_node = 4;
+  tl_plan four = Split1F1B(1, 1, 4, 1, 1);
+  four.schedule = TL_SCHEDULE_GPIPE;
+  EXPECT_DOUBLE_EQ(priced(part, four).t_step, priced(part_ideal, four).t_step);
+}
