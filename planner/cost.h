@@ -79,7 +79,8 @@
  *   are blocking). On a CPU cluster whose ranks outnumber a node's cores
  *   (cores_per_node) the micro-batches and the bubble are priced over pp's
  *   timeline instead, each stretch at the share of the cores its computing
- *   ranks get (cost_share.c): an idle stage lends its share to the busy
+ *   ranks get (cost_share.c: the spec's measured shared_core_speed, else
+ *   the cores' ideal share): an idle stage lends its share to the busy
  *   ones (on one node; over several, each node holds whole stages and the
  *   bubble stays idle time), and a plan on fewer ranks than the spec
  *   measured gives each a larger share.

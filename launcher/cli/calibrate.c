@@ -19,7 +19,9 @@
  * heads), and by head dimension 8..64 and t 64..1024; the latency is what
  * a 4-byte all-reduce adds to ranks that compute between messages (on a
  * core per rank the bare latency; with more ranks than cores it holds the
- * scheduling delays). Memory per device is
+ * scheduling delays). With more ranks a node than cores, also how fast a
+ * rank computes while only 1, 2, ... of them do, the others waiting on a
+ * receive (shared_core_speed: a pipeline's bubble). Memory per device is
  * an assumption: half the machine's RAM divided among the ranks.
  *
  * --device cuda (ranks default the node's GPUs, one each): the CUDA
