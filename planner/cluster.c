@@ -117,7 +117,8 @@ static tl_status known_keys(const char* src, const json_t* obj, const char* path
 }
 
 /* "shared_core_speed": one number in (0, 1e6) for each count of computing
- * ranks 1 .. devices_per_node, on a cpu cluster that says its cores. */
+ * ranks 1 .. devices_per_node, the last 1 (all computing: the spec's own
+ * rates), on a cpu cluster whose ranks outnumber the cores it says. */
 static tl_status parse_shared_speed(const char* src, const json_t* v, tl_cluster* c) {
   const int n = c->devices_per_node;
   if (c->device != TL_DEVICE_CPU || c->cores_per_node <= 0)
@@ -126,31 +127,46 @@ static tl_status parse_shared_speed(const char* src, const json_t* v, tl_cluster
                    "cores_per_node (device \"%s\"%s); remove it",
                    src, c->device == TL_DEVICE_CPU ? "cpu" : "cuda",
                    c->device == TL_DEVICE_CPU ? ", no cores_per_node" : "");
+  if (c->cores_per_node >= n)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: shared_core_speed: the %d ranks of a node have %d cores, a core each: "
+                   "none shares; remove it",
+                   src, n, c->cores_per_node);
+  if (n > TL_SHARED_SPEED_MAX)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: shared_core_speed: describes at most %d ranks a node, and "
+                   "devices_per_node is %d; remove it",
+                   src, TL_SHARED_SPEED_MAX, n);
   char got[64];
   if (json_is_array(v))
     snprintf(got, sizeof got, "%zu", json_array_size(v));
   else
     snprintf(got, sizeof got, "%s", tl_json_kind(v));
-  if (!json_is_array(v) || json_array_size(v) != (size_t)n || n > TL_SHARED_SPEED_MAX)
+  if (!json_is_array(v) || json_array_size(v) != (size_t)n)
     return TL_ERRF(TL_ERR_CONFIG,
                    "%s: shared_core_speed: expected an array of %d numbers (one for each count "
-                   "of computing ranks, 1 .. devices_per_node = %d%s), got %s",
-                   src, n, n, n > TL_SHARED_SPEED_MAX ? ", at most 64" : "", got);
+                   "of computing ranks, 1 .. devices_per_node = %d), got %s",
+                   src, n, n, got);
   for (int i = 0; i < n; i++) {
     const json_t* x = json_array_get(v, (size_t)i);
     if (!json_is_number(x))
       return TL_ERRF(TL_ERR_CONFIG,
-                     "%s: shared_core_speed[%d]: expected a number > 0 (the rate one of %d "
-                     "computing ranks gets, over the rate while all compute), got %s",
+                     "%s: shared_core_speed[%d]: expected a number in (0, 1e6) (the rate one of "
+                     "%d computing ranks gets, over the rate while all compute), got %s",
                      src, i, i + 1, tl_json_kind(x));
     double d = json_number_value(x);
     if (!(d > 0 && d < 1e6))
       return TL_ERRF(TL_ERR_CONFIG,
-                     "%s: shared_core_speed[%d] = %g: expected a number > 0 (the rate one of %d "
-                     "computing ranks gets, over the rate while all compute)",
+                     "%s: shared_core_speed[%d] = %g: expected a number in (0, 1e6) (the rate "
+                     "one of %d computing ranks gets, over the rate while all compute)",
                      src, i, d, i + 1);
     c->shared_speed[i] = d;
   }
+  if (fabs(c->shared_speed[n - 1] - 1) > 1e-6)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: shared_core_speed[%d] = %g: expected 1 (all %d ranks computing: the "
+                   "spec's own rates)",
+                   src, n - 1, c->shared_speed[n - 1], n);
   c->n_shared_speed = n;
   return TL_OK;
 }

@@ -15,7 +15,7 @@
  *    "gemm_efficiency": {"m": [...], "n": [...], "k": [...], "efficiency": [...]},
  *    "attention_efficiency_table": {"head_dim": [...], "seq": [...], "efficiency": [...]},
  *    "collective_bandwidth": {"all_gather": 1.1, "reduce_scatter": 1.05, "send_recv": 0.9},
- *    "cores_per_node": 2, "shared_core_speed": [0.85, 0.82, ..., 1]}
+ *    "cores_per_node": 2, "shared_core_speed": [3.5, 3.3, 2.1, ..., 1]}
  *
  * Bandwidths are bytes/s per device and direction (what one device's ring
  * neighbour link carries: a collective whose group spans nodes crosses them

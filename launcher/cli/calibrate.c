@@ -381,6 +381,7 @@ static tl_status shared_speeds(tl_group* g, double* speed) {
 }
 
 /* The job's mean of v[0..n) (in place), or its maximum. */
+_Static_assert(TL_SHARED_SPEED_MAX <= N_GEMM + N_ATT + 8, "job_reduce holds a node's speeds");
 static tl_status job_reduce(tl_group* world, int size, double* v, int n, tl_reduce_op op) {
   if (size < 2) return TL_OK;
   float f[N_GEMM + N_ATT + 8] = {0};
@@ -562,13 +563,16 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
              "device_memory_bytes is an assumption: half the machine's RAM divided among the "
              "ranks on it. cores_per_node: the node's online cores, which its %d rank%s %s",
              k->per_node, k->per_node == 1 ? "" : "s",
-             k->per_node > k->cores
+             k->per_node <= k->cores ? "use without sharing"
+             : k->n_speed > 0
                  ? "share: the rates above are each rank's while all compute, and a rank idle in "
                    "a pipeline's bubble lends its share to the busy ones. shared_core_speed: how "
                    "much faster one of 1, 2, ... of them computes (the backend's 64 x 256 x 256 "
                    "matmul) while the others wait on a receive, against all computing (the best "
                    "of 3 rounds, the slowest computing rank's time)"
-                 : "use without sharing");
+                 : "share: the rates above are each rank's while all compute, and a rank idle in "
+                   "a pipeline's bubble lends its share to the busy ones (no shared_core_speed "
+                   "measured: more than 64 ranks a node, or nodes unlike in cores or threads)");
   else if (!gpu)
     snprintf(mem, sizeof mem,
              "device_memory_bytes is an assumption: half the machine's RAM divided among the "
@@ -699,14 +703,21 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   k.cores = online > 0 ? (int)online : 1;
   const int auto_threads = k.cores / k.per_node > 1 ? k.cores / k.per_node : 1;
-  if (st == TL_OK && !gpu && k.per_node > k.cores && k.per_node <= TL_SHARED_SPEED_MAX &&
-      k.threads == auto_threads) {
+  /* nodes may differ in cores or threads: the job measures together, every
+   * node sharing its cores, or not at all (`apart`: some node does not) */
+  float apart = !(!gpu && k.per_node > k.cores && k.per_node <= TL_SHARED_SPEED_MAX &&
+                  k.threads == auto_threads);
+  if (st == TL_OK && !gpu && n > 1)
+    st = tl_group_all_reduce(w.world, &apart, &apart, 1, TL_F32, TL_REDUCE_MAX, NULL);
+  if (st == TL_OK && apart == 0) {
     double sp[TL_SHARED_SPEED_MAX];
     st = shared_speeds(ng.host_node, sp);
     if (st == TL_OK) st = job_reduce(w.world, w.world_size, sp, k.per_node, TL_REDUCE_SUM);
-    for (int i = 0; i < k.per_node; i++) k.speed[i] = sp[i];
-    k.n_speed = k.per_node;
-    k.speed[k.per_node - 1] = 1; /* all computing: the rates measured */
+    if (st == TL_OK) {
+      for (int i = 0; i < k.per_node; i++) k.speed[i] = sp[i];
+      k.n_speed = k.per_node;
+      k.speed[k.per_node - 1] = 1; /* all computing: the rates measured */
+    }
   }
   /* memory: the driver's figure, and what the process holds beyond its
    * counted tensors now that everything has run */

@@ -82,10 +82,16 @@ int main(int argc, char** argv) {
     if (strcmp(argv[i], "--micro") == 0) micro = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--zero") == 0) zero = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--cluster") == 0) cluster_path = argv[i + 1];
-    if (strcmp(argv[i], "--mesh") == 0 &&
-        sscanf(argv[i + 1], "%dx%dx%d", &only[0], &only[1], &only[2]) != 3) {
-      fprintf(stderr, "plan_bench: --mesh %s: expected DPxTPxPP, e.g. 2x1x4\n", argv[i + 1]);
-      return 2;
+    if (strcmp(argv[i], "--mesh") == 0) {
+      int end = 0;
+      if (sscanf(argv[i + 1], "%dx%dx%d%n", &only[0], &only[1], &only[2], &end) != 3 ||
+          argv[i + 1][end] || only[0] < 1 || only[1] < 1 || only[2] < 1) {
+        fprintf(stderr,
+                "plan_bench: --mesh %s: expected DPxTPxPP of positive integers, e.g. "
+                "2x1x4\n",
+                argv[i + 1]);
+        return 2;
+      }
     }
   }
   MPI_Init(&argc, &argv);
@@ -171,6 +177,15 @@ int main(int argc, char** argv) {
         tl_worker_finalize(&w);
       }
     }
+  if (n_runs == 0) {
+    if (rank == 0)
+      fprintf(stderr,
+              "plan_bench: no mesh to run%s: dp x tp x pp must be the job's %d ranks, pp at "
+              "most the %d layers, tp divide the %d heads and dp x micro-batches the batch %d\n",
+              only[0] ? " (--mesh)" : "", n, layers, heads, batch);
+    MPI_Finalize();
+    return 2;
+  }
   if (rank == 0) {
     double pred[MAX_RUNS], meas[MAX_RUNS], rp[MAX_RUNS], rm[MAX_RUNS];
     for (int i = 0; i < n_runs; i++) pred[i] = runs[i].predicted, meas[i] = runs[i].measured;

@@ -159,7 +159,24 @@ TEST(Cluster, SharedCoreSpeedIsOneFigureACountOfComputingRanks) {
                       "computing ranks, 1 .. devices_per_node = 4), got 2"),
             std::string::npos);
   EXPECT_NE(Error(With(cores, "\"nodes\"", "\"shared_core_speed\": [1.5, 0, 1, 1], \"nodes\""))
-                .find("shared_core_speed[1] = 0: expected a number > 0"),
+                .find("shared_core_speed[1] = 0: expected a number in (0, 1e6)"),
+            std::string::npos);
+  // the last is all computing: the spec's own rates
+  EXPECT_NE(
+      Error(With(cores, "\"nodes\"", "\"shared_core_speed\": [1.5, 1.6, 1.2, 1.1], \"nodes\""))
+          .find("shared_core_speed[3] = 1.1: expected 1 (all 4 ranks computing"),
+      std::string::npos);
+  EXPECT_NE(Error(With(cores, "\"nodes\"", "\"shared_core_speed\": [1.5, \"x\", 1, 1], \"nodes\""))
+                .find("shared_core_speed[1]: expected a number in (0, 1e6)"),
+            std::string::npos);
+  // a core each: nothing shares
+  EXPECT_NE(Error(With(With(cpu, "\"nodes\"", "\"cores_per_node\": 4, \"nodes\""), "\"nodes\"",
+                       "\"shared_core_speed\": [1, 1, 1, 1], \"nodes\""))
+                .find("shared_core_speed: the 4 ranks of a node have 4 cores, a core each"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"nodes\"", "\"shared_core_speed\": [2, 2, 1.5, 1], \"nodes\""))
+                .find("shared_core_speed: it describes ranks sharing a cpu node's cores and needs "
+                      "cores_per_node (device \"cuda\")"),
             std::string::npos);
   EXPECT_NE(Error(With(cpu, "\"nodes\"", "\"shared_core_speed\": [1, 1, 1, 1], \"nodes\""))
                 .find("shared_core_speed: it describes ranks sharing a cpu node's cores and needs "
