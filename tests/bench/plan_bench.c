@@ -6,6 +6,7 @@
  *   mpiexec -n 4 bazel-bin/tests/bench/plan_bench [--steps S] [--layers L]
  *       [--embd C] [--heads H] [--batch B] [--micro M] [--zero Z]
  *       [--cluster examples/clusters/this_machine.json] [--mesh DPxTPxPP]
+ *       [--repeat R]
  *
  * Every dp x tp x pp mesh of the job's ranks (powers of two; sequence
  * parallelism off) trains a small GPT with GPipe and 1F1B for S steps; the
@@ -17,7 +18,8 @@
  * `trellis plan --calibrate SPEC --ranks N` measured on as many ranks: it
  * carries the shared cores' rate and the scheduling delay per message),
  * the predicted and measured rank of each run, and Spearman's rank
- * correlation (--mesh runs that one mesh only). Also the bytes: the plan's fullest stage against
+ * correlation (--mesh runs that one mesh only; --repeat R runs every mesh R
+ * times, in turn, and keeps each one's best). Also the bytes: the plan's fullest stage against
  * the largest allocator peak. */
 #include <math.h>
 #include <mpi.h>
@@ -69,10 +71,40 @@ static double spearman(const double* a, const double* b, int n) {
   return saa > 0 && sbb > 0 ? sab / sqrt(saa * sbb) : 1.0;
 }
 
+/* Trains run r for `steps` steps (the first left out); into *best and
+ * *median the slowest rank's best and median step, into *peak the largest
+ * allocator peak. */
+static void measure(struct tl_config* c, const struct run* r, int steps, double* best,
+                    double* median, double* peak) {
+  c->mesh.dp = r->dp, c->mesh.tp = r->tp, c->mesh.pp = r->pp, c->schedule.kind = r->sched;
+  struct tl_worker w;
+  if (tl_worker_init(c, &w) != TL_OK) tl_worker_fail(tl_last_error());
+  struct tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+  tl_alloc_reset_peak(tl_cpu());
+  tl_trainer* t = NULL;
+  if (tl_trainer_create(c, &comm, &t) != TL_OK) tl_worker_fail(tl_last_error());
+  double secs[64];
+  int timed = 0;
+  for (int s = 0; s < steps; s++) {
+    struct tl_step_stats st;
+    if (tl_trainer_step(t, &st) != TL_OK) tl_worker_fail(tl_last_error());
+    if (s > 0 && timed < 64) secs[timed++] = st.seconds;
+  }
+  qsort(secs, (size_t)timed, sizeof(double), by_double);
+  double mine[3] = {timed ? secs[0] : 0, timed ? secs[timed / 2] : 0,
+                    (double)tl_trainer_peak_bytes(t)};
+  double all[3] = {0, 0, 0};
+  MPI_Allreduce(mine, all, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  *best = all[0], *median = all[1], *peak = all[2];
+  tl_trainer_destroy(t);
+  tl_worker_finalize(&w);
+}
+
 int main(int argc, char** argv) {
   int steps = 8, layers = 4, embd = 64, heads = 8, batch = 16, micro = 2, zero = 0;
   const char* cluster_path = "examples/clusters/this_machine.json";
   int only[3] = {0, 0, 0}; /* --mesh: dp, tp, pp */
+  int repeat = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--layers") == 0) layers = atoi(argv[i + 1]);
@@ -82,6 +114,13 @@ int main(int argc, char** argv) {
     if (strcmp(argv[i], "--micro") == 0) micro = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--zero") == 0) zero = atoi(argv[i + 1]);
     if (strcmp(argv[i], "--cluster") == 0) cluster_path = argv[i + 1];
+    if (strcmp(argv[i], "--repeat") == 0) {
+      repeat = atoi(argv[i + 1]);
+      if (repeat < 1 || repeat > 16) {
+        fprintf(stderr, "plan_bench: --repeat %s: expected an integer from 1 to 16\n", argv[i + 1]);
+        return 2;
+      }
+    }
     if (strcmp(argv[i], "--mesh") == 0) {
       int end = 0;
       if (sscanf(argv[i + 1], "%dx%dx%d%n", &only[0], &only[1], &only[2], &end) != 3 ||
@@ -128,8 +167,10 @@ int main(int argc, char** argv) {
   if (rank == 0)
     printf(
         "GPT %d layers x %d channels, %d heads, B=%d x T=64, %d micro-batches, ZeRO-%d, %d "
-        "ranks, %d steps (the first left out); cluster %s (%d devices there, %d here)\n",
-        layers, embd, heads, batch, micro, zero, n, steps, cluster.name, devices, n);
+        "ranks, %d steps (the first left out)%s; cluster %s (%d devices there, %d here)\n",
+        layers, embd, heads, batch, micro, zero, n, steps,
+        repeat > 1 ? ", the meshes run in turn that many times over" : "", cluster.name, devices,
+        n);
 
   struct run runs[MAX_RUNS];
   int n_runs = 0;
@@ -143,7 +184,6 @@ int main(int argc, char** argv) {
         memset(r, 0, sizeof *r);
         r->dp = dp, r->tp = tp, r->pp = pp;
         r->sched = k ? TL_SCHEDULE_1F1B : TL_SCHEDULE_GPIPE;
-        c.mesh.dp = dp, c.mesh.tp = tp, c.mesh.pp = pp, c.schedule.kind = r->sched;
         tl_plan p;
         memset(&p, 0, sizeof p);
         p.dp = dp, p.tp = tp, p.pp = pp, p.schedule = r->sched;
@@ -154,27 +194,23 @@ int main(int argc, char** argv) {
         r->predicted = p.t_step, r->pred_bytes = p.mem_state + p.mem_act;
         r->t_compute = p.t_compute, r->t_bubble = p.t_bubble, r->t_tp = p.t_tp;
         r->t_pp = p.t_pp, r->t_dp = p.t_dp;
-        struct tl_worker w;
-        if (tl_worker_init(&c, &w) != TL_OK) tl_worker_fail(tl_last_error());
-        struct tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
-        tl_alloc_reset_peak(tl_cpu());
-        tl_trainer* t = NULL;
-        if (tl_trainer_create(&c, &comm, &t) != TL_OK) tl_worker_fail(tl_last_error());
-        double secs[64];
-        int timed = 0;
-        for (int s = 0; s < steps; s++) {
-          struct tl_step_stats st;
-          if (tl_trainer_step(t, &st) != TL_OK) tl_worker_fail(tl_last_error());
-          if (s > 0 && timed < 64) secs[timed++] = st.seconds;
-        }
-        qsort(secs, (size_t)timed, sizeof(double), by_double);
-        double mine[3] = {timed ? secs[0] : 0, timed ? secs[timed / 2] : 0,
-                          (double)tl_trainer_peak_bytes(t)};
-        double all[3] = {0, 0, 0};
-        MPI_Reduce(mine, all, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-        r->measured = all[0], r->median = all[1], r->peak = all[2];
-        tl_trainer_destroy(t);
-        tl_worker_finalize(&w);
+      }
+    }
+  /* --repeat R: every run R times, the meshes in turn, so that a busy
+   * spell on a shared machine weighs on them alike; each run's best over
+   * all, and the median of its medians */
+  double medians[MAX_RUNS][16];
+  for (int rep = 0; rep < repeat; rep++)
+    for (int i = 0; i < n_runs; i++) {
+      double best, median, peak;
+      measure(&c, &runs[i], steps, &best, &median, &peak);
+      struct run* r = &runs[i];
+      r->measured = rep ? fmin(r->measured, best) : best;
+      r->peak = fmax(r->peak, peak);
+      medians[i][rep] = median;
+      if (rep == repeat - 1) {
+        qsort(medians[i], (size_t)repeat, sizeof(double), by_double);
+        r->median = medians[i][repeat / 2];
       }
     }
   if (n_runs == 0) {
