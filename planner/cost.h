@@ -315,8 +315,9 @@ typedef struct tl_plan {
    * (the spec's reserve_bytes and its allocator_overhead of the two) */
   double mem_total, mem_state, mem_act, mem_reserve;
   int mem_stage;
-  /* time, seconds per step, and its parts (they add up to t_step) */
-  double t_step, t_compute, t_bubble, t_tp, t_pp, t_dp;
+  /* time, seconds per step, and its parts (they add up to t_step): t_opt
+   * is the optimizer's update once a step (tl__cost_optimizer_seconds) */
+  double t_step, t_compute, t_bubble, t_tp, t_pp, t_dp, t_opt;
   double tokens_per_s;
   double flops_per_device;     /* executed FLOP/s per device (recomputation counted) */
   double mfu;                  /* model FLOPs (no recomputation) / (devices × peak × t_step) */
@@ -412,8 +413,14 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
 void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan* p,
                           const int* layers, int stage, double* state, double* act);
 
+/* Element-wise FLOPs a parameter of the optimizer's step: AdamW's update
+ * (kernels/cpu/adamw.c: 16), the gradient norm and clipping (3), zeroing
+ * the gradients (1); priced at the spec's element-wise rate, once a step
+ * (tl_plan.t_opt) */
+#define TL_COST_OPTIMIZER_FLOPS 20
+
 /* What takes the largest share of the plan's step: "compute", "bubble",
- * "tp comm", "pp comm" or "dp comm". */
+ * "tp comm", "pp comm", "dp comm" or "optimizer". */
 const char* tl_plan_bound(const tl_plan* p);
 
 #ifdef __cplusplus

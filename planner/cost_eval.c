@@ -377,7 +377,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* and once a step, the LayerNorm gradients summed over the group (packed) */
   if (sh->sp && t > 1) p->t_tp += tl_cost_all_reduce(c, ln_grads * 4.0, t, tp_link);
   p->t_dp = dp;
-  p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
+  p->t_opt = tl__cost_optimizer_seconds(c, p, grads);
+  p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp + p->t_opt;
 
   double layer_fl =
       cm->layer_flops + (whole ? cm->layer_fwd_flops : cm->layer_recompute_flops[p->recompute]);
@@ -402,5 +403,6 @@ const char* tl_plan_bound(const tl_plan* p) {
   if (p->t_tp > best) name = "tp comm", best = p->t_tp;
   if (p->t_pp > best) name = "pp comm", best = p->t_pp;
   if (p->t_dp > best) name = "dp comm", best = p->t_dp;
+  if (p->t_opt > best) name = "optimizer", best = p->t_opt;
   return name;
 }

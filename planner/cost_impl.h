@@ -70,6 +70,13 @@ double tl__cost_core_speed(const tl_cluster* c, const tl_plan* p);
  * share its computing ranks get. */
 void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs* costs,
                        double comp, double tp_comm, double pp_comm, double bubble);
+/* The optimizer's step, once a step after the pipeline: AdamW over the
+ * rank's `params` (the fullest stage's shard; its data-parallel share under
+ * ZeRO) and the gradient norm's and clipping's passes, about
+ * TL_COST_OPTIMIZER_FLOPS (cost.h) element-wise FLOPs a parameter at the spec's
+ * element-wise rate (compute_efficiency of the kernels' peak), every rank
+ * updating at once. */
+double tl__cost_optimizer_seconds(const tl_cluster* c, const tl_plan* p, double params);
 
 /* The MLP (planner/cost_mlp.c). */
 tl_status tl__cost_mlp_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out);

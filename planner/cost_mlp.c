@@ -235,7 +235,8 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / speed) + zero3;
   tl__cost_pipeline(c, p, NULL, comp, tp_comm, pp_comm, pp - 1);
   p->t_dp = dp;
-  p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp;
+  p->t_opt = tl__cost_optimizer_seconds(c, p, grads);
+  p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp + p->t_opt;
   double devices = (double)d * t * pp, seqs = (double)d * b * m;
   p->tokens_per_s = seqs * cm->seq / p->t_step;
   /* a rank's FLOPs times the tp ranks: the shards' arithmetic (the split

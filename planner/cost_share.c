@@ -188,3 +188,13 @@ void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs
   const double busy = m * micro / s;
   p->t_bubble = wall > busy ? wall - busy : 0;
 }
+
+/* kernels/cpu/adamw.c: the moments' updates, the bias corrections, a
+ * square root and a division, the decay and the step: 16 FLOPs a
+ * parameter; the gradient norm's square and sum and clipping's scale: 3
+ * more; zeroing the gradients: 1 */
+double tl__cost_optimizer_seconds(const tl_cluster* c, const tl_plan* p, double params) {
+  const double shard = p->zero >= 1 && p->dp > 1 ? params / p->dp : params;
+  const double rate = tl_cluster_kernel_peak(c) * c->efficiency * tl__cost_core_speed(c, p);
+  return rate > 0 ? TL_COST_OPTIMIZER_FLOPS * shard / rate : 0;
+}

@@ -331,7 +331,7 @@ static tl_status busy_allreduce_time(tl_group* g, double* per_call) {
  * on the node's group `g` (CPU, ranks sharing cores). Ranks 0 .. a-1 each
  * run the same matmuls and report their time to rank 0; rank 0 then sends
  * the slowest time to every rank, which frees the waiting ones for the
- * next count. The best of 3 rounds per count. */
+ * next count. The best of 3 rounds per count, the counts taken in turn. */
 #define SHARED_ROUNDS 3
 static tl_status shared_speeds(tl_group* g, double* speed) {
   const int m = 64, k = 256, n = 256, calls = 192;
@@ -344,10 +344,11 @@ static tl_status shared_speeds(tl_group* g, double* speed) {
   tl_status st = a && b && c ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
   double best[TL_SHARED_SPEED_MAX];
   if (st == TL_OK) st = tl_group_barrier(g, NULL);
-  /* all computing first: the rate the others are measured against */
-  for (int active = size; active >= 1 && st == TL_OK; active--) {
-    best[active - 1] = HUGE_VAL;
-    for (int round = 0; round < SHARED_ROUNDS && st == TL_OK; round++) {
+  for (int active = 1; active <= size; active++) best[active - 1] = HUGE_VAL;
+  /* round by round, every count in turn (all computing first: the rate the
+   * others are measured against), so a busy spell weighs on them alike */
+  for (int round = 0; round < SHARED_ROUNDS && st == TL_OK; round++)
+    for (int active = size; active >= 1 && st == TL_OK; active--) {
       float mine = 0, slowest = 0;
       if (me < active) {
         tl_timer tm;
@@ -372,7 +373,6 @@ static tl_status shared_speeds(tl_group* g, double* speed) {
       }
       best[active - 1] = fmin(best[active - 1], slowest);
     }
-  }
   for (int i = 0; i < size && st == TL_OK; i++)
     speed[i] = best[i] > 0 ? best[size - 1] / best[i] : 1;
   free(a), free(b), free(c);

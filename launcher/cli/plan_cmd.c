@@ -203,15 +203,16 @@ static const char* schedule_name(const tl_plan* p, char* buf, size_t n) {
 static json_t* plan_json(const tl_plan* p) {
   return json_pack(
       "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, "
-      "s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:i}",
+      "s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:i}",
       "dp", p->dp, "tp", p->tp, "pp", p->pp, "micro_batch", p->micro_batch, "micro_batches",
       p->n_micro, "schedule", tl_schedule_kind_name(p->schedule), "zero", p->zero, "recompute",
       recompute_name(p->recompute), "sequence_parallel", p->sequence_parallel, "memory_bytes",
       p->mem_total, "memory_state_bytes", p->mem_state, "memory_activation_bytes", p->mem_act,
       "memory_stage", p->mem_stage, "step_s", p->t_step, "compute_s", p->t_compute, "bubble_s",
-      p->t_bubble, "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp, "tokens_per_s",
-      p->tokens_per_s, "tflops_per_device", p->flops_per_device / 1e12, "mfu", p->mfu, "bound",
-      tl_plan_bound(p), "runnable", p->runnable, "virtual_stages", tl_plan_chunks(p));
+      p->t_bubble, "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp, "optimizer_s",
+      p->t_opt, "tokens_per_s", p->tokens_per_s, "tflops_per_device", p->flops_per_device / 1e12,
+      "mfu", p->mfu, "bound", tl_plan_bound(p), "runnable", p->runnable, "virtual_stages",
+      tl_plan_chunks(p));
 }
 
 /* plan_json with what a plan on part of the cluster adds: its devices */
@@ -346,9 +347,9 @@ static void print_table(const tl_search_result* r, int top, const tl_cluster* c,
     double t = w->t_step;
     printf(
         "\nthe winner's step: compute %.0f%%, bubble %.0f%%, tp comm %.0f%%, pp comm %.0f%%, "
-        "dp comm %.0f%% -> bound by %s\n",
+        "dp comm %.0f%%, optimizer %.0f%% -> bound by %s\n",
         100 * w->t_compute / t, 100 * w->t_bubble / t, 100 * w->t_tp / t, 100 * w->t_pp / t,
-        100 * w->t_dp / t, tl_plan_bound(w));
+        100 * w->t_dp / t, 100 * w->t_opt / t, tl_plan_bound(w));
     double usable = c->device_memory_bytes;
     char alloc[96] = "";
     if (c->allocator_overhead > 0)

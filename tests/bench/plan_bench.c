@@ -41,7 +41,7 @@ struct run {
   int dp, tp, pp;
   tl_schedule_kind sched;
   double measured, median, predicted, pred_bytes, peak;
-  double t_compute, t_bubble, t_tp, t_pp, t_dp;
+  double t_compute, t_bubble, t_tp, t_pp, t_dp, t_opt;
 };
 
 static int by_double(const void* a, const void* b) {
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
         tl_cost_evaluate(&cm, &cluster, TL_F32, NULL, &p);
         r->predicted = p.t_step, r->pred_bytes = p.mem_state + p.mem_act;
         r->t_compute = p.t_compute, r->t_bubble = p.t_bubble, r->t_tp = p.t_tp;
-        r->t_pp = p.t_pp, r->t_dp = p.t_dp;
+        r->t_pp = p.t_pp, r->t_dp = p.t_dp, r->t_opt = p.t_opt;
       }
     }
   /* --repeat R: every run R times, the meshes in turn, so that a busy
@@ -227,17 +227,20 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n_runs; i++) pred[i] = runs[i].predicted, meas[i] = runs[i].measured;
     ranks(pred, n_runs, rp);
     ranks(meas, n_runs, rm);
-    printf("%-18s %8s %8s %8s %6s %6s   %-38s %11s %11s\n", "mesh", "best ms", "median", "pred ms",
-           "rank m", "rank p", "predicted: compute/bubble/tp/pp/dp ms", "pred bytes", "peak bytes");
+    printf("%-18s %8s %8s %8s %6s %6s   %-44s %11s %11s\n", "mesh", "best ms", "median", "pred ms",
+           "rank m", "rank p", "predicted: compute/bubble/tp/pp/dp/opt ms", "pred bytes",
+           "peak bytes");
     for (int i = 0; i < n_runs; i++) {
       const struct run* r = &runs[i];
       char mesh[32];
       snprintf(mesh, sizeof mesh, "%dx%dx%d %s", r->dp, r->tp, r->pp,
                r->sched == TL_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
-      printf("%-18s %8.1f %8.1f %8.2f %6.1f %6.1f   %6.2f/%6.2f/%6.2f/%6.2f/%6.2f %13.0f %11.0f\n",
-             mesh, r->measured * 1e3, r->median * 1e3, r->predicted * 1e3, rm[i], rp[i],
-             r->t_compute * 1e3, r->t_bubble * 1e3, r->t_tp * 1e3, r->t_pp * 1e3, r->t_dp * 1e3,
-             r->pred_bytes, r->peak);
+      printf(
+          "%-18s %8.1f %8.1f %8.2f %6.1f %6.1f   %6.2f/%6.2f/%6.2f/%6.2f/%6.2f/%5.2f %13.0f "
+          "%11.0f\n",
+          mesh, r->measured * 1e3, r->median * 1e3, r->predicted * 1e3, rm[i], rp[i],
+          r->t_compute * 1e3, r->t_bubble * 1e3, r->t_tp * 1e3, r->t_pp * 1e3, r->t_dp * 1e3,
+          r->t_opt * 1e3, r->pred_bytes, r->peak);
     }
     printf("Spearman rank correlation, predicted vs best step time: %.2f over %d runs\n",
            spearman(pred, meas, n_runs), n_runs);

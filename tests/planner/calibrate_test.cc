@@ -99,11 +99,10 @@ TEST(PlanCli, CalibrateOnMoreRanksThanCoresMeasuresTheSharedSpeed) {
   EXPECT_EQ(c.cores_per_node, cores);
   ASSERT_EQ(c.n_shared_speed, ranks);
   EXPECT_EQ(c.shared_speed[ranks - 1], 1);
-  // a rank computing alone runs faster than with all the others (ideally
-  // ranks / cores times: 1.5 on 2 cores)
-  EXPECT_GT(c.shared_speed[0], 1.0);
   for (int a = 0; a < ranks; a++) {
-    EXPECT_GT(c.shared_speed[a], 0.2) << a;  // a rank alone: about ranks / cores
+    // a rank alone: about ranks / cores times as fast (1.5 on 2 cores), but
+    // tests running beside this one on a busy machine can take it below 1
+    EXPECT_GT(c.shared_speed[a], 0.2) << a;
     EXPECT_LT(c.shared_speed[a], 4.0 * ranks) << a;
   }
   EXPECT_EQ(Plan(std::string("--model ") + kSmall + " --cluster " + out + " --top 1").status, 0);

@@ -160,7 +160,41 @@ TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
   // the bubble is (p - 1) / (m + p - 1) of the pipeline's part of the step
   double pipe = p.t_compute + p.t_tp + p.t_pp + p.t_bubble;
   EXPECT_NEAR(p.t_bubble / pipe, 1.0 / 49, 1e-12);
-  EXPECT_NEAR(p.t_compute + p.t_tp + p.t_pp + p.t_bubble + p.t_dp, p.t_step, 1e-12 * p.t_step);
+  EXPECT_NEAR(p.t_compute + p.t_tp + p.t_pp + p.t_bubble + p.t_dp + p.t_opt, p.t_step,
+              1e-12 * p.t_step);
+}
+
+// The optimizer's update, once a step: TL_COST_OPTIMIZER_FLOPS element-wise
+// FLOPs a parameter of the rank's (its data-parallel shard under ZeRO) at
+// the element-wise rate, every rank updating at once.
+TEST(CostModel, TheOptimizerUpdatesTheRanksParametersOnceAStep) {
+  tl_cost_model cm = Build(kShapes[3]);
+  tl_cluster c = A100Nodes(1);
+  tl_plan p = Split1F1B(4, 1, 1, 1, 8);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  // the whole model on every rank, at 0.5 of the bf16 peak
+  const double whole = TL_COST_OPTIMIZER_FLOPS * (double)cm.params_total / (312e12 * 0.5);
+  EXPECT_NEAR(p.t_opt, whole, 1e-9 * whole);
+  EXPECT_NEAR(p.t_compute + p.t_tp + p.t_pp + p.t_bubble + p.t_dp + p.t_opt, p.t_step,
+              1e-12 * p.t_step);
+  // once a step, whatever the micro-batches
+  tl_plan more = Split1F1B(4, 1, 1, 1, 16);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &more);
+  EXPECT_DOUBLE_EQ(more.t_opt, p.t_opt);
+  // ZeRO shards it over the 4 replicas; tensor parallelism over the shards
+  tl_plan z = p;
+  z.zero = 1;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &z);
+  EXPECT_NEAR(z.t_opt, p.t_opt / 4, 1e-9 * p.t_opt);
+  tl_plan t = Split1F1B(1, 4, 1, 1, 8);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &t);
+  EXPECT_LT(t.t_opt, p.t_opt / 2);
+  // at the element-wise rate
+  tl_cluster slow = c;
+  slow.efficiency = 0.25;
+  tl_plan s = p;
+  tl_cost_evaluate(&cm, &slow, TL_BF16, nullptr, &s);
+  EXPECT_NEAR(s.t_opt, 2 * p.t_opt, 1e-9 * p.t_opt);
 }
 
 // Interleaving v chunks a rank: the bubble (p - 1) / v micro-batches, v
