@@ -71,7 +71,9 @@
  *   update, an all-gather of the same total; ZeRO-2: a reduce-scatter per
  *   micro-batch; ZeRO-3 the same reduce-scatters, its parameters gathered unit
  *   by unit one ahead of the compute: tl_cost_zero3_gathers);
- *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B. What overlaps: with
+ *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B; the optimizer's update once
+ *   a step (t_opt: TL_COST_OPTIMIZER_FLOPS a parameter of the rank's at the
+ *   element-wise rate). What overlaps: with
  *   dp_bucket_mb > 0 the gradient all-reduce runs bucket by bucket during
  *   the last micro-batch's backward (two thirds of its arithmetic), so only
  *   what that backward cannot cover, and at least the last bucket, shows;
