@@ -73,7 +73,10 @@
  *   by unit one ahead of the compute: tl_cost_zero3_gathers);
  *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B; the optimizer's update once
  *   a step (t_opt: TL_COST_OPTIMIZER_FLOPS a parameter of the rank's at the
- *   element-wise rate). What overlaps: with
+ *   element-wise rate: a lower bound on GPUs, where the specs' element-wise
+ *   fraction is of the tensor cores' peak and AdamW is bound by the ~30
+ *   bytes a parameter it moves, which no spec key yet prices). What
+ *   overlaps: with
  *   dp_bucket_mb > 0 the gradient all-reduce runs bucket by bucket during
  *   the last micro-batch's backward (two thirds of its arithmetic), so only
  *   what that backward cannot cover, and at least the last bucket, shows;
