@@ -284,6 +284,36 @@ static tl_status collective_times(tl_group* g, tl_device device, int kinds, size
   return st;
 }
 
+/* The small matmul (64 x 256 times 256 x 256) the job runs between its
+ * messages in busy_allreduce_time and shared_speeds: a rank's arithmetic
+ * as training interleaves it with communication. */
+struct small_matmul {
+  tl_backend* be;
+  float *a, *b, *c;
+};
+#define SM_M 64
+#define SM_K 256
+#define SM_N 256
+
+static tl_status small_matmul_open(struct small_matmul* s) {
+  memset(s, 0, sizeof *s);
+  TL_CHECK(tl_backend_create(tl_cpu(), &s->be));
+  s->a = calloc((size_t)SM_M * SM_K, sizeof(float));
+  s->b = calloc((size_t)SM_N * SM_K, sizeof(float));
+  s->c = calloc((size_t)SM_M * SM_N, sizeof(float));
+  return s->a && s->b && s->c ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
+}
+
+static tl_status small_matmul_run(struct small_matmul* s) {
+  return s->be->ops->matmul(s->be->ctx, s->c, s->a, s->b, NULL, SM_M, SM_N, SM_K, false, true,
+                            false);
+}
+
+static void small_matmul_close(struct small_matmul* s) {
+  free(s->a), free(s->b), free(s->c);
+  tl_backend_destroy(s->be);
+}
+
 /* What an all-reduce of 4 bytes adds to a job that computes between its
  * messages, as training does: `rounds` small matmuls on every rank with an
  * all-reduce after each, against the same matmuls without them; seconds per
@@ -292,13 +322,9 @@ static tl_status collective_times(tl_group* g, tl_device device, int kinds, size
  * that the scheduler has put behind another rank's arithmetic, which a bare ping-pong of idle ranks
  * never sees. */
 static tl_status busy_allreduce_time(tl_group* g, double* per_call) {
-  const int m = 64, k = 256, n = 256, rounds = 100;
-  tl_backend* be = NULL;
-  TL_CHECK(tl_backend_create(tl_cpu(), &be));
-  float* a = calloc((size_t)m * k, sizeof(float));
-  float* b = calloc((size_t)n * k, sizeof(float));
-  float* c = calloc((size_t)m * n, sizeof(float));
-  tl_status st = a && b && c ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
+  const int rounds = 100;
+  struct small_matmul mm;
+  tl_status st = small_matmul_open(&mm);
   double t[2] = {0, 0};
   for (int pass = 0; pass < 2 && st == TL_OK; pass++) {
     float x = 1;
@@ -306,7 +332,7 @@ static tl_status busy_allreduce_time(tl_group* g, double* per_call) {
     tl_timer tm;
     tl_timer_start(&tm);
     for (int r = 0; r < rounds && st == TL_OK; r++) {
-      st = be->ops->matmul(be->ctx, c, a, b, NULL, m, n, k, false, true, false);
+      st = small_matmul_run(&mm);
       if (st == TL_OK && pass) st = tl_group_all_reduce(g, &x, &x, 1, TL_F32, TL_REDUCE_SUM, NULL);
     }
     t[pass] = tl_timer_elapsed_s(&tm);
@@ -320,8 +346,7 @@ static tl_status busy_allreduce_time(tl_group* g, double* per_call) {
     const double d = ((double)job[1] - job[0]) / rounds;
     *per_call = d > 0 ? d : 0;
   }
-  free(a), free(b), free(c);
-  tl_backend_destroy(be);
+  small_matmul_close(&mm);
   return st;
 }
 
@@ -334,14 +359,10 @@ static tl_status busy_allreduce_time(tl_group* g, double* per_call) {
  * next count. The best of 3 rounds per count, the counts taken in turn. */
 #define SHARED_ROUNDS 3
 static tl_status shared_speeds(tl_group* g, double* speed) {
-  const int m = 64, k = 256, n = 256, calls = 192;
+  const int calls = 192;
   const int size = tl_group_size(g), me = tl_group_rank(g);
-  tl_backend* be = NULL;
-  TL_CHECK(tl_backend_create(tl_cpu(), &be));
-  float* a = calloc((size_t)m * k, sizeof(float));
-  float* b = calloc((size_t)n * k, sizeof(float));
-  float* c = calloc((size_t)m * n, sizeof(float));
-  tl_status st = a && b && c ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
+  struct small_matmul mm;
+  tl_status st = small_matmul_open(&mm);
   double best[TL_SHARED_SPEED_MAX];
   if (st == TL_OK) st = tl_group_barrier(g, NULL);
   for (int active = 1; active <= size; active++) best[active - 1] = HUGE_VAL;
@@ -353,8 +374,7 @@ static tl_status shared_speeds(tl_group* g, double* speed) {
       if (me < active) {
         tl_timer tm;
         tl_timer_start(&tm);
-        for (int i = 0; i < calls && st == TL_OK; i++)
-          st = be->ops->matmul(be->ctx, c, a, b, NULL, m, n, k, false, true, false);
+        for (int i = 0; i < calls && st == TL_OK; i++) st = small_matmul_run(&mm);
         mine = (float)tl_timer_elapsed_s(&tm);
       }
       if (st != TL_OK) break;
@@ -375,8 +395,7 @@ static tl_status shared_speeds(tl_group* g, double* speed) {
     }
   for (int i = 0; i < size && st == TL_OK; i++)
     speed[i] = best[i] > 0 ? best[size - 1] / best[i] : 1;
-  free(a), free(b), free(c);
-  tl_backend_destroy(be);
+  small_matmul_close(&mm);
   return st;
 }
 
