@@ -1,7 +1,71 @@
-/* recommend.c — writing a plan's choices over a base config. */
+/* recommend.c — writing a plan's choices over a base config, and reading
+ * them back out of one to price the run it describes. */
 #include "planner/recommend.h"
 
+#include <math.h>
 #include <string.h>
+
+void tl_plan_from_config(const struct tl_config* cfg, tl_plan* p, tl_dtype* dtype) {
+  memset(p, 0, sizeof *p);
+  p->dp = cfg->mesh.dp;
+  p->tp = cfg->mesh.tp;
+  p->pp = cfg->mesh.pp;
+  p->schedule = cfg->schedule.kind;
+  p->n_micro = cfg->schedule.micro_batches;
+  p->micro_batch = cfg->train.batch_size / (p->dp * p->n_micro);
+  p->virtual_stages =
+      cfg->schedule.kind == TL_SCHEDULE_INTERLEAVED ? cfg->schedule.virtual_stages : 1;
+  p->zero = cfg->parallel.zero;
+  p->recompute = cfg->parallel.recompute;
+  p->sequence_parallel = p->tp > 1 && cfg->parallel.sequence_parallel;
+  p->dp_bucket_mb = cfg->parallel.bucket_mb;
+  p->grad_reduce = cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
+  *dtype = cfg->train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
+}
+
+tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* cluster,
+                               tl_plan* out) {
+  tl_dtype dtype;
+  tl_plan p;
+  tl_plan_from_config(cfg, &p, &dtype);
+  tl_cluster c = *cluster;
+  const char* dev = cfg->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu";
+  if (c.device != cfg->device.type)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "cluster %s is a %s cluster; the config trains on %s (device.type)", c.name,
+                   c.device == TL_DEVICE_CUDA ? "cuda" : "cpu", dev);
+  /* a CPU computes bf16 runs in fp32, at its fp32 peak (as trellis plan) */
+  if (c.device == TL_DEVICE_CPU && c.peak_bf16 <= 0) c.peak_bf16 = c.peak_fp32;
+  if (tl_cluster_peak(&c, dtype) <= 0)
+    return TL_ERRF(TL_ERR_CONFIG, "cluster %s has no %s peak (peak_flops) for train.precision",
+                   c.name, dtype == TL_BF16 ? "bf16" : "fp32");
+  const int ranks = p.dp * p.tp * p.pp, dpn = c.devices_per_node;
+  if (ranks > tl_cluster_devices(&c))
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "the mesh's %d ranks (dp %d x tp %d x pp %d) are more than the %d "
+                   "devices of cluster %s",
+                   ranks, p.dp, p.tp, p.pp, tl_cluster_devices(&c), c.name);
+  if (ranks <= dpn) {
+    c.nodes = 1, c.devices_per_node = ranks;
+  } else if (ranks % dpn != 0) {
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "the mesh's %d ranks are not whole nodes of cluster %s's %d devices", ranks,
+                   c.name, dpn);
+  } else {
+    c.nodes = ranks / dpn;
+  }
+  tl_cost_model cm;
+  TL_CHECK(tl_cost_model_build_tp(&cfg->model, cfg->train.seq_len, dtype, p.tp, &cm));
+  tl_cost_evaluate(&cm, &c, dtype,
+                   cfg->schedule.n_stage_layers > 0 ? cfg->schedule.stage_layers : NULL, &p);
+  if (!isfinite(p.t_step))
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "the cost model prices no such run: dp %d x tp %d x pp %d, %s "
+                   "schedule of %d micro-batches",
+                   p.dp, p.tp, p.pp, tl_schedule_kind_name(p.schedule), p.n_micro);
+  *out = p;
+  return TL_OK;
+}
 
 tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int seq,
                             const tl_cluster* c, tl_dtype dtype, struct tl_config* out) {

@@ -20,6 +20,26 @@ extern "C" {
  * after the backward): larger than any stage, so one bucket a stage part */
 #define TL_PLAN_ONE_BUCKET_MB 1e6
 
+/* The plan a config runs — the inverse of tl_plan_to_config — into *p (its
+ * split fields; the predictions zeroed) and the dtype it trains in into
+ * *dtype: mesh, schedule and micro-batches (micro_batch = batch_size / (dp
+ * x micro_batches), as the config's checks require it to divide),
+ * interleaved chunks, ZeRO stage, recomputation, sequence parallelism
+ * (with tp > 1), buckets and the reduction's dtype. */
+void tl_plan_from_config(const struct tl_config* cfg, tl_plan* p, tl_dtype* dtype);
+
+/* Prices the run `cfg` describes on cluster `c` (`trellis train --cluster`):
+ * tl_plan_from_config, evaluated on c with its devices set to the mesh's
+ * ranks — one node of them where they fit one (a node of fewer devices,
+ * as plan_bench prices a job), else whole nodes of c's — and the config's
+ * stage cut where it gives one. The mesh priced is the config's whatever
+ * the planner would choose; a plan that does not fit c's memory is still
+ * priced (out->fits says). TL_ERR_CONFIG, naming the cluster and what it
+ * lacks, when the config trains on another device type, its ranks are not
+ * whole nodes or are more than c has, or the cluster has no peak for the
+ * config's precision. */
+tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* c, tl_plan* out);
+
 /* *out = *base with plan `p` for a global batch of dp * micro_batch *
  * n_micro sequences of `seq` tokens on cluster `c`, trained in `dtype`
  * (train.precision: TL_BF16 or TL_F32, as priced), its data-parallel

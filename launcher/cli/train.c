@@ -15,7 +15,10 @@
  *                   mesh, checks every step against it (launcher/train/verify.h)
  *                   and reports what it compared and the verdict
  *   --export FILE   after training, the weights as an llm.c model file, each
- *                   rank writing the parameters it holds alone into it */
+ *                   rank writing the parameters it holds alone into it
+ *   --cluster SPEC  the planner's price of this run on a cluster spec
+ *                   (planner/recommend.h) at the start, and at the end the
+ *                   measured step time and fullest rank's bytes beside it */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -38,11 +41,14 @@
 #include "launcher/train/sample.h"
 #include "launcher/train/trainer.h"
 #include "launcher/train/verify.h"
+#include "planner/cluster.h"
+#include "planner/recommend.h"
 
 static void usage(FILE* f) {
   fprintf(f,
           "usage: trellis train CONFIG.json [--steps N] [--metrics FILE] [--trace FILE]\n"
-          "                     [--verify] [--export FILE] [--hosts H1,H2 | --hostfile FILE]\n"
+          "                     [--verify] [--export FILE] [--cluster SPEC.json]\n"
+          "                     [--hosts H1,H2 | --hostfile FILE]\n"
           "\n"
           "Trains the model the config describes (docs/config.md) on mesh.dp x mesh.pp\n"
           "ranks, starting them with mpiexec (or srun under Slurm) when run by hand.\n"
@@ -51,12 +57,16 @@ static void usage(FILE* f) {
           "  --metrics FILE   one JSON object per step\n"
           "  --trace FILE     Chrome trace of every rank's work per micro-batch\n"
           "  --verify         check every step against the same config on one device\n"
+          "                   (rank 0 runs it beside the mesh; README: the equality oracle)\n"
           "  --export FILE    after training, the weights as an llm.c model file (GPT)\n"
-          "                   (rank 0 runs it beside the mesh; README: the equality oracle)\n");
+          "  --cluster SPEC   price this run as `trellis plan` does on the cluster spec\n"
+          "                   (its mesh, whatever the planner would pick): the step time\n"
+          "                   and the fullest rank's bytes, printed at the start and set\n"
+          "                   beside the measured ones at the end\n");
 }
 
 struct options {
-  const char *config, *metrics, *trace, *export_path;
+  const char *config, *metrics, *trace, *export_path, *cluster;
   long steps;
   int verify;
 };
@@ -76,6 +86,12 @@ struct run {
   int stopped;                  /* the signal the job stopped on (job/stop.h), or 0 */
   char saved[TL_PATH_MAX + 32]; /* the last checkpoint written */
   tl_status last;               /* the failing call's status, where fail() needs it */
+  /* --cluster: the planner's price of this run on the spec */
+  int priced;
+  tl_plan plan;
+  char cluster_name[64];
+  double device_bytes;
+  double* times; /* each timed step's seconds */
 };
 
 static int rank0(const struct run* r) {
@@ -235,6 +251,16 @@ static void describe(const struct run* r) {
   printf("device: %s, %d CPU thread%s per rank; lr %g\n",
          c->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu", tl_cpu_num_threads(),
          tl_cpu_num_threads() == 1 ? "" : "s", c->train.lr);
+  if (r->priced) {
+    const tl_plan* p = &r->plan;
+    printf(
+        "priced on %s (--cluster): %.1f ms a step (compute %.1f, bubble %.1f, tp %.1f, pp %.1f, "
+        "dp %.1f, optimizer %.1f), %.2f MB of state and activations on the fullest rank; %.2f "
+        "GB with the spec's reserve, %s its devices' %.2f GB\n",
+        r->cluster_name, p->t_step * 1e3, p->t_compute * 1e3, p->t_bubble * 1e3, p->t_tp * 1e3,
+        p->t_pp * 1e3, p->t_dp * 1e3, p->t_opt * 1e3, (p->mem_state + p->mem_act) / 1e6,
+        p->mem_total / 1e9, p->fits ? "within" : "beyond", r->device_bytes / 1e9);
+  }
   fflush(stdout);
 }
 
@@ -260,6 +286,8 @@ static int parse(int argc, char** argv, struct options* o) {
       o->verify = 1;
     } else if (strcmp(argv[i], "--export") == 0 && i + 1 < argc) {
       o->export_path = argv[++i];
+    } else if (strcmp(argv[i], "--cluster") == 0 && i + 1 < argc) {
+      o->cluster = argv[++i];
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       usage(stdout);
       return -1;
@@ -406,11 +434,54 @@ static const char* json_number(double x, const char* fmt, char* buf) {
   return buf;
 }
 
+/* Rank 0, --cluster: the planner's figures beside the run's (the mean step
+ * after the first, which warms caches; the fullest rank's allocator peak
+ * against the state and activations the plan prices for it). */
+static int by_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static void print_priced_against(const struct run* r, double* times, int64_t n_times) {
+  const tl_plan* p = &r->plan;
+  const int n = r->have_worker ? r->w.world_size : 1;
+  int64_t peak = 0;
+  int at = 0;
+  for (int k = 0; k < n; k++)
+    if (r->peaks[2 * k] > peak) peak = r->peaks[2 * k], at = k;
+  const double bytes = p->mem_state + p->mem_act;
+  if (n_times > 0) {
+    double mean = 0;
+    for (int64_t i = 0; i < n_times; i++) mean += times[i] / (double)n_times;
+    qsort(times, (size_t)n_times, sizeof(double), by_double);
+    const double median =
+        n_times % 2 ? times[n_times / 2] : (times[n_times / 2 - 1] + times[n_times / 2]) / 2;
+    printf(
+        "priced on %s: %.1f ms a step; measured %.1f mean (%+.1f%%), %.1f median (%+.1f%%) "
+        "over the %lld steps after the first\n",
+        r->cluster_name, p->t_step * 1e3, mean * 1e3, 100 * (mean / p->t_step - 1), median * 1e3,
+        100 * (median / p->t_step - 1), (long long)n_times);
+  } else
+    printf("priced on %s: %.1f ms a step; one step taken, which warms caches: none measured\n",
+           r->cluster_name, p->t_step * 1e3);
+  printf(
+      "priced on %s: %.2f MB on the fullest rank (stage %d); rank %d's allocator peaked at "
+      "%.2f MB (%+.1f%%)\n",
+      r->cluster_name, bytes / 1e6, p->mem_stage, at, (double)peak / 1e6,
+      bytes > 0 ? 100 * ((double)peak / bytes - 1) : 0.0);
+  fflush(stdout);
+}
+
 static int train_loop(struct run* r) {
   const struct tl_train_config* tc = &r->cfg.train;
   double tokens = (double)tc->batch_size * tc->seq_len, total_s = 0;
   int64_t first = tl_trainer_steps_done(r->t), timed = 0, stop = stop_step(r), skipped = 0;
   int width = (int)snprintf(NULL, 0, "%d", tc->steps);
+  /* --cluster: each timed step's seconds, for the median against the price */
+  double* times = NULL;
+  if (r->priced && stop > first &&
+      !(times = r->times = malloc(sizeof(double) * (size_t)(stop - first))))
+    return fail(r, "out of memory");
   for (int64_t s = first; s < stop; s++) {
     struct tl_step_stats st;
     if ((r->last = tl_trainer_step(r->t, &st)) != TL_OK) return fail(r, "");
@@ -423,7 +494,11 @@ static int train_loop(struct run* r) {
       return fail(r, "--verify");
     }
     if (r->verify && tl_verify_step(r->verify, &st) != TL_OK) return fail(r, "--verify");
-    if (s > first) total_s += st.seconds, timed++; /* the first step warms caches */
+    if (s > first) { /* the first step warms caches */
+      total_s += st.seconds;
+      if (times) times[timed] = st.seconds;
+      timed++;
+    }
     double avg = timed ? total_s / timed : st.seconds;
     if (rank0(r)) {
       printf("step %*lld/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms", width,
@@ -433,7 +508,7 @@ static int train_loop(struct run* r) {
              st.skipped ? " | skipped: not finite (train.skip_nonfinite)" : "");
       fflush(stdout);
     }
-    if (r->peaks) { /* every rank takes part in gathering the peaks */
+    if (r->opt.metrics) { /* every rank takes part in gathering the peaks */
       if (gather_peaks(r) != TL_OK) return fail(r, "metrics");
       if (r->metrics) {
         char num[2][32];
@@ -476,6 +551,10 @@ static int train_loop(struct run* r) {
   if (rank0(r) && timed)
     printf("done: %lld steps, %.1f ms per step, %.0f tokens/s\n", (long long)timed + 1,
            total_s / timed * 1e3, tokens * timed / total_s);
+  if (r->priced && !r->stopped) { /* every rank takes part in gathering the peaks */
+    if (gather_peaks(r) != TL_OK) return fail(r, "--cluster");
+    if (rank0(r)) print_priced_against(r, times, timed);
+  }
   if (rank0(r) && skipped)
     printf(
         "skipped: %lld step%s whose loss or gradient norm was not finite "
@@ -495,6 +574,7 @@ static int finish(struct run* r, int rc) {
   tl_trainer_destroy(r->t);
   tl_verify_destroy(r->verify);
   free(r->peaks);
+  free(r->times);
   if (r->have_worker) {
     /* under ASan: what this rank lost, before MPI's modules go (core/alloc.h) */
     if (tl_alloc_leak_check() != TL_OK) {
@@ -545,6 +625,20 @@ int tl_cli_train(int argc, char** argv) {
             r.opt.steps, r.cfg.train.steps);
     return 2;
   }
+  /* --cluster: priced here, before any rank starts, so that a spec that
+   * cannot price the run stops it with its reason (each rank prices it
+   * again: the same figures, for rank 0's report at the end) */
+  if (r.opt.cluster) {
+    tl_cluster c;
+    if (tl_cluster_load(r.opt.cluster, &c) != TL_OK ||
+        tl_plan_price_config(&r.cfg, &c, &r.plan) != TL_OK) {
+      fprintf(stderr, "trellis train: --cluster %s: %s\n", r.opt.cluster, tl_last_error());
+      return 2;
+    }
+    r.priced = 1;
+    snprintf(r.cluster_name, sizeof r.cluster_name, "%s", c.name);
+    r.device_bytes = c.device_memory_bytes;
+  }
   int world = r.cfg.mesh.dp * r.cfg.mesh.tp * r.cfg.mesh.pp, status = 0;
   char who[64];
   /* started by hand: the config's files are checked once, here, before any
@@ -573,7 +667,7 @@ int tl_cli_train(int argc, char** argv) {
     return finish(&r, fail(&r, ""));
   if (r.opt.verify && tl_verify_create(r.t, &r.verify) != TL_OK)
     return finish(&r, fail(&r, "--verify"));
-  if (r.opt.metrics) {
+  if (r.opt.metrics || r.priced) {
     r.peaks = calloc(2 * (r.have_worker ? (size_t)r.w.world_size : 1), sizeof(int64_t));
     if (!r.peaks) return finish(&r, fail(&r, "out of memory"));
   }

@@ -33,6 +33,7 @@
 #include "launcher/job/worker.h"
 #include "launcher/train/trainer.h"
 #include "planner/cost.h"
+#include "planner/recommend.h"
 #include "tp/tp.h"
 
 #define MAX_RUNS 64
@@ -155,9 +156,7 @@ int main(int argc, char** argv) {
   snprintf(c.data.train, sizeof c.data.train, "%s", path);
   c.data.val[0] = '\0';
   tl_cluster cluster;
-  tl_cost_model cm;
-  if (tl_cluster_load(cluster_path, &cluster) != TL_OK ||
-      tl_cost_model_build(&c.model, c.train.seq_len, &cm) != TL_OK) {
+  if (tl_cluster_load(cluster_path, &cluster) != TL_OK) {
     fprintf(stderr, "plan_bench: %s\n", tl_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -184,13 +183,13 @@ int main(int argc, char** argv) {
         memset(r, 0, sizeof *r);
         r->dp = dp, r->tp = tp, r->pp = pp;
         r->sched = k ? TL_SCHEDULE_1F1B : TL_SCHEDULE_GPIPE;
+        /* the run's config priced as `trellis train --cluster` prices it */
+        c.mesh.dp = dp, c.mesh.tp = tp, c.mesh.pp = pp, c.schedule.kind = r->sched;
         tl_plan p;
-        memset(&p, 0, sizeof p);
-        p.dp = dp, p.tp = tp, p.pp = pp, p.schedule = r->sched;
-        p.micro_batch = batch / dp / micro, p.n_micro = micro;
-        p.dp_bucket_mb = 25; /* the trainer's default bucket, which these runs use */
-        p.zero = zero;
-        tl_cost_evaluate(&cm, &cluster, TL_F32, NULL, &p);
+        if (tl_plan_price_config(&c, &cluster, &p) != TL_OK) {
+          fprintf(stderr, "plan_bench: %s\n", tl_last_error());
+          MPI_Abort(MPI_COMM_WORLD, 1);
+        }
         r->predicted = p.t_step, r->pred_bytes = p.mem_state + p.mem_act;
         r->t_compute = p.t_compute, r->t_bubble = p.t_bubble, r->t_tp = p.t_tp;
         r->t_pp = p.t_pp, r->t_dp = p.t_dp, r->t_opt = p.t_opt;

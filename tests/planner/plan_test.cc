@@ -2,11 +2,10 @@
 // loads and passes the world check for its 2 ranks; `trellis plan` prints a
 // ranked table, JSON, writes that config atomically, and refuses bad usage.
 #include <gtest/gtest.h>
-
-#include <algorithm>
 #include <jansson.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -141,13 +140,15 @@ TEST(PlanCli, BucketsAndTheReductionDtypeCanBeFixedAndAreWritten) {
     t_dp[i] = json_number_value(json_object_get(best, "dp_comm_s"));
     json_decref(root);
   }
-  std::printf("exposed gradient reduction: buckets %.3g s, after the backward %.3g s, in bf16 %.3g s\n",
-              t_dp[0], t_dp[1], t_dp[2]);
+  std::printf(
+      "exposed gradient reduction: buckets %.3g s, after the backward %.3g s, in bf16 %.3g s\n",
+      t_dp[0], t_dp[1], t_dp[2]);
   EXPECT_GT(t_dp[1], t_dp[0]);
   EXPECT_LT(t_dp[2], t_dp[1]);
-  EXPECT_EQ(Plan("--model " + base + " --cluster " + kThisMachine + " --fix bucket_mb=-1").status, 2);
-  EXPECT_EQ(Plan("--model " + base + " --cluster " + kThisMachine + " --fix grad_reduce=fp16").status,
+  EXPECT_EQ(Plan("--model " + base + " --cluster " + kThisMachine + " --fix bucket_mb=-1").status,
             2);
+  EXPECT_EQ(
+      Plan("--model " + base + " --cluster " + kThisMachine + " --fix grad_reduce=fp16").status, 2);
   // the deterministic mode's exact sums are not rounded: refused before any search
   std::string det = TempPath("bucket_det.json");
   {
@@ -470,8 +471,8 @@ TEST(PlanCli, FixOverlapZeroExposesTheDataParallelTime) {
   EXPECT_GT(dp_off, dp_on);
   // to the JSON's 6 significant digits (each figure within 5e-6 of itself)
   EXPECT_NEAR(off - dp_off, on - dp_on, 5e-6 * (on + off)) << "only the data-parallel time moves";
-  PlanRun r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine +
-                   " --fix overlap=2");
+  PlanRun r =
+      Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " --fix overlap=2");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("--fix overlap=2: expected 0 or 1"), std::string::npos) << r.output;
   std::string out = TempPath("plan_no_overlap.json");
@@ -555,13 +556,14 @@ TEST(PlanCli, NoSplitOfAllDevicesSaysWhyAndPlansFewer) {
   std::ofstream(model) << R"({"model": {"n_layers": 4, "n_heads": 16, "n_embd": 1024,
       "vocab_size": 131072, "max_seq_len": 1024}, "train": {"batch_size": 64, "seq_len": 1024}})";
   std::remove(out.c_str());
-  PlanRun r = Plan("--model " + model + " --cluster examples/clusters/dgx_a100.json --top 3 --out " +
-                   out);
+  PlanRun r =
+      Plan("--model " + model + " --cluster examples/clusters/dgx_a100.json --top 3 --out " + out);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("no split of all 3072 devices fits: every dp x tp x pp"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("at most 2048 devices of whole nodes (dp 64 x tp 8 x pp 4)"), std::string::npos)
+  EXPECT_NE(r.output.find("at most 2048 devices of whole nodes (dp 64 x tp 8 x pp 4)"),
+            std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("searched fewer devices:"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("devices rank    dp"), std::string::npos) << r.output;
@@ -596,8 +598,8 @@ TEST(PlanCli, AnImpossibleFixSaysWhichConstraint) {
   std::string wide = TempPath("sixteen_heads.json");
   std::ofstream(wide) << R"({"model": {"n_layers": 4, "n_heads": 16, "n_embd": 1024,
       "vocab_size": 50257, "max_seq_len": 1024}, "train": {"batch_size": 64, "seq_len": 1024}})";
-  PlanRun r = Plan("--model " + wide +
-                   " --cluster examples/clusters/dgx_a100.json --nodes 2 --fix tp=16");
+  PlanRun r =
+      Plan("--model " + wide + " --cluster examples/clusters/dgx_a100.json --nodes 2 --fix tp=16");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("tp must stay within a node's 8 devices (--allow-tp-across-nodes"),
             std::string::npos)
@@ -628,4 +630,123 @@ TEST(PlanCli, AnImpossibleFixSaysWhichConstraint) {
   EXPECT_EQ(z.status, 1) << z.output;
   EXPECT_NE(z.output.find("zero-bubble runs a GPT, with ZeRO 0 or 1"), std::string::npos)
       << z.output;
+}
+
+// The plan is the contract both ways: a plan the search priced, written as
+// a config (tl_plan_to_config), prices the same when the config is priced
+// (tl_plan_price_config, what `trellis train --cluster` reports) — its step
+// time and its parts, and its memory — for every plan of a search over
+// meshes, schedules, ZeRO stages, recomputation, sequence parallelism and
+// interleaving across two GPU nodes. A field the config carries but the
+// pricing reads wrong or drops shows here.
+TEST(Plan, AConfigPricesAsThePlanItWasWrittenFrom) {
+  struct tl_config base;
+  ASSERT_EQ(tl_config_load(kSmall, &base), TL_OK) << tl_last_error();
+  base.model.n_layers = 8, base.model.n_heads = 8, base.model.n_embd = 256;
+  base.train.batch_size = 32;
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  c.nodes = 2;
+  tl_cost_model cm;
+  ASSERT_EQ(
+      tl_cost_model_build_tp(&base.model, base.train.seq_len, TL_BF16, c.devices_per_node, &cm),
+      TL_OK)
+      << tl_last_error();
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, base.train.batch_size, TL_BF16);
+  o.grad_reduce = TL_BF16; /* a field of the plan the config must carry back */
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  ASSERT_GT(r.n_plans, 100);
+  int seen_sp = 0, seen_zero = 0, seen_inter = 0, seen_rc = 0, seen_nodes = 0;
+  /* every 7th plan (each pricing builds its cost model): a few hundred */
+  std::printf("%d plans, every 7th priced from its config\n", r.n_plans);
+  for (int i = 0; i < r.n_plans; i += 7) {
+    const tl_plan& want = r.plans[i];
+    struct tl_config cfg;
+    ASSERT_EQ(tl_plan_to_config(&want, &base, base.train.seq_len, &c, TL_BF16, &cfg), TL_OK);
+    tl_plan got;
+    ASSERT_EQ(tl_plan_price_config(&cfg, &c, &got), TL_OK) << tl_last_error();
+    SCOPED_TRACE("plan " + std::to_string(i) + ": dp " + std::to_string(want.dp) + " tp " +
+                 std::to_string(want.tp) + " pp " + std::to_string(want.pp));
+    EXPECT_NEAR(got.t_step / want.t_step, 1.0, 1e-9);
+    EXPECT_NEAR(got.t_dp, want.t_dp, 1e-9 * want.t_step);
+    EXPECT_NEAR(got.t_tp, want.t_tp, 1e-9 * want.t_step);
+    EXPECT_NEAR(got.t_opt, want.t_opt, 1e-9 * want.t_step);
+    EXPECT_NEAR(got.mem_total / want.mem_total, 1.0, 1e-9);
+    EXPECT_EQ(got.mem_stage, want.mem_stage);
+    seen_sp += want.sequence_parallel, seen_zero += want.zero > 0;
+    seen_inter += tl_plan_chunks(&want) > 1, seen_rc += want.recompute != TL_RECOMPUTE_NONE;
+    seen_nodes += want.dp * want.tp * want.pp > c.devices_per_node;
+    if (HasFailure()) break;
+  }
+  EXPECT_GT(seen_sp, 0);
+  EXPECT_GT(seen_zero, 0);
+  EXPECT_GT(seen_inter, 0);
+  EXPECT_GT(seen_rc, 0);
+  EXPECT_GT(seen_nodes, 0);
+  tl_search_free(&r);
+}
+
+// `trellis train --cluster SPEC` prices the run before any rank starts and
+// sets the measured step and bytes beside the price at the end; a spec
+// that cannot price the run stops it, naming the spec and why.
+TEST(PlanCli, TrainSetsTheMeasuredBesideThePrice) {
+  std::string tokens = WriteTokens("priced", "The config never lies", 400);
+  std::string cfg_path = TempPath("priced.json");
+  std::ofstream(cfg_path) << R"({"model": {"kind": "gpt", "n_layers": 2, "n_heads": 4,
+      "n_embd": 64, "vocab_size": 256, "max_seq_len": 64},
+      "train": {"steps": 3, "batch_size": 4, "seq_len": 64, "sample_tokens": 0},
+      "data": {"train": ")"
+                          << tokens << "\"}}";
+  struct tl_config cfg;
+  ASSERT_EQ(tl_config_load(cfg_path.c_str(), &cfg), TL_OK) << tl_last_error();
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load(kThisMachine, &c), TL_OK) << tl_last_error();
+  tl_plan p;
+  ASSERT_EQ(tl_plan_price_config(&cfg, &c, &p), TL_OK) << tl_last_error();
+  char step[64], bytes[64];
+  std::snprintf(step, sizeof step, "priced on this_machine (--cluster): %.1f ms a step",
+                p.t_step * 1e3);
+  std::snprintf(bytes, sizeof bytes, "priced on this_machine: %.2f MB on the fullest rank",
+                (p.mem_state + p.mem_act) / 1e6);
+  PlanRun t = Shell("launcher/trellis train " + cfg_path + " --cluster " + kThisMachine);
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find(step), std::string::npos) << step << "\n" << t.output;
+  EXPECT_NE(t.output.find("ms a step; measured "), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("median"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("over the 2 steps after the first"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find(bytes), std::string::npos) << bytes << "\n" << t.output;
+  // the allocator's peak is what the plan prices for one rank's state and
+  // activations (PredictedBytesMatchTheAllocatorsPeak): within 10%
+  size_t at = t.output.find("allocator peaked at ");
+  ASSERT_NE(at, std::string::npos) << t.output;
+  double peak_mb = std::atof(t.output.c_str() + at + 20);
+  EXPECT_NEAR(peak_mb / ((p.mem_state + p.mem_act) / 1e6), 1.0, 0.10) << t.output;
+
+  PlanRun missing = Shell("launcher/trellis train " + cfg_path + " --cluster no_such_spec.json");
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_NE(missing.output.find("trellis train: --cluster no_such_spec.json: "), std::string::npos)
+      << missing.output;
+  EXPECT_EQ(missing.output.find("step 1/"), std::string::npos) << missing.output;
+  PlanRun gpu =
+      Shell("launcher/trellis train " + cfg_path + " --cluster examples/clusters/dgx_a100.json");
+  EXPECT_EQ(gpu.status, 2) << gpu.output;
+  EXPECT_NE(gpu.output.find("cluster dgx_a100 is a cuda cluster; the config trains on cpu "
+                            "(device.type)"),
+            std::string::npos)
+      << gpu.output;
+  std::string four = TempPath("priced_four.json");
+  std::ofstream(four) << R"({"model": {"kind": "gpt", "n_layers": 2, "n_heads": 4,
+      "n_embd": 64, "vocab_size": 256, "max_seq_len": 64}, "mesh": {"dp": 4},
+      "train": {"steps": 3, "batch_size": 4, "seq_len": 64, "sample_tokens": 0},
+      "data": {"train": ")"
+                      << tokens << "\"}}";
+  PlanRun wide = Shell("launcher/trellis train " + four + " --cluster " + kThisMachine);
+  EXPECT_EQ(wide.status, 2) << wide.output;
+  EXPECT_NE(wide.output.find("the mesh's 4 ranks (dp 4 x tp 1 x pp 1) are more than the 2 "
+                             "devices of cluster this_machine"),
+            std::string::npos)
+      << wide.output;
+  EXPECT_EQ(wide.output.find("starting"), std::string::npos) << "no rank starts\n" << wide.output;
 }
