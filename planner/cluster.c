@@ -282,6 +282,7 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
                                      "collective_bandwidth",
                                      "reserve_bytes",
                                      "allocator_overhead",
+                                     "memory_bandwidth",
                                      "cores_per_node",
                                      "shared_core_speed",
                                      NULL};
@@ -354,6 +355,8 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
   TL_CHECK(
       number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes));
   TL_CHECK(number(src, root, "", "allocator_overhead", 0, 1, &c->allocator_overhead));
+  /* absent: 0, the optimizer priced by its FLOPs alone; present: > 0 */
+  TL_CHECK(number(src, root, "", "memory_bandwidth", 0, 0, &c->memory_bandwidth));
   if (json_object_get(root, "cores_per_node")) {
     if (c->device != TL_DEVICE_CPU)
       return TL_ERRF(TL_ERR_CONFIG,

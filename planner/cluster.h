@@ -105,6 +105,12 @@ typedef struct tl_cluster {
    * buffer from the device and caches none (0); the shipped GPU specs
    * carry what PyTorch-based runs held (planner/README.md) */
   double allocator_overhead;
+  /* bytes/s a device's memory moves, read and written together
+   * ("memory_bandwidth"; 0, the default: unknown). Prices what streams
+   * through memory once a step with little arithmetic a byte — the
+   * optimizer's update (TL_COST_OPTIMIZER_BYTES) — where the bytes take
+   * longer than the FLOPs at the element-wise rate, as on a GPU */
+  double memory_bandwidth;
   /* the matrix products' efficiency by shape; with it they are priced
    * product by product (planner/cost.h), without it at `efficiency` */
   struct tl_gemm_table gemm;

@@ -73,9 +73,8 @@
  *   by unit one ahead of the compute: tl_cost_zero3_gathers);
  *   the bubble (p-1)/(m+p-1) of GPipe and 1F1B; the optimizer's update once
  *   a step (t_opt: TL_COST_OPTIMIZER_FLOPS a parameter of the rank's at the
- *   element-wise rate: a lower bound on GPUs, where the specs' element-wise
- *   fraction is of the tensor cores' peak and AdamW is bound by the ~30
- *   bytes a parameter it moves, which no spec key yet prices). What
+ *   element-wise rate, or TL_COST_OPTIMIZER_BYTES through the spec's
+ *   memory_bandwidth where those take longer, as on GPUs). What
  *   overlaps: with
  *   dp_bucket_mb > 0 the gradient all-reduce runs bucket by bucket during
  *   the last micro-batch's backward (two thirds of its arithmetic), so only
@@ -190,7 +189,7 @@ struct tl_cost_shard {
   double layer_attn_flops, layer_attn_fwd_flops, layer_attn_again_flops;
   /* the matrix products of a block, of the embedding and of the head */
   struct tl_cost_gemms layer_gemms, embed_gemms, head_gemms;
-  struct tl_pp_costs zb_costs;  /* a block's passes, as the trainer builds zero-bubble's lists */
+  struct tl_pp_costs zb_costs; /* a block's passes, as the trainer builds zero-bubble's lists */
   struct tl_cost_stage_shape stage[4]; /* indexed by TL_COST_STAGE_* bits */
   /* MLP only: per layer, and per range of layers */
   struct tl_cost_mlp_layer mlp_layer[TL_MLP_MAX_LAYERS];
@@ -212,10 +211,10 @@ typedef struct tl_cost_model {
   tl_model_kind kind;
   int n_layers, n_heads, n_embd, vocab, padded_vocab, seq;
   int64_t params_total;
-  tl_dtype precision; /* of the graphs the costs were read off (tl_cost_model_build_precision) */
-  int64_t params_layer;                /* one transformer block */
-  int64_t params_embed;                /* wte + wpe (the first stage) */
-  int64_t params_head;                 /* wte (tied, a copy on the last stage when pp > 1) + lnf */
+  tl_dtype precision;   /* of the graphs the costs were read off (tl_cost_model_build_precision) */
+  int64_t params_layer; /* one transformer block */
+  int64_t params_embed; /* wte + wpe (the first stage) */
+  int64_t params_head;  /* wte (tied, a copy on the last stage when pp > 1) + lnf */
   double layer_fwd_flops, layer_flops; /* one block: forward; forward + backward */
   double embed_flops, head_flops;      /* forward + backward */
   double head_fwd_flops;
@@ -401,8 +400,7 @@ struct tl_cost_unit {
  * reads them), 4 in fp32. */
 double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
                              const struct tl_cost_unit* u, int n, double late,
-                             const struct tl_link* link,
-                             tl_dtype precision); /* n runs of units */
+                             const struct tl_link* link, tl_dtype precision); /* n runs of units */
 
 /* Fills the predictions of *p (its split fields set by the caller) trained
  * in `dtype`. `layers` is the stage cut (tl_cost_stage_layers; a search
@@ -423,6 +421,13 @@ void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan
  * the gradients (1); priced at the spec's element-wise rate, once a step
  * (tl_plan.t_opt) */
 #define TL_COST_OPTIMIZER_FLOPS 20
+/* Bytes a parameter of the same step moves through the device's memory:
+ * AdamW reads the weight, its gradient and both moments and writes the
+ * weight and the moments (7 x 4), the norm reads the gradient (4) and
+ * zeroing writes it (4). With the spec's memory_bandwidth the step takes
+ * the longer of these bytes and the FLOPs above (an H100 moves 36 bytes in
+ * the time it does ~20,000 bf16 FLOPs: there the bytes set it) */
+#define TL_COST_OPTIMIZER_BYTES 36
 
 /* What takes the largest share of the plan's step: "compute", "bubble",
  * "tp comm", "pp comm", "dp comm" or "optimizer". */

@@ -75,7 +75,8 @@ void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs
  * ZeRO) and the gradient norm's and clipping's passes, about
  * TL_COST_OPTIMIZER_FLOPS (cost.h) element-wise FLOPs a parameter at the spec's
  * element-wise rate (compute_efficiency of the kernels' peak), every rank
- * updating at once. */
+ * updating at once; or, where the spec gives memory_bandwidth and they take
+ * longer, TL_COST_OPTIMIZER_BYTES a parameter through it. */
 double tl__cost_optimizer_seconds(const tl_cluster* c, const tl_plan* p, double params);
 
 /* The MLP (planner/cost_mlp.c). */

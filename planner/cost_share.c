@@ -196,5 +196,8 @@ void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs
 double tl__cost_optimizer_seconds(const tl_cluster* c, const tl_plan* p, double params) {
   const double shard = p->zero >= 1 && p->dp > 1 ? params / p->dp : params;
   const double rate = tl_cluster_kernel_peak(c) * c->efficiency * tl__cost_core_speed(c, p);
-  return rate > 0 ? TL_COST_OPTIMIZER_FLOPS * shard / rate : 0;
+  const double flops = rate > 0 ? TL_COST_OPTIMIZER_FLOPS * shard / rate : 0;
+  const double bytes =
+      c->memory_bandwidth > 0 ? TL_COST_OPTIMIZER_BYTES * shard / c->memory_bandwidth : 0;
+  return flops > bytes ? flops : bytes;
 }

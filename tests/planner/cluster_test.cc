@@ -77,6 +77,12 @@ TEST(Cluster, DefaultsForTheOptionalKeys) {
             TL_OK)
       << tl_last_error();
   EXPECT_DOUBLE_EQ(c.allocator_overhead, 0.15);
+  EXPECT_EQ(c.memory_bandwidth, 0.0);  // unknown: the optimizer priced by its FLOPs
+  ASSERT_EQ(tl_cluster_parse(With("\"nodes\"", "\"memory_bandwidth\": 3.35e12, \"nodes\"").c_str(),
+                             "c.json", &c),
+            TL_OK)
+      << tl_last_error();
+  EXPECT_DOUBLE_EQ(c.memory_bandwidth, 3.35e12);
 }
 
 TEST(Cluster, BadSpecsNameThePathTheValueAndWhatWasExpected) {
@@ -104,6 +110,12 @@ TEST(Cluster, BadSpecsNameThePathTheValueAndWhatWasExpected) {
             std::string::npos);
   EXPECT_NE(Error(With("\"nodes\"", "\"allocator_overhead\": -0.1, \"nodes\""))
                 .find("allocator_overhead = -0.1: expected a number >= 0"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"nodes\"", "\"memory_bandwidth\": 0, \"nodes\""))
+                .find("memory_bandwidth = 0: expected a number > 0"),
+            std::string::npos);
+  EXPECT_NE(Error(With("\"nodes\"", "\"memory_bandwidth\": \"fast\", \"nodes\""))
+                .find("memory_bandwidth: expected a number > 0, got "),
             std::string::npos);
   EXPECT_NE(Error("{\"nodes\": ").find("c.json:1:"), std::string::npos);
   tl_cluster c;

@@ -33,7 +33,6 @@ extern "C" {
 
 #include "tests/planner/cost_fixture.h"
 
-
 TEST(CostModel, LayerFlopsAreTheGraphsNodesTermByTerm) {
   for (const Shape& x : kShapes) {
     tl_cost_model cm = Build(x);
@@ -195,6 +194,23 @@ TEST(CostModel, TheOptimizerUpdatesTheRanksParametersOnceAStep) {
   tl_plan s = p;
   tl_cost_evaluate(&cm, &slow, TL_BF16, nullptr, &s);
   EXPECT_NEAR(s.t_opt, 2 * p.t_opt, 1e-9 * p.t_opt);
+  // with the device's memory bandwidth: the longer of the FLOPs and the
+  // bytes through memory (on an A100's 2.0e12 bytes/s, the bytes)
+  tl_cluster hbm = c;
+  hbm.memory_bandwidth = 2.0e12;
+  tl_plan b = p;
+  tl_cost_evaluate(&cm, &hbm, TL_BF16, nullptr, &b);
+  const double bytes = TL_COST_OPTIMIZER_BYTES * (double)cm.params_total / 2.0e12;
+  EXPECT_NEAR(b.t_opt, bytes, 1e-9 * bytes);
+  EXPECT_GT(b.t_opt, 100 * p.t_opt);
+  EXPECT_NEAR(b.t_step - p.t_step, bytes - p.t_opt, 1e-9 * b.t_step) << "a part of the step";
+  tl_plan bz = b;
+  bz.zero = 1;
+  tl_cost_evaluate(&cm, &hbm, TL_BF16, nullptr, &bz);
+  EXPECT_NEAR(bz.t_opt, bytes / 4, 1e-9 * bytes) << "ZeRO shards the bytes too";
+  hbm.memory_bandwidth = 1e18;  // memory faster than the arithmetic: the FLOPs
+  tl_cost_evaluate(&cm, &hbm, TL_BF16, nullptr, &b);
+  EXPECT_NEAR(b.t_opt, whole, 1e-9 * whole);
 }
 
 // Interleaving v chunks a rank: the bubble (p - 1) / v micro-batches, v
@@ -278,7 +294,8 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
               g(late) + g(P) + g(2 * P) + g(P) + 3 * g(P) + 2 * g(P), 1e-12);
   // compute longer than any gather: only the step's start shows
   tl_cost_unit busy[3] = {{P, 1, 2, 1}, {2 * P, 1, 2, 1}, {P, 1, 2, 1}};
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link, TL_F32), g(late) + g(P), 1e-12);
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link, TL_F32), g(late) + g(P),
+              1e-12);
   // half hidden: unit 1's gather (6 ms) behind unit 0's forward (3 ms),
   // in the first forward only (the later ones find unit 1 in its slot)
   tl_cost_unit half[3] = {{P, 3e-3, 1, 1}, {2 * P, 1, 1, 1}, {P, 1, 1, 1}};
@@ -294,7 +311,8 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
               g(late) + g(P) + 2 * 2 * g(P), 1e-12);
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 2, busy, 3, late, &link, TL_F32),
               g(late) + g(P) + 1 * 2 * g(P), 1e-12);
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link, TL_F32), g(late) + g(P), 1e-12);
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link, TL_F32), g(late) + g(P),
+              1e-12);
   // overlapping nothing (--fix overlap=0): compute hides no gather
   p.no_overlap = true;
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 3, busy, 3, late, &link, TL_F32),
@@ -303,7 +321,7 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   // a run of alike units is those units one by one
   p.pp = 1;
   tl_cost_unit runs[3] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 4}, {P, 1e-3, 1e-3, 1}};
-  tl_cost_unit each[6] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 1}, {2 * P, 2e-3, 4e-3, 1},
+  tl_cost_unit each[6] = {{P, 1e-3, 2e-3, 1},     {2 * P, 2e-3, 4e-3, 1}, {2 * P, 2e-3, 4e-3, 1},
                           {2 * P, 2e-3, 4e-3, 1}, {2 * P, 2e-3, 4e-3, 1}, {P, 1e-3, 1e-3, 1}};
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, runs, 3, late, &link, TL_F32),
               tl_cost_zero3_gathers(&c, &p, 0, each, 6, late, &link, TL_F32), 1e-12);
@@ -477,8 +495,8 @@ TEST(CostModel, MatrixProductsAreTheGraphsMatmuls) {
     }
     // the head: the logits (s, V/t, h) forward and its two backward products
     double Vp = cm.padded_vocab;
-    EXPECT_NEAR(tl_cost_gemm_flops(sh.head_gemms.g, sh.head_gemms.n, false),
-                3 * 2 * s * h * Vp / t, 1e-6 * s * h * Vp)
+    EXPECT_NEAR(tl_cost_gemm_flops(sh.head_gemms.g, sh.head_gemms.n, false), 3 * 2 * s * h * Vp / t,
+                1e-6 * s * h * Vp)
         << i;
     EXPECT_EQ(sh.embed_gemms.n, 0) << i;
     int found = 0;

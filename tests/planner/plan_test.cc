@@ -452,7 +452,8 @@ TEST(PlanCli, FixOverlapZeroExposesTheDataParallelTime) {
   auto step = [](const std::string& overlap, double* dp_s) {
     PlanRun r = Plan(std::string("--model ") + kSmall +
                      " --cluster examples/clusters/dgx_a100.json --nodes 2 --batch 64 --json"
-                     " --fix dp=16,tp=1,pp=1,micro_batch=2,micro_batches=2,zero=3,bucket_mb=25" +
+                     " --fix dp=16,tp=1,pp=1,micro_batch=2,micro_batches=2,zero=3,bucket_mb=25,"
+                     "recompute=none" +
                      overlap);
     EXPECT_EQ(r.status, 0) << r.output;
     json_error_t err;

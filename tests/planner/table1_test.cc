@@ -6,8 +6,8 @@
 // paper's way, F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) / time / GPUs.
 //
 // The cluster's efficiencies (examples/clusters/dgx_a100.json: matrix
-// products at 0.675 x F / (F + 2e10) of peak, F one block's forward FLOPs per
-// GPU, attention kernels at 0.08) are the best point of a grid scored on the
+// products at 0.65 x F / (F + 1e10) of peak, F one block's forward FLOPs per
+// GPU, attention kernels at 0.10) are the best point of a grid scored on the
 // other published runs of published_test.cc (Korthikanti et al. 2022, Smith
 // et al. 2022, BigScience's BLOOM sweep, Table 2's PTD-P rows), not on these
 // rows: this table is out of sample. Collectives spanning nodes run at as many network
