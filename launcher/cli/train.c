@@ -20,6 +20,7 @@
  *                   (planner/recommend.h) at the start, and at the end the
  *                   measured step time and fullest rank's bytes beside it */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,8 @@ static void usage(FILE* f) {
           "  --cluster SPEC   price this run as `trellis plan` does on the cluster spec\n"
           "                   (its mesh, whatever the planner would pick): the step time\n"
           "                   and the fullest rank's bytes, printed at the start and set\n"
-          "                   beside the measured ones at the end\n");
+          "                   beside the measured ones at the end (and as --metrics'\n"
+          "                   last line)\n");
 }
 
 struct options {
@@ -450,12 +452,11 @@ static void print_priced_against(const struct run* r, double* times, int64_t n_t
   for (int k = 0; k < n; k++)
     if (r->peaks[2 * k] > peak) peak = r->peaks[2 * k], at = k;
   const double bytes = p->mem_state + p->mem_act;
+  double mean = 0, median = 0;
   if (n_times > 0) {
-    double mean = 0;
     for (int64_t i = 0; i < n_times; i++) mean += times[i] / (double)n_times;
     qsort(times, (size_t)n_times, sizeof(double), by_double);
-    const double median =
-        n_times % 2 ? times[n_times / 2] : (times[n_times / 2 - 1] + times[n_times / 2]) / 2;
+    median = n_times % 2 ? times[n_times / 2] : (times[n_times / 2 - 1] + times[n_times / 2]) / 2;
     printf(
         "priced on %s: %.1f ms a step; measured %.1f mean (%+.1f%%), %.1f median (%+.1f%%) "
         "over the %lld steps after the first\n",
@@ -470,6 +471,18 @@ static void print_priced_against(const struct run* r, double* times, int64_t n_t
       r->cluster_name, bytes / 1e6, p->mem_stage, at, (double)peak / 1e6,
       bytes > 0 ? 100 * ((double)peak / bytes - 1) : 0.0);
   fflush(stdout);
+  if (r->metrics) { /* the same, a line for scripts (no measured step: null) */
+    json_t* o =
+        json_pack("{sI ss sf so so sf sI si}", "step", (json_int_t)tl_trainer_steps_done(r->t),
+                  "priced_on", r->cluster_name, "priced_step_ms", p->t_step * 1e3,
+                  "measured_mean_ms", n_times > 0 ? json_real(mean * 1e3) : json_null(),
+                  "measured_median_ms", n_times > 0 ? json_real(median * 1e3) : json_null(),
+                  "priced_bytes", bytes, "peak_bytes", (json_int_t)peak, "peak_rank", at);
+    char* line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (line) fprintf(r->metrics, "%s\n", line);
+    free(line);
+    json_decref(o);
+  }
 }
 
 static int train_loop(struct run* r) {

@@ -711,7 +711,9 @@ TEST(PlanCli, TrainSetsTheMeasuredBesideThePrice) {
                 p.t_step * 1e3);
   std::snprintf(bytes, sizeof bytes, "priced on this_machine: %.2f MB on the fullest rank",
                 (p.mem_state + p.mem_act) / 1e6);
-  PlanRun t = Shell("launcher/trellis train " + cfg_path + " --cluster " + kThisMachine);
+  std::string metrics = TempPath("priced.jsonl");
+  PlanRun t = Shell("launcher/trellis train " + cfg_path + " --cluster " + kThisMachine +
+                    " --metrics " + metrics);
   ASSERT_EQ(t.status, 0) << t.output;
   EXPECT_NE(t.output.find(step), std::string::npos) << step << "\n" << t.output;
   EXPECT_NE(t.output.find("ms a step; measured "), std::string::npos) << t.output;
@@ -724,6 +726,19 @@ TEST(PlanCli, TrainSetsTheMeasuredBesideThePrice) {
   ASSERT_NE(at, std::string::npos) << t.output;
   double peak_mb = std::atof(t.output.c_str() + at + 20);
   EXPECT_NEAR(peak_mb / ((p.mem_state + p.mem_act) / 1e6), 1.0, 0.10) << t.output;
+  // --metrics ends with the same figures, a line for scripts
+  std::ifstream m(metrics);
+  std::string line, last;
+  while (std::getline(m, line)) last = line;
+  json_t* rec = json_loads(last.c_str(), 0, nullptr);
+  ASSERT_NE(rec, nullptr) << last;
+  EXPECT_EQ(json_integer_value(json_object_get(rec, "step")), 3);
+  EXPECT_STREQ(json_string_value(json_object_get(rec, "priced_on")), "this_machine");
+  EXPECT_NEAR(json_number_value(json_object_get(rec, "priced_step_ms")), p.t_step * 1e3,
+              1e-9 * p.t_step * 1e3);
+  EXPECT_GT(json_number_value(json_object_get(rec, "measured_median_ms")), 0);
+  EXPECT_NEAR(json_number_value(json_object_get(rec, "peak_bytes")) / 1e6, peak_mb, 0.01);
+  json_decref(rec);
 
   PlanRun missing = Shell("launcher/trellis train " + cfg_path + " --cluster no_such_spec.json");
   EXPECT_EQ(missing.status, 2) << missing.output;
