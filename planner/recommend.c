@@ -3,6 +3,7 @@
 #include "planner/recommend.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void tl_plan_from_config(const struct tl_config* cfg, tl_plan* p, tl_dtype* dtype) {
@@ -29,6 +30,24 @@ tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* cl
   tl_plan p;
   tl_plan_from_config(cfg, &p, &dtype);
   tl_cluster c = *cluster;
+  /* what the trainer runs that the cost model does not price: refused,
+   * named, rather than priced as something else */
+  if (cfg->model.kind == TL_MODEL_MLP && cfg->parallel.recompute != TL_RECOMPUTE_NONE)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "parallel.recompute = \"%s\": the cost model prices an MLP without "
+                   "recomputation (as trellis plan plans it)",
+                   cfg->parallel.recompute == TL_RECOMPUTE_FULL ? "full" : "selective");
+  if (cfg->model.kind == TL_MODEL_MLP && (cfg->schedule.kind == TL_SCHEDULE_INTERLEAVED ||
+                                          cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE))
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "schedule.kind = \"%s\": the cost model prices an MLP under gpipe and 1f1b "
+                   "(as trellis plan plans it)",
+                   tl_schedule_kind_name(cfg->schedule.kind));
+  if (cfg->parallel.deterministic && p.dp > 1)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "parallel.deterministic = true: its exact gradient sum (an 8-byte accumulator "
+                   "a parameter, one integer all-reduce after the backward) is not what the cost "
+                   "model prices (fp32 or bf16 buckets during the backward)");
   const char* dev = cfg->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu";
   if (c.device != cfg->device.type)
     return TL_ERRF(TL_ERR_CONFIG,
@@ -49,19 +68,31 @@ tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* cl
     c.nodes = 1, c.devices_per_node = ranks;
   } else if (ranks % dpn != 0) {
     return TL_ERRF(TL_ERR_CONFIG,
-                   "the mesh's %d ranks are not whole nodes of cluster %s's %d devices", ranks,
-                   c.name, dpn);
+                   "the mesh's %d ranks (mesh.dp x mesh.tp x mesh.pp) are not whole nodes of "
+                   "cluster %s's %d devices",
+                   ranks, c.name, dpn);
   } else {
     c.nodes = ranks / dpn;
+    /* across nodes a group's links follow the ranks' order, which the cost
+     * model takes as tp innermost, then dp (tl_cost_group_link) */
+    const tl_axis tdp[3] = {TL_AXIS_TP, TL_AXIS_DP, TL_AXIS_PP};
+    if (memcmp(cfg->mesh.order, tdp, sizeof tdp) != 0)
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "mesh.order: across nodes the cost model lays a mesh out tp innermost, "
+                     "then dp, then pp (the default order); this config's differs");
   }
-  tl_cost_model cm;
-  TL_CHECK(tl_cost_model_build_tp(&cfg->model, cfg->train.seq_len, dtype, p.tp, &cm));
-  tl_cost_evaluate(&cm, &c, dtype,
-                   cfg->schedule.n_stage_layers > 0 ? cfg->schedule.stage_layers : NULL, &p);
+  tl_cost_model* cm = malloc(sizeof *cm); /* megabytes: not on the stack */
+  if (!cm) return TL_ERRF(TL_ERR_NOMEM, "out of memory for the cost model");
+  tl_status st = tl_cost_model_build_tp(&cfg->model, cfg->train.seq_len, dtype, p.tp, cm);
+  if (st == TL_OK)
+    tl_cost_evaluate(cm, &c, dtype,
+                     cfg->schedule.n_stage_layers > 0 ? cfg->schedule.stage_layers : NULL, &p);
+  free(cm);
+  TL_CHECK(st);
   if (!isfinite(p.t_step))
     return TL_ERRF(TL_ERR_CONFIG,
-                   "the cost model prices no such run: dp %d x tp %d x pp %d, %s "
-                   "schedule of %d micro-batches",
+                   "the cost model prices no such run: mesh dp %d x tp %d x pp %d, "
+                   "schedule.kind \"%s\" of %d micro-batches",
                    p.dp, p.tp, p.pp, tl_schedule_kind_name(p.schedule), p.n_micro);
   *out = p;
   return TL_OK;

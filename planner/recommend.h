@@ -34,10 +34,12 @@ void tl_plan_from_config(const struct tl_config* cfg, tl_plan* p, tl_dtype* dtyp
  * as plan_bench prices a job), else whole nodes of c's — and the config's
  * stage cut where it gives one. The mesh priced is the config's whatever
  * the planner would choose; a plan that does not fit c's memory is still
- * priced (out->fits says). TL_ERR_CONFIG, naming the cluster and what it
- * lacks, when the config trains on another device type, its ranks are not
- * whole nodes or are more than c has, or the cluster has no peak for the
- * config's precision. */
+ * priced (out->fits says). TL_ERR_CONFIG, naming the field, when the
+ * config trains on another device type than c, its ranks are more than c
+ * has or not whole nodes, c has no peak for its precision, or it runs what
+ * the cost model does not price (an MLP recomputing or interleaved or
+ * zero-bubble, as trellis plan never plans one; parallel.deterministic's
+ * exact sums; across nodes, a mesh.order other than the default). */
 tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* c, tl_plan* out);
 
 /* *out = *base with plan `p` for a global batch of dp * micro_batch *

@@ -88,7 +88,8 @@ struct run {
   int stopped;                  /* the signal the job stopped on (job/stop.h), or 0 */
   char saved[TL_PATH_MAX + 32]; /* the last checkpoint written */
   tl_status last;               /* the failing call's status, where fail() needs it */
-  /* --cluster: the planner's price of this run on the spec */
+  /* --cluster: the planner's price of this run on the spec (where priced:
+   * by hand before any rank starts, and rank 0 of a job) */
   int priced;
   tl_plan plan;
   char cluster_name[64];
@@ -459,25 +460,26 @@ static void print_priced_against(const struct run* r, double* times, int64_t n_t
     median = n_times % 2 ? times[n_times / 2] : (times[n_times / 2 - 1] + times[n_times / 2]) / 2;
     printf(
         "priced on %s: %.1f ms a step; measured %.1f mean (%+.1f%%), %.1f median (%+.1f%%) "
-        "over the %lld steps after the first\n",
+        "over the %lld step%s after the first\n",
         r->cluster_name, p->t_step * 1e3, mean * 1e3, 100 * (mean / p->t_step - 1), median * 1e3,
-        100 * (median / p->t_step - 1), (long long)n_times);
+        100 * (median / p->t_step - 1), (long long)n_times, n_times == 1 ? "" : "s");
   } else
     printf("priced on %s: %.1f ms a step; one step taken, which warms caches: none measured\n",
            r->cluster_name, p->t_step * 1e3);
   printf(
       "priced on %s: %.2f MB on the fullest rank (stage %d); rank %d's allocator peaked at "
-      "%.2f MB (%+.1f%%)\n",
+      "%.2f MB (%+.1f%%)%s\n",
       r->cluster_name, bytes / 1e6, p->mem_stage, at, (double)peak / 1e6,
-      bytes > 0 ? 100 * ((double)peak / bytes - 1) : 0.0);
+      bytes > 0 ? 100 * ((double)peak / bytes - 1) : 0.0,
+      r->verify ? " (rank 0's count holds --verify's single-device run too)" : "");
   fflush(stdout);
   if (r->metrics) { /* the same, a line for scripts (no measured step: null) */
-    json_t* o =
-        json_pack("{sI ss sf so so sf sI si}", "step", (json_int_t)tl_trainer_steps_done(r->t),
-                  "priced_on", r->cluster_name, "priced_step_ms", p->t_step * 1e3,
-                  "measured_mean_ms", n_times > 0 ? json_real(mean * 1e3) : json_null(),
-                  "measured_median_ms", n_times > 0 ? json_real(median * 1e3) : json_null(),
-                  "priced_bytes", bytes, "peak_bytes", (json_int_t)peak, "peak_rank", at);
+    json_t* o = json_pack("{sI s{ss sf sf} s{so so sI si}}", "step",
+                          (json_int_t)tl_trainer_steps_done(r->t), "priced", "cluster",
+                          r->cluster_name, "step_ms", p->t_step * 1e3, "bytes", bytes, "measured",
+                          "mean_ms", n_times > 0 ? json_real(mean * 1e3) : json_null(), "median_ms",
+                          n_times > 0 ? json_real(median * 1e3) : json_null(), "peak_bytes",
+                          (json_int_t)peak, "peak_rank", at);
     char* line = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (line) fprintf(r->metrics, "%s\n", line);
     free(line);
@@ -492,12 +494,14 @@ static int train_loop(struct run* r) {
   int width = (int)snprintf(NULL, 0, "%d", tc->steps);
   /* --cluster: each timed step's seconds, for the median against the price */
   double* times = NULL;
-  if (r->priced && stop > first &&
+  int64_t taken = 0; /* steps this run took */
+  if (r->opt.cluster && stop > first &&
       !(times = r->times = malloc(sizeof(double) * (size_t)(stop - first))))
     return fail(r, "out of memory");
   for (int64_t s = first; s < stop; s++) {
     struct tl_step_stats st;
     if ((r->last = tl_trainer_step(r->t, &st)) != TL_OK) return fail(r, "");
+    taken++;
     skipped += st.skipped;
     if (r->verify && st.skipped) {
       TL_ERRF(TL_ERR_UNSUPPORTED,
@@ -560,14 +564,19 @@ static int train_loop(struct run* r) {
       return fail(r, "");
     if (r->stopped) break;
   }
-  if (r->stopped) return 0;
-  if (rank0(r) && timed)
+  if (!r->stopped && rank0(r) && timed)
     printf("done: %lld steps, %.1f ms per step, %.0f tokens/s\n", (long long)timed + 1,
            total_s / timed * 1e3, tokens * timed / total_s);
-  if (r->priced && !r->stopped) { /* every rank takes part in gathering the peaks */
+  /* --cluster, the run's steps beside the price (a stopped run's too);
+   * taken is the same on every rank */
+  if (r->opt.cluster && taken == 0 && rank0(r))
+    printf("priced on %s: no step was taken (the run was at step %lld already): nothing measured\n",
+           r->cluster_name, (long long)first);
+  if (r->opt.cluster && taken > 0) { /* every rank takes part in gathering the peaks */
     if (gather_peaks(r) != TL_OK) return fail(r, "--cluster");
     if (rank0(r)) print_priced_against(r, times, timed);
   }
+  if (r->stopped) return 0;
   if (rank0(r) && skipped)
     printf(
         "skipped: %lld step%s whose loss or gradient norm was not finite "
@@ -597,6 +606,21 @@ static int finish(struct run* r, int rc) {
     tl_worker_finalize(&r->w);
   }
   return rc;
+}
+
+/* --cluster: the spec loaded and the config's plan priced on it. On
+ * failure, into what[]: "--cluster" where the spec's own message names its
+ * file, else "--cluster FILE". */
+static tl_status price_run(struct run* r, char* what, size_t n) {
+  tl_cluster c;
+  snprintf(what, n, "--cluster");
+  TL_CHECK(tl_cluster_load(r->opt.cluster, &c));
+  snprintf(what, n, "--cluster %s", r->opt.cluster);
+  TL_CHECK(tl_plan_price_config(&r->cfg, &c, &r->plan));
+  r->priced = 1;
+  snprintf(r->cluster_name, sizeof r->cluster_name, "%s", c.name);
+  r->device_bytes = c.device_memory_bytes;
+  return TL_OK;
 }
 
 int tl_cli_train(int argc, char** argv) {
@@ -638,22 +662,17 @@ int tl_cli_train(int argc, char** argv) {
             r.opt.steps, r.cfg.train.steps);
     return 2;
   }
-  /* --cluster: priced here, before any rank starts, so that a spec that
-   * cannot price the run stops it with its reason (each rank prices it
-   * again: the same figures, for rank 0's report at the end) */
-  if (r.opt.cluster) {
-    tl_cluster c;
-    if (tl_cluster_load(r.opt.cluster, &c) != TL_OK ||
-        tl_plan_price_config(&r.cfg, &c, &r.plan) != TL_OK) {
-      fprintf(stderr, "trellis train: --cluster %s: %s\n", r.opt.cluster, tl_last_error());
-      return 2;
-    }
-    r.priced = 1;
-    snprintf(r.cluster_name, sizeof r.cluster_name, "%s", c.name);
-    r.device_bytes = c.device_memory_bytes;
-  }
   int world = r.cfg.mesh.dp * r.cfg.mesh.tp * r.cfg.mesh.pp, status = 0;
   char who[64];
+  /* --cluster, started by hand: priced here, before any rank starts, so
+   * that a spec that cannot price the run stops it with its reason; in a
+   * job, rank 0 prices it again once it knows its rank (below) */
+  char what[TL_PATH_MAX + 16];
+  if (r.opt.cluster && !tl_launch_detected(who, sizeof who) &&
+      price_run(&r, what, sizeof what) != TL_OK) {
+    fprintf(stderr, "trellis train: %s: %s\n", what, tl_last_error());
+    return 2;
+  }
   /* started by hand: the config's files are checked once, here, before any
    * rank starts (inside a job each rank's trainer opens them again) */
   if (!tl_launch_detected(who, sizeof who) && tl_inputs_check(&r.cfg) != TL_OK) {
@@ -680,7 +699,10 @@ int tl_cli_train(int argc, char** argv) {
     return finish(&r, fail(&r, ""));
   if (r.opt.verify && tl_verify_create(r.t, &r.verify) != TL_OK)
     return finish(&r, fail(&r, "--verify"));
-  if (r.opt.metrics || r.priced) {
+  if (r.opt.cluster && !r.priced && rank0(&r) &&
+      (r.last = price_run(&r, what, sizeof what)) != TL_OK)
+    return finish(&r, fail(&r, what));
+  if (r.opt.metrics || r.opt.cluster) {
     r.peaks = calloc(2 * (r.have_worker ? (size_t)r.w.world_size : 1), sizeof(int64_t));
     if (!r.peaks) return finish(&r, fail(&r, "out of memory"));
   }
