@@ -142,14 +142,8 @@ static tl_status bench_elementwise(tl_backend* be, float* const* buf, const int*
   return be->ops->gelu_backward(be->ctx, dx, x, y, (int64_t)rows * 4 * c);
 }
 
-/* What this rank's backend reaches: GFLOP/s of the matmul (bf16 where the
- * backend multiplies bf16 itself) at every point of the grid (gemm[(i *
- * GRID + j) * GRID + l] at m = grid[i], n = grid[j], k = grid[l]), of the
- * fp32 matmul at the grid's largest shape, of attention's forward and
- * backward and of the element-wise ops, each counted as the graph counts
- * its FLOPs (graph/ops/). */
-static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* gemm, double* fp32,
-                         double* attention, double* attn_table, double* elementwise) {
+/* Floats in each of measure()'s buffers: the largest operand it runs. */
+static size_t buffer_elems(const struct bench_shapes* sh) {
   const int top = sh->grid[GRID - 1];
   const int* a = sh->attention;
   size_t big = (size_t)top * top;
@@ -158,6 +152,54 @@ static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* 
   if (qkv > big) big = qkv;
   if (qkv_table > big) big = qkv_table;
   if (rows > big) big = rows;
+  return big;
+}
+
+/* the optimizer's update: one AdamW step over s[0] parameters (buf[0]
+ * the weights, buf[1] their gradients, buf[2] and buf[3] the moments) */
+static tl_status bench_adamw(tl_backend* be, float* const* buf, const int* s) {
+  return be->ops->adamw(be->ctx, buf[0], buf[1], buf[2], buf[3], s[0], 1e-3f, 0.9f, 0.95f, 1e-8f,
+                        0.1f, 1);
+}
+
+/* AdamW's bytes a second (GB/s of the 28 bytes a parameter it reads and
+ * writes: the spec's memory_bandwidth, with which planner/cost.h prices the
+ * update's 36) on this rank over n parameters (beyond the caches, as a
+ * model's shard is), every rank of the job at once: the job meets first,
+ * as ranks reach the optimizer together after a step's last collective
+ * (measure()'s later kernels find the ranks at different points). */
+static tl_status optimizer_rate(tl_backend* be, tl_group* world, size_t n, double* gbps) {
+  tl_buffer* mem[4] = {NULL, NULL, NULL, NULL};
+  float* buf[4];
+  float* host = calloc(n, sizeof(float)); /* the moments start at 0 */
+  tl_status st = host ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
+  for (int i = 0; i < 4 && st == TL_OK; i++) {
+    st = tl_buffer_create(be->device, n * sizeof(float), &mem[i]);
+    if (st == TL_OK) buf[i] = (float*)mem[i]->data;
+    if (st == TL_OK && i == 1)
+      for (size_t j = 0; j < n; j++) host[j] = (j & 1) ? 0.5f : -0.25f; /* gradients */
+    if (st == TL_OK && i == 2) memset(host, 0, n * sizeof(float));
+    if (st == TL_OK) st = tl_memcpy(be->device, buf[i], tl_cpu(), host, n * sizeof(float));
+  }
+  if (st == TL_OK && world) st = tl_group_barrier(world, NULL);
+  int shape[1] = {(int)n};
+  if (st == TL_OK) st = rate(be, bench_adamw, buf, shape, 28.0 * (double)n, gbps);
+  free(host);
+  for (int i = 0; i < 4; i++) tl_buffer_destroy(mem[i]);
+  return st;
+}
+
+/* What this rank's backend reaches: GFLOP/s of the matmul (bf16 where the
+ * backend multiplies bf16 itself) at every point of the grid (gemm[(i *
+ * GRID + j) * GRID + l] at m = grid[i], n = grid[j], k = grid[l]), of the
+ * fp32 matmul at the grid's largest shape, of attention's forward and
+ * backward and of the element-wise ops, each counted as the graph counts
+ * its FLOPs (graph/ops/). */
+static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* gemm, double* fp32,
+                         double* attention, double* attn_table, double* elementwise) {
+  const int* a = sh->attention;
+  const int top = sh->grid[GRID - 1];
+  const size_t big = buffer_elems(sh);
   tl_buffer* mem[5] = {NULL, NULL, NULL, NULL, NULL};
   float* buf[5];
   tl_status st = TL_OK;
@@ -476,6 +518,7 @@ struct calibration {
   double gemm[N_GEMM];      /* GFLOP/s, the ranks' mean */
   double attn_table[N_ATT]; /* GFLOP/s by head dimension and sequence length */
   double peak, slowest, fp32, attention, elementwise;
+  double optimizer; /* AdamW's bytes moved a second, GB/s (the ranks' mean) */
   /* inside a node and between nodes (one node: the same figures); the
    * spec's collective shares are those of the link the job's data-parallel
    * and pipeline traffic crosses: inter's on several nodes */
@@ -632,7 +675,9 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "(attention_efficiency and compute_efficiency, the latter for every node but the "
            "matrix products and attention); attention_efficiency_table: attention of %d heads "
            "by head dimension and sequence length, %d tokens a call, each a fraction of the "
-           "peak (a model's attention is priced at its own shape's); %s%s. %s.\",\n"
+           "peak (a model's attention is priced at its own shape's); memory_bandwidth: AdamW "
+           "over %d parameters, every rank at once, at %.3g bytes/s of the 28 bytes a "
+           "parameter it reads and writes; %s%s. %s.\",\n"
            "  \"device\": \"%s\",\n"
            "  \"nodes\": %d,\n  \"devices_per_node\": %d,\n  \"device_memory_bytes\": %.0f,\n"
            "  \"peak_flops\": %s,\n"
@@ -645,13 +690,15 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "    \"efficiency\": [%s]},\n"
            "  \"gemm_efficiency\": {\n    \"m\": [%s], \"n\": [%s], \"k\": [%s],\n"
            "    \"efficiency\": [%s]\n  },\n"
-           "  \"reserve_bytes\": %.4g,\n  \"allocator_overhead\": 0%s\n}\n",
+           "  \"reserve_bytes\": %.4g,\n  \"allocator_overhead\": 0,\n"
+           "  \"memory_bandwidth\": %.4g%s\n}\n",
            what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise, shapes->attn_heads,
-           shapes->attn_tokens, net, shares, mem, gpu ? "cuda" : "cpu", k->nodes, k->per_node,
-           k->memory, peaks, bw_in, lat_in, bw_out, lat_out, shared->share_gather,
-           shared->share_scatter, shared->share_send, fmax(1e-6, fmin(1, k->elementwise / k->peak)),
+           shapes->attn_tokens, (int)buffer_elems(shapes), k->optimizer * 1e9, net, shares, mem,
+           gpu ? "cuda" : "cpu", k->nodes, k->per_node, k->memory, peaks, bw_in, lat_in, bw_out,
+           lat_out, shared->share_gather, shared->share_scatter, shared->share_send,
+           fmax(1e-6, fmin(1, k->elementwise / k->peak)),
            fmax(1e-6, fmin(1, k->attention / k->peak)), hd, seqs, attn, axis, axis, axis, table,
-           k->reserve, cores);
+           k->reserve, k->optimizer * 1e9, cores);
   tl_atomic_file af;
   TL_CHECK(tl_atomic_file_open(&af, out));
   tl_status st = tl_atomic_file_write(&af, json, strlen(json));
@@ -686,19 +733,23 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
    * best GEMM rate */
   tl_backend* be = NULL;
   tl_status st = tl_backend_create(w.device, &be);
-  double v[N_GEMM + 3 + N_ATT] = {0};
+  double v[N_GEMM + 4 + N_ATT] = {0};
   if (st == TL_OK)
-    st = measure(be, gpu ? &kGpuShapes : &kCpuShapes, v, &v[N_GEMM], &v[N_GEMM + 1], &v[N_GEMM + 3],
+    st = measure(be, gpu ? &kGpuShapes : &kCpuShapes, v, &v[N_GEMM], &v[N_GEMM + 1], &v[N_GEMM + 4],
                  &v[N_GEMM + 2]);
+  if (st == TL_OK)
+    st = optimizer_rate(be, w.world_size > 1 ? w.world : NULL,
+                        buffer_elems(gpu ? &kGpuShapes : &kCpuShapes), &v[N_GEMM + 3]);
   double best = 0;
   for (int i = 0; i < N_GEMM && st == TL_OK; i++) best = fmax(best, v[i]);
-  if (st == TL_OK) st = job_reduce(w.world, w.world_size, v, N_GEMM + 3 + N_ATT, TL_REDUCE_SUM);
+  if (st == TL_OK) st = job_reduce(w.world, w.world_size, v, N_GEMM + 4 + N_ATT, TL_REDUCE_SUM);
   double neg = -best;
   if (st == TL_OK) st = job_reduce(w.world, w.world_size, &neg, 1, TL_REDUCE_MAX);
   k.slowest = -neg;
   memcpy(k.gemm, v, sizeof k.gemm);
   k.fp32 = v[N_GEMM], k.attention = v[N_GEMM + 1], k.elementwise = v[N_GEMM + 2];
-  memcpy(k.attn_table, &v[N_GEMM + 3], sizeof k.attn_table);
+  k.optimizer = v[N_GEMM + 3];
+  memcpy(k.attn_table, &v[N_GEMM + 4], sizeof k.attn_table);
   for (int i = 0; i < N_GEMM; i++) k.peak = fmax(k.peak, k.gemm[i]);
   /* the links: inside each node over its own group, between nodes over
    * the rails (each node's rank i with every other node's), on device

@@ -54,6 +54,10 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
     EXPECT_LE(c.attention.eff[i], 1) << i;
   }
   EXPECT_EQ(c.allocator_overhead, 0);
+  // the optimizer's memory traffic: AdamW's bytes a second, every rank at
+  // once (a CPU core moves GB/s; no machine here moves a TB/s a rank)
+  EXPECT_GT(c.memory_bandwidth, 1e8);
+  EXPECT_LT(c.memory_bandwidth, 1e12);
   // the all-gather's, reduce-scatter's and a send's bus bandwidth, as shares
   // of the all-reduce's, written (not the parser's default); a share may
   // round to 1 when the machine is busy enough that every collective takes
