@@ -180,8 +180,11 @@ print("%.2f" % (1e3 * p[0]["step_s"]) if p else "")'
   }
   xl="$root/gpt2_xl.json"
   gpt_config "$xl" 48 25 1600 8 6
+  # with the calibrated spec, train sets its own price beside its steps
+  priced=""
+  [ -f "$cal" ] && priced="--cluster '$cal'"
   step "trellis: a 1.5B-class GPT (48 x 1600), bf16, B=8, T=1024, 6 steps" 400 bash -c \
-    "'$tl' train '$xl' > '$root/xl.log' 2>&1; rc=\$?; tail -3 '$root/xl.log'; exit \$rc"
+    "'$tl' train '$xl' $priced > '$root/xl.log' 2>&1; rc=\$?; grep '^priced on' '$root/xl.log'; tail -3 '$root/xl.log'; exit \$rc"
   for m in "GPT-2 124M, B=$B|$bench|$B|$root/bench.log|$STEPS" \
     "1.5B-class, B=8|$xl|8|$root/xl.log|3"; do
     IFS='|' read -r name cfg batch log n <<< "$m"
