@@ -184,7 +184,7 @@ print("%.2f" % (1e3 * p[0]["step_s"]) if p else "")'
   priced=""
   [ -f "$cal" ] && priced="--cluster '$cal'"
   step "trellis: a 1.5B-class GPT (48 x 1600), bf16, B=8, T=1024, 6 steps" 400 bash -c \
-    "'$tl' train '$xl' $priced > '$root/xl.log' 2>&1; rc=\$?; grep '^priced on' '$root/xl.log'; tail -3 '$root/xl.log'; exit \$rc"
+    "'$tl' train '$xl' $priced > '$root/xl.log' 2>&1; rc=\$?; grep '^priced on' '$root/xl.log'; grep -v '^priced on' '$root/xl.log' | tail -3; exit \$rc"
   for m in "GPT-2 124M, B=$B|$bench|$B|$root/bench.log|$STEPS" \
     "1.5B-class, B=8|$xl|8|$root/xl.log|3"; do
     IFS='|' read -r name cfg batch log n <<< "$m"

@@ -7,7 +7,9 @@
  * best rate the peak), the attention kernels and the element-wise ops (their
  * fractions of the peak), then the job measures all-reduce bus bandwidth on
  * 4 MiB (the median of its rounds) and the latency per message of the
- * planner's all-reduce (2 log2 n messages, planner/cost.h). Rank 0 writes
+ * planner's all-reduce (2 log2 n messages, planner/cost.h); between the
+ * two, the job met again, every rank times the backend's AdamW over a
+ * shard beyond the caches (the spec's memory_bandwidth). Rank 0 writes
  * the spec (atomically) with a comment saying what was measured.
  *
  * Attention is also measured by head dimension and sequence length (the
@@ -44,6 +46,7 @@
  * every rail at once (rank i of each node: data-parallel groups across
  * nodes run so, each rank through its own share of the node's network);
  * the spec says the job's nodes and ranks a node. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,16 +174,16 @@ static tl_status bench_adamw(tl_backend* be, float* const* buf, const int* s) {
 static tl_status optimizer_rate(tl_backend* be, tl_group* world, size_t n, double* gbps) {
   tl_buffer* mem[4] = {NULL, NULL, NULL, NULL};
   float* buf[4];
-  float* host = calloc(n, sizeof(float)); /* the moments start at 0 */
-  tl_status st = host ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
+  /* buffers start zeroed (core/alloc.h): weights and moments at 0; the
+   * gradients are copied in */
+  float* host = malloc(n * sizeof(float));
+  tl_status st = host && n <= INT_MAX ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory calibrating");
   for (int i = 0; i < 4 && st == TL_OK; i++) {
     st = tl_buffer_create(be->device, n * sizeof(float), &mem[i]);
     if (st == TL_OK) buf[i] = (float*)mem[i]->data;
-    if (st == TL_OK && i == 1)
-      for (size_t j = 0; j < n; j++) host[j] = (j & 1) ? 0.5f : -0.25f; /* gradients */
-    if (st == TL_OK && i == 2) memset(host, 0, n * sizeof(float));
-    if (st == TL_OK) st = tl_memcpy(be->device, buf[i], tl_cpu(), host, n * sizeof(float));
   }
+  for (size_t j = 0; host && j < n; j++) host[j] = (j & 1) ? 0.5f : -0.25f;
+  if (st == TL_OK) st = tl_memcpy(be->device, buf[1], tl_cpu(), host, n * sizeof(float));
   if (st == TL_OK && world) st = tl_group_barrier(world, NULL);
   int shape[1] = {(int)n};
   if (st == TL_OK) st = rate(be, bench_adamw, buf, shape, 28.0 * (double)n, gbps);
@@ -841,12 +844,12 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
       printf(
           "calibrated %d rank%s%s%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to 100%% "
           "of it over %d shapes), attention %.0f%% (%.0f%% to %.0f%% over %d shapes), "
-          "element-wise %.0f%%, %s (all-gather x%.2f, reduce-scatter x%.2f, send x%.2f)%s%s; "
-          "wrote %s\n",
+          "element-wise %.0f%%, AdamW %.3g bytes/s, %s (all-gather x%.2f, reduce-scatter x%.2f, "
+          "send x%.2f)%s%s; wrote %s\n",
           n, n == 1 ? "" : "s", gpu ? " on " : "", gpu ? k.gpu : "", k.peak,
           100 * min_fraction(k.gemm, k.peak), N_GEMM, 100 * k.attention / k.peak,
           100 * attn_lo / k.peak, 100 * attn_hi / k.peak, N_ATT, 100 * k.elementwise / k.peak,
-          links, sh->share_gather, sh->share_scatter, sh->share_send,
+          k.optimizer * 1e9, links, sh->share_gather, sh->share_scatter, sh->share_send,
           gpu ? ", reserve measured" : "", sharing, out);
     else
       fprintf(stderr, "trellis plan --calibrate: %s\n", tl_last_error()), rc = 1;
