@@ -636,6 +636,9 @@ int tl_cli_plan(int argc, char** argv) {
               as_json ? "trellis plan: " : "\n", out_path, (int)(best - chosen->plans) + 1,
               best->dp, best->tp, best->pp, chosen == &fewer ? ", on fewer devices" : "",
               best == chosen->plans ? "" : ", the best that `trellis train` runs today");
+      if (!as_json)
+        printf("(`trellis train %s --cluster %s` sets its steps beside this price)\n", out_path,
+               cluster_path);
     }
   }
   if (chosen && svg_path && write_svg(&chosen->plans[0], &cfg, &c, svg_path) != 0) status = 1;

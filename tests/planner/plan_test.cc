@@ -266,6 +266,10 @@ TEST(PlanCli, WritesAConfigThatLoadsForTwoRanks) {
   EXPECT_NE(r.output.find("bound by"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rejected: tp_heads"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("wrote " + out), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("`trellis train " + out + " --cluster " + kThisMachine +
+                          "` sets its steps beside this price"),
+            std::string::npos)
+      << r.output;
   struct tl_config cfg;
   ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
   EXPECT_EQ(tl_config_check_world(&cfg, 2), TL_OK) << tl_last_error();
