@@ -2,14 +2,15 @@
  * and write it as a cluster spec for the planner.
  *
  * It runs as a job of --ranks ranks, as training would: every rank measures
- * at the same time (so ranks share the machine as they will when training)
- * its backend's matmul over a grid of shapes (the spec's GEMM table, its
- * best rate the peak), the attention kernels and the element-wise ops (their
- * fractions of the peak), then the job measures all-reduce bus bandwidth on
- * 4 MiB (the median of its rounds) and the latency per message of the
- * planner's all-reduce (2 log2 n messages, planner/cost.h); between the
- * two, the job met again, every rank times the backend's AdamW over a
- * shard beyond the caches (the spec's memory_bandwidth). Rank 0 writes
+ * at the same time (so ranks share the machine as they will when training;
+ * the job meets before each kernel is timed, so that every rank times the
+ * same one at once) its backend's matmul over a grid of shapes (the spec's
+ * GEMM table, its best rate the peak), the attention kernels and the
+ * element-wise ops (their fractions of the peak) and AdamW over a shard
+ * beyond the caches (the spec's memory_bandwidth), then the job measures
+ * all-reduce bus bandwidth on 4 MiB (the median of its rounds) and the
+ * latency per message of the planner's all-reduce (2 log2 n messages,
+ * planner/cost.h). Rank 0 writes
  * the spec (atomically) with a comment saying what was measured.
  *
  * Attention is also measured by head dimension and sequence length (the
@@ -97,10 +98,12 @@ static const struct bench_shapes kGpuShapes = {kGpuGrid,     {4, 1024, 768, 12},
  * call), on the backend's stream as training issues them: the clock stops
  * when the device has finished. */
 typedef tl_status (*bench_fn)(tl_backend* be, float* const* buf, const int* shape);
-static tl_status rate(tl_backend* be, bench_fn fn, float* const* buf, const int* shape,
-                      double flops, double* gflops) {
+static tl_status rate(tl_backend* be, tl_group* sync, bench_fn fn, float* const* buf,
+                      const int* shape, double flops, double* gflops) {
   TL_CHECK(fn(be, buf, shape)); /* warm up */
   TL_CHECK(be->ops->synchronize(be->ctx));
+  /* the job meets: every rank times the same kernel at once */
+  if (sync) TL_CHECK(tl_group_barrier(sync, NULL));
   tl_timer t;
   tl_timer_start(&t);
   int iters = 0;
@@ -184,9 +187,8 @@ static tl_status optimizer_rate(tl_backend* be, tl_group* world, size_t n, doubl
   }
   for (size_t j = 0; host && j < n; j++) host[j] = (j & 1) ? 0.5f : -0.25f;
   if (st == TL_OK) st = tl_memcpy(be->device, buf[1], tl_cpu(), host, n * sizeof(float));
-  if (st == TL_OK && world) st = tl_group_barrier(world, NULL);
   int shape[1] = {(int)n};
-  if (st == TL_OK) st = rate(be, bench_adamw, buf, shape, 28.0 * (double)n, gbps);
+  if (st == TL_OK) st = rate(be, world, bench_adamw, buf, shape, 28.0 * (double)n, gbps);
   free(host);
   for (int i = 0; i < 4; i++) tl_buffer_destroy(mem[i]);
   return st;
@@ -198,8 +200,9 @@ static tl_status optimizer_rate(tl_backend* be, tl_group* world, size_t n, doubl
  * fp32 matmul at the grid's largest shape, of attention's forward and
  * backward and of the element-wise ops, each counted as the graph counts
  * its FLOPs (graph/ops/). */
-static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* gemm, double* fp32,
-                         double* attention, double* attn_table, double* elementwise) {
+static tl_status measure(tl_backend* be, tl_group* sync, const struct bench_shapes* sh,
+                         double* gemm, double* fp32, double* attention, double* attn_table,
+                         double* elementwise) {
   const int* a = sh->attention;
   const int top = sh->grid[GRID - 1];
   const size_t big = buffer_elems(sh);
@@ -221,18 +224,18 @@ static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* 
     for (int j = 0; j < GRID && st == TL_OK; j++)
       for (int l = 0; l < GRID && st == TL_OK; l++) {
         int shape[3] = {sh->grid[i], sh->grid[j], sh->grid[l]};
-        st = rate(be, gemm_fn, buf, shape, 2.0 * shape[0] * shape[1] * shape[2],
+        st = rate(be, sync, gemm_fn, buf, shape, 2.0 * shape[0] * shape[1] * shape[2],
                   &gemm[(i * GRID + j) * GRID + l]);
       }
   *fp32 = st == TL_OK ? gemm[N_GEMM - 1] : 0;
   if (st == TL_OK && gemm_fn != bench_gemm) {
     int shape[3] = {top, top, top};
-    st = rate(be, bench_gemm, buf, shape, 2.0 * top * top * (double)top, fp32);
+    st = rate(be, sync, bench_gemm, buf, shape, 2.0 * top * top * (double)top, fp32);
   }
   if (st == TL_OK) {
     int shape[4] = {a[0], a[1], a[2], a[3]};
     /* graph/ops/attention.c: 2 b t^2 c forward (the causal half), 2.5x backward */
-    st = rate(be, bench_attention, buf, shape, 3.5 * 2.0 * a[0] * a[1] * (double)a[1] * a[2],
+    st = rate(be, sync, bench_attention, buf, shape, 3.5 * 2.0 * a[0] * a[1] * (double)a[1] * a[2],
               attention);
   }
   /* the table: by head dimension (major) and sequence length */
@@ -241,7 +244,7 @@ static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* 
       const int t = sh->seqs[j], b = sh->attn_tokens / t > 1 ? sh->attn_tokens / t : 1;
       const int c = sh->attn_heads * sh->head_dims[i];
       int shape[4] = {b, t, c, sh->attn_heads};
-      st = rate(be, bench_attention, buf, shape, 3.5 * 2.0 * b * t * (double)t * c,
+      st = rate(be, sync, bench_attention, buf, shape, 3.5 * 2.0 * b * t * (double)t * c,
                 &attn_table[i * ATT_T + j]);
     }
   if (st == TL_OK) {
@@ -251,8 +254,8 @@ static tl_status measure(tl_backend* be, const struct bench_shapes* sh, double* 
     st = tl_memcpy(be->device, buf[2], tl_cpu(), host, 4 * (size_t)c * sizeof(float));
     /* LayerNorm 8 a element forward, GELU 10, each backward twice its forward */
     if (st == TL_OK)
-      st = rate(be, bench_elementwise, buf, shape, 3.0 * (8.0 * r * c + 10.0 * (double)r * 4 * c),
-                elementwise);
+      st = rate(be, sync, bench_elementwise, buf, shape,
+                3.0 * (8.0 * r * c + 10.0 * (double)r * 4 * c), elementwise);
   }
   free(host);
   for (int i = 0; i < 5; i++) tl_buffer_destroy(mem[i]);
@@ -738,8 +741,8 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   tl_status st = tl_backend_create(w.device, &be);
   double v[N_GEMM + 4 + N_ATT] = {0};
   if (st == TL_OK)
-    st = measure(be, gpu ? &kGpuShapes : &kCpuShapes, v, &v[N_GEMM], &v[N_GEMM + 1], &v[N_GEMM + 4],
-                 &v[N_GEMM + 2]);
+    st = measure(be, w.world_size > 1 ? w.world : NULL, gpu ? &kGpuShapes : &kCpuShapes, v,
+                 &v[N_GEMM], &v[N_GEMM + 1], &v[N_GEMM + 4], &v[N_GEMM + 2]);
   if (st == TL_OK)
     st = optimizer_rate(be, w.world_size > 1 ? w.world : NULL,
                         buffer_elems(gpu ? &kGpuShapes : &kCpuShapes), &v[N_GEMM + 3]);
