@@ -681,6 +681,13 @@ int tl_cli_train(int argc, char** argv) {
   }
   /* by hand with several ranks: start the job and report its status */
   if (tl_launch_maybe_spawn(argc + 2, argv - 2, world, &status)) return status;
+  /* a rank's signals are noted from before it joins the job: joining
+   * waits for every rank, so by the time any rank prints, all of them
+   * stop at a step boundary rather than die on the default action */
+  if (tl_stop_install() != TL_OK) {
+    fprintf(stderr, "trellis train: %s\n", tl_last_error());
+    return 1;
+  }
   struct tl_trainer_comm comm = {0};
   if (world > 1 || tl_launch_detected(who, sizeof who)) {
     if (tl_worker_init(&r.cfg, &r.w) != TL_OK) {
@@ -724,7 +731,6 @@ int tl_cli_train(int argc, char** argv) {
     }
     tl_trainer_trace(r.t, r.trace);
   }
-  if (tl_stop_install() != TL_OK) return finish(&r, fail(&r, ""));
   if (rank0(&r)) describe(&r);
   int rc = train_loop(&r);
   tl_trainer_trace(r.t, NULL);
