@@ -1,17 +1,20 @@
 // plan_cli.h — running `trellis plan` from a test: a temporary path, the
-// command's exit status and output, and the example model and spec.
+// command's exit status and output, a token file to train on, and the
+// example model and spec.
 #ifndef TL_TESTS_PLANNER_PLAN_CLI_H
 #define TL_TESTS_PLANNER_PLAN_CLI_H
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 namespace {
 
-std::string TempPath(const std::string& name) {
+inline std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");
   return std::string(dir ? dir : "/tmp") + "/" + name;
 }
@@ -22,7 +25,7 @@ struct PlanRun {
 };
 
 // Runs the shell command `line` (stdout and stderr together).
-PlanRun Shell(const std::string& line) {
+inline PlanRun Shell(const std::string& line) {
   // Some runs start MPI jobs: under ASan, MPICH's run-time-loaded modules
   // leak at MPI_Finalize (see tests/mpi_run.sh), so no leak checking here.
   std::string cmd =
@@ -38,8 +41,22 @@ PlanRun Shell(const std::string& line) {
   return r;
 }
 
+// A byte-level token file of `lines` numbered copies of `line`.
+inline std::string WriteTokens(const std::string& name, const std::string& line, int lines) {
+  std::string text = TempPath(name + ".txt"), tokens = TempPath(name + ".bin");
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < lines; i++) f << line << ", line " << i << ".\n";
+  }
+  std::string cmd = "launcher/trellis data " + text + " " + tokens + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return tokens;
+}
+
 // Runs `trellis plan ARGS`.
-PlanRun Plan(const std::string& args) { return Shell("launcher/trellis plan " + args); }
+inline PlanRun Plan(const std::string& args) {
+  return Shell("launcher/trellis plan " + args);
+}
 
 const char* kSmall = "examples/gpt_small.json";
 const char* kThisMachine = "examples/clusters/this_machine.json";

@@ -1,0 +1,310 @@
+// A config prices as the plan it was written from: tl_plan_to_config and
+// tl_plan_price_config are inverses over what the search plans (mesh,
+// schedule, ZeRO, recomputation, sp, interleaving, buckets, the reduction
+// dtype, the stage cut); what the cost model does not price is refused,
+// naming the field; `trellis train --cluster SPEC` prints the price and
+// sets the run's measured step and bytes beside it.
+#include <gtest/gtest.h>
+#include <jansson.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+
+extern "C" {
+#include "core/config.h"
+#include "kernels/backend.h"
+#include "planner/recommend.h"
+#include "planner/search.h"
+#include "tp/tp.h"
+}
+
+#include "tests/planner/plan_cli.h"
+
+namespace {
+
+// The plans a search of `base`'s model finds on `c` in `dtype` (tensor
+// parallelism up to `tp_max`, 0: any), with `adjust` setting the options
+// beyond the defaults; its cost model in *cm.
+void Search(const tl_config& base, const tl_cluster& c, tl_dtype dtype, int tp_max,
+            const std::function<void(tl_search_options*)>& adjust, tl_cost_model* cm,
+            tl_search_result* r) {
+  ASSERT_EQ(tl_cost_model_build_tp(&base.model, base.train.seq_len, dtype, tp_max, cm), TL_OK)
+      << tl_last_error();
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, base.train.batch_size, dtype);
+  adjust(&o);
+  ASSERT_EQ(tl_search_run(cm, &c, &o, r), TL_OK) << tl_last_error();
+  ASSERT_GT(r->n_plans, 0);
+}
+
+// `want`, a plan of a search on `searched`, written as a config (*cfg) and
+// priced back on `priced` (*got): the same step and bytes.
+void PriceBack(const tl_plan& want, const tl_config& base, const tl_cluster& searched,
+               const tl_cluster& priced, tl_dtype dtype, tl_config* cfg, tl_plan* got) {
+  ASSERT_EQ(tl_plan_to_config(&want, &base, base.train.seq_len, &searched, dtype, cfg), TL_OK)
+      << tl_last_error();
+  ASSERT_EQ(tl_plan_price_config(cfg, &priced, got), TL_OK) << tl_last_error();
+  EXPECT_NEAR(got->t_step / want.t_step, 1.0, 1e-9);
+  EXPECT_NEAR(got->mem_total / want.mem_total, 1.0, 1e-9);
+}
+
+}  // namespace
+
+// The plan is the contract both ways: a plan the search priced, written as
+// a config (tl_plan_to_config), prices the same when the config is priced
+// (tl_plan_price_config, what `trellis train --cluster` reports) — its step
+// time and its parts, and its memory — for every plan of a search over
+// meshes, schedules, ZeRO stages, recomputation, sequence parallelism and
+// interleaving across two GPU nodes. A field the config carries but the
+// pricing reads wrong or drops shows here.
+TEST(Plan, AConfigPricesAsThePlanItWasWrittenFrom) {
+  struct tl_config base;
+  ASSERT_EQ(tl_config_load(kSmall, &base), TL_OK) << tl_last_error();
+  base.model.n_layers = 8, base.model.n_heads = 8, base.model.n_embd = 256;
+  base.train.batch_size = 32;
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &c), TL_OK) << tl_last_error();
+  c.nodes = 2;
+  tl_cost_model cm;
+  tl_search_result r;
+  /* the reduction's dtype: a field of the plan the config must carry back */
+  Search(
+      base, c, TL_BF16, c.devices_per_node, [](tl_search_options* o) { o->grad_reduce = TL_BF16; },
+      &cm, &r);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_GT(r.n_plans, 100);
+  int seen_sp = 0, seen_zero = 0, seen_inter = 0, seen_rc = 0, seen_nodes = 0;
+  /* every 7th plan (each pricing builds its cost model): a few hundred */
+  std::printf("%d plans, every 7th priced from its config\n", r.n_plans);
+  for (int i = 0; i < r.n_plans; i += 7) {
+    const tl_plan& want = r.plans[i];
+    SCOPED_TRACE("plan " + std::to_string(i) + ": dp " + std::to_string(want.dp) + " tp " +
+                 std::to_string(want.tp) + " pp " + std::to_string(want.pp));
+    struct tl_config cfg;
+    tl_plan got;
+    PriceBack(want, base, c, c, TL_BF16, &cfg, &got);
+    if (HasFatalFailure()) break;
+    EXPECT_NEAR(got.t_dp, want.t_dp, 1e-9 * want.t_step);
+    EXPECT_NEAR(got.t_tp, want.t_tp, 1e-9 * want.t_step);
+    EXPECT_NEAR(got.t_opt, want.t_opt, 1e-9 * want.t_step);
+    EXPECT_EQ(got.mem_stage, want.mem_stage);
+    seen_sp += want.sequence_parallel, seen_zero += want.zero > 0;
+    seen_inter += tl_plan_chunks(&want) > 1, seen_rc += want.recompute != TL_RECOMPUTE_NONE;
+    seen_nodes += want.dp * want.tp * want.pp > c.devices_per_node;
+    if (HasFailure()) break;
+  }
+  EXPECT_GT(seen_sp, 0);
+  EXPECT_GT(seen_zero, 0);
+  EXPECT_GT(seen_inter, 0);
+  EXPECT_GT(seen_rc, 0);
+  EXPECT_GT(seen_nodes, 0);
+  tl_search_free(&r);
+}
+
+// The same both ways where the spec is sized down to the mesh (a search of
+// 4 devices priced on two nodes of 8), for plans reducing after the
+// backward (bucket_mb 0: the config's one bucket), on a CPU spec in fp32
+// and in bf16 at its fp32 peak, and with the config's own stage cut: the
+// trainer's cut prices as no cut, another cut prices otherwise.
+TEST(Plan, AConfigPricesAsThePlanItWasWrittenFromOnFewerDevicesAndCpus) {
+  struct tl_config base;
+  ASSERT_EQ(tl_config_load(kSmall, &base), TL_OK) << tl_last_error();
+  /* 28M parameters: more than one 25 MB bucket of fp32 gradients, so that
+   * buckets during the backward and one after it price apart */
+  base.model.n_layers = 4, base.model.n_heads = 8, base.model.n_embd = 768;
+  base.train.batch_size = 16;
+  tl_cluster gpu;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_a100.json", &gpu), TL_OK) << tl_last_error();
+  gpu.nodes = 2;
+  tl_cluster four = gpu, cpu;
+  four.nodes = 1, four.devices_per_node = 4;
+  ASSERT_EQ(tl_cluster_load(kThisMachine, &cpu), TL_OK) << tl_last_error();
+  struct Case {
+    const tl_cluster* searched;
+    const tl_cluster* priced;
+    tl_dtype dtype;
+    double bucket_mb;
+  } cases[] = {{&four, &gpu, TL_BF16, 25},
+               {&four, &gpu, TL_BF16, 0},
+               {&cpu, &cpu, TL_F32, 25},
+               {&cpu, &cpu, TL_BF16, 0}};
+  int priced = 0, cut = 0;
+  for (const Case& k : cases) {
+    tl_cluster sc = *k.searched;
+    if (sc.device == TL_DEVICE_CPU && sc.peak_bf16 <= 0) sc.peak_bf16 = sc.peak_fp32;
+    tl_cost_model cm;
+    tl_search_result r;
+    const bool cpu_only = sc.device == TL_DEVICE_CPU;
+    Search(
+        base, sc, k.dtype, 0,
+        [&](tl_search_options* o) {
+          o->dp_bucket_mb = k.bucket_mb;
+          o->trainer_only = cpu_only;
+        },
+        &cm, &r);
+    ASSERT_FALSE(HasFatalFailure());
+    const int stride = r.n_plans > 40 ? r.n_plans / 40 : 1; /* about 40 a case */
+    for (int i = 0; i < r.n_plans; i += stride) {
+      const tl_plan& want = r.plans[i];
+      SCOPED_TRACE("bucket " + std::to_string(k.bucket_mb) + ", plan " + std::to_string(i));
+      struct tl_config cfg;
+      tl_plan got;
+      PriceBack(want, base, sc, *k.priced, k.dtype, &cfg, &got);
+      ASSERT_FALSE(HasFatalFailure());
+      priced++;
+      if (want.pp > 1 && tl_plan_chunks(&want) == 1) { /* the cut, given */
+        int layers[TL_MAX_STAGES];
+        ASSERT_EQ(tl_cost_stage_layers(&cm, want.tp, want.sequence_parallel, want.pp, layers),
+                  TL_OK);
+        cfg.schedule.n_stage_layers = want.pp;
+        for (int s = 0; s < want.pp; s++) cfg.schedule.stage_layers[s] = layers[s];
+        tl_plan same, other;
+        ASSERT_EQ(tl_plan_price_config(&cfg, k.priced, &same), TL_OK) << tl_last_error();
+        EXPECT_DOUBLE_EQ(same.t_step, got.t_step);
+        /* one layer moved from the stage with the most to its neighbour */
+        int s = 0;
+        for (int j = 1; j < want.pp; j++) s = layers[j] > layers[s] ? j : s;
+        if (layers[s] > 1) {
+          cfg.schedule.stage_layers[s]--;
+          cfg.schedule.stage_layers[s == 0 ? 1 : s - 1]++;
+          ASSERT_EQ(tl_plan_price_config(&cfg, k.priced, &other), TL_OK) << tl_last_error();
+          EXPECT_NE(other.t_step, got.t_step);
+          cut++;
+        }
+      }
+      if (HasFailure()) break;
+    }
+    tl_search_free(&r);
+  }
+  std::printf("%d configs priced, %d with a cut of their own\n", priced, cut);
+  EXPECT_GT(priced, 20);
+  EXPECT_GT(cut, 0);
+}
+
+// What the cost model does not price is refused, naming the field.
+TEST(Plan, PricingAConfigRefusesWhatTheCostModelDoesNotPrice) {
+  struct tl_config cfg;
+  ASSERT_EQ(tl_config_load(kSmall, &cfg), TL_OK) << tl_last_error();
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load(kThisMachine, &c), TL_OK) << tl_last_error();
+  tl_plan p;
+  struct tl_config det = cfg;
+  det.mesh.dp = 2, det.parallel.deterministic = true;
+  EXPECT_EQ(tl_plan_price_config(&det, &c, &p), TL_ERR_CONFIG);
+  EXPECT_NE(std::string(tl_last_error()).find("parallel.deterministic = true"), std::string::npos)
+      << tl_last_error();
+  struct tl_config mlp = cfg;
+  mlp.model.kind = TL_MODEL_MLP, mlp.parallel.recompute = TL_RECOMPUTE_FULL;
+  EXPECT_EQ(tl_plan_price_config(&mlp, &c, &p), TL_ERR_CONFIG);
+  EXPECT_NE(std::string(tl_last_error()).find("parallel.recompute = \"full\""), std::string::npos)
+      << tl_last_error();
+  tl_cluster two = c;
+  two.nodes = 2, two.devices_per_node = 1;
+  struct tl_config order = cfg;
+  order.mesh.dp = 2;
+  EXPECT_EQ(tl_plan_price_config(&order, &two, &p), TL_OK) << tl_last_error();
+  order.mesh.order[0] = TL_AXIS_DP, order.mesh.order[1] = TL_AXIS_TP;
+  EXPECT_EQ(tl_plan_price_config(&order, &two, &p), TL_ERR_CONFIG);
+  EXPECT_NE(std::string(tl_last_error()).find("mesh.order"), std::string::npos) << tl_last_error();
+  EXPECT_EQ(tl_plan_price_config(&order, &c, &p), TL_OK) << "one node: any order";
+}
+
+// `trellis train --cluster SPEC` prices the run before any rank starts and
+// sets the measured step and bytes beside the price at the end; a spec
+// that cannot price the run stops it, naming the spec and why.
+TEST(PlanCli, TrainSetsTheMeasuredBesideThePrice) {
+  std::string tokens = WriteTokens("priced", "The config never lies", 400);
+  std::string cfg_path = TempPath("priced.json");
+  std::ofstream(cfg_path) << R"({"model": {"kind": "gpt", "n_layers": 2, "n_heads": 4,
+      "n_embd": 64, "vocab_size": 256, "max_seq_len": 64},
+      "train": {"steps": 3, "batch_size": 4, "seq_len": 64, "sample_tokens": 0},
+      "data": {"train": ")"
+                          << tokens << "\"}}";
+  struct tl_config cfg;
+  ASSERT_EQ(tl_config_load(cfg_path.c_str(), &cfg), TL_OK) << tl_last_error();
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load(kThisMachine, &c), TL_OK) << tl_last_error();
+  tl_plan p;
+  ASSERT_EQ(tl_plan_price_config(&cfg, &c, &p), TL_OK) << tl_last_error();
+  char step[64], bytes[64];
+  std::snprintf(step, sizeof step, "priced on this_machine (--cluster): %.1f ms a step",
+                p.t_step * 1e3);
+  std::snprintf(bytes, sizeof bytes, "priced on this_machine: %.2f MB on the fullest rank",
+                (p.mem_state + p.mem_act) / 1e6);
+  std::string metrics = TempPath("priced.jsonl");
+  PlanRun t = Shell("launcher/trellis train " + cfg_path + " --cluster " + kThisMachine +
+                    " --metrics " + metrics);
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_NE(t.output.find(step), std::string::npos) << step << "\n" << t.output;
+  EXPECT_NE(t.output.find("ms a step; measured "), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("median"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("over the 2 steps after the first"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find(bytes), std::string::npos) << bytes << "\n" << t.output;
+  // the allocator's peak is what the plan prices for one rank's state and
+  // activations (PredictedBytesMatchTheAllocatorsPeak): within 10%
+  size_t at = t.output.find("allocator peaked at ");
+  ASSERT_NE(at, std::string::npos) << t.output;
+  double peak_mb = std::atof(t.output.c_str() + at + 20);
+  EXPECT_NEAR(peak_mb / ((p.mem_state + p.mem_act) / 1e6), 1.0, 0.10) << t.output;
+  // --metrics ends with the same figures, a line for scripts
+  std::ifstream m(metrics);
+  std::string line, last;
+  while (std::getline(m, line)) last = line;
+  json_t* rec = json_loads(last.c_str(), 0, nullptr);
+  ASSERT_NE(rec, nullptr) << last;
+  EXPECT_EQ(json_integer_value(json_object_get(rec, "step")), 3);
+  json_t* pr = json_object_get(rec, "priced");
+  json_t* me = json_object_get(rec, "measured");
+  EXPECT_STREQ(json_string_value(json_object_get(pr, "cluster")), "this_machine");
+  EXPECT_NEAR(json_number_value(json_object_get(pr, "step_ms")), p.t_step * 1e3,
+              1e-9 * p.t_step * 1e3);
+  EXPECT_GT(json_number_value(json_object_get(me, "median_ms")), 0);
+  EXPECT_NEAR(json_number_value(json_object_get(me, "peak_bytes")) / 1e6, peak_mb, 0.01);
+  json_decref(rec);
+
+  PlanRun missing = Shell("launcher/trellis train " + cfg_path + " --cluster no_such_spec.json");
+  EXPECT_EQ(missing.status, 2) << missing.output;
+  EXPECT_NE(missing.output.find("trellis train: --cluster: "), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("cannot open cluster file no_such_spec.json"), std::string::npos)
+      << missing.output;
+  EXPECT_EQ(missing.output.find("step 1/"), std::string::npos) << missing.output;
+  PlanRun gpu =
+      Shell("launcher/trellis train " + cfg_path + " --cluster examples/clusters/dgx_a100.json");
+  EXPECT_EQ(gpu.status, 2) << gpu.output;
+  EXPECT_NE(gpu.output.find("cluster dgx_a100 is a cuda cluster; the config trains on cpu "
+                            "(device.type)"),
+            std::string::npos)
+      << gpu.output;
+  std::string four = TempPath("priced_four.json");
+  std::ofstream(four) << R"({"model": {"kind": "gpt", "n_layers": 2, "n_heads": 4,
+      "n_embd": 64, "vocab_size": 256, "max_seq_len": 64}, "mesh": {"dp": 4},
+      "train": {"steps": 3, "batch_size": 4, "seq_len": 64, "sample_tokens": 0},
+      "data": {"train": ")"
+                      << tokens << "\"}}";
+  PlanRun wide = Shell("launcher/trellis train " + four + " --cluster " + kThisMachine);
+  EXPECT_EQ(wide.status, 2) << wide.output;
+  EXPECT_NE(wide.output.find("the mesh's 4 ranks (dp 4 x tp 1 x pp 1) are more than the 2 "
+                             "devices of cluster this_machine"),
+            std::string::npos)
+      << wide.output;
+  EXPECT_EQ(wide.output.find("starting"), std::string::npos) << "no rank starts\n" << wide.output;
+  // a job of 2 ranks: rank 0 prices it again and every rank's peak counts
+  std::string two = TempPath("priced_two.json");
+  std::ofstream(two) << R"({"model": {"kind": "gpt", "n_layers": 2, "n_heads": 4,
+      "n_embd": 64, "vocab_size": 256, "max_seq_len": 64}, "mesh": {"dp": 2},
+      "train": {"steps": 3, "batch_size": 4, "seq_len": 64, "sample_tokens": 0},
+      "data": {"train": ")"
+                     << tokens << "\"}}";
+  ASSERT_EQ(tl_config_load(two.c_str(), &cfg), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_plan_price_config(&cfg, &c, &p), TL_OK) << tl_last_error();
+  std::snprintf(step, sizeof step, "priced on this_machine (--cluster): %.1f ms a step",
+                p.t_step * 1e3);
+  PlanRun job = Shell("launcher/trellis train " + two + " --cluster " + kThisMachine);
+  ASSERT_EQ(job.status, 0) << job.output;
+  EXPECT_NE(job.output.find(step), std::string::npos) << step << "\n" << job.output;
+  EXPECT_NE(job.output.find("over the 2 steps after the first"), std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("allocator peaked at "), std::string::npos) << job.output;
+}
