@@ -17,10 +17,9 @@
  *   --export FILE   after training, the weights as an llm.c model file, each
  *                   rank writing the parameters it holds alone into it
  *   --cluster SPEC  the planner's price of this run on a cluster spec
- *                   (planner/recommend.h) at the start, and at the end the
+ *                   (train_price.h) at the start, and at the end the
  *                   measured step time and fullest rank's bytes beside it */
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +32,7 @@
 #include "core/timer.h"
 #include "kernels/cpu/cpu.h"
 #include "launcher/cli/cli.h"
+#include "launcher/cli/train_price.h"
 #include "launcher/data/tokenizer.h"
 #include "launcher/job/spawn.h"
 #include "launcher/job/stop.h"
@@ -42,8 +42,6 @@
 #include "launcher/train/sample.h"
 #include "launcher/train/trainer.h"
 #include "launcher/train/verify.h"
-#include "planner/cluster.h"
-#include "planner/recommend.h"
 
 static void usage(FILE* f) {
   fprintf(f,
@@ -91,9 +89,7 @@ struct run {
   /* --cluster: the planner's price of this run on the spec (where priced:
    * by hand before any rank starts, and rank 0 of a job) */
   int priced;
-  tl_plan plan;
-  char cluster_name[64];
-  double device_bytes;
+  struct tl_train_price price;
   double* times; /* each timed step's seconds */
 };
 
@@ -254,16 +250,7 @@ static void describe(const struct run* r) {
   printf("device: %s, %d CPU thread%s per rank; lr %g\n",
          c->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu", tl_cpu_num_threads(),
          tl_cpu_num_threads() == 1 ? "" : "s", c->train.lr);
-  if (r->priced) {
-    const tl_plan* p = &r->plan;
-    printf(
-        "priced on %s (--cluster): %.1f ms a step (compute %.1f, bubble %.1f, tp %.1f, pp %.1f, "
-        "dp %.1f, optimizer %.1f), %.2f MB of state and activations on the fullest rank; %.2f "
-        "GB with the spec's reserve, %s its devices' %.2f GB\n",
-        r->cluster_name, p->t_step * 1e3, p->t_compute * 1e3, p->t_bubble * 1e3, p->t_tp * 1e3,
-        p->t_pp * 1e3, p->t_dp * 1e3, p->t_opt * 1e3, (p->mem_state + p->mem_act) / 1e6,
-        p->mem_total / 1e9, p->fits ? "within" : "beyond", r->device_bytes / 1e9);
-  }
+  if (r->priced) tl_train_price_print(&r->price, stdout);
   fflush(stdout);
 }
 
@@ -437,56 +424,6 @@ static const char* json_number(double x, const char* fmt, char* buf) {
   return buf;
 }
 
-/* Rank 0, --cluster: the planner's figures beside the run's (the mean step
- * after the first, which warms caches; the fullest rank's allocator peak
- * against the state and activations the plan prices for it). */
-static int by_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return (x > y) - (x < y);
-}
-
-static void print_priced_against(const struct run* r, double* times, int64_t n_times) {
-  const tl_plan* p = &r->plan;
-  const int n = r->have_worker ? r->w.world_size : 1;
-  int64_t peak = 0;
-  int at = 0;
-  for (int k = 0; k < n; k++)
-    if (r->peaks[2 * k] > peak) peak = r->peaks[2 * k], at = k;
-  const double bytes = p->mem_state + p->mem_act;
-  double mean = 0, median = 0;
-  if (n_times > 0) {
-    for (int64_t i = 0; i < n_times; i++) mean += times[i] / (double)n_times;
-    qsort(times, (size_t)n_times, sizeof(double), by_double);
-    median = n_times % 2 ? times[n_times / 2] : (times[n_times / 2 - 1] + times[n_times / 2]) / 2;
-    printf(
-        "priced on %s: %.1f ms a step; measured %.1f mean (%+.1f%%), %.1f median (%+.1f%%) "
-        "over the %lld step%s after the first\n",
-        r->cluster_name, p->t_step * 1e3, mean * 1e3, 100 * (mean / p->t_step - 1), median * 1e3,
-        100 * (median / p->t_step - 1), (long long)n_times, n_times == 1 ? "" : "s");
-  } else
-    printf("priced on %s: %.1f ms a step; one step taken, which warms caches: none measured\n",
-           r->cluster_name, p->t_step * 1e3);
-  printf(
-      "priced on %s: %.2f MB on the fullest rank (stage %d); rank %d's allocator peaked at "
-      "%.2f MB (%+.1f%%)%s\n",
-      r->cluster_name, bytes / 1e6, p->mem_stage, at, (double)peak / 1e6,
-      bytes > 0 ? 100 * ((double)peak / bytes - 1) : 0.0,
-      r->verify ? " (rank 0's count holds --verify's single-device run too)" : "");
-  fflush(stdout);
-  if (r->metrics) { /* the same, a line for scripts (no measured step: null) */
-    json_t* o = json_pack("{sI s{ss sf sf} s{so so sI si}}", "step",
-                          (json_int_t)tl_trainer_steps_done(r->t), "priced", "cluster",
-                          r->cluster_name, "step_ms", p->t_step * 1e3, "bytes", bytes, "measured",
-                          "mean_ms", n_times > 0 ? json_real(mean * 1e3) : json_null(), "median_ms",
-                          n_times > 0 ? json_real(median * 1e3) : json_null(), "peak_bytes",
-                          (json_int_t)peak, "peak_rank", at);
-    char* line = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (line) fprintf(r->metrics, "%s\n", line);
-    free(line);
-    json_decref(o);
-  }
-}
-
 static int train_loop(struct run* r) {
   const struct tl_train_config* tc = &r->cfg.train;
   double tokens = (double)tc->batch_size * tc->seq_len, total_s = 0;
@@ -571,10 +508,12 @@ static int train_loop(struct run* r) {
    * taken is the same on every rank */
   if (r->opt.cluster && taken == 0 && rank0(r))
     printf("priced on %s: no step was taken (the run was at step %lld already): nothing measured\n",
-           r->cluster_name, (long long)first);
+           r->price.cluster, (long long)first);
   if (r->opt.cluster && taken > 0) { /* every rank takes part in gathering the peaks */
     if (gather_peaks(r) != TL_OK) return fail(r, "--cluster");
-    if (rank0(r)) print_priced_against(r, times, timed);
+    if (rank0(r))
+      tl_train_price_report(&r->price, stdout, r->metrics, tl_trainer_steps_done(r->t), times,
+                            timed, r->peaks, r->have_worker ? r->w.world_size : 1, r->verify);
   }
   if (r->stopped) return 0;
   if (rank0(r) && skipped)
@@ -606,21 +545,6 @@ static int finish(struct run* r, int rc) {
     tl_worker_finalize(&r->w);
   }
   return rc;
-}
-
-/* --cluster: the spec loaded and the config's plan priced on it. On
- * failure, into what[]: "--cluster" where the spec's own message names its
- * file, else "--cluster FILE". */
-static tl_status price_run(struct run* r, char* what, size_t n) {
-  tl_cluster c;
-  snprintf(what, n, "--cluster");
-  TL_CHECK(tl_cluster_load(r->opt.cluster, &c));
-  snprintf(what, n, "--cluster %s", r->opt.cluster);
-  TL_CHECK(tl_plan_price_config(&r->cfg, &c, &r->plan));
-  r->priced = 1;
-  snprintf(r->cluster_name, sizeof r->cluster_name, "%s", c.name);
-  r->device_bytes = c.device_memory_bytes;
-  return TL_OK;
 }
 
 int tl_cli_train(int argc, char** argv) {
@@ -668,10 +592,12 @@ int tl_cli_train(int argc, char** argv) {
    * that a spec that cannot price the run stops it with its reason; in a
    * job, rank 0 prices it again once it knows its rank (below) */
   char what[TL_PATH_MAX + 16];
-  if (r.opt.cluster && !tl_launch_detected(who, sizeof who) &&
-      price_run(&r, what, sizeof what) != TL_OK) {
-    fprintf(stderr, "trellis train: %s: %s\n", what, tl_last_error());
-    return 2;
+  if (r.opt.cluster && !tl_launch_detected(who, sizeof who)) {
+    if (tl_train_price(&r.cfg, r.opt.cluster, &r.price, what, sizeof what) != TL_OK) {
+      fprintf(stderr, "trellis train: %s: %s\n", what, tl_last_error());
+      return 2;
+    }
+    r.priced = 1;
   }
   /* started by hand: the config's files are checked once, here, before any
    * rank starts (inside a job each rank's trainer opens them again) */
@@ -706,9 +632,11 @@ int tl_cli_train(int argc, char** argv) {
     return finish(&r, fail(&r, ""));
   if (r.opt.verify && tl_verify_create(r.t, &r.verify) != TL_OK)
     return finish(&r, fail(&r, "--verify"));
-  if (r.opt.cluster && !r.priced && rank0(&r) &&
-      (r.last = price_run(&r, what, sizeof what)) != TL_OK)
-    return finish(&r, fail(&r, what));
+  if (r.opt.cluster && !r.priced && rank0(&r)) {
+    if ((r.last = tl_train_price(&r.cfg, r.opt.cluster, &r.price, what, sizeof what)) != TL_OK)
+      return finish(&r, fail(&r, what));
+    r.priced = 1;
+  }
   if (r.opt.metrics || r.opt.cluster) {
     r.peaks = calloc(2 * (r.have_worker ? (size_t)r.w.world_size : 1), sizeof(int64_t));
     if (!r.peaks) return finish(&r, fail(&r, "out of memory"));
