@@ -49,8 +49,8 @@ static void usage(FILE* f) {
           "                     [--verify] [--export FILE] [--cluster SPEC.json]\n"
           "                     [--hosts H1,H2 | --hostfile FILE]\n"
           "\n"
-          "Trains the model the config describes (docs/config.md) on mesh.dp x mesh.pp\n"
-          "ranks, starting them with mpiexec (or srun under Slurm) when run by hand.\n"
+          "Trains the model the config describes (docs/config.md) on mesh.dp x mesh.tp x\n"
+          "mesh.pp ranks, starting them with mpiexec (or srun under Slurm) when run by hand.\n"
           "  --steps N        stop after step N (train.steps still sets the learning-rate\n"
           "                   schedule, so a run stopped and resumed is the whole run)\n"
           "  --metrics FILE   one JSON object per step\n"
@@ -254,6 +254,11 @@ static void describe(const struct run* r) {
   fflush(stdout);
 }
 
+/* The options that take a value, and the value's name for the usage. */
+static const char* const kValued[][2] = {
+    {"--steps", "N"},           {"--metrics", "FILE"}, {"--trace", "FILE"},   {"--export", "FILE"},
+    {"--cluster", "SPEC.json"}, {"--hosts", "H1,H2"},  {"--hostfile", "FILE"}};
+
 static int parse(int argc, char** argv, struct options* o) {
   memset(o, 0, sizeof *o);
   o->steps = -1;
@@ -284,6 +289,12 @@ static int parse(int argc, char** argv, struct options* o) {
     } else if (argv[i][0] != '-' && !o->config) {
       o->config = argv[i];
     } else {
+      for (size_t k = 0; k < sizeof kValued / sizeof kValued[0]; k++)
+        if (i + 1 == argc && strcmp(argv[i], kValued[k][0]) == 0) {
+          fprintf(stderr, "trellis train: %s: expected a value (%s %s)\n", argv[i], argv[i],
+                  kValued[k][1]);
+          return 2;
+        }
       fprintf(stderr, "trellis train: unexpected argument '%s'\n", argv[i]);
       usage(stderr);
       return 2;

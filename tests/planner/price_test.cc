@@ -271,6 +271,11 @@ TEST(PlanCli, TrainSetsTheMeasuredBesideThePrice) {
   EXPECT_NE(missing.output.find("cannot open cluster file no_such_spec.json"), std::string::npos)
       << missing.output;
   EXPECT_EQ(missing.output.find("step 1/"), std::string::npos) << missing.output;
+  PlanRun bare = Shell("launcher/trellis train " + cfg_path + " --cluster");
+  EXPECT_EQ(bare.status, 2) << bare.output;
+  EXPECT_NE(bare.output.find("trellis train: --cluster: expected a value (--cluster SPEC.json)"),
+            std::string::npos)
+      << bare.output;
   PlanRun gpu =
       Shell("launcher/trellis train " + cfg_path + " --cluster examples/clusters/dgx_a100.json");
   EXPECT_EQ(gpu.status, 2) << gpu.output;
