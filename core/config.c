@@ -25,8 +25,7 @@
 #include "core/json_kind.h"
 
 static const char* const k_model_kinds[] = {"gpt", "mlp", NULL};
-static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", "zero_bubble",
-                                                NULL};
+static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", "zero_bubble", NULL};
 static const char* const k_lr_schedules[] = {"cosine", "constant", NULL};
 static const char* const k_recompute[] = {"none", "selective", "full", NULL};
 static const char* const k_precisions[] = {"fp32", "bf16", NULL};
@@ -595,12 +594,13 @@ tl_status tl_config_load(const char* path, struct tl_config* out) {
     return TL_ERRF(TL_ERR_NOMEM, "no memory to read config '%s'", path);
   }
   size_t n = fread(text, 1, k_max + 1, f);
-  int read_error = ferror(f);
+  const int read_error = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
   fclose(f);
   if (read_error || n > k_max) {
     free(text);
-    return read_error ? TL_ERRF(TL_ERR_IO, "cannot read config '%s'", path)
-                      : TL_ERRF(TL_ERR_CONFIG, "config '%s' is larger than %d MiB", path, 16);
+    return read_error
+               ? TL_ERRF(TL_ERR_IO, "cannot read config '%s': %s", path, strerror(read_error))
+               : TL_ERRF(TL_ERR_CONFIG, "config '%s' is larger than %d MiB", path, 16);
   }
   text[n] = '\0';
   if (strlen(text) != n) {

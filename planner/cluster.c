@@ -3,6 +3,7 @@
  * JSON path, the value found and what was expected. */
 #include "planner/cluster.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -392,7 +393,7 @@ tl_status tl_cluster_parse(const char* text, const char* src, tl_cluster* out) {
 tl_status tl_cluster_load(const char* path, tl_cluster* out) {
   memset(out, 0, sizeof *out);
   FILE* f = fopen(path, "rb");
-  if (!f) return TL_ERRF(TL_ERR_IO, "cannot open cluster file %s", path);
+  if (!f) return TL_ERRF(TL_ERR_IO, "cannot open cluster file %s: %s", path, strerror(errno));
   char* buf = NULL;
   size_t n = 0, cap = 0;
   for (;;) {
@@ -410,7 +411,12 @@ tl_status tl_cluster_load(const char* path, tl_cluster* out) {
     n += got;
     if (got < 4096) break;
   }
+  const int read_errno = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
   fclose(f);
+  if (read_errno) {
+    free(buf);
+    return TL_ERRF(TL_ERR_IO, "cannot read cluster file %s: %s", path, strerror(read_errno));
+  }
   buf[n] = 0;
   tl_status st = tl_cluster_parse(buf, path, out);
   free(buf);

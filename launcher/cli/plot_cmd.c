@@ -85,6 +85,10 @@ static int read_run(const char* path, struct run* r) {
     }
     json_decref(j);
   }
+  if (ok && ferror(f)) { /* a directory: EISDIR */
+    fprintf(stderr, "trellis plot: cannot read '%s': %s\n", path, strerror(errno ? errno : EIO));
+    ok = 0;
+  }
   fclose(f);
   if (ok && r->s[LOSS].n == 0 && r->s[VAL].n == 0) {
     fprintf(stderr,

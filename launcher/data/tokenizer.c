@@ -14,7 +14,9 @@ tl_status tl_tokenizer_open(const char* path, tl_tokenizer* out) {
   if (!f) return TL_ERRF(TL_ERR_IO, "cannot open tokenizer '%s': %s", path, strerror(errno));
   uint32_t h[256];
   tl_status st = TL_OK;
-  if (fread(h, sizeof h, 1, f) != 1)
+  if (fread(h, sizeof h, 1, f) != 1 && ferror(f)) /* a directory: EISDIR */
+    st = TL_ERRF(TL_ERR_IO, "cannot read tokenizer '%s': %s", path, strerror(errno ? errno : EIO));
+  else if (feof(f))
     st = TL_ERRF(TL_ERR_FORMAT, "'%s' is cut short: it ends inside the 1024-byte header", path);
   else if (h[0] != TL_TOKENIZER_MAGIC)
     st = TL_ERRF(TL_ERR_FORMAT, "'%s' is not an llm.c tokenizer file: magic %u, expected %d", path,

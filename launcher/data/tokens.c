@@ -22,6 +22,10 @@ tl_status tl_tokens_open(const char* path, int vocab, tl_token_file* out) {
     close(fd);
     return TL_ERRF(TL_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
   }
+  if (S_ISDIR(st.st_mode)) {
+    close(fd);
+    return TL_ERRF(TL_ERR_IO, "'%s' is a directory; expected a token file", path);
+  }
   size_t size = (size_t)st.st_size;
   if (size < 1024) {
     close(fd);
@@ -169,12 +173,12 @@ tl_status tl__read_file(const char* path, char** data, size_t* size) {
     if (!bigger) free(buf);
     buf = bigger;
   }
-  int err = ferror(f);
+  const int err = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
   fclose(f);
   if (!buf) return TL_ERRF(TL_ERR_NOMEM, "out of memory reading '%s'", path);
   if (err) {
     free(buf);
-    return TL_ERRF(TL_ERR_IO, "error reading '%s'", path);
+    return TL_ERRF(TL_ERR_IO, "cannot read '%s': %s", path, strerror(err));
   }
   *data = buf;
   *size = n;

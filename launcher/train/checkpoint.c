@@ -15,8 +15,11 @@
 #include "core/log.h"
 
 static tl_status read_exact(FILE* f, const char* path, void* dst, size_t bytes, const char* what) {
-  if (fread(dst, 1, bytes, f) != bytes)
+  if (fread(dst, 1, bytes, f) != bytes) {
+    if (ferror(f)) /* a directory: EISDIR */
+      return TL_ERRF(TL_ERR_IO, "cannot read '%s': %s", path, strerror(errno ? errno : EIO));
     return TL_ERRF(TL_ERR_FORMAT, "'%s' is cut short: it ends inside the %s", path, what);
+  }
   return TL_OK;
 }
 

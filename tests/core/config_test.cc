@@ -193,15 +193,16 @@ TEST(Config, EveryProblemIsReportedAtOnceOnePerLine) {
   ASSERT_EQ(tl_config_parse(text, "many.json", &c), TL_ERR_CONFIG);
   std::string msg = tl_last_error();
   EXPECT_NE(msg.find("invalid config many.json: 8 problems:\n"), std::string::npos) << msg;
-  for (const char* line : {"\nmodel.n_heads: only model.kind \"gpt\" reads it; this model is \"mlp\"",
-                           "\nmodel.n_hed: unknown key; did you mean \"n_heads\"?",
-                           "\nmodel.mlp_sizes[2] = 0: expected an integer >= 1",
-                           "\nmesh.tp = \"two\": expected an integer >= 1, got a string",
-                           "\nmesh.order = [\"tp\",\"dp\",\"xp\"]: expected a permutation",
-                           "\ntrain.beta1 = 2: expected a number in [0, 1)",
-                           "\nschedule.micro_batches = 2: must divide each replica's batch "
-                           "train.batch_size / mesh.dp = 5 / 1 = 5",
-                           "\nsched: unknown section; did you mean \"schedule\"?"})
+  for (const char* line :
+       {"\nmodel.n_heads: only model.kind \"gpt\" reads it; this model is \"mlp\"",
+        "\nmodel.n_hed: unknown key; did you mean \"n_heads\"?",
+        "\nmodel.mlp_sizes[2] = 0: expected an integer >= 1",
+        "\nmesh.tp = \"two\": expected an integer >= 1, got a string",
+        "\nmesh.order = [\"tp\",\"dp\",\"xp\"]: expected a permutation",
+        "\ntrain.beta1 = 2: expected a number in [0, 1)",
+        "\nschedule.micro_batches = 2: must divide each replica's batch "
+        "train.batch_size / mesh.dp = 5 / 1 = 5",
+        "\nsched: unknown section; did you mean \"schedule\"?"})
     EXPECT_NE(msg.find(line), std::string::npos) << "missing: " << line << "\nin: " << msg;
 }
 
@@ -218,26 +219,32 @@ TEST(Config, MissingFileIsAnIoErrorNamingThePath) {
   struct tl_config c;
   EXPECT_EQ(tl_config_load("/nonexistent/trellis.json", &c), TL_ERR_IO);
   EXPECT_NE(std::string(tl_last_error()).find("'/nonexistent/trellis.json'"), std::string::npos);
+  // a directory opens, and then cannot be read: said so
+  EXPECT_EQ(tl_config_load("/", &c), TL_ERR_IO);
+  EXPECT_NE(std::string(tl_last_error()).find("cannot read config '/': Is a directory"),
+            std::string::npos)
+      << tl_last_error();
 }
 
 TEST(Config, SavedConfigLoadsBackExactly) {
   for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_MLP}) {
-  struct tl_config c = Unusual(kind), back;
-  std::string path = TempDir() + "/roundtrip.json";
-  ASSERT_EQ(tl_config_save(&c, path.c_str()), TL_OK) << tl_last_error();
-  ASSERT_EQ(tl_config_load(path.c_str(), &back), TL_OK) << tl_last_error();
-  EXPECT_EQ(memcmp(&c, &back, sizeof c), 0) << ReadFile(path);
-  EXPECT_EQ(back.parallel.bucket_mb, 0.1 + 0.2);
-  EXPECT_EQ(back.train.min_lr, c.train.min_lr);
-  EXPECT_EQ(back.model.seed, 9223372036854775807ull);
-  EXPECT_STREQ(back.model.init_from, c.model.init_from);
-  EXPECT_STREQ(back.data.val, c.data.val);
-  // Saving what was loaded gives the same bytes.
-  std::string again = TempDir() + "/roundtrip2.json";
-  ASSERT_EQ(tl_config_save(&back, again.c_str()), TL_OK) << tl_last_error();
-  EXPECT_EQ(ReadFile(path), ReadFile(again));
-  // only the fields its kind reads
-  EXPECT_EQ(ReadFile(path).find(kind == TL_MODEL_GPT ? "mlp_sizes" : "n_heads"), std::string::npos);
+    struct tl_config c = Unusual(kind), back;
+    std::string path = TempDir() + "/roundtrip.json";
+    ASSERT_EQ(tl_config_save(&c, path.c_str()), TL_OK) << tl_last_error();
+    ASSERT_EQ(tl_config_load(path.c_str(), &back), TL_OK) << tl_last_error();
+    EXPECT_EQ(memcmp(&c, &back, sizeof c), 0) << ReadFile(path);
+    EXPECT_EQ(back.parallel.bucket_mb, 0.1 + 0.2);
+    EXPECT_EQ(back.train.min_lr, c.train.min_lr);
+    EXPECT_EQ(back.model.seed, 9223372036854775807ull);
+    EXPECT_STREQ(back.model.init_from, c.model.init_from);
+    EXPECT_STREQ(back.data.val, c.data.val);
+    // Saving what was loaded gives the same bytes.
+    std::string again = TempDir() + "/roundtrip2.json";
+    ASSERT_EQ(tl_config_save(&back, again.c_str()), TL_OK) << tl_last_error();
+    EXPECT_EQ(ReadFile(path), ReadFile(again));
+    // only the fields its kind reads
+    EXPECT_EQ(ReadFile(path).find(kind == TL_MODEL_GPT ? "mlp_sizes" : "n_heads"),
+              std::string::npos);
   }
 }
 

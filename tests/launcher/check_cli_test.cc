@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <jansson.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -109,7 +110,8 @@ TEST(CheckCliMap, TheThreeAxisExampleShowsEachTensorParallelRanksShard) {
 TEST(CheckCliMap, ThePrecisionsAreSaid) {
   RunResult r = RunProcess({kTrellis, "check", ExampleWithData("examples/gpt_dp2_tp2_pp2.json")});
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("precision fp32\nreduce    gradients over dp in fp32\n"), std::string::npos)
+  EXPECT_NE(r.output.find("precision fp32\nreduce    gradients over dp in fp32\n"),
+            std::string::npos)
       << r.output;
   std::string cfg = WriteTempFile(R"({"mesh": {"dp": 2}, "train": {"precision": "bf16"},
                                       "parallel": {"grad_reduce": "bf16"},
@@ -120,7 +122,8 @@ TEST(CheckCliMap, ThePrecisionsAreSaid) {
   EXPECT_NE(r.output.find("precision bf16: activations and their gradients stored in bf16"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("reduce    gradients over dp in bf16 (half the bytes)"), std::string::npos)
+  EXPECT_NE(r.output.find("reduce    gradients over dp in bf16 (half the bytes)"),
+            std::string::npos)
       << r.output;
 }
 
@@ -152,6 +155,8 @@ TEST(CheckCliFiles, MissingOrMalformedInputFilesAreRefusedByName) {
   std::string garbage = WriteTempFile(std::string(2048, 'x'), ".bin");
   std::string few = Tokens(10);  // fewer tokens than one batch of 4 x 64
   std::string model = WriteTempFile(std::string(1024, '\0'), ".bin");
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = tmp ? tmp : "/tmp";
   struct Case {
     std::string fields, want;
   } cases[] = {
@@ -169,6 +174,12 @@ TEST(CheckCliFiles, MissingOrMalformedInputFilesAreRefusedByName) {
       {R"("data": {"train": ")" + good + R"("}, "checkpoint": {"resume": "/nonexistent/c.ckpt"})",
        "checkpoint.resume: cannot open checkpoint '/nonexistent/c.ckpt'"},
       {R"("train": {"sample_tokens": 0})", "data.train: not set"},
+      // a directory where a file belongs: said so, not as a short or bad file
+      {R"("data": {"train": ")" + dir + "\"}", "data.train: '" + dir + "' is a directory"},
+      {R"("data": {"train": ")" + good + R"(", "tokenizer": ")" + dir + "\"}",
+       "data.tokenizer: cannot read tokenizer '" + dir + "': Is a directory"},
+      {R"("data": {"train": ")" + good + R"("}, "model": {"init_from": ")" + dir + "\"}",
+       "model.init_from: cannot read '" + dir + "': Is a directory"},
   };
   for (const Case& c : cases) {
     std::string cfg = WriteTempFile("{" + c.fields + "}");

@@ -414,5 +414,9 @@ TEST(Ops, PlotOverlaysTheRunsMetrics) {
   RunResult b = RunProcess({kTrellis, "plot", bad, "--svg", svg});
   EXPECT_EQ(b.status, 1) << b.output;
   EXPECT_NE(b.output.find(bad + ":2:"), std::string::npos) << b.output;
+  RunResult d = RunProcess({kTrellis, "plot", TmpDir(), "--svg", svg});
+  EXPECT_EQ(d.status, 1) << d.output;
+  EXPECT_NE(d.output.find("cannot read '" + TmpDir() + "': Is a directory"), std::string::npos)
+      << d.output;
   EXPECT_EQ(RunProcess({kTrellis, "plot", m[0]}).status, 2) << "no --svg";
 }

@@ -120,7 +120,16 @@ TEST(Cluster, BadSpecsNameThePathTheValueAndWhatWasExpected) {
   EXPECT_NE(Error("{\"nodes\": ").find("c.json:1:"), std::string::npos);
   tl_cluster c;
   EXPECT_EQ(tl_cluster_load("no/such/cluster.json", &c), TL_ERR_IO);
-  EXPECT_NE(std::string(tl_last_error()).find("no/such/cluster.json"), std::string::npos);
+  EXPECT_NE(std::string(tl_last_error()).find("no/such/cluster.json: No such file"),
+            std::string::npos)
+      << tl_last_error();
+  // a directory opens, and then cannot be read: said so, not as bad JSON
+  EXPECT_EQ(tl_cluster_load("examples/clusters", &c), TL_ERR_IO);
+  EXPECT_NE(std::string(tl_last_error())
+                .find("cannot read cluster file examples/clusters: Is a "
+                      "directory"),
+            std::string::npos)
+      << tl_last_error();
 }
 
 // cores_per_node: a CPU cluster's shared cores; with it the spec keeps the
