@@ -187,6 +187,15 @@ static tl_reject_reason mesh_rule(const tl_cost_model* cm, const tl_cluster* c,
   return TL_REJECT_COUNT;
 }
 
+/* The rule the smallest mesh with the fixed dp, tp and pp breaks (the
+ * others at 1), or TL_REJECT_COUNT: every mesh with them breaks it too, on
+ * any number of devices. */
+static tl_reject_reason fixed_rule(const tl_cost_model* cm, const tl_cluster* c,
+                                   const struct tl_search_options* o) {
+  return mesh_rule(cm, c, o, o->fix_dp >= 1 ? o->fix_dp : 1, o->fix_tp >= 1 ? o->fix_tp : 1,
+                   o->fix_pp >= 1 ? o->fix_pp : 1);
+}
+
 /* Calls fn for every mesh the rules and the fixed choices allow whose
  * devices number at most `limit`, whatever the cluster's count. */
 static void each_allowed_mesh(const tl_cost_model* cm, const tl_cluster* c,
@@ -421,6 +430,12 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
         appendf(buf, size, "; its %lld devices are not whole nodes of %d", (long long)d,
                 c->devices_per_node);
       }
+    } else if (fixed[0]) {
+      const tl_reject_reason why = fixed_rule(cm, c, o);
+      if (why != TL_REJECT_COUNT) {
+        appendf(buf, size, "; no mesh of any size has %s: ", fixed);
+        rule_words(why, cm, c, o, buf, size);
+      }
     }
     return;
   }
@@ -471,8 +486,15 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
       appendf(buf, size,
               ". The rules allow at most %lld devices of whole nodes (dp %d x tp %d x pp %d)",
               (long long)most, dp, tp, pp);
-    else
-      appendf(buf, size, ". No mesh of any size meets them");
+    else {
+      const tl_reject_reason why = fixed_rule(cm, c, o);
+      if (why != TL_REJECT_COUNT && fixed[0]) {
+        appendf(buf, size, ". No mesh of any size has %s: ", fixed);
+        rule_words(why, cm, c, o, buf, size);
+      } else {
+        appendf(buf, size, ". No mesh of any size meets them");
+      }
+    }
     return;
   }
   /* 4. plans were priced; none is one to run */

@@ -623,4 +623,23 @@ TEST(PlanCli, AnImpossibleFixSaysWhichConstraint) {
   EXPECT_EQ(z.status, 1) << z.output;
   EXPECT_NE(z.output.find("zero-bubble runs a GPT, with ZeRO 0 or 1"), std::string::npos)
       << z.output;
+  // a fixed dimension no mesh of any size can have names the rule it
+  // breaks, not the rules of the cluster's own device count
+  const std::string a100 =
+      std::string("--model ") + kSmall + " --cluster " + "examples/clusters/dgx_a100.json --fix ";
+  struct {
+    const char *fix, *want;
+  } never[] = {
+      {"dp=3", "No mesh of any size has dp=3: dp must divide the global batch (8 sequences)"},
+      {"tp=3", "No mesh of any size has tp=3: tp must divide the 4 heads"},
+      {"pp=5", "no mesh of any size has pp=5: pp must be at most the 4 layers"},
+      {"dp=3,tp=3", "no mesh of any size has dp=3, tp=3: tp must divide the 4 heads"},
+  };
+  for (const auto& k : never) {
+    PlanRun n = Plan(a100 + k.fix);
+    EXPECT_EQ(n.status, 1) << n.output;
+    EXPECT_NE(n.output.find(k.want), std::string::npos) << k.fix << "\n" << n.output;
+  }
+  PlanRun some = Plan(a100 + "dp=4");
+  EXPECT_EQ(some.output.find("of any size"), std::string::npos) << some.output;
 }
