@@ -12,6 +12,8 @@
 // naming the file; a save that fails on one rank is reported once. The
 // llm.c model file every rank writes its slices of equals the one a single
 // device writes from the same state.
+#include "launcher/train/sharded.h"
+
 #include <gtest/gtest.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -22,7 +24,6 @@
 
 #include "graph/model.h"
 #include "launcher/train/checkpoint.h"
-#include "launcher/train/sharded.h"
 #include "tests/launcher/subprocess.h"
 
 namespace {
@@ -38,7 +39,8 @@ std::string Tokens() {
   static std::string tokens;
   if (tokens.empty()) {
     std::string text;
-    for (int i = 0; i < 400; i++) text += "a sharded checkpoint " + std::to_string(i * 7 % 13) + "\n";
+    for (int i = 0; i < 400; i++)
+      text += "a sharded checkpoint " + std::to_string(i * 7 % 13) + "\n";
     std::string path = WriteTempFile(text, ".txt");
     tokens = path + ".bin";
     EXPECT_EQ(RunProcess({kTrellis, "data", path, tokens}).status, 0);
@@ -53,18 +55,24 @@ const char* kModel =
 // mesh and zero; checkpoints into `dir` every 3 steps (none: ""), from `resume` if given
 std::string Config(const std::string& mesh, int zero, const std::string& dir,
                    const std::string& resume) {
-  std::string ck = dir.empty() ? "{\"resume\": \"" + resume + "\"}"
-                               : "{\"dir\": \"" + dir + "\", \"every\": 3" +
-                                     (resume.empty() ? "" : ", \"resume\": \"" + resume + "\"") +
-                                     "}";
+  std::string ck = dir.empty()
+                       ? "{\"resume\": \"" + resume + "\"}"
+                       : "{\"dir\": \"" + dir + "\", \"every\": 3" +
+                             (resume.empty() ? "" : ", \"resume\": \"" + resume + "\"") + "}";
   return WriteTempFile(std::string("{") + kModel + ",\n \"mesh\": " + mesh +
                        ",\n \"schedule\": {\"kind\": \"1f1b\", \"micro_batches\": 2},\n"
-                       " \"parallel\": {\"zero\": " + std::to_string(zero) + "},\n"
+                       " \"parallel\": {\"zero\": " +
+                       std::to_string(zero) +
+                       "},\n"
                        " \"train\": {\"steps\": 6, \"batch_size\": 8, \"seq_len\": 16, \"lr\": "
                        "0.001, \"eps\": 1e-8, \"warmup_steps\": 0, \"grad_clip\": 1.0, "
                        "\"sample_tokens\": 0},\n"
-                       " \"data\": {\"train\": \"" + Tokens() + "\"},\n"
-                       " \"checkpoint\": " + ck + ",\n"
+                       " \"data\": {\"train\": \"" +
+                       Tokens() +
+                       "\"},\n"
+                       " \"checkpoint\": " +
+                       ck +
+                       ",\n"
                        " \"device\": {\"type\": \"cpu\", \"threads\": 1}}\n");
 }
 
@@ -151,7 +159,8 @@ TEST(Sharded, TheSameMeshContinuesBitForBit) {
       {kTrellis, "train", Config("{\"dp\": 2, \"pp\": 2}", 3, dir, j.dir + "/step_000003.ckpt")},
       {}, 120, true);
   ASSERT_EQ(r.status, 0) << r.output;
-  std::vector<float> want = State(j.dir + "/step_000006.ckpt"), got = State(dir + "/step_000006.ckpt");
+  std::vector<float> want = State(j.dir + "/step_000006.ckpt"),
+                     got = State(dir + "/step_000006.ckpt");
   ASSERT_EQ(want.size(), got.size());
   size_t differ = 0;
   for (size_t i = 0; i < want.size(); i++) differ += memcmp(&want[i], &got[i], 4) != 0;
@@ -167,10 +176,10 @@ TEST(Sharded, AnotherMeshAndZeroStageContinuesAsTheSingleDeviceRun) {
   ASSERT_EQ(j.first.status, 0) << j.first.output;
   // tp 2, ZeRO-1, checked at every step against one device (which reads
   // the same directory on its own)
-  RunResult r = RunProcess({kTrellis, "train",
-                            Config("{\"tp\": 2}", 1, Dir("tp2"), j.dir + "/step_000003.ckpt"),
-                            "--verify"},
-                           {}, 120, true);
+  RunResult r =
+      RunProcess({kTrellis, "train",
+                  Config("{\"tp\": 2}", 1, Dir("tp2"), j.dir + "/step_000003.ckpt"), "--verify"},
+                 {}, 120, true);
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("verify: EQUAL to the single-device run"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("verify:   start       parameters equal bit for bit"), std::string::npos)
@@ -198,8 +207,9 @@ TEST(Sharded, TensorParallelShardsWriteTheirSlices) {
   RunResult a = RunProcess({kTrellis, "train", WriteTempFile(text)}, {}, 120, true);
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_NE(a.output.find("(sharded: 4 parts"), std::string::npos) << a.output;
-  RunResult one = RunProcess(
-      {kTrellis, "train", Config("{}", 0, Dir("tp2_one"), dir + "/step_000003.ckpt")}, {}, 120, true);
+  RunResult one =
+      RunProcess({kTrellis, "train", Config("{}", 0, Dir("tp2_one"), dir + "/step_000003.ckpt")},
+                 {}, 120, true);
   ASSERT_EQ(one.status, 0) << one.output;
   std::vector<double> x = Losses(a.output), y = Losses(one.output);
   ASSERT_EQ(x.size(), 6u);
@@ -259,6 +269,16 @@ TEST(Sharded, EveryRankWritesItsSlicesOfTheModelFile) {
   ASSERT_EQ(b.status, 0) << b.output;
   std::string x = RunProcess({"cmp", mesh_file, one_file}).output;
   EXPECT_EQ(RunProcess({"cmp", mesh_file, one_file}).status, 0) << x;
+  // a file it could not write at the end is refused before any rank starts
+  RunResult c = RunProcess({kTrellis, "train", Config("{\"dp\": 2, \"pp\": 2}", 3, "", ck),
+                            "--export", Dir("no_such_dir/m.bin")},
+                           {}, 120, true);
+  EXPECT_EQ(c.status, 2) << c.output;
+  EXPECT_NE(c.output.find("--export " + Dir("no_such_dir/m.bin") + ": cannot write into '" +
+                          Dir("no_such_dir") + "': No such file or directory"),
+            std::string::npos)
+      << c.output;
+  EXPECT_EQ(c.output.find("starting"), std::string::npos) << "no rank starts\n" << c.output;
 }
 
 }  // namespace
