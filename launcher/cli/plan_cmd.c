@@ -450,6 +450,12 @@ int tl_cli_plan(int argc, char** argv) {
       return 2;
     }
   }
+  /* what the command writes at its end, checked before it measures or
+   * searches */
+  if ((calibrate_path && tl_cli_writable("trellis plan", "--calibrate", calibrate_path)) ||
+      (out_path && tl_cli_writable("trellis plan", "--out", out_path)) ||
+      (svg_path && tl_cli_writable("trellis plan", "--svg", svg_path)))
+    return 2;
   if (device_name && !calibrate_path) {
     fprintf(stderr, "trellis plan: --device is --calibrate's (what to measure)\n");
     return 2;

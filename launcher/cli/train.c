@@ -260,29 +260,6 @@ static const char* const kValued[][2] = {
     {"--steps", "N"},           {"--metrics", "FILE"}, {"--trace", "FILE"},   {"--export", "FILE"},
     {"--cluster", "SPEC.json"}, {"--hosts", "H1,H2"},  {"--hostfile", "FILE"}};
 
-/* 0 when `path` can be created: its directory exists and takes files;
- * else 2, said naming the flag (what a run writes at its end is checked
- * before it starts, not after hours of training). */
-static int check_writable(const char* flag, const char* path) {
-  char dir[TL_PATH_MAX];
-  const char* slash = strrchr(path, '/');
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else
-    snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-  struct stat st;
-  const char* why = NULL;
-  if (stat(dir, &st) != 0)
-    why = strerror(errno);
-  else if (!S_ISDIR(st.st_mode))
-    why = "not a directory";
-  else if (access(dir, W_OK | X_OK) != 0)
-    why = strerror(errno);
-  if (!why) return 0;
-  fprintf(stderr, "trellis train: %s %s: cannot write into '%s': %s\n", flag, path, dir, why);
-  return 2;
-}
-
 static int parse(int argc, char** argv, struct options* o) {
   memset(o, 0, sizeof *o);
   o->steps = -1;
@@ -328,7 +305,7 @@ static int parse(int argc, char** argv, struct options* o) {
     usage(stderr);
     return 2;
   }
-  if (o->export_path && check_writable("--export", o->export_path)) return 2;
+  if (o->export_path && tl_cli_writable("trellis train", "--export", o->export_path)) return 2;
   return 0;
 }
 

@@ -494,6 +494,24 @@ TEST(PlanCli, BadUsageAndBadInput) {
   EXPECT_EQ(r.status, 1) << r.output;
   std::ifstream f(out);
   EXPECT_FALSE(f.good()) << "no partial output";
+  // a file that could not be written at the end is refused at the start:
+  // before the search, and before --calibrate measures anything
+  const std::string nowhere = TempPath("no_such_dir") + "/p.json";
+  for (const std::string flag : {"--out", "--svg"}) {
+    r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " " + flag + " " +
+             nowhere);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("trellis plan: " + flag + " " + nowhere + ": cannot write into '" +
+                            TempPath("no_such_dir") + "': No such file or directory"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("plans priced"), std::string::npos) << r.output;
+  }
+  r = Plan("--calibrate " + nowhere + " --ranks 1");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--calibrate " + nowhere + ": cannot write into"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("calibrated"), std::string::npos) << r.output;
 }
 
 // The planner's bytes per device against what the trainer's allocator
