@@ -314,6 +314,11 @@ typedef struct tl_plan {
    * forward again, where trellis recomputes only what a backward reads —
    * to check the model against published runs; trellis does not run it */
   bool recompute_whole_forward;
+  /* the ranks' layout (mesh.order, innermost first: core/mesh.h), which
+   * sets the stride of each axis's groups and so the links they cross;
+   * not a permutation (a zeroed plan: the search's) = the default {tp, dp,
+   * pp} */
+  tl_axis order[3];
   /* memory, bytes per device: the fullest stage's (mem_stage), state and
    * activations as the trainer's allocator counts them, plus the reserve
    * (the spec's reserve_bytes and its allocator_overhead of the two) */
@@ -356,8 +361,9 @@ double tl_cost_gemm_flops(const struct tl_cost_gemm* g, int n, bool whole);
  * (the formula above; 0 for n <= 1). */
 double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct tl_link* link);
 
-/* The link a collective over n ranks `stride` apart (tp: 1, dp: tp, as the
- * launcher lays ranks out: tensor-parallel fastest, then data-parallel)
+/* The link a collective over n ranks `stride` apart (tl_cost_axis_strides;
+ * in the default layout, tensor-parallel fastest, then data-parallel: tp 1,
+ * dp tp)
  * runs on: the node's when all n share one; else the inter-node link with
  * the bandwidth of the group's k members on a node together, k x the
  * per-device figure (at most the node's own): rail-optimised nodes give
@@ -365,6 +371,15 @@ double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct
  * nodes through all of the group's cards at once, so a group of 8 per node
  * reduces at 8 cards' rate and one member per node at one card's. */
 struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride);
+
+/* The plan's layout, innermost first: p->order, or the default {tp, dp,
+ * pp} where that is not a permutation. */
+void tl_cost_plan_order(const tl_plan* p, tl_axis order[3]);
+
+/* The rank distance between neighbours of each axis's groups in the plan's
+ * layout (p->order): the product of the sizes of the axes inside it (the
+ * default order: tp 1, dp tp, pp dp x tp). */
+void tl_cost_axis_strides(const tl_plan* p, int* tp, int* dp, int* pp);
 
 /* Seconds for an all-gather assembling `bytes` on each of n ranks: half an
  * all-reduce's bandwidth term, (n-1) ring messages on GPUs, log2 n recursive

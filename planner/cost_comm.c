@@ -2,6 +2,7 @@
  * bandwidth term and the backend's messages, the link a group runs on, and
  * the data-parallel communication a step leaves exposed (planner/cost.h). */
 #include <math.h>
+#include <string.h>
 
 #include "planner/cost_impl.h"
 
@@ -22,6 +23,26 @@ struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride) {
   struct tl_link l = c->inter;
   l.bandwidth = fmin(c->intra.bandwidth, k * c->inter.bandwidth);
   return l;
+}
+
+void tl_cost_plan_order(const tl_plan* p, tl_axis order[3]) {
+  const tl_axis* o = p->order;
+  if (o[0] != o[1] && o[1] != o[2] && o[0] != o[2]) {
+    memcpy(order, o, 3 * sizeof *order);
+  } else {
+    order[0] = TL_AXIS_TP, order[1] = TL_AXIS_DP, order[2] = TL_AXIS_PP;
+  }
+}
+
+void tl_cost_axis_strides(const tl_plan* p, int* tp, int* dp, int* pp) {
+  tl_axis o[3];
+  tl_cost_plan_order(p, o);
+  int stride[3] = {1, 1, 1}, inner = 1; /* by axis: dp, tp, pp */
+  for (int i = 0; i < 3; i++) {
+    stride[o[i]] = inner;
+    inner *= o[i] == TL_AXIS_DP ? p->dp : o[i] == TL_AXIS_TP ? p->tp : p->pp;
+  }
+  *tp = stride[TL_AXIS_TP], *dp = stride[TL_AXIS_DP], *pp = stride[TL_AXIS_PP];
 }
 
 /* Half an all-reduce's ring and messages, at the collective's own share of

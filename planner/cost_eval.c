@@ -334,7 +334,9 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
-  const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
+  int s_tp, s_dp, s_pp; /* each axis's neighbours, ranks apart (p->order) */
+  tl_cost_axis_strides(p, &s_tp, &s_dp, &s_pp);
+  const struct tl_link dp_l = tl_cost_group_link(c, d, s_dp), *dp_link = &dp_l;
   /* the gathers hide behind the compute at the rate the plan's ranks get */
   const double speed = tl__cost_core_speed(c, p);
   const double zero3 = p->zero == 3 && d > 1
@@ -344,7 +346,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
 
   /* 2. time of one micro-batch on the slowest stage */
   double comp = slowest * b; /* seconds of one micro-batch on the slowest stage */
-  const struct tl_link tp_l = tl_cost_group_link(c, t, 1), *tp_link = &tp_l;
+  const struct tl_link tp_l = tl_cost_group_link(c, t, s_tp), *tp_link = &tp_l;
   /* full recomputation re-runs the forward's two collectives */
   const bool full = p->recompute == TL_RECOMPUTE_FULL;
   int tp_calls = full ? 6 : 4;
@@ -361,7 +363,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     tp_comm += k_slowest * 2 * tl_cost_all_gather(c, bsh * act_bytes, t, tp_link);
   double pp_comm = 0;
   if (pp > 1) {
-    const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
+    const struct tl_link* pp_link = s_pp >= dpn ? &c->inter : &c->intra;
     /* each chunk's boundary: interleaving sends v times the messages */
     pp_comm = v * 2.0 * tl_cost_send(c, bsh * act_bytes / t, pp_link);
   }

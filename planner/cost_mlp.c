@@ -168,14 +168,16 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     if (tl_cost_stage_layers(cm, t, false, pp, cut) != TL_OK)
       for (int s = 0; s < pp; s++) cut[s] = L / pp + (s < L % pp);
   }
-  const struct tl_link tp_l = tl_cost_group_link(c, t, 1), *tp_link = &tp_l;
-  const struct tl_link* pp_link = d * t >= dpn ? &c->inter : &c->intra;
+  int s_tp, s_dp, s_pp; /* each axis's neighbours, ranks apart (p->order) */
+  tl_cost_axis_strides(p, &s_tp, &s_dp, &s_pp);
+  const struct tl_link tp_l = tl_cost_group_link(c, t, s_tp), *tp_link = &tp_l;
+  const struct tl_link* pp_link = s_pp >= dpn ? &c->inter : &c->intra;
   const double peak = tl_cluster_peak(c, dtype);
   p->mem_state = p->mem_act = -1;
   double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;
   const double speed = tl__cost_core_speed(c, p); /* the ZeRO-3 gathers hide at this rate */
   double zero3 = 0; /* ZeRO-3's exposed gathers, on the stage where they show most */
-  const struct tl_link dp_l = tl_cost_group_link(c, d, t), *dp_link = &dp_l;
+  const struct tl_link dp_l = tl_cost_group_link(c, d, s_dp), *dp_link = &dp_l;
   for (int s = 0, a = 0; s < pp; a += layers[s++]) {
     const int e = a + layers[s];
     double state, act;

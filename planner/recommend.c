@@ -21,6 +21,7 @@ void tl_plan_from_config(const struct tl_config* cfg, tl_plan* p, tl_dtype* dtyp
   p->sequence_parallel = p->tp > 1 && cfg->parallel.sequence_parallel;
   p->dp_bucket_mb = cfg->parallel.bucket_mb;
   p->grad_reduce = cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
+  memcpy(p->order, cfg->mesh.order, sizeof p->order);
   *dtype = cfg->train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
 }
 
@@ -72,14 +73,7 @@ tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* cl
                    "cluster %s's %d devices",
                    ranks, c.name, dpn);
   } else {
-    c.nodes = ranks / dpn;
-    /* across nodes a group's links follow the ranks' order, which the cost
-     * model takes as tp innermost, then dp (tl_cost_group_link) */
-    const tl_axis tdp[3] = {TL_AXIS_TP, TL_AXIS_DP, TL_AXIS_PP};
-    if (memcmp(cfg->mesh.order, tdp, sizeof tdp) != 0)
-      return TL_ERRF(TL_ERR_CONFIG,
-                     "mesh.order: across nodes the cost model lays a mesh out tp innermost, "
-                     "then dp, then pp (the default order); this config's differs");
+    c.nodes = ranks / dpn; /* the groups' links follow mesh.order (p.order) */
   }
   tl_cost_model* cm = malloc(sizeof *cm); /* megabytes: not on the stack */
   if (!cm) return TL_ERRF(TL_ERR_NOMEM, "out of memory for the cost model");
@@ -107,6 +101,7 @@ tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int 
   cfg.mesh.dp = p->dp;
   cfg.mesh.tp = p->tp;
   cfg.mesh.pp = p->pp;
+  tl_cost_plan_order(p, cfg.mesh.order); /* the layout priced, not the base's */
   cfg.schedule.kind = p->schedule;
   cfg.schedule.micro_batches = p->n_micro;
   cfg.schedule.virtual_stages = tl_plan_chunks(p);
