@@ -258,7 +258,7 @@ static int print_json(const tl_search_result* r, const tl_search_result* fewer, 
  * plan's device count (plans on part of the cluster). */
 static void print_header(bool devices) {
   if (devices) printf("%7s ", "devices");
-  printf("%4s %5s %3s %4s %5s %5s %6s %4s %3s %3s %9s %10s %11s %9s %6s  %-8s\n", "rank", "dp",
+  printf("%4s %5s %3s %4s %5s %5s %6s %4s %3s %3s %9s %10s %11s %9s %6s  %-9s\n", "rank", "dp",
          "tp", "pp", "mb", "n_mb", "sched", "zero", "rc", "sp", "mem GB", "step s", "tokens/s",
          "hwTFLOP/s", "MFU", "bound");
 }
@@ -266,7 +266,7 @@ static void print_header(bool devices) {
 static void print_row(const tl_plan* p, int rank, bool devices) {
   char name[16];
   if (devices) printf("%7d ", p->dp * p->tp * p->pp);
-  printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %3s %9.2f %10.4g %11.4g %9.4g %5.1f%%  %-8s%s\n",
+  printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %3s %9.2f %10.4g %11.4g %9.4g %5.1f%%  %-9s%s\n",
          rank, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, schedule_name(p, name, sizeof name),
          p->zero,
          p->recompute == TL_RECOMPUTE_SELECTIVE ? "sel"
