@@ -381,6 +381,12 @@ void tl_cost_plan_order(const tl_plan* p, tl_axis order[3]);
  * default order: tp 1, dp tp, pp dp x tp). */
 void tl_cost_axis_strides(const tl_plan* p, int* tp, int* dp, int* pp);
 
+/* The link a pipeline's activations cross between stages: the inter-node
+ * one when some pair of neighbouring stages lies on two nodes (the stages'
+ * stride, or the pipeline's span of ranks, beyond a node), else the
+ * node's. */
+const struct tl_link* tl_cost_pp_link(const tl_cluster* c, const tl_plan* p);
+
 /* Seconds for an all-gather assembling `bytes` on each of n ranks: half an
  * all-reduce's bandwidth term, (n-1) ring messages on GPUs, log2 n recursive
  * doubling steps on CPUs; the bandwidth the link's times the cluster's

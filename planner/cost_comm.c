@@ -2,6 +2,7 @@
  * bandwidth term and the backend's messages, the link a group runs on, and
  * the data-parallel communication a step leaves exposed (planner/cost.h). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "planner/cost_impl.h"
@@ -27,7 +28,12 @@ struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride) {
 
 void tl_cost_plan_order(const tl_plan* p, tl_axis order[3]) {
   const tl_axis* o = p->order;
-  if (o[0] != o[1] && o[1] != o[2] && o[0] != o[2]) {
+  bool seen[3] = {false, false, false}, perm = true;
+  for (int i = 0; i < 3 && perm; i++) {
+    perm = (int)o[i] >= 0 && (int)o[i] < 3 && !seen[o[i]];
+    if (perm) seen[o[i]] = true;
+  }
+  if (perm) {
     memcpy(order, o, 3 * sizeof *order);
   } else {
     order[0] = TL_AXIS_TP, order[1] = TL_AXIS_DP, order[2] = TL_AXIS_PP;
@@ -43,6 +49,15 @@ void tl_cost_axis_strides(const tl_plan* p, int* tp, int* dp, int* pp) {
     inner *= o[i] == TL_AXIS_DP ? p->dp : o[i] == TL_AXIS_TP ? p->tp : p->pp;
   }
   *tp = stride[TL_AXIS_TP], *dp = stride[TL_AXIS_DP], *pp = stride[TL_AXIS_PP];
+}
+
+const struct tl_link* tl_cost_pp_link(const tl_cluster* c, const tl_plan* p) {
+  int s_tp, s_dp, s_pp;
+  tl_cost_axis_strides(p, &s_tp, &s_dp, &s_pp);
+  /* stages s_pp ranks apart, pp of them: some boundary crosses nodes once
+   * the stride or the pipeline's span does */
+  const int dpn = c->devices_per_node;
+  return s_pp >= dpn || (int64_t)s_pp * p->pp > dpn ? &c->inter : &c->intra;
 }
 
 /* Half an all-reduce's ring and messages, at the collective's own share of

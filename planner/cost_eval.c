@@ -202,7 +202,6 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   }
   const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
   const double act_bytes = tl_dtype_size(dtype); /* the graph counts elements */
-  const int dpn = c->devices_per_node;
   const int L = cm->n_layers;
   const double bsh = (double)b * cm->layer_input; /* (b, s, h) elements */
   struct tl_cost_shard tmp;
@@ -363,7 +362,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     tp_comm += k_slowest * 2 * tl_cost_all_gather(c, bsh * act_bytes, t, tp_link);
   double pp_comm = 0;
   if (pp > 1) {
-    const struct tl_link* pp_link = s_pp >= dpn ? &c->inter : &c->intra;
+    const struct tl_link* pp_link = tl_cost_pp_link(c, p);
     /* each chunk's boundary: interleaving sends v times the messages */
     pp_comm = v * 2.0 * tl_cost_send(c, bsh * act_bytes / t, pp_link);
   }

@@ -159,7 +159,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     return;
   }
   const double act_bytes = tl_dtype_size(dtype);
-  const int dpn = c->devices_per_node, L = cm->n_layers;
+  const int L = cm->n_layers;
   struct tl_cost_shard tmp;
   const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, false, TL_RECOMPUTE_NONE, false, &tmp);
   int cut[TL_MLP_MAX_LAYERS];
@@ -171,7 +171,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   int s_tp, s_dp, s_pp; /* each axis's neighbours, ranks apart (p->order) */
   tl_cost_axis_strides(p, &s_tp, &s_dp, &s_pp);
   const struct tl_link tp_l = tl_cost_group_link(c, t, s_tp), *tp_link = &tp_l;
-  const struct tl_link* pp_link = s_pp >= dpn ? &c->inter : &c->intra;
+  const struct tl_link* pp_link = tl_cost_pp_link(c, p);
   const double peak = tl_cluster_peak(c, dtype);
   p->mem_state = p->mem_act = -1;
   double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;

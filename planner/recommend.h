@@ -39,7 +39,8 @@ void tl_plan_from_config(const struct tl_config* cfg, tl_plan* p, tl_dtype* dtyp
  * has or not whole nodes, c has no peak for its precision, or it runs what
  * the cost model does not price (an MLP recomputing or interleaved or
  * zero-bubble, as trellis plan never plans one; parallel.deterministic's
- * exact sums; across nodes, a mesh.order other than the default). */
+ * exact sums). The groups' links follow the config's mesh.order
+ * (tl_cost_axis_strides). */
 tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* c, tl_plan* out);
 
 /* *out = *base with plan `p` for a global batch of dp * micro_batch *

@@ -13,10 +13,10 @@ int tl_cli_data(int argc, char** argv);
 int tl_cli_train(int argc, char** argv);
 int tl_cli_plan(int argc, char** argv);
 int tl_cli_plot(int argc, char** argv);
-/* 0 when the file `path` can be created: its directory exists and takes
- * files; else 2, said on stderr as "CMD: FLAG PATH: cannot write into 'DIR':
- * why". What a command writes at its end is checked before it starts
- * (training or calibrating can take hours). */
+/* 0 when the file `path` can be created: it names no directory, and its
+ * directory exists and takes files; else 2, said on stderr (as "CMD: FLAG
+ * PATH: cannot write into 'DIR': why" for the directory). What a command writes at its end is
+ * checked before it starts (training or calibrating can take hours). */
 int tl_cli_writable(const char* cmd, const char* flag, const char* path);
 
 /* `trellis plan --calibrate OUT [--device cpu|cuda]`: argv is the whole

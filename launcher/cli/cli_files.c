@@ -9,13 +9,25 @@
 #include "launcher/cli/cli.h"
 
 int tl_cli_writable(const char* cmd, const char* flag, const char* path) {
+  struct stat st;
+  /* the path itself: a file to replace, not a directory */
+  const size_t len = strlen(path);
+  if (len == 0 || path[len - 1] == '/' || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
+    fprintf(stderr, "%s: %s '%s': a directory; expected a file name\n", cmd, flag, path);
+    return 2;
+  }
   char dir[TL_PATH_MAX];
   const char* slash = strrchr(path, '/');
+  const size_t n = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
+  if (n >= sizeof dir) {
+    fprintf(stderr, "%s: %s: the path's directory is longer than %d characters\n", cmd, flag,
+            TL_PATH_MAX - 1);
+    return 2;
+  }
   if (!slash)
     snprintf(dir, sizeof dir, ".");
   else
-    snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-  struct stat st;
+    snprintf(dir, sizeof dir, "%.*s", (int)n, path);
   const char* why = NULL;
   if (stat(dir, &st) != 0)
     why = strerror(errno);

@@ -255,10 +255,13 @@ static void describe(const struct run* r) {
   fflush(stdout);
 }
 
-/* The options that take a value, and the value's name for the usage. */
-static const char* const kValued[][2] = {
-    {"--steps", "N"},           {"--metrics", "FILE"}, {"--trace", "FILE"},   {"--export", "FILE"},
-    {"--cluster", "SPEC.json"}, {"--hosts", "H1,H2"},  {"--hostfile", "FILE"}};
+/* The options that take a value, and the value's name for the usage
+ * (--hosts and --hostfile: the launcher's, job/spawn.h). */
+static const char* const kValued[][2] = {{"--steps", "N"},
+                                         {"--metrics", "FILE"},
+                                         {"--trace", "FILE"},
+                                         {"--export", "FILE"},
+                                         {"--cluster", "SPEC.json"}};
 
 static int parse(int argc, char** argv, struct options* o) {
   memset(o, 0, sizeof *o);

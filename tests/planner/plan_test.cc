@@ -507,6 +507,10 @@ TEST(PlanCli, BadUsageAndBadInput) {
         << r.output;
     EXPECT_EQ(r.output.find("plans priced"), std::string::npos) << r.output;
   }
+  r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " --out " +
+           TempPath(""));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("a directory; expected a file name"), std::string::npos) << r.output;
   r = Plan("--calibrate " + nowhere + " --ranks 1");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("--calibrate " + nowhere + ": cannot write into"), std::string::npos)

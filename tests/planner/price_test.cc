@@ -248,6 +248,20 @@ TEST(Plan, MeshOrderDecidesWhichGroupsCrossNodes) {
   tl_cost_axis_strides(&pp_in, &st, &sd, &sp);
   EXPECT_EQ(sp, 1);
   EXPECT_EQ(st, 2);
+  // the pipeline's link: the node's while its stages stay in one, the
+  // network's once a pair of neighbouring stages lies on two nodes
+  tl_plan pipe = tp_in;
+  pipe.dp = 1, pipe.tp = 2, pipe.pp = 4;
+  memset(pipe.order, 0, sizeof pipe.order);
+  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.intra) << "8 ranks, one node";
+  pipe.tp = 4;
+  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.inter) << "16 ranks: stages 1 and 2 on two nodes";
+  pipe.tp = 8, pipe.pp = 2;
+  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.inter) << "stages a node apart";
+  pipe.order[0] = TL_AXIS_PP, pipe.order[1] = TL_AXIS_DP, pipe.order[2] = TL_AXIS_TP;
+  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.intra) << "pp innermost: neighbours side by side";
+  pipe.order[1] = TL_AXIS_PP;
+  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.inter) << "not a permutation: the default order";
   // a config written from a plan carries the plan's order; a search's plan
   // (no order) is written in the default one, whatever the base config's
   struct tl_config back;
