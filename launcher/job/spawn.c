@@ -69,6 +69,29 @@ const char* tl_launch_detected(char* buf, size_t size) {
   return NULL;
 }
 
+/* The hosts a hydra hostfile names (a line "host" or "host:slots", '#'
+ * starting a comment), and whether any line gives its slots. */
+static tl_status hostfile_hosts(const char* path, int* n_hosts, bool* slots) {
+  FILE* f = fopen(path, "r");
+  if (!f) return TL_ERRF(TL_ERR_IO, "--hostfile %s: cannot open: %s", path, strerror(errno));
+  char line[1024];
+  *n_hosts = 0, *slots = false;
+  while (fgets(line, sizeof line, f)) {
+    char* hash = strchr(line, '#');
+    if (hash) *hash = '\0';
+    const char* c = line;
+    while (*c == ' ' || *c == '\t') c++;
+    if (*c == '\0' || *c == '\n' || *c == '\r') continue;
+    (*n_hosts)++;
+    if (strchr(c, ':')) *slots = true;
+  }
+  const int err = ferror(f) ? (errno ? errno : EIO) : 0; /* a directory: EISDIR */
+  fclose(f);
+  if (err) return TL_ERRF(TL_ERR_IO, "--hostfile %s: cannot read: %s", path, strerror(err));
+  if (*n_hosts == 0) return TL_ERRF(TL_ERR_INVALID, "--hostfile %s: names no host", path);
+  return TL_OK;
+}
+
 void tl_launch_command_free(char** cmd) {
   if (!cmd) return;
   for (char** p = cmd; *p; p++) free(*p);
@@ -96,6 +119,12 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
   }
   if (hosts && hostfile)
     return TL_ERRF(TL_ERR_INVALID, "--hosts and --hostfile both given: name the hosts one way");
+  int file_hosts = 0; /* the hostfile's hosts, where it gives no slot counts */
+  if (hostfile) {
+    bool slots = false;
+    TL_CHECK(hostfile_hosts(hostfile, &file_hosts, &slots));
+    if (slots) file_hosts = 0;
+  }
 
   /* 2. the launcher, its options, then this program and its own arguments */
   const char* step;
@@ -134,13 +163,16 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
        * and tensor-parallel neighbours land on different nodes: fill each
        * host in turn instead */
       int n_hosts = 0; /* the list's non-empty names */
-      for (const char* c = hosts; *c; c++)
-        n_hosts += *c != ',' && (c == hosts || c[-1] == ',');
+      for (const char* c = hosts; *c; c++) n_hosts += *c != ',' && (c == hosts || c[-1] == ',');
       if (n_hosts < 1) n_hosts = 1;
       snprintf(buf, sizeof buf, "%d", (world_size + n_hosts - 1) / n_hosts);
       cmd[k++] = strdup("-ppn"), cmd[k++] = strdup(buf);
     }
     if (hostfile) cmd[k++] = strdup("-hostfile"), cmd[k++] = strdup(hostfile);
+    if (file_hosts > 0) { /* as for --hosts without slot counts: fill each in turn */
+      snprintf(buf, sizeof buf, "%d", (world_size + file_hosts - 1) / file_hosts);
+      cmd[k++] = strdup("-ppn"), cmd[k++] = strdup(buf);
+    }
   }
   cmd[k++] = strdup(self);
   for (int i = 1; i < argc; i++) {

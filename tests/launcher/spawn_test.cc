@@ -4,6 +4,7 @@
 #include "launcher/job/spawn.h"
 
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <string>
@@ -13,7 +14,7 @@ namespace {
 
 const char* const kVars[] = {
     "PMI_RANK",      "PMI_SIZE",     "PMIX_RANK",    "OMPI_COMM_WORLD_SIZE", "SLURM_JOB_ID",
-    "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID", "TRELLIS_SPAWNED", "SLURM_NTASKS"};
+    "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID", "TRELLIS_SPAWNED",      "SLURM_NTASKS"};
 
 class Spawn : public testing::Test {
  protected:
@@ -22,6 +23,14 @@ class Spawn : public testing::Test {
   }
   void TearDown() override {
     for (const char* v : kVars) unsetenv(v);
+  }
+  // A file of `text` in the test's temporary directory.
+  std::string File(const std::string& name, const std::string& text) {
+    const char* dir = getenv("TEST_TMPDIR");
+    std::string path = std::string(dir ? dir : "/tmp") + "/" + name;
+    FILE* f = fopen(path.c_str(), "w");
+    if (f) fputs(text.c_str(), f), fclose(f);
+    return path;
   }
   // The command for `args` (args[0] is the program) as one string, or the error.
   std::string Command(std::vector<std::string> args, int world) {
@@ -89,8 +98,28 @@ TEST_F(Spawn, ByHandTheCommandIsMpiexecWithTheSameArguments) {
 TEST_F(Spawn, HostsGoToMpiexecAndAreRemovedFromTheRanksArguments) {
   EXPECT_EQ(Command({"trellis", "train", "--hosts", "a:8,b:8", "cfg.json"}, 16),
             "mpiexec -n 16 -hosts a:8,b:8 /opt/trellis train cfg.json");
-  EXPECT_EQ(Command({"trellis", "train", "cfg.json", "--hostfile=nodes"}, 2),
-            "mpiexec -n 2 -hostfile nodes /opt/trellis train cfg.json");
+  const std::string nodes = File("nodes", "a:1\nb:1\n");
+  EXPECT_EQ(Command({"trellis", "train", "cfg.json", "--hostfile=" + nodes}, 2),
+            "mpiexec -n 2 -hostfile " + nodes + " /opt/trellis train cfg.json");
+}
+
+// A hostfile without slot counts is filled host by host as --hosts is
+// (comments and blank lines are no hosts); one with them is left to hydra;
+// one that cannot be read, or names no host, is refused by name.
+TEST_F(Spawn, AHostfileWithoutSlotCountsIsFilledInTurn) {
+  const std::string bare = File("bare", "# the nodes\na\n\n  b  # the second\n");
+  EXPECT_EQ(Command({"trellis", "train", "--hostfile", bare, "cfg.json"}, 16),
+            "mpiexec -n 16 -hostfile " + bare + " -ppn 8 /opt/trellis train cfg.json");
+  const std::string some = File("some", "a:8\nb\n");
+  EXPECT_EQ(Command({"trellis", "train", "--hostfile", some, "cfg.json"}, 16),
+            "mpiexec -n 16 -hostfile " + some + " /opt/trellis train cfg.json");
+  EXPECT_NE(Command({"trellis", "train", "--hostfile", "/no/such/hosts", "cfg.json"}, 2)
+                .find("--hostfile /no/such/hosts: cannot open: No such file or directory"),
+            std::string::npos);
+  const std::string empty = File("empty", "# none yet\n\n");
+  EXPECT_NE(Command({"trellis", "train", "--hostfile", empty, "cfg.json"}, 2)
+                .find("--hostfile " + empty + ": names no host"),
+            std::string::npos);
 }
 
 // Hosts named without slot counts: hydra would deal the ranks out one a
