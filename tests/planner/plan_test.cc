@@ -262,6 +262,23 @@ TEST(PlanCli, WritesAConfigThatLoadsForTwoRanks) {
   ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
   EXPECT_EQ(tl_config_check_world(&cfg, 2), TL_OK) << tl_last_error();
   EXPECT_EQ(cfg.device.type, TL_DEVICE_CPU);
+  EXPECT_EQ(r.output.find("mesh.order"), std::string::npos) << r.output;
+  // a config laid out otherwise: the plan is written in the layout priced,
+  // and the command says it replaced the config's
+  std::string dp_first = TempPath("dp_first.json");
+  std::ofstream(dp_first) << R"({"model": {"n_layers": 4, "n_heads": 4, "n_embd": 128,
+      "vocab_size": 256, "max_seq_len": 64}, "train": {"batch_size": 8, "seq_len": 64},
+      "mesh": {"order": ["dp", "tp", "pp"]}})";
+  r = Plan("--model " + dp_first + " --cluster " + kThisMachine + " --out " + out);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("mesh.order: written as the layout priced, [\"tp\", \"dp\", \"pp\"] "
+                          "(tensor parallel innermost), not the config's [\"dp\", \"tp\", "
+                          "\"pp\"]"),
+            std::string::npos)
+      << r.output;
+  ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
+  EXPECT_EQ(cfg.mesh.order[0], TL_AXIS_TP);
+  EXPECT_EQ(cfg.mesh.order[1], TL_AXIS_DP);
 }
 
 TEST(PlanCli, JsonListsPlansAndRejections) {
