@@ -12,7 +12,11 @@ int tl_cli_writable(const char* cmd, const char* flag, const char* path) {
   struct stat st;
   /* the path itself: a file to replace, not a directory */
   const size_t len = strlen(path);
-  if (len == 0 || path[len - 1] == '/' || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
+  if (len == 0) {
+    fprintf(stderr, "%s: %s '': expected a file name\n", cmd, flag);
+    return 2;
+  }
+  if (path[len - 1] == '/' || (stat(path, &st) == 0 && S_ISDIR(st.st_mode))) {
     fprintf(stderr, "%s: %s '%s': a directory; expected a file name\n", cmd, flag, path);
     return 2;
   }

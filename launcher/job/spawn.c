@@ -119,7 +119,7 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
   }
   if (hosts && hostfile)
     return TL_ERRF(TL_ERR_INVALID, "--hosts and --hostfile both given: name the hosts one way");
-  int file_hosts = 0; /* the hostfile's hosts, where it gives no slot counts */
+  int file_hosts = 0; /* the hostfile's hosts, where it gives no slot counts (below) */
   if (hostfile) {
     bool slots = false;
     TL_CHECK(hostfile_hosts(hostfile, &file_hosts, &slots));
@@ -158,19 +158,18 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
     snprintf(buf, sizeof buf, "%d", world_size);
     cmd[k++] = strdup(buf);
     if (hosts) cmd[k++] = strdup("-hosts"), cmd[k++] = strdup(hosts);
-    if (hosts && !strchr(hosts, ':')) {
-      /* without slot counts hydra deals the ranks out one a host in turn,
-       * and tensor-parallel neighbours land on different nodes: fill each
-       * host in turn instead */
-      int n_hosts = 0; /* the list's non-empty names */
-      for (const char* c = hosts; *c; c++) n_hosts += *c != ',' && (c == hosts || c[-1] == ',');
-      if (n_hosts < 1) n_hosts = 1;
-      snprintf(buf, sizeof buf, "%d", (world_size + n_hosts - 1) / n_hosts);
-      cmd[k++] = strdup("-ppn"), cmd[k++] = strdup(buf);
-    }
     if (hostfile) cmd[k++] = strdup("-hostfile"), cmd[k++] = strdup(hostfile);
-    if (file_hosts > 0) { /* as for --hosts without slot counts: fill each in turn */
-      snprintf(buf, sizeof buf, "%d", (world_size + file_hosts - 1) / file_hosts);
+    /* hosts without slot counts: hydra would deal the ranks out one a host
+     * in turn, and tensor-parallel neighbours land on different nodes:
+     * fill each host in turn instead */
+    int fill = file_hosts;
+    if (hosts && !strchr(hosts, ':')) {
+      for (const char* c = hosts; *c; c++) /* the list's non-empty names */
+        fill += *c != ',' && (c == hosts || c[-1] == ',');
+      if (fill < 1) fill = 1;
+    }
+    if (fill > 0) {
+      snprintf(buf, sizeof buf, "%d", (world_size + fill - 1) / fill);
       cmd[k++] = strdup("-ppn"), cmd[k++] = strdup(buf);
     }
   }
