@@ -2,7 +2,9 @@
 // every row and its source): each run is priced at its published split
 // (--fix of everything the run fixed) on the shipped spec of the cluster it
 // ran on (examples/clusters/dgx_a100.json; jean_zay_a100.json for
-// BigScience's, whose nodes have four 100 Gb/s cards, not eight 200 Gb/s),
+// BigScience's, whose nodes have four 100 Gb/s cards, not eight 200 Gb/s;
+// dgx_h100.json for LF23's H100 rows, and dgx_a100.json at 40 GB for its
+// A100-40GB rows),
 // and the predicted step time and memory per GPU are compared with what was
 // measured. The A100 efficiencies those specs carry are the grid point that
 // prices these runs best, Table 1's aside (TheA100FitIsTheGridsBest).
@@ -15,6 +17,13 @@
 //   BS22    BigScience BLOOM-176B, train/tr11-176B-ml/chronicles-prequel.md,
 //           the topology sweep of 2022-02-25 (Megatron-DeepSpeed, ZeRO-1,
 //           iteration 2 of each run; memory as nvidia-smi read it)
+//   LF23    MosaicML's llm-foundry, scripts/train/benchmarking/README.md:
+//           MPT models (GPT-2's block with learned positions, vocabulary
+//           50368) under PyTorch FSDP's FULL_SHARD (ZeRO-3 over every GPU,
+//           no model parallelism), fused attention, on A100-80GB (-A80),
+//           A100-40GB (-A40, up to 16 nodes) and H100-80GB (-H100) nodes;
+//           the 2048-token rows, the step from the published tokens/s.
+//           Out of sample: nothing is fitted to them.
 // A figure given as TFLOP/s per GPU is turned into seconds per step with the
 // FLOP count its paper used (96 B s l h^2 (1 + s/6h + V/16lh), recomputation
 // counted).
@@ -35,7 +44,7 @@ extern "C" {
 
 namespace {
 
-enum Rc { kFull, kSelectiveSp };
+enum Rc { kFull, kSelectiveSp, kNone };
 
 struct Published {
   const char* source;
@@ -44,12 +53,14 @@ struct Published {
   int gpus, t, p, mb, batch;
   Rc rc;
   int zero;
-  double tflops;   // published TFLOP/s per GPU (96 B s l h^2 ... counting), or 0
-  double seconds;  // published seconds per step, or 0
-  double mem_gb;   // published memory per GPU (GB), or 0
+  double tflops;             // published TFLOP/s per GPU (96 B s l h^2 ... counting), or 0
+  double seconds;            // published seconds per step, or 0
+  double mem_gb;             // published memory per GPU (GB), or 0
+  double tokens_s = 0;       // published tokens per second (all GPUs), or 0
+  bool bf16_reduce = false;  // gradients reduced in bf16 (FSDP's "PURE")
 };
 
-constexpr int kV = 51200, kGpt2 = 50257, kBloom = 250680;
+constexpr int kMpt = 50368, kV = 51200, kGpt2 = 50257, kBloom = 250680;
 
 const Published kRuns[] = {
     // N21-T1: micro-batch 1, full recomputation, no ZeRO
@@ -112,10 +123,87 @@ const Published kRuns[] = {
     {"BS22", "181B", 14336, 72, 64, kBloom, 384, 2, 24, 2, 2048, kFull, 1, 0, 122.75, 53},
     {"BS22", "181B", 14336, 72, 64, kBloom, 384, 4, 24, 1, 2048, kFull, 1, 0, 130.60, 0},
     {"BS22", "177B", 12288, 96, 64, kBloom, 384, 1, 48, 1, 2048, kFull, 1, 0, 142.17, 58},
+    // LF23: FSDP FULL_SHARD over all GPUs, micro-batch x accumulation
+    // steps x GPUs = batch; activation checkpointing (full) or none; bf16
+    // reductions where the run was "PURE" bf16
+    // LF23-A80
+    {"LF23-A80", "70b", 8192, 80, 64, kMpt, 64, 1, 1, 8, 2048, kFull, 3, 0, 0, 0, 26274, true},
+    {"LF23-A80", "70b", 8192, 80, 64, kMpt, 32, 1, 1, 2, 1024, kFull, 3, 0, 0, 0, 11962, true},
+    {"LF23-A80", "30b", 7168, 48, 64, kMpt, 8, 1, 1, 3, 504, kFull, 3, 0, 0, 0, 7330},
+    {"LF23-A80", "13b", 5120, 40, 40, kMpt, 8, 1, 1, 2, 48, kNone, 3, 0, 0, 0, 18097},
+    {"LF23-A80", "7b", 4096, 32, 32, kMpt, 8, 1, 1, 6, 96, kNone, 3, 0, 0, 0, 37130},
+    {"LF23-A80", "3b", 2560, 32, 32, kMpt, 8, 1, 1, 10, 160, kNone, 3, 0, 0, 0, 86491},
+    {"LF23-A80", "1b", 2048, 24, 16, kMpt, 8, 1, 1, 14, 448, kNone, 3, 0, 0, 0, 164109},
+    {"LF23-A80", "760m", 1536, 24, 12, kMpt, 8, 1, 1, 24, 384, kNone, 3, 0, 0, 0, 259472},
+    {"LF23-A80", "350m", 1024, 24, 16, kMpt, 8, 1, 1, 32, 512, kNone, 3, 0, 0, 0, 470263},
+    {"LF23-A80", "125m", 768, 12, 12, kMpt, 8, 1, 1, 40, 640, kNone, 3, 0, 0, 0, 1142641},
+    {"LF23-A80", "125m", 768, 12, 12, kMpt, 8, 1, 1, 32, 512, kNone, 3, 0, 0, 0, 1133901},
+    // LF23-A40
+    {"LF23-A40", "70b", 8192, 80, 64, kMpt, 128, 1, 1, 4, 512, kFull, 3, 0, 0, 0, 48194, true},
+    {"LF23-A40", "70b", 8192, 80, 64, kMpt, 64, 1, 1, 2, 128, kFull, 3, 0, 0, 0, 17672, true},
+    {"LF23-A40", "30b", 7168, 48, 64, kMpt, 128, 1, 1, 6, 768, kFull, 3, 0, 0, 0, 110803, true},
+    {"LF23-A40", "30b", 7168, 48, 64, kMpt, 32, 1, 1, 4, 128, kFull, 3, 0, 0, 0, 27431, true},
+    {"LF23-A40", "13b", 5120, 40, 40, kMpt, 128, 1, 1, 16, 2048, kFull, 3, 0, 0, 0, 252444, true},
+    {"LF23-A40", "13b", 5120, 40, 40, kMpt, 64, 1, 1, 16, 1024, kFull, 3, 0, 0, 0, 126479, true},
+    {"LF23-A40", "13b", 5120, 40, 40, kMpt, 32, 1, 1, 14, 448, kFull, 3, 0, 0, 0, 63946, true},
+    {"LF23-A40", "13b", 5120, 40, 40, kMpt, 16, 1, 1, 10, 160, kFull, 3, 0, 0, 0, 31900, true},
+    {"LF23-A40", "13b", 5120, 40, 40, kMpt, 8, 1, 1, 4, 512, kFull, 3, 0, 0, 0, 13347, true},
+    {"LF23-A40", "7b", 4096, 32, 32, kMpt, 128, 1, 1, 18, 2304, kFull, 3, 0, 0, 0, 463749, true},
+    {"LF23-A40", "7b", 4096, 32, 32, kMpt, 64, 1, 1, 18, 1152, kFull, 3, 0, 0, 0, 234614, true},
+    {"LF23-A40", "7b", 4096, 32, 32, kMpt, 32, 1, 1, 18, 576, kFull, 3, 0, 0, 0, 119202, true},
+    {"LF23-A40", "7b", 4096, 32, 32, kMpt, 16, 1, 1, 16, 256, kFull, 3, 0, 0, 0, 58322, true},
+    {"LF23-A40", "7b", 4096, 32, 32, kMpt, 8, 1, 1, 12, 384, kFull, 3, 0, 0, 0, 29436, true},
+    {"LF23-A40", "3b", 2560, 32, 32, kMpt, 128, 1, 1, 6, 768, kNone, 3, 0, 0, 0, 1220885, true},
+    {"LF23-A40", "3b", 2560, 32, 32, kMpt, 64, 1, 1, 6, 384, kNone, 3, 0, 0, 0, 623167, true},
+    {"LF23-A40", "3b", 2560, 32, 32, kMpt, 32, 1, 1, 6, 192, kNone, 3, 0, 0, 0, 317261, true},
+    {"LF23-A40", "3b", 2560, 32, 32, kMpt, 16, 1, 1, 5, 80, kNone, 3, 0, 0, 0, 156013, true},
+    {"LF23-A40", "3b", 2560, 32, 32, kMpt, 8, 1, 1, 5, 320, kNone, 3, 0, 0, 0, 80520, true},
+    {"LF23-A40", "1b", 2048, 24, 16, kMpt, 128, 1, 1, 10, 1280, kNone, 3, 0, 0, 0, 2386897, true},
+    {"LF23-A40", "1b", 2048, 24, 16, kMpt, 64, 1, 1, 10, 640, kNone, 3, 0, 0, 0, 1216104, true},
+    {"LF23-A40", "1b", 2048, 24, 16, kMpt, 32, 1, 1, 10, 320, kNone, 3, 0, 0, 0, 497782, true},
+    {"LF23-A40", "1b", 2048, 24, 16, kMpt, 16, 1, 1, 8, 128, kNone, 3, 0, 0, 0, 305372, true},
+    {"LF23-A40", "1b", 2048, 24, 16, kMpt, 8, 1, 1, 8, 512, kNone, 3, 0, 0, 0, 154171, true},
+    {"LF23-A40", "760m", 1536, 24, 12, kMpt, 128, 1, 1, 12, 1536, kNone, 3, 0, 0, 0, 3704382, true},
+    {"LF23-A40", "760m", 1536, 24, 12, kMpt, 64, 1, 1, 12, 768, kNone, 3, 0, 0, 0, 1878030, true},
+    {"LF23-A40", "760m", 1536, 24, 12, kMpt, 32, 1, 1, 12, 384, kNone, 3, 0, 0, 0, 948745, true},
+    {"LF23-A40", "760m", 1536, 24, 12, kMpt, 16, 1, 1, 12, 192, kNone, 3, 0, 0, 0, 473723, true},
+    {"LF23-A40", "760m", 1536, 24, 12, kMpt, 8, 1, 1, 12, 384, kNone, 3, 0, 0, 0, 241389, true},
+    {"LF23-A40", "350m", 1024, 24, 16, kMpt, 128, 1, 1, 18, 2304, kNone, 3, 0, 0, 0, 6647647, true},
+    {"LF23-A40", "350m", 1024, 24, 16, kMpt, 64, 1, 1, 18, 1152, kNone, 3, 0, 0, 0, 3372118, true},
+    {"LF23-A40", "350m", 1024, 24, 16, kMpt, 32, 1, 1, 18, 576, kNone, 3, 0, 0, 0, 1721978, true},
+    {"LF23-A40", "350m", 1024, 24, 16, kMpt, 16, 1, 1, 18, 288, kNone, 3, 0, 0, 0, 886622, true},
+    {"LF23-A40", "350m", 1024, 24, 16, kMpt, 8, 1, 1, 16, 512, kNone, 3, 0, 0, 0, 447963, true},
+    {"LF23-A40", "125m", 768, 12, 12, kMpt, 128, 1, 1, 26, 3328, kNone, 3, 0, 0, 0, 15863837, true},
+    {"LF23-A40", "125m", 768, 12, 12, kMpt, 64, 1, 1, 26, 1664, kNone, 3, 0, 0, 0, 8015010, true},
+    {"LF23-A40", "125m", 768, 12, 12, kMpt, 32, 1, 1, 26, 832, kNone, 3, 0, 0, 0, 4067922, true},
+    {"LF23-A40", "125m", 768, 12, 12, kMpt, 16, 1, 1, 26, 416, kNone, 3, 0, 0, 0, 2088560, true},
+    {"LF23-A40", "125m", 768, 12, 12, kMpt, 8, 1, 1, 26, 624, kNone, 3, 0, 0, 0, 1090678, true},
+    // LF23-H100
+    {"LF23-H100", "70b", 8192, 80, 64, kMpt, 64, 1, 1, 8, 2048, kFull, 3, 0, 0, 0, 66523},
+    {"LF23-H100", "70b", 8192, 80, 64, kMpt, 32, 1, 1, 2, 1024, kFull, 3, 0, 0, 0, 28242},
+    {"LF23-H100", "30b", 7168, 48, 64, kMpt, 32, 1, 1, 14, 1344, kFull, 3, 0, 0, 0, 73860},
+    {"LF23-H100", "30b", 7168, 48, 64, kMpt, 16, 1, 1, 10, 480, kFull, 3, 0, 0, 0, 36209},
+    {"LF23-H100", "30b", 7168, 48, 64, kMpt, 8, 1, 1, 3, 504, kFull, 3, 0, 0, 0, 16022},
+    {"LF23-H100", "13b", 5120, 40, 40, kMpt, 64, 1, 1, 2, 128, kNone, 3, 0, 0, 0, 307209},
+    {"LF23-H100", "13b", 5120, 40, 40, kMpt, 32, 1, 1, 2, 64, kNone, 3, 0, 0, 0, 153960},
+    {"LF23-H100", "13b", 5120, 40, 40, kMpt, 16, 1, 1, 2, 32, kNone, 3, 0, 0, 0, 76280},
+    {"LF23-H100", "13b", 5120, 40, 40, kMpt, 8, 1, 1, 2, 16, kNone, 3, 0, 0, 0, 38336},
+    {"LF23-H100", "7b", 4096, 32, 32, kMpt, 8, 1, 1, 6, 48, kNone, 3, 0, 0, 0, 85144},
+    {"LF23-H100", "3b", 2560, 32, 32, kMpt, 64, 1, 1, 6, 1152, kNone, 3, 0, 0, 0, 1441663},
+    {"LF23-H100", "3b", 2560, 32, 32, kMpt, 32, 1, 1, 6, 576, kNone, 3, 0, 0, 0, 736701},
+    {"LF23-H100", "3b", 2560, 32, 32, kMpt, 16, 1, 1, 10, 480, kNone, 3, 0, 0, 0, 386285},
+    {"LF23-H100", "1b", 2048, 24, 16, kMpt, 64, 1, 1, 20, 1280, kNone, 3, 0, 0, 0, 2841754},
+    {"LF23-H100", "1b", 2048, 24, 16, kMpt, 32, 1, 1, 20, 640, kNone, 3, 0, 0, 0, 1444183},
+    {"LF23-H100", "1b", 2048, 24, 16, kMpt, 16, 1, 1, 20, 320, kNone, 3, 0, 0, 0, 736596},
+    {"LF23-H100", "1b", 2048, 24, 16, kMpt, 8, 1, 1, 14, 112, kNone, 3, 0, 0, 0, 363645},
+    {"LF23-H100", "760m", 1536, 24, 12, kMpt, 32, 1, 1, 24, 768, kNone, 3, 0, 0, 0, 2175091},
+    {"LF23-H100", "760m", 1536, 24, 12, kMpt, 16, 1, 1, 24, 384, kNone, 3, 0, 0, 0, 1096819},
+    {"LF23-H100", "760m", 1536, 24, 12, kMpt, 8, 1, 1, 24, 384, kNone, 3, 0, 0, 0, 505177},
 };
 
 double published_seconds(const Published& r) {
   if (r.seconds > 0) return r.seconds;
+  if (r.tokens_s > 0) return r.batch * 2048.0 / r.tokens_s;
   double B = r.batch, s = 2048, l = r.l, h = r.h, V = r.vocab;
   double F = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
   return F / (r.tflops * 1e12 * r.gpus);
@@ -137,11 +225,13 @@ bool price(const Published& r, const tl_cost_model& cm, tl_cluster c, Priced* ou
     return false;
   }
   p.schedule = TL_SCHEDULE_1F1B, p.zero = r.zero;
-  p.recompute = r.rc == kFull ? TL_RECOMPUTE_FULL : TL_RECOMPUTE_SELECTIVE;
+  p.recompute = r.rc == kFull   ? TL_RECOMPUTE_FULL
+                : r.rc == kNone ? TL_RECOMPUTE_NONE
+                                : TL_RECOMPUTE_SELECTIVE;
   p.sequence_parallel = r.rc == kSelectiveSp;
-  p.dp_bucket_mb = 0;                // the gradients reduced after the backward
-  p.grad_reduce = TL_F32;
-  p.recompute_whole_forward = true;  // Megatron-LM's full recomputation
+  p.dp_bucket_mb = 0;  // the gradients reduced after the backward
+  p.grad_reduce = r.bf16_reduce ? TL_BF16 : TL_F32;
+  p.recompute_whole_forward = true;  // Megatron-LM's and FSDP's checkpointing
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
   out->plan = p;
   out->t = p.t_step;
@@ -149,11 +239,29 @@ bool price(const Published& r, const tl_cost_model& cm, tl_cluster c, Priced* ou
   return std::isfinite(p.t_step);
 }
 
+const char* RcName(Rc rc) {
+  return rc == kFull ? "full" : rc == kNone ? "none" : "selective+sp";
+}
+
+bool IsLF23(const Published& r) {
+  return std::strncmp(r.source, "LF23", 4) == 0;
+}
+
+// DeepSpeed's ZeRO-3 of 2021: listed, outside the bounds (see below).
+bool IsDeepSpeedZero3(const Published& r) {
+  return r.zero == 3 && std::strcmp(r.source, "N21-T2") == 0;
+}
+
+// The 40 GB A100 nodes: DGX A100's, with the 40960 MiB nvidia-smi reports
+// for an A100-SXM4-40GB (MosaicML's nodes have eight 200 Gb/s cards too).
+const char* const kA100_40 = "dgx_a100.json with A100-40GB";
 
 // The cluster a source's runs ran on.
 const char* SpecOf(const Published& r) {
-  return std::strcmp(r.source, "BS22") == 0 ? "examples/clusters/jean_zay_a100.json"
-                                            : "examples/clusters/dgx_a100.json";
+  if (std::strcmp(r.source, "BS22") == 0) return "examples/clusters/jean_zay_a100.json";
+  if (std::strcmp(r.source, "LF23-H100") == 0) return "examples/clusters/dgx_h100.json";
+  if (std::strcmp(r.source, "LF23-A40") == 0) return kA100_40;
+  return "examples/clusters/dgx_a100.json";
 }
 
 // The A100 efficiencies: matrix products at eff * F / (F + half) of peak,
@@ -171,11 +279,12 @@ struct Pick {
 struct Stats {
   // per source (ZeRO-3 rows apart): the sum of step times' |error|, rows
   std::map<std::string, std::pair<double, int>> per_source;
-  double sum_t = 0, sum_m = 0, sum_x = 0;
-  int n_t = 0, n_m = 0, n_x = 0;
+  // all rows; memory rows; all but DeepSpeed's ZeRO-3; those but LF23
+  double sum_t = 0, sum_m = 0, sum_x = 0, sum_a = 0;
+  int n_t = 0, n_m = 0, n_x = 0, n_a = 0;
   // what the fit minimises: the mean |error| of the rows other than
-  // Table 1's (out of sample) and DeepSpeed's ZeRO-3 (not a runtime trellis
-  // prices)
+  // Table 1's and LF23's (out of sample) and DeepSpeed's ZeRO-3 (not a
+  // runtime trellis prices)
   double sum_fit = 0;
   int n_fit = 0;
   std::map<std::string, Pick> groups;
@@ -205,7 +314,10 @@ class PublishedRuns : public ::testing::Test {
       const char* spec = SpecOf(r);
       if (!specs_.count(spec)) {
         tl_cluster c;
-        ASSERT_EQ(tl_cluster_load(spec, &c), TL_OK) << tl_last_error();
+        const bool a40 = spec == kA100_40;
+        ASSERT_EQ(tl_cluster_load(a40 ? "examples/clusters/dgx_a100.json" : spec, &c), TL_OK)
+            << tl_last_error();
+        if (a40) c.device_memory_bytes = 40960.0 * 1024 * 1024;
         specs_[spec] = c;
       }
     }
@@ -221,8 +333,9 @@ class PublishedRuns : public ::testing::Test {
   static Stats Evaluate(const Fit* fit, bool print) {
     Stats st;
     if (print) {
-      std::printf("| source | model | GPUs | dp x tp x pp | mb x m | recompute | ZeRO | "
-                  "measured s | predicted s | error | measured GB | predicted GB | error |\n");
+      std::printf(
+          "| source | model | GPUs | dp x tp x pp | mb x m | recompute | ZeRO | "
+          "measured s | predicted s | error | measured GB | predicted GB | error |\n");
       std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     }
     for (size_t i = 0; i < sizeof kRuns / sizeof kRuns[0]; i++) {
@@ -234,21 +347,26 @@ class PublishedRuns : public ::testing::Test {
         c.attention_efficiency = fit->attn;
       }
       if (fit && fit->overhead >= 0) c.allocator_overhead = fit->overhead;
+      // LF23's fused (flash) attention: its FLOPs at the matrix products'
+      // rate, where the spec's attention rate is the unfused kernels' of the
+      // Megatron runs it was fitted on
+      if (IsLF23(r)) c.attention_efficiency = c.efficiency;
       Priced pr{};
       if (!price(r, *model_of_[i], c, &pr)) continue;
       if (!pr.plan.fits) st.n_over++;
       if (pr.mem / c.device_memory_bytes > st.fullest) {
         st.fullest = pr.mem / c.device_memory_bytes;
-        st.fullest_run =
-            std::string(r.source) + " " + r.model + " " + (r.rc == kFull ? "full" : "selective+sp");
+        st.fullest_run = std::string(r.source) + " " + r.model + " " + RcName(r.rc) + " on " +
+                         std::to_string(r.gpus);
       }
       double meas = published_seconds(r);
       double et = pr.t / meas - 1;
       st.sum_t += std::fabs(et), st.n_t++;
-      std::string src = std::string(r.source) + (r.zero == 3 ? " ZeRO-3" : "");
+      std::string src = std::string(r.source) + (IsDeepSpeedZero3(r) ? " ZeRO-3" : "");
       st.per_source[src].first += std::fabs(et), st.per_source[src].second++;
-      if (r.zero != 3) st.sum_x += std::fabs(et), st.n_x++;
-      if (r.zero != 3 && std::strcmp(r.source, "N21-T1") != 0)
+      if (!IsDeepSpeedZero3(r)) st.sum_x += std::fabs(et), st.n_x++;
+      if (!IsDeepSpeedZero3(r) && !IsLF23(r)) st.sum_a += std::fabs(et), st.n_a++;
+      if (!IsDeepSpeedZero3(r) && !IsLF23(r) && std::strcmp(r.source, "N21-T1") != 0)
         st.sum_fit += std::fabs(et), st.n_fit++;
       char mem[64] = "-";
       if (r.mem_gb > 0) {
@@ -261,8 +379,8 @@ class PublishedRuns : public ::testing::Test {
       if (print)
         std::printf(
             "| %s | %s | %d | %d x %d x %d | %d x %d | %s | %d | %.2f | %.2f | %+.1f%% | %s |\n",
-            r.source, r.model, r.gpus, pr.plan.dp, r.t, r.p, r.mb, pr.plan.n_micro,
-            r.rc == kFull ? "full" : "selective+sp", r.zero, meas, pr.t, 100 * et, mem);
+            r.source, r.model, r.gpus, pr.plan.dp, r.t, r.p, r.mb, pr.plan.n_micro, RcName(r.rc),
+            r.zero, meas, pr.t, 100 * et, mem);
       char g[96];
       std::snprintf(g, sizeof g, "%s %s %d GPUs batch %d", r.source, r.model, r.gpus, r.batch);
       Pick& pk = st.groups[g];
@@ -278,6 +396,8 @@ class PublishedRuns : public ::testing::Test {
                 100 * st.sum_t / st.n_t, st.n_t, st.n_m ? 100 * st.sum_m / st.n_m : 0.0, st.n_m);
     std::printf("all but DeepSpeed's ZeRO-3: step time MAPE %.1f%% over %d rows\n",
                 100 * st.sum_x / st.n_x, st.n_x);
+    std::printf("all but DeepSpeed's ZeRO-3 and LF23: step time MAPE %.1f%% over %d rows\n",
+                100 * st.sum_a / st.n_a, st.n_a);
     for (auto& g : st.groups)
       if (g.second.rows > 1)
         std::printf("group %s: %d runs, the predicted fastest measures %+.1f%% over the best\n",
@@ -308,22 +428,27 @@ TEST_F(PublishedRuns, StepTimeAndMemoryAtThePublishedSplits) {
   // DeepSpeed's ZeRO-3 of 2021 is listed but not bounded: its parameter
   // gathers ran at about a network card's rate per GPU whatever the group,
   // which no runtime trellis prices is.
+  // LF23 is out of sample and bounded where it stands today (planner/
+  // README.md: the small models and the H100 rows are the model's largest
+  // misses: memory-bound work it does not price, the A100's efficiencies
+  // carried to the H100).
   const std::map<std::string, double> bound = {
-      {"N21-T1", 0.045}, {"N21-T2", 0.03}, {"K22", 0.12}, {"S22", 0.20},
-      {"BS22", 0.10}};
+      {"N21-T1", 0.045}, {"N21-T2", 0.03},    {"K22", 0.12},      {"S22", 0.20},
+      {"BS22", 0.10},    {"LF23-A80", 0.165}, {"LF23-A40", 0.20}, {"LF23-H100", 0.30}};
   for (auto& b : bound) {
     ASSERT_TRUE(st.per_source.count(b.first)) << b.first;
     const auto& s = st.per_source.at(b.first);
     EXPECT_LE(s.first / s.second, b.second) << b.first << ": step time MAPE";
   }
-  EXPECT_LE(st.sum_x / st.n_x, 0.085) << "step time MAPE over all runs but ZeRO-3's";
+  EXPECT_LE(st.sum_a / st.n_a, 0.085) << "step time MAPE over all runs but ZeRO-3's and LF23's";
+  EXPECT_LE(st.sum_x / st.n_x, 0.165) << "step time MAPE over all runs but DeepSpeed's ZeRO-3";
   EXPECT_LE(st.sum_m / st.n_m, 0.05) << "memory MAPE";
   // the planner's pick among a group's measured splits, where the group's
   // rows measure one configuration each way (K22: full recomputation
   // against selective + sequence parallelism; BS22's 2048-sequence sweep)
-  for (const char* g : {"K22 22B 8 GPUs batch 4", "K22 175B 64 GPUs batch 64",
-                        "K22 530B 280 GPUs batch 280", "K22 1T 512 GPUs batch 512",
-                        "BS22 181B 384 GPUs batch 2048"}) {
+  for (const char* g :
+       {"K22 22B 8 GPUs batch 4", "K22 175B 64 GPUs batch 64", "K22 530B 280 GPUs batch 280",
+        "K22 1T 512 GPUs batch 512", "BS22 181B 384 GPUs batch 2048"}) {
     ASSERT_TRUE(st.groups.count(g)) << g;
     EXPECT_LE(st.groups[g].measured_of_pick / st.groups[g].best_measured, 1.05) << g;
   }
@@ -352,14 +477,15 @@ TEST_F(PublishedRuns, TheA100FitIsTheGridsBest) {
       }
   Stats st = Evaluate(nullptr, false);
   const double shipped_score = st.sum_fit / st.n_fit;
-  std::printf("grid's best: compute_efficiency %.3f, efficiency_half_flops %.0e, "
-              "attention_efficiency %.2f: mean |error| %.2f%% over %d runs (shipped %.3f, %.0e, "
-              "%.2f: %.2f%%)\n",
-              best.eff, best.half, best.attn, 100 * best_score, st.n_fit, shipped.efficiency,
-              shipped.efficiency_half_flops, shipped.attention_efficiency, 100 * shipped_score);
+  std::printf(
+      "grid's best: compute_efficiency %.3f, efficiency_half_flops %.0e, "
+      "attention_efficiency %.2f: mean |error| %.2f%% over %d runs (shipped %.3f, %.0e, "
+      "%.2f: %.2f%%)\n",
+      best.eff, best.half, best.attn, 100 * best_score, st.n_fit, shipped.efficiency,
+      shipped.efficiency_half_flops, shipped.attention_efficiency, 100 * shipped_score);
   EXPECT_LE(shipped_score, best_score + 0.0005) << "the A100 specs' efficiencies are stale";
-  for (const char* spec : {"examples/clusters/jean_zay_a100.json", "examples/clusters/dgx_h100.json",
-                           "examples/clusters/h200.json"}) {
+  for (const char* spec : {"examples/clusters/jean_zay_a100.json",
+                           "examples/clusters/dgx_h100.json", "examples/clusters/h200.json"}) {
     tl_cluster c;
     ASSERT_EQ(tl_cluster_load(spec, &c), TL_OK) << tl_last_error();
     EXPECT_EQ(c.efficiency, shipped.efficiency) << spec;
@@ -383,19 +509,22 @@ TEST_F(PublishedRuns, TheAllocatorOverheadIsTheMemoryRowsBest) {
     Stats st = Evaluate(&f, false);
     ASSERT_GT(st.n_m, 10);
     double score = st.sum_m / st.n_m;
-    if (score < unconstrained_score - 1e-12) unconstrained_score = score, unconstrained = f.overhead;
+    if (score < unconstrained_score - 1e-12)
+      unconstrained_score = score, unconstrained = f.overhead;
     if (st.n_over == 0 && score < best_score - 1e-12) best_score = score, best = f.overhead;
   }
   ASSERT_GE(best, 0) << "no overhead lets every published run fit";
-  std::printf("allocator overhead: the memory rows' best %.2f (MAPE %.2f%%); with every run "
-              "fitting its GPU %.2f (%.2f%%)\n",
-              unconstrained, 100 * unconstrained_score, best, 100 * best_score);
+  std::printf(
+      "allocator overhead: the memory rows' best %.2f (MAPE %.2f%%); with every run "
+      "fitting its GPU %.2f (%.2f%%)\n",
+      unconstrained, 100 * unconstrained_score, best, 100 * best_score);
   Fit none{0, 0, 0, 0};
   Stats bare = Evaluate(&none, false), st = Evaluate(nullptr, false);
-  std::printf("shipped %.2f: memory MAPE %.2f%% over %d rows, the fullest run (%s) at %.1f%% "
-              "of its GPU; without an overhead %.2f%%\n",
-              shipped.allocator_overhead, 100 * st.sum_m / st.n_m, st.n_m,
-              st.fullest_run.c_str(), 100 * st.fullest, 100 * bare.sum_m / bare.n_m);
+  std::printf(
+      "shipped %.2f: memory MAPE %.2f%% over %d rows, the fullest run (%s) at %.1f%% "
+      "of its GPU; without an overhead %.2f%%\n",
+      shipped.allocator_overhead, 100 * st.sum_m / st.n_m, st.n_m, st.fullest_run.c_str(),
+      100 * st.fullest, 100 * bare.sum_m / bare.n_m);
   EXPECT_EQ(st.n_over, 0) << "a published run is priced above its GPU's memory";
   EXPECT_LE(st.sum_m / st.n_m, best_score + 0.0005)
       << "the A100 specs' allocator_overhead is stale";
