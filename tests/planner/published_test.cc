@@ -256,6 +256,10 @@ bool IsDeepSpeedZero3(const Published& r) {
 // for an A100-SXM4-40GB (MosaicML's nodes have eight 200 Gb/s cards too).
 const char* const kA100_40 = "dgx_a100.json with A100-40GB";
 
+// What the Hopper specs (dgx_h100.json, h200.json) carry of the A100's
+// efficiencies (TheHopperScaleIsTheSameRunsRatio).
+constexpr double kHopperScale = 0.8;
+
 // The cluster a source's runs ran on.
 const char* SpecOf(const Published& r) {
   if (std::strcmp(r.source, "BS22") == 0) return "examples/clusters/jean_zay_a100.json";
@@ -428,20 +432,20 @@ TEST_F(PublishedRuns, StepTimeAndMemoryAtThePublishedSplits) {
   // DeepSpeed's ZeRO-3 of 2021 is listed but not bounded: its parameter
   // gathers ran at about a network card's rate per GPU whatever the group,
   // which no runtime trellis prices is.
-  // LF23 is out of sample and bounded where it stands today (planner/
-  // README.md: the small models and the H100 rows are the model's largest
-  // misses: memory-bound work it does not price, the A100's efficiencies
-  // carried to the H100).
+  // LF23 is out of sample (but for the three H100 runs that set the
+  // Hopper scale) and bounded where it stands today (planner/README.md:
+  // its small models are the model's largest misses, memory-bound work it
+  // does not price).
   const std::map<std::string, double> bound = {
       {"N21-T1", 0.045}, {"N21-T2", 0.03},    {"K22", 0.12},      {"S22", 0.20},
-      {"BS22", 0.10},    {"LF23-A80", 0.165}, {"LF23-A40", 0.20}, {"LF23-H100", 0.30}};
+      {"BS22", 0.10},    {"LF23-A80", 0.165}, {"LF23-A40", 0.20}, {"LF23-H100", 0.175}};
   for (auto& b : bound) {
     ASSERT_TRUE(st.per_source.count(b.first)) << b.first;
     const auto& s = st.per_source.at(b.first);
     EXPECT_LE(s.first / s.second, b.second) << b.first << ": step time MAPE";
   }
   EXPECT_LE(st.sum_a / st.n_a, 0.085) << "step time MAPE over all runs but ZeRO-3's and LF23's";
-  EXPECT_LE(st.sum_x / st.n_x, 0.165) << "step time MAPE over all runs but DeepSpeed's ZeRO-3";
+  EXPECT_LE(st.sum_x / st.n_x, 0.15) << "step time MAPE over all runs but DeepSpeed's ZeRO-3";
   EXPECT_LE(st.sum_m / st.n_m, 0.05) << "memory MAPE";
   // the planner's pick among a group's measured splits, where the group's
   // rows measure one configuration each way (K22: full recomputation
@@ -462,7 +466,8 @@ TEST_F(PublishedRuns, StepTimeAndMemoryAtThePublishedSplits) {
 // points within 0.1 of a point of each other), so the test asks that no
 // grid point beat the shipped one by more than 0.05 points. Refitting after
 // a change to the model or the validation set: the printed best goes into
-// dgx_a100, dgx_h100, h200 and jean_zay_a100.
+// dgx_a100 and jean_zay_a100, and kHopperScale of its efficiency and
+// attention efficiency into dgx_h100 and h200.
 TEST_F(PublishedRuns, TheA100FitIsTheGridsBest) {
   const tl_cluster& shipped = specs_.at("examples/clusters/dgx_a100.json");
   Fit best{0, 0, 0};
@@ -484,14 +489,62 @@ TEST_F(PublishedRuns, TheA100FitIsTheGridsBest) {
       best.eff, best.half, best.attn, 100 * best_score, st.n_fit, shipped.efficiency,
       shipped.efficiency_half_flops, shipped.attention_efficiency, 100 * shipped_score);
   EXPECT_LE(shipped_score, best_score + 0.0005) << "the A100 specs' efficiencies are stale";
+  // Jean Zay's A100s as the DGX's; the Hopper GPUs at kHopperScale of them
+  // (TheHopperScaleIsTheSameRunsRatio)
   for (const char* spec : {"examples/clusters/jean_zay_a100.json",
                            "examples/clusters/dgx_h100.json", "examples/clusters/h200.json"}) {
     tl_cluster c;
     ASSERT_EQ(tl_cluster_load(spec, &c), TL_OK) << tl_last_error();
-    EXPECT_EQ(c.efficiency, shipped.efficiency) << spec;
+    const double scale = std::strstr(spec, "a100") ? 1.0 : kHopperScale;
+    EXPECT_NEAR(c.efficiency, scale * shipped.efficiency, 1e-9) << spec;
     EXPECT_EQ(c.efficiency_half_flops, shipped.efficiency_half_flops) << spec;
-    EXPECT_EQ(c.attention_efficiency, shipped.attention_efficiency) << spec;
+    EXPECT_NEAR(c.attention_efficiency, scale * shipped.attention_efficiency, 1e-9) << spec;
   }
+}
+
+// The H100's efficiencies are the A100's times kHopperScale: LF23 ran three
+// configurations with checkpointing on both A100-80GB and H100-80GB nodes
+// (70B on 64 and on 32 GPUs, 30B on 8: the same split, micro-batch and
+// batch), and the model with the A100's efficiencies prices the H100 runs
+// that much faster, relative to what they measured, than the A100 runs
+// (the H100's FLOPs grew 3.2x over the A100's, what the same software
+// reached of them less). Only models of 30B and up: the smaller ones
+// carry the memory-bound work the model does not price (planner/
+// README.md), which is larger still on an H100. The H200 (the same GH100
+// tensor cores and clocks, faster memory) takes the H100's. The other 17
+// H100 rows are priced with it, not fitted by it.
+TEST_F(PublishedRuns, TheHopperScaleIsTheSameRunsRatio) {
+  const tl_cluster& a100 = specs_.at("examples/clusters/dgx_a100.json");
+  tl_cluster h100 = specs_.at("examples/clusters/dgx_h100.json");
+  h100.efficiency = a100.efficiency;
+  h100.efficiency_half_flops = a100.efficiency_half_flops;
+  double sum = 0;
+  int n = 0;
+  const size_t n_runs = sizeof kRuns / sizeof kRuns[0];
+  for (size_t i = 0; i < n_runs; i++) {
+    const Published& h = kRuns[i];
+    if (std::strcmp(h.source, "LF23-H100") != 0 || h.rc != kFull) continue;
+    for (size_t j = 0; j < n_runs; j++) {
+      const Published& a = kRuns[j];
+      if (std::strcmp(a.source, "LF23-A80") != 0 || std::strcmp(a.model, h.model) != 0 ||
+          a.gpus != h.gpus || a.mb != h.mb || a.batch != h.batch || a.rc != h.rc)
+        continue;
+      tl_cluster ca = a100, ch = h100; /* LF23's attention at the products' rate */
+      ca.attention_efficiency = ca.efficiency, ch.attention_efficiency = ch.efficiency;
+      Priced pa{}, ph{};
+      ASSERT_TRUE(price(a, *model_of_[j], ca, &pa));
+      ASSERT_TRUE(price(h, *model_of_[i], ch, &ph));
+      const double ratio = (ph.t / published_seconds(h)) / (pa.t / published_seconds(a));
+      std::printf("%s on %d GPUs: A100 %+.1f%%, H100 at the A100's efficiencies %+.1f%%: %.3f\n",
+                  h.model, h.gpus, 100 * (pa.t / published_seconds(a) - 1),
+                  100 * (ph.t / published_seconds(h) - 1), ratio);
+      sum += ratio, n++;
+    }
+  }
+  ASSERT_EQ(n, 3) << "the runs LF23 measured on both GPUs";
+  std::printf("the H100 at %.3f of the A100's efficiencies (shipped %.2f)\n", sum / n,
+              kHopperScale);
+  EXPECT_NEAR(kHopperScale, sum / n, 0.025) << "dgx_h100.json's scale of the A100's is stale";
 }
 
 // The allocator overhead the A100 specs carry (the fraction of the tensors'
