@@ -22,8 +22,9 @@
 //           50368) under PyTorch FSDP's FULL_SHARD (ZeRO-3 over every GPU,
 //           no model parallelism), fused attention, on A100-80GB (-A80),
 //           A100-40GB (-A40, up to 16 nodes) and H100-80GB (-H100) nodes;
-//           the 2048-token rows, the step from the published tokens/s.
-//           Out of sample: nothing is fitted to them.
+//           the 2048-token rows, and A100-80GB's at 4096-32768 tokens of
+//           four models, the step from the published tokens/s. Out of
+//           sample but for the three H100 runs that set kHopperScale.
 // A figure given as TFLOP/s per GPU is turned into seconds per step with the
 // FLOP count its paper used (96 B s l h^2 (1 + s/6h + V/16lh), recomputation
 // counted).
@@ -58,6 +59,7 @@ struct Published {
   double mem_gb;             // published memory per GPU (GB), or 0
   double tokens_s = 0;       // published tokens per second (all GPUs), or 0
   bool bf16_reduce = false;  // gradients reduced in bf16 (FSDP's "PURE")
+  int seq = 2048;            // tokens a sequence
 };
 
 constexpr int kMpt = 50368, kV = 51200, kGpt2 = 50257, kBloom = 250680;
@@ -199,12 +201,34 @@ const Published kRuns[] = {
     {"LF23-H100", "760m", 1536, 24, 12, kMpt, 32, 1, 1, 24, 768, kNone, 3, 0, 0, 0, 2175091},
     {"LF23-H100", "760m", 1536, 24, 12, kMpt, 16, 1, 1, 24, 384, kNone, 3, 0, 0, 0, 1096819},
     {"LF23-H100", "760m", 1536, 24, 12, kMpt, 8, 1, 1, 24, 384, kNone, 3, 0, 0, 0, 505177},
+    // LF23-A80 at 4096-32768 tokens a sequence
+    {"LF23-A80", "13b", 5120, 40, 40, kMpt, 8, 1, 1, 10, 240, kFull, 3, 0, 0, 0, 16482, false,
+     4096},
+    {"LF23-A80", "13b", 5120, 40, 40, kMpt, 8, 1, 1, 5, 120, kFull, 3, 0, 0, 0, 14362, false, 8192},
+    {"LF23-A80", "13b", 5120, 40, 40, kMpt, 8, 1, 1, 3, 72, kFull, 3, 0, 0, 0, 11454, false, 16384},
+    {"LF23-A80", "13b", 5120, 40, 40, kMpt, 8, 1, 1, 1, 24, kFull, 3, 0, 0, 0, 8134, false, 32768},
+    {"LF23-A80", "7b", 4096, 32, 32, kMpt, 8, 1, 1, 16, 256, kFull, 3, 0, 0, 0, 29472, false, 4096},
+    {"LF23-A80", "7b", 4096, 32, 32, kMpt, 8, 1, 1, 8, 128, kFull, 3, 0, 0, 0, 25655, false, 8192},
+    {"LF23-A80", "7b", 4096, 32, 32, kMpt, 8, 1, 1, 4, 64, kFull, 3, 0, 0, 0, 19629, false, 16384},
+    {"LF23-A80", "7b", 4096, 32, 32, kMpt, 8, 1, 1, 2, 32, kFull, 3, 0, 0, 0, 13382, false, 32768},
+    {"LF23-A80", "1b", 2048, 24, 16, kMpt, 8, 1, 1, 7, 224, kNone, 3, 0, 0, 0, 142457, false, 4096},
+    {"LF23-A80", "1b", 2048, 24, 16, kMpt, 8, 1, 1, 3, 96, kNone, 3, 0, 0, 0, 110516, false, 8192},
+    {"LF23-A80", "1b", 2048, 24, 16, kMpt, 8, 1, 1, 2, 64, kNone, 3, 0, 0, 0, 79650, false, 16384},
+    {"LF23-A80", "1b", 2048, 24, 16, kMpt, 8, 1, 1, 1, 32, kNone, 3, 0, 0, 0, 50207, false, 32768},
+    {"LF23-A80", "350m", 1024, 24, 16, kMpt, 8, 1, 1, 16, 256, kNone, 3, 0, 0, 0, 396442, false,
+     4096},
+    {"LF23-A80", "350m", 1024, 24, 16, kMpt, 8, 1, 1, 8, 128, kNone, 3, 0, 0, 0, 292559, false,
+     8192},
+    {"LF23-A80", "350m", 1024, 24, 16, kMpt, 8, 1, 1, 4, 64, kNone, 3, 0, 0, 0, 188478, false,
+     16384},
+    {"LF23-A80", "350m", 1024, 24, 16, kMpt, 8, 1, 1, 2, 32, kNone, 3, 0, 0, 0, 109222, false,
+     32768},
 };
 
 double published_seconds(const Published& r) {
   if (r.seconds > 0) return r.seconds;
-  if (r.tokens_s > 0) return r.batch * 2048.0 / r.tokens_s;
-  double B = r.batch, s = 2048, l = r.l, h = r.h, V = r.vocab;
+  if (r.tokens_s > 0) return (double)r.batch * r.seq / r.tokens_s;
+  double B = r.batch, s = r.seq, l = r.l, h = r.h, V = r.vocab;
   double F = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
   return F / (r.tflops * 1e12 * r.gpus);
 }
@@ -256,6 +280,12 @@ bool IsDeepSpeedZero3(const Published& r) {
 // for an A100-SXM4-40GB (MosaicML's nodes have eight 200 Gb/s cards too).
 const char* const kA100_40 = "dgx_a100.json with A100-40GB";
 
+// LF23's attention kernels (2023's flash attention in Triton, FlashAttention-
+// 1's algorithm: 25-40% of an A100's peak, Dao 2023, the FlashAttention-2
+// paper) at half the rate the spec gives its matrix products (0.65 of peak
+// on an A100): a published figure, not a fit.
+constexpr double kFusedAttention = 0.5;
+
 // What the Hopper specs (dgx_h100.json, h200.json) carry of the A100's
 // efficiencies (TheHopperScaleIsTheSameRunsRatio).
 constexpr double kHopperScale = 0.8;
@@ -304,14 +334,14 @@ class PublishedRuns : public ::testing::Test {
   static void SetUpTestSuite() {
     for (const Published& r : kRuns) {
       char key[96];
-      std::snprintf(key, sizeof key, "%d/%d/%d/%d", r.h, r.l, r.a, r.vocab);
+      std::snprintf(key, sizeof key, "%d/%d/%d/%d/%d", r.h, r.l, r.a, r.vocab, r.seq);
       if (!models_.count(key)) {
         struct tl_config cfg;
         tl_config_defaults(&cfg);
         cfg.model.n_layers = r.l, cfg.model.n_heads = r.a, cfg.model.n_embd = r.h;
-        cfg.model.vocab_size = r.vocab, cfg.model.max_seq_len = 2048;
+        cfg.model.vocab_size = r.vocab, cfg.model.max_seq_len = r.seq;
         tl_cost_model* cm = new tl_cost_model;
-        ASSERT_EQ(tl_cost_model_build(&cfg.model, 2048, cm), TL_OK) << tl_last_error();
+        ASSERT_EQ(tl_cost_model_build(&cfg.model, r.seq, cm), TL_OK) << tl_last_error();
         models_[key] = cm;
       }
       model_of_.push_back(models_[key]);
@@ -351,10 +381,9 @@ class PublishedRuns : public ::testing::Test {
         c.attention_efficiency = fit->attn;
       }
       if (fit && fit->overhead >= 0) c.allocator_overhead = fit->overhead;
-      // LF23's fused (flash) attention: its FLOPs at the matrix products'
-      // rate, where the spec's attention rate is the unfused kernels' of the
-      // Megatron runs it was fitted on
-      if (IsLF23(r)) c.attention_efficiency = c.efficiency;
+      // LF23's fused attention at its own rate (kFusedAttention), where the
+      // spec's is the unfused kernels' of the Megatron runs it was fitted on
+      if (IsLF23(r)) c.attention_efficiency = kFusedAttention * c.efficiency;
       Priced pr{};
       if (!price(r, *model_of_[i], c, &pr)) continue;
       if (!pr.plan.fits) st.n_over++;
@@ -380,13 +409,18 @@ class PublishedRuns : public ::testing::Test {
       } else {
         std::snprintf(mem, sizeof mem, "- | %.1f | -", pr.mem / 1e9);
       }
+      char model[48]; /* the sequence's length where it is not 2048 */
+      if (r.seq != 2048)
+        std::snprintf(model, sizeof model, "%s, %d tokens", r.model, r.seq);
+      else
+        std::snprintf(model, sizeof model, "%s", r.model);
       if (print)
         std::printf(
             "| %s | %s | %d | %d x %d x %d | %d x %d | %s | %d | %.2f | %.2f | %+.1f%% | %s |\n",
-            r.source, r.model, r.gpus, pr.plan.dp, r.t, r.p, r.mb, pr.plan.n_micro, RcName(r.rc),
+            r.source, model, r.gpus, pr.plan.dp, r.t, r.p, r.mb, pr.plan.n_micro, RcName(r.rc),
             r.zero, meas, pr.t, 100 * et, mem);
-      char g[96];
-      std::snprintf(g, sizeof g, "%s %s %d GPUs batch %d", r.source, r.model, r.gpus, r.batch);
+      char g[128];
+      std::snprintf(g, sizeof g, "%s %s %d GPUs batch %d", r.source, model, r.gpus, r.batch);
       Pick& pk = st.groups[g];
       pk.rows++;
       pk.best_measured = std::min(pk.best_measured, meas);
@@ -437,15 +471,15 @@ TEST_F(PublishedRuns, StepTimeAndMemoryAtThePublishedSplits) {
   // its small models are the model's largest misses, memory-bound work it
   // does not price).
   const std::map<std::string, double> bound = {
-      {"N21-T1", 0.045}, {"N21-T2", 0.03},    {"K22", 0.12},      {"S22", 0.20},
-      {"BS22", 0.10},    {"LF23-A80", 0.165}, {"LF23-A40", 0.20}, {"LF23-H100", 0.175}};
+      {"N21-T1", 0.045}, {"N21-T2", 0.03},    {"K22", 0.12},       {"S22", 0.20},
+      {"BS22", 0.10},    {"LF23-A80", 0.125}, {"LF23-A40", 0.165}, {"LF23-H100", 0.145}};
   for (auto& b : bound) {
     ASSERT_TRUE(st.per_source.count(b.first)) << b.first;
     const auto& s = st.per_source.at(b.first);
     EXPECT_LE(s.first / s.second, b.second) << b.first << ": step time MAPE";
   }
   EXPECT_LE(st.sum_a / st.n_a, 0.085) << "step time MAPE over all runs but ZeRO-3's and LF23's";
-  EXPECT_LE(st.sum_x / st.n_x, 0.15) << "step time MAPE over all runs but DeepSpeed's ZeRO-3";
+  EXPECT_LE(st.sum_x / st.n_x, 0.125) << "step time MAPE over all runs but DeepSpeed's ZeRO-3";
   EXPECT_LE(st.sum_m / st.n_m, 0.05) << "memory MAPE";
   // the planner's pick among a group's measured splits, where the group's
   // rows measure one configuration each way (K22: full recomputation
@@ -529,8 +563,9 @@ TEST_F(PublishedRuns, TheHopperScaleIsTheSameRunsRatio) {
       if (std::strcmp(a.source, "LF23-A80") != 0 || std::strcmp(a.model, h.model) != 0 ||
           a.gpus != h.gpus || a.mb != h.mb || a.batch != h.batch || a.rc != h.rc)
         continue;
-      tl_cluster ca = a100, ch = h100; /* LF23's attention at the products' rate */
-      ca.attention_efficiency = ca.efficiency, ch.attention_efficiency = ch.efficiency;
+      tl_cluster ca = a100, ch = h100;
+      ca.attention_efficiency = kFusedAttention * ca.efficiency;
+      ch.attention_efficiency = kFusedAttention * ch.efficiency;
       Priced pa{}, ph{};
       ASSERT_TRUE(price(a, *model_of_[j], ca, &pa));
       ASSERT_TRUE(price(h, *model_of_[i], ch, &ph));
