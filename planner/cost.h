@@ -60,7 +60,9 @@
  *   recomputation's own gathers serve those — and, once a step,
  *   the packed LayerNorm gradients' all-reduce); b·s·h/t per stage boundary
  *   each way (Megatron's scatter/gather over tp, as the trainer sends it;
- *   the receivers' all-gather within the node is not priced); the gradient
+ *   the receivers' all-gather within the node is not priced), each on its
+ *   own boundary's link, for the stage whose two cost the most
+ *   (tl_cost_pp_sends); the gradient
  *   all-reduce
  *   over dp, 2(d-1)/d·S/β + kα (k = 2(d-1) messages of NCCL's ring on
  *   GPUs, 2 log2 d of MPICH's halving and doubling on CPUs; the same for
@@ -381,11 +383,17 @@ void tl_cost_plan_order(const tl_plan* p, tl_axis order[3]);
  * default order: tp 1, dp tp, pp dp x tp). */
 void tl_cost_axis_strides(const tl_plan* p, int* tp, int* dp, int* pp);
 
-/* The link a pipeline's activations cross between stages: the inter-node
- * one when some pair of neighbouring stages lies on two nodes (the stages'
- * stride, or the pipeline's span of ranks, beyond a node), else the
- * node's. */
-const struct tl_link* tl_cost_pp_link(const tl_cluster* c, const tl_plan* p);
+/* The link between pipeline stages s and s + 1 (s = pp - 1: the last and
+ * the first, the interleaved schedule's next chunk): the inter-node one when
+ * some rank of stage s has its neighbour on another node, else the node's. */
+const struct tl_link* tl_cost_pp_boundary_link(const tl_cluster* c, const tl_plan* p, int s);
+#define TL_COST_PP_MAX_NODE 1024 /* devices a node, beyond which any boundary past one counts */
+
+/* Seconds a micro-batch's pipeline sends of `bytes` each cost the stage
+ * that spends the most on them: its activation ahead and its gradient
+ * behind, each on its own boundary's link (an end stage's two on its one
+ * boundary; interleaved, the wrap from the last stage to the first). */
+double tl_cost_pp_sends(const tl_cluster* c, const tl_plan* p, double bytes);
 
 /* Seconds for an all-gather assembling `bytes` on each of n ranks: half an
  * all-reduce's bandwidth term, (n-1) ring messages on GPUs, log2 n recursive

@@ -51,13 +51,82 @@ void tl_cost_axis_strides(const tl_plan* p, int* tp, int* dp, int* pp) {
   *tp = stride[TL_AXIS_TP], *dp = stride[TL_AXIS_DP], *pp = stride[TL_AXIS_PP];
 }
 
-const struct tl_link* tl_cost_pp_link(const tl_cluster* c, const tl_plan* p) {
-  int s_tp, s_dp, s_pp;
-  tl_cost_axis_strides(p, &s_tp, &s_dp, &s_pp);
-  /* stages s_pp ranks apart, pp of them: some boundary crosses nodes once
-   * the stride or the pipeline's span does */
-  const int dpn = c->devices_per_node;
-  return s_pp >= dpn || (int64_t)s_pp * p->pp > dpn ? &c->inter : &c->intra;
+/* The residues modulo the node's size of a stage's ranks relative to its
+ * first: the other two axes' coordinates times their strides. */
+static void stage_residues(const tl_plan* p, int s_tp, int s_dp, int dpn, bool* seen) {
+  memset(seen, 0, (size_t)dpn * sizeof *seen);
+  seen[0] = true;
+  const int n[2] = {p->tp, p->dp}, stride[2] = {s_tp, s_dp};
+  bool next[TL_COST_PP_MAX_NODE];
+  for (int a = 0; a < 2; a++) {
+    memset(next, 0, (size_t)dpn * sizeof *next);
+    const int steps = n[a] < dpn ? n[a] : dpn; /* past dpn steps the residues repeat */
+    for (int r = 0; r < dpn; r++)
+      if (seen[r])
+        for (int k = 0; k < steps; k++) next[(r + (int64_t)k * stride[a]) % dpn] = true;
+    memcpy(seen, next, (size_t)dpn * sizeof *seen);
+  }
+}
+
+/* The pipeline's layout as its boundaries read it: the stages' stride, the
+ * node's size and the residues of a stage's ranks (NULL: none kept). */
+struct pp_layout {
+  int s_pp, dpn;
+  bool all_inter; /* every pair of neighbours a node or more apart */
+  bool seen[TL_COST_PP_MAX_NODE];
+};
+
+static void pp_layout(const tl_cluster* c, const tl_plan* p, struct pp_layout* x) {
+  int s_tp, s_dp;
+  tl_cost_axis_strides(p, &s_tp, &s_dp, &x->s_pp);
+  x->dpn = c->devices_per_node;
+  x->all_inter = x->s_pp >= x->dpn ||
+                 /* no residue table: any boundary past a node */
+                 (x->dpn > TL_COST_PP_MAX_NODE && (int64_t)x->s_pp * p->pp > x->dpn);
+  if (!x->all_inter && x->dpn <= TL_COST_PP_MAX_NODE)
+    stage_residues(p, s_tp, s_dp, x->dpn, x->seen);
+}
+
+static const struct tl_link* boundary_link(const tl_cluster* c, const tl_plan* p,
+                                           const struct pp_layout* x, int s) {
+  if (x->all_inter) return &c->inter;
+  if (x->dpn > TL_COST_PP_MAX_NODE) return &c->intra;
+  /* stage s's first rank, and its neighbour's (the first stage after the
+   * last: the interleaved schedule's next chunk) */
+  const int64_t a = (int64_t)s * x->s_pp, b = s < p->pp - 1 ? a + x->s_pp : 0;
+  for (int r = 0; r < x->dpn; r++)
+    if (x->seen[r] && (r + a) / x->dpn != (r + b) / x->dpn) return &c->inter;
+  return &c->intra;
+}
+
+const struct tl_link* tl_cost_pp_boundary_link(const tl_cluster* c, const tl_plan* p, int s) {
+  if (p->pp < 2) return &c->intra;
+  struct pp_layout x;
+  pp_layout(c, p, &x);
+  return boundary_link(c, p, &x, s);
+}
+
+double tl_cost_pp_sends(const tl_cluster* c, const tl_plan* p, double bytes) {
+  const int pp = p->pp;
+  if (pp < 2) return 0;
+  struct pp_layout x;
+  pp_layout(c, p, &x);
+  if (x.all_inter) return 2.0 * tl_cost_send(c, bytes, &c->inter);
+  /* boundary s's send, s = pp - 1 the wrap (interleaved only) */
+  const bool wrap = tl_plan_chunks(p) > 1;
+  const double wrap_send = wrap ? tl_cost_send(c, bytes, boundary_link(c, p, &x, pp - 1)) : 0;
+  double behind = 0, worst = 0;
+  for (int s = 0; s < pp; s++) {
+    /* the stage's boundary ahead and behind; an end stage's other side is
+     * its one boundary again, or the wrap when interleaved */
+    const double ahead = s < pp - 1 ? tl_cost_send(c, bytes, boundary_link(c, p, &x, s))
+                         : wrap     ? wrap_send
+                                    : behind;
+    if (s == 0) behind = wrap ? wrap_send : ahead;
+    if (behind + ahead > worst) worst = behind + ahead;
+    behind = ahead;
+  }
+  return worst;
 }
 
 /* Half an all-reduce's ring and messages, at the collective's own share of

@@ -362,9 +362,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     tp_comm += k_slowest * 2 * tl_cost_all_gather(c, bsh * act_bytes, t, tp_link);
   double pp_comm = 0;
   if (pp > 1) {
-    const struct tl_link* pp_link = tl_cost_pp_link(c, p);
     /* each chunk's boundary: interleaving sends v times the messages */
-    pp_comm = v * 2.0 * tl_cost_send(c, bsh * act_bytes / t, pp_link);
+    pp_comm = v * tl_cost_pp_sends(c, p, bsh * act_bytes / t);
   }
 
   /* 3. the step: m micro-batches, the bubble, then the gradient all-reduce */

@@ -171,7 +171,6 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   int s_tp, s_dp, s_pp; /* each axis's neighbours, ranks apart (p->order) */
   tl_cost_axis_strides(p, &s_tp, &s_dp, &s_pp);
   const struct tl_link tp_l = tl_cost_group_link(c, t, s_tp), *tp_link = &tp_l;
-  const struct tl_link* pp_link = tl_cost_pp_link(c, p);
   const double peak = tl_cluster_peak(c, dtype);
   p->mem_state = p->mem_act = -1;
   double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;
@@ -212,7 +211,11 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     if (pp > 1) { /* an activation out and its gradient back, at its larger boundary */
       double in = a > 0 ? sh->mlp_layer[a - 1].out_elems : 0;
       double out = e < L ? sh->mlp_layer[e - 1].out_elems : 0;
-      pp_s = 2.0 * tl_cost_send(c, (in > out ? in : out) * b * act_bytes, pp_link);
+      /* on the slower of the stage's boundaries' links */
+      const struct tl_link* behind = tl_cost_pp_boundary_link(c, p, s > 0 ? s - 1 : 0);
+      const struct tl_link* ahead = tl_cost_pp_boundary_link(c, p, s < pp - 1 ? s : pp - 2);
+      const struct tl_link* link = behind->bandwidth < ahead->bandwidth ? behind : ahead;
+      pp_s = 2.0 * tl_cost_send(c, (in > out ? in : out) * b * act_bytes, link);
     }
     if (comp_s + tp_s + pp_s > micro)
       micro = comp_s + tp_s + pp_s, comp = comp_s, tp_comm = tp_s, pp_comm = pp_s;

@@ -248,20 +248,49 @@ TEST(Plan, MeshOrderDecidesWhichGroupsCrossNodes) {
   tl_cost_axis_strides(&pp_in, &st, &sd, &sp);
   EXPECT_EQ(sp, 1);
   EXPECT_EQ(st, 2);
-  // the pipeline's link: the node's while its stages stay in one, the
-  // network's once a pair of neighbouring stages lies on two nodes
+  // the pipeline's links, boundary by boundary: the node's while a pair of
+  // neighbouring stages stays in one, the network's where it does not; a
+  // stage pays its two boundaries' sends
   tl_plan pipe = tp_in;
   pipe.dp = 1, pipe.tp = 2, pipe.pp = 4;
+  pipe.virtual_stages = 1;
   memset(pipe.order, 0, sizeof pipe.order);
-  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.intra) << "8 ranks, one node";
-  pipe.tp = 4;
-  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.inter) << "16 ranks: stages 1 and 2 on two nodes";
+  const double bytes = 8e6, intra = tl_cost_send(&c, bytes, &c.intra),
+               inter = tl_cost_send(&c, bytes, &c.inter);
+  for (int s = 0; s < 3; s++)
+    EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, s), &c.intra) << "8 ranks, one node: " << s;
+  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), 2 * intra);
+  pipe.tp = 4; /* stages of 4 ranks: 0 and 1 on the first node, 2 and 3 on the second */
+  EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 0), &c.intra);
+  EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 1), &c.inter) << "stages 1 and 2 on two nodes";
+  EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 2), &c.intra);
+  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), inter + intra)
+      << "the stages beside the node's edge send once across it";
+  pipe.virtual_stages = 2; /* interleaved: the last stage's chunk feeds the first's */
+  EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 3), &c.inter) << "ranks 12-15 to 0-3";
+  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), inter + intra);
+  pipe.tp = 2;
+  EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 3), &c.intra) << "ranks 6-7 to 0-1";
+  pipe.virtual_stages = 1;
   pipe.tp = 8, pipe.pp = 2;
-  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.inter) << "stages a node apart";
+  EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 0), &c.inter) << "stages a node apart";
+  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), 2 * inter);
   pipe.order[0] = TL_AXIS_PP, pipe.order[1] = TL_AXIS_DP, pipe.order[2] = TL_AXIS_TP;
-  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.intra) << "pp innermost: neighbours side by side";
+  EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 0), &c.intra)
+      << "pp innermost: neighbours side by side";
   pipe.order[1] = TL_AXIS_PP;
-  EXPECT_EQ(tl_cost_pp_link(&c, &pipe), &c.inter) << "not a permutation: the default order";
+  EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 0), &c.inter)
+      << "not a permutation: the default order";
+  // a pipeline of 8 two-rank stages over two nodes: one boundary of seven
+  // crosses, and its stages pay the network's send once, not twice
+  memset(pipe.order, 0, sizeof pipe.order);
+  pipe.tp = 2, pipe.pp = 8;
+  int crossing = 0;
+  for (int s = 0; s < 7; s++) crossing += tl_cost_pp_boundary_link(&c, &pipe, s) == &c.inter;
+  EXPECT_EQ(crossing, 1);
+  EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 3), &c.inter);
+  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), inter + intra);
+  EXPECT_LT(inter + intra, 2 * inter);
   // a config written from a plan carries the plan's order; a search's plan
   // (no order) is written in the default one, whatever the base config's
   struct tl_config back;
