@@ -392,7 +392,10 @@ const struct tl_link* tl_cost_pp_boundary_link(const tl_cluster* c, const tl_pla
 /* Seconds a micro-batch's pipeline sends of `bytes` each cost the stage
  * that spends the most on them: its activation ahead and its gradient
  * behind, each on its own boundary's link (an end stage's two on its one
- * boundary; interleaved, the wrap from the last stage to the first). */
+ * boundary; interleaved, the wrap from the last stage to the first, charged
+ * with each chunk's like the rest). A GPT's stages send alike; an MLP's
+ * (cost_mlp.c) differ in width, and each pays two sends of its wider
+ * boundary's bytes on the slower of its two links. */
 double tl_cost_pp_sends(const tl_cluster* c, const tl_plan* p, double bytes);
 
 /* Seconds for an all-gather assembling `bytes` on each of n ranks: half an

@@ -266,12 +266,17 @@ TEST(Plan, MeshOrderDecidesWhichGroupsCrossNodes) {
   EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 2), &c.intra);
   EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), inter + intra)
       << "the stages beside the node's edge send once across it";
-  pipe.virtual_stages = 2; /* interleaved: the last stage's chunk feeds the first's */
+  /* interleaved: the last stage's chunk feeds the first's, across the
+   * nodes; stage 0 pays it with its own boundary, stage 3 with 2 -> 3 */
+  const auto schedule = pipe.schedule;
+  pipe.schedule = TL_SCHEDULE_INTERLEAVED, pipe.virtual_stages = 2;
+  ASSERT_EQ(tl_plan_chunks(&pipe), 2);
   EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 3), &c.inter) << "ranks 12-15 to 0-3";
   EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), inter + intra);
   pipe.tp = 2;
   EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 3), &c.intra) << "ranks 6-7 to 0-1";
-  pipe.virtual_stages = 1;
+  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), 2 * intra);
+  pipe.schedule = schedule, pipe.virtual_stages = 1;
   pipe.tp = 8, pipe.pp = 2;
   EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 0), &c.inter) << "stages a node apart";
   EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), 2 * inter);
