@@ -393,9 +393,8 @@ const struct tl_link* tl_cost_pp_boundary_link(const tl_cluster* c, const tl_pla
  * that spends the most on them: its activation ahead and its gradient
  * behind, each on its own boundary's link (an end stage's two on its one
  * boundary; interleaved, the wrap from the last stage to the first, charged
- * with each chunk's like the rest). A GPT's stages send alike; an MLP's
- * (cost_mlp.c) differ in width, and each pays two sends of its wider
- * boundary's bytes on the slower of its two links. */
+ * with each chunk's like the rest). An MLP's stages (cost_mlp.c) pay
+ * the same way, each side the bytes of its own boundary's width. */
 double tl_cost_pp_sends(const tl_cluster* c, const tl_plan* p, double bytes);
 
 /* Seconds for an all-gather assembling `bytes` on each of n ranks: half an

@@ -208,14 +208,17 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
                                  (n_ar - 1) * tl_cost_all_reduce(c, 0, t, tp_link)
                            : 0;
     double pp_s = 0;
-    if (pp > 1) { /* an activation out and its gradient back, at its larger boundary */
+    if (pp > 1) {
+      /* its activation ahead and its gradient behind, each the size of its
+       * boundary and on its link (tl_cost_pp_sends' rule: an end stage's
+       * two on its one boundary) */
       double in = a > 0 ? sh->mlp_layer[a - 1].out_elems : 0;
       double out = e < L ? sh->mlp_layer[e - 1].out_elems : 0;
-      /* on the slower of the stage's boundaries' links */
-      const struct tl_link* behind = tl_cost_pp_boundary_link(c, p, s > 0 ? s - 1 : 0);
-      const struct tl_link* ahead = tl_cost_pp_boundary_link(c, p, s < pp - 1 ? s : pp - 2);
-      const struct tl_link* link = behind->bandwidth < ahead->bandwidth ? behind : ahead;
-      pp_s = 2.0 * tl_cost_send(c, (in > out ? in : out) * b * act_bytes, link);
+      const double send_in =
+          s > 0 ? tl_cost_send(c, in * b * act_bytes, tl_cost_pp_boundary_link(c, p, s - 1)) : 0;
+      const double send_out =
+          s < pp - 1 ? tl_cost_send(c, out * b * act_bytes, tl_cost_pp_boundary_link(c, p, s)) : 0;
+      pp_s = s == 0 ? 2 * send_out : s == pp - 1 ? 2 * send_in : send_in + send_out;
     }
     if (comp_s + tp_s + pp_s > micro)
       micro = comp_s + tp_s + pp_s, comp = comp_s, tp_comm = tp_s, pp_comm = pp_s;

@@ -404,3 +404,34 @@ TEST(Search, AnMlpIsPlannedFromItsOwnLayers) {
   tl_search_free(&r);
   EXPECT_STREQ(tl_reject_name(TL_REJECT_TP_SPLIT), "tp_split");
 }
+
+// An MLP's pipeline sends: each stage its activation ahead and its gradient
+// behind, each the size of its own boundary (an end stage's two on its one
+// boundary), the stage that pays the most setting the micro-batch. Widths
+// 64 -> 64 -> 2048 -> 64 -> 64 on four stages: the middle two send 64 one
+// way and 2048 the other, not 2048 both ways.
+TEST(Search, AnMlpStagePaysEachBoundaryItsOwnWidth) {
+  struct tl_config cfg;
+  tl_config_defaults(&cfg);
+  cfg.model.kind = TL_MODEL_MLP;
+  cfg.model.vocab_size = 64;
+  cfg.model.n_mlp_layers = 4;
+  int sizes[5] = {64, 64, 2048, 64, 64};
+  memcpy(cfg.model.mlp_sizes, sizes, sizeof sizes);
+  tl_cost_model cm;
+  ASSERT_EQ(tl_cost_model_build(&cfg.model, 128, &cm), TL_OK) << tl_last_error();
+  tl_cluster c = DgxA100(1);
+  c.intra.bandwidth = 1e6; /* the sends outweigh everything else */
+  tl_plan p;
+  memset(&p, 0, sizeof p);
+  p.dp = 1, p.tp = 1, p.pp = 4, p.micro_batch = 1, p.n_micro = 4;
+  p.schedule = TL_SCHEDULE_1F1B;
+  p.grad_reduce = TL_F32;
+  const int layers[4] = {1, 1, 1, 1};
+  tl_cost_evaluate(&cm, &c, TL_BF16, layers, &p);
+  const tl_cost_shard& s = cm.shards[0];
+  const double narrow = tl_cost_send(&c, s.mlp_layer[0].out_elems * 2.0, &c.intra);
+  const double wide = tl_cost_send(&c, s.mlp_layer[1].out_elems * 2.0, &c.intra);
+  ASSERT_GT(wide, 10 * narrow);
+  EXPECT_NEAR(p.t_pp, p.n_micro * (narrow + wide), 1e-9 * p.t_pp);
+}
