@@ -35,6 +35,17 @@ tl_cluster DgxA100(int nodes = 0) {
   return c;
 }
 
+// A four-layer MLP of widths sizes[0] -> ... -> sizes[4] (the classes).
+struct tl_config Mlp(const int (&sizes)[5]) {
+  struct tl_config cfg;
+  tl_config_defaults(&cfg);
+  cfg.model.kind = TL_MODEL_MLP;
+  cfg.model.vocab_size = sizes[4];
+  cfg.model.n_mlp_layers = 4;
+  memcpy(cfg.model.mlp_sizes, sizes, sizeof sizes);
+  return cfg;
+}
+
 }  // namespace
 
 // The whole space of the trillion-parameter row; the time is printed (a
@@ -362,13 +373,8 @@ TEST(Search, SequenceParallelismIsSearchedAndCanBeFixed) {
 // cannot split are rejected as tp_split, it has neither sequence
 // parallelism nor recomputation, and stages follow its (unequal) layers.
 TEST(Search, AnMlpIsPlannedFromItsOwnLayers) {
-  struct tl_config cfg;
-  tl_config_defaults(&cfg);
-  cfg.model.kind = TL_MODEL_MLP;
-  cfg.model.vocab_size = 256;
-  cfg.model.n_mlp_layers = 4;
-  int sizes[5] = {64, 96, 2048, 2048, 256};  // 96: tp 64 does not divide it
-  memcpy(cfg.model.mlp_sizes, sizes, sizeof sizes);
+  const int sizes[5] = {64, 96, 2048, 2048, 256};  // 96: tp 64 does not divide it
+  struct tl_config cfg = Mlp(sizes);
   tl_cost_model cm;
   ASSERT_EQ(tl_cost_model_build(&cfg.model, 128, &cm), TL_OK) << tl_last_error();
   EXPECT_EQ(cm.kind, TL_MODEL_MLP);
@@ -411,13 +417,7 @@ TEST(Search, AnMlpIsPlannedFromItsOwnLayers) {
 // 64 -> 64 -> 2048 -> 64 -> 64 on four stages: the middle two send 64 one
 // way and 2048 the other, not 2048 both ways.
 TEST(Search, AnMlpStagePaysEachBoundaryItsOwnWidth) {
-  struct tl_config cfg;
-  tl_config_defaults(&cfg);
-  cfg.model.kind = TL_MODEL_MLP;
-  cfg.model.vocab_size = 64;
-  cfg.model.n_mlp_layers = 4;
-  int sizes[5] = {64, 64, 2048, 64, 64};
-  memcpy(cfg.model.mlp_sizes, sizes, sizeof sizes);
+  struct tl_config cfg = Mlp({64, 64, 2048, 64, 64});
   tl_cost_model cm;
   ASSERT_EQ(tl_cost_model_build(&cfg.model, 128, &cm), TL_OK) << tl_last_error();
   tl_cluster c = DgxA100(1);
