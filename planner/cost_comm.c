@@ -69,7 +69,8 @@ static void stage_residues(const tl_plan* p, int s_tp, int s_dp, int dpn, bool* 
 }
 
 /* The pipeline's layout as its boundaries read it: the stages' stride, the
- * node's size and the residues of a stage's ranks (NULL: none kept). */
+ * node's size and the residues of a stage's ranks (filled only when some
+ * boundary may stay in a node and the node fits the table). */
 struct pp_layout {
   int s_pp, dpn;
   bool all_inter; /* every pair of neighbours a node or more apart */
