@@ -323,6 +323,55 @@ fail:
   return st;
 }
 
+/* the node counts above the cluster's that a mesh fills: seen[n] */
+struct more_counts {
+  const tl_cluster* c;
+  int64_t max_nodes;
+  bool* seen;
+};
+
+static void add_more_count(void* arg, int dp, int tp, int pp) {
+  struct more_counts* m = arg;
+  const int64_t d = (int64_t)dp * tp * pp;
+  if (d <= tl_cluster_devices(m->c) || d % m->c->devices_per_node) return;
+  if (d / m->c->devices_per_node <= m->max_nodes) m->seen[d / m->c->devices_per_node] = true;
+}
+
+tl_status tl_search_more_nodes(const tl_cost_model* cm, const tl_cluster* c,
+                               const struct tl_search_options* o, int64_t max_devices,
+                               int max_counts, int* nodes, tl_search_result* out) {
+  memset(out, 0, sizeof *out);
+  *nodes = 0;
+  int64_t max_nodes = max_devices / c->devices_per_node;
+  if (max_nodes > INT32_MAX / c->devices_per_node) max_nodes = INT32_MAX / c->devices_per_node;
+  if (max_nodes <= c->nodes || o->global_batch < 1) return TL_OK;
+  struct more_counts m = {c, max_nodes, calloc((size_t)max_nodes + 1, sizeof(bool))};
+  if (!m.seen) return TL_ERRF(TL_ERR_NOMEM, "search: %lld node counts", (long long)max_nodes);
+  each_allowed_mesh(cm, c, o, max_nodes * c->devices_per_node, add_more_count, &m);
+  int64_t evaluated = 0;
+  int counts = 0;
+  tl_status st = TL_OK;
+  for (int64_t n = c->nodes + 1; n <= max_nodes && counts < max_counts && !*nodes; n++) {
+    if (!m.seen[n]) continue;
+    tl_cluster more = *c;
+    more.nodes = (int)n;
+    tl_search_result r;
+    if ((st = tl_search_run(cm, &more, o, &r)) != TL_OK) break;
+    counts++;
+    evaluated += r.n_evaluated;
+    if (r.n_plans)
+      *out = r, *nodes = (int)n;
+    else
+      tl_search_free(&r);
+  }
+  free(m.seen);
+  if (st != TL_OK) return st;
+  out->n_counts = counts;
+  out->n_counts_fitting = *nodes ? 1 : 0;
+  out->n_evaluated = evaluated;
+  return TL_OK;
+}
+
 /* ---- why nothing fits */
 
 static void appendf(char* buf, size_t size, const char* fmt, ...)

@@ -118,8 +118,19 @@ int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
  * fastest first (a plan's devices are dp x tp x pp). The caller frees out
  * with tl_search_free. */
 tl_status tl_search_fewer(const tl_cost_model* cm, const tl_cluster* c,
-                          const struct tl_search_options* o, int max_counts,
-                          tl_search_result* out);
+                          const struct tl_search_options* o, int max_counts, tl_search_result* out);
+
+/* When every split of all of c's devices is over memory, more devices may
+ * hold the model: the fewest nodes of c's kind on which a plan fits. The
+ * device counts above the cluster's, up to max_devices, that a mesh can use
+ * (the mesh rules and the fixed choices) and whole nodes hold are searched
+ * fewest first, at most max_counts of them, until one has a plan: its search
+ * into *out (plans fastest first; n_counts the counts searched, n_evaluated
+ * the plans priced over all of them) and its nodes into *nodes, 0 when none
+ * has one. The caller frees out with tl_search_free. */
+tl_status tl_search_more_nodes(const tl_cost_model* cm, const tl_cluster* c,
+                               const struct tl_search_options* o, int64_t max_devices,
+                               int max_counts, int* nodes, tl_search_result* out);
 
 #ifdef __cplusplus
 }

@@ -62,7 +62,8 @@ static void usage(FILE* f) {
           "a spec of those nodes, the links inside a node and between nodes each measured.\n"
           "--out: the best plan `trellis train` runs, as a\n"
           "complete config (atomic write).\n"
-          "--nodes N: plan for N of the cluster's nodes. --fix: keep those choices;\n"
+          "--nodes N: plan for N nodes of the spec's kind (fewer or more than it lists).\n"
+          "--fix: keep those choices;\n"
           "bucket_mb and grad_reduce default to the config's parallel.bucket_mb and\n"
           "parallel.grad_reduce (bucket_mb=0: one all-reduce after the backward, as\n"
           "runs without overlap did; --out writes it as one bucket a stage). overlap=0\n"
@@ -74,7 +75,9 @@ static void usage(FILE* f) {
           "their fp32 peak).\n"
           "When no split of all the devices fits, it says why (the rule, the most devices\n"
           "the rules allow, or the memory the least hungry plan needs) and, where the\n"
-          "mesh rules or --fix are the cause, plans fewer devices.\n"
+          "mesh rules or --fix are the cause, plans fewer devices; where memory is, names\n"
+          "the fewest nodes of the spec's kind on which a plan fits, with its plans\n"
+          "(exit 1, nothing written: --nodes N plans them).\n"
           "hwTFLOP/s counts the FLOPs a device executes (recomputation included); MFU the\n"
           "model's FLOPs (without) over the peak.\n"
           "Exit status: 0 a plan was found (on fewer devices where no split of them all\n"
@@ -222,8 +225,18 @@ static json_t* plan_json_fewer(const tl_plan* p) {
   return j;
 }
 
-static int print_json(const tl_search_result* r, const tl_search_result* fewer, const char* why,
-                      int top, const tl_cluster* c, double secs) {
+/* The search over more nodes, when every split of the cluster's is over
+ * memory: the device counts up to 64 times the cluster's (at least 4096)
+ * that a mesh fills, at most MORE_COUNTS of them. */
+#define MORE_COUNTS 64
+static int64_t more_devices_max(const tl_cluster* c) {
+  const int64_t d = 64 * (int64_t)tl_cluster_devices(c);
+  return d < 4096 ? 4096 : d;
+}
+
+static int print_json(const tl_search_result* r, const tl_search_result* fewer,
+                      const tl_search_result* more, int more_nodes, const char* why, int top,
+                      const tl_cluster* c, double secs) {
   json_t* root = json_object();
   json_t* plans = json_array();
   for (int i = 0; i < r->n_plans && i < top; i++)
@@ -235,6 +248,20 @@ static int print_json(const tl_search_result* r, const tl_search_result* fewer, 
       json_array_append_new(f, plan_json_fewer(&fewer->plans[i]));
     json_object_set_new(root, "fewer_devices", f);
     json_object_set_new(root, "fewer_device_counts_searched", json_integer(fewer->n_counts));
+  }
+  if (more) {
+    /* {"nodes": the fewest with a plan (0: none up to
+     * "devices_searched_up_to"), "devices", "plans": [...], ...} */
+    json_t* m = json_object();
+    json_t* mp = json_array();
+    for (int i = 0; i < more->n_plans && i < top; i++)
+      json_array_append_new(mp, plan_json_fewer(&more->plans[i]));
+    json_object_set_new(m, "nodes", json_integer(more_nodes));
+    json_object_set_new(m, "devices", json_integer((json_int_t)more_nodes * c->devices_per_node));
+    json_object_set_new(m, "node_counts_searched", json_integer(more->n_counts));
+    json_object_set_new(m, "devices_searched_up_to", json_integer(more_devices_max(c)));
+    json_object_set_new(m, "plans", mp);
+    json_object_set_new(root, "more_nodes", m);
   }
   json_t* rej = json_object();
   for (int k = 0; k < TL_REJECT_COUNT; k++)
@@ -310,6 +337,28 @@ static void print_fewer(const tl_search_result* f, int top, const tl_cluster* c)
   printf("most tokens/s per device (%.4g on each of %d):\n",
          b->tokens_per_s / (b->dp * b->tp * b->pp), b->dp * b->tp * b->pp);
   print_row(b, best + 1, true);
+  printf("%s", k_flops_note);
+}
+
+/* The plans on the fewest nodes that hold the model, when every split of
+ * the cluster's is over memory. */
+static void print_more(const tl_search_result* m, int nodes, int top, const tl_cluster* c) {
+  if (!nodes) {
+    printf(
+        "\nsearched more nodes: no plan fits on more %s nodes either (%d node count%s a "
+        "mesh fills, up to %lld devices and %d counts; %lld plans priced)\n",
+        c->name, m->n_counts, m->n_counts == 1 ? "" : "s", (long long)more_devices_max(c),
+        MORE_COUNTS, (long long)m->n_evaluated);
+    return;
+  }
+  printf(
+      "\nsearched more nodes: the fewest %s nodes with a plan that fits is %d (%d devices; "
+      "this spec has %d; %d node count%s, %lld plans priced):\n",
+      c->name, nodes, nodes * c->devices_per_node, c->nodes, m->n_counts,
+      m->n_counts == 1 ? "" : "s", (long long)m->n_evaluated);
+  print_header(true);
+  for (int i = 0; i < m->n_plans && i < top; i++) print_row(&m->plans[i], i + 1, true);
+  printf("(`--nodes %d` plans them; nothing is written for nodes the spec does not have)\n", nodes);
   printf("%s", k_flops_note);
 }
 
@@ -597,23 +646,48 @@ int tl_cli_plan(int argc, char** argv) {
     tl_search_free(&r);
     return 1;
   }
+  /* every split over memory: more devices hold more of it, so the fewest
+   * nodes of this kind on which a plan fits (a figure to ask a cluster
+   * for; nothing is written for nodes the spec does not have) */
+  tl_search_result more;
+  memset(&more, 0, sizeof more);
+  int more_nodes = 0;
+  const bool searched_more = r.n_plans == 0 && !searched_fewer &&
+                             r.rejected[TL_REJECT_MEMORY] > 0 &&
+                             !(o.fix_dp >= 1 && o.fix_tp >= 1 && o.fix_pp >= 1);
+  if (searched_more && tl_search_more_nodes(&cm, &c, &o, more_devices_max(&c), MORE_COUNTS,
+                                            &more_nodes, &more) != TL_OK) {
+    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    tl_search_free(&r);
+    tl_search_free(&fewer);
+    return 1;
+  }
   double secs = tl_timer_elapsed_s(&timer);
   if (as_json) {
-    if (!print_json(&r, searched_fewer ? &fewer : NULL, why, top, &c, secs)) {
+    if (!print_json(&r, searched_fewer ? &fewer : NULL, searched_more ? &more : NULL, more_nodes,
+                    why, top, &c, secs)) {
       fprintf(stderr, "trellis plan: cannot encode the plans as JSON\n");
       tl_search_free(&r);
       tl_search_free(&fewer);
+      tl_search_free(&more);
       return 1;
     }
   } else {
     print_table(&r, top, &c, &cm, batch, dtype, secs);
     if (why[0]) printf("\nno split of all %d devices fits: %s.\n", tl_cluster_devices(&c), why);
     if (searched_fewer) print_fewer(&fewer, top, &c);
+    if (searched_more) print_more(&more, more_nodes, top, &c);
   }
   fflush(stdout); /* what follows on stderr after it, not inside it */
   const tl_search_result* chosen = r.n_plans ? &r : fewer.n_plans ? &fewer : NULL;
   int status = 0;
-  if (r.n_plans == 0)
+  if (r.n_plans == 0 && more_nodes)
+    fprintf(stderr,
+            "trellis plan: no plan fits all %d devices of %s; the fewest nodes of its kind with "
+            "a plan that fits is %d (%s)\n",
+            tl_cluster_devices(&c), c.name, more_nodes,
+            as_json ? "\"more_nodes\"" : "listed above");
+  else if (r.n_plans == 0)
     fprintf(stderr, "trellis plan: no plan fits all %d devices of %s%s\n", tl_cluster_devices(&c),
             c.name,
             chosen    ? "; the best on fewer devices are listed"
@@ -659,5 +733,6 @@ int tl_cli_plan(int argc, char** argv) {
   if (chosen && svg_path && write_svg(&chosen->plans[0], &cfg, &c, svg_path) != 0) status = 1;
   tl_search_free(&r);
   tl_search_free(&fewer);
+  tl_search_free(&more);
   return status;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <jansson.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -622,6 +623,57 @@ TEST(PlanCli, NoSplitOfAllDevicesSaysWhyAndPlansFewer) {
   ASSERT_GT(json_array_size(fewer), 0u);
   EXPECT_LT(json_integer_value(json_object_get(json_array_get(fewer, 0), "devices")), 3072);
   json_decref(root);
+}
+
+// Every split of the cluster's devices over memory: GPT-3 175B on the
+// shipped four H100 nodes. trellis plan names the least hungry plan, then
+// the fewest nodes of that kind on which one fits and its plans; it writes
+// nothing (the cluster has no such nodes) and exits 1; `--nodes` that many
+// plans them. A whole fixed mesh uses its devices and no more: no search.
+TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
+  std::string model = TempPath("gpt3_175b.json"), out = TempPath("more_nodes_plan.json");
+  std::ofstream(model) << R"({"model": {"n_layers": 96, "n_heads": 96, "n_embd": 12288,
+      "vocab_size": 51200, "max_seq_len": 2048}, "train": {"batch_size": 1536, "seq_len": 2048}})";
+  std::remove(out.c_str());
+  const std::string base = "--model " + model + " --cluster examples/clusters/dgx_h100.json";
+  PlanRun r = Plan(base + " --top 3 --out " + out);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("The least memory any needs is"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("searched more nodes: the fewest dgx_h100 nodes with a plan that fits "
+                          "is 5 (40 devices; this spec has 4;"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\n     40    1 "), std::string::npos) << "a row of 40 devices\n"
+                                                                 << r.output;
+  EXPECT_NE(r.output.find("(`--nodes 5` plans them;"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the fewest nodes of its kind with a plan that fits is 5"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(access(out.c_str(), F_OK), 0) << "nothing written for nodes the spec does not have";
+
+  PlanRun j = Plan(base + " --json");
+  EXPECT_EQ(j.status, 1) << j.output;
+  size_t brace = j.output.find('{');
+  ASSERT_NE(brace, std::string::npos) << j.output;
+  json_error_t err;
+  json_t* root = json_loads(j.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, &err);
+  ASSERT_NE(root, nullptr) << err.text << "\n" << j.output;
+  json_t* more = json_object_get(root, "more_nodes");
+  EXPECT_EQ(json_integer_value(json_object_get(more, "nodes")), 5);
+  EXPECT_EQ(json_integer_value(json_object_get(more, "devices")), 40);
+  json_t* first = json_array_get(json_object_get(more, "plans"), 0);
+  EXPECT_EQ(json_integer_value(json_object_get(first, "devices")), 40);
+  EXPECT_LT(json_number_value(json_object_get(first, "memory_bytes")), 85.52e9);
+  json_decref(root);
+
+  PlanRun five = Plan(base + " --nodes 5 --top 1");
+  EXPECT_EQ(five.status, 0) << five.output;
+  EXPECT_EQ(five.output.find("searched more nodes"), std::string::npos) << five.output;
+
+  PlanRun fixed = Plan(base + " --fix dp=1,tp=8,pp=4");
+  EXPECT_EQ(fixed.status, 1) << fixed.output;
+  EXPECT_NE(fixed.output.find("The least memory any needs is"), std::string::npos) << fixed.output;
+  EXPECT_EQ(fixed.output.find("searched more nodes"), std::string::npos) << fixed.output;
 }
 
 // A --fix no split can satisfy names the constraint (and the flag that

@@ -230,6 +230,58 @@ TEST(Search, WhenNoSplitOfAllDevicesWorksItSaysWhyAndSearchesFewer) {
   tl_search_free(&f);
 }
 
+// Every split of the cluster's devices is over memory (GPT-3 175B on two
+// nodes): more devices hold more of it, and the search over more nodes
+// finds the fewest on which a plan fits. Every count below it that a mesh
+// fills was searched and has none; the plans are of its devices.
+TEST(Search, WhenEveryPlanIsOverMemoryItFindsTheFewestNodesThatHoldIt) {
+  tl_cluster c = DgxA100(2);
+  tl_cost_model cm = Gpt(96, 96, 12288, 51200, 2048, 8);
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 1536, TL_BF16);
+  tl_search_result r;
+  ASSERT_EQ(tl_search_run(&cm, &c, &o, &r), TL_OK) << tl_last_error();
+  ASSERT_EQ(r.n_plans, 0);
+  EXPECT_FALSE(tl_search_mesh_bound(&r));
+  EXPECT_GT(r.rejected[TL_REJECT_MEMORY], 0);
+  tl_search_free(&r);
+
+  int nodes = 0;
+  tl_search_result m;
+  ASSERT_EQ(tl_search_more_nodes(&cm, &c, &o, 4096, 64, &nodes, &m), TL_OK) << tl_last_error();
+  ASSERT_GT(nodes, 2);
+  ASSERT_GT(m.n_plans, 0);
+  EXPECT_EQ(m.n_counts_fitting, 1);
+  std::printf(
+      "175B at batch 1536: the fewest DGX A100 nodes that hold it: %d (%d counts "
+      "searched, %lld plans)\n",
+      nodes, m.n_counts, (long long)m.n_evaluated);
+  for (int i = 0; i < m.n_plans; i++) {
+    const tl_plan& p = m.plans[i];
+    EXPECT_EQ(p.dp * p.tp * p.pp, nodes * 8);
+    if (i) {
+      EXPECT_LE(m.plans[i - 1].t_step, p.t_step) << "fastest first";
+    }
+  }
+  int searched = 0;
+  for (int n = 3; n < nodes; n++) {
+    tl_cluster fewer = DgxA100(n);
+    ASSERT_EQ(tl_search_run(&cm, &fewer, &o, &r), TL_OK) << tl_last_error();
+    EXPECT_EQ(r.n_plans, 0) << n << " nodes hold a plan: not the fewest";
+    searched += !tl_search_mesh_bound(&r);
+    tl_search_free(&r);
+  }
+  EXPECT_EQ(m.n_counts, searched + 1) << "the counts a mesh fills, each once";
+  tl_search_free(&m);
+
+  // none within the bound: nothing found, every count priced said
+  ASSERT_EQ(tl_search_more_nodes(&cm, &c, &o, 8 * (nodes - 1), 64, &nodes, &m), TL_OK);
+  EXPECT_EQ(nodes, 0);
+  EXPECT_EQ(m.n_plans, 0);
+  EXPECT_EQ(m.n_counts, searched);
+  tl_search_free(&m);
+}
+
 // A fixed choice the rules refuse says so, naming the flag that lifts the
 // rule; one no split of the devices has says that.
 TEST(Search, AFixedChoiceNoSplitSatisfiesIsNamed) {
