@@ -196,13 +196,24 @@ static tl_reject_reason fixed_rule(const tl_cost_model* cm, const tl_cluster* c,
                    o->fix_pp >= 1 ? o->fix_pp : 1);
 }
 
+/* The largest tp mesh_rule can allow: a GPT's heads, an MLP's widest
+ * split. */
+static int tp_bound(const tl_cost_model* cm) {
+  if (cm->kind != TL_MODEL_MLP) return cm->n_heads > 1 ? cm->n_heads : 1;
+  int t = 1;
+  for (int i = 0; i < cm->n_shards; i++)
+    if (cm->shards[i].from_graph && cm->shards[i].tp > t) t = cm->shards[i].tp;
+  return t;
+}
+
 /* Calls fn for every mesh the rules and the fixed choices allow whose
  * devices number at most `limit`, whatever the cluster's count. */
 static void each_allowed_mesh(const tl_cost_model* cm, const tl_cluster* c,
                               const struct tl_search_options* o, int64_t limit,
                               void (*fn)(void* arg, int dp, int tp, int pp), void* arg) {
-  const int max_tp =
+  int max_tp =
       o->allow_tp_across_nodes ? (int)(limit < INT32_MAX ? limit : INT32_MAX) : c->devices_per_node;
+  if (max_tp > tp_bound(cm)) max_tp = tp_bound(cm);
   for (int tp = 1; tp <= max_tp && tp <= limit; tp++) {
     if (!fixed_ok(o->fix_tp, tp)) continue;
     for (int pp = 1; pp <= cm->n_layers && (int64_t)tp * pp <= limit; pp++) {
@@ -339,33 +350,42 @@ static void add_more_count(void* arg, int dp, int tp, int pp) {
 
 tl_status tl_search_more_nodes(const tl_cost_model* cm, const tl_cluster* c,
                                const struct tl_search_options* o, int64_t max_devices,
-                               int max_counts, int* nodes, tl_search_result* out) {
+                               int max_counts, int* nodes, int* searched_to,
+                               tl_search_result* out) {
   memset(out, 0, sizeof *out);
-  *nodes = 0;
+  *nodes = *searched_to = 0;
+  if (o->global_batch < 1) return TL_OK;
+  /* no mesh uses more than batch x layers x the widest tp */
+  const int64_t largest = (int64_t)o->global_batch * cm->n_layers * tp_bound(cm);
+  if (max_devices > largest) max_devices = largest;
   int64_t max_nodes = max_devices / c->devices_per_node;
   if (max_nodes > INT32_MAX / c->devices_per_node) max_nodes = INT32_MAX / c->devices_per_node;
-  if (max_nodes <= c->nodes || o->global_batch < 1) return TL_OK;
-  struct more_counts m = {c, max_nodes, calloc((size_t)max_nodes + 1, sizeof(bool))};
-  if (!m.seen) return TL_ERRF(TL_ERR_NOMEM, "search: %lld node counts", (long long)max_nodes);
-  each_allowed_mesh(cm, c, o, max_nodes * c->devices_per_node, add_more_count, &m);
-  int64_t evaluated = 0;
+  if (max_nodes <= c->nodes) return TL_OK;
+  struct more_counts mc = {c, max_nodes, calloc((size_t)max_nodes + 1, sizeof(bool))};
+  if (!mc.seen) return TL_ERRF(TL_ERR_NOMEM, "search: %lld node counts", (long long)max_nodes);
+  each_allowed_mesh(cm, c, o, max_nodes * c->devices_per_node, add_more_count, &mc);
+  /* fewest first, every count: fitting does not grow evenly with the
+   * devices (a count whose meshes split the layers or the batch unevenly
+   * can fail between two that fit) */
   int counts = 0;
+  int64_t evaluated = 0;
   tl_status st = TL_OK;
-  for (int64_t n = c->nodes + 1; n <= max_nodes && counts < max_counts && !*nodes; n++) {
-    if (!m.seen[n]) continue;
+  for (int64_t k = c->nodes + 1; k <= max_nodes && counts < max_counts && !*nodes; k++) {
+    if (!mc.seen[k]) continue;
     tl_cluster more = *c;
-    more.nodes = (int)n;
+    more.nodes = (int)k;
     tl_search_result r;
     if ((st = tl_search_run(cm, &more, o, &r)) != TL_OK) break;
     counts++;
     evaluated += r.n_evaluated;
+    *searched_to = (int)k;
     if (r.n_plans)
-      *out = r, *nodes = (int)n;
+      *out = r, *nodes = (int)k;
     else
       tl_search_free(&r);
   }
-  free(m.seen);
-  if (st != TL_OK) return st;
+  free(mc.seen);
+  if (st != TL_OK) return st; /* out holds no plan: the search stops at the first */
   out->n_counts = counts;
   out->n_counts_fitting = *nodes ? 1 : 0;
   out->n_evaluated = evaluated;

@@ -79,7 +79,8 @@ typedef struct tl_search_result {
    * device (has_closest): what a plan that does not fit would take */
   bool has_closest;
   tl_plan closest;
-  /* tl_search_fewer: device counts searched and those with a plan */
+  /* tl_search_fewer and tl_search_more_nodes: device or node counts
+   * searched and those with a plan */
   int n_counts, n_counts_fitting;
 } tl_search_result;
 
@@ -120,17 +121,22 @@ int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
 tl_status tl_search_fewer(const tl_cost_model* cm, const tl_cluster* c,
                           const struct tl_search_options* o, int max_counts, tl_search_result* out);
 
-/* When every split of all of c's devices is over memory, more devices may
- * hold the model: the fewest nodes of c's kind on which a plan fits. The
- * device counts above the cluster's, up to max_devices, that a mesh can use
- * (the mesh rules and the fixed choices) and whole nodes hold are searched
- * fewest first, at most max_counts of them, until one has a plan: its search
- * into *out (plans fastest first; n_counts the counts searched, n_evaluated
- * the plans priced over all of them) and its nodes into *nodes, 0 when none
- * has one. The caller frees out with tl_search_free. */
+/* When no split of c's devices fits (nor of fewer), more devices may hold
+ * the model: the fewest nodes of c's kind above c->nodes on which a plan
+ * fits. The candidates are the node counts whose devices some mesh fills
+ * under the mesh rules and the fixed choices, up to max_devices and the
+ * largest mesh the rules allow (batch x layers x the widest tp); each is
+ * searched in turn, fewest first, at most max_counts of them, until one has
+ * a plan (every count: fitting does not grow evenly with the devices, a
+ * count whose meshes split the layers unevenly can fail between two that
+ * fit). Into *out the search of that count (plans fastest first; n_counts
+ * the counts searched, n_evaluated the plans priced over all of them),
+ * *nodes that count (0: none searched has a plan), *searched_to the most
+ * nodes searched (0: no count a mesh fills). The caller frees out with
+ * tl_search_free. */
 tl_status tl_search_more_nodes(const tl_cost_model* cm, const tl_cluster* c,
                                const struct tl_search_options* o, int64_t max_devices,
-                               int max_counts, int* nodes, tl_search_result* out);
+                               int max_counts, int* nodes, int* searched_to, tl_search_result* out);
 
 #ifdef __cplusplus
 }

@@ -48,7 +48,8 @@ static void usage(FILE* f) {
           "rest (data, optimizer, checkpoints) is carried into --out. --batch and --seq\n"
           "default to its train.batch_size and train.seq_len.\n"
           "--cluster: a cluster spec (examples/clusters/).\n"
-          "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}}.\n"
+          "--top K: rows shown (default 10). --json: {\"plans\": [...], \"rejected\": {...}},\n"
+          "and where none fits \"why_none_fits\", \"fewer_devices\" and \"more_nodes\".\n"
           "--svg FILE: the winner's pipeline schedule and mesh as a picture.\n"
           "--calibrate OUT.json [--ranks N] [--device cpu|cuda] [--hosts ..]: measure this\n"
           "machine (or nodes) into a cluster spec as a job of N ranks: the matmul's rate\n"
@@ -75,9 +76,9 @@ static void usage(FILE* f) {
           "their fp32 peak).\n"
           "When no split of all the devices fits, it says why (the rule, the most devices\n"
           "the rules allow, or the memory the least hungry plan needs) and, where the\n"
-          "mesh rules or --fix are the cause, plans fewer devices; where memory is, names\n"
-          "the fewest nodes of the spec's kind on which a plan fits, with its plans\n"
-          "(exit 1, nothing written: --nodes N plans them).\n"
+          "mesh rules or --fix are the cause, plans fewer devices; where none of those fits\n"
+          "either, names the fewest nodes of the spec's kind above them on which a plan\n"
+          "fits, with its plans (exit 1, nothing written: --nodes N plans them).\n"
           "hwTFLOP/s counts the FLOPs a device executes (recomputation included); MFU the\n"
           "model's FLOPs (without) over the peak.\n"
           "Exit status: 0 a plan was found (on fewer devices where no split of them all\n"
@@ -225,18 +226,25 @@ static json_t* plan_json_fewer(const tl_plan* p) {
   return j;
 }
 
-/* The search over more nodes, when every split of the cluster's is over
- * memory: the device counts up to 64 times the cluster's (at least 4096)
- * that a mesh fills, at most MORE_COUNTS of them. */
-#define MORE_COUNTS 64
+/* The search over more nodes, when no split of the cluster's devices
+ * fits (nor of fewer): the MORE_COUNTS fewest node counts a mesh fills up
+ * to 64 times the cluster's devices (at least 4096), and what it found. */
+#define MORE_COUNTS 128
 static int64_t more_devices_max(const tl_cluster* c) {
   const int64_t d = 64 * (int64_t)tl_cluster_devices(c);
   return d < 4096 ? 4096 : d;
 }
 
+struct more_nodes {
+  tl_search_result r;
+  int nodes;       /* the fewest with a plan; 0: none */
+  int searched_to; /* the most nodes searched; 0: no count a mesh fills */
+  int spec_nodes;  /* the spec's own count, whatever --nodes asked */
+};
+
 static int print_json(const tl_search_result* r, const tl_search_result* fewer,
-                      const tl_search_result* more, int more_nodes, const char* why, int top,
-                      const tl_cluster* c, double secs) {
+                      const struct more_nodes* more, const char* why, int top, const tl_cluster* c,
+                      double secs) {
   json_t* root = json_object();
   json_t* plans = json_array();
   for (int i = 0; i < r->n_plans && i < top; i++)
@@ -250,16 +258,16 @@ static int print_json(const tl_search_result* r, const tl_search_result* fewer,
     json_object_set_new(root, "fewer_device_counts_searched", json_integer(fewer->n_counts));
   }
   if (more) {
-    /* {"nodes": the fewest with a plan (0: none up to
-     * "devices_searched_up_to"), "devices", "plans": [...], ...} */
+    /* {"nodes": the fewest with a plan (0: none), "devices", "plans",
+     * "node_counts_searched", "nodes_searched_up_to"} */
     json_t* m = json_object();
     json_t* mp = json_array();
-    for (int i = 0; i < more->n_plans && i < top; i++)
-      json_array_append_new(mp, plan_json_fewer(&more->plans[i]));
-    json_object_set_new(m, "nodes", json_integer(more_nodes));
-    json_object_set_new(m, "devices", json_integer((json_int_t)more_nodes * c->devices_per_node));
-    json_object_set_new(m, "node_counts_searched", json_integer(more->n_counts));
-    json_object_set_new(m, "devices_searched_up_to", json_integer(more_devices_max(c)));
+    for (int i = 0; i < more->r.n_plans && i < top; i++)
+      json_array_append_new(mp, plan_json_fewer(&more->r.plans[i]));
+    json_object_set_new(m, "nodes", json_integer(more->nodes));
+    json_object_set_new(m, "devices", json_integer((json_int_t)more->nodes * c->devices_per_node));
+    json_object_set_new(m, "node_counts_searched", json_integer(more->r.n_counts));
+    json_object_set_new(m, "nodes_searched_up_to", json_integer(more->searched_to));
     json_object_set_new(m, "plans", mp);
     json_object_set_new(root, "more_nodes", m);
   }
@@ -340,25 +348,35 @@ static void print_fewer(const tl_search_result* f, int top, const tl_cluster* c)
   printf("%s", k_flops_note);
 }
 
-/* The plans on the fewest nodes that hold the model, when every split of
- * the cluster's is over memory. */
-static void print_more(const tl_search_result* m, int nodes, int top, const tl_cluster* c) {
-  if (!nodes) {
+/* The plans on the fewest nodes above the cluster's that hold the model,
+ * when no split of its devices (nor of fewer) fits. */
+static void print_more(const struct more_nodes* m, int top, const tl_cluster* c) {
+  char spec[96] = "";
+  if (c->nodes != m->spec_nodes)
+    snprintf(spec, sizeof spec, "; --nodes %d, the spec lists %d", c->nodes, m->spec_nodes);
+  else
+    snprintf(spec, sizeof spec, "; the spec lists %d", m->spec_nodes);
+  if (!m->searched_to) {
+    printf("\nsearched more nodes: no mesh the rules allow fills more than %d nodes of %s%s\n",
+           c->nodes, c->name, spec);
+    return;
+  }
+  if (!m->nodes) {
     printf(
-        "\nsearched more nodes: no plan fits on more %s nodes either (%d node count%s a "
-        "mesh fills, up to %lld devices and %d counts; %lld plans priced)\n",
-        c->name, m->n_counts, m->n_counts == 1 ? "" : "s", (long long)more_devices_max(c),
-        MORE_COUNTS, (long long)m->n_evaluated);
+        "\nsearched more nodes: no plan fits on %d to %d nodes of %s either (%d node count%s "
+        "a mesh fills, %lld plans priced%s)\n",
+        c->nodes + 1, m->searched_to, c->name, m->r.n_counts, m->r.n_counts == 1 ? "" : "s",
+        (long long)m->r.n_evaluated, spec);
     return;
   }
   printf(
-      "\nsearched more nodes: the fewest %s nodes with a plan that fits is %d (%d devices; "
-      "this spec has %d; %d node count%s, %lld plans priced):\n",
-      c->name, nodes, nodes * c->devices_per_node, c->nodes, m->n_counts,
-      m->n_counts == 1 ? "" : "s", (long long)m->n_evaluated);
+      "\nsearched more nodes: the fewest %s nodes above %d with a plan that fits: %d (%d "
+      "devices%s; %d node count%s searched, %lld plans priced):\n",
+      c->name, c->nodes, m->nodes, m->nodes * c->devices_per_node, spec, m->r.n_counts,
+      m->r.n_counts == 1 ? "" : "s", (long long)m->r.n_evaluated);
   print_header(true);
-  for (int i = 0; i < m->n_plans && i < top; i++) print_row(&m->plans[i], i + 1, true);
-  printf("(`--nodes %d` plans them; nothing is written for nodes the spec does not have)\n", nodes);
+  for (int i = 0; i < m->r.n_plans && i < top; i++) print_row(&m->r.plans[i], i + 1, true);
+  printf("(`--nodes %d` plans them, and --out then writes the best)\n", m->nodes);
   printf("%s", k_flops_note);
 }
 
@@ -567,6 +585,7 @@ int tl_cli_plan(int argc, char** argv) {
     fprintf(stderr, "trellis plan: %s\n", tl_last_error());
     return 1;
   }
+  const int spec_nodes = c.nodes;
   if (nodes) c.nodes = nodes;
   if (!batch) batch = cfg.train.batch_size;
   if (!seq) seq = cfg.train.seq_len;
@@ -646,46 +665,49 @@ int tl_cli_plan(int argc, char** argv) {
     tl_search_free(&r);
     return 1;
   }
-  /* every split over memory: more devices hold more of it, so the fewest
-   * nodes of this kind on which a plan fits (a figure to ask a cluster
-   * for; nothing is written for nodes the spec does not have) */
-  tl_search_result more;
+  /* no split of these devices fits, nor of fewer: more devices hold more
+   * of a model, so the fewest nodes of this kind above them on which a
+   * plan fits (a figure to ask a cluster for; nothing is written for
+   * nodes not planned). A whole fixed mesh uses its devices and no more. */
+  struct more_nodes more;
   memset(&more, 0, sizeof more);
-  int more_nodes = 0;
-  const bool searched_more = r.n_plans == 0 && !searched_fewer &&
-                             r.rejected[TL_REJECT_MEMORY] > 0 &&
-                             !(o.fix_dp >= 1 && o.fix_tp >= 1 && o.fix_pp >= 1);
+  more.spec_nodes = spec_nodes;
+  const bool searched_more =
+      r.n_plans == 0 && fewer.n_plans == 0 && !(o.fix_dp >= 1 && o.fix_tp >= 1 && o.fix_pp >= 1);
   if (searched_more && tl_search_more_nodes(&cm, &c, &o, more_devices_max(&c), MORE_COUNTS,
-                                            &more_nodes, &more) != TL_OK) {
+                                            &more.nodes, &more.searched_to, &more.r) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_last_error());
     tl_search_free(&r);
     tl_search_free(&fewer);
     return 1;
   }
+  /* said where there was a count to search, or memory is what fails */
+  const bool show_more =
+      searched_more && (more.searched_to > 0 || r.rejected[TL_REJECT_MEMORY] > 0);
   double secs = tl_timer_elapsed_s(&timer);
   if (as_json) {
-    if (!print_json(&r, searched_fewer ? &fewer : NULL, searched_more ? &more : NULL, more_nodes,
-                    why, top, &c, secs)) {
+    if (!print_json(&r, searched_fewer ? &fewer : NULL, show_more ? &more : NULL, why, top, &c,
+                    secs)) {
       fprintf(stderr, "trellis plan: cannot encode the plans as JSON\n");
       tl_search_free(&r);
       tl_search_free(&fewer);
-      tl_search_free(&more);
+      tl_search_free(&more.r);
       return 1;
     }
   } else {
     print_table(&r, top, &c, &cm, batch, dtype, secs);
     if (why[0]) printf("\nno split of all %d devices fits: %s.\n", tl_cluster_devices(&c), why);
     if (searched_fewer) print_fewer(&fewer, top, &c);
-    if (searched_more) print_more(&more, more_nodes, top, &c);
+    if (show_more) print_more(&more, top, &c);
   }
   fflush(stdout); /* what follows on stderr after it, not inside it */
   const tl_search_result* chosen = r.n_plans ? &r : fewer.n_plans ? &fewer : NULL;
   int status = 0;
-  if (r.n_plans == 0 && more_nodes)
+  if (r.n_plans == 0 && more.nodes)
     fprintf(stderr,
-            "trellis plan: no plan fits all %d devices of %s; the fewest nodes of its kind with "
-            "a plan that fits is %d (%s)\n",
-            tl_cluster_devices(&c), c.name, more_nodes,
+            "trellis plan: no plan fits all %d devices of %s; the fewest nodes above them with a "
+            "plan that fits: %d (%s)\n",
+            tl_cluster_devices(&c), c.name, more.nodes,
             as_json ? "\"more_nodes\"" : "listed above");
   else if (r.n_plans == 0)
     fprintf(stderr, "trellis plan: no plan fits all %d devices of %s%s\n", tl_cluster_devices(&c),
@@ -733,6 +755,6 @@ int tl_cli_plan(int argc, char** argv) {
   if (chosen && svg_path && write_svg(&chosen->plans[0], &cfg, &c, svg_path) != 0) status = 1;
   tl_search_free(&r);
   tl_search_free(&fewer);
-  tl_search_free(&more);
+  tl_search_free(&more.r);
   return status;
 }

@@ -627,9 +627,12 @@ TEST(PlanCli, NoSplitOfAllDevicesSaysWhyAndPlansFewer) {
 
 // Every split of the cluster's devices over memory: GPT-3 175B on the
 // shipped four H100 nodes. trellis plan names the least hungry plan, then
-// the fewest nodes of that kind on which one fits and its plans; it writes
-// nothing (the cluster has no such nodes) and exits 1; `--nodes` that many
-// plans them. A whole fixed mesh uses its devices and no more: no search.
+// the fewest nodes of that kind above them on which one fits and its
+// plans; it writes nothing (those nodes were not planned) and exits 1;
+// `--nodes` that many plans them. Where a --fix sends it to fewer devices
+// first and none fits there either, it searches more too; a whole fixed
+// mesh uses its devices and no more; a model no count fits says which
+// counts were searched.
 TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
   std::string model = TempPath("gpt3_175b.json"), out = TempPath("more_nodes_plan.json");
   std::ofstream(model) << R"({"model": {"n_layers": 96, "n_heads": 96, "n_embd": 12288,
@@ -639,17 +642,19 @@ TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
   PlanRun r = Plan(base + " --top 3 --out " + out);
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("The least memory any needs is"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("searched more nodes: the fewest dgx_h100 nodes with a plan that fits "
-                          "is 5 (40 devices; this spec has 4;"),
+  EXPECT_NE(r.output.find("searched more nodes: the fewest dgx_h100 nodes above 4 with a plan "
+                          "that fits: 5 (40 devices; the spec lists 4; 1 node count searched,"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("\n     40    1 "), std::string::npos) << "a row of 40 devices\n"
                                                                  << r.output;
-  EXPECT_NE(r.output.find("(`--nodes 5` plans them;"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("the fewest nodes of its kind with a plan that fits is 5"),
+  EXPECT_NE(r.output.find("(`--nodes 5` plans them, and --out then writes the best)"),
             std::string::npos)
       << r.output;
-  EXPECT_NE(access(out.c_str(), F_OK), 0) << "nothing written for nodes the spec does not have";
+  EXPECT_NE(r.output.find("the fewest nodes above them with a plan that fits: 5 (listed above)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(access(out.c_str(), F_OK), 0) << "nothing written for nodes not planned";
 
   PlanRun j = Plan(base + " --json");
   EXPECT_EQ(j.status, 1) << j.output;
@@ -661,6 +666,7 @@ TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
   json_t* more = json_object_get(root, "more_nodes");
   EXPECT_EQ(json_integer_value(json_object_get(more, "nodes")), 5);
   EXPECT_EQ(json_integer_value(json_object_get(more, "devices")), 40);
+  EXPECT_EQ(json_integer_value(json_object_get(more, "nodes_searched_up_to")), 5);
   json_t* first = json_array_get(json_object_get(more, "plans"), 0);
   EXPECT_EQ(json_integer_value(json_object_get(first, "devices")), 40);
   EXPECT_LT(json_number_value(json_object_get(first, "memory_bytes")), 85.52e9);
@@ -669,11 +675,37 @@ TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
   PlanRun five = Plan(base + " --nodes 5 --top 1");
   EXPECT_EQ(five.status, 0) << five.output;
   EXPECT_EQ(five.output.find("searched more nodes"), std::string::npos) << five.output;
+  // --nodes below the spec's: both counts said
+  PlanRun two = Plan(base + " --nodes 2 --top 1");
+  EXPECT_EQ(two.status, 1) << two.output;
+  EXPECT_NE(two.output.find("above 2 with a plan that fits: 5 (40 devices; --nodes 2, the spec "
+                            "lists 4;"),
+            std::string::npos)
+      << two.output;
+  // dp=3: no split of 32 devices has it, none of fewer fits; 48 do
+  PlanRun dp3 = Plan(base + " --fix dp=3 --top 1");
+  EXPECT_EQ(dp3.status, 1) << dp3.output;
+  EXPECT_NE(dp3.output.find("none fits on fewer devices either"), std::string::npos) << dp3.output;
+  EXPECT_NE(dp3.output.find("with a plan that fits: 6 (48 devices;"), std::string::npos)
+      << dp3.output;
 
   PlanRun fixed = Plan(base + " --fix dp=1,tp=8,pp=4");
   EXPECT_EQ(fixed.status, 1) << fixed.output;
   EXPECT_NE(fixed.output.find("The least memory any needs is"), std::string::npos) << fixed.output;
   EXPECT_EQ(fixed.output.find("searched more nodes"), std::string::npos) << fixed.output;
+
+  // 8 layers of 65536 channels at 1M tokens: no count fits; the counts
+  // searched are the two a mesh fills up to 64 x 8 x 8 devices
+  std::string huge = TempPath("huge.json");
+  std::ofstream(huge) << R"({"model": {"n_layers": 8, "n_heads": 128, "n_embd": 65536,
+      "vocab_size": 51200, "max_seq_len": 1048576},
+      "train": {"batch_size": 64, "seq_len": 1048576}})";
+  PlanRun none = Plan("--model " + huge + " --cluster examples/clusters/dgx_a100.json");
+  EXPECT_EQ(none.status, 1) << none.output;
+  EXPECT_NE(none.output.find("searched more nodes: no plan fits on 385 to 512 nodes of dgx_a100 "
+                             "either (2 node counts a mesh fills,"),
+            std::string::npos)
+      << none.output;
 }
 
 // A --fix no split can satisfy names the constraint (and the flag that

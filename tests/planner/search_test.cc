@@ -246,10 +246,12 @@ TEST(Search, WhenEveryPlanIsOverMemoryItFindsTheFewestNodesThatHoldIt) {
   EXPECT_GT(r.rejected[TL_REJECT_MEMORY], 0);
   tl_search_free(&r);
 
-  int nodes = 0;
+  int nodes = 0, to = 0;
   tl_search_result m;
-  ASSERT_EQ(tl_search_more_nodes(&cm, &c, &o, 4096, 64, &nodes, &m), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_search_more_nodes(&cm, &c, &o, 4096, 128, &nodes, &to, &m), TL_OK)
+      << tl_last_error();
   ASSERT_GT(nodes, 2);
+  EXPECT_EQ(to, nodes) << "the search stops at the first count with a plan";
   ASSERT_GT(m.n_plans, 0);
   EXPECT_EQ(m.n_counts_fitting, 1);
   std::printf(
@@ -274,12 +276,55 @@ TEST(Search, WhenEveryPlanIsOverMemoryItFindsTheFewestNodesThatHoldIt) {
   EXPECT_EQ(m.n_counts, searched + 1) << "the counts a mesh fills, each once";
   tl_search_free(&m);
 
-  // none within the bound: nothing found, every count priced said
-  ASSERT_EQ(tl_search_more_nodes(&cm, &c, &o, 8 * (nodes - 1), 64, &nodes, &m), TL_OK);
+  // none within the bound on devices, or on counts: nothing found, what
+  // was searched said
+  const int fewest = nodes;
+  ASSERT_EQ(tl_search_more_nodes(&cm, &c, &o, 8 * (fewest - 1), 128, &nodes, &to, &m), TL_OK);
   EXPECT_EQ(nodes, 0);
   EXPECT_EQ(m.n_plans, 0);
   EXPECT_EQ(m.n_counts, searched);
+  EXPECT_EQ(to, fewest - 1);
   tl_search_free(&m);
+  ASSERT_EQ(tl_search_more_nodes(&cm, &c, &o, 4096, 1, &nodes, &to, &m), TL_OK);
+  EXPECT_EQ(nodes, 0);
+  EXPECT_EQ(m.n_counts, 1);
+  EXPECT_EQ(to, 3);
+  tl_search_free(&m);
+}
+
+// Fitting does not grow evenly with the devices: a 128-layer model whose
+// meshes at some counts split the layers or the batch unevenly fits on 120
+// H100 nodes, not on 150, again on 200. The search tries every count a
+// mesh fills, fewest first, and finds 120, where one that stepped ahead
+// and back by halves found 216.
+TEST(Search, TheFewestNodesAreFoundWhereFittingIsUneven) {
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_h100.json", &c), TL_OK) << tl_last_error();
+  // in bf16, as `trellis plan` builds it on a GPU spec
+  struct tl_config cfg;
+  tl_config_defaults(&cfg);
+  cfg.model.n_layers = 128, cfg.model.n_heads = 128, cfg.model.n_embd = 40960;
+  cfg.model.vocab_size = 51200, cfg.model.max_seq_len = 2048;
+  tl_cost_model cm;
+  ASSERT_EQ(tl_cost_model_build_tp(&cfg.model, 2048, TL_BF16, 8, &cm), TL_OK) << tl_last_error();
+  struct tl_search_options o;
+  tl_search_options_defaults(&o, 3072, TL_BF16);
+  int nodes = 0, to = 0;
+  tl_search_result m;
+  ASSERT_EQ(tl_search_more_nodes(&cm, &c, &o, 4096, 128, &nodes, &to, &m), TL_OK)
+      << tl_last_error();
+  EXPECT_EQ(nodes, 120);
+  ASSERT_GT(m.n_plans, 0);
+  EXPECT_EQ(m.plans[0].dp * m.plans[0].tp * m.plans[0].pp, 960);
+  tl_search_free(&m);
+  tl_search_result r;
+  for (int n : {150, 200}) {
+    tl_cluster at = c;
+    at.nodes = n;
+    ASSERT_EQ(tl_search_run(&cm, &at, &o, &r), TL_OK) << tl_last_error();
+    EXPECT_EQ(r.n_plans > 0, n == 200) << n << " nodes";
+    tl_search_free(&r);
+  }
 }
 
 // A fixed choice the rules refuse says so, naming the flag that lifts the
