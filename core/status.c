@@ -33,6 +33,27 @@ const char* tl_last_error(void) {
   return t_message;
 }
 
+/* The length of a "name.c:123: " prefix at s (a base name of letters,
+ * digits, '_', '-' and '.', a line number), 0 when s does not start with
+ * one. */
+static size_t where_prefix(const char* s) {
+  size_t i = 0;
+  while (s[i] && (s[i] == '_' || s[i] == '-' || s[i] == '.' || (s[i] >= 'a' && s[i] <= 'z') ||
+                  (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9')))
+    i++;
+  if (i == 0 || s[i] != ':' || !memchr(s, '.', i)) return 0;
+  size_t j = i + 1;
+  while (s[j] >= '0' && s[j] <= '9') j++;
+  if (j == i + 1 || s[j] != ':' || s[j + 1] != ' ') return 0;
+  return j + 2;
+}
+
+const char* tl_last_error_message(void) {
+  const char* s = t_message;
+  for (size_t n; (n = where_prefix(s)) > 0;) s += n;
+  return s;
+}
+
 void tl_clear_error(void) {
   t_message[0] = '\0';
 }

@@ -48,6 +48,11 @@ const char* tl_status_message(tl_status s);
 /* The message recorded with the most recent error on this thread, or "" if
  * none. The pointer stays valid until the next error on this thread. */
 const char* tl_last_error(void);
+/* The same message without where it was recorded: tl_last_error() past its
+ * "file.c:line: " prefix, and past those of a message recorded again
+ * elsewhere ("group.c:260: group_mpi.c:381: what" reads "what"). What a
+ * person is shown; the location is for the developer. */
+const char* tl_last_error_message(void);
 void tl_clear_error(void);
 
 /* Records a formatted message (prefixed "file:line: ") and returns `code`.

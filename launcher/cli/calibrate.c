@@ -285,7 +285,7 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   struct tl_worker w;
   if (tl_worker_init(&cfg, &w) != TL_OK) {
     char msg[8400];
-    snprintf(msg, sizeof msg, "trellis plan --calibrate: %s", tl_last_error());
+    snprintf(msg, sizeof msg, "trellis plan --calibrate: %s", tl_cli_error());
     tl_worker_fail(msg);
   }
   const bool gpu = device == TL_DEVICE_CUDA;
@@ -378,7 +378,7 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   tl_backend_destroy(be);
   if (st != TL_OK) {
     char msg[8400];
-    snprintf(msg, sizeof msg, "trellis plan --calibrate: %s", tl_last_error());
+    snprintf(msg, sizeof msg, "trellis plan --calibrate: %s", tl_cli_error());
     tl_worker_fail(msg);
   }
   int rc = 0;
@@ -420,7 +420,7 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
           k.optimizer * 1e9, links, sh->share_gather, sh->share_scatter, sh->share_send,
           gpu ? ", reserve measured" : "", sharing, out);
     else
-      fprintf(stderr, "trellis plan --calibrate: %s\n", tl_last_error()), rc = 1;
+      fprintf(stderr, "trellis plan --calibrate: %s\n", tl_cli_error()), rc = 1;
   }
   if (n > 1) {
     int32_t code = rc;

@@ -39,7 +39,7 @@ static int check_backend(const tl_backend* be, const tl_backend* ref, const char
     tl_opcheck_result r;
     tl_status st = tl_opcheck_run(be, i, &r);
     if (st != TL_OK) {
-      printf("%-8s %-28s ERROR: %s\n", dev, tl_opcheck_name(i), tl_last_error());
+      printf("%-8s %-28s ERROR: %s\n", dev, tl_opcheck_name(i), tl_cli_error());
       failed++;
       continue;
     }
@@ -49,7 +49,7 @@ static int check_backend(const tl_backend* be, const tl_backend* ref, const char
     if (!ref) continue;
     st = tl_opcheck_compare(be, ref, i, &r);
     if (st != TL_OK) {
-      printf("%-8s %-28s ERROR: %s\n", dev, tl_opcheck_name(i), tl_last_error());
+      printf("%-8s %-28s ERROR: %s\n", dev, tl_opcheck_name(i), tl_cli_error());
       failed++;
       continue;
     }
@@ -81,7 +81,7 @@ int tl_cli_check(int argc, char** argv) {
   if (strcmp(device, "all") != 0) {
     tl_device d;
     if (tl_device_parse(device, &d) != TL_OK) {
-      fprintf(stderr, "trellis check: --device: %s\n", tl_last_error());
+      fprintf(stderr, "trellis check: --device: %s\n", tl_cli_error());
       return 2;
     }
     want_cpu = d.type == TL_DEVICE_CPU;
@@ -93,7 +93,7 @@ int tl_cli_check(int argc, char** argv) {
   tl_timer_start(&timer);
   tl_backend *cpu = NULL, *cuda = NULL;
   if (tl_backend_create(tl_cpu(), &cpu) != TL_OK) {
-    fprintf(stderr, "trellis check: %s\n", tl_last_error());
+    fprintf(stderr, "trellis check: %s\n", tl_cli_error());
     return 1;
   }
   const char* why = NULL;
@@ -111,7 +111,7 @@ int tl_cli_check(int argc, char** argv) {
       printf("cuda     skipped: %s\n", why);
       if (want_cuda == 1) failed++; /* asked for explicitly: that is a failure */
     } else if (tl_backend_create(cuda_dev, &cuda) != TL_OK) {
-      printf("cuda     ERROR: %s\n", tl_last_error());
+      printf("cuda     ERROR: %s\n", tl_cli_error());
       failed++;
     } else {
       char name[16];

@@ -186,14 +186,14 @@ static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
   struct tl_model_io io;
   if (tl_model_init(mc, &m) != TL_OK ||
       tl_model_build_forward(&m, 1, cfg->train.seq_len, true, &full, &io) != TL_OK) {
-    printf("  (the model could not be built here: %s)\n", tl_last_error());
+    printf("  (the model could not be built here: %s)\n", tl_cli_error());
     return;
   }
   const int wte = tl_graph_find(full, "wte");
   for (int r = 0; r < tp; r++) {
     tl_tp_shard sh;
     if (tl_tp_shard_layout(full, tp, r, sp, &sh) != TL_OK) {
-      printf("  (the model does not split: %s)\n", tl_last_error());
+      printf("  (the model does not split: %s)\n", tl_cli_error());
       break;
     }
     printf("  tp rank %d: ", r);
@@ -327,17 +327,17 @@ int tl_cli_check_config(int argc, char** argv) {
   }
   struct tl_config cfg;
   if (tl_config_load(path, &cfg) != TL_OK) {
-    fprintf(stderr, "trellis check: %s\n", tl_last_error());
+    fprintf(stderr, "trellis check: %s\n", tl_cli_error());
     return 1;
   }
   tl_mesh mesh;
   if (tl_mesh_from_config(&cfg.mesh, &mesh) != TL_OK) {
-    fprintf(stderr, "trellis check: %s\n", tl_last_error());
+    fprintf(stderr, "trellis check: %s\n", tl_cli_error());
     return 1;
   }
   /* the files it names, as training will read them */
   if (tl_inputs_check(&cfg) != TL_OK) {
-    fprintf(stderr, "trellis check: %s: %s\n", path, tl_last_error());
+    fprintf(stderr, "trellis check: %s: %s\n", path, tl_cli_error());
     return 1;
   }
   if (per_node == 0 || per_node > mesh.n_ranks) per_node = mesh.n_ranks;

@@ -5,6 +5,14 @@
 #define TL_LAUNCHER_CLI_H
 
 #include "core/device.h"
+#include "core/log.h"
+#include "core/status.h"
+
+/* The last error as a person is shown it: its message; with
+ * TRELLIS_LOG_LEVEL=debug also where it was recorded (tl_last_error). */
+static inline const char* tl_cli_error(void) {
+  return tl_log_enabled(TL_LOG_DEBUG) ? tl_last_error() : tl_last_error_message();
+}
 
 int tl_cli_check(int argc, char** argv);
 int tl_cli_check_config(int argc, char** argv);

@@ -39,7 +39,7 @@ int tl_cli_data(int argc, char** argv) {
     snprintf(val, sizeof val, "%s/fortunes_val.bin", dir);
     int64_t nt = 0, nv = 0;
     if (tl_corpus_build(train, val, &nt, &nv) != TL_OK) {
-      fprintf(stderr, "trellis data: %s\n", tl_last_error());
+      fprintf(stderr, "trellis data: %s\n", tl_cli_error());
       return 1;
     }
     printf("wrote %s (%lld tokens) and %s (%lld tokens)\n", train, (long long)nt, val,
@@ -66,7 +66,7 @@ int tl_cli_data(int argc, char** argv) {
   free(tokens);
   free(words);
   if (st != TL_OK) {
-    fprintf(stderr, "trellis data: %s\n", tl_last_error());
+    fprintf(stderr, "trellis data: %s\n", tl_cli_error());
     return 1;
   }
   printf("wrote %s: %lld tokens (byte-level, vocabulary 256; llm.c's %s format)\n", argv[1],

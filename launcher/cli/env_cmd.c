@@ -18,7 +18,7 @@ int tl_cli_env(int argc, char** argv) {
     printf("%s=%s%s\n    %s (default %s)\n", name, v ? v : def, v ? "" : "  [default]", doc, def);
   }
   if (tl_env_status() != TL_OK) {
-    fprintf(stderr, "trellis env: %s\n", tl_last_error());
+    fprintf(stderr, "trellis env: %s\n", tl_cli_error());
     return 1;
   }
   return 0;

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   if (strcmp(cmd, "env") == 0) return tl_cli_env(argc - 2, argv + 2);
   /* Every other command computes: refuse a bad environment up front. */
   if (tl_env_status() != TL_OK) {
-    fprintf(stderr, "trellis: %s\n", tl_last_error());
+    fprintf(stderr, "trellis: %s\n", tl_cli_error());
     return 2;
   }
   if (strcmp(cmd, "check") == 0) return tl_cli_check(argc - 2, argv + 2);

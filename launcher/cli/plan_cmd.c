@@ -456,7 +456,7 @@ static int write_svg(const tl_plan* p, const struct tl_config* cfg, const tl_clu
       tl_atomic_file_abort(&af);
   }
   if (st != TL_OK) {
-    fprintf(stderr, "trellis plan: --svg: %s\n", tl_last_error());
+    fprintf(stderr, "trellis plan: --svg: %s\n", tl_cli_error());
     return 1;
   }
   fprintf(stderr, "trellis plan: drew the winner's schedule and mesh in %s\n", path);
@@ -577,12 +577,12 @@ int tl_cli_plan(int argc, char** argv) {
   }
   struct tl_config cfg;
   if (tl_config_load(model_path, &cfg) != TL_OK) {
-    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
     return 1;
   }
   tl_cluster c;
   if (tl_cluster_load(cluster_path, &c) != TL_OK) {
-    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
     return 1;
   }
   const int spec_nodes = c.nodes;
@@ -649,7 +649,7 @@ int tl_cli_plan(int argc, char** argv) {
   if (tl_cost_model_build_tp(&cfg.model, seq, dtype, allow_tp ? 0 : c.devices_per_node, &cm) !=
           TL_OK ||
       tl_search_run(&cm, &c, &o, &r) != TL_OK) {
-    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
     return 1;
   }
   /* none fits: why; and where the mesh rules or the fixed choices leave
@@ -661,7 +661,7 @@ int tl_cli_plan(int argc, char** argv) {
   const bool searched_fewer = tl_search_mesh_bound(&r);
   if (r.n_plans == 0) tl_search_explain(&cm, &c, &o, &r, why, sizeof why);
   if (searched_fewer && tl_search_fewer(&cm, &c, &o, FEWER_COUNTS, &fewer) != TL_OK) {
-    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
     tl_search_free(&r);
     return 1;
   }
@@ -676,7 +676,7 @@ int tl_cli_plan(int argc, char** argv) {
       r.n_plans == 0 && fewer.n_plans == 0 && !(o.fix_dp >= 1 && o.fix_tp >= 1 && o.fix_pp >= 1);
   if (searched_more && tl_search_more_nodes(&cm, &c, &o, more_devices_max(&c), MORE_COUNTS,
                                             &more.nodes, &more.searched_to, &more.r) != TL_OK) {
-    fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+    fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
     tl_search_free(&r);
     tl_search_free(&fewer);
     return 1;
@@ -731,7 +731,7 @@ int tl_cli_plan(int argc, char** argv) {
       status = 1;
     } else if (tl_plan_to_config(best, &cfg, seq, &c, dtype, &plan_cfg) != TL_OK ||
                tl_config_save(&plan_cfg, out_path) != TL_OK) {
-      fprintf(stderr, "trellis plan: %s\n", tl_last_error());
+      fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
       status = 1;
     } else {
       fprintf(as_json ? stderr : stdout, "%swrote %s: plan %d (dp %d, tp %d, pp %d%s)%s\n",

@@ -195,7 +195,7 @@ static int draw(const char* out, const struct run* runs, int n_runs) {
   tl_status st = tl_atomic_file_write_all(out, 1, data, sizes);
   free(text);
   if (st != TL_OK) {
-    fprintf(stderr, "trellis plot: --svg: %s\n", tl_last_error());
+    fprintf(stderr, "trellis plot: --svg: %s\n", tl_cli_error());
     return 1;
   }
   printf("plot: %s (%d run%s, %.0f steps)\n", out, n_runs, n_runs == 1 ? "" : "s", step_max);

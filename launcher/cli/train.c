@@ -103,7 +103,7 @@ static int fail(struct run* r, const char* what) {
   char msg[8400];
   /* another rank reports this failure: end without repeating it */
   if (r->have_worker && r->w.world_size > 1 && r->last == TL_ERR_PEER) tl_worker_fail_quietly();
-  snprintf(msg, sizeof msg, "trellis train: %s%s%s", what, what[0] ? ": " : "", tl_last_error());
+  snprintf(msg, sizeof msg, "trellis train: %s%s%s", what, what[0] ? ": " : "", tl_cli_error());
   if (r->have_worker && r->w.world_size > 1) tl_worker_fail(msg);
   fprintf(stderr, "%s\n", msg);
   return 1;
@@ -555,7 +555,7 @@ static int finish(struct run* r, int rc) {
   if (r->have_worker) {
     /* under ASan: what this rank lost, before MPI's modules go (core/alloc.h) */
     if (tl_alloc_leak_check() != TL_OK) {
-      fprintf(stderr, "trellis train: rank %d: %s\n", r->w.rank, tl_last_error());
+      fprintf(stderr, "trellis train: rank %d: %s\n", r->w.rank, tl_cli_error());
       if (rc == 0) rc = 1;
     }
     tl_worker_finalize(&r->w);
@@ -569,7 +569,7 @@ int tl_cli_train(int argc, char** argv) {
   int prc = parse(argc, argv, &r.opt);
   if (prc) return prc < 0 ? 0 : prc;
   if (tl_config_load(r.opt.config, &r.cfg) != TL_OK) {
-    fprintf(stderr, "trellis train: %s\n", tl_last_error());
+    fprintf(stderr, "trellis train: %s\n", tl_cli_error());
     return 2;
   }
   /* checkpoint.resume "latest": the newest checkpoint in checkpoint.dir,
@@ -578,7 +578,7 @@ int tl_cli_train(int argc, char** argv) {
     char latest[TL_PATH_MAX + 32];
     int64_t step;
     if (tl_checkpoint_latest(r.cfg.checkpoint.dir, latest, sizeof latest, &step) != TL_OK) {
-      fprintf(stderr, "trellis train: checkpoint.resume \"latest\": %s\n", tl_last_error());
+      fprintf(stderr, "trellis train: checkpoint.resume \"latest\": %s\n", tl_cli_error());
       return 1;
     }
     if (step >= 0 && strlen(latest) >= sizeof r.cfg.checkpoint.resume) {
@@ -610,7 +610,7 @@ int tl_cli_train(int argc, char** argv) {
   char what[TL_PATH_MAX + 16];
   if (r.opt.cluster && !tl_launch_detected(who, sizeof who)) {
     if (tl_train_price(&r.cfg, r.opt.cluster, &r.price, what, sizeof what) != TL_OK) {
-      fprintf(stderr, "trellis train: %s: %s\n", what, tl_last_error());
+      fprintf(stderr, "trellis train: %s: %s\n", what, tl_cli_error());
       return 2;
     }
     r.priced = 1;
@@ -618,7 +618,7 @@ int tl_cli_train(int argc, char** argv) {
   /* started by hand: the config's files are checked once, here, before any
    * rank starts (inside a job each rank's trainer opens them again) */
   if (!tl_launch_detected(who, sizeof who) && tl_inputs_check(&r.cfg) != TL_OK) {
-    fprintf(stderr, "trellis train: %s: %s\n", r.opt.config, tl_last_error());
+    fprintf(stderr, "trellis train: %s: %s\n", r.opt.config, tl_cli_error());
     return 1;
   }
   /* by hand with several ranks: start the job and report its status */
@@ -627,14 +627,14 @@ int tl_cli_train(int argc, char** argv) {
    * waits for every rank, so by the time any rank prints, all of them
    * stop at a step boundary rather than die on the default action */
   if (tl_stop_install() != TL_OK) {
-    fprintf(stderr, "trellis train: %s\n", tl_last_error());
+    fprintf(stderr, "trellis train: %s\n", tl_cli_error());
     return 1;
   }
   struct tl_trainer_comm comm = {0};
   if (world > 1 || tl_launch_detected(who, sizeof who)) {
     if (tl_worker_init(&r.cfg, &r.w) != TL_OK) {
       char msg[8400];
-      snprintf(msg, sizeof msg, "trellis train: %s", tl_last_error());
+      snprintf(msg, sizeof msg, "trellis train: %s", tl_cli_error());
       tl_worker_fail(msg);
     }
     r.have_worker = 1;

@@ -299,7 +299,7 @@ int tl_launch_maybe_spawn(int argc, char** argv, int world_size, int* exit_statu
     snprintf(self, sizeof self, "%s", argv[0]);
   char** cmd = NULL;
   if (tl_launch_command(argc, argv, world_size, self, &cmd) != TL_OK) {
-    fprintf(stderr, "trellis: %s\n", tl_last_error());
+    fprintf(stderr, "trellis: %s\n", tl_last_error_message());
     *exit_status = 2;
     return 1;
   }

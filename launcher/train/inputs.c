@@ -27,16 +27,10 @@ static tl_status resume_check(const char* path, const tl_model* m) {
   return TL_OK;
 }
 
-static const char* bare(const char* msg) {
-  const char* colon = strstr(msg, ": ");
-  const char* dot = strstr(msg, ".c:");
-  return colon && dot && dot < colon ? colon + 2 : msg;
-}
-
 static void add(struct problems* p, const char* field) {
   p->n++;
   int k = snprintf(p->text + p->len, sizeof p->text - p->len, "%s%s: %s", p->len ? "\n" : "", field,
-                   bare(tl_last_error()));
+                   tl_last_error_message());
   if (k > 0)
     p->len += (size_t)k < sizeof p->text - p->len ? (size_t)k : sizeof p->text - p->len - 1;
 }

@@ -1,11 +1,12 @@
 // Status table, last-error messages, the propagation macros, and the words
 // for a CUDA device that is not there (core/device.h).
 #include "core/status.h"
-#include "core/device.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "core/device.h"
 
 static tl_status fails_with_value(int v) {
   return TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d does not divide model.heads=%d", v, 12);
@@ -31,8 +32,28 @@ TEST(Status, ErrfRecordsWhereAndWhatAndCheckPropagatesIt) {
   std::string msg = tl_last_error();
   EXPECT_NE(msg.find("status_test.cc:"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mesh.tp=5 does not divide model.heads=12"), std::string::npos) << msg;
+  // what a person is shown: the message without where
+  EXPECT_STREQ(tl_last_error_message(), "mesh.tp=5 does not divide model.heads=12");
   tl_clear_error();
   EXPECT_STREQ(tl_last_error(), "");
+  EXPECT_STREQ(tl_last_error_message(), "");
+}
+
+// A message recorded again elsewhere (a collective's failure re-raised by
+// the wait, a rank's message on the others) reads without either place;
+// text that only looks like one past the start is kept.
+TEST(Status, TheMessageAPersonSeesHasNoLocation) {
+  EXPECT_EQ(propagates(5), TL_ERR_CONFIG);
+  std::string inner = tl_last_error();
+  TL_ERRF(TL_ERR_CONFIG, "%s", inner.c_str());
+  EXPECT_NE(std::string(tl_last_error()).find(inner), std::string::npos);
+  EXPECT_STREQ(tl_last_error_message(), "mesh.tp=5 does not divide model.heads=12");
+  TL_ERRF(TL_ERR_IO, "cannot read 'a.c:12: b': No such file");
+  EXPECT_STREQ(tl_last_error_message(), "cannot read 'a.c:12: b': No such file");
+  tl_clear_error();
+  TL_ERRF(TL_ERR_IO, "%s", "model.n_layers: 3: not a prefix");
+  EXPECT_STREQ(tl_last_error_message(), "model.n_layers: 3: not a prefix");
+  tl_clear_error();
 }
 
 TEST(Status, LongMessagesAreTruncatedNotOverflowed) {

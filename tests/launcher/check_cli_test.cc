@@ -190,8 +190,15 @@ TEST(CheckCliFiles, MissingOrMalformedInputFilesAreRefusedByName) {
           << cmd << ": wanted: " << c.want << "\ngot: " << r.output;
       EXPECT_EQ(r.output.find("rank map"), std::string::npos) << r.output;
       EXPECT_EQ(r.output.find("step "), std::string::npos) << "no step may run:\n" << r.output;
+      // said for a person: not where in trellis's sources it was found
+      EXPECT_EQ(r.output.find(".c:"), std::string::npos) << r.output;
     }
   }
+  // ... which TRELLIS_LOG_LEVEL=debug adds
+  std::string cfg = WriteTempFile(R"({"data": {"train": "/nonexistent/train.bin"}})");
+  RunResult d = RunProcess({kTrellis, "train", cfg}, {{"TRELLIS_LOG_LEVEL", "debug"}}, 30);
+  EXPECT_EQ(d.status, 1) << d.output;
+  EXPECT_NE(d.output.find(".c:"), std::string::npos) << d.output;
   // every problem at once
   std::string both =
       WriteTempFile(R"({"data": {"train": "/nonexistent/a.bin", "val": "/nonexistent/b.bin"}})");
