@@ -392,9 +392,11 @@ const struct tl_link* tl_cost_pp_boundary_link(const tl_cluster* c, const tl_pla
 /* Seconds a micro-batch's pipeline sends of `bytes` each cost the stage
  * that spends the most on them: its activation ahead and its gradient
  * behind, each on its own boundary's link (an end stage's two on its one
- * boundary; interleaved, the wrap from the last stage to the first, charged
- * with each chunk's like the rest). An MLP's stages (cost_mlp.c) pay
- * the same way, each side the bytes of its own boundary's width. */
+ * boundary). Interleaved over v chunks a rank, v of each on every
+ * boundary, and v - 1 on the wrap from the last stage's chunk to the first
+ * stage's next (a micro-batch leaves the last chunk for the loss, not the
+ * wrap), which is the end stages' other side. An MLP's stages (cost_mlp.c)
+ * pay the same way, each side the bytes of its own boundary's width. */
 double tl_cost_pp_sends(const tl_cluster* c, const tl_plan* p, double bytes);
 
 /* Seconds for an all-gather assembling `bytes` on each of n ranks: half an

@@ -112,20 +112,24 @@ double tl_cost_pp_sends(const tl_cluster* c, const tl_plan* p, double bytes) {
   if (pp < 2) return 0;
   struct pp_layout x;
   pp_layout(c, p, &x);
-  if (x.all_inter) return 2.0 * tl_cost_send(c, bytes, &c->inter);
-  /* boundary s's send, s = pp - 1 the wrap (interleaved only) */
-  const bool wrap = tl_plan_chunks(p) > 1;
-  const double wrap_send = wrap ? tl_cost_send(c, bytes, boundary_link(c, p, &x, pp - 1)) : 0;
+  const int v = tl_plan_chunks(p);
+  /* boundary s's send (s = pp - 1: the wrap from the last stage's chunk to
+   * the first stage's next, which a micro-batch crosses v - 1 times) */
+  const double inter = tl_cost_send(c, bytes, &c->inter);
+  const double wrap =
+      v > 1 ? (x.all_inter ? inter : tl_cost_send(c, bytes, boundary_link(c, p, &x, pp - 1))) : 0;
   double behind = 0, worst = 0;
   for (int s = 0; s < pp; s++) {
-    /* the stage's boundary ahead and behind; an end stage's other side is
-     * its one boundary again, or the wrap when interleaved */
-    const double ahead = s < pp - 1 ? tl_cost_send(c, bytes, boundary_link(c, p, &x, s))
-                         : wrap     ? wrap_send
-                                    : behind;
-    if (s == 0) behind = wrap ? wrap_send : ahead;
+    const double own =
+        s < pp - 1 ? (x.all_inter ? inter : tl_cost_send(c, bytes, boundary_link(c, p, &x, s))) : 0;
+    /* v sends on each of the stage's own boundaries; an end stage's other
+     * side is the wrap's v - 1, or without interleaving its one boundary
+     * again */
+    const double ahead = s < pp - 1 ? v * own : v > 1 ? (v - 1) * wrap : behind;
+    if (s == 0) behind = v > 1 ? (v - 1) * wrap : ahead;
     if (behind + ahead > worst) worst = behind + ahead;
     behind = ahead;
+    if (x.all_inter && s == 1 && pp > 2) break; /* every middle stage alike */
   }
   return worst;
 }

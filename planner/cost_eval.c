@@ -362,8 +362,9 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     tp_comm += k_slowest * 2 * tl_cost_all_gather(c, bsh * act_bytes, t, tp_link);
   double pp_comm = 0;
   if (pp > 1) {
-    /* each chunk's boundary: interleaving sends v times the messages */
-    pp_comm = v * tl_cost_pp_sends(c, p, bsh * act_bytes / t);
+    /* every chunk's boundaries (interleaving: v sends on each, v - 1 on
+     * the wrap) */
+    pp_comm = tl_cost_pp_sends(c, p, bsh * act_bytes / t);
   }
 
   /* 3. the step: m micro-batches, the bubble, then the gradient all-reduce */

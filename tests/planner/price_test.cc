@@ -266,16 +266,25 @@ TEST(Plan, MeshOrderDecidesWhichGroupsCrossNodes) {
   EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 2), &c.intra);
   EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), inter + intra)
       << "the stages beside the node's edge send once across it";
-  /* interleaved: the last stage's chunk feeds the first's, across the
-   * nodes; stage 0 pays it with its own boundary, stage 3 with 2 -> 3 */
+  /* interleaved, 2 chunks a rank: every boundary carries 2 sends of a
+   * micro-batch, the wrap (the last stage's chunk to the first's, across the
+   * nodes) 1; stages 1 and 2 pay 2 x (intra + inter), stage 0 and 3 2 x
+   * intra + 1 x inter */
   const auto schedule = pipe.schedule;
   pipe.schedule = TL_SCHEDULE_INTERLEAVED, pipe.virtual_stages = 2;
   ASSERT_EQ(tl_plan_chunks(&pipe), 2);
   EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 3), &c.inter) << "ranks 12-15 to 0-3";
-  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), inter + intra);
+  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), 2 * (inter + intra));
   pipe.tp = 2;
   EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 3), &c.intra) << "ranks 6-7 to 0-1";
-  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), 2 * intra);
+  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), 4 * intra);
+  /* two stages a node apart, 4 chunks a rank: a micro-batch crosses the
+   * boundary 4 times each way and the wrap 3, one stage's sends in all:
+   * 7, not 8 */
+  pipe.tp = 8, pipe.pp = 2, pipe.virtual_stages = 4;
+  ASSERT_EQ(tl_plan_chunks(&pipe), 4);
+  EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), 7 * inter);
+  pipe.tp = 4, pipe.pp = 4;
   pipe.schedule = schedule, pipe.virtual_stages = 1;
   pipe.tp = 8, pipe.pp = 2;
   EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 0), &c.inter) << "stages a node apart";
