@@ -665,15 +665,17 @@ int tl_cli_plan(int argc, char** argv) {
     tl_search_free(&r);
     return 1;
   }
-  /* no split of these devices fits, nor of fewer: more devices hold more
-   * of a model, so the fewest nodes of this kind above them on which a
-   * plan fits (a figure to ask a cluster for; nothing is written for
-   * nodes not planned). A whole fixed mesh uses its devices and no more. */
+  /* no split of these devices fits, nor of fewer, and memory is among the
+   * reasons (some plan was priced and refused): more devices hold more of
+   * a model, so the fewest nodes of this kind above them on which a plan
+   * fits (a figure to ask a cluster for; nothing is written for nodes not
+   * planned). A whole fixed mesh uses its devices and no more. */
   struct more_nodes more;
   memset(&more, 0, sizeof more);
   more.spec_nodes = spec_nodes;
-  const bool searched_more =
-      r.n_plans == 0 && fewer.n_plans == 0 && !(o.fix_dp >= 1 && o.fix_tp >= 1 && o.fix_pp >= 1);
+  const bool memory_failed = r.rejected[TL_REJECT_MEMORY] > 0 || fewer.n_evaluated > 0;
+  const bool searched_more = r.n_plans == 0 && fewer.n_plans == 0 && memory_failed &&
+                             !(o.fix_dp >= 1 && o.fix_tp >= 1 && o.fix_pp >= 1);
   if (searched_more && tl_search_more_nodes(&cm, &c, &o, more_devices_max(&c), MORE_COUNTS,
                                             &more.nodes, &more.searched_to, &more.r) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
@@ -681,9 +683,9 @@ int tl_cli_plan(int argc, char** argv) {
     tl_search_free(&fewer);
     return 1;
   }
-  /* said where there was a count to search, or memory is what fails */
+  /* said where a plan was priced there, or no count was left to search */
   const bool show_more =
-      searched_more && (more.searched_to > 0 || r.rejected[TL_REJECT_MEMORY] > 0);
+      searched_more && (more.nodes > 0 || more.r.n_evaluated > 0 || more.searched_to == 0);
   double secs = tl_timer_elapsed_s(&timer);
   if (as_json) {
     if (!print_json(&r, searched_fewer ? &fewer : NULL, show_more ? &more : NULL, why, top, &c,

@@ -299,7 +299,8 @@ int tl_launch_maybe_spawn(int argc, char** argv, int world_size, int* exit_statu
     snprintf(self, sizeof self, "%s", argv[0]);
   char** cmd = NULL;
   if (tl_launch_command(argc, argv, world_size, self, &cmd) != TL_OK) {
-    fprintf(stderr, "trellis: %s\n", tl_last_error_message());
+    fprintf(stderr, "trellis: %s\n",
+            tl_log_enabled(TL_LOG_DEBUG) ? tl_last_error() : tl_last_error_message());
     *exit_status = 2;
     return 1;
   }

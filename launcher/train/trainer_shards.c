@@ -116,7 +116,7 @@ static tl_status agree(tl_trainer* t, tl_status mine, const char* what) {
   int root = size - first;
   int32_t words[256];
   memset(words, 0, sizeof words);
-  if (t->world_rank == root) snprintf((char*)words, sizeof words, "%s", tl_last_error());
+  if (t->world_rank == root) snprintf((char*)words, sizeof words, "%s", tl_last_error_message());
   TL_CHECK(tl_group_broadcast(t->comm.world, words, 256, TL_I32, root, NULL));
   ((char*)words)[sizeof words - 1] = '\0';
   if (t->world_rank == root) return mine;

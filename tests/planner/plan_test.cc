@@ -689,6 +689,12 @@ TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
   EXPECT_NE(dp3.output.find("with a plan that fits: 6 (48 devices;"), std::string::npos)
       << dp3.output;
 
+  // a micro-batch no replica's share makes: memory is not the reason, and
+  // more nodes are not searched
+  PlanRun mb7 = Plan(base + " --fix micro_batch=7");
+  EXPECT_EQ(mb7.status, 1) << mb7.output;
+  EXPECT_EQ(mb7.output.find("searched more nodes"), std::string::npos) << mb7.output;
+
   PlanRun fixed = Plan(base + " --fix dp=1,tp=8,pp=4");
   EXPECT_EQ(fixed.status, 1) << fixed.output;
   EXPECT_NE(fixed.output.find("The least memory any needs is"), std::string::npos) << fixed.output;

@@ -284,7 +284,6 @@ TEST(Plan, MeshOrderDecidesWhichGroupsCrossNodes) {
   pipe.tp = 8, pipe.pp = 2, pipe.virtual_stages = 4;
   ASSERT_EQ(tl_plan_chunks(&pipe), 4);
   EXPECT_DOUBLE_EQ(tl_cost_pp_sends(&c, &pipe, bytes), 7 * inter);
-  pipe.tp = 4, pipe.pp = 4;
   pipe.schedule = schedule, pipe.virtual_stages = 1;
   pipe.tp = 8, pipe.pp = 2;
   EXPECT_EQ(tl_cost_pp_boundary_link(&c, &pipe, 0), &c.inter) << "stages a node apart";

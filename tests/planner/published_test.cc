@@ -22,7 +22,7 @@
 //           50368) under PyTorch FSDP's FULL_SHARD (ZeRO-3 over every GPU,
 //           no model parallelism), fused attention, on A100-80GB (-A80),
 //           A100-40GB (-A40, up to 16 nodes) and H100-80GB (-H100) nodes;
-//           every row of its three bf16 tables: at 2048 tokens (H100 up to
+//           every row of its four bf16 tables: at 2048 tokens (H100 up to
 //           512 GPUs, 1B and 3B there under SHARD_GRAD_OP, FSDP's ZeRO-2),
 //           and at 512-65536 tokens on 8 GPUs, the step from the published
 //           tokens/s. Out of sample but for the three pairs of runs that set
@@ -245,7 +245,7 @@ const Published kRuns[] = {
      16384},
     {"LF23-A80", "350m", 1024, 24, 16, kMpt, 8, 1, 1, 2, 32, kNone, 3, 0, 0, 0, 109222, false,
      32768},
-    // LF23: the three bf16 tables' other rows, 512-65536 tokens a sequence on 8 GPUs
+    // LF23: the bf16 tables' other rows, 512-65536 tokens a sequence on 8 GPUs
     {"LF23-H100", "30b", 7168, 48, 64, kMpt, 8, 1, 1, 1, 168, kFull, 3, 0, 0, 0, 11072, false,
      8192},
     {"LF23-H100", "30b", 7168, 48, 64, kMpt, 8, 1, 1, 1, 168, kFull, 3, 0, 0, 0, 14419, false,
