@@ -57,6 +57,11 @@ double tl_cluster_gemm_efficiency(const tl_cluster* c, double m, double n, doubl
   return c->gemm.n_m == 0 ? c->efficiency : table_at(&c->gemm, m, n, k);
 }
 
+void tl_cluster_use_fused_attention(tl_cluster* c) {
+  c->attention_efficiency = TL_CLUSTER_FUSED_ATTENTION * c->efficiency;
+  memset(&c->attention, 0, sizeof c->attention);
+}
+
 double tl_cluster_attention_efficiency(const tl_cluster* c, double head_dim, double seq) {
   if (c->attention.n_m > 0) return table_at(&c->attention, head_dim, seq, 1);
   return c->attention_efficiency > 0 ? c->attention_efficiency : c->efficiency;

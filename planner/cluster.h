@@ -153,6 +153,21 @@ double tl_cluster_gemm_efficiency(const tl_cluster* c, double m, double n, doubl
  * to efficiency). */
 double tl_cluster_attention_efficiency(const tl_cluster* c, double head_dim, double seq);
 
+/* A fused (flash) attention kernel's rate as a share of the matrix
+ * products' (`efficiency`): FlashAttention's algorithm reached 25-40% of
+ * an A100's peak in its first versions (Dao 2023, the FlashAttention-2
+ * paper) where the products reach about 0.65. A published figure, not a
+ * fit. The GPU specs' attention_efficiency is the unfused kernels' of the
+ * Megatron-LM runs they were fitted on (trellis's CUDA attention is a
+ * fallback kernel of flash attention's algorithm, not a tuned one). */
+#define TL_CLUSTER_FUSED_ATTENTION 0.5
+
+/* Prices attention as a runtime with a fused kernel runs it (`trellis plan
+ * --fix attention=fused`, a published run's): at TL_CLUSTER_FUSED_ATTENTION
+ * of the products' efficiency, in place of the spec's attention efficiency
+ * and table. */
+void tl_cluster_use_fused_attention(tl_cluster* c);
+
 static inline int tl_cluster_devices(const tl_cluster* c) {
   return c->nodes * c->devices_per_node;
 }

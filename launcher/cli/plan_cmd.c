@@ -37,7 +37,7 @@ static void usage(FILE* f) {
           "                           recompute=none|selective|full,sp=0|1,\n"
           "                           schedule=gpipe|1f1b|interleaved|zero_bubble,\n"
           "                           virtual_stages=..,bucket_mb=..,grad_reduce=bf16|fp32,\n"
-          "                           overlap=0|1]\n"
+          "                           overlap=0|1,attention=fused|spec]\n"
           "                    [--allow-tp-across-nodes]\n"
           "\n"
           "Ranks every data x tensor x pipeline split of the cluster's devices (micro-batch\n"
@@ -70,7 +70,10 @@ static void usage(FILE* f) {
           "runs without overlap did; --out writes it as one bucket a stage). overlap=0\n"
           "prices every data-parallel collective exposed (ZeRO-3's gathers too), as a\n"
           "published run that overlapped nothing; trellis train always overlaps, so not\n"
-          "with --out.\n"
+          "with --out. attention=fused prices attention as a fused (flash) kernel runs it,\n"
+          "at half the matrix products' rate, in place of the spec's (the unfused kernels'\n"
+          "of the runs the GPU specs were fitted on): a published run's; not with --out\n"
+          "(trellis's CUDA attention is a fallback kernel) nor on a CPU cluster.\n"
           "--dtype: training precision, written to --out as train.precision (default bf16\n"
           "where the cluster has a bf16 peak; fp32 on CPU clusters, which run bf16 at\n"
           "their fp32 peak).\n"
@@ -97,8 +100,9 @@ static const char* recompute_name(tl_recompute r) {
   return r == TL_RECOMPUTE_FULL ? "full" : r == TL_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
-/* "dp=4,tp=1,schedule=1f1b" -> options; 0 and a message on a bad item. */
-static int parse_fix(char* spec, struct tl_search_options* o) {
+/* "dp=4,tp=1,schedule=1f1b" -> options (attention=fused: *fused); 0 and a
+ * message on a bad item. */
+static int parse_fix(char* spec, struct tl_search_options* o, bool* fused) {
   for (char* item = strtok(spec, ","); item; item = strtok(NULL, ",")) {
     char* eq = strchr(item, '=');
     if (!eq) {
@@ -149,6 +153,17 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
       o->no_overlap = strcmp(v, "0") == 0;
       continue;
     }
+    if (strcmp(k, "attention") == 0) {
+      if (strcmp(v, "fused") && strcmp(v, "spec")) {
+        fprintf(stderr,
+                "trellis plan: --fix attention=%s: expected fused (a flash-attention kernel's "
+                "rate) or spec (the cluster spec's)\n",
+                v);
+        return 0;
+      }
+      *fused = strcmp(v, "fused") == 0;
+      continue;
+    }
     if (strcmp(k, "grad_reduce") == 0) {
       if (strcmp(v, "bf16") && strcmp(v, "fp32")) {
         fprintf(stderr, "trellis plan: --fix grad_reduce=%s: expected bf16 or fp32\n", v);
@@ -179,7 +194,7 @@ static int parse_fix(char* spec, struct tl_search_options* o) {
       fprintf(stderr,
               "trellis plan: --fix %s: unknown; expected dp, tp, pp, micro_batch, "
               "micro_batches, zero, recompute, sp, schedule, virtual_stages, bucket_mb, "
-              "grad_reduce or overlap\n",
+              "grad_reduce, overlap or attention\n",
               k);
       return 0;
     }
@@ -613,7 +628,24 @@ int tl_cli_plan(int argc, char** argv) {
   o.trainer_only = c.device == TL_DEVICE_CPU;
   o.dp_bucket_mb = cfg.parallel.bucket_mb;
   o.grad_reduce = cfg.parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
-  if (fix[0] && !parse_fix(fix, &o)) return 2;
+  bool fused = false;
+  if (fix[0] && !parse_fix(fix, &o, &fused)) return 2;
+  if (fused && out_path) {
+    fprintf(stderr,
+            "trellis plan: --fix attention=fused with --out: it prices another runtime's fused "
+            "attention kernel (a published run's), and trellis train's CUDA attention is a "
+            "fallback kernel, so the config would not run what was priced; drop --out or "
+            "attention=fused\n");
+    return 2;
+  }
+  if (fused && c.device == TL_DEVICE_CPU) {
+    fprintf(stderr,
+            "trellis plan: --fix attention=fused on the CPU cluster %s: its attention rate is "
+            "trellis's own kernel's, measured (--calibrate); fused prices a GPU run's\n",
+            c.name);
+    return 2;
+  }
+  if (fused) tl_cluster_use_fused_attention(&c);
   if (o.no_overlap && out_path) {
     fprintf(stderr,
             "trellis plan: --fix overlap=0 with --out: it prices a run whose data-parallel "

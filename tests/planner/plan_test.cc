@@ -714,6 +714,65 @@ TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
       << none.output;
 }
 
+// --fix attention=fused prices a published run's fused (flash) attention:
+// at TL_CLUSTER_FUSED_ATTENTION of the products' efficiency, as a spec with
+// that attention_efficiency would. Refused with --out (trellis's CUDA
+// attention is a fallback kernel), on a CPU cluster, and misspelt.
+TEST(PlanCli, AFusedAttentionFixPricesAttentionAtHalfTheProductsRate) {
+  std::string model = TempPath("mpt7b.json");
+  std::ofstream(model) << R"({"model": {"n_layers": 32, "n_heads": 32, "n_embd": 4096,
+      "vocab_size": 50368, "max_seq_len": 2048}, "train": {"batch_size": 96, "seq_len": 2048}})";
+  std::ifstream in("examples/clusters/dgx_a100.json");
+  std::string spec((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "\"attention_efficiency\": 0.1,";
+  size_t at = spec.find(key);
+  ASSERT_NE(at, std::string::npos) << "the shipped A100 spec's attention efficiency moved";
+  char fused[64];
+  std::snprintf(fused, sizeof fused, "\"attention_efficiency\": %.17g,",
+                TL_CLUSTER_FUSED_ATTENTION * 0.65);
+  ASSERT_NE(spec.find("\"compute_efficiency\": 0.65,"), std::string::npos);
+  std::string halved = TempPath("a100_fused.json");
+  std::ofstream(halved) << spec.replace(at, key.size(), fused);
+  const std::string fix =
+      " --nodes 1 --json --fix dp=8,tp=1,pp=1,micro_batch=1,zero=3,recompute=full";
+  auto step = [&](const std::string& args) {
+    PlanRun r = Plan("--model " + model + args);
+    EXPECT_EQ(r.status, 0) << r.output;
+    size_t brace = r.output.find('{');
+    if (brace == std::string::npos) return -1.0;
+    json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+    double t = json_number_value(
+        json_object_get(json_array_get(json_object_get(root, "plans"), 0), "step_s"));
+    json_decref(root);
+    return t;
+  };
+  const double with_spec = step(" --cluster examples/clusters/dgx_a100.json" + fix);
+  const double with_fused =
+      step(" --cluster examples/clusters/dgx_a100.json" + fix + ",attention=fused");
+  const double with_halved = step(" --cluster " + halved + fix);
+  std::printf("7B, 8 A100s: step %.3f s with the spec's attention, %.3f s fused\n", with_spec,
+              with_fused);
+  EXPECT_GT(with_fused, 0);
+  EXPECT_DOUBLE_EQ(with_fused, with_halved);
+  EXPECT_LT(with_fused, 0.95 * with_spec) << "attention is a tenth of the FLOPs at 2048 tokens";
+  EXPECT_DOUBLE_EQ(step(" --cluster examples/clusters/dgx_a100.json" + fix + ",attention=spec"),
+                   with_spec);
+
+  PlanRun out = Plan("--model " + model +
+                     " --cluster examples/clusters/dgx_a100.json --fix attention=fused --out " +
+                     TempPath("fused_plan.json"));
+  EXPECT_EQ(out.status, 2) << out.output;
+  EXPECT_NE(out.output.find("--fix attention=fused with --out"), std::string::npos) << out.output;
+  PlanRun cpu = Plan("--model " + model + " --cluster " + kThisMachine + " --fix attention=fused");
+  EXPECT_EQ(cpu.status, 2) << cpu.output;
+  EXPECT_NE(cpu.output.find("on the CPU cluster"), std::string::npos) << cpu.output;
+  PlanRun bad =
+      Plan("--model " + model + " --cluster examples/clusters/dgx_a100.json --fix attention=flash");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--fix attention=flash: expected fused"), std::string::npos)
+      << bad.output;
+}
+
 // A --fix no split can satisfy names the constraint (and the flag that
 // lifts it); a fixed split over memory gives its memory, parts and time.
 TEST(PlanCli, AnImpossibleFixSaysWhichConstraint) {

@@ -468,10 +468,9 @@ bool IsDeepSpeedZero3(const Published& r) {
 const char* const kA100_40 = "dgx_a100.json with A100-40GB";
 
 // LF23's attention kernels (2023's flash attention in Triton, FlashAttention-
-// 1's algorithm: 25-40% of an A100's peak, Dao 2023, the FlashAttention-2
-// paper) at half the rate the spec gives its matrix products (0.65 of peak
-// on an A100): a published figure, not a fit.
-constexpr double kFusedAttention = 0.5;
+// 1's algorithm) are priced as `trellis plan --fix attention=fused` prices
+// a fused kernel: at TL_CLUSTER_FUSED_ATTENTION (half) of the rate the spec
+// gives its matrix products, a published figure (planner/cluster.h).
 
 // What the Hopper specs (dgx_h100.json, h200.json) carry of the A100's
 // efficiencies (TheHopperScaleIsTheSameRunsRatio).
@@ -569,9 +568,9 @@ class PublishedRuns : public ::testing::Test {
         c.attention_efficiency = fit->attn;
       }
       if (fit && fit->overhead >= 0) c.allocator_overhead = fit->overhead;
-      // LF23's fused attention at its own rate (kFusedAttention), where the
+      // LF23's fused attention at its own rate (TL_CLUSTER_FUSED_ATTENTION), where the
       // spec's is the unfused kernels' of the Megatron runs it was fitted on
-      if (IsLF23(r)) c.attention_efficiency = kFusedAttention * c.efficiency;
+      if (IsLF23(r)) tl_cluster_use_fused_attention(&c);
       Priced pr{};
       if (!price(r, *model_of_[i], c, &pr)) continue;
       if (!pr.plan.fits) st.n_over++;
@@ -755,8 +754,8 @@ TEST_F(PublishedRuns, TheHopperScaleIsTheSameRunsRatio) {
           a.gpus != h.gpus || a.mb != h.mb || a.batch != h.batch || a.rc != h.rc || a.seq != h.seq)
         continue;
       tl_cluster ca = a100, ch = h100;
-      ca.attention_efficiency = kFusedAttention * ca.efficiency;
-      ch.attention_efficiency = kFusedAttention * ch.efficiency;
+      tl_cluster_use_fused_attention(&ca);
+      tl_cluster_use_fused_attention(&ch);
       Priced pa{}, ph{};
       ASSERT_TRUE(price(a, *model_of_[j], ca, &pa));
       ASSERT_TRUE(price(h, *model_of_[i], ch, &ph));
