@@ -5,6 +5,7 @@
 #define TL_TESTS_PLANNER_PLAN_CLI_H
 
 #include <gtest/gtest.h>
+#include <jansson.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -56,6 +57,14 @@ inline std::string WriteTokens(const std::string& name, const std::string& line,
 // Runs `trellis plan ARGS`.
 inline PlanRun Plan(const std::string& args) {
   return Shell("launcher/trellis plan " + args);
+}
+
+// The document `trellis plan --json` printed (from the output's first '{':
+// stderr's lines come first), or nullptr; the caller json_decrefs it.
+inline json_t* PlanJson(const PlanRun& r) {
+  size_t brace = r.output.find('{');
+  if (brace == std::string::npos) return nullptr;
+  return json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
 }
 
 const char* kSmall = "examples/gpt_small.json";

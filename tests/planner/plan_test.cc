@@ -72,8 +72,7 @@ TEST(PlanCli, ZeroPlansAreConfigsThatTrainAsPriced) {
     ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
     EXPECT_EQ(cfg.parallel.zero, zero);
     EXPECT_EQ(cfg.mesh.dp, 2);
-    size_t brace = r.output.find('{');
-    json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+    json_t* root = PlanJson(r);
     ASSERT_NE(root, nullptr) << r.output;
     json_t* best = json_array_get(json_object_get(root, "plans"), 0);
     EXPECT_TRUE(json_is_true(json_object_get(best, "runnable")));
@@ -122,8 +121,7 @@ TEST(PlanCli, BucketsAndTheReductionDtypeCanBeFixedAndAreWritten) {
     ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
     EXPECT_EQ(cfg.parallel.bucket_mb, i == 0 ? 0.01 : 1e6) << fixes[i];
     EXPECT_EQ(cfg.parallel.grad_reduce, i == 2 ? TL_PRECISION_BF16 : TL_PRECISION_FP32);
-    size_t brace = r.output.find('{');
-    json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+    json_t* root = PlanJson(r);
     ASSERT_NE(root, nullptr) << r.output;
     json_t* best = json_array_get(json_object_get(root, "plans"), 0);
     t_dp[i] = json_number_value(json_object_get(best, "dp_comm_s"));
@@ -194,8 +192,7 @@ TEST(PlanCli, RecomputingInterleavedAndZeroBubblePlansAreConfigsThatTrainAsPrice
     EXPECT_EQ(cfg.schedule.kind, c.kind) << c.fix;
     EXPECT_EQ(cfg.parallel.recompute, c.rc) << c.fix;
     EXPECT_EQ(cfg.schedule.virtual_stages, c.v) << c.fix;
-    size_t brace = r.output.find('{');
-    json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+    json_t* root = PlanJson(r);
     ASSERT_NE(root, nullptr) << r.output;
     json_t* best = json_array_get(json_object_get(root, "plans"), 0);
     EXPECT_TRUE(json_is_true(json_object_get(best, "runnable")));
@@ -557,8 +554,7 @@ TEST(PlanCli, PredictedBytesMatchTheAllocatorsPeak) {
   PlanRun r =
       Plan("--model " + base + " --cluster " + kThisMachine + " --json --top 1 --out " + out);
   ASSERT_EQ(r.status, 0) << r.output;
-  size_t brace = r.output.find('{');
-  json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+  json_t* root = PlanJson(r);
   ASSERT_NE(root, nullptr) << r.output;
   json_t* best = json_array_get(json_object_get(root, "plans"), 0);
   double predicted = json_number_value(json_object_get(best, "memory_state_bytes")) +
@@ -611,11 +607,8 @@ TEST(PlanCli, NoSplitOfAllDevicesSaysWhyAndPlansFewer) {
   // --json carries the reason and the plans on fewer devices
   PlanRun j = Plan("--model " + model + " --cluster examples/clusters/dgx_a100.json --json");
   ASSERT_EQ(j.status, 0) << j.output;
-  size_t brace = j.output.find('{');
-  ASSERT_NE(brace, std::string::npos) << j.output;
-  json_error_t err;
-  json_t* root = json_loads(j.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, &err);
-  ASSERT_NE(root, nullptr) << err.text << " at " << err.line << "\n" << j.output;
+  json_t* root = PlanJson(j);
+  ASSERT_NE(root, nullptr) << j.output;
   EXPECT_NE(std::string(json_string_value(json_object_get(root, "why_none_fits")))
                 .find("at most 2048 devices"),
             std::string::npos);
@@ -658,11 +651,8 @@ TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
 
   PlanRun j = Plan(base + " --json");
   EXPECT_EQ(j.status, 1) << j.output;
-  size_t brace = j.output.find('{');
-  ASSERT_NE(brace, std::string::npos) << j.output;
-  json_error_t err;
-  json_t* root = json_loads(j.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, &err);
-  ASSERT_NE(root, nullptr) << err.text << "\n" << j.output;
+  json_t* root = PlanJson(j);
+  ASSERT_NE(root, nullptr) << j.output;
   json_t* more = json_object_get(root, "more_nodes");
   EXPECT_EQ(json_integer_value(json_object_get(more, "nodes")), 5);
   EXPECT_EQ(json_integer_value(json_object_get(more, "devices")), 40);
@@ -738,9 +728,8 @@ TEST(PlanCli, AFusedAttentionFixPricesAttentionAtHalfTheProductsRate) {
   auto step = [&](const std::string& args) {
     PlanRun r = Plan("--model " + model + args);
     EXPECT_EQ(r.status, 0) << r.output;
-    size_t brace = r.output.find('{');
-    if (brace == std::string::npos) return -1.0;
-    json_t* root = json_loads(r.output.c_str() + brace, JSON_DISABLE_EOF_CHECK, nullptr);
+    json_t* root = PlanJson(r);
+    if (!root) return -1.0;
     double t = json_number_value(
         json_object_get(json_array_get(json_object_get(root, "plans"), 0), "step_s"));
     json_decref(root);
