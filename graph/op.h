@@ -8,6 +8,8 @@
 #ifndef TL_GRAPH_OP_H
 #define TL_GRAPH_OP_H
 
+#include <string.h>
+
 #include "core/group.h"
 #include "graph/graph.h"
 #include "kernels/backend.h"
@@ -23,7 +25,7 @@ struct tl_run_ctx {
   void* (*data)(const struct tl_run_ctx* x, int value); /* NULL for value -1 */
   void* exec;
   tl_group* group; /* the group collective ops communicate over (the executor's), or NULL */
-  void* scratch; /* device memory for collectives' temporaries: scratch_bytes */
+  void* scratch;   /* device memory for collectives' temporaries: scratch_bytes */
   size_t scratch_bytes;
 };
 
@@ -59,6 +61,14 @@ struct tl_op_def {
  * hands its kernel no fp32 copies (graph/exec.h). An op that accumulates
  * into a bf16 gradient cannot be one. */
 #define TL_OP_STORED 2u
+/* Element by element: each output element is a function of the inputs'
+ * elements at the same index (inputs of one shape), so any split of the
+ * inputs, alike, is a split of the output (tensor parallelism's rule). */
+#define TL_OP_ELEMENTWISE 4u
+/* Row by row: each row of the last dimension is a function of the same
+ * row of the input, with whole parameters (a norm): a split of the rows is
+ * a split of the output, a split of the columns is not. */
+#define TL_OP_ROWWISE 8u
 
 enum {
   TL_OP_EMBEDDING = 0,
@@ -75,6 +85,12 @@ enum {
   TL_OP_ADD_BACKWARD,
   TL_OP_CROSSENTROPY,
   TL_OP_CROSSENTROPY_BACKWARD,
+  TL_OP_RMSNORM,
+  TL_OP_RMSNORM_BACKWARD,
+  TL_OP_ROPE,
+  TL_OP_ROPE_BACKWARD,
+  TL_OP_SWIGLU,
+  TL_OP_SWIGLU_BACKWARD,
   TL_OP_COUNT, /* ops of the graph itself; registered ones follow */
   TL_OP_MAX = 64
 };
@@ -86,6 +102,21 @@ const struct tl_op_def* tl_op_get(int op);
  * def again returns the same index. Thread-safe. TL_ERR_INVALID when the
  * table is full. */
 tl_status tl_op_register(const struct tl_op_def* def, int* index);
+
+/* A float attribute, stored as its bits in an int. */
+static inline int tl_attr_from_float(float f) {
+  int i;
+  memcpy(&i, &f, sizeof i);
+  return i;
+}
+static inline float tl_attr_float(int i) {
+  float f;
+  memcpy(&f, &i, sizeof f);
+  return f;
+}
+
+/* The rotation of a rope node (graph/ops/rope.c's attributes). */
+struct tl_rope tl_rope_of(const tl_node* n);
 
 /* Helpers for op files. */
 tl_status tl__op_output(tl_graph* g, tl_node* n, int slot, const char* suffix, tl_value_role role,

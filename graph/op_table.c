@@ -19,7 +19,13 @@
   X(TL_OP_ADD, add)                                     \
   X(TL_OP_ADD_BACKWARD, add_backward)                   \
   X(TL_OP_CROSSENTROPY, crossentropy)                   \
-  X(TL_OP_CROSSENTROPY_BACKWARD, crossentropy_backward)
+  X(TL_OP_CROSSENTROPY_BACKWARD, crossentropy_backward) \
+  X(TL_OP_RMSNORM, rmsnorm)                             \
+  X(TL_OP_RMSNORM_BACKWARD, rmsnorm_backward)           \
+  X(TL_OP_ROPE, rope)                                   \
+  X(TL_OP_ROPE_BACKWARD, rope_backward)                 \
+  X(TL_OP_SWIGLU, swiglu)                               \
+  X(TL_OP_SWIGLU_BACKWARD, swiglu_backward)
 
 #define TL__DECLARE(id, name) extern const struct tl_op_def tl_op_##name;
 TL__OPS(TL__DECLARE)

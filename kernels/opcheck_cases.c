@@ -120,33 +120,56 @@ static void softmax_row(const double* x, double* y, int n) {
   for (int j = 0; j < n; j++) y[j] /= s;
 }
 
-/* ---- attention: d = {B, T, C, NH} */
+/* ---- attention: d = {B, T, NH, NKV, hs, fused}. Fused: one input qkv
+ * (B,T,3C) of [Q | K | V] rows (NKV = NH); else q (B,T,NH*hs), k and v
+ * (B,T,NKV*hs), query head h reading key/value head h / (NH / NKV). */
+
+static struct tl_attention_shape attention_shape(const struct opcheck_case* c) {
+  struct tl_attention_shape s = {c->d[0], c->d[1], c->d[2], c->d[3], c->d[4], 0, 0};
+  s.ldq = c->d[5] ? 3LL * s.nh * s.hs : (int64_t)s.nh * s.hs;
+  s.ldkv = c->d[5] ? s.ldq : (int64_t)s.nkv * s.hs;
+  return s;
+}
 
 static tl_status attention_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
                                float* const* out) {
-  return OPS->attention_forward(CTX, out[0], out[1], F(in[0]), c->d[0], c->d[1], c->d[2], c->d[3]);
+  const struct tl_attention_shape s = attention_shape(c);
+  const int64_t ch = (int64_t)s.nh * s.hs;
+  if (c->d[5])
+    return OPS->attention_forward(CTX, out[0], out[1], F(in[0]), F(in[0]) + ch, F(in[0]) + 2 * ch,
+                                  &s);
+  return OPS->attention_forward(CTX, out[0], out[1], F(in[0]), F(in[1]), F(in[2]), &s);
 }
 
 static tl_status attention_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
                                float* const* out, float* const* dout, float* const* din) {
-  return OPS->attention_backward(CTX, din[0], dout[0], F(in[0]), out[0], out[1], c->d[0], c->d[1],
-                                 c->d[2], c->d[3]);
+  const struct tl_attention_shape s = attention_shape(c);
+  const int64_t ch = (int64_t)s.nh * s.hs;
+  if (c->d[5])
+    return OPS->attention_backward(CTX, din[0], din[0] + ch, din[0] + 2 * ch, dout[0], F(in[0]),
+                                   F(in[0]) + ch, F(in[0]) + 2 * ch, out[0], out[1], &s);
+  return OPS->attention_backward(CTX, din[0], din[1], din[2], dout[0], F(in[0]), F(in[1]), F(in[2]),
+                                 out[0], out[1], &s);
 }
 
 static void attention_ref(const struct opcheck_case* c, const double* const* in,
                           double* const* out) {
-  int B = c->d[0], T = c->d[1], C = c->d[2], NH = c->d[3], hs = C / NH;
-  const double* qkv = in[0];
+  const int B = c->d[0], T = c->d[1], NH = c->d[2], NKV = c->d[3], hs = c->d[4];
+  const int C = NH * hs, group = NH / NKV;
+  /* where row (b, t) of q, k and v starts, and their strides */
+  const double *q = in[0], *k = c->d[5] ? in[0] + C : in[1], *v = c->d[5] ? in[0] + 2 * C : in[2];
+  const int ldq = c->d[5] ? 3 * C : C, ldkv = c->d[5] ? 3 * C : NKV * hs;
   double scores[T], a[T]; /* T >= 1: the case table never has empty sequences */
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int t = 0; t < T; t++) {
-        const double* q = qkv + (b * T + t) * 3 * C + h * hs;
+        const double* qr = q + (b * T + t) * ldq + h * hs;
+        const int kv = (h / group) * hs;
         double mx = -INFINITY, sum = 0;
         for (int t2 = 0; t2 <= t; t2++) {
-          const double* k = qkv + (b * T + t2) * 3 * C + C + h * hs;
+          const double* kr = k + (b * T + t2) * ldkv + kv;
           double s = 0;
-          for (int i = 0; i < hs; i++) s += q[i] * k[i];
+          for (int i = 0; i < hs; i++) s += qr[i] * kr[i];
           scores[t2] = s / sqrt((double)hs);
           mx = fmax(mx, scores[t2]);
         }
@@ -156,8 +179,7 @@ static void attention_ref(const struct opcheck_case* c, const double* const* in,
         double* o = out[0] + (b * T + t) * C + h * hs;
         for (int i = 0; i < hs; i++) {
           double s = 0;
-          for (int t2 = 0; t2 <= t; t2++)
-            s += a[t2] * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
+          for (int t2 = 0; t2 <= t; t2++) s += a[t2] * v[(b * T + t2) * ldkv + kv + i];
           o[i] = s;
         }
       }
@@ -245,6 +267,107 @@ static void xent_shard_ref(const struct opcheck_case* c, const double* const* in
     if (local >= 0 && local < cols && v0 + local < V) t = x[local];
     out[0][i] = log(s) + mx - t;
     out[1][i] = mx, out[1][N + i] = s, out[1][2 * N + i] = t;
+  }
+}
+
+/* ---- rmsnorm: d = {n, c}; alpha = eps */
+
+static tl_status rmsnorm_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                             float* const* out) {
+  return OPS->rmsnorm_forward(CTX, out[0], out[1], F(in[0]), F(in[1]), c->d[0], c->d[1], c->alpha);
+}
+
+static tl_status rmsnorm_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                             float* const* out, float* const* dout, float* const* din) {
+  return OPS->rmsnorm_backward(CTX, din[0], din[1], dout[0], F(in[0]), F(in[1]), out[1], c->d[0],
+                               c->d[1]);
+}
+
+static void rmsnorm_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  int n = c->d[0], ch = c->d[1];
+  for (int i = 0; i < n; i++) {
+    const double* x = in[0] + i * ch;
+    double ss = 0;
+    for (int j = 0; j < ch; j++) ss += x[j] * x[j];
+    double r = 1.0 / sqrt(ss / ch + (double)c->alpha);
+    for (int j = 0; j < ch; j++) out[0][i * ch + j] = x[j] * r * in[1][j];
+    out[1][i] = r;
+  }
+}
+
+/* ---- rope: d = {B, T, heads, hs, scaled}; scaled: Llama 3.1's frequency
+ * scaling, with an original context short enough that the case's
+ * frequencies fall in all three of its bands. Stated independently of the
+ * kernels' float code: frequencies and angles in double. */
+
+static struct tl_rope rope_case(const struct opcheck_case* c) {
+  struct tl_rope r = {.hs = c->d[3], .theta = 10000.0f};
+  if (c->d[4]) {
+    r.factor = 8.0f, r.low_freq_factor = 1.0f, r.high_freq_factor = 4.0f;
+    r.original_ctx = 64;
+  }
+  return r;
+}
+
+static tl_status rope_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                          float* const* out) {
+  const struct tl_rope r = rope_case(c);
+  return OPS->rope_forward(CTX, out[0], F(in[0]), &r, c->d[0], c->d[1], c->d[2]);
+}
+
+static tl_status rope_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                          float* const* out, float* const* dout, float* const* din) {
+  (void)in, (void)out;
+  const struct tl_rope r = rope_case(c);
+  return OPS->rope_backward(CTX, din[0], dout[0], &r, c->d[0], c->d[1], c->d[2]);
+}
+
+static void rope_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  const int B = c->d[0], T = c->d[1], H = c->d[2], hs = c->d[3], half = hs / 2;
+  const struct tl_rope r = rope_case(c);
+  double inv[half];
+  for (int i = 0; i < half; i++) {
+    inv[i] = pow(r.theta, -2.0 * i / hs);
+    if (!c->d[4]) continue;
+    const double wavelen = 2 * M_PI / inv[i], ctx = r.original_ctx;
+    if (wavelen > ctx / r.low_freq_factor) {
+      inv[i] /= r.factor;
+    } else if (wavelen >= ctx / r.high_freq_factor) {
+      const double s =
+          (ctx / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      inv[i] = (1 - s) * inv[i] / r.factor + s * inv[i];
+    }
+  }
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < H; h++) {
+        const int at = ((b * T + t) * H + h) * hs;
+        const double* x = in[0] + at;
+        for (int i = 0; i < half; i++) {
+          const double co = cos(t * inv[i]), si = sin(t * inv[i]);
+          out[0][at + i] = x[i] * co - x[i + half] * si;
+          out[0][at + i + half] = x[i + half] * co + x[i] * si;
+        }
+      }
+}
+
+/* ---- swiglu: d = {n} */
+
+static tl_status swiglu_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                            float* const* out) {
+  return OPS->swiglu_forward(CTX, out[0], F(in[0]), F(in[1]), c->d[0]);
+}
+
+static tl_status swiglu_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                            float* const* out, float* const* dout, float* const* din) {
+  (void)out;
+  return OPS->swiglu_backward(CTX, din[0], din[1], dout[0], F(in[0]), F(in[1]), c->d[0]);
+}
+
+static void swiglu_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
+  for (int i = 0; i < c->d[0]; i++) {
+    const double g = in[0][i];
+    out[0][i] = g / (1.0 + exp(-g)) * in[1][i];
   }
 }
 
@@ -345,7 +468,18 @@ static void adamw_ref(const struct opcheck_case* c, const double* const* in, dou
   {.name = nm, .n_in = 1, .n_out = 2,                                                   \
    .in = {{"qkv", (B) * (T) * 3 * (C), OPCHECK_F32, -1, 1, 1}},                          \
    .out = {{"out", (B) * (T) * (C), 1}, {"lse", (B) * (NH) * (T), 0}},                   \
-   .d = {B, T, C, NH}, .forward = attention_fwd, .backward = attention_bwd,              \
+   .d = {B, T, NH, NH, (C) / (NH), 1}, .forward = attention_fwd,                         \
+   .backward = attention_bwd, .reference = attention_ref, .fwd_tol = 1e-5,               \
+   .grad_tol = 1e-4}
+
+/* grouped-query: NH query heads over NKV key/value heads of HS channels */
+#define ATTENTION_GQA(nm, B, T, NH, NKV, HS)                                            \
+  {.name = nm, .n_in = 3, .n_out = 2,                                                   \
+   .in = {{"q", (B) * (T) * (NH) * (HS), OPCHECK_F32, -1, 1, 1},                         \
+          {"k", (B) * (T) * (NKV) * (HS), OPCHECK_F32, -1, 1, 1},                        \
+          {"v", (B) * (T) * (NKV) * (HS), OPCHECK_F32, -1, 1, 1}},                       \
+   .out = {{"out", (B) * (T) * (NH) * (HS), 1}, {"lse", (B) * (NH) * (T), 0}},           \
+   .d = {B, T, NH, NKV, HS, 0}, .forward = attention_fwd, .backward = attention_bwd,     \
    .reference = attention_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4}
 
 #define CROSSENTROPY(nm, N, V, VP)                                                      \
@@ -355,6 +489,21 @@ static void adamw_ref(const struct opcheck_case* c, const double* const* in, dou
    .out = {{"losses", N, 1}}, .d = {N, V, VP}, .forward = xent_fwd,                      \
    .backward = xent_bwd, .reference = xent_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4,       \
    .writes_grad = 1}
+
+#define RMSNORM(nm, N, C, EPS)                                                          \
+  {.name = nm, .n_in = 2, .n_out = 2,                                                   \
+   .in = {{"inp", (N) * (C), OPCHECK_F32, -2, 2, 1},                                    \
+          {"weight", C, OPCHECK_F32, 0.5f, 1.5f, 1}},                                   \
+   .out = {{"out", (N) * (C), 1}, {"rstd", N, 0}}, .d = {N, C}, .alpha = EPS,           \
+   .forward = rmsnorm_fwd, .backward = rmsnorm_bwd, .reference = rmsnorm_ref,           \
+   .fwd_tol = 1e-5, .grad_tol = 1e-4}
+
+#define ROPE(nm, B, T, H, HS, SCALED)                                                   \
+  {.name = nm, .n_in = 1, .n_out = 1,                                                   \
+   .in = {{"x", (B) * (T) * (H) * (HS), OPCHECK_F32, -1, 1, 1}},                         \
+   .out = {{"out", (B) * (T) * (H) * (HS), 1}}, .d = {B, T, H, HS, SCALED},              \
+   .forward = rope_fwd, .backward = rope_bwd, .reference = rope_ref, .fwd_tol = 1e-5,    \
+   .grad_tol = 1e-4}
 
 /* a shard of columns [v0, v0 + COLS) of a vocabulary of V (padded beyond) */
 #define XENT_SHARD(nm, N, COLS, V0, V)                                                  \
@@ -397,7 +546,23 @@ const struct opcheck_case tl__opcheck_cases[] = {
     ATTENTION("attention_long", 1, 40, 64, 2),
     /* past two of the CPU kernel's 64-key tiles: the online softmax's rescaling */
     ATTENTION("attention_tiled", 1, 150, 16, 2),
+    /* grouped-query (two query heads a key/value head), multi-query, and
+     * separate q, k, v with as many key/value heads as query heads */
+    ATTENTION_GQA("attention_gqa", 2, 5, 4, 2, 3),
+    ATTENTION_GQA("attention_mqa", 1, 7, 3, 1, 4),
+    ATTENTION_GQA("attention_separate", 2, 4, 2, 2, 5),
+    ATTENTION_GQA("attention_gqa_tiled", 1, 140, 4, 2, 8),
     CROSSENTROPY("crossentropy_wide", 3, 300, 384),
+    RMSNORM("rmsnorm", 6, 10, 1e-5f),
+    /* a row longer than a warp, and an eps that matters (rows of small x) */
+    RMSNORM("rmsnorm_wide", 4, 100, 0.5f),
+    ROPE("rope", 2, 5, 3, 8, 0),
+    /* Llama 3.1's scaling, and positions far enough for large angles */
+    ROPE("rope_llama3", 1, 70, 2, 16, 1),
+    {.name = "swiglu", .n_in = 2, .n_out = 1,
+     .in = {{"gate", 64, OPCHECK_F32, -6, 6, 1}, {"up", 64, OPCHECK_F32, -2, 2, 1}},
+     .out = {{"out", 64, 1}}, .d = {64}, .forward = swiglu_fwd, .backward = swiglu_bwd,
+     .reference = swiglu_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4},
     {.name = "add", .n_in = 2, .n_out = 1,
      .in = {{"a", 50, OPCHECK_F32, -1, 1, 1}, {"b", 50, OPCHECK_F32, -1, 1, 1}},
      .out = {{"out", 50, 1}}, .d = {50}, .forward = add_fwd, .backward = add_bwd,

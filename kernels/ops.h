@@ -30,6 +30,33 @@ extern "C" {
 
 #define TL_LAYERNORM_EPS 1e-5f
 
+/* Attention's sizes: b sequences of t tokens; nh query heads and nkv
+ * key/value heads (nkv divides nh; equal is multi-head attention, 1
+ * multi-query) of hs channels; the row strides of q and of k and v. */
+struct tl_attention_shape {
+  int b, t, nh, nkv, hs;
+  int64_t ldq, ldkv;
+};
+
+/* Rotary position embedding (RoPE) of heads of hs channels: channel i
+ * pairs with i + hs/2 (transformers' rotate_half), rotated by position
+ * p times inv_freq_i = theta^(-2i/hs). factor > 0 rescales the
+ * frequencies as Llama 3.1 does (transformers' rope_type "llama3"):
+ * wavelengths 2 pi / inv_freq above original_ctx / low_freq_factor are
+ * divided by factor, those below original_ctx / high_freq_factor kept,
+ * those between interpolated. */
+struct tl_rope {
+  int hs;
+  float theta;
+  float factor; /* 0: no scaling */
+  float low_freq_factor, high_freq_factor;
+  int original_ctx;
+};
+
+/* inv_freq[i], i < hs/2, as transformers computes them in fp32 (kernels
+ * of every backend rotate by these). */
+void tl_rope_inv_freq(const struct tl_rope* r, float* inv_freq);
+
 struct tl_kernel_ops {
   const char* name; /* "cpu", "cuda" */
 
@@ -58,16 +85,21 @@ struct tl_kernel_ops {
   tl_status (*gelu_backward)(void* ctx, float* dinp, const float* inp, const float* dout,
                              int64_t n);
 
-
-  /* Causal multi-head self-attention without the T x T probabilities
-   * (flash attention's algorithm). qkv (B,T,3C) -> out (B,T,C); lse
-   * (B,NH,T) keeps each query row's log-sum-exp of its scores, which with
-   * qkv and out is all the backward needs. Scores are scaled by
-   * 1/sqrt(C/NH). */
-  tl_status (*attention_forward)(void* ctx, float* out, float* lse, const float* qkv, int b, int t,
-                                 int c, int nh);
-  tl_status (*attention_backward)(void* ctx, float* dqkv, const float* dout, const float* qkv,
-                                  const float* out, const float* lse, int b, int t, int c, int nh);
+  /* Causal self-attention without the T x T probabilities (flash
+   * attention's algorithm), multi-head or grouped-query (struct
+   * tl_attention_shape). q (B,T,NH,hs), k and v (B,T,NKV,hs), each row
+   * `ldq` or `ldkv` floats from the next (a fused [Q | K | V] row of 3C
+   * is ldq = ldkv = 3C with k = q + C, v = q + 2C) -> out (B,T,NH*hs),
+   * dense; lse (B,NH,T) keeps each query row's log-sum-exp of its scores,
+   * which with q, k, v and out is all the backward needs. Query head j
+   * reads key/value head j / (NH / NKV); scores are scaled by 1/sqrt(hs).
+   * The backward's dq, dk, dv have q's, k's and v's strides (they may be
+   * one fused buffer too). */
+  tl_status (*attention_forward)(void* ctx, float* out, float* lse, const float* q, const float* k,
+                                 const float* v, const struct tl_attention_shape* s);
+  tl_status (*attention_backward)(void* ctx, float* dq, float* dk, float* dv, const float* dout,
+                                  const float* q, const float* k, const float* v, const float* out,
+                                  const float* lse, const struct tl_attention_shape* s);
 
   /* out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens are int32 in [0, V).
    * wte holds rows [row_begin, row_begin + rows) of the vocabulary (a
@@ -157,12 +189,34 @@ struct tl_kernel_ops {
    * accumulation (tensor cores), where every product is exact and only the
    * order of the sums can differ from matmul's. NULL: the graph calls
    * matmul / matmul_backward (the CPU's). */
-  tl_status (*matmul_bf16)(void* ctx, float* out, const float* a, const float* b,
-                           const float* bias, int m, int n, int k, bool trans_a, bool trans_b,
-                           bool accumulate);
+  tl_status (*matmul_bf16)(void* ctx, float* out, const float* a, const float* b, const float* bias,
+                           int m, int n, int k, bool trans_a, bool trans_b, bool accumulate);
   tl_status (*matmul_backward_bf16)(void* ctx, float* da, float* db, float* dbias,
-                                    const float* dout, const float* a, const float* b, int m,
-                                    int n, int k, bool trans_a, bool trans_b);
+                                    const float* dout, const float* a, const float* b, int m, int n,
+                                    int k, bool trans_a, bool trans_b);
+
+  /* RMSNorm as transformers' LlamaRMSNorm computes it: rstd (N) = 1 /
+   * sqrt(mean over the row of x^2 + eps), out (N,C) = (x * rstd) * weight
+   * (C); rstd is kept for the backward. */
+  tl_status (*rmsnorm_forward)(void* ctx, float* out, float* rstd, const float* inp,
+                               const float* weight, int n, int c, float eps);
+  tl_status (*rmsnorm_backward)(void* ctx, float* dinp, float* dweight, const float* dout,
+                                const float* inp, const float* weight, const float* rstd, int n,
+                                int c);
+
+  /* RoPE (struct tl_rope) on x (B,T,heads,hs), dense: out at position t
+   * is x rotated by t inv_freq, per head. The backward rotates back:
+   * dinp += R(-t) dout. */
+  tl_status (*rope_forward)(void* ctx, float* out, const float* inp, const struct tl_rope* r, int b,
+                            int t, int heads);
+  tl_status (*rope_backward)(void* ctx, float* dinp, const float* dout, const struct tl_rope* r,
+                             int b, int t, int heads);
+
+  /* SwiGLU's gate: out (n) = silu(gate) * up, silu(g) = g / (1 + e^-g);
+   * backward: dgate += dout * up * silu'(gate), dup += dout * silu(gate). */
+  tl_status (*swiglu_forward)(void* ctx, float* out, const float* gate, const float* up, int64_t n);
+  tl_status (*swiglu_backward)(void* ctx, float* dgate, float* dup, const float* dout,
+                               const float* gate, const float* up, int64_t n);
 };
 
 /* Fixed-point units of the exact sums: gradients in 2^-48 (|g| < 2^14,

@@ -348,16 +348,17 @@ static tl_status rule_crossentropy(struct pass* p, int i) {
   return TL_OK;
 }
 
-/* Ops that work row by row (layer norm), or element by element (add,
- * gelu): the outputs are held as the inputs are; a whole input meeting
+/* Ops that work row by row (norms: TL_OP_ROWWISE), or element by element
+ * (add, gelu, swiglu: TL_OP_ELEMENTWISE): the outputs are held as the inputs are; a whole input meeting
  * token rows takes its own rows; split inputs must all split alike, with
  * no whole operand. Anything else — or an elementwise op with a parameter
  * operand on token rows, whose shape is the whole's — runs whole on every
  * rank, token rows gathered first. */
 static tl_status rule_rowwise(struct pass* p, int i) {
   const tl_node* n = &p->g->nodes[i];
-  const bool elementwise = n->op == TL_OP_ADD || n->op == TL_OP_GELU;
-  const bool rowwise = elementwise || n->op == TL_OP_LAYERNORM;
+  const unsigned flags = tl_op_get(n->op)->flags;
+  const bool elementwise = flags & TL_OP_ELEMENTWISE;
+  const bool rowwise = elementwise || (flags & TL_OP_ROWWISE);
   bool any_split = false, any_rows = false, any_whole = false, any_param = false, mixed = false;
   int parts = -1, origin = -1;
   for (int k = 0; k < n->n_in; k++) {

@@ -30,7 +30,11 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
                                    TL_DATA(x, n->in[0]), tl_value_numel(&x->g->values[n->in[1]]));
 }
 
-const struct tl_op_def tl_op_gelu = {
-    .name = "gelu", .n_diff_out = 1, .infer = infer, .run = run, .backward = backward};
+const struct tl_op_def tl_op_gelu = {.name = "gelu",
+                                     .n_diff_out = 1,
+                                     .infer = infer,
+                                     .run = run,
+                                     .backward = backward,
+                                     .flags = TL_OP_ELEMENTWISE};
 const struct tl_op_def tl_op_gelu_backward = {
     .name = "gelu_backward", .n_diff_out = 0, .run = run_backward};

@@ -46,7 +46,11 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
       TL_DATA(x, n->in[4]), (int)tl__rows(v), (int)tl__cols(v));
 }
 
-const struct tl_op_def tl_op_layernorm = {
-    .name = "layernorm", .n_diff_out = 1, .infer = infer, .run = run, .backward = backward};
+const struct tl_op_def tl_op_layernorm = {.name = "layernorm",
+                                          .n_diff_out = 1,
+                                          .infer = infer,
+                                          .run = run,
+                                          .backward = backward,
+                                          .flags = TL_OP_ROWWISE};
 const struct tl_op_def tl_op_layernorm_backward = {
     .name = "layernorm_backward", .n_diff_out = 0, .run = run_backward};

@@ -67,8 +67,8 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   const struct tl_kernel_ops* ops = x->be->ops;
   if (ops->matmul_bf16 && bf16_operands(x->g, n))
     return ops->matmul_bf16(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]),
-                            TL_DATA(x, n->in[1]), n->n_in > 2 ? TL_DATA(x, n->in[2]) : NULL, m,
-                            nn, k, n->attr[0], n->attr[1], false);
+                            TL_DATA(x, n->in[1]), n->n_in > 2 ? TL_DATA(x, n->in[2]) : NULL, m, nn,
+                            k, n->attr[0], n->attr[1], false);
   return x->be->ops->matmul(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]),
                             TL_DATA(x, n->in[1]), n->n_in > 2 ? TL_DATA(x, n->in[2]) : NULL, m, nn,
                             k, n->attr[0], n->attr[1], false);

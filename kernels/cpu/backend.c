@@ -89,4 +89,10 @@ const struct tl_kernel_ops tl_cpu_kernel_ops = {
     .to_bf16 = tl__cpu_to_bf16,
     .from_bf16 = tl__cpu_from_bf16,
     .round_bf16 = tl__cpu_round_bf16,
+    .rmsnorm_forward = tl__cpu_rmsnorm_forward,
+    .rmsnorm_backward = tl__cpu_rmsnorm_backward,
+    .rope_forward = tl__cpu_rope_forward,
+    .rope_backward = tl__cpu_rope_backward,
+    .swiglu_forward = tl__cpu_swiglu_forward,
+    .swiglu_backward = tl__cpu_swiglu_backward,
 };

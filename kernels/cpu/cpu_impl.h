@@ -23,11 +23,13 @@ tl_status tl__cpu_layernorm_backward(void* ctx, float* dinp, float* dweight, flo
 tl_status tl__cpu_gelu_forward(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cpu_gelu_backward(void* ctx, float* dinp, const float* inp, const float* dout,
                                 int64_t n);
-tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const float* qkv, int b,
-                                    int t, int c, int nh);
-tl_status tl__cpu_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
-                                     const float* out, const float* lse, int b, int t, int c,
-                                     int nh);
+tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const float* q,
+                                    const float* k, const float* v,
+                                    const struct tl_attention_shape* s);
+tl_status tl__cpu_attention_backward(void* ctx, float* dq, float* dk, float* dv, const float* dout,
+                                     const float* q, const float* k, const float* v,
+                                     const float* out, const float* lse,
+                                     const struct tl_attention_shape* s);
 tl_status tl__cpu_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
                                     const float* wpe, int b, int t, int c, int row_begin, int rows);
 tl_status tl__cpu_embedding_backward(void* ctx, float* dwte, float* dwpe, const float* dout,
@@ -53,6 +55,19 @@ tl_status tl__cpu_sumsq_fixed(void* ctx, int64_t* out, const float* x, int64_t n
 tl_status tl__cpu_to_bf16(void* ctx, uint16_t* out, const float* x, int64_t n);
 tl_status tl__cpu_from_bf16(void* ctx, float* out, const uint16_t* x, int64_t n);
 tl_status tl__cpu_round_bf16(void* ctx, float* out, const float* x, int64_t n);
+tl_status tl__cpu_rmsnorm_forward(void* ctx, float* out, float* rstd, const float* inp,
+                                  const float* weight, int n, int c, float eps);
+tl_status tl__cpu_rmsnorm_backward(void* ctx, float* dinp, float* dweight, const float* dout,
+                                   const float* inp, const float* weight, const float* rstd, int n,
+                                   int c);
+tl_status tl__cpu_rope_forward(void* ctx, float* out, const float* inp, const struct tl_rope* r,
+                               int b, int t, int heads);
+tl_status tl__cpu_rope_backward(void* ctx, float* dinp, const float* dout, const struct tl_rope* r,
+                                int b, int t, int heads);
+tl_status tl__cpu_swiglu_forward(void* ctx, float* out, const float* gate, const float* up,
+                                 int64_t n);
+tl_status tl__cpu_swiglu_backward(void* ctx, float* dgate, float* dup, const float* dout,
+                                  const float* gate, const float* up, int64_t n);
 tl_status tl__cpu_adamw(void* ctx, float* params, const float* grads, float* m, float* v, int64_t n,
                         float lr, float beta1, float beta2, float eps, float weight_decay,
                         int step);

@@ -203,4 +203,10 @@ extern "C" const struct tl_kernel_ops tl_cuda_kernel_ops = {
     tl__cuda_round_bf16,
     tl__cuda_matmul_bf16,
     tl__cuda_matmul_backward_bf16,
+    tl__cuda_rmsnorm_forward,
+    tl__cuda_rmsnorm_backward,
+    tl__cuda_rope_forward,
+    tl__cuda_rope_backward,
+    tl__cuda_swiglu_forward,
+    tl__cuda_swiglu_backward,
 };

@@ -22,9 +22,9 @@ struct tl_cublas_api {
   decltype(&cublasSgemm_v2) sgemm;
   /* the C entry point (cublas_api.h also declares C++ overloads of it) */
   cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                            const void*, const void*, cudaDataType, int, const void*,
-                            cudaDataType, int, const void*, void*, cudaDataType, int,
-                            cublasComputeType_t, cublasGemmAlgo_t);
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t);
   decltype(&cublasGetStatusString) status_string;
 };
 /* Loads cuBLAS once per process (thread-safe); the table, or
@@ -37,7 +37,7 @@ struct tl_cuda_ctx {
   cudaStream_t stream;
   cublasHandle_t blas;
   const struct tl_cublas_api* blas_api; /* loaded with the first context */
-  tl_buffer* workspace; /* grown on demand, counted by core's allocator */
+  tl_buffer* workspace;                 /* grown on demand, counted by core's allocator */
 };
 
 #define TL_CUDA_CHECK(expr)                                                               \
@@ -47,7 +47,6 @@ struct tl_cuda_ctx {
       return TL_ERRF(TL_ERR_CUDA, "%s failed: %s (%s)", #expr, cudaGetErrorString(tl__e), \
                      cudaGetErrorName(tl__e));                                            \
   } while (0)
-
 
 #define TL_CUBLAS_CHECK(expr)                                                             \
   do {                                                                                    \
@@ -83,11 +82,13 @@ tl_status tl__cuda_layernorm_backward(void* ctx, float* dinp, float* dweight, fl
 tl_status tl__cuda_gelu_forward(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cuda_gelu_backward(void* ctx, float* dinp, const float* inp, const float* dout,
                                  int64_t n);
-tl_status tl__cuda_attention_forward(void* ctx, float* out, float* lse, const float* qkv, int b,
-                                     int t, int c, int nh);
-tl_status tl__cuda_attention_backward(void* ctx, float* dqkv, const float* dout, const float* qkv,
-                                      const float* out, const float* lse, int b, int t, int c,
-                                      int nh);
+tl_status tl__cuda_attention_forward(void* ctx, float* out, float* lse, const float* q,
+                                     const float* k, const float* v,
+                                     const struct tl_attention_shape* s);
+tl_status tl__cuda_attention_backward(void* ctx, float* dq, float* dk, float* dv, const float* dout,
+                                      const float* q, const float* k, const float* v,
+                                      const float* out, const float* lse,
+                                      const struct tl_attention_shape* s);
 tl_status tl__cuda_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
                                      const float* wpe, int b, int t, int c, int row_begin,
                                      int rows);
@@ -115,6 +116,19 @@ tl_status tl__cuda_round_bf16(void* ctx, float* out, const float* x, int64_t n);
 tl_status tl__cuda_matmul_bf16(void* ctx, float* out, const float* a, const float* b,
                                const float* bias, int m, int n, int k, bool trans_a, bool trans_b,
                                bool accumulate);
+tl_status tl__cuda_rmsnorm_forward(void* ctx, float* out, float* rstd, const float* inp,
+                                   const float* weight, int n, int c, float eps);
+tl_status tl__cuda_rmsnorm_backward(void* ctx, float* dinp, float* dweight, const float* dout,
+                                    const float* inp, const float* weight, const float* rstd, int n,
+                                    int c);
+tl_status tl__cuda_rope_forward(void* ctx, float* out, const float* inp, const struct tl_rope* r,
+                                int b, int t, int heads);
+tl_status tl__cuda_rope_backward(void* ctx, float* dinp, const float* dout, const struct tl_rope* r,
+                                 int b, int t, int heads);
+tl_status tl__cuda_swiglu_forward(void* ctx, float* out, const float* gate, const float* up,
+                                  int64_t n);
+tl_status tl__cuda_swiglu_backward(void* ctx, float* dgate, float* dup, const float* dout,
+                                   const float* gate, const float* up, int64_t n);
 tl_status tl__cuda_matmul_backward_bf16(void* ctx, float* da, float* db, float* dbias,
                                         const float* dout, const float* a, const float* b, int m,
                                         int n, int k, bool trans_a, bool trans_b);

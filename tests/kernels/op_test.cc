@@ -140,6 +140,69 @@ tl_status MatmulBackwardWrongTranspose(void* ctx, float* da, float* db, float* d
   return tl_cpu_kernel_ops.matmul_backward(ctx, da, db, dbias, dout, a, b, m, n, k, ta, !tb);
 }
 
+// RMSNorm backward that forgets rstd's dependence on x (the -x r^3 dot / C term).
+tl_status RmsnormBackwardMissingTerm(void*, float* dinp, float* dweight, const float* dout,
+                                     const float* inp, const float* weight, const float* rstd,
+                                     int n, int c) {
+  TL_CHECK(tl_cpu_kernel_ops.rmsnorm_backward(nullptr, nullptr, dweight, dout, inp, weight, rstd,
+                                              n, c));
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < c; j++) dinp[i * c + j] += rstd[i] * weight[j] * dout[i * c + j];
+  return TL_OK;
+}
+
+// RoPE backward that rotates forward again instead of back.
+tl_status RopeBackwardWrongDirection(void* ctx, float* dinp, const float* dout,
+                                     const tl_rope* r, int b, int t, int heads) {
+  std::vector<float> y((size_t)b * t * heads * r->hs);
+  TL_CHECK(tl_cpu_kernel_ops.rope_forward(ctx, y.data(), dout, r, b, t, heads));
+  for (size_t i = 0; i < y.size(); i++) dinp[i] += y[i];
+  return TL_OK;
+}
+
+// SwiGLU backward whose gate gradient is sigmoid's alone (silu' taken as sigma).
+tl_status SwigluBackwardWrongDerivative(void*, float* dgate, float* dup, const float* dout,
+                                        const float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float g = gate[i], sig = 1.0f / (1.0f + std::exp(-g));
+    dgate[i] += dout[i] * up[i] * sig;
+    dup[i] += dout[i] * g * sig;
+  }
+  return TL_OK;
+}
+
+// Grouped-query backward that sends each key/value head the gradient of its
+// group's first query head only (the others' contributions dropped).
+tl_status AttentionBackwardOneHeadPerGroup(void* ctx, float* dq, float* dk, float* dv,
+                                           const float* dout, const float* q, const float* k,
+                                           const float* v, const float* out, const float* lse,
+                                           const tl_attention_shape* s) {
+  tl_attention_shape one = *s;
+  one.nh = s->nkv;  // a multi-head problem over every group's first query head
+  const int group = s->nh / s->nkv, hs = s->hs;
+  const int64_t rows = (int64_t)s->b * s->t, c = (int64_t)s->nh * hs, c1 = (int64_t)s->nkv * hs;
+  std::vector<float> q1(rows * c1), o1(rows * c1), d1(rows * c1), dq1(rows * c1, 0.0f),
+      l1((size_t)s->b * s->nkv * s->t);
+  for (int64_t r = 0; r < rows; r++)
+    for (int h = 0; h < s->nkv; h++)
+      for (int i = 0; i < hs; i++) {
+        q1[r * c1 + h * hs + i] = q[r * s->ldq + (int64_t)h * group * hs + i];
+        o1[r * c1 + h * hs + i] = out[r * c + (int64_t)h * group * hs + i];
+        d1[r * c1 + h * hs + i] = dout[r * c + (int64_t)h * group * hs + i];
+      }
+  for (int b = 0; b < s->b; b++)
+    for (int h = 0; h < s->nkv; h++)
+      for (int t = 0; t < s->t; t++)
+        l1[((size_t)b * s->nkv + h) * s->t + t] = lse[((size_t)b * s->nh + h * group) * s->t + t];
+  one.ldq = c1;
+  TL_CHECK(tl_cpu_kernel_ops.attention_backward(ctx, dq1.data(), dk, dv, d1.data(), q1.data(), k,
+                                                v, o1.data(), l1.data(), &one));
+  // dq of every head, right: the full kernel into a scratch dk, dv
+  std::vector<float> dks(rows * s->ldkv, 0.0f), dvs(rows * s->ldkv, 0.0f);
+  return tl_cpu_kernel_ops.attention_backward(ctx, dq, dks.data(), dvs.data(), dout, q, k, v, out,
+                                              lse, s);
+}
+
 struct Mutant {
   const char* op_case;
   void (*install)(tl_kernel_ops*);
@@ -169,8 +232,47 @@ INSTANTIATE_TEST_SUITE_P(
                [](tl_kernel_ops* o) { o->layernorm_backward = LayernormBackwardMissingMean; }},
         Mutant{"add", [](tl_kernel_ops* o) { o->add_backward = AddBackwardOverwrites; }},
         Mutant{"matmul_tn_bias",
-               [](tl_kernel_ops* o) { o->matmul_backward = MatmulBackwardWrongTranspose; }}),
+               [](tl_kernel_ops* o) { o->matmul_backward = MatmulBackwardWrongTranspose; }},
+        Mutant{"rmsnorm",
+               [](tl_kernel_ops* o) { o->rmsnorm_backward = RmsnormBackwardMissingTerm; }},
+        Mutant{"rope", [](tl_kernel_ops* o) { o->rope_backward = RopeBackwardWrongDirection; }},
+        Mutant{"swiglu",
+               [](tl_kernel_ops* o) { o->swiglu_backward = SwigluBackwardWrongDerivative; }},
+        Mutant{"attention_gqa",
+               [](tl_kernel_ops* o) {
+                 o->attention_backward = AttentionBackwardOneHeadPerGroup;
+               }}),
     [](const testing::TestParamInfo<Mutant>& info) { return std::string(info.param.op_case); });
+
+// RoPE pairing channel 2i with 2i + 1 (Meta's and llm.c's layout) instead
+// of i with i + hs/2 (transformers'): a Hugging Face checkpoint's q and k
+// would then need a permutation. The forward check must tell them apart.
+tl_status RopeInterleavedPairs(void*, float* out, const float* inp, const tl_rope* r, int b,
+                               int t, int heads) {
+  std::vector<float> inv(r->hs / 2);
+  tl_rope_inv_freq(r, inv.data());
+  for (int64_t row = 0; row < (int64_t)b * t; row++)
+    for (int h = 0; h < heads; h++)
+      for (int i = 0; i < r->hs / 2; i++) {
+        const int64_t a = (row * heads + h) * r->hs + 2 * i;
+        const float ang = inv[i] * (float)(row % t), c = std::cos(ang), sn = std::sin(ang);
+        out[a] = inp[a] * c - inp[a + 1] * sn;
+        out[a + 1] = inp[a + 1] * c + inp[a] * sn;
+      }
+  return TL_OK;
+}
+
+TEST(BrokenForward, RopeWithInterleavedPairsIsCaught) {
+  tl_kernel_ops broken = tl_cpu_kernel_ops;
+  broken.rope_forward = RopeInterleavedPairs;
+  tl_backend be = {tl_cpu(), &broken, nullptr};
+  for (const char* name : {"rope", "rope_llama3"}) {
+    tl_opcheck_result r;
+    ASSERT_EQ(tl_opcheck_run(&be, CaseIndex(name), &r), TL_OK) << tl_last_error();
+    EXPECT_FALSE(r.passed) << Describe(r);
+    EXPECT_GT(r.fwd_err, 100 * r.fwd_tol) << Describe(r);
+  }
+}
 
 TEST(OpCheck, UnknownCaseIsAnError) {
   tl_backend* be = nullptr;
