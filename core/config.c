@@ -14,6 +14,7 @@
 #include <float.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@
 #include "core/config_impl.h"
 #include "core/json_kind.h"
 
-static const char* const k_model_kinds[] = {"gpt", "mlp", NULL};
+static const char* const k_model_kinds[] = {"gpt", "mlp", "llama", NULL};
 static const char* const k_schedule_kinds[] = {"gpipe", "1f1b", "interleaved", "zero_bubble", NULL};
 static const char* const k_lr_schedules[] = {"cosine", "constant", NULL};
 static const char* const k_recompute[] = {"none", "selective", "full", NULL};
@@ -44,17 +45,25 @@ const char* const tl__config_sections[] = {"model", "mesh",   "schedule",   "par
 #define AT_LEAST(v) .lo = (v), .no_hi = true
 #define BETWEEN(a, b) .lo = (a), .hi = (b)
 #define ABOVE(v) .lo = (v), .lo_open = true, .no_hi = true
-#define GPT_ONLY .only_kind = 1 + TL_MODEL_GPT
-#define MLP_ONLY .only_kind = 1 + TL_MODEL_MLP
+#define GPT_ONLY .kinds = 1u << TL_MODEL_GPT
+#define MLP_ONLY .kinds = 1u << TL_MODEL_MLP
+#define LLAMA_ONLY .kinds = 1u << TL_MODEL_LLAMA
+#define TRANSFORMERS .kinds = (1u << TL_MODEL_GPT) | (1u << TL_MODEL_LLAMA)
 
 const struct tl__config_field tl__config_fields[] = {
     FIELD(model, kind, TL__FIELD_ENUM, .names = k_model_kinds),
-    FIELD(model, n_layers, TL__FIELD_INT, AT_LEAST(1), GPT_ONLY),
-    FIELD(model, n_heads, TL__FIELD_INT, AT_LEAST(1), GPT_ONLY),
-    FIELD(model, n_embd, TL__FIELD_INT, AT_LEAST(1), GPT_ONLY),
+    FIELD(model, n_layers, TL__FIELD_INT, AT_LEAST(1), TRANSFORMERS),
+    FIELD(model, n_heads, TL__FIELD_INT, AT_LEAST(1), TRANSFORMERS),
+    FIELD(model, n_embd, TL__FIELD_INT, AT_LEAST(1), TRANSFORMERS),
     FIELD(model, vocab_size, TL__FIELD_INT, AT_LEAST(1)),
-    FIELD(model, padded_vocab_size, TL__FIELD_INT, AT_LEAST(0), GPT_ONLY),
-    FIELD(model, max_seq_len, TL__FIELD_INT, AT_LEAST(1), GPT_ONLY),
+    FIELD(model, padded_vocab_size, TL__FIELD_INT, AT_LEAST(0), TRANSFORMERS),
+    FIELD(model, max_seq_len, TL__FIELD_INT, AT_LEAST(1), TRANSFORMERS),
+    FIELD(model, n_kv_heads, TL__FIELD_INT, AT_LEAST(0), LLAMA_ONLY),
+    FIELD(model, ffn_hidden, TL__FIELD_INT, AT_LEAST(0), LLAMA_ONLY),
+    FIELD(model, rope_theta, TL__FIELD_FLOAT, ABOVE(1), LLAMA_ONLY),
+    FIELD(model, rope_scaling, TL__FIELD_ROPE_SCALING, LLAMA_ONLY),
+    FIELD(model, norm_eps, TL__FIELD_FLOAT, ABOVE(0), LLAMA_ONLY),
+    FIELD(model, tie_embeddings, TL__FIELD_BOOL, LLAMA_ONLY),
     FIELD(model, mlp_sizes, TL__FIELD_SIZES, AT_LEAST(1), MLP_ONLY),
     FIELD(model, seed, TL__FIELD_U64, AT_LEAST(0)), /* and <= INT64_MAX: JSON integers are signed */
     FIELD(model, init_from, TL__FIELD_STRING),
@@ -125,6 +134,11 @@ void tl_config_defaults(struct tl_config* cfg) {
   m->vocab_size = 256;
   m->padded_vocab_size = 0;
   m->max_seq_len = 64;
+  m->n_kv_heads = 0;
+  m->ffn_hidden = 0;
+  m->rope_theta = 10000.0f;
+  m->norm_eps = 1e-5f;
+  m->tie_embeddings = false;
   m->n_mlp_layers = 2; /* a small MLP: 16-wide embedding, 32 hidden, 256 tokens out */
   m->mlp_sizes[0] = 16;
   m->mlp_sizes[1] = 32;
@@ -169,6 +183,17 @@ void tl_config_defaults(struct tl_config* cfg) {
 int tl_config_padded_vocab(const struct tl_model_config* m) {
   if (m->padded_vocab_size > 0) return m->padded_vocab_size;
   return (m->vocab_size + 127) / 128 * 128;
+}
+
+int tl_config_kv_heads(const struct tl_model_config* m) {
+  return m->n_kv_heads > 0 ? m->n_kv_heads : m->n_heads;
+}
+
+int tl_config_ffn_hidden(const struct tl_model_config* m) {
+  if (m->ffn_hidden > 0) return m->ffn_hidden;
+  long long h = 2LL * 4 * m->n_embd / 3; /* Meta's llama: 2/3 of 4 n_embd, then multiple_of 256 */
+  h = (h + 255) / 256 * 256;
+  return h > INT_MAX ? INT_MAX : (int)h;
 }
 
 /* ---- problems ------------------------------------------------------------ */
@@ -299,6 +324,12 @@ const char* tl__field_expect(const struct tl__config_field* f, char* buf, size_t
     case TL__FIELD_U64:
       snprintf(buf, size, "an integer from 0 to %lld", (long long)INT64_MAX);
       break;
+    case TL__FIELD_ROPE_SCALING:
+      snprintf(buf, size,
+               "null, or an object {\"factor\": >= 1, \"low_freq_factor\": > 0, "
+               "\"high_freq_factor\": > low_freq_factor, \"original_max_position_embeddings\": "
+               "an integer >= 1} (optionally \"rope_type\": \"llama3\")");
+      break;
     default: {
       const char* what =
           f->type == TL__FIELD_INT || f->type == TL__FIELD_U64 ? "an integer" : "a number";
@@ -312,6 +343,80 @@ const char* tl__field_expect(const struct tl__config_field* f, char* buf, size_t
     }
   }
   return buf;
+}
+
+/* model.rope_scaling: null, or Llama 3.1's four numbers (transformers'
+ * rope_scaling object with rope_type "llama3"; the type may be left out).
+ * Each key is checked here, naming it; the ranges are config_check.c's. */
+static bool read_rope_scaling(const struct tl__config_field* f, const json_t* v,
+                              struct tl_rope_scaling* out, struct tl__problems* p) {
+  char val[64];
+  if (json_is_null(v)) {
+    memset(out, 0, sizeof *out);
+    return true;
+  }
+  if (!json_is_object(v)) {
+    char expect[256];
+    tl__field_expect(f, expect, sizeof expect);
+    tl__problem(p, "%s.%s = %s: expected %s, got %s", f->section, f->key, show(v, val, sizeof val),
+                expect, tl_json_kind(v));
+    return false;
+  }
+  static const char* const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                     "original_max_position_embeddings", "rope_type"};
+  struct tl_rope_scaling r = {0};
+  bool ok = true, seen[4] = {false};
+  const char* key;
+  json_t* x;
+  json_object_foreach((json_t*)v, key, x) {
+    int k = -1;
+    for (int i = 0; i < 5; i++)
+      if (strcmp(key, keys[i]) == 0) k = i;
+    if (k < 0) {
+      const char* near = closest(key, keys, 5);
+      tl__problem(p,
+                  "%s.%s.%s: unknown key%s%s%s; it takes factor, low_freq_factor, "
+                  "high_freq_factor, original_max_position_embeddings and rope_type",
+                  f->section, f->key, key, near ? "; did you mean \"" : "", near ? near : "",
+                  near ? "\"" : "");
+      ok = false;
+    } else if (k == 4) {
+      const char* s = json_string_value(x);
+      if (!s || strcmp(s, "llama3") != 0) {
+        tl__problem(p,
+                    "%s.%s.rope_type = %s: expected \"llama3\" (Llama 3.1's scaling, the one "
+                    "trellis implements)",
+                    f->section, f->key, show(x, val, sizeof val));
+        ok = false;
+      }
+    } else if (k == 3) {
+      json_int_t n = json_is_integer(x) ? json_integer_value(x) : 0;
+      if (n < 1 || n > INT_MAX) {
+        tl__problem(p, "%s.%s.%s = %s: expected an integer >= 1", f->section, f->key, key,
+                    show(x, val, sizeof val));
+        ok = false;
+      }
+      r.original_max_position_embeddings = (int)n;
+      seen[k] = true;
+    } else {
+      double d = json_is_number(x) ? json_number_value(x) : NAN;
+      if (!json_is_number(x) || !(fabs(d) <= FLT_MAX)) {
+        tl__problem(p, "%s.%s.%s = %s: expected a number", f->section, f->key, key,
+                    show(x, val, sizeof val));
+        ok = false;
+      }
+      (&r.factor)[k] = (float)d;
+      seen[k] = true;
+    }
+  }
+  for (int k = 0; k < 4; k++)
+    if (!seen[k] && ok) {
+      tl__problem(p, "%s.%s: missing \"%s\" (Llama 3.1's scaling needs all four numbers)",
+                  f->section, f->key, keys[k]);
+      ok = false;
+    }
+  if (ok) *out = r;
+  return ok;
 }
 
 /* Copies one JSON value into the struct; false (and a problem) when its
@@ -394,6 +499,8 @@ static bool read_field(const struct tl__config_field* f, const json_t* v, struct
       memcpy(at, order, sizeof order);
       return true;
     }
+    case TL__FIELD_ROPE_SCALING:
+      return read_rope_scaling(f, v, (struct tl_rope_scaling*)at, p);
     case TL__FIELD_SIZES:
     case TL__FIELD_STAGES: {
       int sizes = f->type == TL__FIELD_SIZES;
@@ -518,9 +625,14 @@ static void other_kind_fields(const struct tl_config* cfg, const bool* given, bo
   if (bad[kind_field]) return;
   for (int i = 0; i < tl__config_n_fields; i++) {
     const struct tl__config_field* f = &tl__config_fields[i];
-    if (!given[i] || f->only_kind == 0 || f->only_kind == 1 + (int)cfg->model.kind) continue;
-    const char* mine = k_model_kinds[f->only_kind - 1];
-    tl__problem(p, "%s.%s: only model.kind \"%s\" reads it; this model is \"%s\" (remove the key)",
+    if (!given[i] || tl__field_read_by(f, cfg->model.kind)) continue;
+    char mine[64] = "";
+    size_t len = 0;
+    for (int k = 0; k_model_kinds[k]; k++)
+      if (f->kinds & (1u << k))
+        len += (size_t)snprintf(mine + len, sizeof mine - len, "%s\"%s\"", len ? " or " : "",
+                                k_model_kinds[k]);
+    tl__problem(p, "%s.%s: only model.kind %s reads it; this model is \"%s\" (remove the key)",
                 f->section, f->key, mine, k_model_kinds[cfg->model.kind]);
     bad[i] = true;
   }

@@ -28,7 +28,7 @@ extern "C" {
 #define TL_MAX_STAGES 64
 #define TL_MAX_VIRTUAL_STAGES 16 /* schedule.virtual_stages: model chunks per pipeline stage */
 
-typedef enum { TL_MODEL_GPT = 0, TL_MODEL_MLP } tl_model_kind;
+typedef enum { TL_MODEL_GPT = 0, TL_MODEL_MLP, TL_MODEL_LLAMA } tl_model_kind;
 typedef enum { TL_AXIS_DP = 0, TL_AXIS_TP, TL_AXIS_PP } tl_axis;
 typedef enum {
   TL_SCHEDULE_GPIPE = 0,
@@ -47,15 +47,30 @@ typedef enum { TL_RECOMPUTE_NONE = 0, TL_RECOMPUTE_SELECTIVE, TL_RECOMPUTE_FULL 
  * moments, fp32 arithmetic: graph/graph.h's tl_graph_set_precision) */
 typedef enum { TL_PRECISION_FP32 = 0, TL_PRECISION_BF16 } tl_precision;
 
+/* model.rope_scaling: Llama 3.1's frequency scaling (transformers' rope_type
+ * "llama3"); factor 0 = none (JSON null, the default) */
+struct tl_rope_scaling {
+  float factor;
+  float low_freq_factor, high_freq_factor;
+  int original_max_position_embeddings;
+};
+
 struct tl_model_config {
-  tl_model_kind kind; /* "gpt" | "mlp"; default gpt */
-  /* gpt */
+  tl_model_kind kind; /* "gpt" | "mlp" | "llama"; default gpt */
+  /* gpt and llama */
   int n_layers;          /* default 4 */
   int n_heads;           /* default 4 */
   int n_embd;            /* channels; default 128 */
   int vocab_size;        /* default 256 (byte-level) */
   int padded_vocab_size; /* 0 = vocab_size rounded up to a multiple of 128 (llm.c) */
-  int max_seq_len;       /* positions in wpe; default 64 */
+  int max_seq_len;       /* gpt: positions in wpe; llama: the longest sequence; default 64 */
+  /* llama */
+  int n_kv_heads;   /* key/value heads (grouped-query attention); 0 = n_heads */
+  int ffn_hidden;   /* the SwiGLU MLP's width; 0 = tl_config_ffn_hidden's rule */
+  float rope_theta; /* RoPE's base; default 10000 */
+  struct tl_rope_scaling rope_scaling;
+  float norm_eps;      /* RMSNorm's epsilon; default 1e-5 */
+  bool tie_embeddings; /* the LM head is the token embedding; default false */
   /* mlp: sizes[0] inputs, sizes[n_mlp_layers] outputs (classes) */
   int n_mlp_layers;
   int mlp_sizes[TL_MLP_MAX_LAYERS + 1];
@@ -137,8 +152,8 @@ typedef enum {
 } tl_checkpoint_format;
 
 struct tl_checkpoint_config {
-  char dir[TL_PATH_MAX];    /* "" = no checkpoints */
-  int every;                /* steps; 0 = only at the end (when dir is set) */
+  char dir[TL_PATH_MAX]; /* "" = no checkpoints */
+  int every;             /* steps; 0 = only at the end (when dir is set) */
   /* "" = start fresh, else a trellis checkpoint (file or directory), or
    * "latest": the newest in dir (none yet: start fresh) */
   char resume[TL_PATH_MAX];
@@ -175,6 +190,12 @@ tl_status tl_config_save(const struct tl_config* cfg, const char* path);
 
 /* The padded vocabulary (llm.c's rounding when padded_vocab_size is 0). */
 int tl_config_padded_vocab(const struct tl_model_config* m);
+
+/* A Llama's key/value heads (n_kv_heads, or n_heads when it is 0) and its
+ * MLP width (ffn_hidden, or when it is 0 Meta's rule: 2/3 of 4 n_embd,
+ * rounded up to a multiple of 256). */
+int tl_config_kv_heads(const struct tl_model_config* m);
+int tl_config_ffn_hidden(const struct tl_model_config* m);
 
 #ifdef __cplusplus
 }

@@ -95,6 +95,32 @@ static bool check_field(const struct tl__config_field* f, const struct tl_config
         }
       return ok;
     }
+    case TL__FIELD_ROPE_SCALING: {
+      const struct tl_rope_scaling* r = (const struct tl_rope_scaling*)at;
+      if (r->factor == 0 && r->low_freq_factor == 0 && r->high_freq_factor == 0 &&
+          r->original_max_position_embeddings == 0)
+        return true; /* null: no scaling */
+      bool ok = true;
+      if (!(r->factor >= 1 && isfinite(r->factor))) {
+        tl__problem(p, "%s.%s.factor = %g: expected a number >= 1", f->section, f->key, r->factor);
+        ok = false;
+      }
+      if (!(r->low_freq_factor > 0 && isfinite(r->low_freq_factor))) {
+        tl__problem(p, "%s.%s.low_freq_factor = %g: expected a number > 0", f->section, f->key,
+                    r->low_freq_factor);
+        ok = false;
+      } else if (!(r->high_freq_factor > r->low_freq_factor && isfinite(r->high_freq_factor))) {
+        tl__problem(p, "%s.%s.high_freq_factor = %g: expected a number > low_freq_factor = %g",
+                    f->section, f->key, r->high_freq_factor, r->low_freq_factor);
+        ok = false;
+      }
+      if (r->original_max_position_embeddings < 1) {
+        tl__problem(p, "%s.%s.original_max_position_embeddings = %d: expected an integer >= 1",
+                    f->section, f->key, r->original_max_position_embeddings);
+        ok = false;
+      }
+      return ok;
+    }
     case TL__FIELD_SIZES: {
       const struct tl_model_config* m = &cfg->model;
       if (m->n_mlp_layers < 1 || m->n_mlp_layers > TL_MLP_MAX_LAYERS) {
@@ -142,6 +168,8 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
   const struct tl_train_config* t = &cfg->train;
   const bool gpt = OK(model, kind) && m->kind == TL_MODEL_GPT;
   const bool mlp = OK(model, kind) && m->kind == TL_MODEL_MLP;
+  const bool llama = OK(model, kind) && m->kind == TL_MODEL_LLAMA;
+  const bool transformer = gpt || llama; /* the fields and rules they share */
 
   if (OK(mesh, dp) && OK(mesh, tp) && OK(mesh, pp)) {
     long long n = (long long)mesh->dp * mesh->tp * mesh->pp;
@@ -153,7 +181,7 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
   /* The model must split the way the mesh asks. */
   int layers = -1;
   const char* layers_name = "";
-  if (gpt && OK(model, n_layers)) layers = m->n_layers, layers_name = "model.n_layers";
+  if (transformer && OK(model, n_layers)) layers = m->n_layers, layers_name = "model.n_layers";
   if (mlp && OK(model, mlp_sizes))
     layers = m->n_mlp_layers, layers_name = "the MLP's layers (length of model.mlp_sizes - 1)";
   if (mlp && OK(model, mlp_sizes) && OK(model, vocab_size) &&
@@ -183,7 +211,7 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
     tl__problem(p, "mesh.pp = %d: must be <= %s = %d (each pipeline stage needs a layer)", mesh->pp,
                 layers_name, layers);
 
-  if (gpt) {
+  if (transformer) {
     if (OK(model, n_embd) && OK(model, n_heads) && m->n_embd % m->n_heads != 0)
       tl__problem(p, "model.n_embd = %d: must be divisible by model.n_heads = %d (head size)",
                   m->n_embd, m->n_heads);
@@ -192,7 +220,7 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                   "mesh.tp = %d: must divide model.n_heads = %d (each tensor-parallel rank holds "
                   "n_heads / tp heads)",
                   mesh->tp, m->n_heads);
-    if (OK(mesh, tp) && OK(model, n_embd) && m->n_embd % mesh->tp != 0)
+    if (gpt && OK(mesh, tp) && OK(model, n_embd) && m->n_embd % mesh->tp != 0)
       tl__problem(p, "mesh.tp = %d: must divide model.n_embd = %d", mesh->tp, m->n_embd);
     if (OK(model, padded_vocab_size) && OK(model, vocab_size) && m->padded_vocab_size != 0 &&
         m->padded_vocab_size < m->vocab_size)
@@ -224,6 +252,34 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
       tl__problem(p, "train.sample_top_k = %d: must be <= model.vocab_size = %d", t->sample_top_k,
                   m->vocab_size);
   }
+  if (llama) {
+    const int kv = tl_config_kv_heads(m);
+    if (OK(model, n_embd) && OK(model, n_heads) && m->n_embd % m->n_heads == 0 &&
+        (m->n_embd / m->n_heads) % 2 != 0)
+      tl__problem(p,
+                  "model.n_embd = %d with model.n_heads = %d: heads of %d channels; rotary "
+                  "embeddings pair channels, so the head size must be even",
+                  m->n_embd, m->n_heads, m->n_embd / m->n_heads);
+    if (OK(model, n_kv_heads) && OK(model, n_heads) && m->n_heads % kv != 0)
+      tl__problem(p,
+                  "model.n_kv_heads = %d: must divide model.n_heads = %d (query heads share "
+                  "key/value heads in equal groups)",
+                  m->n_kv_heads, m->n_heads);
+    else if (OK(model, n_kv_heads) && OK(model, n_heads) && OK(mesh, tp) && kv % mesh->tp != 0)
+      tl__problem(p,
+                  "mesh.tp = %d: must divide model.n_kv_heads = %d (each tensor-parallel rank "
+                  "holds n_kv_heads / tp key/value heads; they are not replicated across ranks)",
+                  mesh->tp, kv);
+    if (OK(model, ffn_hidden) && OK(model, n_embd) && OK(mesh, tp) &&
+        tl_config_ffn_hidden(m) % mesh->tp != 0)
+      tl__problem(p,
+                  "mesh.tp = %d: must divide the MLP width %d (model.ffn_hidden%s; its gate and up "
+                  "projections are split across tensor-parallel ranks)",
+                  mesh->tp, tl_config_ffn_hidden(m),
+                  m->ffn_hidden ? ""
+                                : " = 0: 8/3 n_embd "
+                                  "rounded up to 256");
+  }
   if (mlp) {
     /* layers pair up column- then row-parallel (tp/tp.h): layer 2k splits
      * its outputs mlp_sizes[2k+1], layer 2k+1 the same as its inputs, and
@@ -242,8 +298,8 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
     }
     if (OK(parallel, sequence_parallel) && cfg->parallel.sequence_parallel)
       tl__problem(p,
-                  "parallel.sequence_parallel = true: only applies to model.kind \"gpt\" (this "
-                  "model is an \"mlp\")");
+                  "parallel.sequence_parallel = true: only applies to model.kind \"gpt\" or "
+                  "\"llama\" (this model is an \"mlp\")");
   }
 
   /* The global batch must split into replicas and micro-batches. */

@@ -20,16 +20,17 @@ extern "C" {
 #endif
 
 typedef enum {
-  TL__FIELD_INT,    /* int; JSON integer */
-  TL__FIELD_U64,    /* uint64_t; JSON integer 0 .. 2^63-1 */
-  TL__FIELD_FLOAT,  /* float; JSON number */
-  TL__FIELD_DOUBLE, /* double; JSON number */
-  TL__FIELD_BOOL,   /* bool; JSON true / false */
-  TL__FIELD_STRING, /* char[TL_PATH_MAX]; JSON string */
-  TL__FIELD_ENUM,   /* an enum stored as int; JSON string from `names` */
-  TL__FIELD_ORDER,  /* tl_axis[3]; JSON array of three distinct axis names */
-  TL__FIELD_SIZES,  /* model.mlp_sizes (+ n_mlp_layers); JSON array of integers */
-  TL__FIELD_STAGES  /* schedule.stage_layers (+ n_stage_layers); JSON array, may be empty */
+  TL__FIELD_INT,         /* int; JSON integer */
+  TL__FIELD_U64,         /* uint64_t; JSON integer 0 .. 2^63-1 */
+  TL__FIELD_FLOAT,       /* float; JSON number */
+  TL__FIELD_DOUBLE,      /* double; JSON number */
+  TL__FIELD_BOOL,        /* bool; JSON true / false */
+  TL__FIELD_STRING,      /* char[TL_PATH_MAX]; JSON string */
+  TL__FIELD_ENUM,        /* an enum stored as int; JSON string from `names` */
+  TL__FIELD_ORDER,       /* tl_axis[3]; JSON array of three distinct axis names */
+  TL__FIELD_SIZES,       /* model.mlp_sizes (+ n_mlp_layers); JSON array of integers */
+  TL__FIELD_STAGES,      /* schedule.stage_layers (+ n_stage_layers); JSON array, may be empty */
+  TL__FIELD_ROPE_SCALING /* struct tl_rope_scaling; JSON null or an object (config.c) */
 } tl__field_type;
 
 struct tl__config_field {
@@ -41,9 +42,10 @@ struct tl__config_field {
   double lo, hi;
   bool lo_open, hi_open, no_hi;
   const char* const* names; /* TL__FIELD_ENUM: names by enum value, NULL-terminated */
-  /* 0: any model; 1 + tl_model_kind: only that model kind reads the field, so
-   * a config of the other kind that names it is refused (and it is not saved) */
-  int only_kind;
+  /* 0: any model; else a mask of (1 << tl_model_kind): only those model
+   * kinds read the field, so a config of another kind that names it is
+   * refused (and it is not saved) */
+  unsigned kinds;
 };
 
 extern const struct tl__config_field tl__config_fields[];
@@ -72,6 +74,11 @@ tl_status tl__problems_status(const struct tl__problems* p, const char* source);
  * bad[i] (may be NULL) marks field i as already reported (wrong JSON type):
  * checks that read it are skipped rather than reported twice. */
 void tl__config_validate(const struct tl_config* cfg, const bool* bad, struct tl__problems* p);
+
+/* Whether a model of `kind` reads field f. */
+static inline bool tl__field_read_by(const struct tl__config_field* f, tl_model_kind kind) {
+  return f->kinds == 0 || (f->kinds & (1u << kind)) != 0;
+}
 
 /* Describes field f's allowed values ("an integer >= 1") into buf. */
 const char* tl__field_expect(const struct tl__config_field* f, char* buf, size_t size);

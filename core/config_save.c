@@ -31,6 +31,11 @@ static void tidy_exponent(char* buf) {
 
 /* The shortest %g form of x that reads back (as the loader reads it) to x. */
 static void format_float(float x, char* buf, size_t size) {
+  /* a whole number as one (500000, not 5e5) */
+  if (x == (float)(long long)x && x > -1e9f && x < 1e9f) {
+    snprintf(buf, size, "%lld", (long long)x);
+    return;
+  }
   for (int prec = 1; prec <= 9; prec++) {
     snprintf(buf, size, "%.*g", prec, (double)x);
     if ((float)strtod(buf, NULL) == x) break;
@@ -106,6 +111,22 @@ static tl_status write_value(FILE* f, const struct tl__config_field* fd,
         fprintf(f, "%s%d", i ? ", " : "", cfg->model.mlp_sizes[i]);
       fputc(']', f);
       break;
+    case TL__FIELD_ROPE_SCALING: {
+      const struct tl_rope_scaling* r = (const struct tl_rope_scaling*)at;
+      if (!(r->factor > 0)) {
+        fputs("null", f);
+        break;
+      }
+      char lo[32], hi[32];
+      format_float(r->factor, num, sizeof num);
+      format_float(r->low_freq_factor, lo, sizeof lo);
+      format_float(r->high_freq_factor, hi, sizeof hi);
+      fprintf(f,
+              "{\"factor\": %s, \"low_freq_factor\": %s, \"high_freq_factor\": %s, "
+              "\"original_max_position_embeddings\": %d}",
+              num, lo, hi, r->original_max_position_embeddings);
+      break;
+    }
     case TL__FIELD_STAGES:
       fputc('[', f);
       for (int i = 0; i < cfg->schedule.n_stage_layers; i++)
@@ -124,7 +145,7 @@ static tl_status write_all(FILE* f, const struct tl_config* cfg) {
     for (int i = 0; i < tl__config_n_fields; i++) {
       const struct tl__config_field* fd = &tl__config_fields[i];
       if (strcmp(fd->section, tl__config_sections[s]) != 0) continue;
-      if (fd->only_kind != 0 && fd->only_kind != 1 + (int)cfg->model.kind) continue;
+      if (!tl__field_read_by(fd, cfg->model.kind)) continue;
       fprintf(f, "%s\n    \"%s\": ", n++ ? "," : "", fd->key);
       TL_CHECK(write_value(f, fd, cfg));
     }

@@ -1,5 +1,5 @@
-/* model.c — parameter layouts, initialisation and graph builders for gpt
- * and mlp. */
+/* model.c — parameter layouts, initialisation and graph builders for gpt,
+ * llama and mlp. */
 #include "graph/model.h"
 
 #include <math.h>
@@ -59,6 +59,47 @@ static tl_status gpt_layout(tl_model* m) {
   return TL_OK;
 }
 
+/* The Llama: transformers' LlamaForCausalLM's tensors, each per-layer one
+ * stacked over layers; linear weights (out, in) as Hugging Face stores them,
+ * so a checkpoint's tensors load as they are (q and k too: RoPE pairs
+ * channel i with i + hs/2, transformers' layout). Initialised as
+ * transformers initialises them: normal(0, 0.02) matrices, norms at one. */
+static tl_status llama_layout(tl_model* m) {
+  const struct tl_model_config* c = &m->cfg;
+  int64_t L = c->n_layers, C = c->n_embd, Vp = m->padded_vocab;
+  const int nh = c->n_heads, nkv = tl_config_kv_heads(c);
+  if (L < 1 || C < 1 || nh < 1 || c->max_seq_len < 1)
+    return TL_ERRF(
+        TL_ERR_CONFIG,
+        "llama needs n_layers, n_heads, n_embd and max_seq_len >= 1 (got %lld, %d, %lld, %d)",
+        (long long)L, nh, (long long)C, c->max_seq_len);
+  if (C % nh != 0 || (C / nh) % 2 != 0)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "model.n_embd=%lld over model.n_heads=%d: expected heads of an even size",
+                   (long long)C, nh);
+  if (nkv < 1 || nh % nkv != 0)
+    return TL_ERRF(TL_ERR_CONFIG, "model.n_kv_heads=%d does not divide model.n_heads=%d", nkv, nh);
+  const int64_t hs = C / nh, kv = hs * nkv, F = tl_config_ffn_hidden(c);
+  const float std = 0.02f;
+  add_tensor(m, "wte", 2, (int64_t[]){Vp, C}, true, TL_INIT_NORMAL, std);
+  m->tensors[0].init_rows = m->vocab; /* padded rows stay zero */
+  add_tensor(m, "rms1w", 2, (int64_t[]){L, C}, false, TL_INIT_ONES, 0);
+  add_tensor(m, "wq", 3, (int64_t[]){L, C, C}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "wk", 3, (int64_t[]){L, kv, C}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "wv", 3, (int64_t[]){L, kv, C}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "wo", 3, (int64_t[]){L, C, C}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "rms2w", 2, (int64_t[]){L, C}, false, TL_INIT_ONES, 0);
+  add_tensor(m, "wgate", 3, (int64_t[]){L, F, C}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "wup", 3, (int64_t[]){L, F, C}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "wdown", 3, (int64_t[]){L, C, F}, true, TL_INIT_NORMAL, std);
+  add_tensor(m, "rmsfw", 1, (int64_t[]){C}, false, TL_INIT_ONES, 0);
+  if (!c->tie_embeddings) {
+    add_tensor(m, "headw", 2, (int64_t[]){Vp, C}, true, TL_INIT_NORMAL, std);
+    m->tensors[m->n_tensors - 1].init_rows = m->vocab;
+  }
+  return TL_OK;
+}
+
 static tl_status mlp_layout(tl_model* m) {
   const struct tl_model_config* c = &m->cfg;
   int n = c->n_mlp_layers;
@@ -94,13 +135,13 @@ tl_status tl_model_init(const struct tl_model_config* cfg, tl_model* m) {
   if (m->vocab < 1 || m->vocab > INT32_MAX - 127)
     return TL_ERRF(TL_ERR_CONFIG, "model.vocab_size=%d; expected 1 to %d (tokens are int32)",
                    m->vocab, INT32_MAX - 127);
-  if (cfg->kind == TL_MODEL_GPT) {
+  if (cfg->kind == TL_MODEL_GPT || cfg->kind == TL_MODEL_LLAMA) {
     m->padded_vocab =
         cfg->padded_vocab_size ? cfg->padded_vocab_size : (m->vocab + 127) / 128 * 128;
     if (m->padded_vocab < m->vocab)
       return TL_ERRF(TL_ERR_CONFIG, "model.padded_vocab_size=%d is below model.vocab_size=%d",
                      m->padded_vocab, m->vocab);
-    return gpt_layout(m);
+    return cfg->kind == TL_MODEL_GPT ? gpt_layout(m) : llama_layout(m);
   }
   m->padded_vocab = m->vocab;
   return mlp_layout(m);
@@ -253,6 +294,74 @@ static tl_status gpt_build(tl_graph* g, const tl_model* m, int tokens, int* logi
   return NODE(TL_OP_MATMUL, "lm_head", ((int[]){o[0], wte}), linear, logits);
 }
 
+/* An RMSNorm node "h<layer>.<what>" (or `what`) with weight `w`. */
+static tl_status rmsnorm(tl_graph* g, const tl_model* m, const char* what, int layer, int x,
+                         const char* w, int* out) {
+  const int attr[TL_NODE_MAX_ATTRS] = {tl_attr_from_float(m->cfg.norm_eps)};
+  int wv, o[2];
+  char name[TL_NAME_MAX];
+  TL_CHECK(param(g, m, w, layer, &wv));
+  if (layer < 0)
+    snprintf(name, sizeof name, "%s", what);
+  else
+    snprintf(name, sizeof name, "h%d.%s", layer, what);
+  TL_CHECK(tl_graph_node(g, TL_OP_RMSNORM, name, 2, (int[]){x, wv}, attr, TL_NODE_MAX_ATTRS, o));
+  *out = o[0];
+  return TL_OK;
+}
+
+/* The Llama (transformers' LlamaForCausalLM): a token embedding, then per
+ * block h = x + o(attn(rope(q(n1 x)), rope(k(n1 x)), v(n1 x))) and out = h +
+ * down(swiglu(gate(n2 h), up(n2 h))), a final RMSNorm and the LM head (its
+ * own matrix, or the token embedding when tied). No biases, no position
+ * table. */
+static tl_status llama_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
+                             struct tl_model_io* io) {
+  const struct tl_model_config* c = &m->cfg;
+  const int hs = c->n_embd / c->n_heads;
+  const struct tl_rope_scaling* rs = &c->rope_scaling;
+  const int rope[TL_NODE_MAX_ATTRS] = {hs,
+                                       tl_attr_from_float(c->rope_theta),
+                                       tl_attr_from_float(rs->factor),
+                                       tl_attr_from_float(rs->low_freq_factor),
+                                       tl_attr_from_float(rs->high_freq_factor),
+                                       rs->original_max_position_embeddings};
+  const int heads[TL_NODE_MAX_ATTRS] = {c->n_heads, tl_config_kv_heads(c)};
+  int wte, x;
+  TL_CHECK(param(g, m, "wte", -1, &wte));
+  TL_CHECK(NODE(TL_OP_EMBEDDING, "embed", ((int[]){tokens, wte}), k_no_attr, &x));
+  for (int l = 0; l < c->n_layers; l++) {
+    io->layer_begin[l] = g->n_nodes;
+    int n1, q, k, v, qr, kr, a[2], o, n2, gate, up, act, down;
+    /* h = x + attention(rmsnorm(x)) */
+    TL_CHECK(rmsnorm(g, m, "rms1", l, x, "rms1w", &n1));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "q", l, n1, "wq", NULL, &q));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "k", l, n1, "wk", NULL, &k));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "v", l, n1, "wv", NULL, &v));
+    TL_CHECK(plain(g, TL_OP_ROPE, "qrope", l, 1, &q, rope, &qr));
+    TL_CHECK(plain(g, TL_OP_ROPE, "krope", l, 1, &k, rope, &kr));
+    TL_CHECK(plain(g, TL_OP_ATTENTION, "attn", l, 3, (int[]){qr, kr, v}, heads, a));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "o", l, a[0], "wo", NULL, &o));
+    TL_CHECK(plain(g, TL_OP_ADD, "res1", l, 2, (int[]){x, o}, k_no_attr, &x));
+    /* out = h + down(silu(gate(rmsnorm(h))) * up(rmsnorm(h))) */
+    TL_CHECK(rmsnorm(g, m, "rms2", l, x, "rms2w", &n2));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "gate", l, n2, "wgate", NULL, &gate));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "up", l, n2, "wup", NULL, &up));
+    TL_CHECK(plain(g, TL_OP_SWIGLU, "swiglu", l, 2, (int[]){gate, up}, k_no_attr, &act));
+    TL_CHECK(weighted(g, m, TL_OP_MATMUL, "down", l, act, "wdown", NULL, &down));
+    TL_CHECK(plain(g, TL_OP_ADD, "res2", l, 2, (int[]){x, down}, k_no_attr, &x));
+  }
+  io->layer_begin[c->n_layers] = g->n_nodes;
+  io->n_layers = c->n_layers;
+  int nf;
+  TL_CHECK(rmsnorm(g, m, "norm", -1, x, "rmsfw", &nf));
+  if (c->tie_embeddings) {
+    static const int linear[TL_NODE_MAX_ATTRS] = {0, 1};
+    return NODE(TL_OP_MATMUL, "lm_head", ((int[]){nf, wte}), linear, logits);
+  }
+  return weighted(g, m, TL_OP_MATMUL, "lm_head", -1, nf, "headw", NULL, logits);
+}
+
 /* The mlp: a token embedding, then linear layers with GELU between them. */
 static tl_status mlp_build(tl_graph* g, const tl_model* m, int tokens, int* logits,
                            struct tl_model_io* io) {
@@ -290,22 +399,24 @@ tl_status tl_model_build_forward(const tl_model* m, int b, int t, bool with_loss
   io->tokens = io->targets = io->logits = io->losses = -1;
   if (b < 1 || t < 1)
     return TL_ERRF(TL_ERR_INVALID, "batch %d x %d tokens; expected >= 1 each", b, t);
-  int layers = m->cfg.kind == TL_MODEL_GPT ? m->cfg.n_layers : m->cfg.n_mlp_layers;
+  const bool mlp = m->cfg.kind == TL_MODEL_MLP;
+  int layers = mlp ? m->cfg.n_mlp_layers : m->cfg.n_layers;
   if (layers > TL_MODEL_MAX_LAYERS)
     return TL_ERRF(TL_ERR_CONFIG, "%d layers; at most %d are supported", layers,
                    TL_MODEL_MAX_LAYERS);
-  if (m->cfg.kind == TL_MODEL_GPT && t > m->cfg.max_seq_len)
+  if (!mlp && t > m->cfg.max_seq_len)
     return TL_ERRF(TL_ERR_CONFIG, "sequence length %d exceeds model.max_seq_len=%d", t,
                    m->cfg.max_seq_len);
   tl_graph* g = NULL;
   TL_CHECK(tl_graph_create(&g));
   tl_status st = TL_OK;
   /* The mlp sees every position as its own length-1 sequence. */
-  int64_t tok_shape[2] = {m->cfg.kind == TL_MODEL_GPT ? b : (int64_t)b * t,
-                          m->cfg.kind == TL_MODEL_GPT ? t : 1};
+  int64_t tok_shape[2] = {mlp ? (int64_t)b * t : b, mlp ? 1 : t};
   TL_CHECK_GOTO(tl_graph_input(g, "tokens", TL_I32, 2, tok_shape, &io->tokens), st, fail);
   if (m->cfg.kind == TL_MODEL_GPT)
     TL_CHECK_GOTO(gpt_build(g, m, io->tokens, &io->logits, io), st, fail);
+  else if (m->cfg.kind == TL_MODEL_LLAMA)
+    TL_CHECK_GOTO(llama_build(g, m, io->tokens, &io->logits, io), st, fail);
   else
     TL_CHECK_GOTO(mlp_build(g, m, io->tokens, &io->logits, io), st, fail);
   /* logits are what an inference graph is for; a training graph reads the

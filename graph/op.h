@@ -63,7 +63,7 @@ struct tl_op_def {
 #define TL_OP_STORED 2u
 /* Element by element: each output element is a function of the inputs'
  * elements at the same index (inputs of one shape), so any split of the
- * inputs, alike, is a split of the output (tensor parallelism's rule). */
+ * inputs, alike, is a split of the output. */
 #define TL_OP_ELEMENTWISE 4u
 /* Row by row: each row of the last dimension is a function of the same
  * row of the input, with whole parameters (a norm): a split of the rows is

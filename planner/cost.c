@@ -15,8 +15,8 @@
 #include "graph/exec.h"
 #include "graph/graph.h"
 #include "graph/model.h"
-#include "planner/cost_impl.h"
 #include "graph/op.h"
+#include "planner/cost_impl.h"
 #include "pp/cut.h"
 #include "pp/schedule.h"
 #include "tp/tp.h"
@@ -234,6 +234,12 @@ static tl_status shard_build_all(struct shard_jobs* j) {
   return st;
 }
 
+bool tl_cost_tp_divides(const struct tl_model_config* mc, int padded_vocab, int tp) {
+  if (mc->n_heads % tp || padded_vocab % tp) return false;
+  if (mc->kind != TL_MODEL_LLAMA) return true;
+  return tl_config_kv_heads(mc) % tp == 0 && tl_config_ffn_hidden(mc) % tp == 0;
+}
+
 tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out) {
   return tl_cost_model_build_precision(mc, seq, TL_F32, out);
 }
@@ -267,12 +273,19 @@ tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_d
   out->padded_vocab = m.padded_vocab;
   out->seq = seq;
   out->params_total = m.n_params;
-  const struct tl_param_tensor* wte = &m.tensors[tl_model_tensor(&m, "wte")];
-  const struct tl_param_tensor* wpe = &m.tensors[tl_model_tensor(&m, "wpe")];
-  const struct tl_param_tensor* lnfw = &m.tensors[tl_model_tensor(&m, "lnfw")];
-  out->params_embed = wte->numel + wpe->numel;
-  out->params_head = wte->numel + 2 * lnfw->numel;
-  out->params_layer = (m.n_params - out->params_embed - 2 * lnfw->numel) / mc->n_layers;
+  /* the embedding's tensors (the GPT's position table too), the head's (its
+   * own matrix, or the tied embedding's copy; the final norm) and, the
+   * rest over the layers, one block's */
+  const bool llama = mc->kind == TL_MODEL_LLAMA;
+  const int64_t wte = m.tensors[tl_model_tensor(&m, "wte")].numel;
+  const int64_t wpe = llama ? 0 : m.tensors[tl_model_tensor(&m, "wpe")].numel;
+  const int64_t norm = llama ? m.tensors[tl_model_tensor(&m, "rmsfw")].numel
+                             : 2 * m.tensors[tl_model_tensor(&m, "lnfw")].numel;
+  const int headw = tl_model_tensor(&m, "headw");
+  const int64_t own_head = headw >= 0 ? m.tensors[headw].numel : 0;
+  out->params_embed = wte + wpe;
+  out->params_head = (headw >= 0 ? own_head : wte) + norm;
+  out->params_layer = (m.n_params - out->params_embed - own_head - norm) / mc->n_layers;
 
   /* 2. one block's graph at micro-batch 1: every block has this shape */
   struct tl_model_config one = full;
@@ -289,7 +302,7 @@ tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_d
   tl_graph* fwd = NULL;
   tl_tp_shard sh = {0};
   int t0 = 2;
-  while (t0 <= mc->n_heads && (mc->n_heads % t0 || m.padded_vocab % t0)) t0++;
+  while (t0 <= mc->n_heads && !tl_cost_tp_divides(mc, m.padded_vocab, t0)) t0++;
   tl_status st = TL_OK;
   if (t0 <= mc->n_heads) {
     tl_graph* split = NULL;
@@ -345,7 +358,7 @@ tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_d
   struct shard_jobs jobs = {.full = &full, .seq = seq, .precision = precision, .out = out};
   const int top = max_tp > 0 && max_tp < mc->n_heads ? max_tp : mc->n_heads;
   for (int t = 1; t <= top && jobs.n + 6 <= TL_COST_MAX_SHARDS; t++) {
-    if (mc->n_heads % t || m.padded_vocab % t) continue;
+    if (!tl_cost_tp_divides(mc, m.padded_vocab, t)) continue;
     for (int sp = 0; sp <= (t > 1) && jobs.n + 6 <= TL_COST_MAX_SHARDS; sp++)
       for (int split = 0; split <= 1; split++)
         for (int rc = TL_RECOMPUTE_NONE; rc <= TL_RECOMPUTE_FULL; rc++)
@@ -383,10 +396,11 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
   if (tp <= 1) return tmp;
   double t = tp, rep = cm->layer_act_rep, shard = cm->layer_act_shard;
   double act = sp ? 1.0 / t : (rep + shard / t) / (rep + shard);
-  double* flops[] = {&tmp->layer_fwd_flops,      &tmp->layer_flops,      &tmp->embed_fwd_flops,
-                     &tmp->embed_flops,          &tmp->head_fwd_flops,   &tmp->head_flops,
-                     &tmp->layer_recompute_flops, &tmp->layer_attn_flops, &tmp->layer_attn_fwd_flops,
-                     &tmp->layer_attn_again_flops};
+  double* flops[] = {&tmp->layer_fwd_flops,       &tmp->layer_flops,
+                     &tmp->embed_fwd_flops,       &tmp->embed_flops,
+                     &tmp->head_fwd_flops,        &tmp->head_flops,
+                     &tmp->layer_recompute_flops, &tmp->layer_attn_flops,
+                     &tmp->layer_attn_fwd_flops,  &tmp->layer_attn_again_flops};
   for (int i = 0; i < 10; i++) *flops[i] /= t;
   struct tl_cost_gemms* gs[] = {&tmp->layer_gemms, &tmp->embed_gemms, &tmp->head_gemms};
   for (int i = 0; i < 3; i++) /* each product's FLOPs by 1/t (its shape as one) */

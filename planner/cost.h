@@ -216,7 +216,9 @@ typedef struct tl_cost_model {
   tl_dtype precision;   /* of the graphs the costs were read off (tl_cost_model_build_precision) */
   int64_t params_layer; /* one transformer block */
   int64_t params_embed; /* wte + wpe (the first stage) */
-  int64_t params_head;  /* wte (tied, a copy on the last stage when pp > 1) + lnf */
+  /* the LM head's matrix (a Llama's own; tied: wte's copy on the last
+   * stage when pp > 1) + the final norm */
+  int64_t params_head;
   double layer_fwd_flops, layer_flops; /* one block: forward; forward + backward */
   double embed_flops, head_flops;      /* forward + backward */
   double head_fwd_flops;
@@ -241,6 +243,11 @@ typedef struct tl_cost_model {
  * for tp = 1 and every degree that splits each of its linear layers
  * (tl_cost_has_shard says which). The graphs are destroyed before
  * returning. */
+/* Whether a tensor-parallel degree splits the transformer `mc` (the
+ * heads, the padded vocabulary; a Llama's key/value heads and MLP width):
+ * the degrees the config accepts. */
+bool tl_cost_tp_divides(const struct tl_model_config* mc, int padded_vocab, int tp);
+
 tl_status tl_cost_model_build(const struct tl_model_config* mc, int seq, tl_cost_model* out);
 
 /* The same, with the graphs in `precision` (tl_graph_set_precision) as

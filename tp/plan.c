@@ -195,12 +195,14 @@ static struct vstate reduced(const struct pass* p) {
 }
 
 /* How parts a column split of node i's output must use: [Q | K | V] when an
- * attention reads it. */
+ * attention reads it fused. */
 static int column_parts(const struct pass* p, int i) {
   const tl_graph* g = p->g;
   int y = g->nodes[i].out[0];
   for (int j = i + 1; j < g->n_forward; j++)
-    if (g->nodes[j].op == TL_OP_ATTENTION && tl_node_reads(&g->nodes[j], y)) return 3;
+    if (g->nodes[j].op == TL_OP_ATTENTION && g->nodes[j].n_in == 1 &&
+        tl_node_reads(&g->nodes[j], y))
+      return 3;
   return 1;
 }
 
@@ -302,26 +304,65 @@ static tl_status rule_embedding(struct pass* p, int i) {
 
 static tl_status rule_attention(struct pass* p, int i) {
   const tl_node* n = &p->g->nodes[i];
-  const struct vstate xs = p->vs[n->in[0]];
-  int in[1], attr[TL_NODE_MAX_ATTRS];
+  int in[3], attr[TL_NODE_MAX_ATTRS];
   memcpy(attr, n->attr, sizeof attr);
-  if (xs.st == SPLIT) { /* heads split with Q, K and V */
-    if (xs.parts != 3 || n->attr[0] % p->tp != 0) {
-      fail_at(p, xs.origin);
+  /* fused [Q | K | V] (one input, parts 3) or separate q, k and v (parts 1
+   * each, grouped-query: n_kv_heads key/value heads) */
+  const bool fused = n->n_in == 1;
+  const int want = fused ? 3 : 1, nkv = fused ? n->attr[0] : n->attr[1];
+  int n_split = 0, origin = -1;
+  bool ok = true;
+  for (int k = 0; k < n->n_in; k++) {
+    const struct vstate xs = p->vs[n->in[k]];
+    if (xs.st != SPLIT) continue;
+    n_split++;
+    if (origin < 0) origin = xs.origin;
+    if (xs.parts != want) ok = false;
+  }
+  if (n_split > 0) { /* heads split with Q, K and V alike */
+    if (!ok || n_split != n->n_in || n->attr[0] % p->tp != 0 || nkv % p->tp != 0) {
+      fail_at(p, origin);
       return TL_OK;
     }
     attr[0] = n->attr[0] / p->tp;
-    TL_CHECK(input(p, n->in[0], -1, &in[0]));
-    TL_CHECK(emit(p, i, n->op, 1, in, attr, SPLIT));
+    if (!fused) attr[1] = nkv / p->tp;
+    for (int k = 0; k < n->n_in; k++) TL_CHECK(input(p, n->in[k], -1, &in[k]));
+    TL_CHECK(emit(p, i, n->op, n->n_in, in, attr, SPLIT));
     for (int k = 0; k < n->n_out; k++)
-      if (n->out[k] >= 0) p->vs[n->out[k]] = (struct vstate){SPLIT, 1, xs.origin};
+      if (n->out[k] >= 0) p->vs[n->out[k]] = (struct vstate){SPLIT, 1, origin};
     return TL_OK;
   }
   /* whole: every rank attends over every head of whole sequences */
-  TL_CHECK(input(p, n->in[0], xs.st == ROWS ? CONV_GATHER_WHOLE : -1, &in[0]));
-  TL_CHECK(emit(p, i, n->op, 1, in, attr, WHOLE));
+  for (int k = 0; k < n->n_in; k++)
+    TL_CHECK(input(p, n->in[k], p->vs[n->in[k]].st == ROWS ? CONV_GATHER_WHOLE : -1, &in[k]));
+  TL_CHECK(emit(p, i, n->op, n->n_in, in, attr, WHOLE));
   for (int k = 0; k < n->n_out; k++)
     if (n->out[k] >= 0) p->vs[n->out[k]] = (struct vstate){WHOLE, 1, -1};
+  return TL_OK;
+}
+
+/* Rotary embeddings turn each head by the tokens' positions: a split by
+ * whole heads keeps its split (the head size divides each rank's columns);
+ * token rows are gathered into whole sequences first, since a row shard
+ * does not know its positions. */
+static tl_status rule_rope(struct pass* p, int i) {
+  const tl_node* n = &p->g->nodes[i];
+  const struct vstate xs = p->vs[n->in[0]];
+  int in[1];
+  if (xs.st == SPLIT) {
+    const int64_t cols = tl__cols(val(p, n->in[0]));
+    if (xs.parts != 1 || (cols / p->tp) % n->attr[0] != 0) {
+      fail_at(p, xs.origin);
+      return TL_OK;
+    }
+    TL_CHECK(input(p, n->in[0], -1, &in[0]));
+    TL_CHECK(emit(p, i, n->op, 1, in, n->attr, SPLIT));
+    p->vs[n->out[0]] = (struct vstate){SPLIT, 1, xs.origin};
+    return TL_OK;
+  }
+  TL_CHECK(input(p, n->in[0], xs.st == ROWS ? CONV_GATHER_WHOLE : -1, &in[0]));
+  TL_CHECK(emit(p, i, n->op, 1, in, n->attr, WHOLE));
+  p->vs[n->out[0]] = (struct vstate){WHOLE, 1, -1};
   return TL_OK;
 }
 
@@ -349,11 +390,10 @@ static tl_status rule_crossentropy(struct pass* p, int i) {
 }
 
 /* Ops that work row by row (norms: TL_OP_ROWWISE), or element by element
- * (add, gelu, swiglu: TL_OP_ELEMENTWISE): the outputs are held as the inputs are; a whole input meeting
- * token rows takes its own rows; split inputs must all split alike, with
- * no whole operand. Anything else — or an elementwise op with a parameter
- * operand on token rows, whose shape is the whole's — runs whole on every
- * rank, token rows gathered first. */
+ * (add, gelu, swiglu: TL_OP_ELEMENTWISE): the outputs are held as the inputs are; a whole input
+ * meeting token rows takes its own rows; split inputs must all split alike, with no whole operand.
+ * Anything else — or an elementwise op with a parameter operand on token rows, whose shape is the
+ * whole's — runs whole on every rank, token rows gathered first. */
 static tl_status rule_rowwise(struct pass* p, int i) {
   const tl_node* n = &p->g->nodes[i];
   const unsigned flags = tl_op_get(n->op)->flags;
@@ -429,6 +469,8 @@ static tl_status walk(struct pass* p) {
       TL_CHECK(rule_embedding(p, i));
     else if (n->op == TL_OP_ATTENTION)
       TL_CHECK(rule_attention(p, i));
+    else if (n->op == TL_OP_ROPE)
+      TL_CHECK(rule_rope(p, i));
     else if (n->op == TL_OP_CROSSENTROPY)
       TL_CHECK(rule_crossentropy(p, i));
     else

@@ -62,6 +62,13 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
         "positions\n",
         m->n_layers, m->n_heads, m->n_embd, m->vocab_size, tl_config_padded_vocab(m),
         m->max_seq_len);
+  } else if (m->kind == TL_MODEL_LLAMA) {
+    printf(
+        "model     llama: %d layers, %d heads over %d key/value heads, %d channels, MLP %d, "
+        "vocabulary %d (padded %d), %s head, rope theta %g%s, up to %d positions\n",
+        m->n_layers, m->n_heads, tl_config_kv_heads(m), m->n_embd, tl_config_ffn_hidden(m),
+        m->vocab_size, tl_config_padded_vocab(m), m->tie_embeddings ? "tied" : "untied",
+        m->rope_theta, m->rope_scaling.factor > 0 ? " (Llama 3.1 scaling)" : "", m->max_seq_len);
   } else {
     printf("model     mlp: %d layers, sizes", m->n_mlp_layers);
     for (int i = 0; i <= m->n_mlp_layers; i++) printf("%s%d", i ? " -> " : " ", m->mlp_sizes[i]);
@@ -89,8 +96,9 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
   else
     printf("CPU threads per rank automatic\n");
   if (cfg->train.precision == TL_PRECISION_BF16)
-    printf("precision bf16: activations and their gradients stored in bf16; weights, gradients, "
-           "moments and logits in fp32; sums in fp32\n");
+    printf(
+        "precision bf16: activations and their gradients stored in bf16; weights, gradients, "
+        "moments and logits in fp32; sums in fp32\n");
   else
     printf("precision fp32\n");
   if (cfg->mesh.dp > 1)
@@ -177,10 +185,10 @@ static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
   int tp = mesh->size[TL_AXIS_TP];
   if (tp == 1) return;
   const struct tl_model_config* mc = &cfg->model;
-  const bool gpt = mc->kind == TL_MODEL_GPT, sp = cfg->parallel.sequence_parallel;
+  const bool gpt = mc->kind != TL_MODEL_MLP, sp = cfg->parallel.sequence_parallel;
   printf(
       "\ntensor-parallel shards (tp = %d%s):\n", tp,
-      gpt && sp ? "; sequence-parallel: LayerNorms and residuals hold 1/tp of the token rows" : "");
+      gpt && sp ? "; sequence-parallel: the norms and residuals hold 1/tp of the token rows" : "");
   tl_model m;
   tl_graph* full = NULL;
   struct tl_model_io io;
@@ -200,6 +208,10 @@ static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
     if (gpt) {
       int h = mc->n_heads / tp;
       printf("heads %d-%d of %d, ", r * h + 1, (r + 1) * h, mc->n_heads);
+    }
+    if (mc->kind == TL_MODEL_LLAMA && tl_config_kv_heads(mc) != mc->n_heads) {
+      int h = tl_config_kv_heads(mc) / tp;
+      printf("key/value heads %d-%d of %d, ", r * h + 1, (r + 1) * h, tl_config_kv_heads(mc));
     }
     for (int k = 0; k < sh.n_params; k++) {
       const struct tl_tp_param* p = &sh.params[k];
@@ -230,7 +242,7 @@ static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
 
 /* Per stage and per group, in device numbers. */
 static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh* mesh) {
-  int layers = cfg->model.kind == TL_MODEL_GPT ? cfg->model.n_layers : cfg->model.n_mlp_layers;
+  int layers = cfg->model.kind == TL_MODEL_MLP ? cfg->model.n_mlp_layers : cfg->model.n_layers;
   int pp = mesh->size[TL_AXIS_PP];
   /* interleaved: each stage's chunks, virtual stages c * pp + s */
   const int v = cfg->schedule.kind == TL_SCHEDULE_INTERLEAVED ? cfg->schedule.virtual_stages : 1;

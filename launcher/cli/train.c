@@ -229,6 +229,12 @@ static void describe(const struct run* r) {
         "model: gpt, %d layers, %d heads, %d channels, vocabulary %d (padded %d), %.2fM "
         "parameters\n",
         mc->n_layers, mc->n_heads, mc->n_embd, m->vocab, m->padded_vocab, m->n_params / 1e6);
+  else if (mc->kind == TL_MODEL_LLAMA)
+    printf(
+        "model: llama, %d layers, %d heads (%d key/value), %d channels, MLP %d, vocabulary %d "
+        "(padded %d), %s head, %.2fM parameters\n",
+        mc->n_layers, mc->n_heads, tl_config_kv_heads(mc), mc->n_embd, tl_config_ffn_hidden(mc),
+        m->vocab, m->padded_vocab, mc->tie_embeddings ? "tied" : "untied", m->n_params / 1e6);
   else
     printf("model: mlp, %d layers, vocabulary %d, %.2fM parameters\n", mc->n_mlp_layers, m->vocab,
            m->n_params / 1e6);

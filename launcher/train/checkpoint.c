@@ -147,10 +147,17 @@ enum {
   H_MAXT,
   H_MLP_LAYERS,
   H_MLP_SIZES = 10, /* 17 entries */
+  H_KV_HEADS = 27,  /* llama: n_kv_heads, ffn_hidden, rope_theta, norm_eps, tie_embeddings */
+  H_FFN,
+  H_ROPE_THETA,
+  H_NORM_EPS,
+  H_TIE,
   H_PARAMS = 32,
   H_STEP = 34,
   H_POSITION = 36,
-  H_TENSORS = 42 /* version 2: tensors in the checksum table */
+  /* 38-41: a sharded checkpoint part's slices and elements (checkpoint.h) */
+  H_TENSORS = 42,      /* version 2: tensors in the checksum table */
+  H_ROPE_SCALING = 44, /* llama: factor, low and high frequency factors, original context */
 };
 
 /* Version 2 adds, after the header, a checksum per tensor of each of the
@@ -191,6 +198,18 @@ static void model_header(const tl_model* m, int32_t* h) {
   h[H_MLP_LAYERS] = m->cfg.kind == TL_MODEL_MLP ? m->cfg.n_mlp_layers : 0;
   for (int i = 0; m->cfg.kind == TL_MODEL_MLP && i <= m->cfg.n_mlp_layers; i++)
     h[H_MLP_SIZES + i] = m->cfg.mlp_sizes[i];
+  if (m->cfg.kind == TL_MODEL_LLAMA) {
+    const struct tl_model_config* c = &m->cfg;
+    h[H_KV_HEADS] = tl_config_kv_heads(c);
+    h[H_FFN] = tl_config_ffn_hidden(c);
+    memcpy(&h[H_ROPE_THETA], &c->rope_theta, 4);
+    memcpy(&h[H_NORM_EPS], &c->norm_eps, 4);
+    h[H_TIE] = c->tie_embeddings;
+    memcpy(&h[H_ROPE_SCALING], &c->rope_scaling.factor, 4);
+    memcpy(&h[H_ROPE_SCALING + 1], &c->rope_scaling.low_freq_factor, 4);
+    memcpy(&h[H_ROPE_SCALING + 2], &c->rope_scaling.high_freq_factor, 4);
+    h[H_ROPE_SCALING + 3] = c->rope_scaling.original_max_position_embeddings;
+  }
   put64(h, H_PARAMS, m->n_params);
 }
 
@@ -240,22 +259,47 @@ tl_status tl_checkpoint_header_check(const char* path, const int32_t* h, const t
   if (h[H_VERSION] != version)
     return TL_ERRF(TL_ERR_FORMAT, "'%s': checkpoint version %d, expected %d", path, h[H_VERSION],
                    version);
-  static const char* const names[] = {"",
-                                      "",
-                                      "kind",
-                                      "n_layers",
-                                      "n_heads",
-                                      "n_embd",
-                                      "vocab_size",
-                                      "padded_vocab_size",
-                                      "max_seq_len",
-                                      "mlp_sizes (count)"};
-  for (int i = H_KIND; i < H_PARAMS; i++) {
+  /* the model's shape: every header word that describes it (a float as its bits) */
+  static const struct {
+    int at;
+    const char* name;
+    bool is_float;
+  } fields[] = {{H_KIND, "kind", false},
+                {H_LAYERS, "n_layers", false},
+                {H_HEADS, "n_heads", false},
+                {H_EMBD, "n_embd", false},
+                {H_VOCAB, "vocab_size", false},
+                {H_PVOCAB, "padded_vocab_size", false},
+                {H_MAXT, "max_seq_len", false},
+                {H_MLP_LAYERS, "mlp_sizes (count)", false},
+                {H_KV_HEADS, "n_kv_heads", false},
+                {H_FFN, "ffn_hidden", false},
+                {H_ROPE_THETA, "rope_theta", true},
+                {H_NORM_EPS, "norm_eps", true},
+                {H_TIE, "tie_embeddings", false},
+                {H_ROPE_SCALING, "rope_scaling.factor", true},
+                {H_ROPE_SCALING + 1, "rope_scaling.low_freq_factor", true},
+                {H_ROPE_SCALING + 2, "rope_scaling.high_freq_factor", true},
+                {H_ROPE_SCALING + 3, "rope_scaling.original_max_position_embeddings", false}};
+  for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+    const int i = fields[k].at;
     if (h[i] == want[i]) continue;
-    const char* field = i < H_MLP_SIZES ? names[i] : "mlp_sizes";
+    if (fields[k].is_float) {
+      float have, wanted;
+      memcpy(&have, &h[i], 4);
+      memcpy(&wanted, &want[i], 4);
+      return TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' has %s=%g but the config says model.%s=%g",
+                     path, fields[k].name, have, fields[k].name, wanted);
+    }
     return TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' has %s=%d but the config says model.%s=%d", path,
-                   field, h[i], field, want[i]);
+                   fields[k].name, h[i], fields[k].name, want[i]);
   }
+  for (int i = H_MLP_SIZES; i < H_MLP_SIZES + TL_MLP_MAX_LAYERS + 1; i++)
+    if (h[i] != want[i])
+      return TL_ERRF(TL_ERR_FORMAT,
+                     "checkpoint '%s' has mlp_sizes[%d]=%d but the config says "
+                     "model.mlp_sizes[%d]=%d",
+                     path, i - H_MLP_SIZES, h[i], i - H_MLP_SIZES, want[i]);
   if (get64(h, H_PARAMS) != m->n_params)
     return TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' holds %lld parameters; the model has %lld", path,
                    (long long)get64(h, H_PARAMS), (long long)m->n_params);

@@ -65,6 +65,7 @@ tl_status tl_checkpoint_prune(const char* dir, int keep, int* removed);
 #define TL_CKPT_H_POSITION 36
 #define TL_CKPT_H_SLICES 38
 #define TL_CKPT_H_ELEMENTS 40
+/* 42: a file's tensor count; 27-31 and 44-47 a Llama's sizes (checkpoint.c) */
 void tl_checkpoint_header(const tl_model* m, int version, int32_t* h);
 void tl_checkpoint_header_set(int32_t* h, int at, int64_t v);
 int64_t tl_checkpoint_header_get(const int32_t* h, int at);

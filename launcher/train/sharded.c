@@ -61,7 +61,8 @@ tl_status tl_sharded_write_part(const char* dir, int rank, const tl_model* m,
 
 static json_t* model_json(const tl_model* m) {
   json_t* o = json_object();
-  json_object_set_new(o, "kind", json_string(m->cfg.kind == TL_MODEL_MLP ? "mlp" : "gpt"));
+  static const char* const kinds[] = {"gpt", "mlp", "llama"};
+  json_object_set_new(o, "kind", json_string(kinds[m->cfg.kind]));
   if (m->cfg.kind == TL_MODEL_MLP) {
     json_t* sizes = json_array();
     for (int i = 0; i <= m->cfg.n_mlp_layers; i++)
@@ -72,6 +73,23 @@ static json_t* model_json(const tl_model* m) {
     json_object_set_new(o, "n_heads", json_integer(m->cfg.n_heads));
     json_object_set_new(o, "n_embd", json_integer(m->cfg.n_embd));
     json_object_set_new(o, "max_seq_len", json_integer(m->cfg.max_seq_len));
+  }
+  if (m->cfg.kind == TL_MODEL_LLAMA) {
+    const struct tl_model_config* c = &m->cfg;
+    json_object_set_new(o, "n_kv_heads", json_integer(tl_config_kv_heads(c)));
+    json_object_set_new(o, "ffn_hidden", json_integer(tl_config_ffn_hidden(c)));
+    json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(o, "norm_eps", json_real(c->norm_eps));
+    json_object_set_new(o, "tie_embeddings", json_boolean(c->tie_embeddings));
+    if (c->rope_scaling.factor > 0) {
+      json_t* r = json_object();
+      json_object_set_new(r, "factor", json_real(c->rope_scaling.factor));
+      json_object_set_new(r, "low_freq_factor", json_real(c->rope_scaling.low_freq_factor));
+      json_object_set_new(r, "high_freq_factor", json_real(c->rope_scaling.high_freq_factor));
+      json_object_set_new(r, "original_max_position_embeddings",
+                          json_integer(c->rope_scaling.original_max_position_embeddings));
+      json_object_set_new(o, "rope_scaling", r);
+    }
   }
   json_object_set_new(o, "vocab_size", json_integer(m->vocab));
   json_object_set_new(o, "padded_vocab_size", json_integer(m->padded_vocab));
@@ -279,6 +297,41 @@ static tl_status index_int(json_t* root, const char* path, const char* key, int6
   return TL_OK;
 }
 
+/* The index's "model" must describe m exactly: the same parameter count
+ * can be another shape (a Llama's rope_theta changes no count at all). */
+static tl_status same_model(json_t* root, const char* ipath, const tl_model* m) {
+  json_t* have = json_object_get(root, "model");
+  json_t* want = model_json(m);
+  tl_status st = TL_OK;
+  if (!json_is_object(have)) {
+    st = TL_ERRF(TL_ERR_FORMAT, "'%s': \"model\" is missing or not an object", ipath);
+  } else if (!json_equal(have, want)) {
+    const char* key;
+    json_t* v;
+    json_object_foreach(want, key, v) {
+      json_t* h = json_object_get(have, key);
+      if (h && json_equal(h, v)) continue;
+      char* a = h ? json_dumps(h, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+      char* b = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+      st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' has model %s=%s but the config says %s", ipath,
+                   key, a ? a : "(none)", b ? b : "?");
+      free(a);
+      free(b);
+      break;
+    }
+    if (st == TL_OK) /* a key the model does not have */
+      json_object_foreach(have, key, v) if (!json_object_get(want, key)) {
+        st = TL_ERRF(TL_ERR_FORMAT,
+                     "checkpoint '%s' describes its model with \"%s\", which this model (kind "
+                     "\"%s\") does not have",
+                     ipath, key, json_string_value(json_object_get(want, "kind")));
+        break;
+      }
+  }
+  json_decref(want);
+  return st;
+}
+
 tl_status tl_sharded_open(const char* path, const tl_model* m, tl_sharded_reader** out) {
   *out = NULL;
   char ipath[1200];
@@ -302,6 +355,7 @@ tl_status tl_sharded_open(const char* path, const tl_model* m, tl_sharded_reader
   if (st == TL_OK && n_params != m->n_params)
     st = TL_ERRF(TL_ERR_FORMAT, "checkpoint '%s' holds %lld parameters; the model has %lld", path,
                  (long long)n_params, (long long)m->n_params);
+  if (st == TL_OK) st = same_model(root, ipath, m);
   if (st == TL_OK) st = index_int(root, path, "step", &r->state.step);
   if (st == TL_OK) st = index_int(root, path, "data_position", &r->state.data_position);
   json_t* files = json_object_get(root, "files");

@@ -66,6 +66,18 @@ struct tl_config Unusual(tl_model_kind kind = TL_MODEL_MLP) {
     c.model.n_embd = 384;
     c.model.padded_vocab_size = 50304;
     c.model.max_seq_len = 1024;
+  } else if (kind == TL_MODEL_LLAMA) {
+    c.model.n_layers = 6;
+    c.model.n_heads = 6;
+    c.model.n_kv_heads = 2;
+    c.model.n_embd = 384;
+    c.model.ffn_hidden = 1000;
+    c.model.padded_vocab_size = 50304;
+    c.model.max_seq_len = 1024;
+    c.model.rope_theta = 500000.0f;
+    c.model.rope_scaling = {8.0f, 1.0f, 4.0f, 8192};
+    c.model.norm_eps = 1e-6f;
+    c.model.tie_embeddings = true;
   } else {
     c.model.n_mlp_layers = 4;  // even: the outputs stay whole under tensor parallelism
     int sizes[] = {784, 256, 128, 64, 50257};
@@ -84,8 +96,8 @@ struct tl_config Unusual(tl_model_kind kind = TL_MODEL_MLP) {
   c.schedule.virtual_stages = 1;
   c.parallel.zero = 0;  // ZeRO and recomputation are refused until the runtime has them
   c.parallel.bucket_mb = 0.1 + 0.2;  // 0.30000000000000004
-  c.parallel.recompute = kind == TL_MODEL_GPT ? TL_RECOMPUTE_SELECTIVE : TL_RECOMPUTE_FULL;
-  c.parallel.sequence_parallel = kind == TL_MODEL_GPT;
+  c.parallel.recompute = kind != TL_MODEL_MLP ? TL_RECOMPUTE_SELECTIVE : TL_RECOMPUTE_FULL;
+  c.parallel.sequence_parallel = kind != TL_MODEL_MLP;
   c.train.steps = 7;
   c.train.batch_size = 16;
   c.train.seq_len = 1000;
@@ -194,7 +206,7 @@ TEST(Config, EveryProblemIsReportedAtOnceOnePerLine) {
   std::string msg = tl_last_error();
   EXPECT_NE(msg.find("invalid config many.json: 8 problems:\n"), std::string::npos) << msg;
   for (const char* line :
-       {"\nmodel.n_heads: only model.kind \"gpt\" reads it; this model is \"mlp\"",
+       {"\nmodel.n_heads: only model.kind \"gpt\" or \"llama\" reads it; this model is \"mlp\"",
         "\nmodel.n_hed: unknown key; did you mean \"n_heads\"?",
         "\nmodel.mlp_sizes[2] = 0: expected an integer >= 1",
         "\nmesh.tp = \"two\": expected an integer >= 1, got a string",
@@ -227,7 +239,7 @@ TEST(Config, MissingFileIsAnIoErrorNamingThePath) {
 }
 
 TEST(Config, SavedConfigLoadsBackExactly) {
-  for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_MLP}) {
+  for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_MLP, TL_MODEL_LLAMA}) {
     struct tl_config c = Unusual(kind), back;
     std::string path = TempDir() + "/roundtrip.json";
     ASSERT_EQ(tl_config_save(&c, path.c_str()), TL_OK) << tl_last_error();
@@ -243,8 +255,11 @@ TEST(Config, SavedConfigLoadsBackExactly) {
     ASSERT_EQ(tl_config_save(&back, again.c_str()), TL_OK) << tl_last_error();
     EXPECT_EQ(ReadFile(path), ReadFile(again));
     // only the fields its kind reads
-    EXPECT_EQ(ReadFile(path).find(kind == TL_MODEL_GPT ? "mlp_sizes" : "n_heads"),
+    EXPECT_EQ(ReadFile(path).find(kind != TL_MODEL_MLP ? "mlp_sizes" : "n_heads"),
               std::string::npos);
+    if (kind != TL_MODEL_LLAMA) {
+      EXPECT_EQ(ReadFile(path).find("rope_theta"), std::string::npos);
+    }
   }
 }
 
@@ -350,7 +365,7 @@ TEST(Config, EveryKeyIsDocumentedWithTheDefaultTheCodeUses) {
     documented[key] = compact;
   }
   std::set<std::string> seen;
-  for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_MLP}) {
+  for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_MLP, TL_MODEL_LLAMA}) {
     struct tl_config c;
     tl_config_defaults(&c);
     c.model.kind = kind;

@@ -64,6 +64,11 @@ std::string Corpus(const std::string& name, const std::string& text, size_t byte
 // The tiny GPT of every base config, as the trainer would lay it out.
 const char* kModel = R"({"n_layers": 2, "n_heads": 2, "n_embd": 16, "max_seq_len": 16})";
 
+// A tiny Llama (two heads, each its own key/value head) for the fields only
+// a Llama reads.
+const char* kLlama =
+    R"({"model": {"kind": "llama", "n_layers": 2, "n_heads": 2, "n_embd": 16, "max_seq_len": 16}})";
+
 // An llm.c model file of the tiny GPT (weights from another seed).
 // An llm.c tokenizer file of 256 tokens, token i decoding to "<xx>" (its
 // hex): a sample decoded through it reads unlike the byte-level one.
@@ -248,6 +253,15 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"model.max_seq_len", "{}", "32", 1},
       {"model.mlp_sizes", R"({"model": {"kind": "mlp", "mlp_sizes": [8, 256]}})", "[8, 16, 256]",
        1},
+      {"model.n_kv_heads", kLlama, "1", 1},
+      {"model.ffn_hidden", kLlama, "32", 1},
+      {"model.rope_theta", kLlama, "500000", 1},
+      {"model.rope_scaling", kLlama,
+       R"({"factor": 8, "low_freq_factor": 1, "high_freq_factor": 4,
+           "original_max_position_embeddings": 8})",
+       1},
+      {"model.norm_eps", kLlama, "0.5", 1},
+      {"model.tie_embeddings", kLlama, "true", 1},
       {"model.seed", "{}", "7", 1},
       {"model.init_from", "{}", "\"" + llmc + "\"", 1},
       {"mesh.dp", "{}", "2", 2},
