@@ -66,6 +66,11 @@ tl_config Base(tl_model_kind kind) {
   if (kind == TL_MODEL_GPT) {
     // 8 heads and a padded vocabulary of 128: tp up to 8 divides both
     c.model.n_layers = 4, c.model.n_heads = 8, c.model.n_embd = 32, c.model.max_seq_len = 8;
+  } else if (kind == TL_MODEL_LLAMA) {
+    // grouped-query attention, 2 query heads a key/value head (tp up to
+    // 2 divides the key/value heads), an untied head, Llama 3's theta
+    c.model.n_layers = 4, c.model.n_heads = 4, c.model.n_kv_heads = 2, c.model.n_embd = 32;
+    c.model.ffn_hidden = 48, c.model.max_seq_len = 8, c.model.rope_theta = 500000.0f;
   } else {
     c.model.n_mlp_layers = 4;
     int sizes[5] = {16, 24, 24, 24, 64};
@@ -120,6 +125,10 @@ Run Train(const tl_config& c) {
   return r;
 }
 
+const char* KindName(tl_model_kind kind) {
+  return kind == TL_MODEL_GPT ? "gpt" : kind == TL_MODEL_LLAMA ? "llama" : "mlp";
+}
+
 std::string Describe(const tl_verify_report& v) {
   char buf[512];
   snprintf(buf, sizeof buf,
@@ -161,10 +170,9 @@ void CheckEqual(tl_model_kind kind, int dp, int pp, tl_schedule_kind sched, int 
   // small buckets with 2 micro-batches: all-reduces start during the
   // backward pass (overlap); otherwise one bucket at the end
   c.parallel.bucket_mb = bucket_mb > 0 ? bucket_mb : micro == 2 ? 0.002 : 25;
-  std::string what = std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") +
-                     " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
-                     " pp=" + std::to_string(pp) + (sp ? " sp" : "") + " " +
-                     tl_schedule_kind_name(sched) + " micro=" + std::to_string(micro) +
+  std::string what = std::string(KindName(kind)) + " dp=" + std::to_string(dp) +
+                     " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + (sp ? " sp" : "") +
+                     " " + tl_schedule_kind_name(sched) + " micro=" + std::to_string(micro) +
                      (zero ? " zero=" + std::to_string(zero) : "") +
                      (bucket_mb > 0 ? " bucket_mb=" + std::to_string(bucket_mb) : "") +
                      (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
@@ -185,7 +193,7 @@ void CheckInterleaved(tl_model_kind kind, int dp, int tp, int pp, int v, int mic
                       bool sp = false, int zero = 0, tl_recompute rc = TL_RECOMPUTE_NONE,
                       const std::vector<int>& chunk_layers = {}) {
   tl_config c = Base(kind);
-  if (kind == TL_MODEL_GPT) c.model.n_layers = layers;
+  if (kind != TL_MODEL_MLP) c.model.n_layers = layers;
   c.mesh.dp = dp, c.mesh.pp = pp, c.mesh.tp = tp;
   c.parallel.sequence_parallel = sp;
   c.parallel.zero = zero;
@@ -195,15 +203,14 @@ void CheckInterleaved(tl_model_kind kind, int dp, int tp, int pp, int v, int mic
   c.schedule.n_stage_layers = (int)chunk_layers.size();
   for (size_t i = 0; i < chunk_layers.size(); i++) c.schedule.stage_layers[i] = chunk_layers[i];
   c.parallel.bucket_mb = 0.002;  // buckets start in each chunk's last backward
-  std::string what = std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") +
-                     " L=" + std::to_string(kind == TL_MODEL_GPT ? layers : 4) +
-                     " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) +
-                     " pp=" + std::to_string(pp) + (sp ? " sp" : "") +
-                     " interleaved v=" + std::to_string(v) + " micro=" + std::to_string(micro) +
-                     (zero ? " zero=" + std::to_string(zero) : "") +
-                     (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
-                      : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
-                                                   : "");
+  std::string what =
+      std::string(KindName(kind)) + " L=" + std::to_string(kind != TL_MODEL_MLP ? layers : 4) +
+      " dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
+      (sp ? " sp" : "") + " interleaved v=" + std::to_string(v) +
+      " micro=" + std::to_string(micro) + (zero ? " zero=" + std::to_string(zero) : "") +
+      (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
+       : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
+                                    : "");
   for (size_t i = 0; i < chunk_layers.size(); i++)
     what += (i ? "+" : " chunk layers ") + std::to_string(chunk_layers[i]);
   Report(c, what, {});
@@ -380,13 +387,50 @@ TEST(Equality, Bf16OnEveryMeshEqualsTheBf16SingleDeviceRun) {
       CheckEqual(gpt, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, sp, 0, 0, TL_RECOMPUTE_NONE, bf16);
       if (n == 8) continue;
       if (dp > 1)
-        CheckEqual(gpt, dp, pp, TL_SCHEDULE_GPIPE, 2, {}, tp, false, 3, 0, TL_RECOMPUTE_NONE,
-                   bf16);
+        CheckEqual(gpt, dp, pp, TL_SCHEDULE_GPIPE, 2, {}, tp, false, 3, 0, TL_RECOMPUTE_NONE, bf16);
       if (pp > 1)
         CheckEqual(gpt, dp, pp, TL_SCHEDULE_ZERO_BUBBLE, 2, {}, tp, false, dp > 1 ? 1 : 0, 0,
                    TL_RECOMPUTE_FULL, bf16);
       CheckEqual(mlp, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, false, 0, 0, TL_RECOMPUTE_NONE, bf16);
     }
+}
+
+// The Llama family (RMSNorm, rotary positions, SwiGLU, grouped-query
+// attention, an untied head) on every axis, as the GPT runs them: data,
+// tensor with sequence parallelism (the q/k/v and gate/up projections
+// column-parallel by heads, o and down row-parallel, the untied head and
+// its loss vocabulary-parallel, the norms on token rows), pipelines (GPipe,
+// 1F1B, interleaved, zero-bubble), ZeRO 1-3, selective and full
+// recomputation, bf16, and dp x tp x pp — each step the single-device run
+// of the same Llama.
+TEST(Equality, LlamaOnEveryAxisEqualsTheSingleDeviceRun) {
+  const int n = WorldSize();
+  const tl_model_kind llama = TL_MODEL_LLAMA;
+  const tl_schedule_kind f1b = TL_SCHEDULE_1F1B, gpipe = TL_SCHEDULE_GPIPE;
+  const tl_recompute none = TL_RECOMPUTE_NONE;
+  if (n == 2) {
+    CheckEqual(llama, 2, 1, f1b, 2);                      // dp
+    CheckEqual(llama, 1, 1, f1b, 2, {}, 2, true);         // tp + sp
+    CheckEqual(llama, 1, 1, f1b, 1, {}, 2, false);        // tp alone
+    CheckEqual(llama, 1, 2, gpipe, 2);                    // pp, GPipe
+    CheckEqual(llama, 1, 2, f1b, 4, {3, 1});              // pp, 1F1B, uneven
+    CheckEqual(llama, 1, 2, TL_SCHEDULE_ZERO_BUBBLE, 4);  // zero-bubble
+    CheckInterleaved(llama, 1, 1, 2, 2, 2, 5);            // interleaved
+    for (int zero : {1, 2, 3}) CheckEqual(llama, 2, 1, f1b, 2, {}, 1, false, zero);
+    CheckEqual(llama, 1, 2, f1b, 2, {}, 1, false, 0, 0, TL_RECOMPUTE_SELECTIVE);
+    CheckEqual(llama, 1, 1, f1b, 2, {}, 2, true, 0, 0, TL_RECOMPUTE_FULL);
+    CheckEqual(llama, 1, 1, f1b, 2, {}, 2, true, 0, 0, none, TL_PRECISION_BF16);
+    CheckEqual(llama, 2, 1, f1b, 2, {}, 1, false, 3, 0, none, TL_PRECISION_BF16);
+  } else if (n == 4) {
+    CheckEqual(llama, 2, 1, f1b, 2, {}, 2, true);                      // dp x tp
+    CheckEqual(llama, 1, 2, gpipe, 2, {}, 2, false);                   // tp x pp
+    CheckEqual(llama, 2, 2, f1b, 2, {}, 1, false, 3);                  // ZeRO-3 x pp
+    CheckEqual(llama, 1, 2, TL_SCHEDULE_ZERO_BUBBLE, 2, {}, 2, true);  // zero-bubble x tp
+    CheckInterleaved(llama, 1, 2, 2, 2, 2, 4, true);                   // interleaved x tp
+    CheckEqual(llama, 2, 2, f1b, 2, {}, 1, false, 1, 0, TL_RECOMPUTE_FULL, TL_PRECISION_BF16);
+  } else if (n == 8) {
+    CheckEqual(llama, 2, 2, f1b, 2, {}, 2, true);  // dp x tp x pp
+  }
 }
 
 // parallel.grad_reduce "bf16": the data-parallel reduction rounds each
@@ -579,8 +623,9 @@ TEST(Equality, DeterministicModeGivesTheSingleDeviceBits) {
   int n = WorldSize();
   for (int dp : {1, 2, 4})
     for (int pp : {1, 2, 4})
-      for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_MLP}) {
+      for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_MLP, TL_MODEL_LLAMA}) {
         if (dp * pp != n) continue;
+        if (kind == TL_MODEL_LLAMA && n == 8) continue;  // CI time: 2 and 4 ranks
         for (bool det : {true, false}) {
           if (!det && dp == 1) continue;  // pipelines alone may well agree either way
           tl_config c = Base(kind);
@@ -589,9 +634,8 @@ TEST(Equality, DeterministicModeGivesTheSingleDeviceBits) {
           c.parallel.deterministic = det;
           c.schedule.kind = TL_SCHEDULE_1F1B;
           c.schedule.micro_batches = c.train.batch_size / dp / 2;  // 2 sequences each
-          std::string what = std::string(kind == TL_MODEL_GPT ? "gpt" : "mlp") +
-                             " dp=" + std::to_string(dp) + " pp=" + std::to_string(pp) +
-                             (det ? " deterministic" : " normal");
+          std::string what = std::string(KindName(kind)) + " dp=" + std::to_string(dp) +
+                             " pp=" + std::to_string(pp) + (det ? " deterministic" : " normal");
           Bits mesh = TrainFree(c, false);
           if (WorldRank() != 0) continue;
           tl_config one = c;
