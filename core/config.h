@@ -182,6 +182,11 @@ const char* tl_schedule_kind_name(tl_schedule_kind k);
 tl_status tl_config_load(const char* path, struct tl_config* out);
 tl_status tl_config_parse(const char* json_text, const char* source_name, struct tl_config* out);
 
+/* Validates a config built or changed in code as a loaded one is (every
+ * field's range, the rules between fields): TL_ERR_CONFIG with every
+ * problem, one per line, as from `source`. */
+tl_status tl_config_validate(const struct tl_config* cfg, const char* source);
+
 /* Checks that need the job: dp * tp * pp == world_size. */
 tl_status tl_config_check_world(const struct tl_config* cfg, int world_size);
 

@@ -155,6 +155,13 @@ static tl_status write_all(FILE* f, const struct tl_config* cfg) {
   return TL_OK;
 }
 
+tl_status tl_config_validate(const struct tl_config* cfg, const char* source) {
+  struct tl__problems p;
+  memset(&p, 0, sizeof p);
+  tl__config_validate(cfg, NULL, &p);
+  return tl__problems_status(&p, source);
+}
+
 tl_status tl_config_save(const struct tl_config* cfg, const char* path) {
   struct tl__problems p;
   memset(&p, 0, sizeof p);

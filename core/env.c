@@ -53,6 +53,9 @@ static void load(void) {
   if (!parse_int(v, 0, 4096, &g_env.num_threads))
     bad("TRELLIS_NUM_THREADS", v, "an integer from 0 (automatic) to 4096"), g_env.num_threads = 0;
 
+  v = value_of("TRELLIS_EXPORT_SHARD_MB", "5000");
+  if (!parse_int(v, 1, INT_MAX, &g_env.export_shard_mb))
+    bad("TRELLIS_EXPORT_SHARD_MB", v, "an integer >= 1 (MB)"), g_env.export_shard_mb = 5000;
   static const char* const waits[] = {"auto", "spin", "yield"};
   v = value_of("TRELLIS_MPI_WAIT", "auto");
   g_env.mpi_wait = TL_MPI_WAIT_AUTO;

@@ -27,6 +27,9 @@ extern "C" {
     "how a rank waits for an MPI message: 'spin' (MPI's own busy-polling), 'yield' (poll, "      \
     "giving the core away between polls) or 'auto' (yield when the node's ranks times "          \
     "their threads outnumber its cores)")                                                        \
+  X(TRELLIS_EXPORT_SHARD_MB, "5000",                                                             \
+    "the largest safetensors file a Hugging Face export writes, in MB (10^6 bytes); a model "    \
+    "of more is split into model-0000k-of-0000n.safetensors files with an index")                \
   X(TRELLIS_FAULT, "none",                                                                       \
     "a deliberate bug, for proving that --verify catches one (tests only): none, "               \
     "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "            \
@@ -63,6 +66,7 @@ struct tl_env {
   int log_rank;    /* -1 = all ranks */
   int num_threads; /* 0 = automatic */
   tl_mpi_wait mpi_wait;
+  int export_shard_mb; /* >= 1 */
   tl_fault fault;
 };
 

@@ -14,6 +14,7 @@
 #include "core/mesh.h"
 #include "graph/model.h"
 #include "launcher/cli/cli.h"
+#include "launcher/train/hf.h"
 #include "launcher/train/inputs.h"
 #include "pp/stage.h"
 #include "tp/tp.h"
@@ -338,7 +339,7 @@ int tl_cli_check_config(int argc, char** argv) {
     return 2;
   }
   struct tl_config cfg;
-  if (tl_config_load(path, &cfg) != TL_OK) {
+  if (tl_hf_config_load(path, &cfg) != TL_OK) {
     fprintf(stderr, "trellis check: %s\n", tl_cli_error());
     return 1;
   }

@@ -26,6 +26,9 @@ int tl_cli_plot(int argc, char** argv);
  * PATH: cannot write into 'DIR': why" for the directory). What a command writes at its end is
  * checked before it starts (training or calibrating can take hours). */
 int tl_cli_writable(const char* cmd, const char* flag, const char* path);
+/* The same for a directory to write files into: an existing directory that
+ * takes files, or a name whose parent directory does (it is created). */
+int tl_cli_writable_dir(const char* cmd, const char* flag, const char* path);
 
 /* `trellis plan --calibrate OUT [--device cpu|cuda]`: argv is the whole
  * command line (it may start the job's ranks). */

@@ -43,3 +43,24 @@ int tl_cli_writable(const char* cmd, const char* flag, const char* path) {
   fprintf(stderr, "%s: %s %s: cannot write into '%s': %s\n", cmd, flag, path, dir, why);
   return 2;
 }
+
+int tl_cli_writable_dir(const char* cmd, const char* flag, const char* path) {
+  struct stat st;
+  if (path[0] == '\0') {
+    fprintf(stderr, "%s: %s '': expected a directory name\n", cmd, flag);
+    return 2;
+  }
+  if (stat(path, &st) == 0) {
+    const char* why = !S_ISDIR(st.st_mode)             ? "not a directory"
+                      : access(path, W_OK | X_OK) != 0 ? strerror(errno)
+                                                       : NULL;
+    if (!why) return 0;
+    fprintf(stderr, "%s: %s '%s': cannot write into it: %s\n", cmd, flag, path, why);
+    return 2;
+  }
+  /* a new directory: its parent must take it (the checks of a file's) */
+  char trimmed[TL_PATH_MAX];
+  snprintf(trimmed, sizeof trimmed, "%s", path);
+  for (size_t n = strlen(trimmed); n > 1 && trimmed[n - 1] == '/'; n--) trimmed[n - 1] = '\0';
+  return tl_cli_writable(cmd, flag, trimmed);
+}

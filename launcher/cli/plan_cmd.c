@@ -21,6 +21,7 @@
 #include "core/timer.h"
 #include "kernels/backend.h"
 #include "launcher/cli/cli.h"
+#include "launcher/train/hf.h"
 #include "launcher/cli/plan_report.h"
 #include "launcher/cli/plan_svg.h"
 #include "launcher/job/spawn.h"
@@ -358,7 +359,7 @@ int tl_cli_plan(int argc, char** argv) {
     return 2;
   }
   struct tl_config cfg;
-  if (tl_config_load(model_path, &cfg) != TL_OK) {
+  if (tl_hf_config_load(model_path, &cfg) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
     return 1;
   }

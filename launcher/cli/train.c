@@ -14,8 +14,9 @@
  *   --verify        rank 0 runs the same config on one device beside the
  *                   mesh, checks every step against it (launcher/train/verify.h)
  *                   and reports what it compared and the verdict
- *   --export FILE   after training, the weights as an llm.c model file, each
- *                   rank writing the parameters it holds alone into it
+ *   --export PATH   after training, the weights: an llm.c model file (PATH
+ *                   ending in .bin) or a Hugging Face directory, each rank
+ *                   writing the parameters it holds alone into it
  *   --cluster SPEC  the planner's price of this run on a cluster spec
  *                   (train_price.h) at the start, and at the end the
  *                   measured step time and fullest rank's bytes beside it */
@@ -39,15 +40,27 @@
 #include "launcher/job/stop.h"
 #include "launcher/job/worker.h"
 #include "launcher/train/checkpoint.h"
+#include "launcher/train/hf.h"
 #include "launcher/train/inputs.h"
 #include "launcher/train/sample.h"
 #include "launcher/train/trainer.h"
 #include "launcher/train/verify.h"
 
+/* --export's two forms: an llm.c file ends in .bin, anything else is a
+ * Hugging Face directory. */
+static bool tl_export_is_llmc(const char* path) {
+  const size_t n = strlen(path);
+  return n >= 4 && strcmp(path + n - 4, ".bin") == 0;
+}
+
+static const char* m_kind_class(const tl_model* m) {
+  return m->cfg.kind == TL_MODEL_LLAMA ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+}
+
 static void usage(FILE* f) {
   fprintf(f,
           "usage: trellis train CONFIG.json [--steps N] [--metrics FILE] [--trace FILE]\n"
-          "                     [--verify] [--export FILE] [--cluster SPEC.json]\n"
+          "                     [--verify] [--export PATH] [--cluster SPEC.json]\n"
           "                     [--hosts H1,H2 | --hostfile FILE]\n"
           "\n"
           "Trains the model the config describes (docs/config.md) on mesh.dp x mesh.tp x\n"
@@ -58,7 +71,10 @@ static void usage(FILE* f) {
           "  --trace FILE     Chrome trace of every rank's work per micro-batch\n"
           "  --verify         check every step against the same config on one device\n"
           "                   (rank 0 runs it beside the mesh; README: the equality oracle)\n"
-          "  --export FILE    after training, the weights as an llm.c model file (GPT)\n"
+          "  --export PATH    after training, the weights: PATH ending in .bin an llm.c\n"
+          "                   model file (GPT), else a Hugging Face directory (config.json\n"
+          "                   and safetensors, for transformers' GPT2LMHeadModel or\n"
+          "                   LlamaForCausalLM)\n"
           "  --cluster SPEC   price this run as `trellis plan` does on the cluster spec\n"
           "                   (its mesh, whatever the planner would pick): the step time\n"
           "                   and the fullest rank's bytes, printed at the start and set\n"
@@ -314,7 +330,10 @@ static int parse(int argc, char** argv, struct options* o) {
     usage(stderr);
     return 2;
   }
-  if (o->export_path && tl_cli_writable("trellis train", "--export", o->export_path)) return 2;
+  if (o->export_path && (tl_export_is_llmc(o->export_path)
+                             ? tl_cli_writable("trellis train", "--export", o->export_path)
+                             : tl_cli_writable_dir("trellis train", "--export", o->export_path)))
+    return 2;
   return 0;
 }
 
@@ -574,7 +593,7 @@ int tl_cli_train(int argc, char** argv) {
   memset(&r, 0, sizeof r);
   int prc = parse(argc, argv, &r.opt);
   if (prc) return prc < 0 ? 0 : prc;
-  if (tl_config_load(r.opt.config, &r.cfg) != TL_OK) {
+  if (tl_hf_config_load(r.opt.config, &r.cfg) != TL_OK) {
     fprintf(stderr, "trellis train: %s\n", tl_cli_error());
     return 2;
   }
@@ -707,8 +726,11 @@ int tl_cli_train(int argc, char** argv) {
   if (rc == 0 && r.opt.export_path) { /* every rank writes its slices */
     if ((r.last = tl_trainer_export(r.t, r.opt.export_path)) != TL_OK)
       rc = fail(&r, "--export");
-    else if (rank0(&r))
+    else if (rank0(&r) && tl_export_is_llmc(r.opt.export_path))
       printf("model file: %s (llm.c, fp32)\n", r.opt.export_path);
+    else if (rank0(&r))
+      printf("model directory: %s (Hugging Face %s, fp32 safetensors)\n", r.opt.export_path,
+             m_kind_class(tl_trainer_model(r.t)));
   }
   /* the whole model on rank 0: a sample */
   const tl_model* m = tl_trainer_model(r.t);

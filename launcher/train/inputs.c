@@ -8,6 +8,7 @@
 #include "launcher/data/tokenizer.h"
 #include "launcher/data/tokens.h"
 #include "launcher/train/checkpoint.h"
+#include "launcher/train/hf.h"
 #include "launcher/train/sharded.h"
 
 struct problems {
@@ -80,7 +81,9 @@ tl_status tl_inputs_check(const struct tl_config* cfg) {
     if (tl_model_init(&cfg->model, &m) != TL_OK) {
       add(&p, "model");
     } else {
-      if (init && tl_llmc_model_check(cfg->model.init_from, &m) != TL_OK)
+      const char* from = cfg->model.init_from;
+      if (init && (tl_hf_is_dir(from) ? tl_hf_model_check(from, &m)
+                                      : tl_llmc_model_check(from, &m)) != TL_OK)
         add(&p, "model.init_from");
       if (resume && resume_check(cfg->checkpoint.resume, &m) != TL_OK) add(&p, "checkpoint.resume");
     }

@@ -124,8 +124,12 @@ tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t 
  * of (sharded.h; tl_trainer_saves_sharded). checkpoint.resume reads
  * either, on any mesh and ZeRO stage. */
 tl_status tl_trainer_save(tl_trainer* t, const char* path);
-/* Writes the weights as an llm.c model file (collective; gpt only): each
- * rank writes the parameters it holds alone at their place in the file. */
+/* Writes the weights (collective): to a path ending in ".bin" as an llm.c
+ * model file (gpt only), else as a Hugging Face model directory (hf.h:
+ * config.json and safetensors, for transformers' GPT2LMHeadModel or
+ * LlamaForCausalLM; files already in it that are not weights stay). Each
+ * rank writes the parameters it holds alone at their places in the files:
+ * no rank holds the whole model. */
 tl_status tl_trainer_export(tl_trainer* t, const char* path);
 
 int64_t tl_trainer_steps_done(const tl_trainer* t);

@@ -124,9 +124,10 @@ tl_status tl__trainer_load_start(tl_trainer* t);
 
 /* trainer_shards.c: a sharded checkpoint written (collective) and read
  * (this rank's pieces, and the step and data position), and the llm.c
- * model file written by every rank's slices. */
+ * model file and Hugging Face directory written by every rank's slices. */
 tl_status tl__trainer_save_sharded(tl_trainer* t, const char* path);
 tl_status tl__trainer_place_sharded(tl_trainer* t, const char* path, int64_t* position);
 tl_status tl__trainer_export_parts(tl_trainer* t, const char* path);
+tl_status tl__trainer_export_hf(tl_trainer* t, const char* dir);
 
 #endif

@@ -1,7 +1,7 @@
 /* trainer_shards.c — what each rank holds alone, in and out: sharded
  * checkpoints (sharded.h) written and read slice by slice, and the llm.c
- * model file every rank writes its slices of. No rank assembles the whole
- * model. */
+ * model file and the Hugging Face directory (hf.h) every rank writes its
+ * slices of. No rank assembles the whole model. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,8 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "launcher/train/checkpoint.h"
+#include "launcher/train/hf.h"
 #include "launcher/train/sharded.h"
 #include "launcher/train/trainer_impl.h"
 #include "tp/tp.h"
@@ -362,4 +364,119 @@ tl_status tl__trainer_export_parts(tl_trainer* t, const char* path) {
 
 int64_t tl_trainer_io_host_bytes(const tl_trainer* t) {
   return t->io_host_bytes;
+}
+
+/* ---- a Hugging Face directory -------------------------------------------- */
+
+struct hf_ctx {
+  const tl_hf_export* x;
+  const int* fds;
+  const float* src;
+};
+
+static tl_status write_hf_run(void* user, int64_t full, int64_t n, int64_t done) {
+  struct hf_ctx* c = user;
+  return tl_hf_export_write(c->x, c->fds, full, n, c->src + done);
+}
+
+/* Whether `name` is a weight file an export writes (any shard count). */
+static bool weight_file(const char* name) {
+  int a, b;
+  char end[32];
+  return strcmp(name, "model.safetensors") == 0 ||
+         strcmp(name, "model.safetensors.index.json") == 0 ||
+         (sscanf(name, "model-%5d-of-%5d%31s", &a, &b, end) == 3 &&
+          strcmp(end, ".safetensors") == 0);
+}
+
+/* A Hugging Face directory (hf.h), each rank writing the parameters it
+ * holds alone where the plan puts them, as the llm.c export does: rank 0
+ * creates every weight file under a temporary name at its full size with
+ * its header, every rank writes its runs, then rank 0 writes config.json
+ * (and the index), renames the files and removes weight files of an
+ * earlier export that this one does not have. Other files in the
+ * directory (a tokenizer, say) are left. */
+tl_status tl__trainer_export_hf(tl_trainer* t, const char* dir) {
+  tl_hf_export x;
+  const int64_t max_bytes = (int64_t)tl_env()->export_shard_mb * 1000000;
+  TL_CHECK(tl_hf_export_plan(&t->model, max_bytes, &x));
+  char path[TL_PATH_MAX + 96];
+  tl_status st = TL_OK;
+  if (t->world_rank == 0) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+      st = TL_ERRF(TL_ERR_IO, "cannot create the model directory '%s': %s", dir, strerror(errno));
+    for (int f = 0; f < x.n_files && st == TL_OK; f++) {
+      snprintf(path, sizeof path, "%s/%s.tmp", dir, x.files[f].name);
+      int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0 ||
+          write(fd, x.files[f].header, (size_t)x.files[f].header_len) !=
+              (ssize_t)x.files[f].header_len ||
+          ftruncate(fd, (off_t)x.files[f].size) != 0)
+        st = TL_ERRF(TL_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+      if (fd >= 0) close(fd);
+    }
+  }
+  st = agree(t, st, "to create the model files");
+  if (st != TL_OK) {
+    tl_hf_export_free(&x);
+    return st;
+  }
+  int* fds = malloc(sizeof(int) * (size_t)x.n_files);
+  struct tl_dp_piece* pieces = NULL;
+  int n_pieces = 0;
+  tl_buffer* src[3];
+  sources(t, src);
+  st = fds ? my_pieces(t, &pieces, &n_pieces) : TL_ERRF(TL_ERR_NOMEM, "out of memory");
+  for (int f = 0; fds && f < x.n_files; f++) fds[f] = -1;
+  for (int f = 0; st == TL_OK && n_pieces > 0 && f < x.n_files; f++) {
+    snprintf(path, sizeof path, "%s/%s.tmp", dir, x.files[f].name);
+    fds[f] = open(path, O_WRONLY);
+    if (fds[f] < 0) st = TL_ERRF(TL_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  }
+  if (st == TL_OK) st = t->be->ops->synchronize(t->be->ctx);
+  int64_t most = 0;
+  for (int i = 0; i < n_pieces; i++) most = pieces[i].n > most ? pieces[i].n : most;
+  float* host = most ? malloc(sizeof(float) * (size_t)most) : NULL;
+  if (st == TL_OK && most && !host) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a model file");
+  for (int i = 0; i < n_pieces && st == TL_OK; i++) {
+    const struct tl_dp_piece* p = &pieces[i];
+    struct hf_ctx c = {&x, fds, host};
+    st = to_host(t, host, src[0], param_index(t, p), p->n);
+    if (st == TL_OK)
+      st = each_full_run(t, &t->lay->segments[p->segment], p->offset, p->n, write_hf_run, &c);
+  }
+  for (int f = 0; fds && f < x.n_files; f++) {
+    if (fds[f] >= 0 && fsync(fds[f]) != 0 && st == TL_OK)
+      st = TL_ERRF(TL_ERR_IO, "cannot write '%s/%s': %s", dir, x.files[f].name, strerror(errno));
+    if (fds[f] >= 0) close(fds[f]);
+  }
+  t->io_host_bytes = (int64_t)sizeof(float) * most;
+  free(host);
+  free(pieces);
+  free(fds);
+  st = agree(t, st, "to write its part of the model files");
+  if (t->world_rank == 0) {
+    if (st == TL_OK) st = tl_hf_write_config(dir, &t->model);
+    /* weight files of an earlier export that this one does not write */
+    DIR* d = st == TL_OK ? opendir(dir) : NULL;
+    for (struct dirent* e; d && (e = readdir(d));) {
+      if (!weight_file(e->d_name)) continue;
+      bool ours = x.n_files > 1 && strcmp(e->d_name, "model.safetensors.index.json") == 0;
+      for (int f = 0; f < x.n_files; f++) ours |= strcmp(e->d_name, x.files[f].name) == 0;
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      if (!ours) unlink(path);
+    }
+    if (d) closedir(d);
+    if (st == TL_OK && x.n_files > 1) st = tl_hf_write_index(dir, &x);
+    for (int f = 0; f < x.n_files; f++) {
+      char final[TL_PATH_MAX + 96];
+      snprintf(path, sizeof path, "%s/%s.tmp", dir, x.files[f].name);
+      snprintf(final, sizeof final, "%s/%s", dir, x.files[f].name);
+      if (st == TL_OK && rename(path, final) != 0)
+        st = TL_ERRF(TL_ERR_IO, "cannot rename '%s' to '%s': %s", path, final, strerror(errno));
+      if (st != TL_OK) unlink(path);
+    }
+  }
+  tl_hf_export_free(&x);
+  return agree(t, st, "to commit the model directory");
 }

@@ -9,12 +9,13 @@
 
 #include "core/log.h"
 #include "launcher/train/checkpoint.h"
+#include "launcher/train/hf.h"
 #include "launcher/train/sharded.h"
 #include "launcher/train/trainer_impl.h"
 #include "tp/tp.h"
 
 /* Host copies of the starting state for the whole model: checkpoint, llm.c
- * file, or NULL for the RNG. */
+ * file or Hugging Face directory, or NULL for the RNG. */
 static tl_status read_start(tl_trainer* t, float** host, int64_t* position) {
   *host = NULL;
   *position = 0;
@@ -34,8 +35,9 @@ static tl_status read_start(tl_trainer* t, float** host, int64_t* position) {
     if (st == TL_OK) TL_LOG_INFO("resuming from %s at step %lld", resume, (long long)s.step);
   } else {
     memset(*host + n, 0, sizeof(float) * (size_t)n * 2);
-    st = tl_llmc_model_read(from, &t->model, *host);
-    if (st == TL_OK) TL_LOG_INFO("weights from %s", from);
+    const bool hf = tl_hf_is_dir(from);
+    st = hf ? tl_hf_model_read(from, &t->model, *host) : tl_llmc_model_read(from, &t->model, *host);
+    if (st == TL_OK) TL_LOG_INFO("weights from %s%s", from, hf ? " (Hugging Face)" : "");
   }
   if (st != TL_OK) free(*host), *host = NULL;
   return st;
@@ -264,8 +266,12 @@ tl_status tl_trainer_save(tl_trainer* t, const char* path) {
 }
 
 tl_status tl_trainer_export(tl_trainer* t, const char* path) {
+  const size_t n = strlen(path);
+  if (n < 4 || strcmp(path + n - 4, ".bin") != 0) return tl__trainer_export_hf(t, path);
   if (t->model.cfg.kind != TL_MODEL_GPT)
-    return TL_ERRF(TL_ERR_CONFIG, "llm.c model files hold GPT-2 models; model.kind is not gpt");
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "llm.c model files hold GPT-2 models; model.kind is not gpt (a path not "
+                   "ending in .bin is written as a Hugging Face directory)");
   return tl__trainer_export_parts(t, path);
 }
 

@@ -36,7 +36,7 @@ TEST(Env, EveryKnobIsDocumented) {
     EXPECT_GT(std::string(doc).size(), 20u) << name;
     n++;
   }
-  EXPECT_EQ(n, 5);
+  EXPECT_EQ(n, 6);
 }
 
 TEST(Env, EveryFaultHasTheNameItIsSetBy) {
