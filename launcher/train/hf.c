@@ -255,8 +255,41 @@ static void resolve_gpt2(struct resolve* r) {
   arch_bool(r, NULL, NULL, "scale_attn_by_inverse_layer_idx", false);
 }
 
+/* The config's JSON, with model.kind taken from the Hugging Face
+ * directory's model_type when the config names a directory and no kind:
+ * then the fields of that kind it sets are read as that kind's (a Llama's
+ * rope_theta, say), not refused as another kind's. NULL: read the file as
+ * it is. */
+static char* with_kind_of_dir(const char* path) {
+  json_error_t err;
+  json_t* root = json_load_file(path, 0, &err);
+  json_t* model = root ? json_object_get(root, "model") : NULL;
+  const char* dir = json_string_value(json_object_get(model, "init_from"));
+  char* text = NULL;
+  if (json_is_object(model) && !json_object_get(model, "kind") && tl_hf_is_dir(dir)) {
+    char file[TL_PATH_MAX + 32];
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    json_t* hf = json_load_file(file, 0, &err);
+    const char* type = json_string_value(json_object_get(hf, "model_type"));
+    const char* kind = !type                        ? NULL
+                       : strcmp(type, "llama") == 0 ? "llama"
+                       : strcmp(type, "gpt2") == 0  ? "gpt"
+                                                    : NULL;
+    if (kind) {
+      json_object_set_new(model, "kind", json_string(kind));
+      text = json_dumps(root, JSON_PRESERVE_ORDER);
+    }
+    json_decref(hf);
+  }
+  json_decref(root);
+  return text;
+}
+
 tl_status tl_hf_config_load(const char* path, struct tl_config* cfg) {
-  TL_CHECK(tl_config_load(path, cfg));
+  char* text = with_kind_of_dir(path);
+  tl_status loaded = text ? tl_config_parse(text, path, cfg) : tl_config_load(path, cfg);
+  free(text);
+  TL_CHECK(loaded);
   const char* dir = cfg->model.init_from;
   if (!tl_hf_is_dir(dir)) return TL_OK;
   char file[TL_PATH_MAX + 32];
@@ -440,6 +473,9 @@ static tl_status weights_open(const char* dir, struct weights* w) {
       seen = strcmp(strrchr(w->files[i].path, '/') + 1, f) == 0;
     if (seen) continue;
     snprintf(path, sizeof path, "%s/%s", dir, f);
+    if (stat(path, &sb) != 0)
+      return TL_ERRF(TL_ERR_FORMAT, "'%s' maps tensor '%s' to '%s', which is not in '%s'", w->index,
+                     key, f, dir);
     TL_CHECK(tl_st_open(path, &w->files[w->n_files]));
     w->n_files++;
   }

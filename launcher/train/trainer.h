@@ -131,6 +131,9 @@ tl_status tl_trainer_save(tl_trainer* t, const char* path);
  * rank writes the parameters it holds alone at their places in the files:
  * no rank holds the whole model. */
 tl_status tl_trainer_export(tl_trainer* t, const char* path);
+/* The Hugging Face directory, with files of at most max_file_bytes
+ * (tl_trainer_export's limit is TRELLIS_EXPORT_SHARD_MB). */
+tl_status tl_trainer_export_hf(tl_trainer* t, const char* dir, int64_t max_file_bytes);
 
 int64_t tl_trainer_steps_done(const tl_trainer* t);
 const struct tl_config* tl_trainer_config(const tl_trainer* t);

@@ -128,6 +128,5 @@ tl_status tl__trainer_load_start(tl_trainer* t);
 tl_status tl__trainer_save_sharded(tl_trainer* t, const char* path);
 tl_status tl__trainer_place_sharded(tl_trainer* t, const char* path, int64_t* position);
 tl_status tl__trainer_export_parts(tl_trainer* t, const char* path);
-tl_status tl__trainer_export_hf(tl_trainer* t, const char* dir);
 
 #endif

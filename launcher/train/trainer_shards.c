@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/env.h"
 #include "core/log.h"
 #include "launcher/train/checkpoint.h"
 #include "launcher/train/hf.h"
@@ -396,10 +395,9 @@ static bool weight_file(const char* name) {
  * (and the index), renames the files and removes weight files of an
  * earlier export that this one does not have. Other files in the
  * directory (a tokenizer, say) are left. */
-tl_status tl__trainer_export_hf(tl_trainer* t, const char* dir) {
+tl_status tl_trainer_export_hf(tl_trainer* t, const char* dir, int64_t max_file_bytes) {
   tl_hf_export x;
-  const int64_t max_bytes = (int64_t)tl_env()->export_shard_mb * 1000000;
-  TL_CHECK(tl_hf_export_plan(&t->model, max_bytes, &x));
+  TL_CHECK(tl_hf_export_plan(&t->model, max_file_bytes, &x));
   char path[TL_PATH_MAX + 96];
   tl_status st = TL_OK;
   if (t->world_rank == 0) {

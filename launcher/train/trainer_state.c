@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "launcher/train/checkpoint.h"
 #include "launcher/train/hf.h"
@@ -267,7 +268,8 @@ tl_status tl_trainer_save(tl_trainer* t, const char* path) {
 
 tl_status tl_trainer_export(tl_trainer* t, const char* path) {
   const size_t n = strlen(path);
-  if (n < 4 || strcmp(path + n - 4, ".bin") != 0) return tl__trainer_export_hf(t, path);
+  if (n < 4 || strcmp(path + n - 4, ".bin") != 0)
+    return tl_trainer_export_hf(t, path, (int64_t)tl_env()->export_shard_mb * 1000000);
   if (t->model.cfg.kind != TL_MODEL_GPT)
     return TL_ERRF(TL_ERR_CONFIG,
                    "llm.c model files hold GPT-2 models; model.kind is not gpt (a path not "

@@ -619,6 +619,72 @@ Bits TrainFree(const tl_config& c, bool single) {
   return b;
 }
 
+// A Hugging Face export is written by every rank, each its own slices (GPT
+// weights transposed on the way): on every mesh of this job, tensor
+// parallelism (with sequence parallelism), pipelines and ZeRO-3 on 8
+// ranks, the directory's files are the single device's byte for byte —
+// at the starting weights, which every mesh draws alike — in one file and
+// cut into several (a limit of 50 kB).
+TEST(Equality, HuggingFaceExportOfEveryMeshIsTheSingleDevicesByteForByte) {
+  const int n = WorldSize();
+  const char* tmp = getenv("TEST_TMPDIR");
+  const std::string root = std::string(tmp ? tmp : "/tmp") + "/hf_export";
+  for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_LLAMA})
+    for (int64_t limit : {(int64_t)1 << 40, (int64_t)50000}) {
+      tl_config c = Base(kind);
+      c.train.steps = 0;
+      c.mesh.tp = 2, c.mesh.pp = n >= 4 ? 2 : 1, c.mesh.dp = n / c.mesh.tp / c.mesh.pp;
+      c.parallel.sequence_parallel = true;
+      c.parallel.zero = c.mesh.dp > 1 ? 3 : 0;
+      const std::string what = std::string(KindName(kind)) + (limit < 1000000 ? " cut" : "");
+      const std::string mesh_dir = root + "_mesh_" + what, one_dir = root + "_one_" + what;
+      tl_worker w;
+      ASSERT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
+      tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+      tl_trainer* t = nullptr;
+      ASSERT_EQ(tl_trainer_create(&c, &comm, &t), TL_OK) << tl_last_error();
+      EXPECT_EQ(tl_trainer_export_hf(t, mesh_dir.c_str(), limit), TL_OK) << tl_last_error();
+      tl_trainer_destroy(t);
+      tl_worker_finalize(&w);
+      if (WorldRank() != 0) continue;
+      tl_config one = c;
+      one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
+      one.parallel.zero = 0, one.parallel.sequence_parallel = false;
+      ASSERT_EQ(tl_trainer_create(&one, nullptr, &t), TL_OK) << tl_last_error();
+      EXPECT_EQ(tl_trainer_export_hf(t, one_dir.c_str(), limit), TL_OK) << tl_last_error();
+      tl_trainer_destroy(t);
+      int files = 0;
+      for (int k = 1; k <= 99; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "/model-%05d-of-", k);
+        std::string a, b;
+        for (int of = 1; of <= 99 && a.empty(); of++) {
+          char full[96];
+          snprintf(full, sizeof full, "%s%05d.safetensors", name, of);
+          a = ReadAll(mesh_dir + full), b = ReadAll(one_dir + full);
+        }
+        if (a.empty()) break;
+        EXPECT_TRUE(a == b) << what << ": file " << k << " differs";
+        files++;
+      }
+      if (files == 0) {
+        std::string a = ReadAll(mesh_dir + "/model.safetensors");
+        EXPECT_FALSE(a.empty()) << what;
+        EXPECT_TRUE(a == ReadAll(one_dir + "/model.safetensors")) << what;
+        files = 1;
+      } else {
+        EXPECT_TRUE(ReadAll(mesh_dir + "/model.safetensors.index.json") ==
+                    ReadAll(one_dir + "/model.safetensors.index.json"))
+            << what;
+      }
+      EXPECT_TRUE(ReadAll(mesh_dir + "/config.json") == ReadAll(one_dir + "/config.json")) << what;
+      EXPECT_EQ(files > 1, limit < 1000000) << what << ": " << files << " files";
+      printf("%-12s dp=%d tp=%d pp=%d zero=%d: %d file%s, the single device's bytes\n",
+             what.c_str(), c.mesh.dp, c.mesh.tp, c.mesh.pp, c.parallel.zero, files,
+             files == 1 ? "" : "s");
+    }
+}
+
 TEST(Equality, DeterministicModeGivesTheSingleDeviceBits) {
   int n = WorldSize();
   for (int dp : {1, 2, 4})
