@@ -288,11 +288,15 @@ tl_status tl_graph_rematerialize(tl_graph* g, int fwd) {
   memmove(&g->nodes[at + 1], &g->nodes[at], sizeof(tl_node) * (size_t)(g->n_nodes - at));
   g->nodes[at] = copy;
   g->n_nodes++;
-  /* backward readers of the same forward node's stage read the copy; any
-   * other keeps reading the original (kept alive for it): a pipeline stage
-   * runs the copy with that first reader, and only there */
+  /* backward readers read the copy when their forward node lies between
+   * the original's and the copy's (the last forward reader's: a block's
+   * q, k and v projections of one gathered input, say), so the original
+   * dies in the forward; any other keeps reading the original (kept alive
+   * for it). A pipeline cuts between layers, never inside that span, so a
+   * stage runs the copy with its readers. */
   for (int i = at + 1; i < g->n_nodes; i++) {
-    if (g->nodes[i].forward_of != copy.forward_of) continue;
+    const int f2 = g->nodes[i].forward_of;
+    if (f2 < fwd || f2 > copy.forward_of) continue;
     for (int k = 0; k < g->nodes[i].n_in; k++)
       for (int j = 0; j < n_out; j++)
         if (g->nodes[i].in[k] >= 0 && g->nodes[i].in[k] == outs[j]) g->nodes[i].in[k] = again[j];

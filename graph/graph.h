@@ -129,12 +129,14 @@ tl_status tl_graph_backward(tl_graph* g);
  * node ("<name>.again": same op, inputs and attributes; outputs
  * "<output>.again"; flag `again`) is placed just before the first backward
  * node that reads one of its outputs, and the backward nodes of that
- * reader's forward node read the copy's — so the forward outputs die with
- * their last other reader and the inputs live on instead (a gathered input
- * is gathered again instead of kept, say). The copy's forward_of is that reader's forward
- * node, so a pipeline stage runs it with its reader; backward readers of
- * other forward nodes keep reading the original. Nothing to do when no
- * backward node reads the outputs. */
+ * reader's forward node, and of every forward node between `fwd` and it,
+ * read the copy's — so the forward outputs die with their last forward
+ * reader and the inputs live on instead (a gathered input read by a
+ * block's q, k and v projections is gathered again once instead of kept,
+ * say). The copy's forward_of is that reader's forward node, so a pipeline
+ * stage runs it with its readers; backward readers of later forward nodes
+ * keep reading the original. Nothing to do when no backward node reads the
+ * outputs. */
 tl_status tl_graph_rematerialize(tl_graph* g, int fwd);
 
 /* After tl_graph_backward: forward nodes [begin, end) (a block, say) are

@@ -149,7 +149,7 @@ struct tl_cost_gemm {
   signed char grows, pass;
   short count;
 };
-#define TL_COST_MAX_GEMMS 16
+#define TL_COST_MAX_GEMMS 32
 struct tl_cost_gemms {
   int n;
   struct tl_cost_gemm g[TL_COST_MAX_GEMMS];

@@ -1,8 +1,9 @@
 // The planner's bytes per rank against the trainer's allocator (issue 7).
 // On the ranks of this job, every dp x tp x pp mesh of it (powers of two,
 // dp * tp * pp = ranks; the 2-rank job also runs the single device on rank
-// 0) trains a small GPT and an MLP for one step each with GPipe and with
-// 1F1B (the GPT sequence-parallel under 1F1B when tp > 1), and each rank's
+// 0) trains a small GPT, a small Llama (grouped-query attention, an untied
+// head) and an MLP for one step each with GPipe and with 1F1B (the
+// transformers sequence-parallel under 1F1B when tp > 1), and each rank's
 // peak bytes in the
 // allocator's count must be within 10% of what the cost model predicts for
 // its stage; the plan's figure (the fullest stage) must be within 10% of
@@ -76,6 +77,9 @@ tl_config Config(int dp, int tp, int pp, tl_schedule_kind sched, bool sp,
   c.model.kind = kind;
   c.model.n_layers = pp == 1 ? 2 : pp < 4 ? 4 : pp, c.model.n_heads = 8, c.model.n_embd = 64;
   c.model.vocab_size = 256, c.model.max_seq_len = 64;
+  if (kind == TL_MODEL_LLAMA) {  // grouped-query (2 query heads a key/value head) below tp 8
+    c.model.n_kv_heads = tp == 8 ? 8 : 4, c.model.ffn_hidden = 176;
+  }
   if (kind == TL_MODEL_MLP) {
     c.model.n_mlp_layers = pp == 8 ? 8 : 5;
     c.model.mlp_sizes[0] = 32;
@@ -153,7 +157,7 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
           tl_model_kind kind = TL_MODEL_GPT, int zero = -1, tl_recompute rc = TL_RECOMPUTE_NONE,
           int v = 1, tl_dtype dtype = TL_F32, tl_dtype grad_reduce = TL_F32) {
   bool single = !w;
-  bool sp = tp > 1 && (sched == TL_SCHEDULE_1F1B || v > 1) && kind == TL_MODEL_GPT;
+  bool sp = tp > 1 && (sched == TL_SCHEDULE_1F1B || v > 1) && kind != TL_MODEL_MLP;
   tl_config c = Config(dp, tp, pp, sched, sp, kind, zero);
   c.parallel.recompute = rc;
   c.train.precision = dtype == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
@@ -169,18 +173,20 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
   tl_cost_model cm;
   EXPECT_EQ(tl_cost_model_build_tp(&c.model, c.train.seq_len, dtype, tp, &cm), TL_OK)
       << tl_last_error();
-  std::string what = std::string(kind == TL_MODEL_MLP ? "mlp " : "") +
-                     (dtype == TL_BF16 ? "bf16 " : "") +
-                     (grad_reduce == TL_BF16 ? "grad_reduce=bf16 " : "") + "dp=" + std::to_string(dp) +
-                     " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " " +
-                     tl_schedule_kind_name(sched) + (sp ? " sp" : "") +
-                     (zero >= 0 ? " 16 layers zero=" + std::to_string(zero) : "") +
-                     (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
-                      : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
-                                                   : "") +
-                     (v > 1 ? " v=" + std::to_string(v) + " " + std::to_string(c.model.n_layers) +
-                                  " layers m=" + std::to_string(pp)
-                            : "");
+  std::string what =
+      std::string(kind == TL_MODEL_MLP     ? "mlp "
+                  : kind == TL_MODEL_LLAMA ? "llama "
+                                           : "") +
+      (dtype == TL_BF16 ? "bf16 " : "") + (grad_reduce == TL_BF16 ? "grad_reduce=bf16 " : "") +
+      "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " " +
+      tl_schedule_kind_name(sched) + (sp ? " sp" : "") +
+      (zero >= 0 ? " 16 layers zero=" + std::to_string(zero) : "") +
+      (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
+       : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
+                                    : "") +
+      (v > 1 ? " v=" + std::to_string(v) + " " + std::to_string(c.model.n_layers) +
+                   " layers m=" + std::to_string(pp)
+             : "");
   tl_plan p = {};
   p.virtual_stages = v;
   p.recompute = rc;
@@ -247,7 +253,7 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
       tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
       tl_worker w;  // the mesh's groups serve both schedules
       ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
-      for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_MLP})
+      for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_MLP, TL_MODEL_LLAMA})
         for (tl_schedule_kind s : {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B})
           rows.push_back(Check(dp, tp, pp, s, &w, k));
       tl_worker_finalize(&w);
@@ -260,7 +266,7 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
       tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
       tl_worker w;
       ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
-      for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_MLP}) {
+      for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_MLP, TL_MODEL_LLAMA}) {
         double before = 0, before_predicted = 0;
         for (int zero = 0; zero <= 3; zero++) {
           Row r = Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, k, zero);
@@ -359,14 +365,14 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
       tl_worker w;
       ASSERT_EQ(tl_worker_init(&mesh, &w), TL_OK) << tl_last_error();
       const tl_recompute none = TL_RECOMPUTE_NONE;
-      for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_MLP})
+      for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_MLP, TL_MODEL_LLAMA})
         rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, k, -1, none, 1, TL_BF16));
-      rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, -1,
-                           TL_RECOMPUTE_FULL, 1, TL_BF16));
+      rows.push_back(
+          Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, -1, TL_RECOMPUTE_FULL, 1, TL_BF16));
       if (dp > 1)
         for (int zero : {1, 3})
-          rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1,
-                               TL_BF16));
+          rows.push_back(
+              Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1, TL_BF16));
       // and the gradient reduction in bf16, at every ZeRO stage: its bf16
       // image of the buckets
       if (dp > 1)
