@@ -269,6 +269,8 @@ tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_d
   out->n_layers = mc->n_layers;
   out->n_heads = mc->n_heads;
   out->n_embd = mc->n_embd;
+  out->n_kv_heads = mc->kind == TL_MODEL_LLAMA ? tl_config_kv_heads(mc) : mc->n_heads;
+  out->ffn_hidden = mc->kind == TL_MODEL_LLAMA ? tl_config_ffn_hidden(mc) : 4 * mc->n_embd;
   out->vocab = m.vocab;
   out->padded_vocab = m.padded_vocab;
   out->seq = seq;

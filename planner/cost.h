@@ -212,6 +212,9 @@ static inline int tl_cost_range_index(int a, int b) { /* 0 <= a < b <= TL_MLP_MA
 typedef struct tl_cost_model {
   tl_model_kind kind;
   int n_layers, n_heads, n_embd, vocab, padded_vocab, seq;
+  /* a Llama's key/value heads and MLP width (a GPT's: n_heads, 4 n_embd),
+   * which tensor parallelism must divide too */
+  int n_kv_heads, ffn_hidden;
   int64_t params_total;
   tl_dtype precision;   /* of the graphs the costs were read off (tl_cost_model_build_precision) */
   int64_t params_layer; /* one transformer block */

@@ -179,7 +179,8 @@ static tl_reject_reason mesh_rule(const tl_cost_model* cm, const tl_cluster* c,
                                   const struct tl_search_options* o, int dp, int tp, int pp) {
   const bool mlp = cm->kind == TL_MODEL_MLP;
   if (mlp && !tl_cost_has_shard(cm, tp)) return TL_REJECT_TP_SPLIT;
-  if (!mlp && cm->n_heads % tp) return TL_REJECT_TP_HEADS;
+  if (!mlp && (cm->n_heads % tp || cm->n_kv_heads % tp)) return TL_REJECT_TP_HEADS;
+  if (!mlp && cm->ffn_hidden % tp) return TL_REJECT_TP_SPLIT; /* a Llama's MLP width */
   if (!mlp && cm->padded_vocab % tp) return TL_REJECT_TP_VOCAB;
   if (tp > c->devices_per_node && !o->allow_tp_across_nodes) return TL_REJECT_TP_NODE;
   if (pp > cm->n_layers) return TL_REJECT_PP_LAYERS;
@@ -439,13 +440,20 @@ static void rule_words(tl_reject_reason k, const tl_cost_model* cm, const tl_clu
                        const struct tl_search_options* o, char* buf, size_t size) {
   switch (k) {
     case TL_REJECT_TP_HEADS:
-      appendf(buf, size, "tp must divide the %d heads", cm->n_heads);
+      if (cm->n_kv_heads != cm->n_heads)
+        appendf(buf, size, "tp must divide the %d heads and %d key/value heads", cm->n_heads,
+                cm->n_kv_heads);
+      else
+        appendf(buf, size, "tp must divide the %d heads", cm->n_heads);
       break;
     case TL_REJECT_TP_VOCAB:
       appendf(buf, size, "tp must divide the padded vocabulary (%d)", cm->padded_vocab);
       break;
     case TL_REJECT_TP_SPLIT:
-      appendf(buf, size, "tp must divide the sizes of the MLP's split layers");
+      if (cm->kind == TL_MODEL_LLAMA)
+        appendf(buf, size, "tp must divide the MLP width (%d)", cm->ffn_hidden);
+      else
+        appendf(buf, size, "tp must divide the sizes of the MLP's split layers");
       break;
     case TL_REJECT_TP_NODE:
       appendf(buf, size,

@@ -27,9 +27,9 @@ extern "C" {
 #endif
 
 typedef enum {
-  TL_REJECT_TP_HEADS = 0, /* tp does not divide the attention heads */
+  TL_REJECT_TP_HEADS = 0, /* tp does not divide the attention (or key/value) heads */
   TL_REJECT_TP_VOCAB,     /* tp does not divide the padded vocabulary */
-  TL_REJECT_TP_SPLIT,     /* MLP: tp does not divide a split layer's size */
+  TL_REJECT_TP_SPLIT,     /* MLP, Llama: tp does not divide a split layer's size */
   TL_REJECT_TP_NODE,      /* tp > devices per node */
   TL_REJECT_PP_LAYERS,    /* pp > layers */
   TL_REJECT_BATCH,        /* dp does not divide the global batch */

@@ -227,7 +227,10 @@ static int write_svg(const tl_plan* p, const struct tl_config* cfg, const tl_clu
   char title[256];
   snprintf(title, sizeof title,
            "trellis plan: %s on %s: dp %d, tp %d, pp %d, %d micro-batches of %d",
-           cfg->model.kind == TL_MODEL_GPT ? "gpt" : "mlp", c->name, p->dp, p->tp, p->pp,
+           cfg->model.kind == TL_MODEL_GPT     ? "gpt"
+           : cfg->model.kind == TL_MODEL_LLAMA ? "llama"
+                                               : "mlp",
+           c->name, p->dp, p->tp, p->pp,
            p->n_micro, p->micro_batch);
   tl_atomic_file af;
   tl_status st = tl_atomic_file_open(&af, path);

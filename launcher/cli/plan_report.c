@@ -176,6 +176,12 @@ void tl_plan_print_table(const tl_search_result* r, int top, const tl_cluster* c
   if (cm->kind == TL_MODEL_MLP)
     printf("model: mlp, %d layers, %d inputs, %d classes; %.3g parameters\n", cm->n_layers,
            cm->n_embd, cm->vocab, (double)cm->params_total);
+  else if (cm->kind == TL_MODEL_LLAMA)
+    printf(
+        "model: llama, %d layers, %d heads (%d key/value), %d channels, MLP %d, vocabulary %d; "
+        "%.4g parameters\n",
+        cm->n_layers, cm->n_heads, cm->n_kv_heads, cm->n_embd, cm->ffn_hidden, cm->vocab,
+        (double)cm->params_total);
   else
     printf("model: gpt, %d layers, %d heads, %d channels, vocabulary %d; %.3g parameters\n",
            cm->n_layers, cm->n_heads, cm->n_embd, cm->vocab, (double)cm->params_total);
