@@ -1,52 +1,51 @@
-/* attention.c — causal multi-head self-attention without the T x T matrix:
- * flash attention's algorithm (Dao et al. 2022) on the CPU.
+/* attention.c — causal self-attention without the T x T matrix: flash
+ * attention's algorithm (Dao et al. 2022) on the CPU, in tiles that are
+ * matrix products.
  *
- * Forward: each query row walks its keys in tiles of TILE, keeping a running
- * maximum m, a running sum l of e^(s - m) and an accumulator of e^(s - m) v
- * that is rescaled whenever m grows (the online softmax). What it keeps for
- * the backward is one number a row, lse = m + log l, so activation memory
- * is linear in T. Backward: per query row, the probabilities come back as
- * e^(s - lse) tile by tile, and D = dout . out replaces the row sum of
- * p * dp (the two are equal), so nothing of size T x T is ever held.
+ * Forward, for each (batch, query head) and each tile of QT query rows:
+ * walk the key tiles of KT keys up to the diagonal; the tile's scores are
+ * one GEMM, Q_tile K_tile^T (OpenBLAS); each row keeps a running maximum m,
+ * a running sum l of e^(s - m) and an accumulator of e^(s - m) v, rescaled
+ * whenever m grows (the online softmax), and the accumulator's update is a
+ * second GEMM, P V_tile. What a row keeps for the backward is one number,
+ * lse = m + log l, so activation memory is linear in T; the scratch is a
+ * tile's (QT x KT), never T x T.
+ *
+ * Backward, per tile pair: the probabilities again, P = e^(S - lse) (S one
+ * GEMM); dV_tile += P^T dO; dP = dO V_tile^T; dS = P (dP - D) scale, with
+ * D = dout . out per row (equal to the row sum of P dP); dQ += dS K_tile;
+ * dK_tile += dS^T Q — five GEMMs.
  *
  * Grouped-query attention: query head h reads key/value head h / (NH /
  * NKV). The forward splits work by (batch, query head): each pair writes
  * only its own slices of out and lse. The backward splits it by (batch,
- * key/value head) and walks that head's query heads in order inside, so
- * the sums into dk and dv that several query heads share are made by one
- * thread in one order. Each pair first copies its keys (and, for the
- * backward, values) transposed, (hs, T), so that the scores of a query
- * against a tile of keys are a sum of hs rows — vector work along the
- * tile with no horizontal sums. Results do not depend on the thread
- * count. */
+ * key/value head) and walks that head's query heads, and their tiles, in
+ * order inside, so the sums into dk and dv that several query heads share
+ * are made by one thread in one order. Inside a parallel region OpenBLAS
+ * runs on the calling thread; results do not depend on the thread count. */
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_impl.h"
 #include "kernels/cpu/fastmath.h"
 
-#define TILE 64
+#define QT 64  /* query rows a tile */
+#define KT 128 /* keys a tile */
 
-/* rows t2 of x (a key or value head's slice, rows `ld` floats apart) as
- * (hs, T): dst[i * t + t2] = x[t2 * ld + i] */
-static void gather_transposed(float* restrict dst, const float* x, int64_t ld, int t, int hs) {
-  for (int t2 = 0; t2 < t; t2++) {
-    const float* src = x + (int64_t)t2 * ld;
-    for (int i = 0; i < hs; i++) dst[(int64_t)i * t + t2] = src[i];
-  }
+/* s (rows x KT) = scale * q (rows x hs, rows ldq apart) k^T (cols x hs,
+ * ldk apart) */
+static void scores(float* s, const float* q, int64_t ldq, const float* k, int64_t ldk, int rows,
+                   int cols, int hs, float scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q, (int)ldq, k,
+              (int)ldk, 0.0f, s, KT);
 }
 
-/* s[j] = scale * q . rows[i][j0 + j] for j < w: the tile's scores (rows is
- * (hs, T), keys or values transposed) */
-static inline void tile_dot(float* restrict s, const float* restrict q, const float* rows,
-                            int64_t t, int j0, int w, int hs, float scale) {
-  for (int j = 0; j < w; j++) s[j] = 0.0f;
-  for (int i = 0; i < hs; i++) {
-    const float qi = q[i] * scale;
-    const float* restrict r = rows + (int64_t)i * t + j0;
-#pragma omp simd
-    for (int j = 0; j < w; j++) s[j] += qi * r[j];
-  }
+/* the causal mask on the diagonal tile: key j0 + j is past query i0 + i */
+static inline int keys_seen(int i0, int i, int j0, int cols) {
+  int n = i0 + i - j0 + 1;
+  return n < 0 ? 0 : n < cols ? n : cols;
 }
 
 tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const float* q,
@@ -56,51 +55,59 @@ tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const flo
   const int b = sh->b, t = sh->t, nh = sh->nh, hs = sh->hs, group = sh->nh / sh->nkv;
   const int64_t ldq = sh->ldq, ldkv = sh->ldkv, c = (int64_t)nh * hs;
   const float scale = 1.0f / sqrtf((float)hs);
-  /* per (b, h): keys transposed (hs, T), a tile of scores, the accumulator */
-  const int64_t per = (int64_t)hs * t + TILE + hs;
-  float* scratch = malloc(sizeof(float) * (size_t)per * (size_t)b * (size_t)nh);
-  if (!scratch) return TL_ERRF(TL_ERR_NOMEM, "attention: no memory for %d x %d keys", hs, t);
-#pragma omp parallel for collapse(2) if ((int64_t)b * nh * t * t * hs > TL_CPU_PAR_MIN)
-  for (int bi = 0; bi < b; bi++) {
-    for (int h = 0; h < nh; h++) {
-      float* restrict kt = scratch + ((int64_t)bi * nh + h) * per;
-      float* restrict s = kt + (int64_t)hs * t;
-      float* restrict acc = s + TILE;
-      const int64_t kv = (int64_t)(h / group) * hs; /* the key/value head's columns */
-      gather_transposed(kt, k + (int64_t)bi * t * ldkv + kv, ldkv, t, hs);
-      for (int ti = 0; ti < t; ti++) {
-        const float* qr = q + ((int64_t)bi * t + ti) * ldq + (int64_t)h * hs;
-        const int n = ti + 1; /* keys 0..ti */
-        float m = -INFINITY, l = 0.0f;
-        for (int i = 0; i < hs; i++) acc[i] = 0.0f;
-        for (int j0 = 0; j0 < n; j0 += TILE) {
-          const int w = n - j0 < TILE ? n - j0 : TILE;
-          tile_dot(s, qr, kt, t, j0, w, hs, scale);
-          /* 1. the running maximum, and what the sums so far are worth under it */
-          float mt = m;
-          for (int j = 0; j < w; j++) mt = s[j] > mt ? s[j] : mt;
-          const float keep = j0 ? tl__expf(m - mt) : 0.0f;
-          /* 2. this tile's probabilities, unnormalised */
+  /* per thread: a tile of scores, the accumulator, the row statistics */
+  const int64_t per = (int64_t)QT * KT + (int64_t)QT * hs + 2 * QT;
+  const int n_pairs = b * nh;
+  float* scratch = malloc(sizeof(float) * (size_t)per * (size_t)n_pairs);
+  if (!scratch) return TL_ERRF(TL_ERR_NOMEM, "attention: no memory for %d-key tiles", KT);
+#pragma omp parallel for if ((int64_t)b * nh * t * t * hs > TL_CPU_PAR_MIN)
+  for (int pair = 0; pair < n_pairs; pair++) {
+    const int bi = pair / nh, h = pair % nh;
+    float* restrict s = scratch + (int64_t)pair * per;
+    float* restrict acc = s + (int64_t)QT * KT;
+    float* restrict m = acc + (int64_t)QT * hs;
+    float* restrict l = m + QT;
+    const int64_t kv = (int64_t)(h / group) * hs; /* the key/value head's columns */
+    const float* qh = q + (int64_t)bi * t * ldq + (int64_t)h * hs;
+    const float* kh = k + (int64_t)bi * t * ldkv + kv;
+    const float* vh = v + (int64_t)bi * t * ldkv + kv;
+    for (int i0 = 0; i0 < t; i0 += QT) {
+      const int rows = t - i0 < QT ? t - i0 : QT;
+      for (int i = 0; i < rows; i++) m[i] = -INFINITY, l[i] = 0.0f;
+      memset(acc, 0, sizeof(float) * (size_t)rows * hs);
+      for (int j0 = 0; j0 < i0 + rows; j0 += KT) {
+        const int cols = i0 + rows - j0 < KT ? i0 + rows - j0 : KT;
+        /* 1. the tile's scores */
+        scores(s, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, rows, cols, hs, scale);
+        /* 2. per row: the running maximum, what the sums so far are worth
+         * under it, the tile's probabilities (unnormalised) */
+        for (int i = 0; i < rows; i++) {
+          float* restrict sr = s + (int64_t)i * KT;
+          const int n = keys_seen(i0, i, j0, cols);
+          float mt = m[i];
+          for (int j = 0; j < n; j++) mt = sr[j] > mt ? sr[j] : mt;
+          const float keep = m[i] == -INFINITY ? 0.0f : tl__expf(m[i] - mt);
           float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-          for (int j = 0; j < w; j++) sum += (s[j] = tl__expf(s[j] - mt));
-          l = l * keep + sum;
-          /* 3. acc = acc * keep + sum_j p_j v_j */
+          for (int j = 0; j < n; j++) sum += (sr[j] = tl__expf(sr[j] - mt));
+          for (int j = n; j < cols; j++) sr[j] = 0.0f;
+          l[i] = l[i] * keep + sum;
+          m[i] = mt;
+          float* restrict ar = acc + (int64_t)i * hs;
 #pragma omp simd
-          for (int i = 0; i < hs; i++) acc[i] *= keep;
-          for (int j = 0; j < w; j++) {
-            const float* restrict vr = v + ((int64_t)bi * t + j0 + j) * ldkv + kv;
-            const float p = s[j];
-#pragma omp simd
-            for (int i = 0; i < hs; i++) acc[i] += p * vr[i];
-          }
-          m = mt;
+          for (int x = 0; x < hs; x++) ar[x] *= keep;
         }
-        const float inv = 1.0f / l;
-        float* restrict o = out + ((int64_t)bi * t + ti) * c + (int64_t)h * hs;
+        /* 3. acc += P V_tile */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, s, KT,
+                    vh + j0 * ldkv, (int)ldkv, 1.0f, acc, hs);
+      }
+      for (int i = 0; i < rows; i++) {
+        const float inv = 1.0f / l[i];
+        float* restrict o = out + ((int64_t)bi * t + i0 + i) * c + (int64_t)h * hs;
+        const float* restrict ar = acc + (int64_t)i * hs;
 #pragma omp simd
-        for (int i = 0; i < hs; i++) o[i] = acc[i] * inv;
-        lse[((int64_t)bi * nh + h) * t + ti] = m + logf(l);
+        for (int x = 0; x < hs; x++) o[x] = ar[x] * inv;
+        lse[((int64_t)bi * nh + h) * t + i0 + i] = m[i] + logf(l[i]);
       }
     }
   }
@@ -116,59 +123,70 @@ tl_status tl__cpu_attention_backward(void* ctx, float* dq, float* dk, float* dv,
   const int b = sh->b, t = sh->t, nh = sh->nh, nkv = sh->nkv, hs = sh->hs, group = nh / nkv;
   const int64_t ldq = sh->ldq, ldkv = sh->ldkv, c = (int64_t)nh * hs;
   const float scale = 1.0f / sqrtf((float)hs);
-  /* per (b, kv head): keys and values transposed (hs, T each), a tile of
-   * probabilities and one of score gradients */
-  const int64_t per = 2 * (int64_t)hs * t + 2 * TILE;
-  float* scratch = malloc(sizeof(float) * (size_t)per * (size_t)b * (size_t)nkv);
-  if (!scratch) return TL_ERRF(TL_ERR_NOMEM, "attention backward: no memory for %d-long rows", t);
-#pragma omp parallel for collapse(2) if ((int64_t)b * nh * t * t * hs > TL_CPU_PAR_MIN)
-  for (int bi = 0; bi < b; bi++) {
-    for (int kh = 0; kh < nkv; kh++) {
-      float* restrict kt = scratch + ((int64_t)bi * nkv + kh) * per;
-      float* restrict vt = kt + (int64_t)hs * t;
-      float* restrict p = vt + (int64_t)hs * t;
-      float* restrict ds = p + TILE;
-      const int64_t kv = (int64_t)kh * hs;
-      gather_transposed(kt, k + (int64_t)bi * t * ldkv + kv, ldkv, t, hs);
-      gather_transposed(vt, v + (int64_t)bi * t * ldkv + kv, ldkv, t, hs);
-      for (int h = kh * group; h < (kh + 1) * group; h++) {
-        for (int ti = 0; ti < t; ti++) {
-          const int64_t row = ((int64_t)bi * t + ti);
-          const float* restrict qr = q + row * ldq + (int64_t)h * hs;
-          const float* restrict dy = dout + row * c + (int64_t)h * hs;
-          const float* restrict o = out + row * c + (int64_t)h * hs;
-          float* restrict dqr = dq + row * ldq + (int64_t)h * hs;
-          const float row_lse = lse[((int64_t)bi * nh + h) * t + ti];
-          const int n = ti + 1;
-          /* D = dout . out = sum_j p_j (dout . v_j) */
-          float d = 0.0f;
-#pragma omp simd reduction(+ : d)
-          for (int i = 0; i < hs; i++) d += dy[i] * o[i];
-          for (int j0 = 0; j0 < n; j0 += TILE) {
-            const int w = n - j0 < TILE ? n - j0 : TILE;
-            /* 1. the probabilities again, from the scores and the row's lse */
-            tile_dot(p, qr, kt, t, j0, w, hs, scale);
+  /* per (b, kv head): the tile's probabilities and their gradients, and a
+   * tile's D */
+  const int64_t per = 2 * (int64_t)QT * KT + QT;
+  const int n_pairs = b * nkv;
+  float* scratch = malloc(sizeof(float) * (size_t)per * (size_t)n_pairs);
+  if (!scratch) return TL_ERRF(TL_ERR_NOMEM, "attention backward: no memory for %d-key tiles", KT);
+#pragma omp parallel for if ((int64_t)b * nh * t * t * hs > TL_CPU_PAR_MIN)
+  for (int pair = 0; pair < n_pairs; pair++) {
+    const int bi = pair / nkv, kh = pair % nkv;
+    float* restrict p = scratch + (int64_t)pair * per;
+    float* restrict ds = p + (int64_t)QT * KT;
+    float* restrict d = ds + (int64_t)QT * KT;
+    const int64_t kv = (int64_t)kh * hs, base = (int64_t)bi * t;
+    const float* kk = k + base * ldkv + kv;
+    const float* vv = v + base * ldkv + kv;
+    float* dkk = dk + base * ldkv + kv;
+    float* dvv = dv + base * ldkv + kv;
+    for (int h = kh * group; h < (kh + 1) * group; h++) {
+      const float* qh = q + base * ldq + (int64_t)h * hs;
+      float* dqh = dq + base * ldq + (int64_t)h * hs;
+      const float* dy = dout + base * c + (int64_t)h * hs;
+      const float* o = out + base * c + (int64_t)h * hs;
+      const float* row_lse = lse + ((int64_t)bi * nh + h) * t;
+      for (int i0 = 0; i0 < t; i0 += QT) {
+        const int rows = t - i0 < QT ? t - i0 : QT;
+        /* D = dout . out = sum_j p_j (dout . v_j), per query row */
+        for (int i = 0; i < rows; i++) {
+          const float* restrict dyr = dy + (int64_t)(i0 + i) * c;
+          const float* restrict orow = o + (int64_t)(i0 + i) * c;
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int x = 0; x < hs; x++) sum += dyr[x] * orow[x];
+          d[i] = sum;
+        }
+        for (int j0 = 0; j0 < i0 + rows; j0 += KT) {
+          const int cols = i0 + rows - j0 < KT ? i0 + rows - j0 : KT;
+          /* 1. the probabilities again, from the scores and the rows' lse */
+          scores(p, qh + i0 * ldq, ldq, kk + j0 * ldkv, ldkv, rows, cols, hs, scale);
+          for (int i = 0; i < rows; i++) {
+            float* restrict pr = p + (int64_t)i * KT;
+            const float lr = row_lse[i0 + i];
+            const int n = keys_seen(i0, i, j0, cols);
 #pragma omp simd
-            for (int j = 0; j < w; j++) p[j] = tl__expf(p[j] - row_lse);
-            /* 2. dp_j = dout . v_j; the scores' gradients p (dp - D), scaled */
-            tile_dot(ds, dy, vt, t, j0, w, hs, 1.0f);
-#pragma omp simd
-            for (int j = 0; j < w; j++) ds[j] = p[j] * (ds[j] - d) * scale;
-            /* 3. dv_j += p_j dout; dk_j += ds_j q; dq += ds_j k_j */
-            for (int j = 0; j < w; j++) {
-              const int64_t key = ((int64_t)bi * t + j0 + j) * ldkv + kv;
-              const float* restrict kr = k + key;
-              float* restrict dkr = dk + key;
-              float* restrict dvr = dv + key;
-              const float pj = p[j], sj = ds[j];
-#pragma omp simd
-              for (int i = 0; i < hs; i++) {
-                dvr[i] += pj * dy[i];
-                dkr[i] += sj * qr[i];
-                dqr[i] += sj * kr[i];
-              }
-            }
+            for (int j = 0; j < n; j++) pr[j] = tl__expf(pr[j] - lr);
+            for (int j = n; j < cols; j++) pr[j] = 0.0f;
           }
+          /* 2. dV_tile += P^T dO */
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, p, KT,
+                      dy + (int64_t)i0 * c, (int)c, 1.0f, dvv + j0 * ldkv, (int)ldkv);
+          /* 3. dP = dO V_tile^T; dS = P (dP - D) scale */
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f,
+                      dy + (int64_t)i0 * c, (int)c, vv + j0 * ldkv, (int)ldkv, 0.0f, ds, KT);
+          for (int i = 0; i < rows; i++) {
+            float* restrict dsr = ds + (int64_t)i * KT;
+            const float* restrict pr = p + (int64_t)i * KT;
+            const float di = d[i];
+#pragma omp simd
+            for (int j = 0; j < cols; j++) dsr[j] = pr[j] * (dsr[j] - di) * scale;
+          }
+          /* 4. dQ += dS K_tile; dK_tile += dS^T Q */
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, ds, KT,
+                      kk + j0 * ldkv, (int)ldkv, 1.0f, dqh + i0 * ldq, (int)ldq);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, ds, KT,
+                      qh + i0 * ldq, (int)ldq, 1.0f, dkk + j0 * ldkv, (int)ldkv);
         }
       }
     }

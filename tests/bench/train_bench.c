@@ -1,11 +1,15 @@
-/* train_bench.c — training step time for two GPT configs, with the share of
- * the step spent in matmuls (not a test: figures only).
+/* train_bench.c — training step time for two GPT configs and a Llama, with
+ * the share of the step spent in matmuls (not a test: figures only).
  *
- *   bazel run -c opt //tests/bench:train_bench -- [--threads N] [--steps S] [--only small|124m]
+ *   bazel run -c opt //tests/bench:train_bench -- [--threads N] [--steps S]
+ *                                                 [--only small|124m|llama]
  *
  * small: 4 layers, 4 heads, 128 channels, vocabulary 256, B=4, T=64.
  * 124m:  GPT-2 small: 12 layers, 12 heads, 768 channels, vocabulary 50257
  *        padded to 50304, B=4, T=64.
+ * llama: 12 layers, 768 channels, 12 query and 4 key/value heads, SwiGLU
+ *        2048 wide, vocabulary 32000, untied head, B=4, T=256
+ *        (tests/bench/llama_vs_torch.sh runs it beside PyTorch's).
  * Tokens are random (a temporary token file): speed does not depend on them.
  * The per-op profile is a separate pass, since timing each node adds syncs. */
 #include <stdio.h>
@@ -31,6 +35,14 @@ static void config(struct tl_config* c, int layers, int heads, int channels, int
   c->train.weight_decay = 0.1f, c->train.grad_clip = 1.0f;
   c->device.type = TL_DEVICE_CPU;
   snprintf(c->data.train, sizeof c->data.train, "%s", data);
+}
+
+static void llama(struct tl_config* c, const char* data) {
+  config(c, 12, 12, 768, 32000, data);
+  c->model.kind = TL_MODEL_LLAMA;
+  c->model.n_kv_heads = 4, c->model.ffn_hidden = 2048, c->model.rope_theta = 10000.0f;
+  c->model.norm_eps = 1e-5f;
+  c->train.seq_len = 256;
 }
 
 static int bench(const char* name, const struct tl_config* c, int steps) {
@@ -84,7 +96,7 @@ int main(int argc, char** argv) {
     else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
       only = argv[++i];
     else {
-      fprintf(stderr, "usage: train_bench [--threads N] [--steps S] [--only small|124m]\n");
+      fprintf(stderr, "usage: train_bench [--threads N] [--steps S] [--only small|124m|llama]\n");
       return 2;
     }
   }
@@ -98,7 +110,7 @@ int main(int argc, char** argv) {
   }
   struct tl_config c;
   int rc = 0;
-  printf("trellis training step, fp32 on the CPU, %s threads, B=4 T=64, %d timed steps\n",
+  printf("trellis training step, fp32 on the CPU, %s threads, B=4, %d timed steps\n",
          getenv("TRELLIS_NUM_THREADS") ? getenv("TRELLIS_NUM_THREADS") : "auto", steps);
   if (!only || strcmp(only, "small") == 0) {
     config(&c, 4, 4, 128, 256, path);
@@ -107,6 +119,10 @@ int main(int argc, char** argv) {
   if (!only || strcmp(only, "124m") == 0) {
     config(&c, 12, 12, 768, 50257, path);
     rc |= bench("124m", &c, steps < 5 ? steps : 5);
+  }
+  if (!only || strcmp(only, "llama") == 0) {
+    llama(&c, path);
+    rc |= bench("llama", &c, steps < 5 ? steps : 5);
   }
   unlink(path);
   return rc;
