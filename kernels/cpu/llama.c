@@ -52,12 +52,22 @@ tl_status tl__cpu_rmsnorm_backward(void* ctx, float* dinp, float* dweight, const
     }
   }
   if (dweight) {
+    /* blocks of columns, each summed over the rows in order (one fixed
+     * order per column, whatever the threads), a row's block at a time */
+    enum { BLOCK = 64 };
+    const int n_blocks = (c + BLOCK - 1) / BLOCK;
 #pragma omp parallel for if (par)
-    for (int j = 0; j < c; j++) {
-      float dw = 0.0f;
-      for (int i = 0; i < n; i++)
-        dw += dout[(int64_t)i * c + j] * inp[(int64_t)i * c + j] * rstd[i];
-      dweight[j] += dw;
+    for (int blk = 0; blk < n_blocks; blk++) {
+      const int j0 = blk * BLOCK, w = c - j0 < BLOCK ? c - j0 : BLOCK;
+      float acc[BLOCK] = {0};
+      for (int i = 0; i < n; i++) {
+        const float* restrict dy = dout + (int64_t)i * c + j0;
+        const float* restrict x = inp + (int64_t)i * c + j0;
+        const float r = rstd[i];
+#pragma omp simd
+        for (int j = 0; j < w; j++) acc[j] += dy[j] * x[j] * r;
+      }
+      for (int j = 0; j < w; j++) dweight[j0 + j] += acc[j];
     }
   }
   return TL_OK;

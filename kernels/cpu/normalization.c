@@ -60,16 +60,28 @@ tl_status tl__cpu_layernorm_backward(void* ctx, float* dinp, float* dweight, flo
     }
   }
   if (dweight || dbias) {
+    /* blocks of columns, each summed over the rows in order (one fixed
+     * order per column, whatever the threads), a row's block at a time */
+    enum { BLOCK = 64 };
+    const int n_blocks = (c + BLOCK - 1) / BLOCK;
 #pragma omp parallel for if (par)
-    for (int j = 0; j < c; j++) {
-      float dw = 0.0f, db = 0.0f;
+    for (int blk = 0; blk < n_blocks; blk++) {
+      const int j0 = blk * BLOCK, w = c - j0 < BLOCK ? c - j0 : BLOCK;
+      float dw[BLOCK] = {0}, db[BLOCK] = {0};
       for (int i = 0; i < n; i++) {
-        float dy = dout[(int64_t)i * c + j];
-        dw += (inp[(int64_t)i * c + j] - mean[i]) * rstd[i] * dy;
-        db += dy;
+        const float* restrict dy = dout + (int64_t)i * c + j0;
+        const float* restrict x = inp + (int64_t)i * c + j0;
+        const float m = mean[i], r = rstd[i];
+#pragma omp simd
+        for (int j = 0; j < w; j++) {
+          dw[j] += (x[j] - m) * r * dy[j];
+          db[j] += dy[j];
+        }
       }
-      if (dweight) dweight[j] += dw;
-      if (dbias) dbias[j] += db;
+      for (int j = 0; j < w; j++) {
+        if (dweight) dweight[j0 + j] += dw[j];
+        if (dbias) dbias[j0 + j] += db[j];
+      }
     }
   }
   return TL_OK;

@@ -360,12 +360,16 @@ static int print_verify(const struct run* r) {
          v->loss.step, v->loss_tol);
   printf("verify:   grad norm   %.3g relative, worst at step %d (allowed %g)\n", v->norm.value,
          v->norm.step, v->norm_tol);
+  char biases[96] = "";
+  if (v->n_key_bias > 0) /* a GPT's: their exact gradient is zero (graph/model.h) */
+    snprintf(biases, sizeof biases, "; %lld attention key biases, exactly zero, left out",
+             (long long)v->n_key_bias);
   printf(
       "verify:   gradients   %.3g of the tensor's largest, worst %s element %lld at step %d "
-      "(allowed %g; %lld attention key biases, exactly zero, left out)\n",
+      "(allowed %g%s)\n",
       v->grad.value, tensor_name(m, v->grad.tensor),
       (long long)(v->grad.element >= 0 ? v->grad.element - m->tensors[v->grad.tensor].offset : -1),
-      v->grad.step, v->grad_tol, (long long)v->n_key_bias);
+      v->grad.step, v->grad_tol, biases);
   printf(
       "verify:   AdamW       parameters %.3g lr from AdamW replayed on the mesh's state and "
       "gradients (%.3g of the bound 1e-3 lr + 2 roundings), moments %.3g (allowed %g)\n",

@@ -186,7 +186,9 @@ tl_status ProbeRun(const tl_run_ctx* x, const tl_node* n) {
   return TL_OK;
 }
 
-tl_status ProbeBackward(tl_graph*, int) { return TL_OK; }
+tl_status ProbeBackward(tl_graph*, int) {
+  return TL_OK;
+}
 
 const tl_op_def kProbe = {"probe", 1, ProbeInfer, ProbeRun, ProbeBackward, 0, nullptr};
 
@@ -280,7 +282,8 @@ TEST(Exec, Bf16GraphsStoreBf16AndHandKernelsFp32Copies) {
 // memory plan that follows: activations and their gradients in bf16; the
 // loss, the logits it is computed from, their gradients, the saved
 // statistics (LayerNorm's mean and rstd, attention's log-sum-exp),
-// parameters, their gradients and the inputs in fp32 or int32. The arena shrinks to well under two thirds.
+// parameters, their gradients and the inputs in fp32 or int32. The arena shrinks to well under two
+// thirds.
 TEST(Graph, Bf16PrecisionStoresActivationsInTwoBytes) {
   tl_model m;
   tl_model_config c = SmallGpt();
@@ -600,6 +603,28 @@ TEST(Graph, TheBackwardSplitInTwoPassesGivesTheSameGradients) {
   }
   tl_buffer_destroy(p);
   tl_backend_destroy(be);
+}
+
+// The Llama's layout is transformers' LlamaForCausalLM's: the example
+// configs of Llama 3's shapes have Meta's parameter counts exactly (the
+// vocabulary 128256 needs no padding); the small example is valid too.
+TEST(Model, Llama3ShapesHaveTheirPublishedParameterCounts) {
+  const struct {
+    const char* path;
+    int64_t params;
+  } shapes[] = {{"examples/llama3_8b.json", 8030261248LL},
+                {"examples/llama3_70b.json", 70553706496LL},
+                {"examples/llama3_405b.json", 405853388800LL}};
+  for (const auto& s : shapes) {
+    tl_config c;
+    ASSERT_EQ(tl_config_load(s.path, &c), TL_OK) << tl_last_error();
+    tl_model m;
+    ASSERT_EQ(tl_model_init(&c.model, &m), TL_OK) << tl_last_error();
+    EXPECT_EQ(m.n_params, s.params) << s.path;
+  }
+  tl_config c;
+  ASSERT_EQ(tl_config_load("examples/llama_dp2_tp2_pp2.json", &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_config_check_world(&c, 8), TL_OK);
 }
 
 TEST(Model, BadSizesAreConfigErrors) {

@@ -269,6 +269,47 @@ TEST(Train, LossOfASmallGptFallsOnTheDefaultCorpus) {
   tl_trainer_destroy(t);
 }
 
+// The Llama learns the default corpus as the GPT does, and writes text: a
+// 2-layer, 64-channel Llama (4 query heads over 2 key/value heads, SwiGLU
+// 176 wide, an untied head), the GPT's schedule and bounds (measured: 2.76
+// over the last 20 of 300 steps, validation 2.66). Sampled among the 4
+// likeliest tokens: greedily this one falls into a run of '-' after a few
+// tokens, as transformers' own greedy decoding of its export does.
+TEST(Train, LossOfASmallLlamaFallsAndItWritesText) {
+  tl_config c = SmallConfig();
+  c.model.kind = TL_MODEL_LLAMA;
+  c.model.n_kv_heads = 2, c.model.ffn_hidden = 176, c.model.rope_theta = 10000.0f;
+  c.model.norm_eps = 1e-5f;
+  tl_trainer* t = nullptr;
+  ASSERT_EQ(tl_trainer_create(&c, nullptr, &t), TL_OK) << tl_last_error();
+  tl_step_stats s;
+  double last20 = 0, val = 0;
+  for (int i = 0; i < c.train.steps; i++) {
+    ASSERT_EQ(tl_trainer_step(t, &s), TL_OK) << tl_last_error();
+    if (i == 0) {
+      EXPECT_NEAR(s.loss, std::log(256.0), 0.1) << "the first step";
+    }
+    if (i >= c.train.steps - 20) last20 += s.loss / 20;
+  }
+  ASSERT_EQ(tl_trainer_eval(t, &val), TL_OK);
+  printf("llama loss: last 20 steps %.4f; validation %.4f\n", last20, val);
+  EXPECT_LT(last20, 3.0) << "training loss over the last 20 of 300 steps";
+  EXPECT_LT(val, 3.0) << "validation loss after 300 steps";
+  int32_t prompt = 'T', out[64];
+  std::vector<float> params(tl_trainer_model(t)->n_params);
+  ASSERT_EQ(tl_trainer_gather(t, params.data(), 0), TL_OK);
+  ASSERT_EQ(
+      tl_sample(tl_trainer_model(t), c.train.seq_len, params.data(), &prompt, 1, 64, 4, 1, out),
+      TL_OK);
+  int letters = 0;
+  for (int32_t o : out) letters += isalpha(o) || o == ' ';
+  std::string text;
+  for (int32_t o : out) text += (char)o;
+  printf("llama sample: \"%s\"\n", text.c_str());
+  EXPECT_GT(letters, 40) << text;
+  tl_trainer_destroy(t);
+}
+
 // ZeRO-3 on one rank under bf16 training keeps its units in bf16 slots,
 // rounded from the shard without a gather: the values a bf16 graph reads
 // anyway, so the losses are ZeRO-0's bit for bit (no clipping: the norm's
@@ -360,7 +401,8 @@ TEST(Train, ResumeContinuesBitForBit) {
     std::vector<float> pa(np), pb(np);
     ASSERT_EQ(tl_trainer_gather(a, pa.data(), 0), TL_OK);
     ASSERT_EQ(tl_trainer_gather(b, pb.data(), 0), TL_OK);
-    EXPECT_EQ(memcmp(pa.data(), pb.data(), np * 4), 0) << name << ": parameters differ after resuming";
+    EXPECT_EQ(memcmp(pa.data(), pb.data(), np * 4), 0)
+        << name << ": parameters differ after resuming";
     tl_trainer_destroy(a);
     tl_trainer_destroy(b);
   }
