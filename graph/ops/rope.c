@@ -31,11 +31,12 @@ static tl_status infer(tl_graph* g, tl_node* n) {
                    "expected theta > 1, and with a factor 0 < low < high and a context > 0",
                    n->name, r.theta, r.factor, r.low_freq_factor, r.high_freq_factor,
                    r.original_ctx);
+  const double numel = (double)tl_value_numel(x); /* x moves when values grow */
   int64_t shape[4];
   memcpy(shape, x->shape, sizeof shape);
   TL_CHECK(tl__op_output(g, n, 0, "", TL_ROLE_ACTIVATION, TL_F32, 3, shape));
-  n->flops = 3.0 * (double)tl_value_numel(x);
-  n->bytes = 8.0 * (double)tl_value_numel(x);
+  n->flops = 3.0 * numel;
+  n->bytes = 8.0 * numel;
   return TL_OK;
 }
 

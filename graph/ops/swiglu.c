@@ -11,11 +11,12 @@ static tl_status infer(tl_graph* g, tl_node* n) {
     return TL_ERRF(TL_ERR_INVALID, "swiglu '%s': gate %s and up %s differ", n->name,
                    tl__shape_str(a, sa, sizeof sa), tl__shape_str(b, sb, sizeof sb));
   }
+  const double numel = (double)tl_value_numel(a); /* a moves when values grow */
   int64_t shape[4];
   memcpy(shape, a->shape, sizeof shape);
   TL_CHECK(tl__op_output(g, n, 0, "", TL_ROLE_ACTIVATION, TL_F32, a->n_dims, shape));
-  n->flops = 6.0 * (double)tl_value_numel(a);
-  n->bytes = 12.0 * (double)tl_value_numel(a);
+  n->flops = 6.0 * numel;
+  n->bytes = 12.0 * numel;
   return TL_OK;
 }
 
