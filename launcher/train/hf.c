@@ -99,7 +99,12 @@ static void arch_int(struct resolve* r, const char* field, int* dst, const char*
     problem(r->p, "'%s': \"%s\" = %lld: expected an integer >= %lld", r->file, key, x, lo);
     return;
   }
-  if (user_sets(r, field) && *dst != x)
+  /* a config's 0 for n_kv_heads or ffn_hidden means its default: that
+   * default is what must agree */
+  int mine = *dst;
+  if (mine == 0 && strcmp(field, "n_kv_heads") == 0) mine = tl_config_kv_heads(r->m);
+  if (mine == 0 && strcmp(field, "ffn_hidden") == 0) mine = tl_config_ffn_hidden(r->m);
+  if (user_sets(r, field) && mine != x)
     problem(r->p, "model.%s = %d but '%s' has \"%s\" = %lld", field, *dst, r->file, key, x);
   else
     *dst = (int)x;
@@ -297,13 +302,10 @@ tl_status tl_hf_config_load(const char* path, struct tl_config* cfg) {
   json_error_t err;
   json_t* hf = json_load_file(file, JSON_REJECT_DUPLICATES, &err);
   if (!hf) {
+    /* no config.json: nothing to read here; the directory is refused
+     * with the other input files (tl_hf_model_check) */
     struct stat sb;
-    if (stat(file, &sb) != 0)
-      return TL_ERRF(TL_ERR_CONFIG,
-                     "model.init_from '%s': a directory without config.json; expected a Hugging "
-                     "Face model directory (config.json and model.safetensors) or an llm.c "
-                     "model file",
-                     dir);
+    if (stat(file, &sb) != 0) return TL_OK;
     return TL_ERRF(TL_ERR_CONFIG, "model.init_from: '%s' is not JSON: %s (line %d)", file, err.text,
                    err.line);
   }
@@ -519,6 +521,14 @@ static const char* short_name(const tl_model* m, const char* name) {
 /* Finds every tensor of the model, checks shapes and that nothing is left
  * over; with params, reads them. */
 static tl_status check_or_read(const char* dir, const tl_model* m, float* params) {
+  char file[TL_PATH_MAX + 32];
+  snprintf(file, sizeof file, "%s/config.json", dir);
+  struct stat sb;
+  if (stat(file, &sb) != 0)
+    return TL_ERRF(TL_ERR_FORMAT,
+                   "'%s' is a directory without config.json; expected a Hugging Face model "
+                   "directory (config.json and model.safetensors) or an llm.c model file",
+                   dir);
   int n = tl_hf_tensors(m, NULL);
   if (n < 0)
     return TL_ERRF(TL_ERR_CONFIG,

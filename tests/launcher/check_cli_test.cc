@@ -179,7 +179,7 @@ TEST(CheckCliFiles, MissingOrMalformedInputFilesAreRefusedByName) {
       {R"("data": {"train": ")" + good + R"(", "tokenizer": ")" + dir + "\"}",
        "data.tokenizer: cannot read tokenizer '" + dir + "': Is a directory"},
       {R"("data": {"train": ")" + good + R"("}, "model": {"init_from": ")" + dir + "\"}",
-       "model.init_from: cannot read '" + dir + "': Is a directory"},
+       "model.init_from: '" + dir + "' is a directory without config.json"},
   };
   for (const Case& c : cases) {
     std::string cfg = WriteTempFile("{" + c.fields + "}");

@@ -397,9 +397,15 @@ TEST(HuggingFace, WhatTrellisDoesNotComputeIsRefusedByName) {
   unlink((dir + "/config.json").c_str());
   std::string path = dir + ".json";
   std::ofstream(path) << R"({"model": {"init_from": ")" << dir << R"("}})";
+  // no config.json: the config stands as written; the directory is then
+  // refused with the other input files
   tl_config cfg;
-  EXPECT_EQ(tl_hf_config_load(path.c_str(), &cfg), TL_ERR_CONFIG);
-  EXPECT_NE(std::string(tl_last_error()).find("a directory without config.json"), std::string::npos)
+  ASSERT_EQ(tl_hf_config_load(path.c_str(), &cfg), TL_OK) << tl_last_error();
+  tl_model m;
+  ASSERT_EQ(tl_model_init(&cfg.model, &m), TL_OK);
+  EXPECT_EQ(tl_hf_model_check(dir.c_str(), &m), TL_ERR_FORMAT);
+  EXPECT_NE(std::string(tl_last_error()).find("is a directory without config.json"),
+            std::string::npos)
       << tl_last_error();
 }
 
