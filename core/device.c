@@ -1,9 +1,22 @@
 /* device.c */
 #include "core/device.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+int tl_cpu_cores(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? (int)online : 1;
+}
 
 const char* tl_device_name(tl_device d, char* buf, size_t size) {
   if (d.type == TL_DEVICE_CPU)

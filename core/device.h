@@ -30,6 +30,12 @@ const char* tl_device_name(tl_device d, char* buf, size_t size);
 /* Parses "cpu", "cuda" (= cuda:0) or "cuda:N". */
 tl_status tl_device_parse(const char* s, tl_device* out);
 
+/* The CPU cores this process may run on: its affinity mask (what taskset,
+ * a cgroup's cpuset or a Slurm step's --cpus-per-task leave it), else the
+ * online count; at least 1. The automatic thread count and the planner's
+ * shared cores are taken from it. */
+int tl_cpu_cores(void);
+
 /* Why the CUDA runtime found no device, in words a user can act on, into
  * buf (returned). no_device: the runtime said there is no GPU
  * (cudaErrorNoDevice); else it said the driver is missing or too old

@@ -21,8 +21,8 @@ extern "C" {
     "which ranks print info and debug lines: a rank number, or 'all' "                           \
     "(warnings and errors always print)")                                                        \
   X(TRELLIS_NUM_THREADS, "0",                                                                    \
-    "CPU threads per process for kernels and OpenBLAS; 0 = every online core "                   \
-    "divided by the ranks sharing this node")                                                    \
+    "CPU threads per process for kernels and OpenBLAS; 0 = the cores this process may run "      \
+    "on (its CPU affinity) divided by the ranks sharing this node")                              \
   X(TRELLIS_MPI_WAIT, "auto",                                                                    \
     "how a rank waits for an MPI message: 'spin' (MPI's own busy-polling), 'yield' (poll, "      \
     "giving the core away between polls) or 'auto' (yield when the node's ranks times "          \

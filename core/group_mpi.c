@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/device.h"
 #include "core/env.h"
 #include "core/group_impl.h"
 
@@ -464,7 +465,7 @@ static tl_status should_yield(MPI_Comm comm, bool* yield) {
   int rc = MPI_Comm_size(node, &local);
   MPI_Comm_free(&node);
   if (rc != MPI_SUCCESS) return tl_mpi_error(rc, "MPI_Comm_size", __FILE__, __LINE__);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = tl_cpu_cores();
   if (cores < 1) cores = 1;
   int threads = tl_env()->num_threads;
   if (threads < 1) threads = (int)(cores / local > 0 ? cores / local : 1); /* the automatic count */

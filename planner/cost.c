@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/device.h"
 #include "dp/buckets.h"
 #include "dp/layout.h"
 #include "graph/exec.h"
@@ -216,7 +217,7 @@ static void* shard_worker(void* arg) {
 static tl_status shard_build_all(struct shard_jobs* j) {
   for (int i = 0; i < j->n; i++) j->status[i] = TL_OK, j->message[i] = NULL;
   atomic_init(&j->next, 0);
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = tl_cpu_cores();
   int n_threads = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
   if (n_threads > j->n) n_threads = j->n;
   pthread_t th[8];

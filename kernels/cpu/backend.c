@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "core/device.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "kernels/cpu/cpu.h"
@@ -44,7 +45,7 @@ tl_status tl_cpu_backend_init(void** ctx) {
   *ctx = NULL;
   int n = tl_env()->num_threads;
   if (n == 0) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = tl_cpu_cores();
     n = (int)(cores > 0 ? cores : 1) / local_ranks();
     if (n < 1) n = 1;
   }

@@ -55,6 +55,7 @@
 
 #include "core/alloc.h"
 #include "core/atomic_file.h"
+#include "core/device.h"
 #include "kernels/backend.h"
 #include "launcher/cli/calibrate_impl.h"
 #include "launcher/cli/cli.h"
@@ -339,7 +340,7 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
   /* ranks sharing their node's cores, each on the trainer's automatic
    * threads: how fast a rank computes while only some do (a pipeline's
    * bubble), every node at once */
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const long online = tl_cpu_cores();
   k.cores = online > 0 ? (int)online : 1;
   const int auto_threads = k.cores / k.per_node > 1 ? k.cores / k.per_node : 1;
   /* nodes may differ in cores or threads: the job measures together, every
@@ -405,9 +406,10 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     char sharing[160] = "";
     if (k.n_speed > 0)
       snprintf(sharing, sizeof sharing,
-               ", %d ranks on %d cores: one computing alone runs x%.2f the rate all get (the "
+               ", %d ranks on %d core%s: one computing alone runs x%.2f the rate all get (the "
                "cores' share: x%.2f)",
-               k.per_node, k.cores, k.speed[0], (double)k.per_node / k.cores);
+               k.per_node, k.cores, k.cores == 1 ? "" : "s", k.speed[0],
+               (double)k.per_node / k.cores);
     if (st == TL_OK)
       printf(
           "calibrated %d rank%s%s%s: matmul %.1f GFLOP/s per rank at best (%.0f%% to 100%% "

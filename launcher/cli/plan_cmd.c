@@ -18,13 +18,14 @@
 
 #include "core/atomic_file.h"
 #include "core/config.h"
+#include "core/device.h"
 #include "core/timer.h"
 #include "kernels/backend.h"
 #include "launcher/cli/cli.h"
-#include "launcher/train/hf.h"
 #include "launcher/cli/plan_report.h"
 #include "launcher/cli/plan_svg.h"
 #include "launcher/job/spawn.h"
+#include "launcher/train/hf.h"
 #include "planner/cluster.h"
 #include "planner/cost.h"
 #include "planner/recommend.h"
@@ -230,8 +231,7 @@ static int write_svg(const tl_plan* p, const struct tl_config* cfg, const tl_clu
            cfg->model.kind == TL_MODEL_GPT     ? "gpt"
            : cfg->model.kind == TL_MODEL_LLAMA ? "llama"
                                                : "mlp",
-           c->name, p->dp, p->tp, p->pp,
-           p->n_micro, p->micro_batch);
+           c->name, p->dp, p->tp, p->pp, p->n_micro, p->micro_batch);
   tl_atomic_file af;
   tl_status st = tl_atomic_file_open(&af, path);
   if (st == TL_OK) {
@@ -351,7 +351,7 @@ int tl_cli_plan(int argc, char** argv) {
         return 2;
       }
     } else {
-      long cores = sysconf(_SC_NPROCESSORS_ONLN);
+      long cores = tl_cpu_cores();
       if (!ranks) ranks = cores > 1 ? (int)cores : 2;
     }
     return tl_cli_plan_calibrate(argc + 2, argv - 2, calibrate_path, ranks, device);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/device.h"
 #include "core/env.h"
 #include "core/group_mpi.h"
 #include "core/group_nccl.h"
@@ -45,18 +46,19 @@ static tl_status warn_if_tp_spans_nodes(const struct tl_worker* w, int node_id) 
   spans = lo != hi;
   TL_MPI_CHECK(MPI_Allreduce(&spans, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   if (any && w->rank == 0)
-    TL_LOG_WARN("%d of the job's ranks are in tensor-parallel groups that span nodes (the "
-                "launcher placed neighbouring ranks on different nodes): their collectives, "
-                "at every layer, cross the network. Keep each node's ranks consecutive: "
-                "--hosts h1:8,h2:8, mpiexec -ppn N, srun's block distribution",
-                any);
+    TL_LOG_WARN(
+        "%d of the job's ranks are in tensor-parallel groups that span nodes (the "
+        "launcher placed neighbouring ranks on different nodes): their collectives, "
+        "at every layer, cross the network. Keep each node's ranks consecutive: "
+        "--hosts h1:8,h2:8, mpiexec -ppn N, srun's block distribution",
+        any);
   return TL_OK;
 }
 
 static int pick_threads(const struct tl_config* cfg, int local_size) {
   if (cfg->device.threads > 0) return cfg->device.threads;
   if (tl_env()->num_threads > 0) return tl_env()->num_threads;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = tl_cpu_cores();
   int n = (int)(cores > 0 ? cores : 1) / (local_size > 0 ? local_size : 1);
   return n < 1 ? 1 : n;
 }

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/device.h"
 #include "launcher/data/tokens.h"
 #include "launcher/job/worker.h"
 #include "launcher/train/trainer.h"
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   int devices = cluster.nodes * cluster.devices_per_node;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = tl_cpu_cores();
   cluster.nodes = 1, cluster.devices_per_node = n; /* the planner's view: a device per rank */
   if (rank == 0)
     printf(

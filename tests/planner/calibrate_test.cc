@@ -1,6 +1,7 @@
 // trellis plan --calibrate: this machine measured into a cluster spec the
 // planner loads and plans with; --device cuda without a GPU says why.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,18 @@ extern "C" {
 }
 
 #include "tests/planner/plan_cli.h"
+
+namespace {
+
+// The cores this test may run on (its affinity), counted here apart from
+// trellis's own count.
+int Cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+}  // namespace
 
 TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
   std::string out = TempPath("calibrated.json");
@@ -59,9 +72,11 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
   EXPECT_GT(c.memory_bandwidth, 1e8);
   EXPECT_LT(c.memory_bandwidth, 1e12);
   // the all-gather's, reduce-scatter's and a send's bus bandwidth, as shares
-  // of the all-reduce's, written (not the parser's default); a share may
+  // of the all-reduce's, written (not the parser's default). A share may
   // round to 1 when the machine is busy enough that every collective takes
-  // the same few scheduler slices, so only its range is asserted
+  // the same few scheduler slices, so what is asserted is a sanity range: a
+  // share outside it is a unit or a ratio taken upside down (bytes a second
+  // where a share belongs, 0 where nothing was measured), not a slow link
   std::ifstream spec(out);
   const std::string text((std::istreambuf_iterator<char>(spec)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("\"collective_bandwidth\": {\"all_gather\": "), std::string::npos) << text;
@@ -70,10 +85,10 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
     EXPECT_LT(share, 100);
   }
   // the cores the node's ranks share
-  EXPECT_EQ(c.cores_per_node, (int)sysconf(_SC_NPROCESSORS_ONLN));
+  EXPECT_EQ(c.cores_per_node, Cores());
   EXPECT_EQ(c.rated_ranks_per_node, 2);
   // a core (or more) a rank: no sharing measured
-  if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) {
+  if (Cores() >= 2) {
     EXPECT_EQ(c.n_shared_speed, 0);
   }
   EXPECT_GT(c.efficiency, 0);
@@ -84,31 +99,27 @@ TEST(PlanCli, CalibrateMeasuresThisMachineIntoALoadableClusterSpec) {
 
 // More ranks than cores: how fast one of 1, 2, ... computing ranks runs
 // while the others wait on a receive, against all computing, one figure a
-// count, the last 1 (the rates measured), which the planner reads.
+// count, the last 1 (the rates measured), which the planner reads. The job
+// is held to one core (its affinity, as a Slurm step's --cpus-per-task or
+// taskset leaves it), so two ranks share it on a machine of any size.
 TEST(PlanCli, CalibrateOnMoreRanksThanCoresMeasuresTheSharedSpeed) {
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cores > 7)
-    GTEST_SKIP() << "this machine has " << cores << " cores: " << cores + 1
-                 << " ranks are too many for a test";
-  const int ranks = (int)cores + 1;
+  const int cores = 1, ranks = 2;
   std::string out = TempPath("shared.json");
-  PlanRun r = Plan("--calibrate " + out + " --ranks " + std::to_string(ranks));
+  PlanRun r = Shell("taskset -c 0 launcher/trellis plan --calibrate " + out + " --ranks 2");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find(std::to_string(ranks) + " ranks on " + std::to_string(cores) +
-                          " cores: one computing alone runs x"),
-            std::string::npos)
+  EXPECT_NE(r.output.find("2 ranks on 1 core: one computing alone runs x"), std::string::npos)
       << r.output;
   tl_cluster c;
   ASSERT_EQ(tl_cluster_load(out.c_str(), &c), TL_OK) << tl_last_error();
   EXPECT_EQ(c.cores_per_node, cores);
   ASSERT_EQ(c.n_shared_speed, ranks);
   EXPECT_EQ(c.shared_speed[ranks - 1], 1);
-  for (int a = 0; a < ranks; a++) {
-    // a rank alone: about ranks / cores times as fast (1.5 on 2 cores), but
-    // tests running beside this one on a busy machine can take it below 1
-    EXPECT_GT(c.shared_speed[a], 0.2) << a;
-    EXPECT_LT(c.shared_speed[a], 4.0 * ranks) << a;
-  }
+  // a rank alone: about ranks / cores times as fast (2 here), but tests
+  // running beside this one on a busy machine can take it below 1; a sanity
+  // range, as the speed is a ratio of two rates measured side by side: out
+  // of it, the ratio is inverted or a rate is missing
+  EXPECT_GT(c.shared_speed[0], 0.2);
+  EXPECT_LT(c.shared_speed[0], 4.0 * ranks);
   EXPECT_EQ(Plan(std::string("--model ") + kSmall + " --cluster " + out + " --top 1").status, 0);
 }
 
@@ -173,7 +184,7 @@ TEST(PlanCli, CalibrateAcrossNodesMeasuresEachLink) {
 // and the comment says why.
 TEST(PlanCli, CalibrateWithOtherThreadsWritesNoCores) {
   std::string out = TempPath("calibrated_threads.json");
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const int cores = Cores();
   PlanRun r = Shell("TRELLIS_NUM_THREADS=" + std::to_string(cores + 1) +
                     " launcher/trellis plan --calibrate " + out + " --ranks 1");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -188,6 +199,16 @@ TEST(PlanCli, CalibrateWithOtherThreadsWritesNoCores) {
       << text;
 }
 
+// --device's other mistakes, GPU or not
+TEST(PlanCli, CalibrateRefusesAnUnknownDeviceAndDeviceWithoutCalibrate) {
+  PlanRun r = Plan("--calibrate " + TempPath("calibrated_tpu.json") + " --device tpu");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--device tpu: expected cpu or cuda"), std::string::npos) << r.output;
+  r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " --device cuda");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--device is --calibrate's"), std::string::npos) << r.output;
+}
+
 TEST(PlanCli, CalibrateOnCudaWithoutAGpuSaysWhy) {
   const char* why = nullptr;
   if (tl_cuda_device_count(&why) > 0) GTEST_SKIP() << "this machine has a GPU (gpu_check.sh)";
@@ -199,10 +220,4 @@ TEST(PlanCli, CalibrateOnCudaWithoutAGpuSaysWhy) {
   EXPECT_NE(r.output.find(why), std::string::npos) << r.output;
   std::ifstream f(out);
   EXPECT_FALSE(f.good()) << "nothing written";
-  r = Plan("--calibrate " + out + " --device tpu");
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("--device tpu: expected cpu or cuda"), std::string::npos) << r.output;
-  r = Plan(std::string("--model ") + kSmall + " --cluster " + kThisMachine + " --device cuda");
-  EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("--device is --calibrate's"), std::string::npos) << r.output;
 }
