@@ -9,7 +9,9 @@
 # bundle it builds one first.
 #   1. the op suite on the GPU: every kernel's forward and gradients against
 #      the double reference (the test binary, then `trellis check`);
-#   2. the NCCL group suite on one rank (NCCL refuses two on one GPU);
+#   2. the NCCL group suite on one rank (NCCL refuses two on one GPU), and
+#      no test of 1 and 2 skipped but for a reason tools/expected_skips
+#      lists for a GPU machine;
 #   3. a small GPT on cuda:0 and on the CPU, 50 steps each, fp32 and bf16:
 #      the same start and data, so the losses must agree (step 50 within 2%);
 #   4. the benchmark: GPT-2 124M dimensions, bf16, T = 1024, in trellis and
@@ -81,11 +83,20 @@ export UCX_MODULE_DIR="$root/ucx"
 tl="$root/bin/trellis"
 ldd "$tl" | grep "not found" && { echo "gpu_check: the bundle misses libraries" >&2; exit 1; }
 
+# the test binaries' reports: a skip on this machine must be one that
+# tools/expected_skips lists for a GPU machine (a CUDA backend or NCCL
+# group that fails to start here fails; it does not skip)
+mkdir -p "$root/xml"
 if want ops; then
-  step "op suite on the GPU (test binary)" 240 "$root/bin/op_test"
+  step "op suite on the GPU (test binary)" 240 "$root/bin/op_test" \
+    --gtest_output="xml:$root/xml/op_test.xml"
   step "op suite (trellis check --device cuda)" 120 "$tl" check --device cuda
 fi
-want nccl && step "NCCL group suite, one rank" 120 "$root/bin/group_nccl_test_bin"
+want nccl && step "NCCL group suite, one rank" 120 "$root/bin/group_nccl_test_bin" \
+  --gtest_output="xml:$root/xml/group_nccl_test.xml"
+reports=("$root"/xml/*.xml)
+[ -e "${reports[0]}" ] && step "no skip but for a reason listed (tools/expected_skips)" 10 \
+  bash tools/check_skips.sh gpu "${reports[@]}"
 
 # 3. cuda against the CPU
 small() { # small DEVICE PRECISION -> a config path

@@ -5,7 +5,9 @@
 #
 # Ends with one line "tests: N passed, N failed, N skipped" counted over the
 # GoogleTest cases of both passes (skipped = GPU tests on a machine without
-# a GPU, each with its reason in the test log).
+# a GPU, tests for a job size this one is not, each with its reason in the
+# test log). A skip for a reason tools/expected_skips does not list fails
+# the run (tools/check_skips.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +40,12 @@ run_pass() {
   bazel test "$@" 2>&1 | tee "$out"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   count_cases
+  # a skip whose reason tools/expected_skips does not list is a failure
+  local xmls
+  mapfile -t xmls < <(find -L bazel-testlogs/ -name test.xml -newer "$marker" 2>/dev/null)
+  if [ ${#xmls[@]} -gt 0 ] && ! bash tools/check_skips.sh "$machine" "${xmls[@]}"; then
+    status=1
+  fi
   # A target can fail with every GoogleTest case passing (a sanitizer report
   # at exit, a crash, a build error): count each such target as a failure.
   local t
@@ -52,6 +60,10 @@ run_pass() {
   rm -f "$out"
   rm -f "$marker"
 }
+
+# which skips are expected (tools/expected_skips): a GPU's or not
+machine=nogpu
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then machine=gpu; fi
 
 # --cache_test_results=no: every test runs, so the counts below are this run's.
 run_pass "tests" --cache_test_results=no //...
