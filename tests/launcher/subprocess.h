@@ -24,12 +24,14 @@ RunResult RunProcess(const std::vector<std::string>& argv,
                      const std::map<std::string, std::string>& env = {}, double timeout_s = 60,
                      bool mpi = false);
 
-// Signals sent to a program while it runs: once its output holds `after`,
-// `times` signals `sig`, `gap_s` apart, to its process alone (as `kill PID`
-// or a scheduler does) or with `group` to its whole process group (as a
-// terminal's Ctrl-C does).
+// Signals sent to a program while it runs: once its output holds `after`
+// (with `after_stopped`: once a process it started is stopped, SIGSTOPped,
+// instead), `times` signals `sig`, `gap_s` apart, to its process alone (as
+// `kill PID` or a scheduler does) or with `group` to its whole process
+// group (as a terminal's Ctrl-C does).
 struct Signals {
   std::string after;
+  bool after_stopped = false;
   int sig = 0;
   bool group = false;
   int times = 1;

@@ -159,8 +159,6 @@ TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
   // the bubble is (p - 1) / (m + p - 1) of the pipeline's part of the step
   double pipe = p.t_compute + p.t_tp + p.t_pp + p.t_bubble;
   EXPECT_NEAR(p.t_bubble / pipe, 1.0 / 49, 1e-12);
-  EXPECT_NEAR(p.t_compute + p.t_tp + p.t_pp + p.t_bubble + p.t_dp + p.t_opt, p.t_step,
-              1e-12 * p.t_step);
 }
 
 // The optimizer's update, once a step: TL_COST_OPTIMIZER_FLOPS element-wise
@@ -174,8 +172,6 @@ TEST(CostModel, TheOptimizerUpdatesTheRanksParametersOnceAStep) {
   // the whole model on every rank, at 0.5 of the bf16 peak
   const double whole = TL_COST_OPTIMIZER_FLOPS * (double)cm.params_total / (312e12 * 0.5);
   EXPECT_NEAR(p.t_opt, whole, 1e-9 * whole);
-  EXPECT_NEAR(p.t_compute + p.t_tp + p.t_pp + p.t_bubble + p.t_dp + p.t_opt, p.t_step,
-              1e-12 * p.t_step);
   // once a step, whatever the micro-batches
   tl_plan more = Split1F1B(4, 1, 1, 1, 16);
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &more);
