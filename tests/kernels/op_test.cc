@@ -5,11 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
-#include <utility>
-
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/alloc.h"
@@ -144,16 +143,16 @@ tl_status MatmulBackwardWrongTranspose(void* ctx, float* da, float* db, float* d
 tl_status RmsnormBackwardMissingTerm(void*, float* dinp, float* dweight, const float* dout,
                                      const float* inp, const float* weight, const float* rstd,
                                      int n, int c) {
-  TL_CHECK(tl_cpu_kernel_ops.rmsnorm_backward(nullptr, nullptr, dweight, dout, inp, weight, rstd,
-                                              n, c));
+  TL_CHECK(
+      tl_cpu_kernel_ops.rmsnorm_backward(nullptr, nullptr, dweight, dout, inp, weight, rstd, n, c));
   for (int i = 0; i < n; i++)
     for (int j = 0; j < c; j++) dinp[i * c + j] += rstd[i] * weight[j] * dout[i * c + j];
   return TL_OK;
 }
 
 // RoPE backward that rotates forward again instead of back.
-tl_status RopeBackwardWrongDirection(void* ctx, float* dinp, const float* dout,
-                                     const tl_rope* r, int b, int t, int heads) {
+tl_status RopeBackwardWrongDirection(void* ctx, float* dinp, const float* dout, const tl_rope* r,
+                                     int b, int t, int heads) {
   std::vector<float> y((size_t)b * t * heads * r->hs);
   TL_CHECK(tl_cpu_kernel_ops.rope_forward(ctx, y.data(), dout, r, b, t, heads));
   for (size_t i = 0; i < y.size(); i++) dinp[i] += y[i];
@@ -195,12 +194,61 @@ tl_status AttentionBackwardOneHeadPerGroup(void* ctx, float* dq, float* dk, floa
       for (int t = 0; t < s->t; t++)
         l1[((size_t)b * s->nkv + h) * s->t + t] = lse[((size_t)b * s->nh + h * group) * s->t + t];
   one.ldq = c1;
-  TL_CHECK(tl_cpu_kernel_ops.attention_backward(ctx, dq1.data(), dk, dv, d1.data(), q1.data(), k,
-                                                v, o1.data(), l1.data(), &one));
+  TL_CHECK(tl_cpu_kernel_ops.attention_backward(ctx, dq1.data(), dk, dv, d1.data(), q1.data(), k, v,
+                                                o1.data(), l1.data(), &one));
   // dq of every head, right: the full kernel into a scratch dk, dv
   std::vector<float> dks(rows * s->ldkv, 0.0f), dvs(rows * s->ldkv, 0.0f);
   return tl_cpu_kernel_ops.attention_backward(ctx, dq, dks.data(), dvs.data(), dout, q, k, v, out,
                                               lse, s);
+}
+
+// Attention backward without the softmax gradient's row term D = dout . out
+// (as if out were zero): what a flash-attention backward gets wrong when it
+// drops the correction.
+tl_status AttentionBackwardWithoutRowTerm(void* ctx, float* dq, float* dk, float* dv,
+                                          const float* dout, const float* q, const float* k,
+                                          const float* v, const float* out, const float* lse,
+                                          const tl_attention_shape* s) {
+  (void)out;
+  std::vector<float> zero((size_t)s->b * s->t * s->nh * s->hs, 0.0f);
+  return tl_cpu_kernel_ops.attention_backward(ctx, dq, dk, dv, dout, q, k, v, zero.data(), lse, s);
+}
+
+// Cross-entropy whose gradient forgets the one-hot (softmax alone).
+tl_status CrossentropyGradientWithoutOneHot(void* ctx, float* losses, float* dlogits,
+                                            const float* logits, const int32_t* targets,
+                                            const float* dlosses, int n, int v, int vp) {
+  TL_CHECK(tl_cpu_kernel_ops.crossentropy_forward_backward(ctx, losses, dlogits, logits, targets,
+                                                           dlosses, n, v, vp));
+  if (dlogits)
+    for (int i = 0; i < n; i++) dlogits[(int64_t)i * vp + targets[i]] += dlosses[i];
+  return TL_OK;
+}
+
+// Vocabulary-parallel cross-entropy backward that forgets its shard's
+// offset: the target's column and the padding taken as if it held column 0
+// on.
+tl_status XentShardBackwardWithoutOffset(void* ctx, float* dlogits, const float* logits,
+                                         const int32_t* targets, const float* stats,
+                                         const float* dlosses, int n, int cols, int v0, int v) {
+  (void)v0;
+  return tl_cpu_kernel_ops.xent_shard_backward(ctx, dlogits, logits, targets, stats, dlosses, n,
+                                               cols, 0, v);
+}
+
+// Embedding backward that writes a token's row instead of adding to it: a
+// token seen twice keeps only its last position's gradient.
+tl_status EmbeddingBackwardOverwrites(void*, float* dwte, float* dwpe, const float* dout,
+                                      const int32_t* tokens, int b, int t, int c, int row_begin,
+                                      int rows) {
+  for (int i = 0; i < b * t; i++) {
+    const int row = tokens[i] - row_begin;
+    for (int j = 0; j < c; j++) {
+      if (row >= 0 && row < rows) dwte[(int64_t)row * c + j] = dout[(int64_t)i * c + j];
+      if (dwpe) dwpe[(int64_t)(i % t) * c + j] += dout[(int64_t)i * c + j];
+    }
+  }
+  return TL_OK;
 }
 
 struct Mutant {
@@ -239,16 +287,24 @@ INSTANTIATE_TEST_SUITE_P(
         Mutant{"swiglu",
                [](tl_kernel_ops* o) { o->swiglu_backward = SwigluBackwardWrongDerivative; }},
         Mutant{"attention_gqa",
+               [](tl_kernel_ops* o) { o->attention_backward = AttentionBackwardOneHeadPerGroup; }},
+        Mutant{"attention",
+               [](tl_kernel_ops* o) { o->attention_backward = AttentionBackwardWithoutRowTerm; }},
+        Mutant{"crossentropy",
                [](tl_kernel_ops* o) {
-                 o->attention_backward = AttentionBackwardOneHeadPerGroup;
-               }}),
+                 o->crossentropy_forward_backward = CrossentropyGradientWithoutOneHot;
+               }},
+        Mutant{"xent_shard",
+               [](tl_kernel_ops* o) { o->xent_shard_backward = XentShardBackwardWithoutOffset; }},
+        Mutant{"embedding",
+               [](tl_kernel_ops* o) { o->embedding_backward = EmbeddingBackwardOverwrites; }}),
     [](const testing::TestParamInfo<Mutant>& info) { return std::string(info.param.op_case); });
 
 // RoPE pairing channel 2i with 2i + 1 (Meta's and llm.c's layout) instead
 // of i with i + hs/2 (transformers'): a Hugging Face checkpoint's q and k
 // would then need a permutation. The forward check must tell them apart.
-tl_status RopeInterleavedPairs(void*, float* out, const float* inp, const tl_rope* r, int b,
-                               int t, int heads) {
+tl_status RopeInterleavedPairs(void*, float* out, const float* inp, const tl_rope* r, int b, int t,
+                               int heads) {
   std::vector<float> inv(r->hs / 2);
   tl_rope_inv_freq(r, inv.data());
   for (int64_t row = 0; row < (int64_t)b * t; row++)
@@ -272,6 +328,27 @@ TEST(BrokenForward, RopeWithInterleavedPairsIsCaught) {
     EXPECT_FALSE(r.passed) << Describe(r);
     EXPECT_GT(r.fwd_err, 100 * r.fwd_tol) << Describe(r);
   }
+}
+
+// AdamW without bias correction (the moments used as they are, as if at a
+// late step): the update is the optimizer's forward, checked against the
+// double reference.
+tl_status AdamwWithoutBiasCorrection(void* ctx, float* params, const float* grads, float* m,
+                                     float* v, int64_t n, float lr, float beta1, float beta2,
+                                     float eps, float weight_decay, int step) {
+  (void)step;
+  return tl_cpu_kernel_ops.adamw(ctx, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
+                                 1 << 20);
+}
+
+TEST(BrokenForward, AdamwWithoutBiasCorrectionIsCaught) {
+  tl_kernel_ops broken = tl_cpu_kernel_ops;
+  broken.adamw = AdamwWithoutBiasCorrection;
+  tl_backend be = {tl_cpu(), &broken, nullptr};
+  tl_opcheck_result r;
+  ASSERT_EQ(tl_opcheck_run(&be, CaseIndex("adamw"), &r), TL_OK) << tl_last_error();
+  EXPECT_FALSE(r.passed) << Describe(r);
+  EXPECT_GT(r.fwd_err, 100 * r.fwd_tol) << Describe(r);
 }
 
 TEST(OpCheck, UnknownCaseIsAnError) {
@@ -303,10 +380,25 @@ float Bf16Nearest(float x) {
 // ties — NaN kept a NaN, infinities, signed zeros, subnormals and the
 // largest floats), the same bits as core/dtype.h's, and widening back exact.
 void CheckBf16Conversions(tl_backend* be) {
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -1.0f - 0x1p-9f,
-                          3.14159265f, -2.71828183f, 1e-40f, -1e-45f, 3.4e38f, -3.4e38f,
-                          INFINITY, -INFINITY, NAN, 65504.0f, 1.0f / 3.0f};
-  for (int i = 0; i < 4000; i++) x.push_back((float)std::ldexp((i * 7919 % 4001) - 2000.5, i % 60 - 30));
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          1.0f + 0x1p-8f,
+                          1.0f + 3 * 0x1p-8f,
+                          -1.0f - 0x1p-9f,
+                          3.14159265f,
+                          -2.71828183f,
+                          1e-40f,
+                          -1e-45f,
+                          3.4e38f,
+                          -3.4e38f,
+                          INFINITY,
+                          -INFINITY,
+                          NAN,
+                          65504.0f,
+                          1.0f / 3.0f};
+  for (int i = 0; i < 4000; i++)
+    x.push_back((float)std::ldexp((i * 7919 % 4001) - 2000.5, i % 60 - 30));
   const int64_t n = (int64_t)x.size();
   tl_buffer *in = nullptr, *h = nullptr, *out = nullptr;
   ASSERT_EQ(tl_buffer_create(be->device, sizeof(float) * n, &in), TL_OK);
@@ -345,8 +437,8 @@ void CheckBf16Conversions(tl_backend* be) {
       continue;
     }
     if ((std::memcmp(&back[i], &want, 4) || std::memcmp(&rounded[i], &want, 4)) && bad++ < 10)
-      ADD_FAILURE() << be->ops->name << ": element " << i << " widened " << back[i]
-                    << ", rounded " << rounded[i] << ", want " << want;
+      ADD_FAILURE() << be->ops->name << ": element " << i << " widened " << back[i] << ", rounded "
+                    << rounded[i] << ", want " << want;
   }
   EXPECT_EQ(bad, 0);
   tl_buffer_destroy(in);
@@ -414,7 +506,8 @@ TEST(Bf16, CudaMatmulOfBf16OperandsMatchesTheCpu) {
               TL_OK);
     double most = 0, worst = 0;
     for (size_t i = 0; i < got.size(); i++) most = std::max(most, (double)std::fabs(want[i]));
-    for (size_t i = 0; i < got.size(); i++) worst = std::max(worst, std::fabs((double)got[i] - want[i]));
+    for (size_t i = 0; i < got.size(); i++)
+      worst = std::max(worst, std::fabs((double)got[i] - want[i]));
     EXPECT_LE(worst, 1e-5 * most) << "trans_a " << ta << " trans_b " << tb;
     // the backward: da, db, dbias
     std::vector<float> da(a.size(), 0.0f), db(b.size(), 0.0f), dbias(N, 0.0f);
@@ -430,8 +523,8 @@ TEST(Bf16, CudaMatmulOfBf16OperandsMatchesTheCpu) {
               TL_OK)
         << tl_last_error();
     ASSERT_EQ(gpu->ops->synchronize(gpu->ctx), TL_OK);
-    for (auto [host, dev] : {std::pair<std::vector<float>*, tl_buffer*>{&da, gda}, {&db, gdb},
-                             {&dbias, gdbias}}) {
+    for (auto [host, dev] :
+         {std::pair<std::vector<float>*, tl_buffer*>{&da, gda}, {&db, gdb}, {&dbias, gdbias}}) {
       std::vector<float> g(host->size());
       ASSERT_EQ(tl_memcpy(tl_cpu(), g.data(), gpu->device, dev->data, sizeof(float) * g.size()),
                 TL_OK);
