@@ -73,7 +73,7 @@ static void load(void) {
     bad("TRELLIS_FAULT", v,
         "one of none, micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, "
         "tp_allreduce_skipped, sp_sync_skipped, pp_grad_misrouted, update_repeated, "
-        "nan_at_step_2, rank_stops");
+        "nan_at_step_2, rank_stops, zero_shard_offset, zero_gather_skipped");
 }
 
 const char* tl_fault_name(tl_fault f) {
@@ -86,7 +86,9 @@ const char* tl_fault_name(tl_fault f) {
                                                     "pp_grad_misrouted",
                                                     "update_repeated",
                                                     "nan_at_step_2",
-                                                    "rank_stops"};
+                                                    "rank_stops",
+                                                    "zero_shard_offset",
+                                                    "zero_gather_skipped"};
   return f >= 0 && f < TL_FAULT_COUNT ? names[f] : "?";
 }
 

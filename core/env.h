@@ -33,9 +33,8 @@ extern "C" {
   X(TRELLIS_FAULT, "none",                                                                       \
     "a deliberate bug, for proving that --verify catches one (tests only): none, "               \
     "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "            \
-    "sp_sync_skipped, pp_grad_misrouted, update_repeated, nan_at_step_2 or rank_stops (README: " \
-    "the "                                                                                       \
-    "equality oracle)")
+    "sp_sync_skipped, pp_grad_misrouted, update_repeated, zero_shard_offset, "                   \
+    "zero_gather_skipped, nan_at_step_2 or rank_stops (README: the equality oracle)")
 
 typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
 typedef enum { TL_MPI_WAIT_AUTO = 0, TL_MPI_WAIT_SPIN, TL_MPI_WAIT_YIELD } tl_mpi_wait;
@@ -58,6 +57,11 @@ typedef enum {
                                   * compare a step that stops or is skipped) */
   TL_FAULT_RANK_STOPS,           /* the last world rank stops itself (SIGSTOP) in step 3: a
                                   * rank that no longer answers, for the watchdog's test */
+  TL_FAULT_ZERO_SHARD_OFFSET,    /* ZeRO: the last dp rank's first piece of its shard is read
+                                  * one element on (its moments, its gradient shard under
+                                  * ZeRO-2 and its parameter shard under ZeRO-3) */
+  TL_FAULT_ZERO_GATHER_SKIPPED,  /* ZeRO-3: the second unit's parameters are not gathered (its
+                                  * slot keeps what it held) */
   TL_FAULT_COUNT
 } tl_fault;
 

@@ -1,15 +1,14 @@
 /* buckets.c — the buckets, the shard, the gradient reductions of ZeRO 0-2
  * (see buckets.h); ZeRO-3's parameter units are in units.c. */
 #include "dp/buckets.h"
-#include "dp/buckets_impl.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/timer.h"
-
-
+#include "dp/buckets_impl.h"
 
 int64_t tl__dp_at_least_one(int64_t n) {
   return n > 0 ? n : 1;
@@ -34,8 +33,10 @@ static int cut(const int64_t* bounds, int n_parts, int n_early_parts, int64_t pe
   for (int part = 0; part < n_parts; part++) {
     if (part == n_early_parts && n_early_buckets) *n_early_buckets = k;
     for (int64_t b = bounds[part]; b < bounds[part + 1]; b += per)
-      if (begin) begin[k++] = b;
-      else k++;
+      if (begin)
+        begin[k++] = b;
+      else
+        k++;
   }
   if (n_parts == n_early_parts && n_early_buckets) *n_early_buckets = k;
   if (begin) begin[k] = bounds[n_parts];
@@ -103,9 +104,8 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t staging, int size, in
   *image = tl__dp_at_least_one(longest);
 }
 
-int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
-                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire,
-                            tl_dtype params) {
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int64_t unit_max,
+                            int size, double bucket_mb, tl_dtype wire, tl_dtype params) {
   const bool bf16 = wire == TL_BF16 && size > 1;
   if (zero < 2) return bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0;
   int64_t gbuf, slot, temp, image, per = per_bucket(bucket_mb);
@@ -138,7 +138,8 @@ static tl_status create_zero2(tl_dp_buckets* b) {
     }
     b->slot_bucket[s] = b->slot_fill[s] = -1;
   }
-  TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->shard));
+  TL_CHECK(
+      tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->shard));
   /* where each gradient goes: an early one at its place among the
    * gradients its backward node writes, a late one behind the staging */
   for (int i = 0; i < l->n_segments;) {
@@ -165,9 +166,9 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   if (c->zero < 0 || c->zero > 3)
     return TL_ERRF(TL_ERR_INVALID, "gradient buckets run ZeRO stages 0-3, not %d", c->zero);
   if ((c->zero >= 2) != !c->grads)
-    return TL_ERRF(TL_ERR_INVALID, "gradient buckets: a gradient buffer is %s",
-                   c->zero >= 2 ? "given with zero 2, 3 (the buckets own it)"
-                                : "missing with zero 0, 1");
+    return TL_ERRF(
+        TL_ERR_INVALID, "gradient buckets: a gradient buffer is %s",
+        c->zero >= 2 ? "given with zero 2, 3 (the buckets own it)" : "missing with zero 0, 1");
   if (c->zero == 3 && (c->n_units < 1 || !c->unit_begin))
     return TL_ERRF(TL_ERR_INVALID, "ZeRO-3 buckets need the units of the stage (%d given)",
                    c->n_units);
@@ -487,6 +488,10 @@ int tl_dp_buckets_pieces(const tl_dp_buckets* b, struct tl_dp_piece* out) {
       int64_t p1 = s->offset + s->n < c1 ? s->offset + s->n : c1;
       if (p1 <= p0) continue;
       if (out) out[k] = (struct tl_dp_piece){j, p0, p1 - p0, b->at[i] + (p0 - c0)};
+      /* a deliberate bug (core/env.h): the shard read one element on */
+      if (out && k == 0 && b->group && b->size > 1 && b->rank == b->size - 1 && p1 - p0 > 1 &&
+          tl_fault_on(TL_FAULT_ZERO_SHARD_OFFSET))
+        out[k].at++, out[k].n--;
       k++;
     }
   }
