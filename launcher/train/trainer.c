@@ -4,6 +4,7 @@
 #include "launcher/train/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -224,7 +225,13 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   tl_device dev = cfg->device.type == TL_DEVICE_CUDA
                       ? (t->comm.dp ? tl_group_device(t->comm.dp) : tl_cuda(0))
                       : tl_cpu();
-  TL_CHECK_GOTO(tl_backend_create(dev, &t->be), st, fail);
+  st = tl_backend_create(dev, &t->be);
+  if (st != TL_OK && dev.type == TL_DEVICE_CUDA) { /* said as the config's field */
+    char why[512];
+    snprintf(why, sizeof why, "%s", tl_last_error_message());
+    st = TL_ERRF(st, "device.type is \"cuda\" but %s", why);
+  }
+  if (st != TL_OK) goto fail;
   if (!cfg->data.train[0]) {
     st = TL_ERRF(TL_ERR_CONFIG, "data.train is required: the path of a token file");
     goto fail;

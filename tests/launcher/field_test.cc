@@ -3,15 +3,22 @@
 // message naming it.
 //
 // For each documented field the table below gives a base config (a tiny
-// GPT, 2 steps, on as many ranks as the field needs to matter) and another
-// value. Both are trained with --metrics and --trace; what a run did is its
-// fingerprint: every line it printed but the timed ones, the metrics without
-// timings, the trace's spans in order (rank, name, step, micro-batch,
-// without times) and the name and bytes of every checkpoint it wrote. The
-// other value must either be refused — `trellis check` and `trellis train`
-// exit non-zero naming the field, and no step runs — or give another
-// fingerprint. A field with no row in the table fails the test: a new field
-// comes with the proof that it acts.
+// GPT, 2 steps, on as many ranks as the field needs to matter), another
+// value and what that value must do. Both are trained with --metrics and
+// --trace; what a run did is its fingerprint: its exit status, the lines
+// that report results (samples, validation losses, checkpoints written,
+// warnings and errors; not the lines that echo the config, nor the timed
+// step lines), the metrics without timings, the trace's spans in order
+// (rank, name, step, micro-batch, without times), the name and bytes of
+// every checkpoint it wrote and, where the row asks, the most threads a rank
+// ran. Each row's other value either acts — another fingerprint — or is
+// refused — `trellis check` and `trellis train` exit non-zero naming the
+// field, and no step runs — as the row expects: a field that regresses from
+// acting to refused fails. device.type "cuda" acts where there is a GPU;
+// without one `trellis train` refuses it naming the field (`trellis check`
+// checks a config for the machine it will run on, and accepts it). A field
+// with no row in the table fails the test: a new field comes with the
+// proof that it acts.
 #include <gtest/gtest.h>
 #include <jansson.h>
 #include <sys/stat.h>
@@ -130,7 +137,9 @@ std::string Merge(const std::string& base, const std::string& over) {
 }
 
 struct Outcome {
-  bool refused = false;
+  bool refused = false;        // by trellis train, before a step
+  bool check_refused = false;  // by trellis check
+  int max_threads = 0;         // with count_threads
   std::string dir, output, fingerprint;
 };
 
@@ -140,7 +149,7 @@ int g_runs = 0;
 // stands for that directory, and is written back for it in what the run
 // printed, so that two runs differ only by what they did.
 Outcome Train(const std::string& json, int ranks,
-              const std::map<std::string, std::string>& env = {}) {
+              const std::map<std::string, std::string>& env = {}, bool count_threads = false) {
   std::string dir = TmpDir() + "/run" + std::to_string(g_runs++);
   mkdir(dir.c_str(), 0755);
   std::string cfg = dir + "/config.json";
@@ -148,27 +157,32 @@ Outcome Train(const std::string& json, int ranks,
   Outcome r;
   r.dir = dir;
   RunResult check = RunProcess({kTrellis, "check", cfg}, {}, 60);
-  RunResult train = RunProcess(
-      {kTrellis, "train", cfg, "--metrics", dir + "/m.jsonl", "--trace", dir + "/t.json"}, env, 120,
-      ranks > 1);
+  Signals threads;
+  threads.count_threads = count_threads;
+  RunResult train = RunProcessSignalled(
+      {kTrellis, "train", cfg, "--metrics", dir + "/m.jsonl", "--trace", dir + "/t.json"}, threads,
+      env, 120, ranks > 1);
   r.output = Replace(check.output + "\n--- train\n" + train.output, dir, "RUN");
-  if (check.status != 0) {
+  r.check_refused = check.status != 0;
+  const bool stepped =
+      train.output.find("\nstep ") != std::string::npos || train.output.rfind("step ", 0) == 0;
+  if (check.status != 0 || (train.status != 0 && !stepped)) {
     r.refused = true;
     EXPECT_NE(train.status, 0) << "trellis check refused it, trellis train ran it:\n" << r.output;
-    EXPECT_EQ(train.output.find("\nstep "), std::string::npos) << "a step ran:\n" << r.output;
+    EXPECT_FALSE(stepped) << "a step ran:\n" << r.output;
     return r;
   }
   // what the run did, not what it was told: lines that only echo the config
   // ("model: ...", "run: ...", the learning rate) stay out
   std::ostringstream fp;
   fp << "exit " << train.status << "\n";
+  r.max_threads = train.max_threads;
+  if (count_threads) fp << "threads " << train.max_threads << "\n";
   std::istringstream lines(Replace(train.output, dir, "RUN"));
   std::string line;
   while (std::getline(lines, line)) {
     bool timed = line.rfind("step ", 0) == 0 && line.find(" ms") != std::string::npos;
-    if (line.rfind("device: ", 0) == 0) line = line.substr(0, line.find(';'));  // threads used
-    for (const char* kept :
-         {"sample: ", "checkpoint: ", "step ", "device: ", "[trellis", "trellis train: "})
+    for (const char* kept : {"sample: ", "checkpoint: ", "step ", "[trellis", "trellis train: "})
       if (!timed && line.rfind(kept, 0) == 0) {
         fp << line << "\n";
         break;
@@ -216,6 +230,13 @@ Outcome Train(const std::string& json, int ranks,
   return r;
 }
 
+// What a row's other value must do.
+enum class Expect {
+  kActs,            // another fingerprint
+  kRefused,         // trellis check and trellis train refuse it, naming the field
+  kRefusedByTrain,  // trellis check accepts it; trellis train refuses it, naming the field
+};
+
 struct Field {
   std::string key;    // "section.name", as docs/config.md lists it
   std::string base;   // sections merged into the common base
@@ -223,7 +244,14 @@ struct Field {
   int ranks;          // of the base and the other run
   // the environment of both runs (a transient NaN for train.skip_nonfinite)
   std::map<std::string, std::string> env = {};
+  Expect expect = Expect::kActs;
+  bool count_threads = false;  // the fingerprint holds the most threads a rank ran
 };
+
+bool HasGpu() {
+  RunResult r = RunProcess({"sh", "-c", "nvidia-smi -L"});
+  return r.status == 0 && r.output.find("GPU ") != std::string::npos;
+}
 
 }  // namespace
 
@@ -320,8 +348,17 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"data.train", "{}", "\"" + corpus_b + "\"", 1},
       {"data.val", validating, "\"" + corpus_b + "\"", 1},
       {"data.tokenizer", R"({"train": {"sample_tokens": 8}})", "\"" + TokenizerFile() + "\"", 1},
-      {"device.type", "{}", R"("cuda")", 1},
-      {"device.threads", "{}", "2", 1},
+      {"device.type", "{}", R"("cuda")", 1, {}, HasGpu() ? Expect::kActs : Expect::kRefusedByTrain},
+      // the threads a rank runs: a model whose matrices are large enough to
+      // be split, for long enough to be seen
+      {"device.threads",
+       R"({"model": {"n_layers": 2, "n_heads": 2, "n_embd": 128, "max_seq_len": 64},
+           "train": {"steps": 6, "batch_size": 8, "seq_len": 64}})",
+       "2",
+       1,
+       {},
+       Expect::kActs,
+       true},
       {"checkpoint.dir", "{}", R"("RUN/other")", 1},
       {"checkpoint.every", "{}", "1", 1},
       {"checkpoint.resume", "{}", R"("RESUME")", 1},
@@ -376,22 +413,38 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       json_decref(o), json_decref(v), json_decref(bj);
     }
     const std::string other = Merge(b, over);
-    const std::string key = b + (f.env.empty() ? "" : " env " + f.env.begin()->second);
-    if (!bases.count(key)) bases[key] = Train(b, f.ranks, f.env);
+    const std::string key = b + (f.env.empty() ? "" : " env " + f.env.begin()->second) +
+                            (f.count_threads ? " threads" : "");
+    if (!bases.count(key)) bases[key] = Train(b, f.ranks, f.env, f.count_threads);
     const Outcome& before = bases[key];
     ASSERT_FALSE(before.refused) << f.key << ": the base config is refused\n" << before.output;
-    Outcome after = Train(other, f.ranks, f.env);
+    Outcome after = Train(other, f.ranks, f.env, f.count_threads);
     if (after.refused) {
-      EXPECT_NE(after.output.find(f.key), std::string::npos)
+      EXPECT_NE(f.expect, Expect::kActs)
+          << f.key << " = " << value << " should act, and is refused:\n"
+          << after.output;
+      EXPECT_EQ(after.check_refused, f.expect == Expect::kRefused)
+          << f.key << " = " << value << ": trellis check "
+          << (after.check_refused ? "refuses" : "accepts") << " it\n"
+          << after.output;
+      const size_t named = after.output.find(f.key);
+      EXPECT_NE(named, std::string::npos)
           << f.key << " = " << value << " is refused without naming it:\n"
           << after.output;
       printf("%-28s = %-12.12s refused: %s\n", f.key.c_str(), value.c_str(),
-             after.output.substr(after.output.find(f.key), 90).c_str());
+             named == std::string::npos ? "" : after.output.substr(named, 90).c_str());
     } else {
+      EXPECT_EQ(f.expect, Expect::kActs)
+          << f.key << " = " << value << " should be refused, and is accepted:\n"
+          << after.output;
       EXPECT_NE(before.fingerprint, after.fingerprint)
           << f.key << " = " << value << " is accepted and changes nothing the run does\n"
           << other;
-      printf("%-28s = %-12.12s acts\n", f.key.c_str(), value.c_str());
+      printf("%-28s = %-12.12s acts%s\n", f.key.c_str(), value.c_str(),
+             f.count_threads ? (" (a rank's threads: " + std::to_string(before.max_threads) +
+                                " against " + std::to_string(after.max_threads) + ")")
+                                   .c_str()
+                             : "");
     }
   }
   for (const std::string& key : documented)

@@ -10,9 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 extern char** environ;
 
@@ -64,31 +66,52 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-// Whether a process descended from `root` is stopped (state T in
-// /proc/PID/stat).
-bool DescendantStopped(pid_t root) {
-  std::map<pid_t, pid_t> parent;
-  std::map<pid_t, char> state;
+// A process as /proc/PID/stat shows it.
+struct Proc {
+  pid_t parent = 0;
+  char state = 0;
+  int threads = 0;
+  std::string name;
+};
+
+// The processes descended from `root` (and root), by pid.
+std::map<pid_t, Proc> Descendants(pid_t root) {
+  std::map<pid_t, Proc> all, mine;
   if (DIR* d = opendir("/proc")) {
     while (dirent* e = readdir(d)) {
       char* end = nullptr;
       long pid = strtol(e->d_name, &end, 10);
       if (*end || pid <= 0) continue;
       std::string stat = ReadAll("/proc/" + std::string(e->d_name) + "/stat");
-      size_t close = stat.rfind(')');  // the command may hold spaces
-      if (close == std::string::npos || close + 4 > stat.size()) continue;
-      char st = stat[close + 2];
-      long ppid = strtol(stat.c_str() + close + 4, nullptr, 10);
-      parent[(pid_t)pid] = (pid_t)ppid;
-      state[(pid_t)pid] = st;
+      size_t open = stat.find('('), close = stat.rfind(')');  // the name may hold spaces
+      if (open == std::string::npos || close == std::string::npos || close + 4 > stat.size())
+        continue;
+      Proc p;
+      p.name = stat.substr(open + 1, close - open - 1);
+      p.state = stat[close + 2];
+      std::istringstream rest(stat.substr(close + 4));
+      std::vector<std::string> f;  // from field 4 (ppid) on
+      for (std::string w; rest >> w;) f.push_back(w);
+      if (f.size() < 17) continue;
+      p.parent = (pid_t)atol(f[0].c_str());
+      p.threads = atoi(f[16].c_str());  // field 20, num_threads
+      all[(pid_t)pid] = p;
     }
     closedir(d);
   }
-  for (const auto& [pid, st] : state) {
-    if (st != 'T') continue;
-    for (pid_t p = parent[pid]; p > 1; p = parent.count(p) ? parent[p] : 0)
-      if (p == root) return true;
-  }
+  for (const auto& [pid, p] : all)
+    for (pid_t q = pid; q > 1; q = all.count(q) ? all[q].parent : 0)
+      if (q == root) {
+        mine[pid] = p;
+        break;
+      }
+  return mine;
+}
+
+// Whether a process descended from `root` is stopped (state T).
+bool DescendantStopped(pid_t root) {
+  for (const auto& [pid, p] : Descendants(root))
+    if (pid != root && p.state == 'T') return true;
   return false;
 }
 
@@ -138,6 +161,11 @@ RunResult RunProcessSignalled(const std::vector<std::string>& argv, const Signal
       last_sent = Now();
       if (!sent && sent_at) *sent_at = last_sent - start;
       sent++;
+    }
+    if (sig.count_threads) {
+      std::string name = argv[0].substr(argv[0].rfind('/') + 1).substr(0, 15);
+      for (const auto& [p, proc] : Descendants(pid))
+        if (proc.name == name) r.max_threads = std::max(r.max_threads, proc.threads);
     }
     if (Now() - start > timeout_s) {
       r.timed_out = true;

@@ -13,6 +13,10 @@ struct RunResult {
   std::string output;
   double seconds = 0;
   bool timed_out = false;
+  // with Signals::count_threads: the most threads any one process of the
+  // program's named as the program was (a rank) was seen to run, polled
+  // every 20 ms
+  int max_threads = 0;
 };
 
 // Runs argv with this process's environment minus every MPI / Slurm
@@ -32,6 +36,7 @@ RunResult RunProcess(const std::vector<std::string>& argv,
 struct Signals {
   std::string after;
   bool after_stopped = false;
+  bool count_threads = false;  // RunResult::max_threads
   int sig = 0;
   bool group = false;
   int times = 1;
