@@ -339,6 +339,10 @@ typedef struct tl_plan {
   /* time, seconds per step, and its parts (they add up to t_step): t_opt
    * is the optimizer's update once a step (tl__cost_optimizer_seconds) */
   double t_step, t_compute, t_bubble, t_tp, t_pp, t_dp, t_opt;
+  /* the data-parallel communication a step carries, seconds with nothing
+   * hidden (t_dp is what of it shows: never below c_dp less the compute it
+   * can run beside) */
+  double c_dp;
   double tokens_per_s;
   double flops_per_device;     /* executed FLOP/s per device (recomputation counted) */
   double mfu;                  /* model FLOPs (no recomputation) / (devices × peak × t_step) */

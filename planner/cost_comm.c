@@ -185,6 +185,36 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
   return passes * exposed + gather;
 }
 
+/* The floor under tl__cost_dp_seconds plus ZeRO-3's gathers: the
+ * data-parallel collectives share one link, so together they hide behind
+ * no more compute than runs beside them. A micro-batch's forward hides
+ * what it gathers; its backward (2/3 of its compute) hides its gathers and
+ * its reduce-scatter — under ZeRO 0 and 1 the buckets run in the last
+ * micro-batch's backward alone; the all-gather after the step (ZeRO 1 and
+ * 2) hides behind nothing. Each unit's gather and each bucket priced alone
+ * can hide behind the same compute as the next; this is what they cannot
+ * all do at once. */
+double tl__cost_dp_floor(const tl_cluster* c, const tl_plan* p, double grads,
+                         const struct tl_link* link, double comp, double zero3_all) {
+  const int d = p->dp, m = p->n_micro;
+  if (d <= 1 || p->no_overlap) return 0;
+  const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0;
+  const double reduce = p->zero == 0 ? tl_cost_all_reduce(c, grads * wire, d, link)
+                                     : tl_cost_reduce_scatter(c, grads * wire, d, link);
+  const double after =
+      p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * 4.0, d, link) : 0;
+  const double fwd = comp / 3.0, bwd = comp * 2.0 / 3.0;
+  double front = 0, hide_front = 0, back, hide_back;
+  if (p->zero <= 1) {
+    back = reduce, hide_back = p->dp_bucket_mb > 0 ? bwd : 0;
+  } else {
+    back = m * reduce, hide_back = p->dp_bucket_mb > 0 || p->zero == 3 ? m * bwd : 0;
+    /* ZeRO-3's gathers, half in the forwards and half in the backwards */
+    front = zero3_all / 2, back += zero3_all / 2, hide_front = m * fwd;
+  }
+  return fmax(0, front - hide_front) + fmax(0, back - hide_back) + after;
+}
+
 /* Transitions of stage s's passes from one micro-batch's forward straight
  * to the next one's (a warm-up: GPipe's every one, 1F1B's first
  * min(pp - s - 1, m - 1)); as many backwards follow backwards. */

@@ -342,6 +342,14 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
                            ? zero3_gathers(c, sh, p, layers, b, sec_layer / speed,
                                            sec_embed / speed, sec_head / speed, dp_link, dtype)
                            : 0;
+  /* the same gathers with nothing hidden: what the data-parallel link
+   * carries (tl__cost_dp_floor) */
+  tl_plan bare = *p;
+  bare.no_overlap = true;
+  const double zero3_all = p->zero == 3 && d > 1
+                               ? zero3_gathers(c, sh, &bare, layers, b, sec_layer / speed,
+                                               sec_embed / speed, sec_head / speed, dp_link, dtype)
+                               : 0;
 
   /* 2. time of one micro-batch on the slowest stage */
   double comp = slowest * b; /* seconds of one micro-batch on the slowest stage */
@@ -372,6 +380,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
    * bf16, and trellis's under train.precision "bf16"), whatever the
    * activations' dtype */
   double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / speed) + zero3;
+  dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all));
+  p->c_dp = tl__cost_dp_seconds(c, &bare, grads, dp_link, comp / speed) + zero3_all;
   p->zb_costs = sh->zb_costs;
   tl__cost_pipeline(c, p, &sh->zb_costs, comp, tp_comm, pp_comm,
                     bubble_micro_batches(p, &sh->zb_costs));

@@ -55,6 +55,13 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
 double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
                            const struct tl_link* link, double comp);
 
+/* What of the data-parallel communication no compute can hide
+ * (cost_comm.c): the collectives take their turns on the one link, each
+ * pass's behind that pass's compute at most. comp: one micro-batch's
+ * compute; zero3_all: ZeRO-3's gathers of the step with nothing hidden. */
+double tl__cost_dp_floor(const tl_cluster* c, const tl_plan* p, double grads,
+                         const struct tl_link* link, double comp, double zero3_all);
+
 /* Micro-batches whose activations stage s holds at once: pp's schedule's. */
 int tl__cost_in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s);
 

@@ -175,7 +175,8 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   p->mem_state = p->mem_act = -1;
   double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;
   const double speed = tl__cost_core_speed(c, p); /* the ZeRO-3 gathers hide at this rate */
-  double zero3 = 0; /* ZeRO-3's exposed gathers, on the stage where they show most */
+  double zero3 = 0;     /* ZeRO-3's exposed gathers, on the stage where they show most */
+  double zero3_all = 0; /* the same with nothing hidden */
   const struct tl_link dp_l = tl_cost_group_link(c, d, s_dp), *dp_link = &dp_l;
   for (int s = 0, a = 0; s < pp; a += layers[s++]) {
     const int e = a + layers[s];
@@ -235,12 +236,22 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
       }
       zero3 = fmax(zero3,
                    tl_cost_zero3_gathers(c, p, s, u, e - a, r->shared + r->multi, dp_link, dtype));
+      tl_plan bare = *p;
+      bare.no_overlap = true;
+      zero3_all = fmax(zero3_all, tl_cost_zero3_gathers(c, &bare, s, u, e - a, r->shared + r->multi,
+                                                        dp_link, dtype));
     }
   }
   p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
   double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / speed) + zero3;
+  dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all));
+  {
+    tl_plan bare = *p;
+    bare.no_overlap = true;
+    p->c_dp = tl__cost_dp_seconds(c, &bare, grads, dp_link, comp / speed) + zero3_all;
+  }
   tl__cost_pipeline(c, p, NULL, comp, tp_comm, pp_comm, pp - 1);
   p->t_dp = dp;
   p->t_opt = tl__cost_optimizer_seconds(c, p, grads);

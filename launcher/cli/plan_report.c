@@ -2,6 +2,7 @@
 #include "launcher/cli/plan_report.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,16 +22,16 @@ static const char* schedule_name(const tl_plan* p, char* buf, size_t n) {
 static json_t* plan_json(const tl_plan* p) {
   return json_pack(
       "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, "
-      "s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:i}",
+      "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:i}",
       "dp", p->dp, "tp", p->tp, "pp", p->pp, "micro_batch", p->micro_batch, "micro_batches",
       p->n_micro, "schedule", tl_schedule_kind_name(p->schedule), "zero", p->zero, "recompute",
       tl_plan_recompute_name(p->recompute), "sequence_parallel", p->sequence_parallel,
       "memory_bytes", p->mem_total, "memory_state_bytes", p->mem_state, "memory_activation_bytes",
       p->mem_act, "memory_stage", p->mem_stage, "step_s", p->t_step, "compute_s", p->t_compute,
       "bubble_s", p->t_bubble, "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp,
-      "optimizer_s", p->t_opt, "tokens_per_s", p->tokens_per_s, "tflops_per_device",
-      p->flops_per_device / 1e12, "mfu", p->mfu, "bound", tl_plan_bound(p), "runnable", p->runnable,
-      "virtual_stages", tl_plan_chunks(p));
+      "dp_comm_carried_s", p->c_dp, "optimizer_s", p->t_opt, "tokens_per_s", p->tokens_per_s,
+      "tflops_per_device", p->flops_per_device / 1e12, "mfu", p->mfu, "bound", tl_plan_bound(p),
+      "runnable", p->runnable, "virtual_stages", tl_plan_chunks(p));
 }
 
 /* plan_json with what a plan on part of the cluster adds: its devices */
@@ -214,6 +215,11 @@ void tl_plan_print_table(const tl_search_result* r, int top, const tl_cluster* c
         "dp comm %.0f%%, optimizer %.0f%% -> bound by %s\n",
         100 * w->t_compute / t, 100 * w->t_bubble / t, 100 * w->t_tp / t, 100 * w->t_pp / t,
         100 * w->t_dp / t, 100 * w->t_opt / t, tl_plan_bound(w));
+    if (w->dp > 1)
+      printf(
+          "data-parallel communication: %.3g s a step on the link, %.3g s of it hidden behind "
+          "compute, %.3g s shown\n",
+          w->c_dp, fmax(0, w->c_dp - w->t_dp), w->t_dp);
     double usable = c->device_memory_bytes;
     char alloc[96] = "";
     if (c->allocator_overhead > 0)

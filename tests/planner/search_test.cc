@@ -4,6 +4,7 @@
 // train` runs today.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -123,6 +124,59 @@ TEST(Search, TheTrillionParameterRowSearchesTheWholeSpace) {
     }
   }
   tl_search_free(&r);
+}
+
+// Communication hides only behind compute that runs beside it: over every
+// plan the GPT-3 175B (1024 A100s) and the 1008B (3072) searches keep, the
+// data-parallel time a step shows is at least what the link carries (the
+// same plan priced with nothing overlapped) less all the compute of the
+// step, and at most what it carries.
+TEST(Search, NoPlanHidesMoreCommunicationThanItHasComputeFor) {
+  struct Row {
+    const char* name;
+    int l, a, h, nodes, batch;
+  } rows[] = {{"175B", 96, 96, 12288, 128, 1536}, {"1008B", 128, 160, 25600, 0, 3072}};
+  for (const Row& row : rows) {
+    tl_cluster c = DgxA100(row.nodes);
+    tl_cost_model* cm = new tl_cost_model(Gpt(row.l, row.a, row.h, 51200, 2048, 8));
+    struct tl_search_options o;
+    tl_search_options_defaults(&o, row.batch, TL_BF16);
+    tl_search_result r;
+    ASSERT_EQ(tl_search_run(cm, &c, &o, &r), TL_OK) << tl_last_error();
+    ASSERT_GT(r.n_plans, 0) << row.name;
+    int below = 0, checked = 0;
+    double worst = 0;
+    for (int i = 0; i < r.n_plans; i++) {
+      const tl_plan& p = r.plans[i];
+      tl_plan bare = p;
+      bare.no_overlap = true;
+      tl_cost_evaluate(cm, &c, TL_BF16, nullptr, &bare);
+      const double floor = bare.t_dp - p.t_compute;
+      checked++;
+      if (p.t_dp < floor - 1e-9 * p.t_step) {
+        if (below++ < 3)
+          ADD_FAILURE() << row.name << ": dp " << p.dp << " tp " << p.tp << " pp " << p.pp
+                        << " ZeRO-" << p.zero << " shows " << p.t_dp << " s of data-parallel "
+                        << "communication; the link carries " << bare.t_dp << " s beside "
+                        << p.t_compute << " s of compute";
+        worst = std::max(worst, floor - p.t_dp);
+      }
+      EXPECT_LE(p.t_dp, bare.t_dp * (1 + 1e-9)) << row.name << " plan " << i;
+    }
+    EXPECT_EQ(below, 0) << row.name << ": " << below << " of " << checked
+                        << " plans hide more than their compute (worst by " << worst << " s)";
+    const tl_plan& w = r.plans[0];
+    tl_plan wb = w;
+    wb.no_overlap = true;
+    tl_cost_evaluate(cm, &c, TL_BF16, nullptr, &wb);
+    std::printf(
+        "%s: %d plans checked; winner dp %d tp %d pp %d ZeRO-%d, micro-batch %d x %d, %s: "
+        "%.2f s, MFU %.1f%%; data-parallel communication %.2f s, %.2f s of it shown\n",
+        row.name, checked, w.dp, w.tp, w.pp, w.zero, w.micro_batch, w.n_micro,
+        tl_schedule_kind_name(w.schedule), w.t_step, 100 * w.mfu, wb.t_dp, w.t_dp);
+    tl_search_free(&r);
+    delete cm;
+  }
 }
 
 TEST(Search, FixedChoicesAreKept) {
