@@ -108,6 +108,7 @@ struct run {
   int priced;
   struct tl_train_price price;
   double* times; /* each timed step's seconds */
+  double* waits; /* and the seconds rank 0 waited on data-parallel collectives in it */
 };
 
 static int rank0(const struct run* r) {
@@ -475,10 +476,11 @@ static int train_loop(struct run* r) {
   int64_t first = tl_trainer_steps_done(r->t), timed = 0, stop = stop_step(r), skipped = 0;
   int width = (int)snprintf(NULL, 0, "%d", tc->steps);
   /* --cluster: each timed step's seconds, for the median against the price */
-  double* times = NULL;
+  double *times = NULL, *waits = NULL;
   int64_t taken = 0; /* steps this run took */
   if (r->opt.cluster && stop > first &&
-      !(times = r->times = malloc(sizeof(double) * (size_t)(stop - first))))
+      (!(times = r->times = malloc(sizeof(double) * (size_t)(stop - first))) ||
+       !(waits = r->waits = malloc(sizeof(double) * (size_t)(stop - first)))))
     return fail(r, "out of memory");
   for (int64_t s = first; s < stop; s++) {
     struct tl_step_stats st;
@@ -495,7 +497,7 @@ static int train_loop(struct run* r) {
     if (r->verify && tl_verify_step(r->verify, &st) != TL_OK) return fail(r, "--verify");
     if (s > first) { /* the first step warms caches */
       total_s += st.seconds;
-      if (times) times[timed] = st.seconds;
+      if (times) times[timed] = st.seconds, waits[timed] = st.dp_wait_seconds;
       timed++;
     }
     double avg = timed ? total_s / timed : st.seconds;
@@ -558,7 +560,8 @@ static int train_loop(struct run* r) {
     if (gather_peaks(r) != TL_OK) return fail(r, "--cluster");
     if (rank0(r))
       tl_train_price_report(&r->price, stdout, r->metrics, tl_trainer_steps_done(r->t), times,
-                            timed, r->peaks, r->have_worker ? r->w.world_size : 1, r->verify);
+                            waits, timed, r->peaks, r->have_worker ? r->w.world_size : 1,
+                            r->verify);
   }
   if (r->stopped) return 0;
   if (rank0(r) && skipped)
@@ -581,6 +584,7 @@ static int finish(struct run* r, int rc) {
   tl_verify_destroy(r->verify);
   free(r->peaks);
   free(r->times);
+  free(r->waits);
   if (r->have_worker) {
     /* under ASan: what this rank lost, before MPI's modules go (core/alloc.h) */
     if (tl_alloc_leak_check() != TL_OK) {

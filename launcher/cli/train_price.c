@@ -36,9 +36,14 @@ static int by_double(const void* a, const void* b) {
   return (x > y) - (x < y);
 }
 
+static double median_of(double* v, int64_t n) {
+  qsort(v, (size_t)n, sizeof(double), by_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 void tl_train_price_report(const struct tl_train_price* tp, FILE* f, FILE* metrics, int64_t step,
-                           double* times, int64_t n_times, const int64_t* peaks, int n_ranks,
-                           bool verify) {
+                           double* times, double* waits, int64_t n_times, const int64_t* peaks,
+                           int n_ranks, bool verify) {
   const tl_plan* p = &tp->plan;
   /* the fullest rank: the one a memory plan must fit (ranks differ: first
    * and last stages, tensor-parallel rank 0) */
@@ -47,16 +52,21 @@ void tl_train_price_report(const struct tl_train_price* tp, FILE* f, FILE* metri
   for (int k = 0; k < n_ranks; k++)
     if (peaks[2 * k] > peak) peak = peaks[2 * k], at = k;
   const double bytes = p->mem_state + p->mem_act;
-  double mean = 0, median = 0;
+  double mean = 0, median = 0, wait = 0;
   if (n_times > 0) {
     for (int64_t i = 0; i < n_times; i++) mean += times[i] / (double)n_times;
-    qsort(times, (size_t)n_times, sizeof(double), by_double);
-    median = n_times % 2 ? times[n_times / 2] : (times[n_times / 2 - 1] + times[n_times / 2]) / 2;
+    median = median_of(times, n_times);
+    wait = median_of(waits, n_times);
     fprintf(f,
             "priced on %s: %.1f ms a step; measured %.1f mean (%+.1f%%), %.1f median (%+.1f%%) "
             "over the %lld step%s after the first\n",
             tp->cluster, p->t_step * 1e3, mean * 1e3, 100 * (mean / p->t_step - 1), median * 1e3,
             100 * (median / p->t_step - 1), (long long)n_times, n_times == 1 ? "" : "s");
+    if (p->dp > 1)
+      fprintf(f,
+              "priced on %s: data-parallel communication shows %.1f ms a step (%.1f ms on the "
+              "link); rank 0 waited on it %.1f ms, the median step\n",
+              tp->cluster, p->t_dp * 1e3, p->c_dp * 1e3, wait * 1e3);
   } else
     fprintf(f, "priced on %s: %.1f ms a step; one step taken, which warms caches: none measured\n",
             tp->cluster, p->t_step * 1e3);
@@ -68,11 +78,13 @@ void tl_train_price_report(const struct tl_train_price* tp, FILE* f, FILE* metri
           verify ? " (rank 0's count holds --verify's single-device run too)" : "");
   fflush(f);
   if (!metrics) return;
-  json_t* o = json_pack("{sI s{ss sf sf} s{so so sI si}}", "step", (json_int_t)step, "priced",
-                        "cluster", tp->cluster, "step_ms", p->t_step * 1e3, "bytes", bytes,
-                        "measured", "mean_ms", n_times > 0 ? json_real(mean * 1e3) : json_null(),
-                        "median_ms", n_times > 0 ? json_real(median * 1e3) : json_null(),
-                        "peak_bytes", (json_int_t)peak, "peak_rank", at);
+  json_t* o =
+      json_pack("{sI s{ss sf sf sf} s{so so so sI si}}", "step", (json_int_t)step, "priced",
+                "cluster", tp->cluster, "step_ms", p->t_step * 1e3, "dp_ms", p->t_dp * 1e3, "bytes",
+                bytes, "measured", "mean_ms", n_times > 0 ? json_real(mean * 1e3) : json_null(),
+                "median_ms", n_times > 0 ? json_real(median * 1e3) : json_null(),
+                "dp_wait_median_ms", n_times > 0 ? json_real(wait * 1e3) : json_null(),
+                "peak_bytes", (json_int_t)peak, "peak_rank", at);
   char* line = o ? json_dumps(o, JSON_COMPACT) : NULL;
   if (line) fprintf(metrics, "%s\n", line);
   free(line);

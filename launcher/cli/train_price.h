@@ -34,15 +34,18 @@ void tl_train_price_print(const struct tl_train_price* p, FILE* f);
 
 /* The run beside the price, after `step`: the mean and median of the
  * timed steps' seconds times[0..n_times) (sorted in place; the first
- * step, which warms caches, is not among them) and the largest allocator
- * peak of `n_ranks` (peak, live) pairs in peaks. `verify`: rank 0's count
- * holds --verify's single-device run too, which the line says. Printed to
- * f, and with `metrics` the same as a JSON line there: {"step", "priced":
- * {"cluster", "step_ms", "bytes"}, "measured": {"mean_ms", "median_ms",
- * "peak_bytes", "peak_rank"}} (a step not measured: null). */
+ * step, which warms caches, is not among them), the median of the seconds
+ * rank 0 waited on data-parallel collectives in them, waits[0..n_times)
+ * (sorted in place), against the data-parallel time the plan shows, and
+ * the largest allocator peak of `n_ranks` (peak, live) pairs in peaks.
+ * `verify`: rank 0's count holds --verify's single-device run too, which
+ * the line says. Printed to f, and with `metrics` the same as a JSON line
+ * there: {"step", "priced": {"cluster", "step_ms", "dp_ms", "bytes"},
+ * "measured": {"mean_ms", "median_ms", "dp_wait_median_ms", "peak_bytes",
+ * "peak_rank"}} (a step not measured: null). */
 void tl_train_price_report(const struct tl_train_price* p, FILE* f, FILE* metrics, int64_t step,
-                           double* times, int64_t n_times, const int64_t* peaks, int n_ranks,
-                           bool verify);
+                           double* times, double* waits, int64_t n_times, const int64_t* peaks,
+                           int n_ranks, bool verify);
 
 #ifdef __cplusplus
 }

@@ -413,9 +413,28 @@ TEST(PlanCli, TrainSetsTheMeasuredBesideThePrice) {
   ASSERT_EQ(tl_plan_price_config(&cfg, &c, &p), TL_OK) << tl_last_error();
   std::snprintf(step, sizeof step, "priced on this_machine (--cluster): %.1f ms a step",
                 p.t_step * 1e3);
-  PlanRun job = Shell("launcher/trellis train " + two + " --cluster " + kThisMachine);
+  std::string job_metrics = TempPath("priced_two.jsonl");
+  PlanRun job = Shell("launcher/trellis train " + two + " --cluster " + kThisMachine +
+                      " --metrics " + job_metrics);
   ASSERT_EQ(job.status, 0) << job.output;
   EXPECT_NE(job.output.find(step), std::string::npos) << step << "\n" << job.output;
   EXPECT_NE(job.output.find("over the 2 steps after the first"), std::string::npos) << job.output;
   EXPECT_NE(job.output.find("allocator peaked at "), std::string::npos) << job.output;
+  // the data-parallel time the plan shows, beside what rank 0 waited on it
+  char dp[160];
+  std::snprintf(dp, sizeof dp,
+                "priced on this_machine: data-parallel communication shows %.1f ms a step (%.1f "
+                "ms on the link); rank 0 waited on it ",
+                p.t_dp * 1e3, p.c_dp * 1e3);
+  EXPECT_NE(job.output.find(dp), std::string::npos) << dp << "\n" << job.output;
+  std::ifstream jm(job_metrics);
+  for (last.clear(); std::getline(jm, line);) last = line;
+  rec = json_loads(last.c_str(), 0, nullptr);
+  ASSERT_NE(rec, nullptr) << last;
+  EXPECT_NEAR(json_number_value(json_object_get(json_object_get(rec, "priced"), "dp_ms")),
+              p.t_dp * 1e3, 1e-9 + 1e-9 * p.t_dp * 1e3);
+  json_t* waited = json_object_get(json_object_get(rec, "measured"), "dp_wait_median_ms");
+  EXPECT_TRUE(json_is_number(waited)) << last;
+  EXPECT_GT(json_number_value(waited), 0) << last;
+  json_decref(rec);
 }
