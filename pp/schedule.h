@@ -148,6 +148,44 @@ tl_status tl_pp_schedule_check_costs(tl_schedule_kind kind, int n_stages, int n_
 tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro, int n_chunks,
                                const struct tl_pp_costs* costs, int* ticks);
 
+/* How the boundary values travel between stages. MPI's sends are
+ * buffered: a send completes by itself, a receive once its send is posted
+ * (what tl_pp_schedule_check assumes). NCCL's are not: a send completes
+ * only when its receive is posted on the peer, and a group's operations
+ * run on one stream in the order they were issued, so an operation waits
+ * for every one before it. Two stages that each send to the other before
+ * receiving then wait for each other (1F1B's steady state: stage s sends
+ * an activation and receives a gradient while stage s + 1 sends a gradient
+ * and receives an activation). Issuing each run of consecutive exchanges
+ * as one NCCL group (ncclGroupStart/End, Megatron-LM's batched
+ * send-and-receive) completes GPipe and 1F1B but leaves interleaved and
+ * zero-bubble lists that deadlock (114 of 156 and 115 of 336 of
+ * schedule_test's cases). What completes every list is a group of its own
+ * for each sender, receiver and payload (a pair's activations one way, its
+ * gradients the other, as pp/runtime.c makes them): each stream then
+ * carries one sender's messages to one receiver in the order both lists
+ * issue them, as MPI's channels do, and nothing queues behind another
+ * link's message. */
+typedef enum {
+  TL_PP_SENDS_BUFFERED = 0, /* MPI */
+  TL_PP_SENDS_EACH_ALONE,   /* NCCL, every exchange its own operation */
+  TL_PP_SENDS_GROUPED,      /* NCCL, each run of consecutive exchanges one group */
+  TL_PP_SENDS_PER_LINK,     /* NCCL, a group per sender, receiver and payload: the runtime's */
+} tl_pp_transport;
+
+/* The end of the run of exchange instructions (sends and receives) of s
+ * that begins at instruction k: k itself when instruction k is a pass. */
+int tl_pp_exchange_run(const tl_pp_schedule* s, int k);
+
+/* Whether every stage's list of `kind` completes under `transport`: the
+ * lists walked together, each host running its passes in order, issuing
+ * its exchanges and waiting for its receives, the transport matching the
+ * messages by its rules. TL_ERR_INTERNAL naming a stuck stage and the
+ * message it waits on where they deadlock. */
+tl_status tl_pp_schedule_check_transport(tl_schedule_kind kind, int n_stages, int n_micro,
+                                         int n_chunks, const struct tl_pp_costs* costs,
+                                         tl_pp_transport transport);
+
 /* One forward, backward or weight pass of the simulation: stage, op
  * (TL_PP_FORWARD, TL_PP_BACKWARD or TL_PP_WEIGHT), micro-batch, and its
  * ticks [start, end). */

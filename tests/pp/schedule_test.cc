@@ -330,3 +330,68 @@ TEST(Schedule, ZeroBubbleEventsAreTheScan) {
       }
   EXPECT_EQ(tried, 9 * 9 * 6);
 }
+
+// NCCL's sends are unbuffered and a group's operations run in issue order:
+// on one stream per pipeline group, issued one at a time, 1F1B's steady
+// state (stage s sends an activation then receives a gradient, stage s + 1
+// sends a gradient then receives an activation) deadlocks, as do
+// interleaved and zero-bubble; GPipe, whose sends go one way at a time,
+// does not. Grouping each run of consecutive exchanges (Megatron-LM's
+// batched pairs) saves 1F1B but not every interleaved or zero-bubble list;
+// a stream per sender, receiver and payload (the runtime's links) completes
+// them all, as buffered sends do.
+TEST(Schedule, EveryScheduleCompletesOnUnbufferedSendsOverItsOwnLinks) {
+  const tl_pp_costs costs[] = {{1, 1, 1}, {8, 13, 8}, {2, 1, 7}};
+  int checked = 0, alone[4] = {0, 0, 0, 0}, grouped[4] = {0, 0, 0, 0};
+  for (tl_schedule_kind kind :
+       {TL_SCHEDULE_GPIPE, TL_SCHEDULE_1F1B, TL_SCHEDULE_INTERLEAVED, TL_SCHEDULE_ZERO_BUBBLE})
+    for (int p = 2; p <= 8; p++)
+      for (int m = 1; m <= 16; m++)
+        for (int v : {1, 2, 3})
+          for (const tl_pp_costs& c : costs) {
+            if ((kind == TL_SCHEDULE_INTERLEAVED) != (v > 1)) continue;
+            if (kind == TL_SCHEDULE_INTERLEAVED && m % p) continue;
+            for (tl_pp_transport t : {TL_PP_SENDS_BUFFERED, TL_PP_SENDS_PER_LINK})
+              ASSERT_EQ(tl_pp_schedule_check_transport(kind, p, m, v, &c, t), TL_OK)
+                  << tl_last_error();
+            alone[kind] +=
+                tl_pp_schedule_check_transport(kind, p, m, v, &c, TL_PP_SENDS_EACH_ALONE) != TL_OK;
+            grouped[kind] +=
+                tl_pp_schedule_check_transport(kind, p, m, v, &c, TL_PP_SENDS_GROUPED) != TL_OK;
+            checked++;
+          }
+  tl_clear_error();
+  EXPECT_EQ(checked, 336 * 3 + 156);
+  EXPECT_EQ(alone[TL_SCHEDULE_GPIPE], 0);
+  EXPECT_EQ(alone[TL_SCHEDULE_1F1B], 315);  // all but m = 1
+  EXPECT_EQ(alone[TL_SCHEDULE_INTERLEAVED], 156);
+  EXPECT_EQ(alone[TL_SCHEDULE_ZERO_BUBBLE], 315);
+  EXPECT_EQ(grouped[TL_SCHEDULE_GPIPE], 0);
+  EXPECT_EQ(grouped[TL_SCHEDULE_1F1B], 0);
+  EXPECT_EQ(grouped[TL_SCHEDULE_INTERLEAVED], 114);
+  EXPECT_EQ(grouped[TL_SCHEDULE_ZERO_BUBBLE], 115);
+  // the message names where it sticks
+  ASSERT_NE(
+      tl_pp_schedule_check_transport(TL_SCHEDULE_1F1B, 2, 4, 1, nullptr, TL_PP_SENDS_EACH_ALONE),
+      TL_OK);
+  EXPECT_NE(std::string(tl_last_error())
+                .find("1f1b with 2 stages, 4 micro-batches and 1 chunks deadlocks with sends "
+                      "unbuffered, each exchange alone: stage 0 waits on the send of "
+                      "micro-batch 1's activation to virtual stage 1"),
+            std::string::npos)
+      << tl_last_error();
+  // a run of exchanges ends at the next pass
+  tl_pp_schedule s;
+  ASSERT_EQ(tl_pp_schedule_build(TL_SCHEDULE_1F1B, 2, 0, 4, &s), TL_OK);
+  int runs = 0;
+  for (int k = 0; k < s.n; k++) {
+    int end = tl_pp_exchange_run(&s, k);
+    if (end == k) continue;
+    runs++;
+    EXPECT_TRUE(end == s.n || s.instr[end].op == TL_PP_FORWARD ||
+                s.instr[end].op == TL_PP_BACKWARD);
+    k = end;
+  }
+  EXPECT_EQ(runs, 5);  // sa0; sa1 rg0, sa2 rg1, sa3 rg2; rg3
+  tl_pp_schedule_free(&s);
+}
