@@ -34,6 +34,10 @@ struct tl_pp_runtime {
   const tl_pp_schedule* sched;
   int pc; /* the next instruction of sched */
   int64_t wait_ns;
+  /* the exchanges' links (schedule.h, TL_PP_SENDS_PER_LINK): activations to
+   * the next stage and from the previous, gradients to the previous and
+   * from the next; each a two-member group, the lower edge stage member 0 */
+  tl_group *act_next, *act_prev, *grad_prev, *grad_next;
   tl_pp_span_hook hook;
   void* hook_user;
 };
@@ -51,6 +55,53 @@ static tl_status wait_sends(struct slot* s) {
   tl_status st = tl_group_wait_all(s->n_sends, s->sends);
   s->n_sends = 0;
   return st;
+}
+
+/* Collective over pp (p members, this one stage s): the two-member groups
+ * of the edges k -> k + 1 (mod p) for k < p - 1, and p - 1 -> 0 when
+ * `wrap` (interleaved chunks go round): *next the edge from s, *prev the
+ * edge into s (NULL where there is none). Member 0 of edge k's group is
+ * stage k. A member takes part in one edge per split: the even edges,
+ * then the odd ones, then (p odd) the wrap, whose rank 0 is in edge 0. */
+static tl_status edges(tl_group* pp, bool wrap, const char* name, tl_group** next,
+                       tl_group** prev) {
+  const int p = tl_group_size(pp), s = tl_group_rank(pp);
+  *next = *prev = NULL;
+  for (int batch = 0; batch < 3; batch++) {
+    int edge = -1; /* this member's edge in the batch */
+    for (int k = 0; k < p && edge < 0; k++) {
+      const bool is_wrap = k == p - 1;
+      if (is_wrap && !wrap) continue;
+      /* which batch edge k goes in */
+      const int b = is_wrap && p % 2 == 1 ? 2 : k % 2;
+      if (b == batch && (s == k || s == (k + 1) % p)) edge = k;
+    }
+    tl_group* g = NULL;
+    const int key = edge >= 0 && s == edge ? 0 : 1;
+    TL_CHECK(tl_group_split(pp, edge >= 0 ? edge : TL_GROUP_UNDEFINED, key, name, &g));
+    if (!g) continue;
+    if (edge == s)
+      *next = g;
+    else
+      *prev = g;
+  }
+  return TL_OK;
+}
+
+static void links_destroy(tl_pp_runtime* r) {
+  tl_group_destroy(r->act_next), tl_group_destroy(r->act_prev);
+  tl_group_destroy(r->grad_prev), tl_group_destroy(r->grad_next);
+  r->act_next = r->act_prev = r->grad_prev = r->grad_next = NULL;
+}
+
+/* Collective over the pipeline group: the links, a group per neighbour
+ * and payload. */
+static tl_status links_create(tl_pp_runtime* r) {
+  if (!r->c.pp || tl_group_size(r->c.pp) < 2) return TL_OK;
+  const bool wrap = r->n_chunks > 1;
+  TL_CHECK(edges(r->c.pp, wrap, "pp_act", &r->act_next, &r->act_prev));
+  /* gradients go back over the same edges, on groups of their own */
+  return edges(r->c.pp, wrap, "pp_grad", &r->grad_next, &r->grad_prev);
 }
 
 tl_status tl_pp_runtime_create(const struct tl_pp_runtime_config* c, tl_pp_runtime** out) {
@@ -72,6 +123,9 @@ tl_status tl_pp_runtime_create(const struct tl_pp_runtime_config* c, tl_pp_runti
   r->p = c->stage->n_stages / n_chunks;
   r->slots = calloc((size_t)total, sizeof(struct slot));
   tl_status st = r->slots ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory for executors");
+  /* every stage comes here: the links are made on all of them alike */
+  tl_status links = links_create(r);
+  if (st == TL_OK) st = links;
   for (int k = 0, at = 0; k < n_chunks && st == TL_OK; k++) {
     r->chunks[k].st = c->n_chunks > 0 ? &c->chunks[k] : c->stage;
     r->chunks[k].n_slots = c->n_chunks > 0 ? c->chunk_slots[k] : c->n_slots;
@@ -116,6 +170,7 @@ void tl_pp_runtime_destroy(tl_pp_runtime* r) {
     tl_exec_destroy(r->slots[i].exec);
   }
   tl_buffer_destroy(r->transient);
+  links_destroy(r);
   free(r->slots);
   free(r);
 }
@@ -126,6 +181,21 @@ int tl_pp_runtime_n_slots(const tl_pp_runtime* r) {
 
 tl_exec* tl_pp_runtime_exec(const tl_pp_runtime* r, int slot) {
   return slot >= 0 && slot < r->n_slots ? r->slots[slot].exec : NULL;
+}
+
+tl_group_stats tl_pp_runtime_stats(const tl_pp_runtime* r) {
+  tl_group_stats sum;
+  memset(&sum, 0, sizeof sum);
+  tl_group* links[4] = {r ? r->act_next : NULL, r ? r->act_prev : NULL, r ? r->grad_prev : NULL,
+                        r ? r->grad_next : NULL};
+  for (int i = 0; i < 4; i++) {
+    if (!links[i]) continue;
+    tl_group_stats s = tl_group_stats_get(links[i]);
+    for (int k = 0; k < TL_GROUP_CALL_COUNT; k++)
+      sum.calls[k] += s.calls[k], sum.bytes[k] += s.bytes[k];
+    sum.total_calls += s.total_calls, sum.total_bytes += s.total_bytes;
+  }
+  return sum;
 }
 
 int64_t tl_pp_runtime_transient_bytes(const tl_pp_runtime* r) {
@@ -152,7 +222,14 @@ static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, i
                           direction dir, int peer, int micro) {
   const int peer_q = peer;
   const int chunk = dir == RECV ? (peer + (what == ACTIVATIONS ? 1 : -1)) / r->p : peer / r->p;
-  peer %= r->p;
+  /* the link: sender member 0 for activations, 1 for gradients */
+  tl_group* link = dir == SEND ? (what == ACTIVATIONS ? r->act_next : r->grad_prev)
+                               : (what == ACTIVATIONS ? r->act_prev : r->grad_next);
+  const int link_peer = (dir == SEND) == (what == ACTIVATIONS) ? 1 : 0;
+  if (!link)
+    return TL_ERRF(TL_ERR_INTERNAL, "stage %d has no link to %s %s of virtual stage %d",
+                   r->chunks[0].st->stage, dir == SEND ? "send" : "receive",
+                   what == ACTIVATIONS ? "activations" : "gradients", peer);
   const tl_graph* g = r->c.g;
   int64_t t0 = tl_time_ns();
   /* what the device computed must be in memory before it leaves */
@@ -172,9 +249,9 @@ static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, i
     int tag = what == GRADIENTS ? grad_tag(r, micro, chunk, k) : act_tag(r, micro, chunk, k);
     if (dir == SEND) {
       if (s->n_sends == MAX_SENDS) TL_CHECK(wait_sends(s));
-      TL_CHECK(tl_group_send(r->c.pp, p + off * es, len, dt, peer, tag, &s->sends[s->n_sends++]));
+      TL_CHECK(tl_group_send(link, p + off * es, len, dt, link_peer, tag, &s->sends[s->n_sends++]));
     } else {
-      TL_CHECK(tl_group_recv(r->c.pp, p + off * es, len, dt, peer, tag, NULL));
+      TL_CHECK(tl_group_recv(link, p + off * es, len, dt, link_peer, tag, NULL));
       if (split) TL_CHECK(tl_group_all_gather(r->c.scatter, p + off * es, p, count, dt, NULL));
     }
   }

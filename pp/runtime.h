@@ -74,6 +74,10 @@ void tl_pp_runtime_destroy(tl_pp_runtime* r);
 /* Every executor of every chunk, numbered from 0. */
 int tl_pp_runtime_n_slots(const tl_pp_runtime* r);
 tl_exec* tl_pp_runtime_exec(const tl_pp_runtime* r, int slot);
+/* The calls and bytes of the stage's exchanges: its links' counts summed
+ * (the links are two-member groups of the pipeline group's members, one
+ * per neighbour and payload: schedule.h, TL_PP_SENDS_PER_LINK). */
+tl_group_stats tl_pp_runtime_stats(const tl_pp_runtime* r);
 /* Bytes of the transient arena the executors share. */
 int64_t tl_pp_runtime_transient_bytes(const tl_pp_runtime* r);
 

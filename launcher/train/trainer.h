@@ -149,6 +149,9 @@ double tl_trainer_step_flops(const tl_trainer* t);
 int64_t tl_trainer_peak_bytes(const tl_trainer* t);
 /* Bytes the allocator holds now on this rank's device. */
 int64_t tl_trainer_live_bytes(const tl_trainer* t);
+/* The calls and bytes of this stage's pipeline exchanges so far (they go
+ * over links of their own, not the pp group: pp/runtime.h). */
+tl_group_stats tl_trainer_pp_stats(const tl_trainer* t);
 int64_t tl_trainer_activation_bytes(const tl_trainer* t);
 /* The costs of a block's passes its pipeline schedule was built with
  * (pp/schedule.h: zero-bubble's lists depend on them). */

@@ -35,6 +35,10 @@ int64_t tl_trainer_live_bytes(const tl_trainer* t) {
   return tl_alloc_stats_get(t->be->device).live_bytes;
 }
 
+tl_group_stats tl_trainer_pp_stats(const tl_trainer* t) {
+  return tl_pp_runtime_stats(t->rt);
+}
+
 struct tl_pp_costs tl_trainer_schedule_costs(const tl_trainer* t) {
   return t->costs;
 }

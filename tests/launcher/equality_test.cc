@@ -89,7 +89,7 @@ tl_config Base(tl_model_kind kind) {
 
 struct Run {
   std::vector<double> losses;
-  int64_t pp_send_bytes = 0;        // this rank's sends over the pipeline group during the steps
+  int64_t pp_send_bytes = 0;        // this rank's sends over the pipeline's links during the steps
   int stage = 0, stage_layers = 0;  // this rank's pipeline stage and how many layers it holds
   tl_verify_report report = {};     // rank 0: the oracle's findings
 };
@@ -111,10 +111,10 @@ Run Train(const tl_config& c) {
   r.stage_layers = end - begin;
   for (int s = 0; s < c.train.steps && v; s++) {
     tl_step_stats st;
-    // the step's own sends (on the CPU the oracle's gathers share the group)
-    int64_t sent = tl_group_stats_get(w.groups[TL_AXIS_PP]).bytes[TL_GROUP_SEND];
+    // the step's own sends, over the pipeline's links
+    int64_t sent = tl_trainer_pp_stats(t).bytes[TL_GROUP_SEND];
     EXPECT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
-    r.pp_send_bytes += tl_group_stats_get(w.groups[TL_AXIS_PP]).bytes[TL_GROUP_SEND] - sent;
+    r.pp_send_bytes += tl_trainer_pp_stats(t).bytes[TL_GROUP_SEND] - sent;
     r.losses.push_back(st.loss);
     EXPECT_EQ(tl_verify_step(v, &st), TL_OK) << tl_last_error();
   }
