@@ -64,6 +64,10 @@ static void load(void) {
     if (strcmp(v, waits[i]) == 0) g_env.mpi_wait = (tl_mpi_wait)i, found = 1;
   if (!found) bad("TRELLIS_MPI_WAIT", v, "one of auto, spin, yield");
 
+  v = value_of("TRELLIS_EMULATE", "none");
+  g_env.emulate_nccl = strcmp(v, "nccl") == 0;
+  if (!g_env.emulate_nccl && strcmp(v, "none") != 0) bad("TRELLIS_EMULATE", v, "none or nccl");
+
   v = value_of("TRELLIS_FAULT", "none");
   g_env.fault = TL_FAULT_NONE;
   found = 0;
@@ -73,7 +77,7 @@ static void load(void) {
     bad("TRELLIS_FAULT", v,
         "one of none, micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, "
         "tp_allreduce_skipped, sp_sync_skipped, pp_grad_misrouted, update_repeated, "
-        "nan_at_step_2, rank_stops, zero_shard_offset, zero_gather_skipped");
+        "nan_at_step_2, rank_stops, zero_shard_offset, zero_gather_skipped, pp_one_stream");
 }
 
 const char* tl_fault_name(tl_fault f) {
@@ -88,7 +92,8 @@ const char* tl_fault_name(tl_fault f) {
                                                     "nan_at_step_2",
                                                     "rank_stops",
                                                     "zero_shard_offset",
-                                                    "zero_gather_skipped"};
+                                                    "zero_gather_skipped",
+                                                    "pp_one_stream"};
   return f >= 0 && f < TL_FAULT_COUNT ? names[f] : "?";
 }
 

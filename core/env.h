@@ -30,11 +30,16 @@ extern "C" {
   X(TRELLIS_EXPORT_SHARD_MB, "5000",                                                             \
     "the largest safetensors file a Hugging Face export writes, in MB (10^6 bytes); a model "    \
     "of more is split into model-0000k-of-0000n.safetensors files with an index")                \
+  X(TRELLIS_EMULATE, "none",                                                                     \
+    "run a CPU job's mesh groups with another library's semantics, so that what would go "       \
+    "wrong there goes wrong here (tests): none, or nccl (a group's operations one at a time in " \
+    "issue order, sends that end only when their receive is posted; core/group_emul.h)")         \
   X(TRELLIS_FAULT, "none",                                                                       \
     "a deliberate bug, for proving that --verify catches one (tests only): none, "               \
     "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "            \
     "sp_sync_skipped, pp_grad_misrouted, update_repeated, zero_shard_offset, "                   \
-    "zero_gather_skipped, nan_at_step_2 or rank_stops (README: the equality oracle)")
+    "zero_gather_skipped, nan_at_step_2, rank_stops or pp_one_stream (README: the equality "     \
+    "oracle)")
 
 typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
 typedef enum { TL_MPI_WAIT_AUTO = 0, TL_MPI_WAIT_SPIN, TL_MPI_WAIT_YIELD } tl_mpi_wait;
@@ -62,6 +67,9 @@ typedef enum {
                                   * ZeRO-2 and its parameter shard under ZeRO-3) */
   TL_FAULT_ZERO_GATHER_SKIPPED,  /* ZeRO-3: the second unit's parameters are not gathered (its
                                   * slot keeps what it held) */
+  TL_FAULT_PP_ONE_STREAM,        /* the pipeline's exchanges all go over the pp group, not a
+                                  * link each (deadlocks where sends are unbuffered and ordered:
+                                  * NCCL, TRELLIS_EMULATE=nccl) */
   TL_FAULT_COUNT
 } tl_fault;
 
@@ -72,6 +80,7 @@ struct tl_env {
   tl_mpi_wait mpi_wait;
   int export_shard_mb; /* >= 1 */
   tl_fault fault;
+  int emulate_nccl; /* TRELLIS_EMULATE=nccl */
 };
 
 /* The parsed knobs; parsed on the first call (thread-safe), fixed after. */

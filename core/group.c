@@ -37,6 +37,7 @@ tl_status tl__group_create(const struct tl_group_ops* ops, void* ctx, int rank, 
   g->size = size;
   g->device = device;
   snprintf(g->name, sizeof g->name, "%s", name ? name : "group");
+  if (ops->named) ops->named(ctx, g->name);
   *out = g;
   return TL_OK;
 }
@@ -79,8 +80,8 @@ static tl_status check_call(const tl_group* g, tl_group_call call, size_t count,
   const char* what = k_call_names[call];
   if (dtype != TL_F32 && dtype != TL_BF16 && dtype != TL_I32 && dtype != TL_I64)
     return TL_ERRF(TL_ERR_UNSUPPORTED,
-                   "group '%s': %s of %s elements: expected f32, bf16, i32 or i64",
-                   g->name, what, tl_dtype_name(dtype));
+                   "group '%s': %s of %s elements: expected f32, bf16, i32 or i64", g->name, what,
+                   tl_dtype_name(dtype));
   if (op >= 0) {
     if (op > TL_REDUCE_MAX)
       return TL_ERRF(TL_ERR_INVALID, "group '%s': %s with reduce op %d: expected sum, avg or max",

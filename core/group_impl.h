@@ -17,7 +17,7 @@ extern "C" {
 /* Every backend's request starts with this header; group.c fills in `group`. */
 struct tl_group_request {
   tl_group* group;
-  int call;     /* tl_group_call, and its bytes: what a wait waits for (watchdog.h) */
+  int call; /* tl_group_call, and its bytes: what a wait waits for (watchdog.h) */
   size_t bytes;
 };
 
@@ -44,6 +44,8 @@ struct tl_group_ops {
    * TL_GROUP_UNDEFINED. */
   tl_status (*split)(void* ctx, int color, int key, void** child, int* rank, int* size);
   void (*destroy)(void* ctx);
+  /* optional: the group's name, once it has one (for messages) */
+  void (*named)(void* ctx, const char* name);
 };
 
 struct tl_group {

@@ -37,6 +37,7 @@ struct mpi_ctx {
   MPI_Comm comm;
   int rank, size;
   bool yield; /* poll and yield the core instead of MPI's busy wait */
+  bool ssend; /* sends end only when their receive is posted (NCCL's) */
 };
 
 struct mpi_req {
@@ -327,9 +328,17 @@ static tl_status mpi_send(void* ctx, const void* buf, size_t count, tl_dtype dty
   struct mpi_req stack, *r;
   TL_CHECK(begin(c, out, &stack, &r));
   const bool nb = nonblocking(c, out);
-  int rc = nb ? MPI_Isend(buf, (int)count, dt_of(dtype), peer, tag, c->comm, &r->mpi)
-              : MPI_Send(buf, (int)count, dt_of(dtype), peer, tag, c->comm);
-  return issued(c, r, rc, nb ? "MPI_Isend" : "MPI_Send", MPI_STATUS_IGNORE, out);
+  int rc;
+  if (c->ssend)
+    rc = nb ? MPI_Issend(buf, (int)count, dt_of(dtype), peer, tag, c->comm, &r->mpi)
+            : MPI_Ssend(buf, (int)count, dt_of(dtype), peer, tag, c->comm);
+  else
+    rc = nb ? MPI_Isend(buf, (int)count, dt_of(dtype), peer, tag, c->comm, &r->mpi)
+            : MPI_Send(buf, (int)count, dt_of(dtype), peer, tag, c->comm);
+  return issued(
+      c, r, rc,
+      nb ? (c->ssend ? "MPI_Issend" : "MPI_Isend") : (c->ssend ? "MPI_Ssend" : "MPI_Send"),
+      MPI_STATUS_IGNORE, out);
 }
 
 static tl_status mpi_recv(void* ctx, void* buf, size_t count, tl_dtype dtype, int peer, int tag,
@@ -431,6 +440,7 @@ static tl_status mpi_split(void* ctx, int color, int key, void** child, int* ran
   struct mpi_ctx* cc;
   TL_CHECK(wrap(comm, &cc));
   cc->yield = c->yield;
+  cc->ssend = c->ssend;
   *child = cc;
   *rank = cc->rank;
   *size = cc->size;
@@ -494,6 +504,10 @@ tl_status tl_group_mpi_create(MPI_Comm comm, const char* name, tl_group** out) {
     return st;
   }
   return tl__group_create(&k_mpi_ops, c, c->rank, c->size, tl_cpu(), name, out);
+}
+
+void tl_group_mpi_synchronous_sends(tl_group* g) {
+  if (g->ops == &k_mpi_ops) ((struct mpi_ctx*)g->ctx)->ssend = true;
 }
 
 bool tl_group_mpi_yields(const tl_group* g) {

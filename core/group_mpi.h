@@ -29,6 +29,10 @@ tl_status tl_group_mpi_create(MPI_Comm comm, const char* name, tl_group** out);
  * (TRELLIS_MPI_WAIT; see group_mpi.c). Groups split from it inherit it. */
 bool tl_group_mpi_yields(const tl_group* g);
 
+/* Makes `g`'s sends (and its children's) synchronous, as NCCL's are: a
+ * send ends only once its receive is posted (MPI_Issend). */
+void tl_group_mpi_synchronous_sends(tl_group* g);
+
 /* The communicator behind an MPI group (owned by the group), or
  * MPI_COMM_NULL when `g` uses another backend. */
 MPI_Comm tl_group_mpi_comm(const tl_group* g);

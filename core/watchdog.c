@@ -28,12 +28,15 @@ static void* watch(void* arg) {
     int64_t since = atomic_load(&g_since), timeout = atomic_load(&g_timeout_ns);
     if (!since || timeout <= 0) continue;
     int64_t waited = tl_time_ns() - since;
-    if (waited < timeout) continue;
+    /* ranks that wait on each other (a deadlock) all time out together:
+     * the lower rank speaks first and ends the job, once */
+    const int64_t stagger = (int64_t)(g_rank < 16 ? g_rank : 16) * 200000000;
+    if (waited < timeout + stagger) continue;
     char msg[512];
     int n = snprintf(msg, sizeof msg,
                      "[trellis %d E] rank %d: %s of %zu bytes on group '%s' has not finished "
                      "after %.0f s (parallel.timeout_s = %g): a rank of the group is not "
-                     "answering; ending the job\n",
+                     "answering, or the ranks wait on each other; ending the job\n",
                      g_rank, g_rank, g_op, atomic_load(&g_bytes), g_group, (double)waited * 1e-9,
                      (double)timeout * 1e-9);
     ssize_t ignored = write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));

@@ -7,7 +7,8 @@
  * thread started here looks every 100 ms, and when one has waited longer
  * than the timeout it prints the rank, group, operation and bytes that are
  * stuck and ends the process, which ends the job (the launcher stops the
- * other ranks when one exits).
+ * other ranks when one exits). Rank r waits 0.2 s x min(r, 16) more, so
+ * that of ranks stuck on each other (a deadlock) the lowest speaks, once.
  *
  * Only the waiting counts: a rank computing for a long time is not stuck,
  * but its peers waiting for it are, so the timeout must exceed the longest

@@ -225,7 +225,9 @@ static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, i
   /* the link: sender member 0 for activations, 1 for gradients */
   tl_group* link = dir == SEND ? (what == ACTIVATIONS ? r->act_next : r->grad_prev)
                                : (what == ACTIVATIONS ? r->act_prev : r->grad_next);
-  const int link_peer = (dir == SEND) == (what == ACTIVATIONS) ? 1 : 0;
+  int link_peer = (dir == SEND) == (what == ACTIVATIONS) ? 1 : 0;
+  if (tl_fault_on(TL_FAULT_PP_ONE_STREAM)) /* a deliberate bug (core/env.h) */
+    link = r->c.pp, link_peer = peer % r->p;
   if (!link)
     return TL_ERRF(TL_ERR_INTERNAL, "stage %d has no link to %s %s of virtual stage %d",
                    r->chunks[0].st->stage, dir == SEND ? "send" : "receive",

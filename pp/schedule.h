@@ -156,11 +156,13 @@ tl_status tl_pp_schedule_ticks(tl_schedule_kind kind, int n_stages, int n_micro,
  * for every one before it. Two stages that each send to the other before
  * receiving then wait for each other (1F1B's steady state: stage s sends
  * an activation and receives a gradient while stage s + 1 sends a gradient
- * and receives an activation). Issuing each run of consecutive exchanges
- * as one NCCL group (ncclGroupStart/End, Megatron-LM's batched
- * send-and-receive) completes GPipe and 1F1B but leaves interleaved and
- * zero-bubble lists that deadlock (114 of 156 and 115 of 336 of
- * schedule_test's cases). What completes every list is a group of its own
+ * and receives an activation). The walk keeps the runtime's own waits too:
+ * a receive or a forward waits for what its executor is still sending
+ * before it writes the executor's memory. Issuing each run of consecutive
+ * exchanges as one NCCL group (ncclGroupStart/End, Megatron-LM's batched
+ * send-and-receive) still leaves most lists deadlocking (252 of 336 1F1B,
+ * 150 of 156 interleaved and 115 of 336 zero-bubble cases of
+ * schedule_test). What completes every list is a group of its own
  * for each sender, receiver and payload (a pair's activations one way, its
  * gradients the other, as pp/runtime.c makes them): each stream then
  * carries one sender's messages to one receiver in the order both lists

@@ -28,6 +28,7 @@ struct msg {
   int q, micro, grad;
   bool send;
   bool done;
+  int slot; /* the executor whose memory it leaves from or arrives in */
 };
 
 /* A group of messages on a stage's stream, in issue order. */
@@ -47,6 +48,25 @@ struct stage {
   int blocked; /* the group the host waits for, or -1 */
   int open;    /* the first message of the group being gathered, or -1 */
 };
+
+/* The executor micro-batch i of chunk c runs on: the runtime keeps
+ * chunk_in_flight[c] of them per chunk and reuses them in turn. */
+static int slot_of(const tl_pp_schedule* l, tl_pp_instr in) {
+  int n = l->chunk_in_flight[in.chunk] > 0 ? l->chunk_in_flight[in.chunk] : 1;
+  return in.chunk * 4096 + in.micro % n;
+}
+
+/* Whether the host has to wait for sends of instruction in's executor
+ * before running it (pp/runtime.c: a receive or a forward about to write
+ * the executor's memory waits for what it is still sending), and whether
+ * any such send is not done. */
+static bool waits_on_sends(const struct stage* x, const tl_pp_schedule* l, tl_pp_instr in) {
+  if (in.op != TL_PP_RECV_ACT && in.op != TL_PP_RECV_GRAD && in.op != TL_PP_FORWARD) return false;
+  const int slot = slot_of(l, in);
+  for (int i = 0; i < x->n_msgs; i++)
+    if (x->msgs[i].send && !x->msgs[i].done && x->msgs[i].slot == slot) return true;
+  return false;
+}
 
 /* The message instruction `in` of virtual stage q (chunk * p + stage) names. */
 static struct msg msg_of(tl_pp_instr in, int q) {
@@ -127,6 +147,7 @@ tl_status tl_pp_schedule_check_transport(tl_schedule_kind kind, int n_stages, in
       /* the host: runs passes, issues exchanges, waits for receives */
       while (x->blocked < 0 && x->pc < l->n) {
         tl_pp_instr in = l->instr[x->pc];
+        if (transport != TL_PP_SENDS_BUFFERED && waits_on_sends(x, l, in)) break;
         if (!is_exchange(in.op)) {
           x->pc++, remaining--, moved = true;
           continue;
@@ -135,7 +156,12 @@ tl_status tl_pp_schedule_check_transport(tl_schedule_kind kind, int n_stages, in
         if (x->open < 0) x->open = x->n_msgs;
         bool has_recv = false;
         for (int k = x->pc; k < end; k++) {
-          x->msgs[x->n_msgs++] = msg_of(l->instr[k], l->instr[k].chunk * p + s);
+          if (k > x->pc && transport != TL_PP_SENDS_BUFFERED && waits_on_sends(x, l, l->instr[k])) {
+            end = k; /* the run so far goes as a group; this exchange waits */
+            break;
+          }
+          x->msgs[x->n_msgs] = msg_of(l->instr[k], l->instr[k].chunk * p + s);
+          x->msgs[x->n_msgs++].slot = slot_of(l, l->instr[k]);
           has_recv |= is_recv(l->instr[k].op);
         }
         x->pc = end;
@@ -186,11 +212,14 @@ tl_status tl_pp_schedule_check_transport(tl_schedule_kind kind, int n_stages, in
               if (m->done) continue;
               int peer_q = m->send ? m->q : (m->grad ? m->q + 1 : m->q - 1);
               struct stage* y = &st[((peer_q % p) + p) % p];
-              struct msg* o = counterpart(
-                  y,
-                  active(y, stream_of(transport,
-                                      &(struct msg){m->q, m->micro, m->grad, !m->send, false}, p)),
-                  m);
+              struct msg* o = counterpart(y,
+                                          active(y, stream_of(transport,
+                                                              &(struct msg){.q = m->q,
+                                                                            .micro = m->micro,
+                                                                            .grad = m->grad,
+                                                                            .send = !m->send},
+                                                              p)),
+                                          m);
               if (o) {
                 m->done = o->done = true;
                 remaining -= 2, moved = true;

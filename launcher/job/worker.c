@@ -13,6 +13,7 @@
 
 #include "core/device.h"
 #include "core/env.h"
+#include "core/group_emul.h"
 #include "core/group_mpi.h"
 #include "core/group_nccl.h"
 #include "core/log.h"
@@ -130,7 +131,13 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
                     st, fail);
   } else {
     w.device = tl_cpu();
-    for (int a = 0; a < 3; a++) w.groups[a] = w.host_groups[a];
+    for (int a = 0; a < 3; a++)
+      if (tl_env()->emulate_nccl) /* the mesh's groups with NCCL's ordering (core/group_emul.h) */
+        TL_CHECK_GOTO(
+            tl_group_emul_create(w.host_groups[a], tl_axis_name((tl_axis)a), &w.groups[a]), st,
+            fail);
+      else
+        w.groups[a] = w.host_groups[a];
   }
 
   /* a peer that stops answering ends the job, naming what waits */

@@ -47,7 +47,7 @@ TEST(Env, EveryKnobIsDocumented) {
     EXPECT_GT(std::string(doc).size(), 20u) << name;
     n++;
   }
-  EXPECT_EQ(n, 6);
+  EXPECT_EQ(n, 7);
 }
 
 TEST(Env, EveryFaultHasTheNameItIsSetBy) {

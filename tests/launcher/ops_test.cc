@@ -365,6 +365,55 @@ TEST(Ops, AStoppedRankEndsTheJobAfterTheTimeoutNamingWhatIsStuck) {
               r.seconds);
 }
 
+// NCCL's sends end only when their receive is posted, and a group's
+// operations run in issue order: on one stream per pipeline group, a 1F1B,
+// interleaved or zero-bubble stage sends before it receives what its
+// neighbour sends it first, and both wait for ever (GPipe's sends go one
+// way at a time). TRELLIS_EMULATE=nccl gives a CPU job that ordering; the
+// exchanges' own links train (--verify: the single-device run), and put
+// back on the pp group (TRELLIS_FAULT=pp_one_stream) the job deadlocks and
+// the watchdog ends it naming the send that is stuck.
+TEST(Ops, PipelineExchangesDeadlockOnOneNcclStreamAndNotOnTheirLinks) {
+  const std::string dir = TmpDir() + "/nccl_order";
+  mkdir(dir.c_str(), 0755);
+  const char* kinds[] = {"gpipe", "1f1b", "interleaved", "zero_bubble"};
+  for (const char* kind : kinds) {
+    const std::string cfg = dir + "/" + kind + ".json";
+    const bool interleaved = std::string(kind) == "interleaved";
+    std::ofstream(cfg)
+        << R"({"model": {"n_layers": 4, "n_heads": 2, "n_embd": 16, "max_seq_len": 16},
+      "mesh": {"pp": 2}, "schedule": {"kind": ")"
+        << kind << R"(", "micro_batches": 4)" << (interleaved ? R"(, "virtual_stages": 2)" : "")
+        << R"(},
+      "train": {"steps": 2, "batch_size": 4, "seq_len": 16, "sample_tokens": 0},
+      "parallel": {"timeout_s": 3}, "device": {"threads": 1},
+      "data": {"train": ")"
+        << Tokens() << R"("}})";
+    RunResult ok =
+        RunProcess({kTrellis, "train", cfg, "--verify"}, {{"TRELLIS_EMULATE", "nccl"}}, 120, true);
+    ASSERT_FALSE(ok.timed_out) << kind << "\n" << ok.output;
+    EXPECT_EQ(ok.status, 0) << kind << "\n" << ok.output;
+    EXPECT_NE(ok.output.find("verify: EQUAL to the single-device run"), std::string::npos)
+        << kind << "\n"
+        << ok.output;
+    RunResult one =
+        RunProcess({kTrellis, "train", cfg},
+                   {{"TRELLIS_EMULATE", "nccl"}, {"TRELLIS_FAULT", "pp_one_stream"}}, 120, true);
+    ASSERT_FALSE(one.timed_out) << kind << ": the job waited for ever\n" << one.output;
+    if (std::string(kind) == "gpipe") {
+      EXPECT_EQ(one.status, 0) << one.output;
+      continue;
+    }
+    EXPECT_NE(one.status, 0) << kind << "\n" << one.output;
+    EXPECT_EQ(CountOf(one.output, "has not finished after"), 1) << kind << "\n" << one.output;
+    EXPECT_NE(one.output.find("send of "), std::string::npos) << kind << "\n" << one.output;
+    EXPECT_NE(one.output.find("on group 'pp' has not finished after 3 s (parallel.timeout_s = 3)"),
+              std::string::npos)
+        << kind << "\n"
+        << one.output;
+  }
+}
+
 // `trellis plot`: two runs' --metrics drawn in one picture — a line per
 // run in the loss, learning-rate and tokens/s panels, a point per
 // validation — and a file that is not metrics refused naming its line.

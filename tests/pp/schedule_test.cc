@@ -337,9 +337,10 @@ TEST(Schedule, ZeroBubbleEventsAreTheScan) {
 // sends a gradient then receives an activation) deadlocks, as do
 // interleaved and zero-bubble; GPipe, whose sends go one way at a time,
 // does not. Grouping each run of consecutive exchanges (Megatron-LM's
-// batched pairs) saves 1F1B but not every interleaved or zero-bubble list;
-// a stream per sender, receiver and payload (the runtime's links) completes
-// them all, as buffered sends do.
+// batched pairs) still deadlocks most lists, the runtime waiting for an
+// executor's sends before it writes the executor's memory again; a stream
+// per sender, receiver and payload (the runtime's links) completes them
+// all, as buffered sends do.
 TEST(Schedule, EveryScheduleCompletesOnUnbufferedSendsOverItsOwnLinks) {
   const tl_pp_costs costs[] = {{1, 1, 1}, {8, 13, 8}, {2, 1, 7}};
   int checked = 0, alone[4] = {0, 0, 0, 0}, grouped[4] = {0, 0, 0, 0};
@@ -367,8 +368,8 @@ TEST(Schedule, EveryScheduleCompletesOnUnbufferedSendsOverItsOwnLinks) {
   EXPECT_EQ(alone[TL_SCHEDULE_INTERLEAVED], 156);
   EXPECT_EQ(alone[TL_SCHEDULE_ZERO_BUBBLE], 315);
   EXPECT_EQ(grouped[TL_SCHEDULE_GPIPE], 0);
-  EXPECT_EQ(grouped[TL_SCHEDULE_1F1B], 0);
-  EXPECT_EQ(grouped[TL_SCHEDULE_INTERLEAVED], 114);
+  EXPECT_EQ(grouped[TL_SCHEDULE_1F1B], 252);
+  EXPECT_EQ(grouped[TL_SCHEDULE_INTERLEAVED], 150);
   EXPECT_EQ(grouped[TL_SCHEDULE_ZERO_BUBBLE], 115);
   // the message names where it sticks
   ASSERT_NE(
