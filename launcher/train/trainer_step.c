@@ -128,6 +128,9 @@ static const int64_t* grad_offsets(const tl_trainer* t) {
 static tl_status sync_tied(tl_trainer* t) {
   if (!t->shared) return TL_OK;
   double t0 = tl__trainer_now_us();
+  /* the embedding's backward and the head's must have run: on a GPU the
+   * sum goes on NCCL's stream, which does not wait for the compute one */
+  TL_CHECK(t->be->ops->synchronize(t->be->ctx));
   if (t->grad_acc)
     TL_CHECK(tl_pp_sync_shared(t->sharing, t->shared, t->graph, t->grad_acc->data, TL_I64,
                                t->lay->offset));
@@ -156,6 +159,7 @@ static tl_status sync_sequence_parallel(tl_trainer* t) {
 static tl_status sum_exact(tl_trainer* t) {
   double t0 = tl__trainer_now_us();
   int64_t* acc = t->grad_acc->data;
+  TL_CHECK(t->be->ops->synchronize(t->be->ctx)); /* the last fixed_add (NCCL does not wait) */
   if (t->comm.dp && t->dp_size > 1)
     TL_CHECK(
         tl_group_all_reduce(t->comm.dp, acc, acc, (size_t)t->lay->n, TL_I64, TL_REDUCE_SUM, NULL));
