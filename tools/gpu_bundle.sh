@@ -21,11 +21,15 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/data" "$stage/ucx"
 bins="bazel-bin/launcher/trellis bazel-bin/tests/kernels/op_test bazel-bin/tests/core/group_nccl_test_bin"
 cp -L $bins "$stage/bin/"
+# MPICH's launcher, for the multi-GPU pipeline part (trellis train starts
+# its ranks with the mpiexec on PATH)
+cp -L "$(command -v mpiexec.hydra)" "$stage/bin/mpiexec"
+cp -L "$(command -v hydra_pmi_proxy)" "$stage/bin/"
 # what the GPU machine has itself, or must be its own (the C library); the
 # test binaries' own libraries (Bazel's _solib_k8) are found from where
 # they were built
 skip='/(libc|libm|libpthread|libdl|librt|libutil|ld-linux-x86-64|libcudart|libnccl|libcublas|libcublasLt)\.so'
-for b in $bins; do ldd "$b"; done | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
+for b in $bins "$stage/bin/mpiexec" "$stage/bin/hydra_pmi_proxy"; do ldd "$b"; done | awk '/=>/ && $3 ~ /^\// {print $3}' | sort -u |
   grep -Ev "$skip" | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 ucx=$(dirname "$(readlink -f "$(ldd "$stage/bin/trellis" | awk '/libucp/ {print $3}')")")/ucx
 if [ -d "$ucx" ]; then

@@ -22,7 +22,12 @@
 #      on one rank, then the step time it predicts with that spec for the
 #      benchmark's GPT-2 124M and for a 1.5B-class GPT (GPT-2 XL's 48 x
 #      1600, 25 heads, B = 8) against what trellis measures (figures).
-# TL_GPU_PARTS (default "ops nccl small bench planner") picks the parts.
+#   6. (pipeline) with two GPUs or more: 2-stage GPipe, 1F1B, interleaved
+#      and zero-bubble runs of a small GPT, a GPU per rank over NCCL, each
+#      --verify'd against the single-device run (an exchange order that
+#      deadlocks on NCCL ends under the watchdog); with one GPU it says so
+#      and skips (NCCL takes one GPU per rank).
+# TL_GPU_PARTS (default "ops nccl small pipeline bench planner") picks the parts.
 # Every step is timed out on its own; a table of the figures comes last.
 # Exits non-zero if a check fails (the benchmark's figures are not checks).
 set -uo pipefail
@@ -30,7 +35,7 @@ cd "$(dirname "$0")/.."
 bundle=${1:-.gpu/trellis-gpu.tar.xz}
 B=${TL_BENCH_BATCH:-16}
 STEPS=${TL_BENCH_STEPS:-10}
-PARTS=" ${TL_GPU_PARTS:-ops nccl small bench planner} "
+PARTS=" ${TL_GPU_PARTS:-ops nccl small pipeline bench planner} "
 want() { [[ "$PARTS" == *" $1 "* ]]; }
 
 fail=0
@@ -127,6 +132,33 @@ print(f"step 50: cuda {g:.4f}, cpu {c:.4f}, {100 * abs(g - c) / c:.2f}% apart")
 sys.exit(0 if abs(g - c) <= 0.02 * c else 1)
 EOF
 done
+
+# 6. pipelines over NCCL, a GPU per rank
+if want pipeline; then
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  if [ "$gpus" -lt 2 ]; then
+    echo "== pipelines on 2 GPUs: skipped: this machine has $gpus GPU (NCCL takes one per rank)"
+  else
+    for kind in gpipe 1f1b interleaved zero_bubble; do
+      extra=""
+      [ "$kind" = interleaved ] && extra=', "virtual_stages": 2'
+      cfg="$root/pp_$kind.json"
+      cat > "$cfg" << EOF
+{"model": {"kind": "gpt", "n_layers": 4, "n_heads": 4, "n_embd": 128, "vocab_size": 256,
+           "max_seq_len": 64},
+ "train": {"steps": 5, "batch_size": 8, "seq_len": 64, "lr": 3e-3, "sample_tokens": 0},
+ "mesh": {"pp": 2}, "schedule": {"kind": "$kind", "micro_batches": 4$extra},
+ "parallel": {"timeout_s": 60},
+ "data": {"train": "$root/data/fortunes_train.bin"},
+ "device": {"type": "cuda"}}
+EOF
+      step "a 2-stage $kind pipeline on 2 GPUs, --verify" 300 bash -c \
+        "PATH='$root/bin':\$PATH '$tl' train '$cfg' --verify > '$root/pp_$kind.log' 2>&1; \
+         rc=\$?; grep -E '^verify: (EQUAL|DIFFERENT)|E\]' '$root/pp_$kind.log' | head -3; \
+         grep -q '^verify: EQUAL' '$root/pp_$kind.log' && exit \$rc; exit 1"
+    done
+  fi
+fi
 
 # 4. the benchmark
 step_ms() { # step_ms LOG STEPS: the mean of the last STEPS steps' ms, or nothing
