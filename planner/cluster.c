@@ -177,9 +177,93 @@ static tl_status parse_shared_speed(const char* src, const json_t* v, tl_cluster
   return TL_OK;
 }
 
+struct tl_link tl_link_at(const struct tl_link* l, double bytes) {
+  struct tl_link at = *l;
+  at.message_bytes = bytes;
+  return at;
+}
+
+/* Log-linear in the size between points (x rising), held at the ends. */
+static double by_size_at(const double* x, const double* y, int n, double at) {
+  if (at <= x[0]) return y[0];
+  if (at >= x[n - 1]) return y[n - 1];
+  int i = 0;
+  while (i + 2 < n && at > x[i + 1]) i++;
+  return y[i] + log(at / x[i]) / log(x[i + 1] / x[i]) * (y[i + 1] - y[i]);
+}
+
+double tl_link_bandwidth_at(const struct tl_link* l, double bytes) {
+  if (l->n_sizes <= 0) return l->bandwidth;
+  if (l->message_bytes > 0) bytes = l->message_bytes;
+  return by_size_at(l->size_bytes, l->size_bandwidth, l->n_sizes, bytes);
+}
+
+double tl_cluster_share_at(const struct tl_cluster* c, bool gather, double bytes) {
+  if (c->n_share_sizes <= 0) {
+    const double s = gather ? c->bw_all_gather : c->bw_reduce_scatter;
+    return s > 0 ? s : 1;
+  }
+  return by_size_at(c->share_bytes, gather ? c->share_gather : c->share_scatter, c->n_share_sizes,
+                    bytes);
+}
+
+/* "collective_bandwidth.by_size": [[bytes, all_gather, reduce_scatter],
+ * ...], 2 to TL_LINK_SIZES triples, sizes rising, every number above 0. */
+static tl_status parse_shares(const char* src, const json_t* a, tl_cluster* c) {
+  const size_t n = json_is_array(a) ? json_array_size(a) : 0;
+  if (n < 2 || n > TL_LINK_SIZES)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: collective_bandwidth.by_size: expected 2 to %d triples [bytes, "
+                   "all_gather, reduce_scatter], got %s",
+                   src, TL_LINK_SIZES, json_is_array(a) ? "another count" : tl_json_kind(a));
+  for (size_t i = 0; i < n; i++) {
+    const json_t* t = json_array_get(a, i);
+    bool ok = json_is_array(t) && json_array_size(t) == 3;
+    double v[3] = {0, 0, 0};
+    for (size_t k = 0; ok && k < 3; k++) {
+      const json_t* x = json_array_get(t, k);
+      ok = json_is_number(x) && (v[k] = json_number_value(x)) > 0;
+    }
+    if (!ok || (i > 0 && v[0] <= c->share_bytes[i - 1]))
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "%s: collective_bandwidth.by_size[%zu]: expected [bytes, all_gather, "
+                     "reduce_scatter], each above 0, the sizes rising",
+                     src, i);
+    c->share_bytes[i] = v[0], c->share_gather[i] = v[1], c->share_scatter[i] = v[2];
+  }
+  c->n_share_sizes = (int)n;
+  return TL_OK;
+}
+
+/* "bandwidth_by_size": [[bytes, bytes/s], ...], 2 to TL_LINK_SIZES pairs,
+ * sizes rising, every number above 0. */
+static tl_status parse_sizes(const char* src, const char* key, const json_t* a,
+                             struct tl_link* out) {
+  const size_t n = json_is_array(a) ? json_array_size(a) : 0;
+  if (n < 2 || n > TL_LINK_SIZES)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "%s: %s.bandwidth_by_size: expected 2 to %d pairs [bytes, bytes/s], got %s", src,
+                   key, TL_LINK_SIZES, json_is_array(a) ? "another count" : tl_json_kind(a));
+  for (size_t i = 0; i < n; i++) {
+    const json_t* p = json_array_get(a, i);
+    const json_t *b = json_array_get(p, 0), *w = json_array_get(p, 1);
+    if (!json_is_array(p) || json_array_size(p) != 2 || !json_is_number(b) || !json_is_number(w) ||
+        json_number_value(b) <= 0 || json_number_value(w) <= 0 ||
+        (i > 0 && json_number_value(b) <= out->size_bytes[i - 1]))
+      return TL_ERRF(TL_ERR_CONFIG,
+                     "%s: %s.bandwidth_by_size[%zu]: expected [bytes, bytes/s], both above 0, "
+                     "the sizes rising",
+                     src, key, i);
+    out->size_bytes[i] = json_number_value(b);
+    out->size_bandwidth[i] = json_number_value(w);
+  }
+  out->n_sizes = (int)n;
+  return TL_OK;
+}
+
 static tl_status parse_link(const char* src, const json_t* root, const char* key,
                             struct tl_link* out) {
-  static const char* const keys[] = {"bandwidth", "latency", NULL};
+  static const char* const keys[] = {"bandwidth", "latency", "bandwidth_by_size", NULL};
   const json_t* o = json_object_get(root, key);
   if (!o || !json_is_object(o))
     return TL_ERRF(TL_ERR_CONFIG,
@@ -189,7 +273,9 @@ static tl_status parse_link(const char* src, const json_t* root, const char* key
   snprintf(path, sizeof path, "%s.", key);
   TL_CHECK(known_keys(src, o, path, keys));
   TL_CHECK(number(src, o, path, "bandwidth", -1, 0, &out->bandwidth));
-  return number(src, o, path, "latency", -1, 1, &out->latency);
+  TL_CHECK(number(src, o, path, "latency", -1, 1, &out->latency));
+  const json_t* sizes = json_object_get(o, "bandwidth_by_size");
+  return sizes ? parse_sizes(src, key, sizes, out) : TL_OK;
 }
 
 /* A table of efficiencies by size ("gemm_efficiency": m, n, k;
@@ -344,8 +430,8 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
   c->bw_all_gather = c->bw_reduce_scatter = c->bw_send_recv = 1;
   const json_t* cb = json_object_get(root, "collective_bandwidth");
   if (cb) {
-    static const char* const bw_keys[] = {"all_gather", "reduce_scatter", "send_recv", "comment",
-                                          NULL};
+    static const char* const bw_keys[] = {"all_gather", "reduce_scatter", "send_recv",
+                                          "by_size",    "comment",        NULL};
     if (!json_is_object(cb))
       return TL_ERRF(TL_ERR_CONFIG,
                      "%s: collective_bandwidth: expected an object {\"all_gather\": x, "
@@ -357,6 +443,8 @@ static tl_status parse_root(const char* src, const json_t* root, tl_cluster* c) 
     TL_CHECK(
         number(src, cb, "collective_bandwidth.", "reduce_scatter", 1, 0, &c->bw_reduce_scatter));
     TL_CHECK(number(src, cb, "collective_bandwidth.", "send_recv", 1, 0, &c->bw_send_recv));
+    const json_t* by = json_object_get(cb, "by_size");
+    if (by) TL_CHECK(parse_shares(src, by, c));
   }
   TL_CHECK(
       number(src, root, "", "reserve_bytes", TL_CLUSTER_DEFAULT_RESERVE, 1, &c->reserve_bytes));

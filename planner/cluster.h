@@ -42,6 +42,8 @@
 #ifndef TL_PLANNER_CLUSTER_H
 #define TL_PLANNER_CLUSTER_H
 
+#include <stdbool.h>
+
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/status.h"
@@ -76,10 +78,37 @@ struct tl_gemm_table {
 /* the most ranks a node's "shared_core_speed" describes */
 #define TL_SHARED_SPEED_MAX 64
 
+/* A link's all-reduce bus bandwidth by message size ("bandwidth_by_size":
+ * [[bytes, bytes/s], ...], sizes rising, up to TL_LINK_SIZES): on CPUs a
+ * buffer that outgrows the caches moves at a fraction of what a 4 MiB one
+ * does (4 ranks on this project's 2-core machines: 1.2e9 bytes/s at 4 MiB,
+ * 1.0e9 at 12.8 MB, 6e8 at 32 MiB, tools of trellis plan --calibrate), on
+ * GPUs small messages fall short of the link's rate. Read log-linearly in
+ * the size between its points, held at its ends; a link without it moves
+ * every message at `bandwidth`. */
+#define TL_LINK_SIZES 8
+
 struct tl_link {
   double bandwidth; /* bytes/s per device, each direction */
   double latency;   /* seconds per message */
+  int n_sizes;      /* 0: no bandwidth_by_size */
+  double size_bytes[TL_LINK_SIZES], size_bandwidth[TL_LINK_SIZES];
+  /* > 0: every collective on this link moves buffers of this size (a
+   * gradient in buckets: tl_link_at), priced at its rates; 0: one buffer */
+  double message_bytes;
 };
+
+/* The all-gather's (gather true) or reduce-scatter's share of the links'
+ * bandwidth for buffers of `bytes`: collective_bandwidth's by_size, else
+ * its single figure. */
+struct tl_cluster;
+double tl_cluster_share_at(const struct tl_cluster* c, bool gather, double bytes);
+
+/* The link's bandwidth for messages of `bytes` (its curve, else bandwidth). */
+double tl_link_bandwidth_at(const struct tl_link* l, double bytes);
+/* The link as collectives that move their data in buffers of `bytes` see
+ * it (a gradient in buckets, a unit's parameters): message_bytes set. */
+struct tl_link tl_link_at(const struct tl_link* l, double bytes);
 
 typedef struct tl_cluster {
   char name[64];
@@ -121,8 +150,14 @@ typedef struct tl_cluster {
   struct tl_gemm_table attention;
   /* each collective's bus bandwidth as a share of the links' (which is the
    * all-reduce's): "collective_bandwidth" {"all_gather": x, "reduce_scatter":
-   * x, "send_recv": x}, each default 1; --calibrate measures them */
+   * x, "send_recv": x}, each default 1; --calibrate measures them; and by
+   * buffer size ("by_size": [[bytes, all_gather, reduce_scatter], ...],
+   * sizes rising, read like a link's bandwidth_by_size: the shares move
+   * with the size, 2.1 and 1.2 at 4 MiB, 1.2 and 0.85 at 12.8 MB on 4
+   * ranks of this project's machines), which then stand for the first two */
   double bw_all_gather, bw_reduce_scatter, bw_send_recv;
+  int n_share_sizes;
+  double share_bytes[TL_LINK_SIZES], share_gather[TL_LINK_SIZES], share_scatter[TL_LINK_SIZES];
   /* CPU clusters: the cores a node's ranks share ("cores_per_node"; 0, the
    * default: each rank computes on cores of its own). With more ranks than
    * cores the spec's rates are what each rank gets while all compute at

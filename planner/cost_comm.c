@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "planner/cost_impl.h"
+#include "planner/recommend.h"
 
 /* All-reduce of `bytes` over n ranks on `link`: the bandwidth term of a
  * ring (2(n-1)/n of the buffer through each rank's link); the latency term of
@@ -14,7 +15,7 @@
 double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct tl_link* link) {
   if (n <= 1) return 0;
   double messages = c->device == TL_DEVICE_CPU ? 2.0 * ceil(log2((double)n)) : 2.0 * (n - 1);
-  return 2.0 * (n - 1) / n * bytes / link->bandwidth + messages * link->latency;
+  return 2.0 * (n - 1) / n * bytes / tl_link_bandwidth_at(link, bytes) + messages * link->latency;
 }
 
 struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride) {
@@ -23,6 +24,18 @@ struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride) {
   if (k >= n) return c->intra;
   struct tl_link l = c->inter;
   l.bandwidth = fmin(c->intra.bandwidth, k * c->inter.bandwidth);
+  /* by size too: the node's k cards share the inter-node rate, at most
+   * the intra-node one's, at each size either link was measured at */
+  if (c->intra.n_sizes || c->inter.n_sizes) {
+    const struct tl_link* from = c->inter.n_sizes ? &c->inter : &c->intra;
+    l.n_sizes = from->n_sizes;
+    for (int i = 0; i < l.n_sizes; i++) {
+      const double b = from->size_bytes[i];
+      l.size_bytes[i] = b;
+      l.size_bandwidth[i] =
+          fmin(tl_link_bandwidth_at(&c->intra, b), k * tl_link_bandwidth_at(&c->inter, b));
+    }
+  }
   return l;
 }
 
@@ -140,20 +153,39 @@ static double half_ring(const tl_cluster* c, double bytes, int n, const struct t
                         double share) {
   if (n <= 1) return 0;
   double messages = c->device == TL_DEVICE_CPU ? ceil(log2((double)n)) : (double)(n - 1);
-  return (double)(n - 1) / n * bytes / (link->bandwidth * share) + messages * link->latency;
+  return (double)(n - 1) / n * bytes / (tl_link_bandwidth_at(link, bytes) * share) +
+         messages * link->latency;
+}
+
+/* The buffer size a collective of `bytes` moves on `link` at a time. */
+static double buffer(const struct tl_link* link, double bytes) {
+  return link->message_bytes > 0 ? link->message_bytes : bytes;
 }
 
 double tl_cost_all_gather(const tl_cluster* c, double bytes, int n, const struct tl_link* link) {
-  return half_ring(c, bytes, n, link, c->bw_all_gather > 0 ? c->bw_all_gather : 1);
+  return half_ring(c, bytes, n, link, tl_cluster_share_at(c, true, buffer(link, bytes)));
 }
 
 double tl_cost_reduce_scatter(const tl_cluster* c, double bytes, int n,
                               const struct tl_link* link) {
-  return half_ring(c, bytes, n, link, c->bw_reduce_scatter > 0 ? c->bw_reduce_scatter : 1);
+  return half_ring(c, bytes, n, link, tl_cluster_share_at(c, false, buffer(link, bytes)));
 }
 
 double tl_cost_send(const tl_cluster* c, double bytes, const struct tl_link* link) {
-  return bytes / (link->bandwidth * (c->bw_send_recv > 0 ? c->bw_send_recv : 1)) + link->latency;
+  return bytes / (tl_link_bandwidth_at(link, bytes) * (c->bw_send_recv > 0 ? c->bw_send_recv : 1)) +
+         link->latency;
+}
+
+/* The gradient's buckets: dp_bucket_mb of fp32 elements each (none: one
+ * buffer), under ZeRO-3 one at least for each of the stage's `units`
+ * (dp/buckets.c cuts them at the units' edges). */
+static double dp_buckets(const tl_plan* p, double elems, int units) {
+  double b = p->dp_bucket_mb > 0 ? ceil(elems * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0)) : 1;
+  /* a plan's one bucket (0; TL_PLAN_ONE_BUCKET_MB as a config, which
+   * prices the same): the gradients reduced after the backward */
+  if (p->zero == 3 && units > b && p->dp_bucket_mb > 0 && p->dp_bucket_mb < TL_PLAN_ONE_BUCKET_MB)
+    b = units;
+  return b > 1 ? b : 1;
 }
 
 /* The data-parallel communication a step leaves exposed, for `grads`
@@ -167,20 +199,25 @@ double tl_cost_send(const tl_cluster* c, double bytes, const struct tl_link* lin
  * - ZeRO 3: the gradients as ZeRO-2's, and no all-gather after the step:
  *   the parameters are gathered unit by unit as the passes run
  *   (tl_cost_zero3_gathers, which the caller adds). */
-double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
-                           const struct tl_link* link, double comp) {
+double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads, int units,
+                           const struct tl_link* whole, double comp) {
   const int d = p->dp;
   if (d <= 1) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0; /* bytes an element moves */
+  const double buckets = dp_buckets(p, grads, units);
+  /* each bucket moves at its own size's rate */
+  const struct tl_link at_wire = tl_link_at(whole, grads * wire / buckets),
+                       at_fp32 = tl_link_at(whole, grads * 4.0 / buckets);
+  const struct tl_link* link = &at_wire;
   double reduce = p->zero == 0 ? tl_cost_all_reduce(c, grads * wire, d, link)
                                : tl_cost_reduce_scatter(c, grads * wire, d, link);
   /* the updated parameters, in fp32 whatever the gradients moved in
    * (tl_dp_buckets_gather_params) */
-  double gather = p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * 4.0, d, link) : 0;
+  double gather =
+      p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * 4.0, d, &at_fp32) : 0;
   int passes = p->zero >= 2 ? p->n_micro : 1;
   if (p->dp_bucket_mb <= 0 || p->no_overlap) return passes * reduce + gather;
-  double buckets = ceil(grads * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0)); /* of fp32 */
-  double last = reduce / (buckets > 1 ? buckets : 1), hidden = comp * 2.0 / 3.0;
+  double last = reduce / buckets, hidden = comp * 2.0 / 3.0;
   double exposed = reduce - hidden > last ? reduce - hidden : last;
   return passes * exposed + gather;
 }
@@ -195,14 +232,18 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads,
  * can hide behind the same compute as the next; this is what they cannot
  * all do at once. */
 double tl__cost_dp_floor(const tl_cluster* c, const tl_plan* p, double grads,
-                         const struct tl_link* link, double comp, double zero3_all) {
+                         const struct tl_link* whole, double comp, double zero3_all) {
   const int d = p->dp, m = p->n_micro;
   if (d <= 1 || p->no_overlap) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0;
+  const double buckets = dp_buckets(p, grads, 1);
+  const struct tl_link at_wire = tl_link_at(whole, grads * wire / buckets),
+                       at_fp32 = tl_link_at(whole, grads * 4.0 / buckets);
+  const struct tl_link* link = &at_wire;
   const double reduce = p->zero == 0 ? tl_cost_all_reduce(c, grads * wire, d, link)
                                      : tl_cost_reduce_scatter(c, grads * wire, d, link);
   const double after =
-      p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * 4.0, d, link) : 0;
+      p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * 4.0, d, &at_fp32) : 0;
   const double fwd = comp / 3.0, bwd = comp * 2.0 / 3.0;
   double front = 0, hide_front = 0, back, hide_back;
   if (p->zero <= 1) {
@@ -239,12 +280,15 @@ struct zero3_pass {
   const struct tl_link* link;
   const struct tl_cost_unit* u;
   int n, units, d;
-  double hide;  /* 1: compute hides gathers; 0: overlapping nothing */
-  double bytes; /* a parameter's on the wire */
+  double hide;   /* 1: compute hides gathers; 0: overlapping nothing */
+  double bytes;  /* a parameter's on the wire */
+  double bucket; /* the most bytes one gather moves (a unit goes in buckets) */
 };
 
 static double gather_of(const struct zero3_pass* z, const struct tl_cost_unit* x) {
-  return tl_cost_all_gather(z->c, z->bytes * x->params, z->d, z->link);
+  const double all = z->bytes * x->params;
+  const struct tl_link at = tl_link_at(z->link, all < z->bucket ? all : z->bucket);
+  return tl_cost_all_gather(z->c, all, z->d, &at);
 }
 
 /* What gathering unit i shows in a forward (the first whole, the others
@@ -279,13 +323,16 @@ double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
   const int d = p->dp, m = p->n_micro;
   if (d <= 1 || n <= 0) return 0;
   const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
-  struct zero3_pass z = {c, link, u, n, 0, d, p->no_overlap ? 0 : 1, bytes};
+  const double bucket =
+      p->dp_bucket_mb > 0 ? p->dp_bucket_mb * 1024.0 * 1024.0 / 4.0 * bytes : HUGE_VAL;
+  struct zero3_pass z = {c, link, u, n, 0, d, p->no_overlap ? 0 : 1, bytes, bucket};
   for (int r = 0; r < n; r++) z.units += u[r].count;
   const int N = z.units, runs = forward_runs(p, s);
   /* the slots hold the last two units a pass ran: N-2 and N-1 after a
    * forward, 1 and 0 after a backward, none at the step's start (the late
    * parameters are gathered then, whole) */
-  return tl_cost_all_gather(c, bytes * late, d, link) + pass(&z, false, -1, -1) +
+  const struct tl_link late_at = tl_link_at(link, fmin(bytes * late, bucket));
+  return tl_cost_all_gather(c, bytes * late, d, &late_at) + pass(&z, false, -1, -1) +
          runs * pass(&z, false, N - 2, N - 1) + (m - runs - 1) * pass(&z, false, 0, 1) +
          (m - runs) * pass(&z, true, N - 2, N - 1) + runs * pass(&z, true, 0, 1);
 }

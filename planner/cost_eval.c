@@ -270,7 +270,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* 1. memory: the fullest stage */
   p->mem_state = p->mem_act = -1;
   double grads = 0, slowest = 0, ln_grads = 0;
-  int k_slowest = 1;
+  int k_slowest = 1, units = 1; /* units: the fullest stage's ZeRO-3 units */
   /* A stage's bytes follow from its kind (embedding, head), its layers and
    * the micro-batches it holds, growing with the last: of stages alike in
    * the first two only the one holding the most (the first of those) can be
@@ -313,7 +313,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
         p->mem_state = state, p->mem_act = act, p->mem_stage = s;
     }
     double params = 0, rep = 0, fl = 0;
-    int k = 0;
+    int k = 0, ends = 0;          /* ends: the embedding's and the head's units */
     for (int c = 0; c < v; c++) { /* the stage's chunks */
       const int q = c * pp + s;
       const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(q, n_virtual)];
@@ -322,11 +322,11 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
       /* the stage's arithmetic per sequence; the shard's graph recomputes
        * as the plan does: its FLOPs count the copies */
       fl += layers[q] * sec_layer;
-      if (q == 0) fl += sec_embed;
-      if (q == n_virtual - 1) fl += sec_head;
+      if (q == 0) fl += sec_embed, ends++;
+      if (q == n_virtual - 1) fl += sec_head, ends++;
       k += layers[q];
     }
-    if (params > grads) grads = params;
+    if (params > grads) grads = params, units = k + ends;
     if (rep > ln_grads) ln_grads = rep;
     if (fl > slowest) slowest = fl, k_slowest = k;
   }
@@ -379,9 +379,10 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's under train.precision "bf16"), whatever the
    * activations' dtype */
-  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / speed) + zero3;
+  double dp = tl__cost_dp_seconds(c, p, grads, units, dp_link, comp / speed) + zero3;
   dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all));
-  p->c_dp = tl__cost_dp_seconds(c, &bare, grads, dp_link, comp / speed) + zero3_all;
+  p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed) + zero3_all;
+  if (tl__cost_overlap_stalls(c, p)) dp = p->c_dp; /* nothing hides (cost_impl.h) */
   p->zb_costs = sh->zb_costs;
   tl__cost_pipeline(c, p, &sh->zb_costs, comp, tp_comm, pp_comm,
                     bubble_micro_batches(p, &sh->zb_costs));

@@ -34,8 +34,8 @@ static void add_gemm(struct tl_cost_gemm* g, int* n, int max, double m, double n
     (*dropped)++;
 }
 
-tl_status tl__cost_gemms(const tl_graph* g, int begin, int end, int per,
-                         struct tl_cost_gemm* out, int* n_out, int max) {
+tl_status tl__cost_gemms(const tl_graph* g, int begin, int end, int per, struct tl_cost_gemm* out,
+                         int* n_out, int max) {
   *n_out = 0;
   int dropped = 0;
   for (int i = 0; i < g->n_nodes; i++) {
@@ -48,8 +48,8 @@ tl_status tl__cost_gemms(const tl_graph* g, int begin, int end, int per,
       matmul_shape(g, n, &m, &nn, &k, &grows);
       if (grows == 1) m /= per;
       if (grows == 2) k /= per;
-      add_gemm(out, n_out, max, m, nn, k, grows,
-               n->again ? TL_COST_GEMM_AGAIN : TL_COST_GEMM_FWD, &dropped);
+      add_gemm(out, n_out, max, m, nn, k, grows, n->again ? TL_COST_GEMM_AGAIN : TL_COST_GEMM_FWD,
+               &dropped);
     } else if (n->op == TL_OP_MATMUL_BACKWARD) {
       const tl_node* fw = &g->nodes[n->forward_of];
       matmul_shape(g, fw, &m, &nn, &k, &grows);
@@ -62,7 +62,10 @@ tl_status tl__cost_gemms(const tl_graph* g, int begin, int end, int per,
       if (products >= 2 || (products == 1 && da))
         add_gemm(out, n_out, max, m, k, nn, grows, TL_COST_GEMM_BWD, &dropped);
       if (products >= 2 || (products == 1 && !da && db))
-        add_gemm(out, n_out, max, k, nn, m, grows == 1 ? 2 : grows == 2 ? 1 : 0,
+        add_gemm(out, n_out, max, k, nn, m,
+                 grows == 1   ? 2
+                 : grows == 2 ? 1
+                              : 0,
                  TL_COST_GEMM_BWD, &dropped);
     }
   }
@@ -80,7 +83,8 @@ static double gemm_reps(const struct tl_cost_gemm* e, bool whole) {
 
 double tl_cost_gemm_flops(const struct tl_cost_gemm* g, int n, bool whole) {
   double f = 0;
-  for (int i = 0; i < n; i++) f += gemm_reps(&g[i], whole) * g[i].count * 2 * g[i].m * g[i].n * g[i].k;
+  for (int i = 0; i < n; i++)
+    f += gemm_reps(&g[i], whole) * g[i].count * 2 * g[i].m * g[i].n * g[i].k;
   return f;
 }
 
@@ -112,12 +116,12 @@ double tl_cost_gemm_seconds(const tl_cluster* c, double peak, const struct tl_co
   if (c->gemm.n_m == 0) return tl_cost_gemm_flops(g, n, whole) / (peak * c->efficiency);
   double sum = table_sum(&c->gemm);
   for (int i = 0; i < n; i++)
-    sum += (i + 11) * (g[i].m + 2 * g[i].n + 3 * g[i].k + 5 * g[i].grows + 7 * g[i].pass +
-                       13 * g[i].count);
+    sum += (i + 11) *
+           (g[i].m + 2 * g[i].n + 3 * g[i].k + 5 * g[i].grows + 7 * g[i].pass + 13 * g[i].count);
   for (int i = 0; i < 16; i++) {
     const struct gemm_memo* x = &g_memo[i];
-    if (x->g == g && x->n == n && x->b == b && x->whole == whole && x->c == c &&
-        x->peak == peak && x->sum == sum)
+    if (x->g == g && x->n == n && x->b == b && x->whole == whole && x->c == c && x->peak == peak &&
+        x->sum == sum)
       return x->seconds;
   }
   double sec = 0;

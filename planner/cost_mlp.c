@@ -174,6 +174,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   const double peak = tl_cluster_peak(c, dtype);
   p->mem_state = p->mem_act = -1;
   double grads = 0, micro = 0, comp = 0, tp_comm = 0, pp_comm = 0, total_flops = 0;
+  int units = 1;                                  /* the fullest stage's ZeRO-3 units: its layers */
   const double speed = tl__cost_core_speed(c, p); /* the ZeRO-3 gathers hide at this rate */
   double zero3 = 0;     /* ZeRO-3's exposed gathers, on the stage where they show most */
   double zero3_all = 0; /* the same with nothing hidden */
@@ -185,7 +186,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     if (state + act > p->mem_state + p->mem_act)
       p->mem_state = state, p->mem_act = act, p->mem_stage = s;
     double params = sh->mlp_range[tl_cost_range_index(a, e)].params;
-    if (params > grads) grads = params;
+    if (params > grads) grads = params, units = e - a;
     double fl = (s == 0 ? sh->embed_flops : 0) + (s == pp - 1 ? sh->head_flops : 0);
     double fwd = 0, n_ar = 0, ar_elems = 0, gemm_fl = 0, gemm_s = 0;
     for (int l = a; l < e; l++) {
@@ -245,13 +246,14 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
-  double dp = tl__cost_dp_seconds(c, p, grads, dp_link, comp / speed) + zero3;
+  double dp = tl__cost_dp_seconds(c, p, grads, units, dp_link, comp / speed) + zero3;
   dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all));
   {
     tl_plan bare = *p;
     bare.no_overlap = true;
-    p->c_dp = tl__cost_dp_seconds(c, &bare, grads, dp_link, comp / speed) + zero3_all;
+    p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed) + zero3_all;
   }
+  if (tl__cost_overlap_stalls(c, p)) dp = p->c_dp; /* nothing hides (cost_impl.h) */
   tl__cost_pipeline(c, p, NULL, comp, tp_comm, pp_comm, pp - 1);
   p->t_dp = dp;
   p->t_opt = tl__cost_optimizer_seconds(c, p, grads);

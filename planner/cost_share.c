@@ -64,6 +64,10 @@ double tl__cost_core_speed(const tl_cluster* c, const tl_plan* p) {
   return speed(c, n, n);
 }
 
+bool tl__cost_overlap_stalls(const tl_cluster* c, const tl_plan* p) {
+  return shares_cores(c) && node_ranks(c, p) > c->cores_per_node;
+}
+
 /* The occupancy of a schedule's timeline: hist[a] the ticks during which
  * exactly a of its p stages compute, *ticks the whole. Kept per thread for
  * the last few schedules (a search prices one schedule under many meshes). */

@@ -92,9 +92,8 @@ struct calibration {
   double memory, reserve;
 };
 
-/* One link's figures in words, for the spec's comment. */
-static void describe_link(const struct link_figures* l, bool gpu, const char* over, char* buf,
-                          size_t size) {
+static void describe_link_rates(const struct link_figures* l, bool gpu, const char* over, char* buf,
+                                size_t size) {
   if (gpu)
     snprintf(buf, size,
              "all-reduce over %s (NCCL): bus bandwidth %.3g bytes/s on 4 MiB (the slowest "
@@ -107,6 +106,31 @@ static void describe_link(const struct link_figures* l, bool gpu, const char* ov
              "median); latency %.3g s per message: a 4-byte all-reduce takes %.3g s between "
              "small matmuls on every rank (the median of 3), against %.3g s (median) on idle ranks",
              over, l->bus, l->latency, l->busy, l->small);
+}
+
+/* One link's figures in words, for the spec's comment. */
+static void describe_link(const struct link_figures* l, bool gpu, const char* over, char* buf,
+                          size_t size) {
+  char sizes[256] = "";
+  for (int i = 0, at = 0; i < l->n_sizes && at < (int)sizeof sizes; i++)
+    at += snprintf(sizes + at, sizeof sizes - (size_t)at, "%s%.3g at %.0f MiB", i ? ", " : "",
+                   l->size_bus[i], l->size_bytes[i] / (1 << 20));
+  describe_link_rates(l, gpu, over, buf, size);
+  if (l->n_sizes > 0 && strlen(buf) + strlen(sizes) + 64 < size)
+    snprintf(buf + strlen(buf), size - strlen(buf),
+             "; bandwidth_by_size: the bus bandwidth by buffer, %s (the slowest rank's medians)",
+             sizes);
+}
+
+/* ", \"bandwidth_by_size\": [[bytes, bytes/s], ...]" of a measured link, or "". */
+static void by_size(const struct link_figures* l, char* buf, size_t size) {
+  buf[0] = 0;
+  if (l->n_sizes < 2 || l->bus <= 0) return;
+  size_t at = (size_t)snprintf(buf, size, ", \"bandwidth_by_size\": [");
+  for (int i = 0; i < l->n_sizes && at < size; i++)
+    at += (size_t)snprintf(buf + at, size - at, "%s[%.0f, %.4g]", i ? ", " : "", l->size_bytes[i],
+                           l->size_bus[i]);
+  if (at < size) snprintf(buf + at, size - at, "]");
 }
 
 static tl_status write_spec(const struct calibration* k, const char* out) {
@@ -233,6 +257,17 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
   const struct link_figures* shared = k->nodes > 1 ? le : li;
   const double bw_in = li->bus > 0 ? li->bus : 1e9, lat_in = li->latency > 0 ? li->latency : 1e-6;
   const double bw_out = le->bus > 0 ? le->bus : 1e9, lat_out = le->latency > 0 ? le->latency : 1e-6;
+  char sizes_in[512], sizes_out[512], shares_by[512] = "";
+  by_size(li, sizes_in, sizeof sizes_in);
+  by_size(le, sizes_out, sizeof sizes_out);
+  if (shared->n_sizes >= 2 && shared->bus > 0) { /* the shares by size too */
+    size_t at = (size_t)snprintf(shares_by, sizeof shares_by, ", \"by_size\": [");
+    for (int i = 0; i < shared->n_sizes && at < sizeof shares_by; i++)
+      at += (size_t)snprintf(shares_by + at, sizeof shares_by - at, "%s[%.0f, %.4g, %.4g]",
+                             i ? ", " : "", shared->size_bytes[i], shared->size_gather[i],
+                             shared->size_scatter[i]);
+    if (at < sizeof shares_by) snprintf(shares_by + at, sizeof shares_by - at, "]");
+  }
   char json[16384];
   snprintf(json, sizeof json,
            "{\n  \"name\": \"this_machine\",\n  \"comment\": \"%s; attention forward and "
@@ -247,10 +282,10 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            "  \"device\": \"%s\",\n"
            "  \"nodes\": %d,\n  \"devices_per_node\": %d,\n  \"device_memory_bytes\": %.0f,\n"
            "  \"peak_flops\": %s,\n"
-           "  \"intra_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
-           "  \"inter_node\": {\"bandwidth\": %.4g, \"latency\": %.4g},\n"
+           "  \"intra_node\": {\"bandwidth\": %.4g, \"latency\": %.4g%s},\n"
+           "  \"inter_node\": {\"bandwidth\": %.4g, \"latency\": %.4g%s},\n"
            "  \"collective_bandwidth\": {\"all_gather\": %.4g, \"reduce_scatter\": %.4g, "
-           "\"send_recv\": %.4g},\n"
+           "\"send_recv\": %.4g%s},\n"
            "  \"compute_efficiency\": %.4g,\n  \"attention_efficiency\": %.4g,\n"
            "  \"attention_efficiency_table\": {\"head_dim\": [%s], \"seq\": [%s],\n"
            "    \"efficiency\": [%s]},\n"
@@ -261,7 +296,8 @@ static tl_status write_spec(const struct calibration* k, const char* out) {
            what, a[0], a[1], a[2], a[3], k->attention, rows, c, k->elementwise, shapes->attn_heads,
            shapes->attn_tokens, (int)tl__calibrate_buffer_elems(shapes), k->optimizer * 1e9, net,
            shares, mem, gpu ? "cuda" : "cpu", k->nodes, k->per_node, k->memory, peaks, bw_in,
-           lat_in, bw_out, lat_out, shared->share_gather, shared->share_scatter, shared->share_send,
+           lat_in, sizes_in, bw_out, lat_out, sizes_out, shared->share_gather,
+           shared->share_scatter, shared->share_send, shares_by,
            fmax(1e-6, fmin(1, k->elementwise / k->peak)),
            fmax(1e-6, fmin(1, k->attention / k->peak)), hd, seqs, attn, axis, axis, axis, table,
            k->reserve, k->optimizer * 1e9, cores);

@@ -65,6 +65,11 @@ struct link_figures {
   double bus, latency; /* bytes/s; seconds per message */
   double small, busy;  /* a 4-byte all-reduce idle (median) and between matmuls (CPU) */
   double share_gather, share_scatter, share_send;
+  /* the all-reduce's bus bandwidth by buffer size (planner/cluster.h's
+   * bandwidth_by_size): CAL_N_SIZES sizes, the slowest rank's medians */
+  int n_sizes;
+  double size_bytes[8], size_bus[8];
+  double size_gather[8], size_scatter[8]; /* the shares at each size */
 };
 
 /* Collective over the job (`world`, `size` ranks): g is this rank's group

@@ -497,7 +497,17 @@ static int train_loop(struct run* r) {
     if (r->verify && tl_verify_step(r->verify, &st) != TL_OK) return fail(r, "--verify");
     if (s > first) { /* the first step warms caches */
       total_s += st.seconds;
-      if (times) times[timed] = st.seconds, waits[timed] = st.dp_wait_seconds;
+      if (times) {
+        /* the rank that waited least on data-parallel collectives: the
+         * last to reach them, so what it waited is the communication's
+         * own, not the others' lateness (priced apart: load imbalance) */
+        float least = -(float)st.dp_wait_seconds;
+        if (r->have_worker && r->w.world_size > 1 &&
+            tl_group_all_reduce(r->w.world, &least, &least, 1, TL_F32, TL_REDUCE_MAX, NULL) !=
+                TL_OK)
+          return fail(r, "--cluster");
+        times[timed] = st.seconds, waits[timed] = -(double)least;
+      }
       timed++;
     }
     double avg = timed ? total_s / timed : st.seconds;

@@ -65,7 +65,7 @@ void tl_train_price_report(const struct tl_train_price* tp, FILE* f, FILE* metri
     if (p->dp > 1)
       fprintf(f,
               "priced on %s: data-parallel communication shows %.1f ms a step (%.1f ms on the "
-              "link); rank 0 waited on it %.1f ms, the median step\n",
+              "link); the rank that waited least on it waited %.1f ms, the median step\n",
               tp->cluster, p->t_dp * 1e3, p->c_dp * 1e3, wait * 1e3);
   } else
     fprintf(f, "priced on %s: %.1f ms a step; one step taken, which warms caches: none measured\n",

@@ -35,7 +35,8 @@ void tl_train_price_print(const struct tl_train_price* p, FILE* f);
 /* The run beside the price, after `step`: the mean and median of the
  * timed steps' seconds times[0..n_times) (sorted in place; the first
  * step, which warms caches, is not among them), the median of the seconds
- * rank 0 waited on data-parallel collectives in them, waits[0..n_times)
+ * the least waiting rank waited on data-parallel collectives in them (the
+ * last to reach them: the communication's own time), waits[0..n_times)
  * (sorted in place), against the data-parallel time the plan shows, and
  * the largest allocator peak of `n_ranks` (peak, live) pairs in peaks.
  * `verify`: rank 0's count holds --verify's single-device run too, which

@@ -317,3 +317,54 @@ TEST(Cluster, BadGemmTablesSayWhatIsWrong) {
                 .find("gemm_efficiency.x: unknown key"),
             std::string::npos);
 }
+
+// A link's all-reduce bandwidth by buffer size: read log-linearly between
+// its points and held at its ends; a link without it is flat. A group
+// spanning nodes takes, at each size, the node's share of the inter-node
+// rate, at most the intra-node one.
+TEST(Cluster, BandwidthBySizeIsReadBetweenItsPoints) {
+  tl_cluster c;
+  const std::string spec =
+      With("\"intra_node\": {\"bandwidth\": 1e9, \"latency\": 0}",
+           "\"intra_node\": {\"bandwidth\": 1e9, \"latency\": 0, \"bandwidth_by_size\": "
+           "[[1048576, 2e9], [4194304, 1e9], [67108864, 5e8]]}");
+  ASSERT_EQ(tl_cluster_parse(spec.c_str(), "c.json", &c), TL_OK) << tl_last_error();
+  EXPECT_EQ(c.intra.n_sizes, 3);
+  EXPECT_DOUBLE_EQ(tl_link_bandwidth_at(&c.intra, 1024), 2e9);       // below: the first
+  EXPECT_DOUBLE_EQ(tl_link_bandwidth_at(&c.intra, 1 << 30), 5e8);    // above: the last
+  EXPECT_DOUBLE_EQ(tl_link_bandwidth_at(&c.intra, 4194304), 1e9);    // on a point
+  EXPECT_DOUBLE_EQ(tl_link_bandwidth_at(&c.intra, 2097152), 1.5e9);  // halfway in log size
+  EXPECT_DOUBLE_EQ(tl_link_bandwidth_at(&c.intra, 16777216), 7.5e8);
+  EXPECT_DOUBLE_EQ(tl_link_bandwidth_at(&c.inter, 16777216), 1e8);  // no curve: flat
+  // a buffer sent in pieces: every piece at the pieces' size's rate
+  struct tl_link at = tl_link_at(&c.intra, 2097152);
+  EXPECT_DOUBLE_EQ(at.message_bytes, 2097152);
+  EXPECT_DOUBLE_EQ(tl_link_bandwidth_at(&at, 1 << 30), 1.5e9);
+  // the collectives' shares by size
+  const std::string shares = With("{\"nodes\"",
+                                  "{\"collective_bandwidth\": {\"all_gather\": 1.5, \"by_size\": "
+                                  "[[1048576, 2, 1], [4194304, 1, 0.5]]}, \"nodes\"");
+  ASSERT_EQ(tl_cluster_parse(shares.c_str(), "c.json", &c), TL_OK) << tl_last_error();
+  EXPECT_DOUBLE_EQ(tl_cluster_share_at(&c, true, 2097152), 1.5);
+  EXPECT_DOUBLE_EQ(tl_cluster_share_at(&c, false, 2097152), 0.75);
+  EXPECT_DOUBLE_EQ(tl_cluster_share_at(&c, false, 1 << 30), 0.5);
+  EXPECT_NE(Error(With("{\"nodes\"",
+                       "{\"collective_bandwidth\": {\"by_size\": [[1, 1, 1], "
+                       "[2, 1, -1]]}, \"nodes\""))
+                .find("collective_bandwidth.by_size[1]: expected [bytes, all_gather, "
+                      "reduce_scatter], each above 0"),
+            std::string::npos);
+  // bad curves name the field
+  EXPECT_NE(Error(With("\"latency\": 0}", "\"latency\": 0, \"bandwidth_by_size\": [[1, 1e9]]}"))
+                .find("intra_node.bandwidth_by_size: expected 2 to 8 pairs"),
+            std::string::npos);
+  EXPECT_NE(
+      Error(With("\"latency\": 0}", "\"latency\": 0, \"bandwidth_by_size\": [[4, 1e9], [2, 1e9]]}"))
+          .find("intra_node.bandwidth_by_size[1]: expected [bytes, bytes/s], both above "
+                "0, the sizes rising"),
+      std::string::npos);
+  EXPECT_NE(
+      Error(With("\"latency\": 0}", "\"latency\": 0, \"bandwidth_by_size\": [[1, 1e9], [2, 0]]}"))
+          .find("intra_node.bandwidth_by_size[1]"),
+      std::string::npos);
+}

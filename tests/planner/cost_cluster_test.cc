@@ -39,7 +39,7 @@ TEST(CostModel, TheReserveAddsTheAllocatorsOverheadOfTheTensors) {
 // the all-reduce at the links' own; latencies unchanged.
 TEST(CostModel, EachCollectiveRunsAtItsOwnShareOfTheLink) {
   tl_cluster c = A100Nodes(4);
-  const tl_link link = {100e9, 1e-5};
+  const tl_link link = {100e9, 1e-5, 0, {}, {}, 0};
   const double B = 1e9;
   EXPECT_DOUBLE_EQ(tl_cost_all_gather(&c, B, 8, &link), 7.0 / 8 * B / 100e9 + 7 * 1e-5);
   EXPECT_DOUBLE_EQ(tl_cost_reduce_scatter(&c, B, 8, &link), 7.0 / 8 * B / 100e9 + 7 * 1e-5);
@@ -95,7 +95,7 @@ TEST(CostModel, EachCollectiveRunsAtItsOwnShareOfTheLink) {
 TEST(CostModel, AllReduceLatencyCountsTheBackendsMessages) {
   tl_cluster gpu = {}, cpu = {};
   gpu.device = TL_DEVICE_CUDA, cpu.device = TL_DEVICE_CPU;
-  const struct tl_link zero_bytes = {1e30, 1e-3}, no_latency = {1e9, 0};
+  const struct tl_link zero_bytes = {1e30, 1e-3, 0, {}, {}, 0}, no_latency = {1e9, 0, 0, {}, {}, 0};
   for (int n : {2, 4, 8, 16}) {
     EXPECT_NEAR(tl_cost_all_reduce(&gpu, 4, n, &zero_bytes), 2e-3 * (n - 1), 1e-12) << n;
     EXPECT_NEAR(tl_cost_all_reduce(&cpu, 4, n, &zero_bytes), 2e-3 * std::log2(n), 1e-12) << n;
@@ -161,6 +161,50 @@ TEST(CostModel, CollectivesAcrossNodesUseEveryCardOfTheGroup) {
     double params = st.params + (cm.n_layers - 1) * st.params_layer;
     EXPECT_NEAR(p.t_dp, tl_cost_all_reduce(&c, params * 4.0, p.dp, &l), 1e-12) << tp;
   }
+}
+
+// With the link's bandwidth by size, the data-parallel collectives move at
+// the rate of the buffers they send: a bucket's (parallel.bucket_mb of fp32
+// elements), or the whole gradient's without buckets, for every ZeRO stage
+// (ZeRO-3's units each at their own size's, or a bucket's).
+TEST(CostModel, DataParallelBuffersMoveAtTheirOwnSizesRate) {
+  tl_cost_model cm = Build(kShapes[1]);
+  tl_cluster curve = A100Nodes(1);
+  curve.intra.n_sizes = 3;
+  const double bytes[] = {1 << 20, 64 << 20, 4096.0 * (1 << 20)}, rate[] = {50e9, 200e9, 300e9};
+  for (int i = 0; i < 3; i++)
+    curve.intra.size_bytes[i] = bytes[i], curve.intra.size_bandwidth[i] = rate[i];
+  for (int zero = 0; zero <= 3; zero++)
+    for (double mb : {0.0, 4.0, 25.0}) {
+      tl_plan p = {};
+      p.dp = 8, p.tp = 1, p.pp = 1, p.micro_batch = 1, p.n_micro = 2, p.zero = zero;
+      p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_NONE, p.dp_bucket_mb = mb;
+      tl_plan flat_p = p;
+      tl_cost_evaluate(&cm, &curve, TL_BF16, nullptr, &p);
+      // the same plan on a flat link at the buffer's rate
+      const tl_cost_shard& sh = cm.shards[0];
+      const tl_cost_stage_shape& st = sh.stage[TL_COST_STAGE_EMBED | TL_COST_STAGE_HEAD];
+      const double grads = st.params + (cm.n_layers - 1) * st.params_layer;
+      const double buffer =
+          mb > 0 ? grads * 4.0 / std::ceil(grads * 4.0 / (mb * (1 << 20))) : grads * 4.0;
+      tl_cluster flat = A100Nodes(1);
+      flat.intra.bandwidth = tl_link_bandwidth_at(&curve.intra, buffer);
+      if (zero == 3) {  // units of their own sizes: between the curve's ends
+        tl_plan slow = flat_p, fast = flat_p;
+        flat.intra.bandwidth = 50e9;
+        tl_cost_evaluate(&cm, &flat, TL_BF16, nullptr, &slow);
+        flat.intra.bandwidth = 300e9;
+        tl_cost_evaluate(&cm, &flat, TL_BF16, nullptr, &fast);
+        EXPECT_LT(p.c_dp, slow.c_dp) << mb;
+        EXPECT_GT(p.c_dp, fast.c_dp) << mb;
+        continue;
+      }
+      tl_cost_evaluate(&cm, &flat, TL_BF16, nullptr, &flat_p);
+      EXPECT_NEAR(p.c_dp, flat_p.c_dp, 1e-9 * flat_p.c_dp) << "ZeRO-" << zero << ", " << mb;
+      EXPECT_NEAR(p.t_dp, flat_p.t_dp, 1e-9 * flat_p.t_dp + 1e-15);
+      EXPECT_GT(flat.intra.bandwidth, 50e9 - 1);
+      EXPECT_LT(flat.intra.bandwidth, 300e9 + 1);
+    }
 }
 
 // The attention kernels' FLOPs (the graph's TL_OP_ATTENTION nodes: 2 s^2 h
@@ -298,7 +342,7 @@ TEST(CostModel, RanksSharingCoresLendTheirShareWhenIdle) {
   own.device = TL_DEVICE_CPU, own.nodes = 1, own.devices_per_node = 8;
   own.rated_ranks_per_node = 8;
   own.device_memory_bytes = 1e15, own.peak_fp32 = 30e9, own.efficiency = 0.5;
-  own.intra = own.inter = {1e9, 5e-5};
+  own.intra = own.inter = {1e9, 5e-5, 0, {}, {}, 0};
   tl_cluster shared = own;
   shared.cores_per_node = 2;
   auto priced = [&](const tl_cluster& c, tl_plan p) {
@@ -364,7 +408,7 @@ TEST(CostModel, MeasuredSharedSpeedReplacesTheIdealShare) {
   ideal.device = TL_DEVICE_CPU, ideal.nodes = 1, ideal.devices_per_node = 8;
   ideal.rated_ranks_per_node = 8, ideal.cores_per_node = 2;
   ideal.device_memory_bytes = 1e15, ideal.peak_fp32 = 30e9, ideal.efficiency = 0.5;
-  ideal.intra = ideal.inter = {1e9, 5e-5};
+  ideal.intra = ideal.inter = {1e9, 5e-5, 0, {}, {}, 0};
   tl_cluster measured = ideal;
   const double speeds[8] = {2.5, 2, 1.5, 1.25, 1.1, 1.05, 1.02, 1};
   measured.n_shared_speed = 8;

@@ -33,7 +33,7 @@ tl_cluster A100Nodes(int nodes) {
   c.device = TL_DEVICE_CUDA, c.nodes = nodes, c.devices_per_node = 8;
   c.device_memory_bytes = 80e9, c.reserve_bytes = 0;
   c.peak_bf16 = 312e12, c.peak_fp32 = 19.5e12, c.efficiency = 0.5;
-  c.intra = {300e9, 5e-6}, c.inter = {25e9, 1e-5};
+  c.intra = {300e9, 5e-6, 0, {}, {}, 0}, c.inter = {25e9, 1e-5, 0, {}, {}, 0};
   return c;
 }
 

@@ -277,7 +277,7 @@ TEST(CostModel, TheGradientAllReduceHidesBehindTheLastBackwardBucketByBucket) {
 TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   tl_cluster c = {};
   c.device = TL_DEVICE_CUDA;
-  const struct tl_link link = {1e9, 0};
+  const struct tl_link link = {1e9, 0, 0, {}, {}, 0};
   tl_plan p = {};
   p.dp = 4, p.pp = 1, p.n_micro = 3, p.micro_batch = 1, p.schedule = TL_SCHEDULE_1F1B, p.zero = 3;
   const double P = 1e6, late = 5e5;

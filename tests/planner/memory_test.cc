@@ -200,7 +200,7 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
   tl_cluster cluster = {};
   cluster.nodes = 1, cluster.devices_per_node = dp * tp * pp, cluster.peak_fp32 = 1e10;
   cluster.peak_bf16 = 1e10;
-  cluster.efficiency = 1, cluster.intra = cluster.inter = {1e9, 1e-5};
+  cluster.efficiency = 1, cluster.intra = cluster.inter = {1e9, 1e-5, 0, {}, {}, 0};
   cluster.device_memory_bytes = 1e12;
   tl_cost_evaluate(&cm, &cluster, dtype, layers.data(), &p);
 
