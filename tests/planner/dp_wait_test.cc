@@ -47,6 +47,11 @@ bool Close(const Measured& m) {
 
 TEST(DpWait, PredictedAgainstMeasuredForEveryZeroStageOn2And4Ranks) {
   (void)kSmall, (void)kThisMachine;  // plan_cli.h's, not this test's
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_UNDEFINED__)
+  // the compute is instrumented, MPI's copies are not: the step's parts
+  // keep neither their sizes nor their overlap
+  GTEST_SKIP() << "timing under a sanitizer measures the sanitizer";
+#endif
   const std::string tokens = WriteTokens("dp_wait", "A parallel run is the same run", 2000);
   std::string report;
   int close = 0, cases = 0;
