@@ -72,7 +72,7 @@ TEST(DpWait, PredictedAgainstMeasuredForEveryZeroStageOn2And4Ranks) {
             TempPath("dp_wait_" + std::to_string(ranks) + "_" + std::to_string(zero) + ".json");
         std::ofstream(cfg) << R"({"model": {"kind": "gpt", "n_layers": 4, "n_heads": 4,
             "n_embd": 256, "vocab_size": 256, "max_seq_len": 64},
-            "train": {"steps": 12, "batch_size": 8, "seq_len": 64, "sample_tokens": 0},
+            "train": {"steps": 9, "batch_size": 8, "seq_len": 64, "sample_tokens": 0},
             "mesh": {"dp": )"
                            << ranks << R"(}, "parallel": {"zero": )" << zero << R"(},
             "data": {"train": ")"
