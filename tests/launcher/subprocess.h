@@ -24,6 +24,8 @@ struct RunResult {
 // runs MPI ranks, so LeakSanitizer's check at exit is turned off in it
 // (MPICH's network modules leak at MPI_Finalize; see tests/mpi_run.sh) and
 // each rank checks before MPI_Finalize instead (tl_alloc_leak_check).
+// `timeout_s` catches a hang (the process group is killed, timed_out set);
+// under ASan/UBSan it is four times longer, as instrumented code is slower.
 RunResult RunProcess(const std::vector<std::string>& argv,
                      const std::map<std::string, std::string>& env = {}, double timeout_s = 60,
                      bool mpi = false);
