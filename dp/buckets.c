@@ -23,6 +23,15 @@ static int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+int64_t tl_dp_bucket_elems(int zero, int64_t n_early, double bucket_mb) {
+  int64_t per = per_bucket(bucket_mb);
+  if (zero >= 2 && n_early > 0) {
+    const int64_t cap = ceil_div(n_early, TL_DP_SHARDED_BUCKETS);
+    if (cap < per) per = cap;
+  }
+  return per;
+}
+
 /* Buckets of each part [bounds[k], bounds[k + 1]) of the buffer, `per`
  * elements each (the last of each part shorter): their count, and the
  * boundaries into begin (n_buckets + 1 of them) when it is not NULL. The
@@ -85,8 +94,8 @@ static int64_t shard_elems(int64_t n, int64_t n_late, int size, int64_t per) {
   return total;
 }
 
-int64_t tl_dp_shard_elems(int64_t n, int64_t n_late, int size, double bucket_mb) {
-  return shard_elems(n, n_late, size, per_bucket(bucket_mb));
+int64_t tl_dp_shard_elems(int zero, int64_t n, int64_t n_late, int size, double bucket_mb) {
+  return shard_elems(n, n_late, size, tl_dp_bucket_elems(zero, n - n_late, bucket_mb));
 }
 
 /* zero 2's buffers, in elements: gradient buffer, one slot, one temp, and
@@ -108,15 +117,16 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging
                             int size, double bucket_mb, tl_dtype wire, tl_dtype params) {
   const bool bf16 = wire == TL_BF16 && size > 1;
   if (zero < 2) return bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0;
-  int64_t gbuf, slot, temp, image, per = per_bucket(bucket_mb);
+  int64_t gbuf, slot, temp, image, per = tl_dp_bucket_elems(zero, n - n_late, bucket_mb);
   zero2_sizes(n, n_late, staging, size, per, &gbuf, &slot, &temp, &image);
   int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
   int64_t bytes = (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
-  if (zero == 3) { /* the parameters: two unit slots and the late ones (bf16 under bf16
+  if (zero == 3) { /* the parameters: the unit slots and the late ones (bf16 under bf16
                     * training), and the shard, with its bf16 image to gather from */
     const int64_t es = params == TL_BF16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(float);
-    bytes += es * tl__dp_at_least_one(2 * unit_max + n_late) + (int64_t)sizeof(float) * shard;
+    const int slots = tl_dp_zero3_slots(n, n_late, unit_max, size);
+    bytes += es * tl__dp_at_least_one(slots * unit_max + n_late) + (int64_t)sizeof(float) * shard;
     if (params == TL_BF16 && size > 1) bytes += (int64_t)sizeof(uint16_t) * shard;
   }
   return bytes;
@@ -184,7 +194,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   b->be = c->be;
   b->grads = c->grads;
   b->n = c->layout->n;
-  b->per = per_bucket(c->bucket_mb);
+  b->per = tl_dp_bucket_elems(c->zero, c->layout->n_early, c->bucket_mb);
   /* the parts buckets are cut from: the front and the back, or with
    * zero 3 each unit's range of the front and the back */
   int64_t two[3] = {0, c->layout->n_early, b->n}, *bounds = two;

@@ -135,8 +135,7 @@ tl_status tl_dp_buckets_gather_params(tl_dp_buckets* b, float* params);
 /* The whole stage vector into `full` (the layout's n floats, device) from
  * every rank's shard: `src` is a shard (tl_dp_buckets_shard_n floats) when
  * src_is_shard, else a stage buffer whose chunks this rank holds. Collective. */
-tl_status tl_dp_buckets_unshard(tl_dp_buckets* b, const float* src, bool src_is_shard,
-                                float* full);
+tl_status tl_dp_buckets_unshard(tl_dp_buckets* b, const float* src, bool src_is_shard, float* full);
 /* This rank's shard (device) of a whole stage vector `full` (host). */
 tl_status tl_dp_buckets_to_shard(const tl_dp_buckets* b, const float* full, float* shard);
 
@@ -162,7 +161,9 @@ float* tl_dp_buckets_shard_grads(const tl_dp_buckets* b);
  * trainer calls before_node: the node's unit is gathered (all-gathered
  * from the shards) unless its slot holds it, and the next unit of the pass
  * (u + 1 forward, u - 1 backward) is gathered ahead into the other slot
- * while the current one computes. A unit is thus gathered for its forward
+ * while the current one computes. On a stage whose units are too large
+ * for two slots to save memory (tl_dp_zero3_slots) there is one slot,
+ * every unit in it, and nothing is gathered ahead. A unit is thus gathered for its forward
  * and again for its backward, except where one pass ends and the next
  * begins on the same units. begin_step (before a step's or an
  * evaluation's first pass) drops what the slots hold and gathers the late
@@ -176,6 +177,14 @@ const int64_t* tl_dp_buckets_param_offset(const tl_dp_buckets* b);
 tl_dtype tl_dp_buckets_param_dtype(const tl_dp_buckets* b);
 tl_buffer* tl_dp_buckets_shard_params(const tl_dp_buckets* b);
 int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b);
+/* ZeRO-3's unit slots: 2 (the next unit gathered while one computes) where
+ * they hold at most half of what sharding saves of a stage's early
+ * parameters over `size` ranks (2 * unit_max <= (early - early / size) / 2),
+ * else 1 (each unit gathered when it is read, nothing ahead) — so that
+ * ZeRO-3 holds fewer bytes than ZeRO-2 on a stage of few, large units. */
+int tl_dp_zero3_slots(int64_t n, int64_t n_late, int64_t unit_max, int size);
+/* The slots these buckets gather into (0 below ZeRO-3). */
+int tl_dp_buckets_slots(const tl_dp_buckets* b);
 
 /* What the buckets allocate on the device for a stage of n elements, n_late
  * of them late, whose largest backward node writes `staging` elements of
@@ -187,12 +196,18 @@ int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b);
  * elements per bucket; `params` TL_BF16 (bf16 training) keeps the unit
  * slots and late parameters in 2 bytes each, plus the shard's bf16 image
  * when size > 1. */
-int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging,
-                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire,
-                            tl_dtype params);
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int64_t unit_max,
+                            int size, double bucket_mb, tl_dtype wire, tl_dtype params);
+/* The elements a bucket holds (the last of each part fewer): bucket_mb's,
+ * and under ZeRO 2 and 3 at most 1/TL_DP_SHARDED_BUCKETS of the stage's
+ * n_early early gradients — two buckets in flight then stay small beside
+ * the shard they are reduced into, on a small stage as on a large one
+ * (25 MiB buckets cap nothing below 100M elements a stage). */
+#define TL_DP_SHARDED_BUCKETS 16
+int64_t tl_dp_bucket_elems(int zero, int64_t n_early, double bucket_mb);
 /* The elements a rank owns of a stage of n elements, n_late late, over
- * `size` ranks (the largest rank's share: rank 0). */
-int64_t tl_dp_shard_elems(int64_t n, int64_t n_late, int size, double bucket_mb);
+ * `size` ranks under ZeRO `zero` (the largest rank's share: rank 0). */
+int64_t tl_dp_shard_elems(int zero, int64_t n, int64_t n_late, int size, double bucket_mb);
 /* The staging a layout needs: the most early gradient elements one
  * backward node writes. */
 int64_t tl_dp_layout_staging(const tl_dp_layout* l);

@@ -23,38 +23,39 @@ struct tl_dp_buckets {
   bool bf16;
   tl_buffer* wbuf;
   tl_buffer *wslot[2], *wtemp[2];
-  int launched;           /* zero 0, 1: buckets [0, launched) are in flight or done */
+  int launched; /* zero 0, 1: buckets [0, launched) are in flight or done */
   int early, early_last;
   double wait_s, wait_last;
   /* zero 2 */
   tl_buffer* gbuf; /* staging, then the late parameters' whole gradients */
   int64_t staging;
-  int64_t* goff;            /* per graph value: its gradient's offset in gbuf */
+  int64_t* goff; /* per graph value: its gradient's offset in gbuf */
   tl_buffer *slot[2], *temp[2];
-  int slot_bucket[2];        /* the bucket a slot's reduction is of (in flight), or -1 */
-  int slot_fill[2];          /* the bucket being copied into a slot, or -1 */
-  const float* slot_sum[2];  /* where that bucket's reduced chunk lands */
+  int slot_bucket[2];       /* the bucket a slot's reduction is of (in flight), or -1 */
+  int slot_fill[2];         /* the bucket being copied into a slot, or -1 */
+  const float* slot_sum[2]; /* where that bucket's reduced chunk lands */
   tl_group_request* slot_req[2];
-  tl_buffer* shard;          /* the reduced gradients of this rank's chunks */
-  int cur;                   /* the bucket the stream fills next */
-  int64_t filled;            /* elements of the stream given in this pass */
+  tl_buffer* shard; /* the reduced gradients of this rank's chunks */
+  int cur;          /* the bucket the stream fills next */
+  int64_t filled;   /* elements of the stream given in this pass */
   /* zero 3 */
   int n_units;
-  int* unit_node;            /* n_units + 1 forward node boundaries */
+  int* unit_node;             /* n_units + 1 forward node boundaries */
   int64_t *unit_lb, *unit_le; /* per unit: its parameters' range of the layout's front */
-  int *unit_b0, *unit_b1;    /* per unit: its buckets [b0, b1) */
-  int64_t unit_max;          /* the largest unit's elements: a slot */
-  tl_buffer* pbuf;           /* two unit slots, then the late parameters whole */
-  int64_t* poff;             /* per graph value: its offset in pbuf */
-  tl_buffer* pshard;         /* this rank's chunks of the parameters: their only copy */
+  int *unit_b0, *unit_b1;     /* per unit: its buckets [b0, b1) */
+  int64_t unit_max;           /* the largest unit's elements: a slot */
+  tl_buffer* pbuf;            /* two unit slots, then the late parameters whole */
+  int64_t* poff;              /* per graph value: its offset in pbuf */
+  tl_buffer* pshard;          /* this rank's chunks of the parameters: their only copy */
   /* train.precision "bf16": the slots and the late parameters hold bf16
    * (what a bf16 graph reads, in half the bytes: the executor's
    * params_dtype); over a group the gathers move the shard rounded to bf16
    * (pshard16, rounded from pshard as each gather starts) */
   bool pbf16;
   tl_buffer* pshard16;
-  int punit[2];              /* the unit a slot holds (or is being gathered into), or -1 */
-  bool pending[2];           /* its gather is in flight */
+  int n_slots;     /* 2: the next unit gathered ahead; 1: none (tl_dp_zero3_slots) */
+  int punit[2];    /* the unit a slot holds (or is being gathered into), or -1 */
+  bool pending[2]; /* its gather is in flight */
 };
 
 /* n > 0 elements, or one (buffers are never empty). */

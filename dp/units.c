@@ -1,6 +1,8 @@
 /* units.c — ZeRO-3's parameters: the units (the embedding, a block, the
  * head) gathered from every rank's shard into two slots, one ahead of the
- * pass, and the late parameters whole for a step (see buckets.h). */
+ * pass (one slot where two would cost what sharding saves:
+ * tl_dp_zero3_slots), and the late parameters whole for a step (see
+ * buckets.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,8 +82,9 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
   }
   /* the slots and the late parameters in bf16 under bf16 training */
   const size_t es = b->pbf16 ? sizeof(uint16_t) : sizeof(float);
-  TL_CHECK(
-      tl_buffer_create(dev, es * (size_t)tl__dp_at_least_one(2 * b->unit_max + n_late), &b->pbuf));
+  b->n_slots = tl_dp_zero3_slots(l->n, n_late, b->unit_max, b->size);
+  const int64_t slots = b->n_slots * b->unit_max;
+  TL_CHECK(tl_buffer_create(dev, es * (size_t)tl__dp_at_least_one(slots + n_late), &b->pbuf));
   TL_CHECK(
       tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->pshard));
   if (b->pbf16 && b->group)
@@ -93,10 +96,10 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
   for (int i = 0; i < l->n_segments; i++) {
     const tl_dp_segment* s = &l->segments[i];
     if (s->offset >= l->n_early) {
-      b->poff[s->value] = 2 * b->unit_max + (s->offset - l->n_early);
+      b->poff[s->value] = slots + (s->offset - l->n_early);
     } else {
       int u = unit_of(b, s->first_use);
-      b->poff[s->value] = (u % 2) * b->unit_max + (s->offset - b->unit_lb[u]);
+      b->poff[s->value] = (u % b->n_slots) * b->unit_max + (s->offset - b->unit_lb[u]);
     }
   }
   b->punit[0] = b->punit[1] = -1;
@@ -137,7 +140,7 @@ static tl_status gather_bucket(tl_dp_buckets* b, int i, int64_t dst, tl_group_re
 
 /* Starts gathering unit u's parameters from every rank's shard into its slot. */
 static tl_status gather_unit(tl_dp_buckets* b, int u) {
-  int s = u % 2;
+  int s = u % b->n_slots;
   /* kernels queued on the device may still read the unit the slot held */
   TL_CHECK(b->be->ops->synchronize(b->be->ctx));
   b->punit[s] = u;
@@ -167,7 +170,7 @@ tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
   b->wait_s = 0; /* this step's waits only (not an evaluation's before it) */
   if (b->zero != 3) return TL_OK;
   tl_status st = TL_OK;
-  for (int s = 0; s < 2; s++) {
+  for (int s = 0; s < b->n_slots; s++) {
     tl_status w = land_unit(b, s);
     if (st == TL_OK) st = w;
     b->punit[s] = -1; /* gathered before the update: stale */
@@ -175,7 +178,7 @@ tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
   /* the late parameters, whole on every rank for the step */
   if (st == TL_OK && b->pbf16 && b->group) st = round_chunks(b, b->n_early_buckets, b->n_buckets);
   for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++)
-    st = gather_bucket(b, i, 2 * b->unit_max + (b->begin[i] - b->layout->n_early), NULL);
+    st = gather_bucket(b, i, b->n_slots * b->unit_max + (b->begin[i] - b->layout->n_early), NULL);
   return st;
 }
 
@@ -184,12 +187,13 @@ tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool bac
   TL_CHECK(tl__dp_progress(b));
   int u = unit_of(b, forward_node);
   if (u < 0) return TL_OK;
-  int s = u % 2;
+  int s = u % b->n_slots;
   if (b->punit[s] != u) {
     TL_CHECK(land_unit(b, s)); /* the unit two away, prefetched and never read */
     TL_CHECK(gather_unit(b, u));
   }
   TL_CHECK(land_unit(b, s));
+  if (b->n_slots < 2) return TL_OK;
   /* the next unit this pass reads, into the other slot (its unit is done) */
   int next = backward ? u - 1 : u + 1;
   if (next >= 0 && next < b->n_units && b->punit[next % 2] != next) {
@@ -213,6 +217,16 @@ tl_dtype tl_dp_buckets_param_dtype(const tl_dp_buckets* b) {
 
 tl_buffer* tl_dp_buckets_shard_params(const tl_dp_buckets* b) {
   return b->pshard;
+}
+
+int tl_dp_zero3_slots(int64_t n, int64_t n_late, int64_t unit_max, int size) {
+  const int64_t early = n - n_late, d = size < 1 ? 1 : size;
+  /* 2 * unit_max <= (early - early / d) / 2, in integers */
+  return 4 * unit_max * d <= early * (d - 1) ? 2 : 1;
+}
+
+int tl_dp_buckets_slots(const tl_dp_buckets* b) {
+  return b->zero == 3 ? b->n_slots : 0;
 }
 
 int64_t tl_dp_buckets_unit_max(const tl_dp_buckets* b) {

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dp/buckets.h"
 #include "planner/cost_impl.h"
 #include "planner/recommend.h"
 
@@ -176,11 +177,15 @@ double tl_cost_send(const tl_cluster* c, double bytes, const struct tl_link* lin
          link->latency;
 }
 
-/* The gradient's buckets: dp_bucket_mb of fp32 elements each (none: one
- * buffer), under ZeRO-3 one at least for each of the stage's `units`
- * (dp/buckets.c cuts them at the units' edges). */
+/* The gradient's buckets: dp_bucket_mb of fp32 elements each, under ZeRO
+ * 2 and 3 at least TL_DP_SHARDED_BUCKETS of them (none: one buffer), under
+ * ZeRO-3 one at least for each of the stage's `units` (dp/buckets.c cuts
+ * them at the units' edges). */
 static double dp_buckets(const tl_plan* p, double elems, int units) {
-  double b = p->dp_bucket_mb > 0 ? ceil(elems * 4.0 / (p->dp_bucket_mb * 1024.0 * 1024.0)) : 1;
+  double b =
+      p->dp_bucket_mb > 0
+          ? ceil(elems / (double)tl_dp_bucket_elems(p->zero, (int64_t)elems, p->dp_bucket_mb))
+          : 1;
   /* a plan's one bucket (0; TL_PLAN_ONE_BUCKET_MB as a config, which
    * prices the same): the gradients reduced after the backward */
   if (p->zero == 3 && units > b && p->dp_bucket_mb > 0 && p->dp_bucket_mb < TL_PLAN_ONE_BUCKET_MB)
@@ -323,16 +328,26 @@ double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
   const int d = p->dp, m = p->n_micro;
   if (d <= 1 || n <= 0) return 0;
   const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
+  double early = 0, unit_max = 0; /* the units' parameters: what buckets are cut from */
+  for (int r = 0; r < n; r++)
+    early += u[r].params * u[r].count, unit_max = fmax(unit_max, u[r].params);
+  /* one slot (dp/units.c): nothing gathered ahead, and a pass finds only
+   * the unit the last one ended on */
+  const bool one =
+      tl_dp_zero3_slots((int64_t)(early + late), (int64_t)late, (int64_t)unit_max, d) < 2;
   const double bucket =
-      p->dp_bucket_mb > 0 ? p->dp_bucket_mb * 1024.0 * 1024.0 / 4.0 * bytes : HUGE_VAL;
-  struct zero3_pass z = {c, link, u, n, 0, d, p->no_overlap ? 0 : 1, bytes, bucket};
+      p->dp_bucket_mb > 0
+          ? (double)tl_dp_bucket_elems(p->zero, (int64_t)early, p->dp_bucket_mb) * bytes
+          : HUGE_VAL;
+  struct zero3_pass z = {c, link, u, n, 0, d, p->no_overlap || one ? 0 : 1, bytes, bucket};
   for (int r = 0; r < n; r++) z.units += u[r].count;
   const int N = z.units, runs = forward_runs(p, s);
   /* the slots hold the last two units a pass ran: N-2 and N-1 after a
-   * forward, 1 and 0 after a backward, none at the step's start (the late
-   * parameters are gathered then, whole) */
+   * forward, 1 and 0 after a backward (one slot: N-1, 0), none at the
+   * step's start (the late parameters are gathered then, whole) */
   const struct tl_link late_at = tl_link_at(link, fmin(bytes * late, bucket));
+  const int fwd_held = one ? -1 : N - 2, bwd_held = one ? -1 : 1;
   return tl_cost_all_gather(c, bytes * late, d, &late_at) + pass(&z, false, -1, -1) +
-         runs * pass(&z, false, N - 2, N - 1) + (m - runs - 1) * pass(&z, false, 0, 1) +
-         (m - runs) * pass(&z, true, N - 2, N - 1) + runs * pass(&z, true, 0, 1);
+         runs * pass(&z, false, fwd_held, N - 1) + (m - runs - 1) * pass(&z, false, 0, bwd_held) +
+         (m - runs) * pass(&z, true, fwd_held, N - 1) + runs * pass(&z, true, 0, bwd_held);
 }

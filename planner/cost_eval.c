@@ -58,10 +58,10 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
   double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
   int64_t n = (int64_t)params;
   if (p->zero == 1)
-    return params * (sb.w + sb.g) + sb.o * (double)tl_dp_shard_elems(n, (int64_t)late, p->dp, mb) +
-           image;
+    return params * (sb.w + sb.g) +
+           sb.o * (double)tl_dp_shard_elems(p->zero, n, (int64_t)late, p->dp, mb) + image;
   int64_t l2 = (int64_t)(late + multi);
-  double shard = (double)tl_dp_shard_elems(n, l2, p->dp, mb);
+  double shard = (double)tl_dp_shard_elems(p->zero, n, l2, p->dp, mb);
   return (p->zero == 2 ? params * sb.w : 0) + sb.o * shard +
          (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, p->dp, mb,
                                      p->grad_reduce, precision == TL_BF16 ? TL_BF16 : TL_F32);

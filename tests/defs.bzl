@@ -10,12 +10,13 @@ def tl_cc_test(name, srcs, deps = [], size = "small", **kwargs):
         **kwargs
     )
 
-def tl_mpi_test(name, srcs, n_ranks, deps = [], size = "small", timeout_s = 120, env = {}, **kwargs):
+def tl_mpi_test(name, srcs, n_ranks, deps = [], size = "small", timeout_s = 120, env = {}, data = [], **kwargs):
     """A GoogleTest binary run on `n_ranks` local ranks under mpiexec.
 
     Every rank runs every test (see tests/mpi_main.cc); the job is killed
     after `timeout_s` seconds so that a hang fails rather than blocks;
-    `env` adds environment variables (the job's ranks inherit them).
+    `env` adds environment variables (the job's ranks inherit them);
+    `data`, files the test reads.
     """
     native.cc_binary(
         name = name + "_bin",
@@ -27,7 +28,7 @@ def tl_mpi_test(name, srcs, n_ranks, deps = [], size = "small", timeout_s = 120,
         name = name,
         srcs = ["//tests:mpi_run.sh"],
         args = [str(n_ranks), "$(location :%s_bin)" % name],
-        data = [":%s_bin" % name, "//tests:lsan_suppressions.txt"],
+        data = [":%s_bin" % name, "//tests:lsan_suppressions.txt"] + data,
         env = dict(env, TL_MPI_TIMEOUT = str(timeout_s)),
         size = size,
         **kwargs

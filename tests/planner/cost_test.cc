@@ -273,7 +273,8 @@ TEST(CostModel, TheGradientAllReduceHidesBehindTheLastBackwardBucketByBucket) {
 // ZeRO-3's gathers as dp/units.c runs them: the late parameters and the
 // first unit at the step's start, then each unit one ahead of the compute,
 // in every micro-batch's forward and backward; a pass after a pass of its
-// own kind (GPipe's, 1F1B's warm-up) gathers its first unit unhidden.
+// own kind (GPipe's, 1F1B's warm-up) gathers its first unit unhidden. Eight
+// alike units: two slots (tl_dp_zero3_slots: 2 * P <= (8P - 8P / 4) / 2).
 TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   tl_cluster c = {};
   c.device = TL_DEVICE_CUDA;
@@ -282,20 +283,20 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   p.dp = 4, p.pp = 1, p.n_micro = 3, p.micro_batch = 1, p.schedule = TL_SCHEDULE_1F1B, p.zero = 3;
   const double P = 1e6, late = 5e5;
   auto g = [&](double elems) { return 0.75 * 4 * elems / 1e9; };  // (d-1)/d of fp32
-  tl_cost_unit idle[3] = {{P, 0, 0, 1}, {2 * P, 0, 0, 1}, {P, 0, 0, 1}};
-  // nothing to hide behind: the first forward gathers units 0, 1, 2; each
-  // backward after a forward finds 2 and 1 in the slots and gathers 0; each
-  // forward after a backward finds 0 and 1 and gathers 2
+  tl_cost_unit idle[3] = {{P, 0, 0, 1}, {P, 0, 0, 6}, {P, 0, 0, 1}};
+  // nothing to hide behind: the first forward gathers the 8 units; each
+  // backward after a forward finds 7 and 6 in the slots and gathers the
+  // other 6; each forward after a backward finds 0 and 1 and gathers 6
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32),
-              g(late) + g(P) + g(2 * P) + g(P) + 3 * g(P) + 2 * g(P), 1e-12);
+              g(late) + 8 * g(P) + 5 * 6 * g(P), 1e-12);
   // compute longer than any gather: only the step's start shows
-  tl_cost_unit busy[3] = {{P, 1, 2, 1}, {2 * P, 1, 2, 1}, {P, 1, 2, 1}};
+  tl_cost_unit busy[3] = {{P, 1, 2, 1}, {P, 1, 2, 6}, {P, 1, 2, 1}};
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link, TL_F32), g(late) + g(P),
               1e-12);
-  // half hidden: unit 1's gather (6 ms) behind unit 0's forward (3 ms),
+  // half hidden: unit 1's gather (3 ms) behind unit 0's forward (1.5 ms),
   // in the first forward only (the later ones find unit 1 in its slot)
-  tl_cost_unit half[3] = {{P, 3e-3, 1, 1}, {2 * P, 1, 1, 1}, {P, 1, 1, 1}};
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, half, 3, 0, &link, TL_F32), g(P) + g(2 * P) - 3e-3,
+  tl_cost_unit half[3] = {{P, 1.5e-3, 1, 1}, {P, 1, 1, 6}, {P, 1, 1, 1}};
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, half, 3, 0, &link, TL_F32), g(P) + g(P) - 1.5e-3,
               1e-12);
   // GPipe: m - 1 forwards after forwards, as many backwards after backwards
   p.schedule = TL_SCHEDULE_GPIPE;
@@ -316,17 +317,36 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   p.no_overlap = false;
   // a run of alike units is those units one by one
   p.pp = 1;
-  tl_cost_unit runs[3] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 4}, {P, 1e-3, 1e-3, 1}};
-  tl_cost_unit each[6] = {{P, 1e-3, 2e-3, 1},     {2 * P, 2e-3, 4e-3, 1}, {2 * P, 2e-3, 4e-3, 1},
-                          {2 * P, 2e-3, 4e-3, 1}, {2 * P, 2e-3, 4e-3, 1}, {P, 1e-3, 1e-3, 1}};
+  tl_cost_unit runs[3] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 6}, {P, 1e-3, 1e-3, 1}};
+  tl_cost_unit each[8] = {{P, 1e-3, 2e-3, 1}};
+  for (int i = 1; i < 7; i++) each[i] = {2 * P, 2e-3, 4e-3, 1};
+  each[7] = {P, 1e-3, 1e-3, 1};
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, runs, 3, late, &link, TL_F32),
-              tl_cost_zero3_gathers(&c, &p, 0, each, 6, late, &link, TL_F32), 1e-12);
-  EXPECT_GT(tl_cost_zero3_gathers(&c, &p, 0, each, 6, late, &link, TL_F32), g(late) + g(P));
+              tl_cost_zero3_gathers(&c, &p, 0, each, 8, late, &link, TL_F32), 1e-12);
+  EXPECT_GT(tl_cost_zero3_gathers(&c, &p, 0, each, 8, late, &link, TL_F32), g(late) + g(P));
   // bf16 training gathers the shards rounded to bf16: half the bytes
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_BF16),
               0.5 * tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32), 1e-12);
   p.dp = 1;
   EXPECT_EQ(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32), 0);
+}
+
+// Three large units (P, 2P, P over 4 ranks): two slots would cost more than
+// half of what sharding saves, so dp/units.c keeps one and gathers nothing
+// ahead — compute hides no gather, and a pass finds only the unit the last
+// one ended on (after a forward unit 2, after a backward unit 0).
+TEST(CostModel, ZeroThreeWithOneSlotGathersEachUnitWhenItIsRead) {
+  tl_cluster c = {};
+  c.device = TL_DEVICE_CUDA;
+  const struct tl_link link = {1e9, 0, 0, {}, {}, 0};
+  tl_plan p = {};
+  p.dp = 4, p.pp = 1, p.n_micro = 3, p.micro_batch = 1, p.schedule = TL_SCHEDULE_1F1B, p.zero = 3;
+  const double P = 1e6, late = 5e5;
+  ASSERT_EQ(tl_dp_zero3_slots((int64_t)(4 * P + late), (int64_t)late, (int64_t)(2 * P), 4), 1);
+  auto g = [&](double elems) { return 0.75 * 4 * elems / 1e9; };
+  tl_cost_unit busy[3] = {{P, 1, 2, 1}, {2 * P, 1, 2, 1}, {P, 1, 2, 1}};
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link, TL_F32),
+              g(late) + g(P) + g(2 * P) + g(P) + 5 * (g(2 * P) + g(P)), 1e-12);
 }
 
 // In a plan: ZeRO-3 regathers the parameters for every micro-batch, so
@@ -512,8 +532,9 @@ TEST(CostModel, MatrixProductsAreTheGraphsMatmuls) {
 
 // A rank's shard of the buckets, as dp/ cuts them (tl_dp_shard_elems, what
 // ZeRO-1 to 3 priced states read): each part in buckets of bucket_mb MiB
-// of fp32, each bucket's chunk its length over the ranks rounded up; the
-// closed form against the bucket-by-bucket sum.
+// of fp32 (under ZeRO 2 and 3 at most a sixteenth of the early part), each
+// bucket's chunk its length over the ranks rounded up; the closed form
+// against the bucket-by-bucket sum.
 TEST(CostModel, ShardElementsAreTheBucketsChunks) {
   unsigned seed = 7;
   auto rnd = [&seed]() {
@@ -524,14 +545,17 @@ TEST(CostModel, ShardElementsAreTheBucketsChunks) {
     int64_t n = 1 + rnd() % 50000000, late = rnd() % (n + 1);
     int size = 1 + (int)(rnd() % 70);
     double mb = trial % 3 == 0 ? 0.01 : trial % 3 == 1 ? 1 : 25;
+    const int zero = 1 + trial % 2;
     int64_t per = (int64_t)(mb * 1024 * 1024 / 4);
     if (per < 1) per = 1;
+    if (zero == 2 && n - late > 0 && (n - late + 15) / 16 < per) per = (n - late + 15) / 16;
     int64_t want = 0, parts[2] = {n - late, late};
     for (int p = 0; p < 2; p++)
       for (int64_t b = 0; b < parts[p]; b += per) {
         int64_t len = parts[p] - b < per ? parts[p] - b : per;
         want += (len + size - 1) / size;
       }
-    ASSERT_EQ(tl_dp_shard_elems(n, late, size, mb), want) << n << " " << late << " " << size;
+    ASSERT_EQ(tl_dp_shard_elems(zero, n, late, size, mb), want)
+        << n << " " << late << " " << size << " zero " << zero;
   }
 }
