@@ -25,7 +25,7 @@ static int64_t ceil_div(int64_t a, int64_t b) {
 
 int64_t tl_dp_bucket_elems(int zero, int64_t n_early, double bucket_mb) {
   int64_t per = per_bucket(bucket_mb);
-  if (zero >= 2 && n_early > 0) {
+  if (zero >= 2 && n_early > 0 && bucket_mb < TL_DP_ONE_BUCKET_MB) {
     const int64_t cap = ceil_div(n_early, TL_DP_SHARDED_BUCKETS);
     if (cap < per) per = cap;
   }

@@ -202,8 +202,11 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging
  * and under ZeRO 2 and 3 at most 1/TL_DP_SHARDED_BUCKETS of the stage's
  * n_early early gradients — two buckets in flight then stay small beside
  * the shard they are reduced into, on a small stage as on a large one
- * (25 MiB buckets cap nothing below 100M elements a stage). */
+ * (25 MiB buckets are capped on stages under 100M elements) — unless
+ * bucket_mb asks for one bucket a part (TL_DP_ONE_BUCKET_MB or more: the
+ * reduction after the backward, bucket buffers of the whole stage). */
 #define TL_DP_SHARDED_BUCKETS 16
+#define TL_DP_ONE_BUCKET_MB 1e6
 int64_t tl_dp_bucket_elems(int zero, int64_t n_early, double bucket_mb);
 /* The elements a rank owns of a stage of n elements, n_late late, over
  * `size` ranks under ZeRO `zero` (the largest rank's share: rank 0). */

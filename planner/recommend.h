@@ -9,6 +9,7 @@
 #define TL_PLANNER_RECOMMEND_H
 
 #include "core/config.h"
+#include "dp/buckets.h"
 #include "planner/cluster.h"
 #include "planner/cost.h"
 
@@ -17,8 +18,9 @@ extern "C" {
 #endif
 
 /* parallel.bucket_mb of a plan priced with dp_bucket_mb 0 (one all-reduce
- * after the backward): larger than any stage, so one bucket a stage part */
-#define TL_PLAN_ONE_BUCKET_MB 1e6
+ * after the backward): larger than any stage, so one bucket a stage part,
+ * at every ZeRO stage (dp/buckets.h) */
+#define TL_PLAN_ONE_BUCKET_MB TL_DP_ONE_BUCKET_MB
 
 /* The plan a config runs — the inverse of tl_plan_to_config — into *p (its
  * split fields; the predictions zeroed) and the dtype it trains in into
