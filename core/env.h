@@ -33,7 +33,8 @@ extern "C" {
   X(TRELLIS_EMULATE, "none",                                                                     \
     "run a CPU job's mesh groups with another library's semantics, so that what would go "       \
     "wrong there goes wrong here (tests): none, or nccl (a group's operations one at a time in " \
-    "issue order, sends that end only when their receive is posted; core/group_emul.h)")         \
+    "issue order, sends that end only when their receive is posted; core/group_emul.h); a "      \
+    "CUDA job's groups are NCCL's already, and it warns that the variable does nothing there")   \
   X(TRELLIS_FAULT, "none",                                                                       \
     "a deliberate bug, for proving that --verify catches one (tests only): none, "               \
     "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "            \

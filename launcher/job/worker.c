@@ -125,6 +125,10 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
       goto fail;
     }
     w.device = tl_cuda(w.local_rank);
+    if (tl_env()->emulate_nccl && w.rank == 0)
+      TL_LOG_WARN(
+          "TRELLIS_EMULATE=nccl emulates NCCL's ordering on CPU jobs; this job's groups "
+          "are NCCL's own, so it changes nothing here");
     for (int a = 0; a < 3; a++)
       TL_CHECK_GOTO(tl_group_nccl_create(w.host_groups[a], w.device.index, tl_axis_name((tl_axis)a),
                                          &w.groups[a]),
