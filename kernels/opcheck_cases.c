@@ -421,6 +421,7 @@ static void sumsq_ref(const struct opcheck_case* c, const double* const* in, dou
 #define ADAM_B1 0.9f
 #define ADAM_B2 0.95f
 #define ADAM_EPS 1e-8f
+#define ADAM_GRAD_SCALE 0.75f /* clipping, folded into the update */
 
 static tl_status adamw_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
                            float* const* out) {
@@ -428,15 +429,15 @@ static tl_status adamw_fwd(const struct opcheck_case* c, const tl_backend* be, v
   TL_CHECK(tl_memcpy(be->device, out[0], be->device, in[0], bytes));
   TL_CHECK(tl_memcpy(be->device, out[1], be->device, in[2], bytes));
   TL_CHECK(tl_memcpy(be->device, out[2], be->device, in[3], bytes));
-  return OPS->adamw(CTX, out[0], F(in[1]), out[1], out[2], c->d[0], ADAM_LR, ADAM_B1, ADAM_B2,
-                    ADAM_EPS, c->alpha, c->d[1]);
+  return OPS->adamw(CTX, out[0], F(in[1]), ADAM_GRAD_SCALE, out[1], out[2], c->d[0], ADAM_LR,
+                    ADAM_B1, ADAM_B2, ADAM_EPS, c->alpha, c->d[1]);
 }
 
 static void adamw_ref(const struct opcheck_case* c, const double* const* in, double* const* out) {
   int t = c->d[1];
   double b1 = ADAM_B1, b2 = ADAM_B2;
   for (int i = 0; i < c->d[0]; i++) {
-    double g = in[1][i];
+    double g = in[1][i] * (double)ADAM_GRAD_SCALE;
     double m = b1 * in[2][i] + (1 - b1) * g;
     double v = b2 * in[3][i] + (1 - b2) * g * g;
     double mhat = m / (1 - pow(b1, t)), vhat = v / (1 - pow(b2, t));

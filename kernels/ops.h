@@ -151,11 +151,14 @@ struct tl_kernel_ops {
   tl_status (*sumsq)(void* ctx, float* out, const float* inp, int64_t n);
 
   /* One AdamW step on n parameters, in place (decoupled weight decay, bias
-   * correction; step counts from 1):
+   * correction; step counts from 1), the gradients read scaled (clipping,
+   * in the same pass: g = grads[i] * grad_scale, the float product a
+   * separate scaling pass would have stored):
    *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
    *   p -= lr * (m/(1-b1^step) / (sqrt(v/(1-b2^step)) + eps) + wd * p) */
-  tl_status (*adamw)(void* ctx, float* params, const float* grads, float* m, float* v, int64_t n,
-                     float lr, float beta1, float beta2, float eps, float weight_decay, int step);
+  tl_status (*adamw)(void* ctx, float* params, const float* grads, float grad_scale, float* m,
+                     float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+                     float weight_decay, int step);
 
   /* The deterministic mode's exact sums (parallel.deterministic): integers
    * add in any order to the same result. NULL where a backend lacks them.

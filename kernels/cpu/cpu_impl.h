@@ -68,8 +68,8 @@ tl_status tl__cpu_swiglu_forward(void* ctx, float* out, const float* gate, const
                                  int64_t n);
 tl_status tl__cpu_swiglu_backward(void* ctx, float* dgate, float* dup, const float* dout,
                                   const float* gate, const float* up, int64_t n);
-tl_status tl__cpu_adamw(void* ctx, float* params, const float* grads, float* m, float* v, int64_t n,
-                        float lr, float beta1, float beta2, float eps, float weight_decay,
-                        int step);
+tl_status tl__cpu_adamw(void* ctx, float* params, const float* grads, float grad_scale, float* m,
+                        float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int step);
 
 #endif

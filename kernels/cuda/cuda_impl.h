@@ -132,8 +132,8 @@ tl_status tl__cuda_swiglu_backward(void* ctx, float* dgate, float* dup, const fl
 tl_status tl__cuda_matmul_backward_bf16(void* ctx, float* da, float* db, float* dbias,
                                         const float* dout, const float* a, const float* b, int m,
                                         int n, int k, bool trans_a, bool trans_b);
-tl_status tl__cuda_adamw(void* ctx, float* params, const float* grads, float* m, float* v,
-                         int64_t n, float lr, float beta1, float beta2, float eps,
+tl_status tl__cuda_adamw(void* ctx, float* params, const float* grads, float grad_scale, float* m,
+                         float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int step);
 }
 

@@ -96,8 +96,8 @@ size_t tl__calibrate_buffer_elems(const struct bench_shapes* sh) {
 /* the optimizer's update: one AdamW step over s[0] parameters (buf[0]
  * the weights, buf[1] their gradients, buf[2] and buf[3] the moments) */
 static tl_status bench_adamw(tl_backend* be, float* const* buf, const int* s) {
-  return be->ops->adamw(be->ctx, buf[0], buf[1], buf[2], buf[3], s[0], 1e-3f, 0.9f, 0.95f, 1e-8f,
-                        0.1f, 1);
+  return be->ops->adamw(be->ctx, buf[0], buf[1], 1.0f, buf[2], buf[3], s[0], 1e-3f, 0.9f, 0.95f,
+                        1e-8f, 0.1f, 1);
 }
 
 /* AdamW's bytes a second (GB/s of the 28 bytes a parameter it reads and

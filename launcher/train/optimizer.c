@@ -148,24 +148,21 @@ tl_status tl_optim_sumsq_fixed(tl_optim* o, __int128* out) {
   return TL_OK;
 }
 
+float tl_optim_clip_scale(const struct tl_train_config* c, float norm) {
+  return c->grad_clip > 0.0f && norm > c->grad_clip ? c->grad_clip / (norm + 1e-6f) : 1.0f;
+}
+
 tl_status tl_optim_step(tl_optim* o, float norm, int64_t step, float* lr_out) {
   const struct tl_train_config* c = &o->cfg;
   const struct tl_kernel_ops* ops = o->be->ops;
   void* ctx = o->be->ctx;
-  if (c->grad_clip > 0.0f && norm > c->grad_clip) {
-    float k = c->grad_clip / (norm + 1e-6f);
-    if (o->tiled)
-      TL_CHECK(ops->scale_forward(ctx, o->grads, o->grads, k, o->grad_n));
-    else
-      for (int i = 0; i < o->n_segs; i++) {
-        float* g = o->grads + o->segs[i].grad_at;
-        TL_CHECK(ops->scale_forward(ctx, g, g, k, o->segs[i].n));
-      }
-  }
+  /* clipping: AdamW reads each gradient scaled, in its own pass (the
+   * gradients themselves are left as they are) */
+  const float k = tl_optim_clip_scale(c, norm);
   float lr = tl_lr_at(c, step);
   for (int i = 0; i < o->n_segs; i++) {
     const struct tl_optim_segment* s = &o->segs[i];
-    TL_CHECK(ops->adamw(ctx, (float*)o->params->data + s->offset, o->grads + s->grad_at,
+    TL_CHECK(ops->adamw(ctx, (float*)o->params->data + s->offset, o->grads + s->grad_at, k,
                         (float*)o->m->data + s->state_at, (float*)o->v->data + s->state_at, s->n,
                         lr, c->beta1, c->beta2, c->eps, s->decay ? c->weight_decay : 0.0f,
                         (int)(step + 1)));

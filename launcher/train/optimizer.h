@@ -54,10 +54,14 @@ tl_status tl_optim_sumsq(tl_optim* o, double* out);
  * ranks gives the same bits (the deterministic mode). */
 tl_status tl_optim_sumsq_fixed(tl_optim* o, __int128* out);
 
-/* Clips the gradients to train.grad_clip when `norm` (the global norm)
- * exceeds it, then takes AdamW step `step` (0-based) at the schedule's
- * learning rate, which *lr receives. */
+/* AdamW step `step` (0-based) at the schedule's learning rate, which *lr
+ * receives, reading the gradients clipped to train.grad_clip when `norm`
+ * (the global norm) exceeds it — scaled as they are read, in the update's
+ * pass: the gradient buffers keep their unclipped values. */
 tl_status tl_optim_step(tl_optim* o, float norm, int64_t step, float* lr);
+/* The factor clipping scales the gradients by at global norm `norm`:
+ * grad_clip / (norm + 1e-6), or 1 when there is no clipping to do. */
+float tl_optim_clip_scale(const struct tl_train_config* c, float norm);
 
 /* The learning rate at 0-based step `step`: linear warmup over
  * warmup_steps, then cosine decay to min_lr at `steps` (or constant). */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "launcher/train/optimizer.h"
 
 struct tl_verify {
   tl_trainer* par;
@@ -96,7 +97,7 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
     /* the deterministic mode's canonical order is per micro-batch size */
     if (one.parallel.deterministic) one.schedule.micro_batches *= one.mesh.dp;
     one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
-    one.schedule.n_stage_layers = 0; /* one stage holds every layer */
+    one.schedule.n_stage_layers = 0;                  /* one stage holds every layer */
     if (one.schedule.kind == TL_SCHEDULE_INTERLEAVED) /* in one chunk */
       one.schedule.kind = TL_SCHEDULE_1F1B, one.schedule.virtual_stages = 1;
     /* the reference holds the whole state and keeps every activation
@@ -130,9 +131,12 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
   return TL_OK;
 }
 
-/* AdamW as the kernels compute it (kernels/cpu/adamw.c), in double. */
+/* AdamW as the kernels compute it (kernels/cpu/adamw.c), in double; the
+ * gradients read scaled by the clipping factor, a float product as the
+ * kernel forms it. */
 struct adamw {
   double lr, beta1, beta2, eps, c1, c2;
+  float grad_scale;
 };
 
 static void compare_tensor(tl_verify* v, const struct adamw* a, int k, int step) {
@@ -162,8 +166,9 @@ static void compare_tensor(tl_verify* v, const struct adamw* a, int k, int step)
       worst(&v->rep.grad, gscale > 0 ? d / gscale : d, step, k, i);
     }
     /* 3. the optimizer, replayed from the mesh's state and gradients */
-    double mi = a->beta1 * m0[i] + (1 - a->beta1) * g[i];
-    double vi = a->beta2 * v0[i] + (1 - a->beta2) * (double)g[i] * g[i];
+    const double gi = g[i] * a->grad_scale;
+    double mi = a->beta1 * m0[i] + (1 - a->beta1) * gi;
+    double vi = a->beta2 * v0[i] + (1 - a->beta2) * gi * gi;
     double pi = p0[i] - a->lr * ((mi / a->c1) / (sqrt(vi / a->c2) + a->eps) + wd * p0[i]);
     double dp = fabs(p1[i] - pi);
     double bound = TL_VERIFY_STEP_TOL * a->lr + 2 * ldexp(fabs(pi) + fabs(p0[i]), -24);
@@ -224,7 +229,8 @@ tl_status tl_verify_step(tl_verify* v, const struct tl_step_stats* ps) {
                     tc->beta2,
                     tc->eps,
                     1.0 - powf(tc->beta1, (float)step),
-                    1.0 - powf(tc->beta2, (float)step)};
+                    1.0 - powf(tc->beta2, (float)step),
+                    tl_optim_clip_scale(tc, ps->grad_norm)};
   struct tl_verify_worst g0 = r->grad, u0 = r->update_bound, m0 = r->moment;
   int64_t bits0 = r->bits_differ;
   for (int k = 0; k < m->n_tensors; k++) compare_tensor(v, &a, k, step);
@@ -234,8 +240,7 @@ tl_status tl_verify_step(tl_verify* v, const struct tl_step_stats* ps) {
               "(%.3g of the tensor's largest gradient apart; allowed %g)",
               step, m->tensors[r->grad.tensor].name,
               (long long)(r->grad.element - m->tensors[r->grad.tensor].offset),
-              v->grads[r->grad.element], v->ref_grads[r->grad.element], r->grad.value,
-              r->grad_tol);
+              v->grads[r->grad.element], v->ref_grads[r->grad.element], r->grad.value, r->grad_tol);
   /* the norm after the gradients: a gradient names the tensor */
   if (dn > r->norm_tol)
     fail_once(v, "step %d: gradient norm %.9g on the mesh, %.9g on one device (%.3g apart)", step,

@@ -111,7 +111,7 @@ void ExpectAdamwStepEqual(const tl_model& m, const std::vector<float>& params, c
   for (int k = 0; k < m.n_tensors; k++) {
     const tl_param_tensor& t = m.tensors[k];
     ASSERT_EQ(be->ops->adamw(
-                  be->ctx, p.data() + t.offset, grads + t.offset, mo.data() + t.offset,
+                  be->ctx, p.data() + t.offset, grads + t.offset, 1.0f, mo.data() + t.offset,
                   v.data() + t.offset, t.numel, (float)Num(adamw, "lr"), (float)Num(adamw, "beta1"),
                   (float)Num(adamw, "beta2"), (float)Num(adamw, "eps"),
                   t.decay ? (float)Num(adamw, "weight_decay") : 0.0f, (int)Num(adamw, "step")),

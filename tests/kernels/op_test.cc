@@ -333,12 +333,30 @@ TEST(BrokenForward, RopeWithInterleavedPairsIsCaught) {
 // AdamW without bias correction (the moments used as they are, as if at a
 // late step): the update is the optimizer's forward, checked against the
 // double reference.
-tl_status AdamwWithoutBiasCorrection(void* ctx, float* params, const float* grads, float* m,
-                                     float* v, int64_t n, float lr, float beta1, float beta2,
-                                     float eps, float weight_decay, int step) {
+tl_status AdamwWithoutBiasCorrection(void* ctx, float* params, const float* grads, float scale,
+                                     float* m, float* v, int64_t n, float lr, float beta1,
+                                     float beta2, float eps, float weight_decay, int step) {
   (void)step;
-  return tl_cpu_kernel_ops.adamw(ctx, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                                 1 << 20);
+  return tl_cpu_kernel_ops.adamw(ctx, params, grads, scale, m, v, n, lr, beta1, beta2, eps,
+                                 weight_decay, 1 << 20);
+}
+
+// AdamW that reads the gradients unclipped (the scale ignored).
+tl_status AdamwIgnoringTheScale(void* ctx, float* params, const float* grads, float scale, float* m,
+                                float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+                                float weight_decay, int step) {
+  (void)scale;
+  return tl_cpu_kernel_ops.adamw(ctx, params, grads, 1.0f, m, v, n, lr, beta1, beta2, eps,
+                                 weight_decay, step);
+}
+
+TEST(BrokenForward, AdamwIgnoringTheClippingScaleIsCaught) {
+  tl_kernel_ops broken = tl_cpu_kernel_ops;
+  broken.adamw = AdamwIgnoringTheScale;
+  tl_backend be = {tl_cpu(), &broken, nullptr};
+  tl_opcheck_result r;
+  ASSERT_EQ(tl_opcheck_run(&be, CaseIndex("adamw"), &r), TL_OK) << tl_last_error();
+  EXPECT_FALSE(r.passed) << Describe(r);
 }
 
 TEST(BrokenForward, AdamwWithoutBiasCorrectionIsCaught) {

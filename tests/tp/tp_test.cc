@@ -128,7 +128,8 @@ struct Sharded {
   tl_tp_shard sh = {};
   Sharded(const tl_model& m, bool sp) {
     EXPECT_EQ(tl_tp_build(&m, kB, kT, Size(), Rank(), sp, TL_RECOMPUTE_NONE, false, &g, &io, &sh,
-                          nullptr), TL_OK)
+                          nullptr),
+              TL_OK)
         << tl_last_error();
   }
   ~Sharded() {
@@ -403,8 +404,8 @@ std::vector<double> TrainGraph(tl_graph* g, const tl_model_io& io, std::vector<f
     memset((*b)->data, 0, bytes);
   }
   memcpy(pb->data, params->data(), bytes);
-  tl_exec_options opt = {0,       g->n_forward, nullptr, sh ? World() : nullptr, nullptr, nullptr,
-                         nullptr, TL_F32};
+  tl_exec_options opt = {0,       g->n_forward, nullptr, sh ? World() : nullptr,
+                         nullptr, nullptr,      nullptr, TL_F32};
   tl_exec* x = nullptr;
   EXPECT_EQ(tl_exec_create_ex(g, be, pb, gb, &opt, &x), TL_OK) << tl_last_error();
   std::vector<int64_t> offset(g->n_values, -1);
@@ -430,7 +431,7 @@ std::vector<double> TrainGraph(tl_graph* g, const tl_model_io& io, std::vector<f
     double sum = 0;
     for (float e : l) sum += e;
     losses.push_back(sum / l.size());
-    EXPECT_EQ(be->ops->adamw(be->ctx, (float*)pb->data, (float*)gb->data, (float*)m->data,
+    EXPECT_EQ(be->ops->adamw(be->ctx, (float*)pb->data, (float*)gb->data, 1.0f, (float*)m->data,
                              (float*)v->data, (int64_t)params->size(), 1e-2f, 0.9f, 0.95f, 1e-3f,
                              0.0f, s + 1),
               TL_OK);
