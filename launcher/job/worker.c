@@ -147,9 +147,11 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
   /* a peer that stops answering ends the job, naming what waits */
   if (w.world_size > 1) TL_CHECK_GOTO(tl_watchdog_start(cfg->parallel.timeout_s, w.rank), st, fail);
 
-  char dev[16];
-  TL_LOG_DEBUG("rank %d: dp %d, tp %d, pp %d; local rank %d of %d; %s; %d thread%s", w.rank,
-               w.coord[TL_AXIS_DP], w.coord[TL_AXIS_TP], w.coord[TL_AXIS_PP], w.local_rank,
+  char dev[16], host[MPI_MAX_PROCESSOR_NAME] = "?";
+  int host_len = 0;
+  if (MPI_Get_processor_name(host, &host_len) != MPI_SUCCESS) snprintf(host, sizeof host, "?");
+  TL_LOG_DEBUG("rank %d on %s: dp %d, tp %d, pp %d; local rank %d of %d; %s; %d thread%s", w.rank,
+               host, w.coord[TL_AXIS_DP], w.coord[TL_AXIS_TP], w.coord[TL_AXIS_PP], w.local_rank,
                w.local_size, tl_device_name(w.device, dev, sizeof dev), w.threads,
                w.threads == 1 ? "" : "s");
   *out = w;

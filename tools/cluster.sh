@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# cluster.sh — emulated nodes on this machine, for multi-node runs: each
+# node a network namespace of its own with its own address on a private
+# bridge and (for the processes entered into it) its own hostname, the
+# link between nodes shaped to a rate (tc tbf on both ends of its veth);
+# inside a node processes talk over its loopback, unshaped. Traffic goes
+# only between these namespaces. Needs root (ip netns, tc).
+#
+#   cluster.sh up N [RATE]      N nodes (default RATE 1gbit, tc's units)
+#   cluster.sh down [N]         removes nodes, their veths and the bridge
+#   cluster.sh enter HOST CMD   runs CMD (a shell command line) in node
+#                               HOST as HOST: MPICH's hydra starts its
+#                               proxies with it (HYDRA_LAUNCHER=rsh,
+#                               HYDRA_LAUNCHER_EXEC=tools/cluster-enter,
+#                               the options rsh would take skipped)
+#   cluster.sh run N RATE CMD...
+#                               up, CMD in node 0 with hydra pointed at
+#                               the nodes, down — also when CMD fails or
+#                               is interrupted; exits with CMD's status
+#   cluster.sh env              the variables `run` sets (for use by hand)
+#
+# Nodes are named ${TL_CLUSTER_PREFIX:-tlnode}0..N-1 at 10.77.0.10+i/24.
+# Why a command that enters the node and not sshd in each: hydra's rsh
+# launcher runs `LAUNCHER_EXEC HOST COMMAND`, which is all a remote start
+# is; an sshd per node would add keys and daemons to clean up and test
+# nothing of trellis. UCX moves MPI's bytes over TCP (UCX_TLS=tcp,self):
+# its shared-memory transports see one machine and would bypass the link.
+set -euo pipefail
+
+prefix=${TL_CLUSTER_PREFIX:-tlnode}
+bridge=${prefix}br
+self=$(readlink -f "$0")
+
+die() {
+  echo "cluster.sh: $*" >&2
+  exit 1
+}
+
+node() { echo "${prefix}$1"; }
+
+hosts_file() {
+  local n=$1 i
+  printf '127.0.0.1 localhost\n'
+  for ((i = 0; i < n; i++)); do printf '10.77.0.%d %s\n' $((10 + i)) "$(node $i)"; done
+}
+
+up() {
+  local n=${1:?cluster.sh up N [RATE]} rate=${2:-1gbit} i ns
+  [ "$n" -ge 1 ] 2>/dev/null || die "up: N must be a positive number of nodes, not '$n'"
+  [ "$n" -le 200 ] || die "up: at most 200 nodes ($n asked)"
+  [ "$(id -u)" -eq 0 ] || die "up: emulated nodes need root (ip netns, tc)"
+  ip link add "$bridge" type bridge 2>/dev/null || die "up: cannot create bridge $bridge (exists, or no network namespaces here)"
+  ip link set "$bridge" up
+  for ((i = 0; i < n; i++)); do
+    ns=$(node $i)
+    ip netns add "$ns" || die "up: cannot create network namespace $ns"
+    ip link add "${prefix}v$i" type veth peer name eth0 netns "$ns"
+    ip link set "${prefix}v$i" master "$bridge" up
+    ip -n "$ns" addr add "10.77.0.$((10 + i))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    # the link's rate, each way: into the node (the bridge's end) and out
+    tc qdisc add dev "${prefix}v$i" root tbf rate "$rate" burst 512kb latency 100ms
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 512kb latency 100ms
+    mkdir -p "/etc/netns/$ns"
+    hosts_file "$n" >"/etc/netns/$ns/hosts"
+  done
+  echo "cluster.sh: $n node(s) up, links at $rate: $(node 0)..$(node $((n - 1)))" >&2
+}
+
+down() {
+  local i ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${prefix}[0-9]*$" || true); do
+    # every process still in the node goes with it
+    for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+    rm -rf "/etc/netns/$ns"
+  done
+  for i in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^${prefix}v[0-9]*$" || true); do
+    ip link del "$i" 2>/dev/null || true
+  done
+  ip link del "$bridge" 2>/dev/null || true
+}
+
+enter() {
+  # rsh's own options first (hydra passes none today; -l USER, -n alike)
+  while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do
+    case "$1" in -l) shift 2 ;; *) shift ;; esac
+  done
+  local host=${1:?cluster.sh enter HOST COMMAND}
+  shift
+  ip netns list | awk '{print $1}' | grep -qx "$host" || die "enter: no node '$host' (cluster.sh up first)"
+  exec ip netns exec "$host" unshare --uts sh -c "hostname $host && $*"
+}
+
+env_vars() {
+  echo "HYDRA_LAUNCHER=rsh HYDRA_LAUNCHER_EXEC=$(dirname "$self")/cluster-enter UCX_TLS=tcp,self"
+}
+
+run() {
+  local n=${1:?cluster.sh run N RATE COMMAND...} rate=${2:?cluster.sh run N RATE COMMAND...}
+  shift 2
+  [ $# -gt 0 ] || die "run: no command"
+  trap down EXIT
+  # a signal ends the command and everything in the nodes (down), then us
+  trap 'down; exit 143' TERM
+  trap 'down; exit 130' INT
+  up "$n" "$rate"
+  local status=0
+  # in the background and waited for: bash runs a trap only between
+  # commands, and `wait` is one a signal interrupts
+  # shellcheck disable=SC2046
+  ip netns exec "$(node 0)" unshare --uts sh -c "hostname $(node 0) && exec \"\$@\"" sh \
+    env $(env_vars) "$@" &
+  wait $! || status=$?
+  return $status
+}
+
+case "${1:-}" in
+  up) shift; up "$@" ;;
+  down) shift; down ;;
+  enter) shift; enter "$@" ;;
+  run) shift; run "$@" ;;
+  env) env_vars ;;
+  *)
+    sed -n '2,22p' "$self" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
