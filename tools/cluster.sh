@@ -49,6 +49,8 @@ up() {
   [ "$n" -ge 1 ] 2>/dev/null || die "up: N must be a positive number of nodes, not '$n'"
   [ "$n" -le 200 ] || die "up: at most 200 nodes ($n asked)"
   [ "$(id -u)" -eq 0 ] || die "up: emulated nodes need root (ip netns, tc)"
+  # a step that fails (a bad RATE, a name taken) leaves nothing half made
+  trap down EXIT
   ip link add "$bridge" type bridge 2>/dev/null || die "up: cannot create bridge $bridge (exists, or no network namespaces here)"
   ip link set "$bridge" up
   for ((i = 0; i < n; i++)); do
@@ -65,6 +67,7 @@ up() {
     mkdir -p "/etc/netns/$ns"
     hosts_file "$n" >"/etc/netns/$ns/hosts"
   done
+  trap - EXIT
   echo "cluster.sh: $n node(s) up, links at $rate: $(node 0)..$(node $((n - 1)))" >&2
 }
 
@@ -101,11 +104,11 @@ run() {
   local n=${1:?cluster.sh run N RATE COMMAND...} rate=${2:?cluster.sh run N RATE COMMAND...}
   shift 2
   [ $# -gt 0 ] || die "run: no command"
+  up "$n" "$rate"
   trap down EXIT
   # a signal ends the command and everything in the nodes (down), then us
   trap 'down; exit 143' TERM
   trap 'down; exit 130' INT
-  up "$n" "$rate"
   local status=0
   # in the background and waited for: bash runs a trap only between
   # commands, and `wait` is one a signal interrupts

@@ -327,26 +327,16 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   // bf16 training gathers the shards rounded to bf16: half the bytes
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_BF16),
               0.5 * tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32), 1e-12);
+  // three large units (P, 2P, P): two slots would cost more than half of
+  // what sharding saves, so dp/units.c keeps one and gathers nothing ahead
+  // — compute hides no gather, and a pass finds only the unit the last one
+  // ended on (after a forward unit 2, after a backward unit 0)
+  ASSERT_EQ(tl_dp_zero3_slots((int64_t)(4 * P + late), (int64_t)late, (int64_t)(2 * P), 4), 1);
+  tl_cost_unit large[3] = {{P, 1, 2, 1}, {2 * P, 1, 2, 1}, {P, 1, 2, 1}};
+  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, large, 3, late, &link, TL_F32),
+              g(late) + g(P) + g(2 * P) + g(P) + 5 * (g(2 * P) + g(P)), 1e-12);
   p.dp = 1;
   EXPECT_EQ(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32), 0);
-}
-
-// Three large units (P, 2P, P over 4 ranks): two slots would cost more than
-// half of what sharding saves, so dp/units.c keeps one and gathers nothing
-// ahead — compute hides no gather, and a pass finds only the unit the last
-// one ended on (after a forward unit 2, after a backward unit 0).
-TEST(CostModel, ZeroThreeWithOneSlotGathersEachUnitWhenItIsRead) {
-  tl_cluster c = {};
-  c.device = TL_DEVICE_CUDA;
-  const struct tl_link link = {1e9, 0, 0, {}, {}, 0};
-  tl_plan p = {};
-  p.dp = 4, p.pp = 1, p.n_micro = 3, p.micro_batch = 1, p.schedule = TL_SCHEDULE_1F1B, p.zero = 3;
-  const double P = 1e6, late = 5e5;
-  ASSERT_EQ(tl_dp_zero3_slots((int64_t)(4 * P + late), (int64_t)late, (int64_t)(2 * P), 4), 1);
-  auto g = [&](double elems) { return 0.75 * 4 * elems / 1e9; };
-  tl_cost_unit busy[3] = {{P, 1, 2, 1}, {2 * P, 1, 2, 1}, {P, 1, 2, 1}};
-  EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link, TL_F32),
-              g(late) + g(P) + g(2 * P) + g(P) + 5 * (g(2 * P) + g(P)), 1e-12);
 }
 
 // In a plan: ZeRO-3 regathers the parameters for every micro-batch, so
