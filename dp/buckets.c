@@ -116,11 +116,18 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t staging, int size, in
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int64_t unit_max,
                             int size, double bucket_mb, tl_dtype wire, tl_dtype params) {
   const bool bf16 = wire == TL_BF16 && size > 1;
-  if (zero < 2) return bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0;
-  int64_t gbuf, slot, temp, image, per = tl_dp_bucket_elems(zero, n - n_late, bucket_mb);
+  const int64_t per = tl_dp_bucket_elems(zero, n - n_late, bucket_mb);
+  const int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
+  /* ZeRO 1 and 2 under bf16 training: the working parameters whole in
+   * bf16 and the fp32 master of the shard */
+  const int64_t master =
+      zero > 0 && zero < 3 && params == TL_BF16
+          ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) + (int64_t)sizeof(float) * shard
+          : 0;
+  if (zero < 2) return master + (bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0);
+  int64_t gbuf, slot, temp, image;
   zero2_sizes(n, n_late, staging, size, per, &gbuf, &slot, &temp, &image);
-  int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
-  int64_t bytes = (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
+  int64_t bytes = master + (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
   if (zero == 3) { /* the parameters: the unit slots and the late ones (bf16 under bf16
                     * training), and the shard, with its bf16 image to gather from */
@@ -169,6 +176,15 @@ static tl_status create_zero2(tl_dp_buckets* b) {
   return tl_dp_buckets_zero_grads(b);
 }
 
+/* ZeRO 1 and 2 under bf16 training: the fp32 master of this rank's chunks
+ * (the only fp32 copy of the parameters, which the optimizer updates) and
+ * the whole stage's bf16 working parameters, at the layout's offsets. */
+static tl_status create_master(tl_dp_buckets* b) {
+  tl_device dev = b->be->device;
+  TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)tl__dp_at_least_one(b->n), &b->pbuf));
+  return tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->pshard);
+}
+
 tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_buckets** out) {
   *out = NULL;
   if (c->bucket_mb <= 0)
@@ -189,7 +205,9 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   b->rank = b->group ? tl_group_rank(b->group) : 0;
   b->zero = c->zero;
   b->bf16 = c->wire == TL_BF16 && b->group;
-  b->pbf16 = c->zero == 3 && c->params == TL_BF16;
+  /* bf16 training: ZeRO-3's gathered units, and under ZeRO 1 and 2 the
+   * whole stage's working parameters, in bf16 beside the fp32 master shard */
+  b->pbf16 = c->zero > 0 && c->params == TL_BF16;
   b->layout = c->layout;
   b->be = c->be;
   b->grads = c->grads;
@@ -235,6 +253,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
     if (st == TL_OK) st = create_zero2(b);
   }
   if (st == TL_OK && b->zero == 3) st = tl__dp_create_zero3(b);
+  if (st == TL_OK && b->pbf16 && b->zero < 3) st = create_master(b);
   if (st == TL_OK && b->bf16 && b->zero < 2)
     st = tl_buffer_create(b->be->device, sizeof(uint16_t) * (size_t)tl__dp_at_least_one(b->n),
                           &b->wbuf);
@@ -242,7 +261,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
     st = TL_ERRF(TL_ERR_INVALID, "gradient buckets reduce in f32 or bf16, not %s",
                  tl_dtype_name(c->wire));
   if (st == TL_OK && c->params != TL_F32 && c->params != TL_BF16)
-    st = TL_ERRF(TL_ERR_INVALID, "ZeRO-3 gathers parameters in f32 or bf16, not %s",
+    st = TL_ERRF(TL_ERR_INVALID, "ZeRO gathers parameters in f32 or bf16, not %s",
                  tl_dtype_name(c->params));
   if (st != TL_OK) {
     tl_dp_buckets_destroy(b);
@@ -509,13 +528,28 @@ int tl_dp_buckets_pieces(const tl_dp_buckets* b, struct tl_dp_piece* out) {
 }
 
 tl_status tl_dp_buckets_gather_params(tl_dp_buckets* b, float* params) {
-  if (b->zero == 0 || b->zero == 3 || !b->group) return TL_OK;
+  if (b->zero == 0 || b->zero == 3) return TL_OK;
   tl_status st = TL_OK;
+  if (b->pbf16) { /* the updated master chunks, rounded into their place */
+    uint16_t* img = (uint16_t*)b->pbuf->data;
+    const float* master = (const float*)b->pshard->data;
+    for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
+      int64_t off, len;
+      tl__dp_chunk_of(b, i, &off, &len);
+      if (len) st = b->be->ops->to_bf16(b->be->ctx, img + off, master + b->at[i], len);
+    }
+    if (st == TL_OK) st = b->be->ops->synchronize(b->be->ctx); /* before the group reads them */
+  }
+  if (!b->group) return st;
   for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
     int64_t off, len;
     tl__dp_chunk_of(b, i, &off, &len);
-    st = tl_group_all_gather(b->group, params + off, params + b->begin[i],
-                             (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, &b->req[i]);
+    const size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
+    st = b->pbf16 ? tl_group_all_gather(b->group, (uint16_t*)b->pbuf->data + off,
+                                        (uint16_t*)b->pbuf->data + b->begin[i], count, TL_BF16,
+                                        &b->req[i])
+                  : tl_group_all_gather(b->group, params + off, params + b->begin[i], count, TL_F32,
+                                        &b->req[i]);
   }
   tl_status w = tl_group_wait_all(b->n_buckets, b->req);
   return st == TL_OK ? w : st;

@@ -80,12 +80,18 @@ struct tl_dp_buckets_config {
    * (half the bytes) and widened back into the fp32 gradients — a group
    * of one reduces nothing and rounds nothing */
   tl_dtype wire;
-  /* zero 3: the precision the graph reads its parameters at
-   * (train.precision): TL_BF16 gathers them rounded to bf16 (half the
-   * bytes) into slots of bf16 (half the bytes too) — exactly what a bf16
-   * graph reads, since it rounds every parameter to bf16 anyway
-   * (graph/exec.c; tl_dp_buckets_param_dtype says which to read);
-   * TL_F32 (0): the fp32 shards into fp32 slots */
+  /* the precision the graph reads its parameters at (train.precision):
+   * TL_BF16 — zero 1 and 2: the buckets hold the fp32 master of the
+   * rank's chunks (tl_dp_buckets_shard_params, what the optimizer
+   * updates) and the whole stage's working parameters in bf16
+   * (tl_dp_buckets_param_buffer, what the executor reads: the master
+   * rounded, exactly what a bf16 graph reads of fp32 parameters, since it
+   * rounds every parameter to bf16 anyway, graph/exec.c), and
+   * tl_dp_buckets_gather_params all-gathers the updated chunks in bf16
+   * (half the bytes); zero 3: the units are gathered rounded to bf16 into
+   * slots of bf16 (tl_dp_buckets_param_dtype says which to read). TL_F32
+   * (0): the caller's fp32 parameters (zero 0-2), ZeRO-3's fp32 shards
+   * into fp32 slots. Zero 0 ignores it. */
   tl_dtype params;
 };
 
@@ -127,9 +133,13 @@ struct tl_dp_piece {
 /* The shard as pieces, in buffer order, into out (NULL: counts only). */
 int tl_dp_buckets_pieces(const tl_dp_buckets* b, struct tl_dp_piece* out);
 
-/* Zero 1 and 2, after the update of the shard: every chunk of `params`
- * (the whole stage buffer, updated in this rank's chunks) to every rank —
- * an all-gather per bucket, in place. Collective; nothing with zero 0. */
+/* Zero 1 and 2, after the update of the shard: every chunk of the
+ * parameters to every rank — an all-gather per bucket, in place: fp32 in
+ * `params` (the whole stage buffer, updated in this rank's chunks), or
+ * under bf16 training (params NULL) the master chunks rounded into the
+ * buckets' bf16 working parameters and gathered there (also over a group
+ * of one: the rounding). Call it too after writing the master (a
+ * checkpoint loaded). Collective; nothing with zero 0 and 3. */
 tl_status tl_dp_buckets_gather_params(tl_dp_buckets* b, float* params);
 
 /* The whole stage vector into `full` (the layout's n floats, device) from
@@ -151,9 +161,14 @@ tl_buffer* tl_dp_buckets_grad_buffer(const tl_dp_buckets* b);
 const int64_t* tl_dp_buckets_grad_offset(const tl_dp_buckets* b);
 float* tl_dp_buckets_shard_grads(const tl_dp_buckets* b);
 
-/* ---- zero 3's parameters ------------------------------------------------ */
+/* ---- the parameters the buckets hold: zero 3, and zero 1-2 in bf16 ---- */
 
-/* The parameters exist whole only a unit at a time. Every rank keeps its
+/* Zero 1 and 2 under bf16 training: tl_dp_buckets_shard_params is the
+ * fp32 master of the rank's chunks, tl_dp_buckets_param_buffer the whole
+ * stage in bf16 at the layout's offsets (_param_offset), refreshed by
+ * tl_dp_buckets_gather_params; begin_step and before_node do nothing.
+ *
+ * Zero 3: the parameters exist whole only a unit at a time. Every rank keeps its
  * chunks of them (tl_dp_buckets_shard_params: the only copy, which the
  * optimizer updates); the executor reads them from a buffer of two unit
  * slots, unit u in slot u % 2, and the late parameters whole behind them
@@ -167,7 +182,7 @@ float* tl_dp_buckets_shard_grads(const tl_dp_buckets* b);
  * and again for its backward, except where one pass ends and the next
  * begins on the same units. begin_step (before a step's or an
  * evaluation's first pass) drops what the slots hold and gathers the late
- * parameters. Zero 0-2: every call is a no-op; the accessors NULL. */
+ * parameters. Otherwise every call is a no-op and the accessors NULL. */
 tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b);
 tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool backward);
 tl_buffer* tl_dp_buckets_param_buffer(const tl_dp_buckets* b);
@@ -191,11 +206,11 @@ int tl_dp_buckets_slots(const tl_dp_buckets* b);
  * early gradients and whose largest unit holds unit_max (zero 3), over
  * `size` ranks, reducing in `wire`: the planner prices ZeRO with it. Zero
  * 0 and 1: nothing (the gradients are the caller's) but a bf16 wire's
- * image of them. With zero 3 the shard is counted as
- * zero 2 cuts it; cutting buckets at units too adds at most a few
- * elements per bucket; `params` TL_BF16 (bf16 training) keeps the unit
- * slots and late parameters in 2 bytes each, plus the shard's bf16 image
- * when size > 1. */
+ * image of them and (zero 1, bf16 training) the parameters below. With zero 3 the shard is counted
+ * as zero 2 cuts it; cutting buckets at units too adds at most a few elements per bucket; `params`
+ * TL_BF16 (bf16 training) keeps the unit slots and late parameters in 2 bytes each, plus the
+ * shard's bf16 image when size > 1, and under zero 1 and 2 the whole stage's working parameters in
+ * bf16 and the shard's fp32 master. */
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int64_t unit_max,
                             int size, double bucket_mb, tl_dtype wire, tl_dtype params);
 /* The elements a bucket holds (the last of each part fewer): bucket_mb's,

@@ -208,7 +208,7 @@ tl_buffer* tl_dp_buckets_param_buffer(const tl_dp_buckets* b) {
 }
 
 const int64_t* tl_dp_buckets_param_offset(const tl_dp_buckets* b) {
-  return b->poff;
+  return b->pbuf && b->zero < 3 ? b->layout->offset : b->poff;
 }
 
 tl_dtype tl_dp_buckets_param_dtype(const tl_dp_buckets* b) {

@@ -27,15 +27,19 @@
  *   minimising the largest forward FLOPs of a stage, embedding on the
  *   first, head on the last), reproduced exactly by tl_cost_stage_layers;
  * - model state per device by ZeRO stage, with w + g + o bytes per
- *   parameter (bf16 mixed precision 2 + 2 + 12, fp32 4 + 4 + 8 — the
- *   trainer's fp32 weights, gradients and two AdamW moments):
- *   ZeRO-0 (w+g+o)Ψ, ZeRO-1 (w+g)Ψ + oΨ/d, ZeRO-2 wΨ + (g+o)Ψ/d,
- *   ZeRO-3 (w+g+o)Ψ/d, Ψ the stage's parameters on the rank; in fp32,
- *   where the trainer runs ZeRO-1 and 2, what dp/ allocates instead: Ψ/d
- *   as the buckets' chunks round it (tl_dp_shard_elems), and ZeRO-2's
- *   staging, two bucket buffers and the whole gradients of its late
- *   parameters, ZeRO-3's unit slots (2 bytes a parameter in trellis's
- *   bf16, with the shard's bf16 image) (tl_dp_buckets_bytes);
+ *   parameter (the papers' bf16 mixed precision 2 + 2 + 12, fp32
+ *   4 + 4 + 8 — the trainer's fp32 weights, gradients and two AdamW
+ *   moments): ZeRO-0 (w+g+o)Ψ, ZeRO-1 (w+g)Ψ + oΨ/d, ZeRO-2
+ *   wΨ + (g+o)Ψ/d, ZeRO-3 (w+g+o)Ψ/d, Ψ the stage's parameters on the
+ *   rank; for a graph the trainer runs (fp32 gradients in either
+ *   precision), what dp/ allocates instead: Ψ/d as the buckets' chunks
+ *   round it (tl_dp_shard_elems), ZeRO-2's staging, two bucket buffers
+ *   and the whole gradients of its late parameters, ZeRO-3's unit slots,
+ *   and under trellis's bf16 the parameters as ZeRO 1-3 hold them: bf16
+ *   working parameters (ZeRO 1-2 the whole stage's, ZeRO-3 its unit
+ *   slots and the shard's bf16 image) and the fp32 master sharded with
+ *   the moments — 16, 6 + 12/d, 2 + 16/d, 16/d bytes a parameter, Megatron-
+ *   LM's distributed optimizer (tl_dp_buckets_bytes);
  * - activations: one executor per micro-batch in flight on the stage, as
  *   the trainer holds them (GPipe m; 1F1B min(p - s, m) on stage s), each
  *   with its own arena (what its forward keeps for its backward), its

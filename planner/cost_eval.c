@@ -46,8 +46,11 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
  * rank, as dp/ and the trainer allocate it in fp32: the formulas' ZeRO-1
  * and ZeRO-2 with the shard the buckets cut (each bucket's chunk rounded
  * up) and ZeRO-2's staging, bucket buffers and late gradients
- * (dp/buckets.h); late = the parameters reduced last (sum over another
- * group first), multi = those several nodes write (late for ZeRO-2). */
+ * (dp/buckets.h); under trellis's bf16 (precision) ZeRO 1 and 2 hold the
+ * parameters as the buckets' bf16 working copy and fp32 master shard
+ * instead of whole in fp32; late = the parameters reduced last (sum over
+ * another group first), multi = those several nodes write (late for
+ * ZeRO-2). */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
@@ -57,14 +60,14 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
     return tl_cost_model_state(params, p->zero, p->dp, sb) + (p->zero < 2 ? image : 0);
   double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
   int64_t n = (int64_t)params;
-  if (p->zero == 1)
-    return params * (sb.w + sb.g) +
-           sb.o * (double)tl_dp_shard_elems(p->zero, n, (int64_t)late, p->dp, mb) + image;
-  int64_t l2 = (int64_t)(late + multi);
+  const tl_dtype working = precision == TL_BF16 ? TL_BF16 : TL_F32;
+  /* the caller's whole fp32 parameters, unless the buckets hold them */
+  const double whole_w = p->zero < 3 && working == TL_F32 ? params * sb.w : 0;
+  int64_t l2 = p->zero == 1 ? (int64_t)late : (int64_t)(late + multi);
   double shard = (double)tl_dp_shard_elems(p->zero, n, l2, p->dp, mb);
-  return (p->zero == 2 ? params * sb.w : 0) + sb.o * shard +
+  return whole_w + (p->zero == 1 ? params * sb.g : 0) + sb.o * shard +
          (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, p->dp, mb,
-                                     p->grad_reduce, precision == TL_BF16 ? TL_BF16 : TL_F32);
+                                     p->grad_reduce, working);
 }
 
 /* The bubble in micro-batch times (one micro-batch's forward and

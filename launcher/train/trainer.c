@@ -143,7 +143,7 @@ static tl_status create_optimizer(tl_trainer* t) {
   for (int i = 0; i < n; i++) {
     const tl_dp_segment* s = &l->segments[pieces[i].segment];
     segs[i] = (struct tl_optim_segment){
-        .offset = t->zero == 3 ? pieces[i].at : pieces[i].offset,
+        .offset = t->master ? pieces[i].at : pieces[i].offset,
         .grad_at = t->zero >= 2 ? pieces[i].at : pieces[i].offset,
         .state_at = pieces[i].at,
         .n = pieces[i].n,
@@ -154,7 +154,7 @@ static tl_status create_optimizer(tl_trainer* t) {
   float* grads = t->zero >= 2 ? tl_dp_buckets_shard_grads(t->buckets) : (float*)t->grads->data;
   int64_t grad_n = t->zero >= 2 ? tl_dp_buckets_shard_n(t->buckets) : l->n;
   int64_t state_n = t->buckets ? tl_dp_buckets_shard_n(t->buckets) : l->n;
-  tl_buffer* params = t->zero == 3 ? tl_dp_buckets_shard_params(t->buckets) : t->params;
+  tl_buffer* params = t->master ? tl_dp_buckets_shard_params(t->buckets) : t->params;
   tl_status st =
       tl_optim_create(t->be, &t->cfg.train, params, grads, grad_n, segs, n, state_n, &t->optim);
   free(pieces);
@@ -299,7 +299,12 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   /* buffers and one executor per micro-batch in flight */
   size_t bytes = sizeof(float) * (size_t)(t->lay->n > 0 ? t->lay->n : 1);
   int64_t live = tl_alloc_stats_get(dev).live_bytes;
-  if (t->zero < 3) {
+  /* the fp32 parameters: the stage's whole, or the buckets' master shard
+   * (ZeRO-3; ZeRO 1 and 2 under bf16 training, Megatron-LM's distributed
+   * optimizer: bf16 working parameters, the fp32 master sharded with the
+   * moments) */
+  t->master = t->zero == 3 || (t->zero > 0 && cfg->train.precision == TL_PRECISION_BF16);
+  if (!t->master) {
     TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
     t->params_owned = true;
   }
@@ -338,12 +343,17 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
       t->grads = tl_dp_buckets_grad_buffer(t->buckets);
       t->grad_offset = tl_dp_buckets_grad_offset(t->buckets);
     }
-    if (t->zero == 3) {
+    if (t->master) {
       t->params = tl_dp_buckets_param_buffer(t->buckets);
       t->param_offset = tl_dp_buckets_param_offset(t->buckets);
     }
   }
-  if (t->zero == 3) /* the parameters: ZeRO-3's unit slots and shard (not its bf16 image) */
+  if (!t->params) {
+    st = TL_ERRF(TL_ERR_INTERNAL, "ZeRO-%d without the buckets that hold its parameters", t->zero);
+    goto fail;
+  }
+  if (t->master) /* the parameters: the working copy (ZeRO-3's unit slots) and the master shard
+                  * (not ZeRO-3's bf16 image of it) */
     t->param_bytes = (int64_t)(t->params->bytes + tl_dp_buckets_shard_params(t->buckets)->bytes);
   if (cfg->parallel.deterministic) {
     if (t->tp_size > 1 || !t->be->ops->fixed_add) {
@@ -387,7 +397,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                .group = t->comm.tp,
                .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL,
                /* ZeRO-3's gathered units: bf16 under bf16 training */
-               .params_dtype = t->zero == 3 ? tl_dp_buckets_param_dtype(t->buckets) : TL_F32},
+               .params_dtype = t->master ? tl_dp_buckets_param_dtype(t->buckets) : TL_F32},
       .n_slots = t->sched.max_in_flight,
       .n_chunks = t->n_chunks,
       .chunks = t->chunks,

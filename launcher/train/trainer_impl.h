@@ -51,9 +51,12 @@ struct tl_trainer {
   tl_buffer *params, *grads;
   bool params_owned, grads_owned;
   /* ZeRO-3: `params` is the buckets' two unit slots (tl_dp_buckets_param_
-   * buffer) and param_offset says where each parameter lies in it; the
-   * parameters themselves are the shard (tl_dp_buckets_shard_params) */
+   * buffer) and param_offset says where each parameter lies in it; ZeRO 1
+   * and 2 under bf16 training: `params` is the buckets' whole bf16 working
+   * copy. Either way (`master`) the parameters themselves are the fp32
+   * shard the optimizer updates (tl_dp_buckets_shard_params) */
   const int64_t* param_offset;
+  bool master;
   const int64_t* grad_offset;
   int zero; /* parallel.zero */
   /* parallel.deterministic: the gradients as exact 64-bit fixed-point sums
@@ -121,6 +124,11 @@ int tl__trainer_tensor_of(const tl_trainer* t, int v);
  * checkpoint.resume, model.init_from, else the RNG — and the loader at the
  * checkpoint's data position (trainer_state.c). */
 tl_status tl__trainer_load_start(tl_trainer* t);
+
+/* The fp32 master shard was written (a start state placed): the working
+ * parameters made from it, collectively over the dp group; nothing
+ * without a master shard (trainer_state.c). */
+tl_status tl__trainer_params_placed(tl_trainer* t);
 
 /* trainer_shards.c: a sharded checkpoint written (collective) and read
  * (this rank's pieces, and the step and data position), and the llm.c

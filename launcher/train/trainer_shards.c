@@ -66,7 +66,7 @@ static tl_status each_full_run(const tl_trainer* t, const tl_dp_segment* seg, in
  * ZeRO-3's shard: index by param_index) and the moments (whole stage, or
  * the ZeRO shard: piece.at either way). */
 static void sources(tl_trainer* t, tl_buffer* buf[3]) {
-  buf[0] = t->zero == 3 ? tl_dp_buckets_shard_params(t->buckets) : t->params;
+  buf[0] = t->master ? tl_dp_buckets_shard_params(t->buckets) : t->params;
   buf[1] = tl_optim_moment(t->optim, 0);
   buf[2] = tl_optim_moment(t->optim, 1);
 }
@@ -79,7 +79,7 @@ static tl_status to_host(const tl_trainer* t, float* dst, const tl_buffer* buf, 
 }
 
 static int64_t param_index(const tl_trainer* t, const struct tl_dp_piece* p) {
-  return t->zero == 3 ? p->at : p->offset;
+  return t->master ? p->at : p->offset;
 }
 
 struct collect {
@@ -249,10 +249,10 @@ tl_status tl__trainer_place_sharded(tl_trainer* t, const char* path, int64_t* po
   tl_status st = pieces ? TL_OK : TL_ERRF(TL_ERR_NOMEM, "out of memory reading a checkpoint");
   if (st == TL_OK && t->buckets) tl_dp_buckets_pieces(t->buckets, pieces);
   t->io_host_bytes = 0;
-  tl_buffer* dev[3] = {t->zero == 3 ? tl_dp_buckets_shard_params(t->buckets) : t->params,
+  tl_buffer* dev[3] = {t->master ? tl_dp_buckets_shard_params(t->buckets) : t->params,
                        tl_optim_moment(t->optim, 0), tl_optim_moment(t->optim, 1)};
   for (int k = 0; k < 3 && st == TL_OK; k++) {
-    bool shard = k == 0 ? t->zero == 3 : t->zero > 0;
+    bool shard = k == 0 ? t->master : t->zero > 0;
     float* host = malloc(dev[k]->bytes);
     if (!host) {
       st = TL_ERRF(TL_ERR_NOMEM, "out of memory reading a checkpoint");
@@ -282,7 +282,7 @@ tl_status tl__trainer_place_sharded(tl_trainer* t, const char* path, int64_t* po
         "resuming from %s at step %lld (sharded: this rank read what it holds, through "
         "at most %.2f MB of host memory)",
         path, (long long)s.step, t->io_host_bytes / 1e6);
-  if (st == TL_OK && t->zero == 3) st = tl_dp_buckets_begin_step(t->buckets);
+  if (st == TL_OK) st = tl__trainer_params_placed(t);
   return st;
 }
 

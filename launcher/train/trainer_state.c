@@ -73,12 +73,12 @@ static tl_status place_full(tl_trainer* t, const float* full) {
     }
     size_t bytes = sizeof(float) * (size_t)n;
     tl_device dev = t->be->device, cpu = tl_cpu();
-    /* the parameters: the whole stage's, or ZeRO-3's shard of them (the
-     * units are gathered from it when the next step or evaluation runs) */
-    st = t->zero == 3 ? tl_dp_buckets_to_shard(t->buckets, local,
-                                               tl_dp_buckets_shard_params(t->buckets)->data)
-                      : tl_memcpy(dev, t->params->data, cpu, local, bytes);
-    if (st == TL_OK && t->zero == 3) st = tl_dp_buckets_begin_step(t->buckets);
+    /* the parameters: the whole stage's, or the fp32 master shard of them
+     * (ZeRO-3, ZeRO 1-2 in bf16), whose working copy is made from it */
+    st = t->master ? tl_dp_buckets_to_shard(t->buckets, local,
+                                            tl_dp_buckets_shard_params(t->buckets)->data)
+                   : tl_memcpy(dev, t->params->data, cpu, local, bytes);
+    if (st == TL_OK) st = tl__trainer_params_placed(t);
     /* the moments: the whole stage's, or this rank's ZeRO shard of them */
     for (int k = 0; k < 2 && st == TL_OK; k++) {
       float* m = tl_optim_moment(t->optim, k)->data;
@@ -89,6 +89,14 @@ static tl_status place_full(tl_trainer* t, const float* full) {
   free(local);
   free(cut);
   return st;
+}
+
+tl_status tl__trainer_params_placed(tl_trainer* t) {
+  if (!t->master) return TL_OK;
+  /* ZeRO-3: the slots dropped, the late parameters gathered; ZeRO 1-2: the
+   * whole bf16 working copy rounded and gathered from the master shards */
+  return t->zero == 3 ? tl_dp_buckets_begin_step(t->buckets)
+                      : tl_dp_buckets_gather_params(t->buckets, NULL);
 }
 
 /* The stage's parameters (and moments) from the start state or the RNG. */
@@ -217,13 +225,13 @@ static tl_status unshard(tl_trainer* t, const float* src, bool src_is_shard, tl_
 
 tl_status tl_trainer_gather(tl_trainer* t, float* out, int moments) {
   tl_buffer* src[3] = {t->params, tl_optim_moment(t->optim, 0), tl_optim_moment(t->optim, 1)};
-  if (t->zero == 3) src[0] = tl_dp_buckets_shard_params(t->buckets);
+  if (t->master) src[0] = tl_dp_buckets_shard_params(t->buckets);
   tl_buffer* whole[3] = {NULL, NULL, NULL};
   tl_status st = TL_OK;
   /* what the dp group holds as shards: the moments (ZeRO >= 1), the
-   * parameters (ZeRO-3) */
+   * parameters (their fp32 master: ZeRO-3, ZeRO 1-2 in bf16) */
   for (int k = 0; k < (moments ? 3 : 1) && st == TL_OK; k++) {
-    if (k == 0 ? t->zero < 3 : t->zero == 0) continue;
+    if (k == 0 ? !t->master : t->zero == 0) continue;
     st = unshard(t, src[k]->data, true, &whole[k]);
     if (st == TL_OK) src[k] = whole[k];
   }
@@ -309,8 +317,8 @@ tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t 
   float* local = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
   if (!local) return TL_ERRF(TL_ERR_NOMEM, "out of memory comparing copies");
   tl_status st = t->be->ops->synchronize(t->be->ctx);
-  tl_buffer* stage = NULL; /* ZeRO-3: the stage's parameters from the dp group's shards */
-  if (st == TL_OK && t->zero == 3)
+  tl_buffer* stage = NULL; /* the stage's fp32 parameters from the dp group's master shards */
+  if (st == TL_OK && t->master)
     st = unshard(t, tl_dp_buckets_shard_params(t->buckets)->data, true, &stage);
   if (st == TL_OK)
     st = tl_memcpy(tl_cpu(), local, t->be->device, stage ? stage->data : t->params->data,

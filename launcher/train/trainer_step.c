@@ -359,7 +359,7 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   TL_CHECK(ops->synchronize(ctx));
   if (t->zero > 0) { /* every rank's updated chunks to every replica */
     double t0 = tl__trainer_now_us();
-    TL_CHECK(tl_dp_buckets_gather_params(t->buckets, t->params->data));
+    TL_CHECK(tl_dp_buckets_gather_params(t->buckets, t->master ? NULL : t->params->data));
     dp_wait += (tl__trainer_now_us() - t0) * 1e-6;
     tl__trainer_trace_span(t, "dp_all_gather", 0, t0);
   }

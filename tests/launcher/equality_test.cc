@@ -373,7 +373,7 @@ TEST(Equality, InterleavedEqualsTheSingleDeviceRun) {
 // (launcher/train/verify.h says why they are looser: a reassociated fp32
 // sum can round to the neighbouring bf16 value): data, tensor (with
 // sequence parallelism) and pipeline parallelism alone and together, ZeRO
-// 1 and 3, full recomputation, zero-bubble, both models.
+// 1-3, full recomputation, zero-bubble, both models.
 TEST(Equality, Bf16OnEveryMeshEqualsTheBf16SingleDeviceRun) {
   const int n = WorldSize();
   const tl_precision bf16 = TL_PRECISION_BF16;
@@ -391,6 +391,8 @@ TEST(Equality, Bf16OnEveryMeshEqualsTheBf16SingleDeviceRun) {
       if (pp > 1)
         CheckEqual(gpt, dp, pp, TL_SCHEDULE_ZERO_BUBBLE, 2, {}, tp, false, dp > 1 ? 1 : 0, 0,
                    TL_RECOMPUTE_FULL, bf16);
+      if (dp == 2 && pp == 1)  // the bf16 working copy gathered from sharded fp32 masters
+        CheckEqual(gpt, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, sp, 2, 0, TL_RECOMPUTE_NONE, bf16);
       CheckEqual(mlp, dp, pp, TL_SCHEDULE_1F1B, 2, {}, tp, false, 0, 0, TL_RECOMPUTE_NONE, bf16);
     }
 }
@@ -623,16 +625,22 @@ Bits TrainFree(const tl_config& c, bool single) {
 // (one file, and sharded with ZeRO-3 where A has data parallelism), then
 // steps 3 and 4 on mesh B from it give the losses of 4 uninterrupted steps
 // on A, within reassociation (1e-5 relative).
+// `single`: on this rank alone, without the job (a mesh of one device).
 std::vector<double> TrainSteps(tl_config c, int steps, const std::string& save,
-                               const std::string& resume) {
+                               const std::string& resume, bool sharded = false,
+                               bool single = false) {
   std::vector<double> losses;
   snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", resume.c_str());
-  c.checkpoint.format = c.parallel.zero == 3 ? TL_CHECKPOINT_SHARDED : TL_CHECKPOINT_FILE;
+  c.checkpoint.format =
+      sharded || c.parallel.zero == 3 ? TL_CHECKPOINT_SHARDED : TL_CHECKPOINT_FILE;
   tl_worker w;
-  EXPECT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
-  tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+  tl_trainer_comm comm = {};
+  if (!single) {
+    EXPECT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
+    comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+  }
   tl_trainer* t = nullptr;
-  EXPECT_EQ(tl_trainer_create(&c, &comm, &t), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_trainer_create(&c, single ? nullptr : &comm, &t), TL_OK) << tl_last_error();
   for (int s = 0; t && s < steps; s++) {
     tl_step_stats st;
     EXPECT_EQ(tl_trainer_step(t, &st), TL_OK) << tl_last_error();
@@ -642,8 +650,50 @@ std::vector<double> TrainSteps(tl_config c, int steps, const std::string& save,
     EXPECT_EQ(tl_trainer_save(t, save.c_str()), TL_OK) << tl_last_error();
   }
   tl_trainer_destroy(t);
-  tl_worker_finalize(&w);
+  if (!single) tl_worker_finalize(&w);
   return losses;
+}
+
+// ZeRO 1 and 2 in bf16 training hold bf16 working parameters and the fp32
+// master sharded with the moments (Megatron-LM's distributed optimizer);
+// checkpoints keep the fp32 master, one file or sharded. At dp 2: 2 steps,
+// saved, then 2 more from the checkpoint give the 4 uninterrupted steps'
+// losses bit for bit; and the checkpoint loads on one device (ZeRO-0,
+// nothing sharded), whose next step reads the same parameters (the loss
+// of the whole batch, reassociated) and whose step after that follows
+// within bf16's rounding.
+TEST(Equality, ZeroInBf16ResumesBitForBitAndLoadsOnOneDevice) {
+  if (WorldSize() != 2) GTEST_SKIP() << "a two-rank case (dp 2)";
+  const char* tmp = getenv("TEST_TMPDIR");
+  const std::string root = std::string(tmp ? tmp : "/tmp") + "/bf16_master";
+  for (int zero : {1, 2})
+    for (bool sharded : {false, true}) {
+      tl_config c = Base(TL_MODEL_GPT);
+      c.train.precision = TL_PRECISION_BF16;
+      c.mesh.dp = 2, c.parallel.zero = zero;
+      c.schedule.micro_batches = 2, c.parallel.bucket_mb = 0.002;
+      const std::vector<double> whole = TrainSteps(c, 4, "", "");
+      const std::string ckpt = root + std::to_string(zero) + (sharded ? "" : ".ckpt");
+      TrainSteps(c, 2, ckpt, "", sharded);
+      const std::vector<double> rest = TrainSteps(c, 2, "", ckpt, sharded);
+      tl_config one = c;
+      one.mesh.dp = 1, one.parallel.zero = 0;
+      const std::vector<double> alone = TrainSteps(one, 2, "", ckpt, sharded, true);
+      ASSERT_EQ(whole.size(), 4u);
+      ASSERT_EQ(rest.size(), 2u);
+      ASSERT_EQ(alone.size(), 2u);
+      const std::string what =
+          "zero=" + std::to_string(zero) + (sharded ? " sharded" : " one file");
+      for (int s = 0; s < 2; s++)
+        EXPECT_EQ(rest[s], whole[2 + s]) << what << ": step " << s + 3 << " resumed on dp 2";
+      EXPECT_NEAR(alone[0], whole[2], 1e-6 * whole[2]) << what << ": step 3 on one device";
+      EXPECT_NEAR(alone[1], whole[3], 1e-5 * whole[3]) << what << ": step 4 on one device";
+      if (WorldRank() == 0)
+        printf(
+            "bf16 dp=2 %s: steps 3-4 resumed %.9f %.9f, uninterrupted %.9f %.9f, "
+            "on one device %.9f %.9f\n",
+            what.c_str(), rest[0], rest[1], whole[2], whole[3], alone[0], alone[1]);
+    }
 }
 
 TEST(Equality, LlamaCheckpointsResumeOnAnotherMesh) {
