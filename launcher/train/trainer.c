@@ -366,6 +366,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     TL_CHECK_GOTO(tl_buffer_create(dev, 2 * bytes, &t->grad_acc), st, fail);
   }
   TL_CHECK_GOTO(create_optimizer(t), st, fail);
+  /* the model state: parameters, gradients, AdamW's moments and the
+   * buckets' buffers (not the deterministic mode's fixed-point sums) */
+  t->state_bytes =
+      tl_alloc_stats_get(dev).live_bytes - live - (t->grad_acc ? (int64_t)t->grad_acc->bytes : 0);
   if (t->shard.sp) {
     int64_t packed = tl_tp_partial_elems(&t->shard, t->lay->offset);
     TL_CHECK_GOTO(

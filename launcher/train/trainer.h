@@ -159,6 +159,11 @@ struct tl_pp_costs tl_trainer_schedule_costs(const tl_trainer* t);
 /* Bytes of this rank's parameter buffer, as the allocator counted them
  * (gradients and the two AdamW moments are the same size each). */
 int64_t tl_trainer_param_bytes(const tl_trainer* t);
+/* Bytes of this rank's model state as the allocator counted them when the
+ * trainer was made: parameters (and bf16 working copies), gradients,
+ * AdamW's moments and the data-parallel buckets' buffers — what the ZeRO
+ * formulas count, with what the implementation adds. */
+int64_t tl_trainer_state_bytes(const tl_trainer* t);
 /* This rank's stage: [layer_begin, layer_end) of n_stages (under the
  * interleaved schedule its first chunk's layers). */
 void tl_trainer_stage(const tl_trainer* t, int* stage, int* n_stages, int* layer_begin,

@@ -66,6 +66,7 @@ struct tl_trainer {
   tl_optim* optim;     /* AdamW's moments, the norm and clipping (optimizer.h) */
   tl_buffer* sp_pack;  /* sequence parallelism: the partial gradients, packed */
   int64_t param_bytes; /* what the allocator counted for the parameter buffer */
+  int64_t state_bytes; /* and for the whole model state (tl_trainer_state_bytes) */
   tl_dp_buckets* buckets;
   /* data */
   tl_token_file train_file, val_file;

@@ -47,6 +47,10 @@ int64_t tl_trainer_param_bytes(const tl_trainer* t) {
   return t->param_bytes;
 }
 
+int64_t tl_trainer_state_bytes(const tl_trainer* t) {
+  return t->state_bytes;
+}
+
 int64_t tl_trainer_activation_bytes(const tl_trainer* t) {
   /* each slot's own arena, and the transient one they share */
   int64_t b = 0;

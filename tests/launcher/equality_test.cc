@@ -495,11 +495,12 @@ TEST(Equality, Bf16GradientReductionEqualsTheSingleDeviceRun) {
 // ZeRO-3 in bf16 training gathers the parameters rounded to bf16, half the
 // bytes of fp32's, into bf16 slots the executor widens: exactly what a bf16
 // graph reads (it rounds every parameter to bf16 on the way in), so the
-// losses are ZeRO-2's bit for bit — ZeRO-2 keeps every parameter in fp32
-// and reads it rounded the same way (no clipping: the norm's sum is cut
-// differently by the two) — and the gathers move half the bytes of the
-// same run in fp32.
-TEST(Equality, ZeroThreeInBf16GathersRoundedParametersExactly) {
+// losses are ZeRO-2's bit for bit — ZeRO-2 in bf16 reads its whole bf16
+// working copy, the same rounding of the same fp32 master (no clipping:
+// the norm's sum is cut differently by the two). ZeRO 1 and 2 gather the
+// updated chunks of that working copy in bf16. Every stage's gathers move
+// half the bytes of the same run in fp32.
+TEST(Equality, ZeroInBf16GathersRoundedParametersExactly) {
   if (WorldSize() != 2) GTEST_SKIP() << "a two-rank case";
   auto run = [](int zero, tl_precision precision, int64_t* gathered) {
     std::vector<double> losses;
@@ -522,17 +523,21 @@ TEST(Equality, ZeroThreeInBf16GathersRoundedParametersExactly) {
     tl_worker_finalize(&w);
     return losses;
   };
-  int64_t g2 = 0, g3 = 0, g3_fp32 = 0;
-  std::vector<double> zero2 = run(2, TL_PRECISION_BF16, &g2);
-  std::vector<double> zero3 = run(3, TL_PRECISION_BF16, &g3);
-  run(3, TL_PRECISION_FP32, &g3_fp32);
+  int64_t bf16[4] = {0}, fp32[4] = {0};
+  std::vector<double> zero2 = run(2, TL_PRECISION_BF16, &bf16[2]);
+  std::vector<double> zero3 = run(3, TL_PRECISION_BF16, &bf16[3]);
   ASSERT_EQ(zero2.size(), 3u);
   ASSERT_EQ(zero3.size(), 3u);
   for (int s = 0; s < 3; s++) EXPECT_EQ(zero3[s], zero2[s]) << "step " << s + 1;
-  std::printf("ZeRO-3 gathered %lld bytes in bf16 training, %lld in fp32\n", (long long)g3,
-              (long long)g3_fp32);
-  EXPECT_GT(g3_fp32, 0);
-  EXPECT_EQ(2 * g3, g3_fp32);
+  run(1, TL_PRECISION_BF16, &bf16[1]);
+  for (int zero = 1; zero <= 3; zero++) {
+    run(zero, TL_PRECISION_FP32, &fp32[zero]);
+    if (WorldRank() == 0)
+      std::printf("ZeRO-%d gathered %lld bytes in bf16 training, %lld in fp32\n", zero,
+                  (long long)bf16[zero], (long long)fp32[zero]);
+    EXPECT_GT(fp32[zero], 0) << "ZeRO-" << zero;
+    EXPECT_EQ(2 * bf16[zero], fp32[zero]) << "ZeRO-" << zero;
+  }
 }
 
 // A pipeline boundary carries the residual stream: whole between stages of
