@@ -193,6 +193,14 @@ static double dp_buckets(const tl_plan* p, double elems, int units) {
   return b > 1 ? b : 1;
 }
 
+/* The bytes a parameter moves in ZeRO 1 and 2's all-gather of the updated
+ * parameters: bf16 under bf16 training (the working copy: trellis's, and
+ * Megatron-LM's distributed optimizer's and DeepSpeed's bf16 optimizer's),
+ * else fp32. */
+static double gathered_bytes(tl_dtype dtype) {
+  return dtype == TL_BF16 ? 2.0 : 4.0;
+}
+
 /* The data-parallel communication a step leaves exposed, for `grads`
  * elements of the fullest stage and one micro-batch's compute `comp`:
  * - ZeRO 0: the all-reduce, in buckets during the last micro-batch's
@@ -205,21 +213,22 @@ static double dp_buckets(const tl_plan* p, double elems, int units) {
  *   the parameters are gathered unit by unit as the passes run
  *   (tl_cost_zero3_gathers, which the caller adds). */
 double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads, int units,
-                           const struct tl_link* whole, double comp) {
+                           const struct tl_link* whole, double comp, tl_dtype dtype) {
   const int d = p->dp;
   if (d <= 1) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0; /* bytes an element moves */
+  const double param = gathered_bytes(dtype);
   const double buckets = dp_buckets(p, grads, units);
   /* each bucket moves at its own size's rate */
   const struct tl_link at_wire = tl_link_at(whole, grads * wire / buckets),
-                       at_fp32 = tl_link_at(whole, grads * 4.0 / buckets);
+                       at_param = tl_link_at(whole, grads * param / buckets);
   const struct tl_link* link = &at_wire;
   double reduce = p->zero == 0 ? tl_cost_all_reduce(c, grads * wire, d, link)
                                : tl_cost_reduce_scatter(c, grads * wire, d, link);
-  /* the updated parameters, in fp32 whatever the gradients moved in
+  /* the updated parameters, whatever the gradients moved in
    * (tl_dp_buckets_gather_params) */
   double gather =
-      p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * 4.0, d, &at_fp32) : 0;
+      p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * param, d, &at_param) : 0;
   int passes = p->zero >= 2 ? p->n_micro : 1;
   if (p->dp_bucket_mb <= 0 || p->no_overlap) return passes * reduce + gather;
   double last = reduce / buckets, hidden = comp * 2.0 / 3.0;
@@ -237,18 +246,20 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads, 
  * can hide behind the same compute as the next; this is what they cannot
  * all do at once. */
 double tl__cost_dp_floor(const tl_cluster* c, const tl_plan* p, double grads,
-                         const struct tl_link* whole, double comp, double zero3_all) {
+                         const struct tl_link* whole, double comp, double zero3_all,
+                         tl_dtype dtype) {
   const int d = p->dp, m = p->n_micro;
   if (d <= 1 || p->no_overlap) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0;
+  const double param = gathered_bytes(dtype);
   const double buckets = dp_buckets(p, grads, 1);
   const struct tl_link at_wire = tl_link_at(whole, grads * wire / buckets),
-                       at_fp32 = tl_link_at(whole, grads * 4.0 / buckets);
+                       at_param = tl_link_at(whole, grads * param / buckets);
   const struct tl_link* link = &at_wire;
   const double reduce = p->zero == 0 ? tl_cost_all_reduce(c, grads * wire, d, link)
                                      : tl_cost_reduce_scatter(c, grads * wire, d, link);
   const double after =
-      p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * 4.0, d, &at_fp32) : 0;
+      p->zero == 1 || p->zero == 2 ? tl_cost_all_gather(c, grads * param, d, &at_param) : 0;
   const double fwd = comp / 3.0, bwd = comp * 2.0 / 3.0;
   double front = 0, hide_front = 0, back, hide_back;
   if (p->zero <= 1) {

@@ -382,9 +382,9 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's under train.precision "bf16"), whatever the
    * activations' dtype */
-  double dp = tl__cost_dp_seconds(c, p, grads, units, dp_link, comp / speed) + zero3;
-  dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all));
-  p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed) + zero3_all;
+  double dp = tl__cost_dp_seconds(c, p, grads, units, dp_link, comp / speed, dtype) + zero3;
+  dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all, dtype));
+  p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed, dtype) + zero3_all;
   if (tl__cost_overlap_stalls(c, p)) dp = p->c_dp; /* nothing hides (cost_impl.h) */
   p->zb_costs = sh->zb_costs;
   tl__cost_pipeline(c, p, &sh->zb_costs, comp, tp_comm, pp_comm,

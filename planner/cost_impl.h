@@ -54,14 +54,14 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
 /* The data-parallel communication a step leaves exposed (planner/cost.c);
  * units: the fullest stage's ZeRO-3 units (each a bucket at least). */
 double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads, int units,
-                           const struct tl_link* link, double comp);
+                           const struct tl_link* link, double comp, tl_dtype dtype);
 
 /* What of the data-parallel communication no compute can hide
  * (cost_comm.c): the collectives take their turns on the one link, each
  * pass's behind that pass's compute at most. comp: one micro-batch's
  * compute; zero3_all: ZeRO-3's gathers of the step with nothing hidden. */
 double tl__cost_dp_floor(const tl_cluster* c, const tl_plan* p, double grads,
-                         const struct tl_link* link, double comp, double zero3_all);
+                         const struct tl_link* link, double comp, double zero3_all, tl_dtype dtype);
 
 /* Micro-batches whose activations stage s holds at once: pp's schedule's. */
 int tl__cost_in_flight(const tl_plan* p, const struct tl_cost_shard* sh, int s);

@@ -246,12 +246,12 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
   p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
-  double dp = tl__cost_dp_seconds(c, p, grads, units, dp_link, comp / speed) + zero3;
-  dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all));
+  double dp = tl__cost_dp_seconds(c, p, grads, units, dp_link, comp / speed, dtype) + zero3;
+  dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all, dtype));
   {
     tl_plan bare = *p;
     bare.no_overlap = true;
-    p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed) + zero3_all;
+    p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed, dtype) + zero3_all;
   }
   if (tl__cost_overlap_stalls(c, p)) dp = p->c_dp; /* nothing hides (cost_impl.h) */
   tl__cost_pipeline(c, p, NULL, comp, tp_comm, pp_comm, pp - 1);

@@ -61,18 +61,22 @@ TEST(CostModel, EachCollectiveRunsAtItsOwnShareOfTheLink) {
   b.bw_all_gather = 2, b.bw_reduce_scatter = 0.5, b.bw_send_recv = 4;
   tl_plan q = p;
   tl_cost_evaluate(&cm, &b, TL_BF16, nullptr, &q);
-  // at share 1 the two halves are alike: X of bandwidth and 3 messages each
-  // (dp 4 over tp 8: one member a node)
+  // at share 1: the reduce-scatter X of bandwidth (fp32 gradients), the
+  // all-gather X / 2 (bf16 training gathers the bf16 working parameters),
+  // and 3 messages each (dp 4 over tp 8: one member a node)
   const tl_link dp = tl_cost_group_link(&a, 4, 8);
-  const double X = (p.t_dp - 6 * dp.latency) / 2;
-  EXPECT_NEAR(q.t_dp, X / 0.5 + X / 2 + 6 * dp.latency, 1e-9 * q.t_dp);
+  const double X = (p.t_dp - 6 * dp.latency) / 1.5;
+  EXPECT_NEAR(q.t_dp, X / 0.5 + X / 2 / 2 + 6 * dp.latency, 1e-9 * q.t_dp);
   EXPECT_GT(q.t_dp, p.t_dp);  // the reduce-scatter's half share outweighs the gather's double
-  // parallel.grad_reduce "bf16" halves the reduce-scatter's bytes, not the
-  // all-gather's: the runtime gathers the updated fp32 parameters
+  // parallel.grad_reduce "bf16" halves the reduce-scatter's bytes too
   tl_plan h = p;
   h.grad_reduce = TL_BF16;
   tl_cost_evaluate(&cm, &a, TL_BF16, nullptr, &h);
-  EXPECT_NEAR(h.t_dp, X / 2 + X + 6 * dp.latency, 1e-9 * h.t_dp);
+  EXPECT_NEAR(h.t_dp, X / 2 + X / 2 + 6 * dp.latency, 1e-9 * h.t_dp);
+  // fp32 training gathers fp32 parameters: X each
+  tl_plan f = p;
+  tl_cost_evaluate(&cm, &a, TL_F32, nullptr, &f);
+  EXPECT_NEAR(f.t_dp, X + X + 6 * dp.latency, 1e-9 * f.t_dp);
   // the pipeline's two sends a micro-batch, over the network (dp x tp fills
   // the nodes): their bandwidth term a quarter
   const double Y = p.t_pp / (2 * p.n_micro) - a.inter.latency;
@@ -166,7 +170,8 @@ TEST(CostModel, CollectivesAcrossNodesUseEveryCardOfTheGroup) {
 // With the link's bandwidth by size, the data-parallel collectives move at
 // the rate of the buffers they send: a bucket's (parallel.bucket_mb of fp32
 // elements), or the whole gradient's without buckets, for every ZeRO stage
-// (ZeRO-3's units each at their own size's, or a bucket's).
+// (ZeRO-3's units each at their own size's, or a bucket's). In fp32, where
+// ZeRO 1 and 2 gather parameters in buffers of the gradients' size.
 TEST(CostModel, DataParallelBuffersMoveAtTheirOwnSizesRate) {
   tl_cost_model cm = Build(kShapes[1]);
   tl_cluster curve = A100Nodes(1);
@@ -180,7 +185,7 @@ TEST(CostModel, DataParallelBuffersMoveAtTheirOwnSizesRate) {
       p.dp = 8, p.tp = 1, p.pp = 1, p.micro_batch = 1, p.n_micro = 2, p.zero = zero;
       p.schedule = TL_SCHEDULE_1F1B, p.recompute = TL_RECOMPUTE_NONE, p.dp_bucket_mb = mb;
       tl_plan flat_p = p;
-      tl_cost_evaluate(&cm, &curve, TL_BF16, nullptr, &p);
+      tl_cost_evaluate(&cm, &curve, TL_F32, nullptr, &p);
       // the same plan on a flat link at the buffer's rate
       const tl_cost_shard& sh = cm.shards[0];
       const tl_cost_stage_shape& st = sh.stage[TL_COST_STAGE_EMBED | TL_COST_STAGE_HEAD];
@@ -192,14 +197,14 @@ TEST(CostModel, DataParallelBuffersMoveAtTheirOwnSizesRate) {
       if (zero == 3) {  // units of their own sizes: between the curve's ends
         tl_plan slow = flat_p, fast = flat_p;
         flat.intra.bandwidth = 50e9;
-        tl_cost_evaluate(&cm, &flat, TL_BF16, nullptr, &slow);
+        tl_cost_evaluate(&cm, &flat, TL_F32, nullptr, &slow);
         flat.intra.bandwidth = 300e9;
-        tl_cost_evaluate(&cm, &flat, TL_BF16, nullptr, &fast);
+        tl_cost_evaluate(&cm, &flat, TL_F32, nullptr, &fast);
         EXPECT_LT(p.c_dp, slow.c_dp) << mb;
         EXPECT_GT(p.c_dp, fast.c_dp) << mb;
         continue;
       }
-      tl_cost_evaluate(&cm, &flat, TL_BF16, nullptr, &flat_p);
+      tl_cost_evaluate(&cm, &flat, TL_F32, nullptr, &flat_p);
       EXPECT_NEAR(p.c_dp, flat_p.c_dp, 1e-9 * flat_p.c_dp) << "ZeRO-" << zero << ", " << mb;
       EXPECT_NEAR(p.t_dp, flat_p.t_dp, 1e-9 * flat_p.t_dp + 1e-15);
       EXPECT_GT(flat.intra.bandwidth, 50e9 - 1);
