@@ -130,11 +130,10 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging
   int64_t bytes = master + (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
   if (zero == 3) { /* the parameters: the unit slots and the late ones (bf16 under bf16
-                    * training), and the shard, with its bf16 image to gather from */
+                    * training), and the fp32 shard */
     const int64_t es = params == TL_BF16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(float);
     const int slots = tl_dp_zero3_slots(n, n_late, unit_max, size);
     bytes += es * tl__dp_at_least_one(slots * unit_max + n_late) + (int64_t)sizeof(float) * shard;
-    if (params == TL_BF16 && size > 1) bytes += (int64_t)sizeof(uint16_t) * shard;
   }
   return bytes;
 }
@@ -294,7 +293,6 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
   free(b->poff);
   tl_buffer_destroy(b->pbuf);
   tl_buffer_destroy(b->pshard);
-  tl_buffer_destroy(b->pshard16);
   free(b);
 }
 

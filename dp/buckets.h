@@ -208,9 +208,9 @@ int tl_dp_buckets_slots(const tl_dp_buckets* b);
  * 0 and 1: nothing (the gradients are the caller's) but a bf16 wire's
  * image of them and (zero 1, bf16 training) the parameters below. With zero 3 the shard is counted
  * as zero 2 cuts it; cutting buckets at units too adds at most a few elements per bucket; `params`
- * TL_BF16 (bf16 training) keeps the unit slots and late parameters in 2 bytes each, plus the
- * shard's bf16 image when size > 1, and under zero 1 and 2 the whole stage's working parameters in
- * bf16 and the shard's fp32 master. */
+ * TL_BF16 (bf16 training) keeps the unit slots and late parameters in 2 bytes each (each rank
+ * rounds its chunks straight into them and gathers in place), and under zero 1 and 2 the whole
+ * stage's working parameters in bf16 and the shard's fp32 master. */
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int64_t unit_max,
                             int size, double bucket_mb, tl_dtype wire, tl_dtype params);
 /* The elements a bucket holds (the last of each part fewer): bucket_mb's,

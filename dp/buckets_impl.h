@@ -49,10 +49,11 @@ struct tl_dp_buckets {
   tl_buffer* pshard;          /* this rank's chunks of the parameters: their only copy */
   /* train.precision "bf16": the slots and the late parameters hold bf16
    * (what a bf16 graph reads, in half the bytes: the executor's
-   * params_dtype); over a group the gathers move the shard rounded to bf16
-   * (pshard16, rounded from pshard as each gather starts) */
+   * params_dtype); over a group the gathers move the shard rounded to bf16,
+   * each rank's chunks rounded into their places as each gather starts.
+   * Zero 1 and 2: pbuf is the whole stage's bf16 working copy and pshard
+   * the fp32 master (tl_dp_buckets_gather_params) */
   bool pbf16;
-  tl_buffer* pshard16;
   int n_slots;     /* 2: the next unit gathered ahead; 1: none (tl_dp_zero3_slots) */
   int punit[2];    /* the unit a slot holds (or is being gathered into), or -1 */
   bool pending[2]; /* its gather is in flight */

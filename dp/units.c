@@ -87,9 +87,6 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
   TL_CHECK(tl_buffer_create(dev, es * (size_t)tl__dp_at_least_one(slots + n_late), &b->pbuf));
   TL_CHECK(
       tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->pshard));
-  if (b->pbf16 && b->group)
-    TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)tl__dp_at_least_one(b->shard_n),
-                              &b->pshard16));
   b->poff = malloc(sizeof(int64_t) * (size_t)tl__dp_at_least_one(l->n_values));
   if (!b->poff) return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's parameters");
   for (int v = 0; v < l->n_values; v++) b->poff[v] = -1;
@@ -106,23 +103,27 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
   return TL_OK;
 }
 
-/* bf16 gathers: this rank's chunks of buckets [i0, i1) rounded from the
- * fp32 shard into its bf16 image (the shard changes with every update, so
- * each gather rounds afresh), finished before the group reads them. */
-static tl_status round_chunks(tl_dp_buckets* b, int i0, int i1) {
-  uint16_t* img = (uint16_t*)b->pshard16->data;
+/* bf16 gathers over a group: this rank's chunks of buckets [i0, i1)
+ * rounded from the fp32 shard straight into their places in the slots'
+ * buffer — bucket i lands at element base + (begin[i] - from) — finished
+ * before the group reads them; each gather is then in place (the shard
+ * changes with every update, so each gather rounds afresh). */
+static tl_status round_chunks(tl_dp_buckets* b, int i0, int i1, int64_t base, int64_t from) {
+  uint16_t* to = (uint16_t*)b->pbuf->data;
   const float* shard = b->pshard->data;
   for (int i = i0; i < i1; i++) {
     int64_t off, len;
     tl__dp_chunk_of(b, i, &off, &len);
-    if (len) TL_CHECK(b->be->ops->to_bf16(b->be->ctx, img + b->at[i], shard + b->at[i], len));
+    if (len)
+      TL_CHECK(b->be->ops->to_bf16(b->be->ctx, to + base + (off - from), shard + b->at[i], len));
   }
   return b->be->ops->synchronize(b->be->ctx);
 }
 
 /* Gathers bucket i (this rank's chunk at shard offset at[i]) to `dst`, an
  * element offset in the slots' buffer (bf16 or f32, as b->pbf16): blocking
- * when req is NULL. Without a group, the rank's own chunk (the whole
+ * when req is NULL. bf16 over a group: from the chunk round_chunks put in
+ * its place, in place. Without a group, the rank's own chunk (the whole
  * bucket), rounded to bf16 or copied. */
 static tl_status gather_bucket(tl_dp_buckets* b, int i, int64_t dst, tl_group_request** req) {
   const size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
@@ -130,8 +131,9 @@ static tl_status gather_bucket(tl_dp_buckets* b, int i, int64_t dst, tl_group_re
   if (b->pbf16) {
     uint16_t* to = (uint16_t*)b->pbuf->data + dst;
     if (!b->group) return b->be->ops->to_bf16(b->be->ctx, to, shard, (int64_t)count);
-    return tl_group_all_gather(b->group, (const uint16_t*)b->pshard16->data + b->at[i], to, count,
-                               TL_BF16, req);
+    int64_t off, len;
+    tl__dp_chunk_of(b, i, &off, &len);
+    return tl_group_all_gather(b->group, to + (off - b->begin[i]), to, count, TL_BF16, req);
   }
   float* to = (float*)b->pbuf->data + dst;
   if (!b->group) return tl_memcpy(b->be->device, to, b->be->device, shard, sizeof(float) * count);
@@ -147,7 +149,8 @@ static tl_status gather_unit(tl_dp_buckets* b, int u) {
   /* a deliberate bug (core/env.h): every rank skips the gather alike */
   if (u == 1 && b->group && tl_fault_on(TL_FAULT_ZERO_GATHER_SKIPPED)) return TL_OK;
   b->pending[s] = true;
-  if (b->pbf16 && b->group) TL_CHECK(round_chunks(b, b->unit_b0[u], b->unit_b1[u]));
+  if (b->pbf16 && b->group)
+    TL_CHECK(round_chunks(b, b->unit_b0[u], b->unit_b1[u], s * b->unit_max, b->unit_lb[u]));
   for (int i = b->unit_b0[u]; i < b->unit_b1[u]; i++)
     TL_CHECK(gather_bucket(b, i, s * b->unit_max + (b->begin[i] - b->unit_lb[u]),
                            b->group ? &b->req[i] : NULL));
@@ -176,7 +179,9 @@ tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
     b->punit[s] = -1; /* gathered before the update: stale */
   }
   /* the late parameters, whole on every rank for the step */
-  if (st == TL_OK && b->pbf16 && b->group) st = round_chunks(b, b->n_early_buckets, b->n_buckets);
+  if (st == TL_OK && b->pbf16 && b->group)
+    st = round_chunks(b, b->n_early_buckets, b->n_buckets, b->n_slots * b->unit_max,
+                      b->layout->n_early);
   for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++)
     st = gather_bucket(b, i, b->n_slots * b->unit_max + (b->begin[i] - b->layout->n_early), NULL);
   return st;

@@ -37,7 +37,7 @@
  *   and the whole gradients of its late parameters, ZeRO-3's unit slots,
  *   and under trellis's bf16 the parameters as ZeRO 1-3 hold them: bf16
  *   working parameters (ZeRO 1-2 the whole stage's, ZeRO-3 its unit
- *   slots and the shard's bf16 image) and the fp32 master sharded with
+ *   slots) and the fp32 master sharded with
  *   the moments — 16, 6 + 12/d, 2 + 16/d, 16/d bytes a parameter, Megatron-
  *   LM's distributed optimizer (tl_dp_buckets_bytes);
  * - activations: one executor per micro-batch in flight on the stage, as

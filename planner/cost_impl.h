@@ -47,7 +47,7 @@ double tl__cost_act_scale(const tl_cost_model* cm, tl_dtype dtype);
 tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
 
 /* dtype: the state's (tl__cost_state_dtype); precision: the training's,
- * whose ZeRO-3 gathers move bf16 images in bf16 (dp/buckets.h) */
+ * under which ZeRO 1-3 keep bf16 working parameters (dp/buckets.h) */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max);
 

@@ -352,8 +352,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     st = TL_ERRF(TL_ERR_INTERNAL, "ZeRO-%d without the buckets that hold its parameters", t->zero);
     goto fail;
   }
-  if (t->master) /* the parameters: the working copy (ZeRO-3's unit slots) and the master shard
-                  * (not ZeRO-3's bf16 image of it) */
+  if (t->master) /* the parameters: the working copy (ZeRO-3's unit slots) and the master shard */
     t->param_bytes = (int64_t)(t->params->bytes + tl_dp_buckets_shard_params(t->buckets)->bytes);
   if (cfg->parallel.deterministic) {
     if (t->tp_size > 1 || !t->be->ops->fixed_add) {

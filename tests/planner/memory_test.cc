@@ -434,7 +434,7 @@ TEST(PlannerMemory, EachZeroStageHoldsLessThanTheOneBeforeWithDefaultSettings) {
 // gradients, moments and buckets (tl_trainer_state_bytes) is within 10% of
 // the formula plus two buckets of parallel.bucket_mb (what the
 // implementation adds: ZeRO-2's staging and bucket buffers, ZeRO-3's unit
-// slots and its shard's bf16 image). GPT-2 124M's structure (12 layers, 12
+// slots). GPT-2 124M's structure (12 layers, 12
 // heads, a tied embedding of vocabulary ~65 x channels) and a Llama's
 // (grouped-query attention, an untied head), at 96 channels, with
 // buckets of 25 MB scaled as the model is to 124M; dp 2 and 4, both
@@ -448,7 +448,8 @@ TEST(PlannerMemory, EachZeroStageHoldsLessThanTheOneBeforeWithDefaultSettings) {
 // here (README: data parallelism).
 TEST(PlannerMemory, ModelStateWithinTheZeroFormulas) {
   const int d = WorldSize();
-  if (d != 2 && d != 4) GTEST_SKIP() << "dp 2 and 4 (" << d << " ranks)";
+  if (d != 2 && d != 4)
+    GTEST_SKIP() << "runs on 2 and 4 ranks (dp 2 and 4; this job has " << d << ")";
   const bool full = getenv("MEMORY_TEST_GPT2_124M") && atoi(getenv("MEMORY_TEST_GPT2_124M"));
   for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_LLAMA}) {
     if (full && kind == TL_MODEL_LLAMA) continue;
