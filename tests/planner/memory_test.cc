@@ -444,7 +444,7 @@ TEST(PlannerMemory, EachZeroStageHoldsLessThanTheOneBeforeWithDefaultSettings) {
 // Printed, not checked: the GPT under ZeRO 2 and 3, whose tied
 // embedding's gradient (and with ZeRO-3 its parameter) stays whole on every
 // rank, a third of GPT-2's parameters; and ZeRO-3, whose two unit slots,
-// staging and bucket buffers (each about a block) hold 19-40% beyond 16/d
+// staging and bucket buffers (each about a block) hold 15-35% beyond 16/d
 // here (README: data parallelism).
 TEST(PlannerMemory, ModelStateWithinTheZeroFormulas) {
   const int d = WorldSize();
