@@ -347,8 +347,9 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
       tl_worker_finalize(&w);
     }
   // bf16 mixed precision (train.precision "bf16"): the planner reads the
-  // bf16 graphs' memory plans and keeps the state in fp32 as the trainer
-  // does — every mesh of this job, both models, ZeRO 1 and 3 where there is
+  // bf16 graphs' memory plans and keeps the state as the trainer does (fp32,
+  // and under ZeRO 1-3 bf16 working parameters beside the fp32 master
+  // shard) — every mesh of this job, both models, ZeRO 1-3 where there is
   // data parallelism, full recomputation (8 ranks: 2 x 2 x 2 only, CI time)
   for (int dp = 1; dp <= n; dp *= 2)
     for (int tp = 1; dp * tp <= n; tp *= 2) {
@@ -363,7 +364,7 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
       rows.push_back(
           Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, -1, TL_RECOMPUTE_FULL, 1, TL_BF16));
       if (dp > 1)
-        for (int zero : {1, 3})
+        for (int zero : {1, 2, 3})
           rows.push_back(
               Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1, TL_BF16));
       // and the gradient reduction in bf16, at every ZeRO stage: its bf16
