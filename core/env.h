@@ -65,7 +65,8 @@ typedef enum {
                                   * rank that no longer answers, for the watchdog's test */
   TL_FAULT_ZERO_SHARD_OFFSET,    /* ZeRO: the last dp rank's first piece of its shard is read
                                   * one element on (its moments, its gradient shard under
-                                  * ZeRO-2 and its parameter shard under ZeRO-3) */
+                                  * ZeRO-2, its parameter shard under ZeRO-3 and bf16's
+                                  * ZeRO 1-2) */
   TL_FAULT_ZERO_GATHER_SKIPPED,  /* ZeRO-3: the second unit's parameters are not gathered (its
                                   * slot keeps what it held) */
   TL_FAULT_PP_ONE_STREAM,        /* the pipeline's exchanges all go over the pp group, not a

@@ -121,7 +121,7 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging
   /* ZeRO 1 and 2 under bf16 training: the working parameters whole in
    * bf16 and the fp32 master of the shard */
   const int64_t master =
-      zero > 0 && zero < 3 && params == TL_BF16
+      zero > 0 && zero < 3 && params == TL_BF16 && size > 1
           ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) + (int64_t)sizeof(float) * shard
           : 0;
   if (zero < 2) return master + (bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0);
@@ -204,9 +204,11 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   b->rank = b->group ? tl_group_rank(b->group) : 0;
   b->zero = c->zero;
   b->bf16 = c->wire == TL_BF16 && b->group;
-  /* bf16 training: ZeRO-3's gathered units, and under ZeRO 1 and 2 the
-   * whole stage's working parameters, in bf16 beside the fp32 master shard */
-  b->pbf16 = c->zero > 0 && c->params == TL_BF16;
+  /* bf16 training: ZeRO-3's gathered units, and under ZeRO 1 and 2 over a
+   * group the whole stage's working parameters, in bf16 beside the fp32
+   * master shard (over one rank the master would be the whole stage: the
+   * caller's fp32 parameters, read rounded, hold less) */
+  b->pbf16 = c->params == TL_BF16 && (c->zero == 3 || (c->zero > 0 && b->group));
   b->layout = c->layout;
   b->be = c->be;
   b->grads = c->grads;

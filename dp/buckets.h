@@ -81,7 +81,7 @@ struct tl_dp_buckets_config {
    * of one reduces nothing and rounds nothing */
   tl_dtype wire;
   /* the precision the graph reads its parameters at (train.precision):
-   * TL_BF16 — zero 1 and 2: the buckets hold the fp32 master of the
+   * TL_BF16 — zero 1 and 2 over a group of more than one: the buckets hold the fp32 master of the
    * rank's chunks (tl_dp_buckets_shard_params, what the optimizer
    * updates) and the whole stage's working parameters in bf16
    * (tl_dp_buckets_param_buffer, what the executor reads: the master

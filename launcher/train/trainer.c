@@ -303,7 +303,8 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
    * (ZeRO-3; ZeRO 1 and 2 under bf16 training, Megatron-LM's distributed
    * optimizer: bf16 working parameters, the fp32 master sharded with the
    * moments) */
-  t->master = t->zero == 3 || (t->zero > 0 && cfg->train.precision == TL_PRECISION_BF16);
+  t->master =
+      t->zero == 3 || (t->zero > 0 && cfg->train.precision == TL_PRECISION_BF16 && t->dp_size > 1);
   if (!t->master) {
     TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->params), st, fail);
     t->params_owned = true;
@@ -399,7 +400,8 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                .grad_offset = t->grad_offset,
                .group = t->comm.tp,
                .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL,
-               /* ZeRO-3's gathered units: bf16 under bf16 training */
+               /* the buckets' working parameters (ZeRO-3's units, bf16 ZeRO 1-2's
+                * stage): bf16 under bf16 training */
                .params_dtype = t->master ? tl_dp_buckets_param_dtype(t->buckets) : TL_F32},
       .n_slots = t->sched.max_in_flight,
       .n_chunks = t->n_chunks,

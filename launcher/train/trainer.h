@@ -112,7 +112,8 @@ bool tl_trainer_saves_sharded(const tl_trainer* t);
 int64_t tl_trainer_io_host_bytes(const tl_trainer* t);
 /* Sets this rank's parameters and AdamW moments from whole-model vectors
  * (parameters, first and second moment, n_params apart; the same on every
- * rank of the job). */
+ * rank of the job). Collective over the job: under ZeRO 1-3 the working
+ * parameters are gathered from the master shards. */
 tl_status tl_trainer_set_state(tl_trainer* t, const float* full);
 /* Whether every copy of a parameter holds the same bits (collective):
  * data-parallel replicas, the tied embedding on the first and last stage,
@@ -156,8 +157,10 @@ int64_t tl_trainer_activation_bytes(const tl_trainer* t);
 /* The costs of a block's passes its pipeline schedule was built with
  * (pp/schedule.h: zero-bubble's lists depend on them). */
 struct tl_pp_costs tl_trainer_schedule_costs(const tl_trainer* t);
-/* Bytes of this rank's parameter buffer, as the allocator counted them
- * (gradients and the two AdamW moments are the same size each). */
+/* Bytes of this rank's parameters, as the allocator counted them: the
+ * whole stage's fp32 buffer (gradients and the two AdamW moments are the
+ * same size each), or under ZeRO-3 and bf16 ZeRO 1-2 the working copy and
+ * the fp32 master shard. */
 int64_t tl_trainer_param_bytes(const tl_trainer* t);
 /* Bytes of this rank's model state as the allocator counted them when the
  * trainer was made: parameters (and bf16 working copies), gradients,

@@ -282,7 +282,6 @@ tl_status tl__trainer_place_sharded(tl_trainer* t, const char* path, int64_t* po
         "resuming from %s at step %lld (sharded: this rank read what it holds, through "
         "at most %.2f MB of host memory)",
         path, (long long)s.step, t->io_host_bytes / 1e6);
-  if (st == TL_OK) st = tl__trainer_params_placed(t);
   return st;
 }
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "core/env.h"
 #include "core/log.h"
@@ -78,7 +79,6 @@ static tl_status place_full(tl_trainer* t, const float* full) {
     st = t->master ? tl_dp_buckets_to_shard(t->buckets, local,
                                             tl_dp_buckets_shard_params(t->buckets)->data)
                    : tl_memcpy(dev, t->params->data, cpu, local, bytes);
-    if (st == TL_OK) st = tl__trainer_params_placed(t);
     /* the moments: the whole stage's, or this rank's ZeRO shard of them */
     for (int k = 0; k < 2 && st == TL_OK; k++) {
       float* m = tl_optim_moment(t->optim, k)->data;
@@ -127,11 +127,20 @@ tl_status tl__trainer_load_start(tl_trainer* t) {
       return TL_ERRF(TL_ERR_PEER, "rank %d could not load the starting state", first);
     }
   }
-  return st;
+  /* the working parameters from the master shards: collective over the
+   * dp group, so only once every rank has its shard (a rank whose part of
+   * a checkpoint failed must not leave its peers in the gather) */
+  return st == TL_OK ? tl__trainer_params_placed(t) : st;
 }
 
 tl_status tl_trainer_set_state(tl_trainer* t, const float* full) {
-  return place_full(t, full);
+  tl_status st = place_full(t, full);
+  int32_t bad = st != TL_OK;
+  if (tl__trainer_in_job(t)) /* every rank placed its part before the collective below */
+    TL_CHECK(tl_group_all_reduce(t->comm.world, &bad, &bad, 1, TL_I32, TL_REDUCE_MAX, NULL));
+  if (st != TL_OK) return st;
+  if (bad) return TL_ERRF(TL_ERR_PEER, "another rank could not set the state");
+  return tl__trainer_params_placed(t);
 }
 
 /* ---- whole-model views -------------------------------------------------- */
@@ -287,12 +296,13 @@ tl_status tl_trainer_export(tl_trainer* t, const char* path) {
 
 /* ---- every copy the same ------------------------------------------------ */
 
-/* 64 bits of a float vector's bits (FNV-1a over 32-bit words, folded). */
+/* 64 bits of a float vector's bits (XXH3), and of a bf16 vector's. */
 static uint64_t hash_floats(const float* x, int64_t n) {
-  uint64_t h = 1469598103934665603ull;
-  const uint32_t* w = (const uint32_t*)(const void*)x;
-  for (int64_t i = 0; i < n; i++) h = (h ^ w[i]) * 1099511628211ull;
-  return h;
+  return XXH3_64bits(x, sizeof(float) * (size_t)(n > 0 ? n : 0));
+}
+
+static uint64_t hash_bf16(const uint16_t* x, int64_t n) {
+  return XXH3_64bits(x, sizeof(uint16_t) * (size_t)(n > 0 ? n : 0));
 }
 
 /* Whether this rank's hash agrees with every other member's of a host
@@ -330,6 +340,16 @@ tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t 
    * the rest of its tp group (each a sum over its segments, so that the
    * segments' order does not matter) */
   uint64_t all = hash_floats(local, n), tied = 0, whole = 0;
+  /* bf16 ZeRO 1-2: the master's unsharded copy agrees by construction;
+   * the whole working copy each replica gathered is what its ops read */
+  if (st == TL_OK && t->master && t->zero < 3) {
+    uint16_t* work = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
+    st = work ? tl_memcpy(tl_cpu(), work, t->be->device, t->params->data,
+                          sizeof(uint16_t) * (size_t)n)
+              : TL_ERRF(TL_ERR_NOMEM, "out of memory comparing copies");
+    if (st == TL_OK) all ^= hash_bf16(work, n) * 31ull;
+    free(work);
+  }
   for (int i = 0; i < t->lay->n_segments; i++) {
     const tl_dp_segment* s = &t->lay->segments[i];
     const struct tl_tp_param* p = tl_tp_param_of(&t->shard, s->value);

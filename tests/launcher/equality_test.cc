@@ -498,8 +498,10 @@ TEST(Equality, Bf16GradientReductionEqualsTheSingleDeviceRun) {
 // losses are ZeRO-2's bit for bit — ZeRO-2 in bf16 reads its whole bf16
 // working copy, the same rounding of the same fp32 master (no clipping:
 // the norm's sum is cut differently by the two). ZeRO 1 and 2 gather the
-// updated chunks of that working copy in bf16. Every stage's gathers move
-// half the bytes of the same run in fp32.
+// updated chunks of that working copy in bf16: ZeRO-1's losses are ZeRO-0's
+// bit for bit, ZeRO-0 reading fp32 parameters the graph rounds (a sum of
+// two replicas is the same float reduced whole or scattered). Every stage's
+// gathers move half the bytes of the same run in fp32.
 TEST(Equality, ZeroInBf16GathersRoundedParametersExactly) {
   if (WorldSize() != 2) GTEST_SKIP() << "a two-rank case";
   auto run = [](int zero, tl_precision precision, int64_t* gathered) {
@@ -529,7 +531,11 @@ TEST(Equality, ZeroInBf16GathersRoundedParametersExactly) {
   ASSERT_EQ(zero2.size(), 3u);
   ASSERT_EQ(zero3.size(), 3u);
   for (int s = 0; s < 3; s++) EXPECT_EQ(zero3[s], zero2[s]) << "step " << s + 1;
-  run(1, TL_PRECISION_BF16, &bf16[1]);
+  std::vector<double> zero1 = run(1, TL_PRECISION_BF16, &bf16[1]);
+  std::vector<double> zero0 = run(0, TL_PRECISION_BF16, &bf16[0]);
+  ASSERT_EQ(zero1.size(), 3u);
+  ASSERT_EQ(zero0.size(), 3u);
+  for (int s = 0; s < 3; s++) EXPECT_EQ(zero1[s], zero0[s]) << "ZeRO-1, step " << s + 1;
   for (int zero = 1; zero <= 3; zero++) {
     run(zero, TL_PRECISION_FP32, &fp32[zero]);
     if (WorldRank() == 0)
