@@ -125,7 +125,8 @@ static void softmax_row(const double* x, double* y, int n) {
  * (B,T,NKV*hs), query head h reading key/value head h / (NH / NKV). */
 
 static struct tl_attention_shape attention_shape(const struct opcheck_case* c) {
-  struct tl_attention_shape s = {c->d[0], c->d[1], c->d[2], c->d[3], c->d[4], 0, 0};
+  struct tl_attention_shape s = {
+      .b = c->d[0], .t = c->d[1], .nh = c->d[2], .nkv = c->d[3], .hs = c->d[4]};
   s.ldq = c->d[5] ? 3LL * s.nh * s.hs : (int64_t)s.nh * s.hs;
   s.ldkv = c->d[5] ? s.ldq : (int64_t)s.nkv * s.hs;
   return s;

@@ -36,7 +36,35 @@ extern "C" {
 struct tl_attention_shape {
   int b, t, nh, nkv, hs;
   int64_t ldq, ldkv;
+  /* One block of a sequence split across ranks (context parallelism's
+   * ring, tp/cp_attention.c): t query rows against tk key rows, not the
+   * whole sequence. All zero for a whole causal sequence.
+   *   tk           keys a sequence (0: t);
+   *   q_pos, k_pos the positions of the first query and the first key:
+   *                query i sees key j when k_pos + j <= q_pos + i;
+   *   bq, bkv, bo  floats between sequences of q (and dq), of k and v (and
+   *                dk, dv), of out and dout (0: t or tk rows);
+   *   ldlse        floats between the lse rows of (b, h) and (b, h + 1)
+   *                (0: t);
+   *   merge        the forward folds this block's keys into out and lse,
+   *                which hold the earlier blocks' result (a row with lse
+   *                -inf has seen none); the backward takes out and lse of
+   *                all blocks, and adds this block's share into dq, dk, dv. */
+  int tk, q_pos, k_pos;
+  int64_t bq, bkv, bo, ldlse;
+  bool merge;
 };
+
+/* s with its zero block fields made explicit (tk, strides, ldlse). */
+static inline struct tl_attention_shape tl_attention_resolve(const struct tl_attention_shape* s) {
+  struct tl_attention_shape r = *s;
+  if (!r.tk) r.tk = r.t;
+  if (!r.bq) r.bq = (int64_t)r.t * r.ldq;
+  if (!r.bkv) r.bkv = (int64_t)r.tk * r.ldkv;
+  if (!r.bo) r.bo = (int64_t)r.t * r.nh * r.hs;
+  if (!r.ldlse) r.ldlse = r.t;
+  return r;
+}
 
 /* Rotary position embedding (RoPE) of heads of hs channels: channel i
  * pairs with i + hs/2 (transformers' rotate_half), rotated by position

@@ -42,16 +42,25 @@ static void scores(float* s, const float* q, int64_t ldq, const float* k, int64_
               (int)ldk, 0.0f, s, KT);
 }
 
-/* the causal mask on the diagonal tile: key j0 + j is past query i0 + i */
-static inline int keys_seen(int i0, int i, int j0, int cols) {
-  int n = i0 + i - j0 + 1;
+/* the causal mask: of a tile's cols keys, the first at position kp, how
+ * many the query at position qp sees */
+static inline int keys_seen(int qp, int kp, int cols) {
+  int n = qp - kp + 1;
   return n < 0 ? 0 : n < cols ? n : cols;
+}
+
+/* how many of the block's keys a tile of queries whose last is at position
+ * q_last sees at all */
+static inline int keys_end(const struct tl_attention_shape* sh, int q_last) {
+  int n = q_last - sh->k_pos + 1;
+  return n < 0 ? 0 : n < sh->tk ? n : sh->tk;
 }
 
 tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const float* q,
                                     const float* k, const float* v,
-                                    const struct tl_attention_shape* sh) {
+                                    const struct tl_attention_shape* shape) {
   (void)ctx;
+  const struct tl_attention_shape r = tl_attention_resolve(shape), *sh = &r;
   const int b = sh->b, t = sh->t, nh = sh->nh, hs = sh->hs, group = sh->nh / sh->nkv;
   const int64_t ldq = sh->ldq, ldkv = sh->ldkv, c = (int64_t)nh * hs;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -60,7 +69,7 @@ tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const flo
   const int n_pairs = b * nh;
   float* scratch = malloc(sizeof(float) * (size_t)per * (size_t)n_pairs);
   if (!scratch) return TL_ERRF(TL_ERR_NOMEM, "attention: no memory for %d-key tiles", KT);
-#pragma omp parallel for if ((int64_t)b * nh * t * t * hs > TL_CPU_PAR_MIN)
+#pragma omp parallel for if ((int64_t)b * nh * t * sh->tk * hs > TL_CPU_PAR_MIN)
   for (int pair = 0; pair < n_pairs; pair++) {
     const int bi = pair / nh, h = pair % nh;
     float* restrict s = scratch + (int64_t)pair * per;
@@ -68,22 +77,33 @@ tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const flo
     float* restrict m = acc + (int64_t)QT * hs;
     float* restrict l = m + QT;
     const int64_t kv = (int64_t)(h / group) * hs; /* the key/value head's columns */
-    const float* qh = q + (int64_t)bi * t * ldq + (int64_t)h * hs;
-    const float* kh = k + (int64_t)bi * t * ldkv + kv;
-    const float* vh = v + (int64_t)bi * t * ldkv + kv;
+    const float* qh = q + bi * sh->bq + (int64_t)h * hs;
+    const float* kh = k + bi * sh->bkv + kv;
+    const float* vh = v + bi * sh->bkv + kv;
+    float* oh = out + bi * sh->bo + (int64_t)h * hs;
+    float* lh = lse + ((int64_t)bi * nh + h) * sh->ldlse;
     for (int i0 = 0; i0 < t; i0 += QT) {
       const int rows = t - i0 < QT ? t - i0 : QT;
-      for (int i = 0; i < rows; i++) m[i] = -INFINITY, l[i] = 0.0f;
-      memset(acc, 0, sizeof(float) * (size_t)rows * hs);
-      for (int j0 = 0; j0 < i0 + rows; j0 += KT) {
-        const int cols = i0 + rows - j0 < KT ? i0 + rows - j0 : KT;
+      /* the rows' state so far: none, or (merge) the earlier blocks' */
+      for (int i = 0; i < rows; i++) {
+        const bool seen = sh->merge && lh[i0 + i] != -INFINITY;
+        m[i] = seen ? lh[i0 + i] : -INFINITY;
+        l[i] = seen ? 1.0f : 0.0f;
+        if (seen)
+          memcpy(acc + (int64_t)i * hs, oh + (int64_t)(i0 + i) * c, sizeof(float) * (size_t)hs);
+        else
+          memset(acc + (int64_t)i * hs, 0, sizeof(float) * (size_t)hs);
+      }
+      const int kend = keys_end(sh, sh->q_pos + i0 + rows - 1);
+      for (int j0 = 0; j0 < kend; j0 += KT) {
+        const int cols = kend - j0 < KT ? kend - j0 : KT;
         /* 1. the tile's scores */
         scores(s, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, rows, cols, hs, scale);
         /* 2. per row: the running maximum, what the sums so far are worth
          * under it, the tile's probabilities (unnormalised) */
         for (int i = 0; i < rows; i++) {
           float* restrict sr = s + (int64_t)i * KT;
-          const int n = keys_seen(i0, i, j0, cols);
+          const int n = keys_seen(sh->q_pos + i0 + i, sh->k_pos + j0, cols);
           float mt = m[i];
           for (int j = 0; j < n; j++) mt = sr[j] > mt ? sr[j] : mt;
           const float keep = m[i] == -INFINITY ? 0.0f : tl__expf(m[i] - mt);
@@ -102,12 +122,12 @@ tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const flo
                     vh + j0 * ldkv, (int)ldkv, 1.0f, acc, hs);
       }
       for (int i = 0; i < rows; i++) {
-        const float inv = 1.0f / l[i];
-        float* restrict o = out + ((int64_t)bi * t + i0 + i) * c + (int64_t)h * hs;
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        float* restrict o = oh + (int64_t)(i0 + i) * c;
         const float* restrict ar = acc + (int64_t)i * hs;
 #pragma omp simd
         for (int x = 0; x < hs; x++) o[x] = ar[x] * inv;
-        lse[((int64_t)bi * nh + h) * t + i0 + i] = m[i] + logf(l[i]);
+        lh[i0 + i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
       }
     }
   }
@@ -118,8 +138,9 @@ tl_status tl__cpu_attention_forward(void* ctx, float* out, float* lse, const flo
 tl_status tl__cpu_attention_backward(void* ctx, float* dq, float* dk, float* dv, const float* dout,
                                      const float* q, const float* k, const float* v,
                                      const float* out, const float* lse,
-                                     const struct tl_attention_shape* sh) {
+                                     const struct tl_attention_shape* shape) {
   (void)ctx;
+  const struct tl_attention_shape r = tl_attention_resolve(shape), *sh = &r;
   const int b = sh->b, t = sh->t, nh = sh->nh, nkv = sh->nkv, hs = sh->hs, group = nh / nkv;
   const int64_t ldq = sh->ldq, ldkv = sh->ldkv, c = (int64_t)nh * hs;
   const float scale = 1.0f / sqrtf((float)hs);
@@ -129,25 +150,27 @@ tl_status tl__cpu_attention_backward(void* ctx, float* dq, float* dk, float* dv,
   const int n_pairs = b * nkv;
   float* scratch = malloc(sizeof(float) * (size_t)per * (size_t)n_pairs);
   if (!scratch) return TL_ERRF(TL_ERR_NOMEM, "attention backward: no memory for %d-key tiles", KT);
-#pragma omp parallel for if ((int64_t)b * nh * t * t * hs > TL_CPU_PAR_MIN)
+#pragma omp parallel for if ((int64_t)b * nh * t * sh->tk * hs > TL_CPU_PAR_MIN)
   for (int pair = 0; pair < n_pairs; pair++) {
     const int bi = pair / nkv, kh = pair % nkv;
     float* restrict p = scratch + (int64_t)pair * per;
     float* restrict ds = p + (int64_t)QT * KT;
     float* restrict d = ds + (int64_t)QT * KT;
-    const int64_t kv = (int64_t)kh * hs, base = (int64_t)bi * t;
-    const float* kk = k + base * ldkv + kv;
-    const float* vv = v + base * ldkv + kv;
-    float* dkk = dk + base * ldkv + kv;
-    float* dvv = dv + base * ldkv + kv;
+    const int64_t kv = (int64_t)kh * hs;
+    const float* kk = k + bi * sh->bkv + kv;
+    const float* vv = v + bi * sh->bkv + kv;
+    float* dkk = dk + bi * sh->bkv + kv;
+    float* dvv = dv + bi * sh->bkv + kv;
     for (int h = kh * group; h < (kh + 1) * group; h++) {
-      const float* qh = q + base * ldq + (int64_t)h * hs;
-      float* dqh = dq + base * ldq + (int64_t)h * hs;
-      const float* dy = dout + base * c + (int64_t)h * hs;
-      const float* o = out + base * c + (int64_t)h * hs;
-      const float* row_lse = lse + ((int64_t)bi * nh + h) * t;
+      const float* qh = q + bi * sh->bq + (int64_t)h * hs;
+      float* dqh = dq + bi * sh->bq + (int64_t)h * hs;
+      const float* dy = dout + bi * sh->bo + (int64_t)h * hs;
+      const float* o = out + bi * sh->bo + (int64_t)h * hs;
+      const float* row_lse = lse + ((int64_t)bi * nh + h) * sh->ldlse;
       for (int i0 = 0; i0 < t; i0 += QT) {
         const int rows = t - i0 < QT ? t - i0 : QT;
+        const int kend = keys_end(sh, sh->q_pos + i0 + rows - 1);
+        if (kend == 0) continue;
         /* D = dout . out = sum_j p_j (dout . v_j), per query row */
         for (int i = 0; i < rows; i++) {
           const float* restrict dyr = dy + (int64_t)(i0 + i) * c;
@@ -157,14 +180,14 @@ tl_status tl__cpu_attention_backward(void* ctx, float* dq, float* dk, float* dv,
           for (int x = 0; x < hs; x++) sum += dyr[x] * orow[x];
           d[i] = sum;
         }
-        for (int j0 = 0; j0 < i0 + rows; j0 += KT) {
-          const int cols = i0 + rows - j0 < KT ? i0 + rows - j0 : KT;
+        for (int j0 = 0; j0 < kend; j0 += KT) {
+          const int cols = kend - j0 < KT ? kend - j0 : KT;
           /* 1. the probabilities again, from the scores and the rows' lse */
           scores(p, qh + i0 * ldq, ldq, kk + j0 * ldkv, ldkv, rows, cols, hs, scale);
           for (int i = 0; i < rows; i++) {
             float* restrict pr = p + (int64_t)i * KT;
             const float lr = row_lse[i0 + i];
-            const int n = keys_seen(i0, i, j0, cols);
+            const int n = keys_seen(sh->q_pos + i0 + i, sh->k_pos + j0, cols);
 #pragma omp simd
             for (int j = 0; j < n; j++) pr[j] = tl__expf(pr[j] - lr);
             for (int j = n; j < cols; j++) pr[j] = 0.0f;

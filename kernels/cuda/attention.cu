@@ -18,18 +18,26 @@
 //      in order:       dk_t2 += scale * sum_h,t p (dout_t . v_t2 - D_t) q_t
 //                      dv_t2 += sum_h,t p dout_t
 // where p = e^(scale q_t . k_t2 - lse_t) is computed again where needed.
+//
+// A block of a split sequence (struct tl_attention_shape's tk, q_pos,
+// k_pos, strides, merge: context parallelism's ring) runs the same
+// kernels over its keys; a merging forward combines the block's row
+// (lse_b, out_b) with the stored one by their log-sum-exps:
+// lse = log(e^lse_a + e^lse_b), out = out_a e^(lse_a - lse) + out_b e^(lse_b - lse).
 #include "kernels/cuda/cuda_impl.h"
 
 #define ROWS_PER_BLOCK 8
 
+// struct tl_attention_shape, resolved (tl_attention_resolve)
 struct shape {
-  int B, T, NH, NKV, hs;
-  int64_t ldq, ldkv;
+  int B, T, NH, NKV, hs, TK, q_pos, k_pos;
+  int64_t ldq, ldkv, bq, bkv, bo, ldlse;
+  bool merge;
 };
 
-// row (b, t)'s head h of x, rows `ld` floats apart
-__device__ __forceinline__ int64_t at(int b, int t, int h, int T, int64_t ld, int hs) {
-  return ((int64_t)b * T + t) * ld + (int64_t)h * hs;
+// row t of sequence b's head h of x: sequences `bs` floats apart, rows `ld`
+__device__ __forceinline__ int64_t at(int b, int t, int h, int64_t bs, int64_t ld, int hs) {
+  return (int64_t)b * bs + (int64_t)t * ld + (int64_t)h * hs;
 }
 
 __device__ __forceinline__ float dot(const float* a, const float* b, int n) {
@@ -38,46 +46,63 @@ __device__ __forceinline__ float dot(const float* a, const float* b, int n) {
   return s;
 }
 
+// how many of the block's keys query row t sees (keys 0 .. n-1)
+__device__ __forceinline__ int keys_seen(const shape& s, int t) {
+  int n = s.q_pos + t - s.k_pos + 1;
+  return n < 0 ? 0 : n < s.TK ? n : s.TK;
+}
+
 __global__ static void attention_forward_kernel(float* out, float* lse, const float* q,
                                                 const float* k, const float* v, shape s,
                                                 float scale) {
   __shared__ float probs[ROWS_PER_BLOCK][32];
   const int T = s.T, hs = s.hs;
+  const int64_t c = (int64_t)s.NH * hs;
   int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;  // (b, h, t) flattened
   if (row >= s.B * s.NH * T) return;                    // the whole warp leaves together
   int lane = threadIdx.x;
   int t = row % T, h = (row / T) % s.NH, b = row / (T * s.NH), kh = h / (s.NH / s.NKV);
-  const float* qr = q + at(b, t, h, T, s.ldq, hs);
+  const float* qr = q + at(b, t, h, s.bq, s.ldq, hs);
+  const int n = keys_seen(s, t);
+  float* lr = lse + ((int64_t)b * s.NH + h) * s.ldlse + t;
+  const float prev = s.merge ? *lr : -INFINITY;  // the earlier blocks' lse
   // 1. each lane's running max and sum over its keys, then the warp's
   float m = -INFINITY, l = 0.0f;
-  for (int t2 = lane; t2 <= t; t2 += 32) {
-    float sc = scale * dot(qr, k + at(b, t2, kh, T, s.ldkv, hs), hs);
+  for (int t2 = lane; t2 < n; t2 += 32) {
+    float sc = scale * dot(qr, k + at(b, t2, kh, s.bkv, s.ldkv, hs), hs);
     float mn = fmaxf(m, sc);
     l = l * expf(m - mn) + expf(sc - mn);
     m = mn;
   }
   float mx = tl__warp_max(m);
   float sum = tl__warp_sum(m == -INFINITY ? 0.0f : l * expf(m - mx));
-  float row_lse = mx + logf(sum);
-  if (lane == 0) lse[row] = row_lse;
+  const float block_lse = n > 0 ? mx + logf(sum) : -INFINITY;
+  float row_lse = block_lse, w_prev = 0.0f, w_block = 1.0f;
+  if (prev != -INFINITY) {  // merge: the two parts' weights in the whole
+    row_lse = n > 0 ? fmaxf(prev, block_lse) + log1pf(expf(-fabsf(prev - block_lse))) : prev;
+    w_prev = expf(prev - row_lse);
+    w_block = n > 0 ? expf(block_lse - row_lse) : 0.0f;
+  }
   // 2. out = sum_t2 p v, 32 keys at a time
-  float* o = out + at(b, t, h, T, (int64_t)s.NH * hs, hs);
+  float* o = out + at(b, t, h, s.bo, c, hs);
   float* p = probs[threadIdx.y];
   for (int i0 = 0; i0 < hs; i0 += 32) {
     int i = i0 + lane;
     float acc = 0.0f;
-    for (int c0 = 0; c0 <= t; c0 += 32) {
+    for (int c0 = 0; c0 < n; c0 += 32) {
       int t2 = c0 + lane;
       __syncwarp();
-      p[lane] = t2 <= t ? expf(scale * dot(qr, k + at(b, t2, kh, T, s.ldkv, hs), hs) - row_lse)
-                        : 0.0f;
+      p[lane] = t2 < n ? expf(scale * dot(qr, k + at(b, t2, kh, s.bkv, s.ldkv, hs), hs) - block_lse)
+                       : 0.0f;
       __syncwarp();
       if (i < hs)
-        for (int j = 0; j < 32 && c0 + j <= t; j++)
-          acc += p[j] * v[at(b, c0 + j, kh, T, s.ldkv, hs) + i];
+        for (int j = 0; j < 32 && c0 + j < n; j++)
+          acc += p[j] * v[at(b, c0 + j, kh, s.bkv, s.ldkv, hs) + i];
     }
-    if (i < hs) o[i] = acc;
+    if (i < hs) o[i] = prev != -INFINITY ? o[i] * w_prev + acc * w_block : acc;
   }
+  __syncwarp();
+  if (lane == 0) *lr = row_lse;
 }
 
 // 0. D per query row, into the workspace
@@ -87,7 +112,7 @@ __global__ static void attention_rowdot_kernel(float* d, const float* dout, cons
   if (row >= s.B * s.NH * s.T) return;
   int lane = threadIdx.x, T = s.T, hs = s.hs;
   int t = row % T, h = (row / T) % s.NH, b = row / (T * s.NH);
-  int64_t a = at(b, t, h, T, (int64_t)s.NH * hs, hs);
+  int64_t a = at(b, t, h, s.bo, (int64_t)s.NH * hs, hs);
   float sum = 0.0f;
   for (int i = lane; i < hs; i += 32) sum += dout[a + i] * out[a + i];
   sum = tl__warp_sum(sum);
@@ -104,78 +129,86 @@ __global__ static void attention_dq_kernel(float* dq, const float* dout, const f
   if (row >= s.B * s.NH * T) return;
   int lane = threadIdx.x;
   int t = row % T, h = (row / T) % s.NH, b = row / (T * s.NH), kh = h / (s.NH / s.NKV);
-  const float* qr = q + at(b, t, h, T, s.ldq, hs);
-  const float* dy = dout + at(b, t, h, T, (int64_t)s.NH * hs, hs);
-  float* dqr = dq + at(b, t, h, T, s.ldq, hs);
+  const float* qr = q + at(b, t, h, s.bq, s.ldq, hs);
+  const float* dy = dout + at(b, t, h, s.bo, (int64_t)s.NH * hs, hs);
+  float* dqr = dq + at(b, t, h, s.bq, s.ldq, hs);
+  const float row_lse = lse[((int64_t)b * s.NH + h) * s.ldlse + t];
+  const int n = keys_seen(s, t);
   float* g = grads[threadIdx.y];
   for (int i0 = 0; i0 < hs; i0 += 32) {
     int i = i0 + lane;
     float acc = 0.0f;
-    for (int c0 = 0; c0 <= t; c0 += 32) {
+    for (int c0 = 0; c0 < n; c0 += 32) {
       int t2 = c0 + lane;
       __syncwarp();
       float ds = 0.0f;
-      if (t2 <= t) {
-        float p = expf(scale * dot(qr, k + at(b, t2, kh, T, s.ldkv, hs), hs) - lse[row]);
-        ds = p * (dot(dy, v + at(b, t2, kh, T, s.ldkv, hs), hs) - d[row]) * scale;
+      if (t2 < n) {
+        float p = expf(scale * dot(qr, k + at(b, t2, kh, s.bkv, s.ldkv, hs), hs) - row_lse);
+        ds = p * (dot(dy, v + at(b, t2, kh, s.bkv, s.ldkv, hs), hs) - d[row]) * scale;
       }
       g[lane] = ds;
       __syncwarp();
       if (i < hs)
-        for (int j = 0; j < 32 && c0 + j <= t; j++)
-          acc += g[j] * k[at(b, c0 + j, kh, T, s.ldkv, hs) + i];
+        for (int j = 0; j < 32 && c0 + j < n; j++)
+          acc += g[j] * k[at(b, c0 + j, kh, s.bkv, s.ldkv, hs) + i];
     }
     if (i < hs) dqr[i] += acc;
   }
 }
 
 // 2. dk and dv per key row of a key/value head
-__global__ static void attention_dkv_kernel(float* dk, float* dv, const float* dout,
-                                            const float* q, const float* k, const float* v,
-                                            const float* lse, const float* d, shape s,
-                                            float scale) {
+__global__ static void attention_dkv_kernel(float* dk, float* dv, const float* dout, const float* q,
+                                            const float* k, const float* v, const float* lse,
+                                            const float* d, shape s, float scale) {
   __shared__ float probs[ROWS_PER_BLOCK][32], grads[ROWS_PER_BLOCK][32];
-  const int T = s.T, hs = s.hs, group = s.NH / s.NKV;
+  const int T = s.T, TK = s.TK, hs = s.hs, group = s.NH / s.NKV;
+  const int64_t c = (int64_t)s.NH * hs;
   int row = blockIdx.x * ROWS_PER_BLOCK + threadIdx.y;  // (b, kh, t2): a key/value row
-  if (row >= s.B * s.NKV * T) return;
+  if (row >= s.B * s.NKV * TK) return;
   int lane = threadIdx.x;
-  int t2 = row % T, kh = (row / T) % s.NKV, b = row / (T * s.NKV);
-  const float* kr = k + at(b, t2, kh, T, s.ldkv, hs);
-  const float* vr = v + at(b, t2, kh, T, s.ldkv, hs);
+  int t2 = row % TK, kh = (row / TK) % s.NKV, b = row / (TK * s.NKV);
+  const float* kr = k + at(b, t2, kh, s.bkv, s.ldkv, hs);
+  const float* vr = v + at(b, t2, kh, s.bkv, s.ldkv, hs);
+  // the first query row that sees key t2
+  int first = s.k_pos + t2 - s.q_pos;
+  first = first < 0 ? 0 : first;
   float* p = probs[threadIdx.y];
   float* g = grads[threadIdx.y];
   for (int i0 = 0; i0 < hs; i0 += 32) {
     int i = i0 + lane;
     float sk = 0.0f, sv = 0.0f;
     for (int h = kh * group; h < (kh + 1) * group; h++) {
-      int64_t base = ((int64_t)b * s.NH + h) * T;  // lse and D of (b, h)'s first query row
-      for (int c0 = t2; c0 < T; c0 += 32) {
+      const float* row_lse = lse + ((int64_t)b * s.NH + h) * s.ldlse;
+      const float* row_d = d + ((int64_t)b * s.NH + h) * T;  // D of (b, h)'s first query row
+      for (int c0 = first; c0 < T; c0 += 32) {
         int t = c0 + lane;  // a query row that sees key t2
         __syncwarp();
         float pt = 0.0f, ds = 0.0f;
         if (t < T) {
-          const float* dy = dout + at(b, t, h, T, (int64_t)s.NH * hs, hs);
-          pt = expf(scale * dot(q + at(b, t, h, T, s.ldq, hs), kr, hs) - lse[base + t]);
-          ds = pt * (dot(dy, vr, hs) - d[base + t]) * scale;
+          const float* dy = dout + at(b, t, h, s.bo, c, hs);
+          pt = expf(scale * dot(q + at(b, t, h, s.bq, s.ldq, hs), kr, hs) - row_lse[t]);
+          ds = pt * (dot(dy, vr, hs) - row_d[t]) * scale;
         }
         p[lane] = pt, g[lane] = ds;
         __syncwarp();
         if (i < hs)
           for (int j = 0; j < 32 && c0 + j < T; j++) {
-            sk += g[j] * q[at(b, c0 + j, h, T, s.ldq, hs) + i];
-            sv += p[j] * dout[at(b, c0 + j, h, T, (int64_t)s.NH * hs, hs) + i];
+            sk += g[j] * q[at(b, c0 + j, h, s.bq, s.ldq, hs) + i];
+            sv += p[j] * dout[at(b, c0 + j, h, s.bo, c, hs) + i];
           }
       }
     }
     if (i < hs) {
-      dk[at(b, t2, kh, T, s.ldkv, hs) + i] += sk;
-      dv[at(b, t2, kh, T, s.ldkv, hs) + i] += sv;
+      dk[at(b, t2, kh, s.bkv, s.ldkv, hs) + i] += sk;
+      dv[at(b, t2, kh, s.bkv, s.ldkv, hs) + i] += sv;
     }
   }
 }
 
 static shape shape_of(const struct tl_attention_shape* a) {
-  shape s = {a->b, a->t, a->nh, a->nkv, a->hs, a->ldq, a->ldkv};
+  const struct tl_attention_shape r = tl_attention_resolve(a);
+  shape s = {r.b,   r.t,    r.nh, r.nkv, r.hs, r.tk,    r.q_pos, r.k_pos,
+             r.ldq, r.ldkv, r.bq, r.bkv, r.bo, r.ldlse, r.merge};
   return s;
 }
 
@@ -194,12 +227,11 @@ extern "C" tl_status tl__cuda_attention_forward(void* pctx, float* out, float* l
 
 extern "C" tl_status tl__cuda_attention_backward(void* pctx, float* dq, float* dk, float* dv,
                                                  const float* dout, const float* q, const float* k,
-                                                 const float* v, const float* out,
-                                                 const float* lse,
+                                                 const float* v, const float* out, const float* lse,
                                                  const struct tl_attention_shape* a) {
   struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
   shape s = shape_of(a);
-  int rows = s.B * s.NH * s.T, kv_rows = s.B * s.NKV * s.T;
+  int rows = s.B * s.NH * s.T, kv_rows = s.B * s.NKV * s.TK;
   void* scratch = NULL;
   TL_CHECK(tl__cuda_workspace(ctx, sizeof(float) * (size_t)rows, &scratch));
   float* d = (float*)scratch;  // one number per query row: linear in T

@@ -62,7 +62,13 @@ static tl_status bench_gemm_bf16(tl_backend* be, float* const* buf, const int* s
 static tl_status bench_attention(tl_backend* be, float* const* buf, const int* s) {
   float *qkv = buf[0], *out = buf[1], *lse = buf[2], *dqkv = buf[3], *dout = buf[1];
   const int c = s[2];
-  const struct tl_attention_shape a = {s[0], s[1], s[3], s[3], c / s[3], 3LL * c, 3LL * c};
+  const struct tl_attention_shape a = {.b = s[0],
+                                       .t = s[1],
+                                       .nh = s[3],
+                                       .nkv = s[3],
+                                       .hs = c / s[3],
+                                       .ldq = 3LL * c,
+                                       .ldkv = 3LL * c};
   TL_CHECK(be->ops->attention_forward(be->ctx, out, lse, qkv, qkv + c, qkv + 2 * c, &a));
   return be->ops->attention_backward(be->ctx, dqkv, dqkv + c, dqkv + 2 * c, dout, qkv, qkv + c,
                                      qkv + 2 * c, out, lse, &a);
