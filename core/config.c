@@ -33,7 +33,7 @@ static const char* const k_precisions[] = {"fp32", "bf16", NULL};
 static const char* const k_checkpoint_formats[] = {"auto", "file", "sharded", NULL};
 static const char* const k_device_types[] = {"cpu", "cuda", NULL};
 
-const char* const tl__axis_names[] = {"dp", "tp", "pp", NULL};
+const char* const tl__axis_names[] = {"dp", "tp", "pp", "cp", NULL};
 
 const char* const tl__config_sections[] = {"model", "mesh",   "schedule",   "parallel", "train",
                                            "data",  "device", "checkpoint", NULL};
@@ -71,6 +71,7 @@ const struct tl__config_field tl__config_fields[] = {
     FIELD(mesh, dp, TL__FIELD_INT, AT_LEAST(1)),
     FIELD(mesh, tp, TL__FIELD_INT, AT_LEAST(1)),
     FIELD(mesh, pp, TL__FIELD_INT, AT_LEAST(1)),
+    FIELD(mesh, cp, TL__FIELD_INT, AT_LEAST(1)),
     FIELD(mesh, order, TL__FIELD_ORDER),
 
     FIELD(schedule, kind, TL__FIELD_ENUM, .names = k_schedule_kinds),
@@ -145,10 +146,12 @@ void tl_config_defaults(struct tl_config* cfg) {
   m->mlp_sizes[2] = 256;
   m->seed = 1337;
 
-  cfg->mesh.dp = cfg->mesh.tp = cfg->mesh.pp = 1;
-  cfg->mesh.order[0] = TL_AXIS_TP; /* Megatron: tensor innermost, pipeline outermost */
-  cfg->mesh.order[1] = TL_AXIS_DP;
-  cfg->mesh.order[2] = TL_AXIS_PP;
+  cfg->mesh.dp = cfg->mesh.tp = cfg->mesh.pp = cfg->mesh.cp = 1;
+  /* Megatron: tensor innermost, then context, data, pipeline outermost */
+  cfg->mesh.order[0] = TL_AXIS_TP;
+  cfg->mesh.order[1] = TL_AXIS_CP;
+  cfg->mesh.order[2] = TL_AXIS_DP;
+  cfg->mesh.order[3] = TL_AXIS_PP;
 
   cfg->schedule.kind = TL_SCHEDULE_1F1B;
   cfg->schedule.micro_batches = 1;
@@ -306,8 +309,9 @@ const char* tl__field_expect(const struct tl__config_field* f, char* buf, size_t
       break;
     case TL__FIELD_ORDER:
       snprintf(buf, size,
-               "a permutation of \"dp\", \"tp\", \"pp\", innermost first "
-               "(e.g. [\"tp\", \"dp\", \"pp\"])");
+               "a permutation of \"dp\", \"tp\", \"pp\" and \"cp\", innermost first "
+               "(e.g. [\"tp\", \"cp\", \"dp\", \"pp\"]; without \"cp\", cp sits just "
+               "outside tp)");
       break;
     case TL__FIELD_SIZES:
       snprintf(buf, size,
@@ -480,22 +484,25 @@ static bool read_field(const struct tl__config_field* f, const json_t* v, struct
       break;
     }
     case TL__FIELD_ORDER: {
-      if (!json_is_array(v) || json_array_size(v) != 3) break;
-      tl_axis order[3];
-      int seen = 0;
-      for (size_t i = 0; i < 3; i++) {
+      const size_t n = json_is_array(v) ? json_array_size(v) : 0;
+      if (n != TL_N_AXES && n != TL_N_AXES - 1) break;
+      tl_axis order[TL_N_AXES];
+      int seen = 0, k = 0;
+      for (size_t i = 0; i < n; i++) {
         const char* s = json_string_value(json_array_get(v, i));
         int a = -1;
-        for (int k = 0; s && k < 3; k++)
-          if (strcmp(s, tl__axis_names[k]) == 0) a = k;
+        for (int j = 0; s && j < TL_N_AXES; j++)
+          if (strcmp(s, tl__axis_names[j]) == 0) a = j;
         if (a < 0 || (seen & (1 << a))) {
-          a = -1;
+          seen = 0;
           break;
         }
         seen |= 1 << a;
-        order[i] = (tl_axis)a;
+        order[k++] = (tl_axis)a;
+        /* three axes: the context axis goes just outside the tensor axis */
+        if (n == TL_N_AXES - 1 && a == TL_AXIS_TP) seen |= 1 << TL_AXIS_CP, order[k++] = TL_AXIS_CP;
       }
-      if (seen != 7) break;
+      if (seen != (1 << TL_N_AXES) - 1 || k != TL_N_AXES) break;
       memcpy(at, order, sizeof order);
       return true;
     }

@@ -29,7 +29,9 @@ extern "C" {
 #define TL_MAX_VIRTUAL_STAGES 16 /* schedule.virtual_stages: model chunks per pipeline stage */
 
 typedef enum { TL_MODEL_GPT = 0, TL_MODEL_MLP, TL_MODEL_LLAMA } tl_model_kind;
-typedef enum { TL_AXIS_DP = 0, TL_AXIS_TP, TL_AXIS_PP } tl_axis;
+/* the mesh's axes: data, tensor, pipeline and context (sequence) parallel */
+typedef enum { TL_AXIS_DP = 0, TL_AXIS_TP, TL_AXIS_PP, TL_AXIS_CP } tl_axis;
+#define TL_N_AXES 4
 typedef enum {
   TL_SCHEDULE_GPIPE = 0,
   TL_SCHEDULE_1F1B,
@@ -80,8 +82,8 @@ struct tl_model_config {
 };
 
 struct tl_mesh_config {
-  int dp, tp, pp;   /* default 1 each */
-  tl_axis order[3]; /* innermost first; default {tp, dp, pp} */
+  int dp, tp, pp, cp;       /* default 1 each */
+  tl_axis order[TL_N_AXES]; /* innermost first; default {tp, cp, dp, pp} */
 };
 
 struct tl_schedule_config {
@@ -187,7 +189,12 @@ tl_status tl_config_parse(const char* json_text, const char* source_name, struct
  * problem, one per line, as from `source`. */
 tl_status tl_config_validate(const struct tl_config* cfg, const char* source);
 
-/* Checks that need the job: dp * tp * pp == world_size. */
+/* The ranks a mesh has: dp * tp * pp * cp. */
+static inline long long tl_config_ranks(const struct tl_mesh_config* m) {
+  return (long long)m->dp * m->tp * m->pp * m->cp;
+}
+
+/* Checks that need the job: dp * tp * pp * cp == world_size. */
 tl_status tl_config_check_world(const struct tl_config* cfg, int world_size);
 
 /* Writes cfg as JSON (every field), atomically (temporary file + rename). */

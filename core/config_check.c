@@ -73,11 +73,11 @@ static bool check_field(const struct tl__config_field* f, const struct tl_config
     case TL__FIELD_ORDER: {
       const tl_axis* o = (const tl_axis*)at;
       int seen = 0;
-      for (int i = 0; i < 3; i++)
-        if ((int)o[i] >= 0 && (int)o[i] < 3) seen |= 1 << o[i];
-      if (seen == 7) return true;
-      tl__problem(p, "%s.%s = [%d, %d, %d] (as numbers): expected %s", f->section, f->key, o[0],
-                  o[1], o[2], expect);
+      for (int i = 0; i < TL_N_AXES; i++)
+        if ((int)o[i] >= 0 && (int)o[i] < TL_N_AXES) seen |= 1 << o[i];
+      if (seen == (1 << TL_N_AXES) - 1) return true;
+      tl__problem(p, "%s.%s = [%d, %d, %d, %d] (as numbers): expected %s", f->section, f->key, o[0],
+                  o[1], o[2], o[3], expect);
       return false;
     }
     case TL__FIELD_STAGES: {
@@ -171,11 +171,12 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
   const bool llama = OK(model, kind) && m->kind == TL_MODEL_LLAMA;
   const bool transformer = gpt || llama; /* the fields and rules they share */
 
-  if (OK(mesh, dp) && OK(mesh, tp) && OK(mesh, pp)) {
-    long long n = (long long)mesh->dp * mesh->tp * mesh->pp;
+  if (OK(mesh, dp) && OK(mesh, tp) && OK(mesh, pp) && OK(mesh, cp)) {
+    long long n = tl_config_ranks(mesh);
     if (n > (1 << 20))
-      tl__problem(p, "mesh: dp * tp * pp = %d * %d * %d = %lld ranks: expected at most %d",
-                  mesh->dp, mesh->tp, mesh->pp, n, 1 << 20);
+      tl__problem(p,
+                  "mesh: dp * tp * pp * cp = %d * %d * %d * %d = %lld ranks: expected at most %d",
+                  mesh->dp, mesh->tp, mesh->pp, mesh->cp, n, 1 << 20);
   }
 
   /* The model must split the way the mesh asks. */
@@ -242,12 +243,18 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
     if (OK(train, seq_len) && OK(model, max_seq_len) && t->seq_len > m->max_seq_len)
       tl__problem(p, "train.seq_len = %d: must be <= model.max_seq_len = %d", t->seq_len,
                   m->max_seq_len);
-    if (OK(parallel, sequence_parallel) && cfg->parallel.sequence_parallel && OK(mesh, tp) &&
-        OK(train, seq_len) && t->seq_len % mesh->tp != 0)
+    const int cp = OK(mesh, cp) ? mesh->cp : 1;
+    if (cp > 1 && OK(train, seq_len) && t->seq_len % (2 * cp) != 0)
       tl__problem(p,
-                  "parallel.sequence_parallel = true: train.seq_len = %d must be divisible by "
+                  "mesh.cp = %d: context parallelism cuts each sequence in 2 x cp = %d chunks "
+                  "(rank i holds chunks i and %d - i); train.seq_len = %d must be divisible by %d",
+                  cp, 2 * cp, 2 * cp - 1, t->seq_len, 2 * cp);
+    else if (OK(parallel, sequence_parallel) && cfg->parallel.sequence_parallel && OK(mesh, tp) &&
+             OK(train, seq_len) && t->seq_len / cp % mesh->tp != 0)
+      tl__problem(p,
+                  "parallel.sequence_parallel = true: train.seq_len%s = %d must be divisible by "
                   "mesh.tp = %d",
-                  t->seq_len, mesh->tp);
+                  cp > 1 ? " / mesh.cp" : "", t->seq_len / cp, mesh->tp);
     if (OK(train, sample_top_k) && OK(model, vocab_size) && t->sample_top_k > m->vocab_size)
       tl__problem(p, "train.sample_top_k = %d: must be <= model.vocab_size = %d", t->sample_top_k,
                   m->vocab_size);
@@ -396,6 +403,11 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                 "parallel.grad_reduce = \"bf16\" with parallel.deterministic = true: the "
                 "deterministic mode sums exact 64-bit fixed-point gradients over the replicas; "
                 "expected parallel.grad_reduce = \"fp32\"");
+  if (OK(mesh, cp) && mesh->cp > 1 && mlp)
+    tl__problem(p,
+                "mesh.cp = %d with model.kind = \"mlp\": context parallelism splits sequences, "
+                "which an MLP has none of; expected mesh.cp = 1",
+                mesh->cp);
   if (OK(parallel, recompute) && OK(model, kind) && cfg->model.kind == TL_MODEL_MLP &&
       cfg->parallel.recompute == TL_RECOMPUTE_SELECTIVE)
     tl__problem(p,
@@ -413,6 +425,13 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
                   "data and pipeline parallelism (any mesh.dp and mesh.pp); tensor parallelism's "
                   "partial sums are not in its canonical order yet; expected mesh.tp = 1",
                   mesh->tp);
+    if (OK(mesh, cp) && mesh->cp > 1)
+      tl__problem(p,
+                  "parallel.deterministic = true with mesh.cp = %d: the deterministic mode covers "
+                  "data and pipeline parallelism; context parallelism's attention merges its "
+                  "key/value blocks in ring order, which its canonical order does not cover; "
+                  "expected mesh.cp = 1",
+                  mesh->cp);
     if (OK(device, type) && cfg->device.type == TL_DEVICE_CUDA)
       tl__problem(p,
                   "parallel.deterministic = true with device.type = \"cuda\": its exact "
@@ -444,10 +463,10 @@ void tl__config_validate(const struct tl_config* cfg, const bool* bad_in, struct
 
 tl_status tl_config_check_world(const struct tl_config* cfg, int world_size) {
   const struct tl_mesh_config* m = &cfg->mesh;
-  long long n = (long long)m->dp * m->tp * m->pp;
+  long long n = tl_config_ranks(m);
   if (n == world_size) return TL_OK;
   return TL_ERRF(TL_ERR_CONFIG,
-                 "mesh: dp * tp * pp = %d * %d * %d = %lld ranks, but this job has %d rank%s: "
-                 "start it with %lld ranks (mpiexec -n %lld) or change the mesh",
-                 m->dp, m->tp, m->pp, n, world_size, world_size == 1 ? "" : "s", n, n);
+                 "mesh: dp * tp * pp * cp = %d * %d * %d * %d = %lld ranks, but this job has %d "
+                 "rank%s: start it with %lld ranks (mpiexec -n %lld) or change the mesh",
+                 m->dp, m->tp, m->pp, m->cp, n, world_size, world_size == 1 ? "" : "s", n, n);
 }

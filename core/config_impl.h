@@ -27,7 +27,7 @@ typedef enum {
   TL__FIELD_BOOL,        /* bool; JSON true / false */
   TL__FIELD_STRING,      /* char[TL_PATH_MAX]; JSON string */
   TL__FIELD_ENUM,        /* an enum stored as int; JSON string from `names` */
-  TL__FIELD_ORDER,       /* tl_axis[3]; JSON array of three distinct axis names */
+  TL__FIELD_ORDER,       /* tl_axis[TL_N_AXES]; JSON array of the axis names (cp may be left out) */
   TL__FIELD_SIZES,       /* model.mlp_sizes (+ n_mlp_layers); JSON array of integers */
   TL__FIELD_STAGES,      /* schedule.stage_layers (+ n_stage_layers); JSON array, may be empty */
   TL__FIELD_ROPE_SCALING /* struct tl_rope_scaling; JSON null or an object (config.c) */

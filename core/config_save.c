@@ -101,8 +101,8 @@ static tl_status write_value(FILE* f, const struct tl__config_field* fd,
       break;
     case TL__FIELD_ORDER: {
       const tl_axis* o = (const tl_axis*)at;
-      fprintf(f, "[\"%s\", \"%s\", \"%s\"]", tl__axis_names[o[0]], tl__axis_names[o[1]],
-              tl__axis_names[o[2]]);
+      fprintf(f, "[\"%s\", \"%s\", \"%s\", \"%s\"]", tl__axis_names[o[0]], tl__axis_names[o[1]],
+              tl__axis_names[o[2]], tl__axis_names[o[3]]);
       break;
     }
     case TL__FIELD_SIZES:

@@ -283,24 +283,35 @@ tl_status tl_group_split(tl_group* parent, int color, int key, const char* name,
   return tl__group_create(parent->ops, child, rank, size, parent->device, name, out);
 }
 
-tl_status tl_group_split_mesh(tl_group* world, const tl_mesh* mesh, tl_group* out[3]) {
-  out[0] = out[1] = out[2] = NULL;
+tl_status tl_group_split_mesh(tl_group* world, const tl_mesh* mesh, tl_group* out[TL_MESH_GROUPS]) {
+  for (int a = 0; a < TL_MESH_GROUPS; a++) out[a] = NULL;
   if (world->size != mesh->n_ranks)
     return TL_ERRF(TL_ERR_INVALID,
-                   "group '%s' has %d ranks but the mesh dp * tp * pp = %d * %d * %d = %d",
+                   "group '%s' has %d ranks but the mesh dp * tp * pp * cp = %d * %d * %d * %d "
+                   "= %d",
                    world->name, world->size, mesh->size[TL_AXIS_DP], mesh->size[TL_AXIS_TP],
-                   mesh->size[TL_AXIS_PP], mesh->n_ranks);
-  int coord[3];
+                   mesh->size[TL_AXIS_PP], mesh->size[TL_AXIS_CP], mesh->n_ranks);
+  int coord[TL_N_AXES];
   tl_mesh_coords(mesh, world->rank, coord);
-  for (int a = 0; a < 3; a++) {
-    tl_status st = tl_group_split(world, tl_mesh_group_id(mesh, world->rank, (tl_axis)a), coord[a],
-                                  tl_axis_name((tl_axis)a), &out[a]);
-    if (st != TL_OK) {
-      for (int b = 0; b < a; b++) tl_group_destroy(out[b]), out[b] = NULL;
-      return st;
-    }
+  tl_status st = TL_OK;
+  for (int a = 0; a < TL_N_AXES && st == TL_OK; a++)
+    st = tl_group_split(world, tl_mesh_group_id(mesh, world->rank, (tl_axis)a), coord[a],
+                        tl_axis_name((tl_axis)a), &out[a]);
+  if (st == TL_OK && mesh->size[TL_AXIS_CP] > 1)
+    st = tl_group_split(world, tl_mesh_data_group_id(mesh, world->rank),
+                        tl_mesh_data_index(mesh, world->rank), "data", &out[TL_MESH_DATA]);
+  else if (st == TL_OK)
+    out[TL_MESH_DATA] = out[TL_AXIS_DP];
+  if (st != TL_OK) tl_group_destroy_mesh(out);
+  return st;
+}
+
+void tl_group_destroy_mesh(tl_group* groups[TL_MESH_GROUPS]) {
+  if (groups[TL_MESH_DATA] != groups[TL_AXIS_DP]) tl_group_destroy(groups[TL_MESH_DATA]);
+  for (int a = 0; a < TL_MESH_GROUPS; a++) {
+    if (a != TL_MESH_DATA) tl_group_destroy(groups[a]);
+    groups[a] = NULL;
   }
-  return TL_OK;
 }
 
 void tl_group_destroy(tl_group* g) {

@@ -158,9 +158,13 @@ tl_status tl_group_test(tl_group_request* req, bool* done);
 tl_status tl_group_split(tl_group* parent, int color, int key, const char* name, tl_group** out);
 
 /* Collective over `world` (whose size must be mesh->n_ranks, its rank being
- * the mesh rank): this rank's dp, tp and pp groups into out[tl_axis], named
- * "dp", "tp", "pp"; a member's rank in each is its coordinate on that axis. */
-tl_status tl_group_split_mesh(tl_group* world, const tl_mesh* mesh, tl_group* out[3]);
+ * the mesh rank): this rank's dp, tp, pp and cp groups into out[tl_axis],
+ * named "dp", "tp", "pp", "cp" (a member's rank in each is its coordinate
+ * on that axis), and its data group (dp x cp, mesh.h) into
+ * out[TL_MESH_DATA], named "data" — the dp group itself when cp is 1.
+ * tl_group_destroy_mesh frees them (the data group once). */
+tl_status tl_group_split_mesh(tl_group* world, const tl_mesh* mesh, tl_group* out[TL_MESH_GROUPS]);
+void tl_group_destroy_mesh(tl_group* groups[TL_MESH_GROUPS]);
 
 /* Frees the group (not collective). Wait for its requests first. NULL is fine. */
 void tl_group_destroy(tl_group* g);

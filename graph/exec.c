@@ -228,7 +228,7 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
                    "with fixed-point kernels (the %s backend has none)",
                    be->ops->name);
   }
-  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->group, NULL, 0};
+  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->group, opt->ring, NULL, 0};
   tl_status st = TL_OK;
   x->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
   x->grad_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);

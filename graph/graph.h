@@ -31,7 +31,7 @@ extern "C" {
 
 #define TL_NAME_MAX 48
 #define TL_NODE_MAX_IO 6
-#define TL_NODE_MAX_ATTRS 6
+#define TL_NODE_MAX_ATTRS 8
 
 typedef enum {
   TL_ROLE_PARAM = 0,  /* view into the flat parameter buffer */

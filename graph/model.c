@@ -461,7 +461,7 @@ tl_status tl_model_recompute(tl_graph* g, const struct tl_model_io* io, tl_recom
       continue;
     }
     for (int i = b; i < e; i++)
-      if (g->nodes[i].op == TL_OP_ATTENTION) {
+      if (tl_op_get(g->nodes[i].op)->flags & TL_OP_ATTENTION_LIKE) {
         TL_CHECK(tl_graph_recompute(g, i, i + 1));
         found++;
       }

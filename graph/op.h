@@ -25,6 +25,7 @@ struct tl_run_ctx {
   void* (*data)(const struct tl_run_ctx* x, int value); /* NULL for value -1 */
   void* exec;
   tl_group* group; /* the group collective ops communicate over (the executor's), or NULL */
+  tl_group* ring;  /* the group sequence-split ops pass blocks around (context parallelism) */
   void* scratch;   /* device memory for collectives' temporaries: scratch_bytes */
   size_t scratch_bytes;
 };
@@ -69,6 +70,9 @@ struct tl_op_def {
  * row of the input, with whole parameters (a norm): a split of the rows is
  * a split of the output, a split of the columns is not. */
 #define TL_OP_ROWWISE 8u
+/* Attention: mixes tokens across the sequence (what selective recomputation
+ * recomputes): the graph's op, and context parallelism's ring (tp/). */
+#define TL_OP_ATTENTION_LIKE 16u
 
 enum {
   TL_OP_EMBEDDING = 0,

@@ -79,7 +79,27 @@ struct tl_rope {
   float factor; /* 0: no scaling */
   float low_freq_factor, high_freq_factor;
   int original_ctx;
+  /* a sequence split by context parallelism: the t rows are chunks
+   * cp_rank and 2 cp - 1 - cp_rank of it (tl_cp_position); cp 0 or 1:
+   * whole sequences */
+  int cp, cp_rank;
 };
+
+#ifdef __CUDACC__
+#define TL__HOST_DEVICE __host__ __device__
+#else
+#define TL__HOST_DEVICE
+#endif
+
+/* The position of row i of the t rows context-parallel rank `rank` of cp
+ * holds of a sequence: the load-balanced causal split cuts the sequence in
+ * 2 cp chunks of t/2 and gives rank r chunks r and 2 cp - 1 - r, so that
+ * every rank has as much causal attention work. cp <= 1: i. */
+static inline TL__HOST_DEVICE int tl_cp_position(int i, int t, int cp, int rank) {
+  if (cp <= 1) return i;
+  const int h = t / 2;
+  return i < h ? rank * h + i : (2 * cp - 1 - rank) * h + (i - h);
+}
 
 /* inv_freq[i], i < hs/2, as transformers computes them in fp32 (kernels
  * of every backend rotate by these). */
@@ -248,6 +268,12 @@ struct tl_kernel_ops {
   tl_status (*swiglu_forward)(void* ctx, float* out, const float* gate, const float* up, int64_t n);
   tl_status (*swiglu_backward)(void* ctx, float* dgate, float* dup, const float* dout,
                                const float* gate, const float* up, int64_t n);
+
+  /* dst (rows, cols), rows ldd floats apart, = src (rows, cols), rows lds
+   * apart; accumulate: dst += src. Packs strided columns (a fused
+   * [Q | K | V] row's K and V) into a dense block and back. */
+  tl_status (*copy_2d)(void* ctx, float* dst, int64_t ldd, const float* src, int64_t lds,
+                       int64_t rows, int64_t cols, bool accumulate);
 };
 
 /* Fixed-point units of the exact sums: gradients in 2^-48 (|g| < 2^14,

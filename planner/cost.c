@@ -131,7 +131,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
     tl_graph* g = NULL;
     struct tl_model_io io;
     /* rank 0's graph, as the trainer builds it (tp/tp.h) */
-    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, rc, split, &g, &io, &sh, NULL);
+    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, 1, 0, rc, split, &g, &io, &sh, NULL);
     if (st == TL_OK) st = tl_graph_set_precision(g, precision);
     if (st == TL_OK) {
       /* the last n blocks, with the embedding and / or the head */

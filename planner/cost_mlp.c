@@ -49,7 +49,7 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
   tl_graph* g = NULL;
   struct tl_model_io io;
   tl_tp_shard sh;
-  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, TL_RECOMPUTE_NONE, false, &g, &io, &sh, NULL));
+  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, 1, 0, TL_RECOMPUTE_NONE, false, &g, &io, &sh, NULL));
   tl_status st = tl_graph_set_precision(g, precision);
   if (st == TL_OK && tp > 1 && sh.n_linear_split < sh.n_linear)
     st = TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d leaves a linear layer of the MLP unsplit", tp);

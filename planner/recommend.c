@@ -21,7 +21,9 @@ void tl_plan_from_config(const struct tl_config* cfg, tl_plan* p, tl_dtype* dtyp
   p->sequence_parallel = p->tp > 1 && cfg->parallel.sequence_parallel;
   p->dp_bucket_mb = cfg->parallel.bucket_mb;
   p->grad_reduce = cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
-  memcpy(p->order, cfg->mesh.order, sizeof p->order);
+  /* the plan's axes are dp, tp and pp: the config's order without cp */
+  for (int i = 0, k = 0; i < TL_N_AXES && k < 3; i++)
+    if (cfg->mesh.order[i] != TL_AXIS_CP) p->order[k++] = cfg->mesh.order[i];
   *dtype = cfg->train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
 }
 
@@ -33,6 +35,12 @@ tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* cl
   tl_cluster c = *cluster;
   /* what the trainer runs that the cost model does not price: refused,
    * named, rather than priced as something else */
+  if (cfg->mesh.cp > 1)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "mesh.cp = %d: the cost model does not price context parallelism yet (the "
+                   "ring's transfers and the split sequence's memory); price the config with "
+                   "mesh.cp = 1, or train it without --cluster",
+                   cfg->mesh.cp);
   if (cfg->model.kind == TL_MODEL_MLP && cfg->parallel.recompute != TL_RECOMPUTE_NONE)
     return TL_ERRF(TL_ERR_CONFIG,
                    "parallel.recompute = \"%s\": the cost model prices an MLP without "
@@ -101,7 +109,14 @@ tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int 
   cfg.mesh.dp = p->dp;
   cfg.mesh.tp = p->tp;
   cfg.mesh.pp = p->pp;
-  tl_cost_plan_order(p, cfg.mesh.order); /* the layout priced, not the base's */
+  /* the layout priced, not the base's (cp, of size 1, just outside tp) */
+  tl_axis order[3];
+  tl_cost_plan_order(p, order);
+  for (int i = 0, k = 0; i < 3; i++) {
+    cfg.mesh.order[k++] = order[i];
+    if (order[i] == TL_AXIS_TP) cfg.mesh.order[k++] = TL_AXIS_CP;
+  }
+  cfg.mesh.cp = 1;
   cfg.schedule.kind = p->schedule;
   cfg.schedule.micro_batches = p->n_micro;
   cfg.schedule.virtual_stages = tl_plan_chunks(p);

@@ -1,5 +1,6 @@
 /* build.c — a model's training graph as one tensor-parallel rank runs it
  * (tp.h's tl_tp_build): built whole, sharded, then differentiated. */
+#include "tp/cp.h"
 #include "tp/tp.h"
 #include "tp/tp_impl.h"
 
@@ -14,8 +15,8 @@ tl_status tl_tp_backward(tl_graph* g, const tl_tp_shard* shard) {
   return TL_OK;
 }
 
-tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp,
-                      tl_recompute recompute, bool split_weight, tl_graph** out,
+tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp, int cp,
+                      int cp_rank, tl_recompute recompute, bool split_weight, tl_graph** out,
                       struct tl_model_io* io, tl_tp_shard* shard, tl_graph** full_out) {
   *out = NULL;
   if (full_out) *full_out = NULL;
@@ -35,7 +36,8 @@ tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp
   rio.logits = fio.logits >= 0 ? shard->value_map[fio.logits] : -1;
   rio.losses = fio.losses >= 0 ? shard->value_map[fio.losses] : -1;
   for (int l = 0; l <= fio.n_layers; l++) rio.layer_begin[l] = shard->node_map[fio.layer_begin[l]];
-  st = tl_tp_backward(g, shard);
+  st = tl_cp_split_graph(g, cp, cp_rank);
+  if (st == TL_OK) st = tl_tp_backward(g, shard);
   if (st == TL_OK) st = tl_model_recompute(g, &rio, recompute);
   if (st == TL_OK && split_weight) st = tl_graph_split_weight(g);
   if (st != TL_OK) {

@@ -205,6 +205,9 @@ static void register_ops(void) {
   if (st == TL_OK) st = tl_op_register(&tl__tp_op_comm_backward, &g_ops.comm_backward);
   if (st == TL_OK) st = tl_op_register(&tl__tp_op_xent, &g_ops.xent);
   if (st == TL_OK) st = tl_op_register(&tl__tp_op_xent_backward, &g_ops.xent_backward);
+  if (st == TL_OK) st = tl_op_register(&tl__tp_op_cp_attention, &g_ops.cp_attention);
+  if (st == TL_OK)
+    st = tl_op_register(&tl__tp_op_cp_attention_backward, &g_ops.cp_attention_backward);
   TL_ASSERT(st == TL_OK);
 }
 

@@ -120,16 +120,18 @@ void tl_tp_shard_free(tl_tp_shard* s); /* zeroes it */
 tl_status tl_tp_backward(tl_graph* g, const tl_tp_shard* shard);
 
 /* Builds model m's training graph for a batch of b sequences of t tokens as
- * tensor-parallel rank `rank` of tp runs it: the full forward graph
- * (tl_model_build_forward), sharded, differentiated, with sequence
+ * tensor-parallel rank `rank` of tp runs it — and, with cp > 1, as
+ * context-parallel rank cp_rank of cp, whose t rows are its two chunks of
+ * sequences of cp t tokens (cp.h): the full forward graph
+ * (tl_model_build_forward), sharded, split (tl_cp_split_graph), differentiated, with sequence
  * parallelism each all-gathered matmul input gathered again in the
  * backward, then activations recomputed as `recompute` says
  * (tl_model_recompute) and, with split_weight (the zero-bubble schedule),
  * the backward split into its input and weight passes
  * (tl_graph_split_weight). io receives the rank graph's inputs, outputs and
  * layer boundaries; *full (may be NULL) keeps the full forward graph. */
-tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp,
-                      tl_recompute recompute, bool split_weight, tl_graph** out,
+tl_status tl_tp_build(const tl_model* m, int b, int t, int tp, int rank, bool sp, int cp,
+                      int cp_rank, tl_recompute recompute, bool split_weight, tl_graph** out,
                       struct tl_model_io* io, tl_tp_shard* shard, tl_graph** full);
 
 /* The shard parameter holding rank value v, or NULL. */

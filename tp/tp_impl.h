@@ -25,10 +25,12 @@ enum {
 /* The op-table indices of this module's ops, registered on first use. */
 struct tl__tp_ops {
   int comm, comm_backward, xent, xent_backward;
+  int cp_attention, cp_attention_backward; /* context parallelism's ring (cp_attention.c) */
 };
 const struct tl__tp_ops* tl__tp_ops(void);
 
 extern const struct tl_op_def tl__tp_op_comm, tl__tp_op_comm_backward;
 extern const struct tl_op_def tl__tp_op_xent, tl__tp_op_xent_backward;
+extern const struct tl_op_def tl__tp_op_cp_attention, tl__tp_op_cp_attention_backward;
 
 #endif

@@ -116,7 +116,11 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
       TL_DATA(x, n->in[1 + k]), TL_DATA(x, n->in[2 + k]), &s);
 }
 
-const struct tl_op_def tl_op_attention = {
-    .name = "attention", .n_diff_out = 1, .infer = infer, .run = run, .backward = backward};
+const struct tl_op_def tl_op_attention = {.name = "attention",
+                                          .n_diff_out = 1,
+                                          .infer = infer,
+                                          .run = run,
+                                          .backward = backward,
+                                          .flags = TL_OP_ATTENTION_LIKE};
 const struct tl_op_def tl_op_attention_backward = {
     .name = "attention_backward", .n_diff_out = 0, .run = run_backward};

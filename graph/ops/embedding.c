@@ -3,7 +3,12 @@
  * row_begin] + wpe[t]. wte is the whole table (row_begin 0) or, under tensor
  * parallelism, the shard of vocabulary rows [row_begin, row_begin + rows):
  * tokens outside it contribute zeros, and the tensor-parallel group's sum
- * is the embedding. Without wpe there is no position term. */
+ * is the embedding. Without wpe there is no position term.
+ *
+ * attr {row_begin, cp, cp_rank}: with cp > 1 the T rows of a sequence are
+ * the two chunks context-parallel rank cp_rank holds of a sequence of cp T
+ * tokens (kernels/ops.h's tl_cp_position), and read the position rows of
+ * those chunks. */
 #include "graph/ops/shape.h"
 
 static tl_status infer(tl_graph* g, tl_node* n) {
@@ -15,9 +20,15 @@ static tl_status infer(tl_graph* g, tl_node* n) {
   if (wte->n_dims != 2 || (wpe && (wpe->n_dims != 2 || wte->shape[1] != wpe->shape[1])))
     return TL_ERRF(TL_ERR_INVALID, "embedding '%s': wte and wpe must be (rows, C) with the same C",
                    n->name);
-  if (wpe && tok->shape[1] > wpe->shape[0])
+  const int cp = n->attr[1] > 1 ? n->attr[1] : 1;
+  if (cp > 1 && (tok->shape[1] % 2 != 0 || n->attr[2] < 0 || n->attr[2] >= cp))
+    return TL_ERRF(TL_ERR_INVALID,
+                   "embedding '%s': context-parallel rank %d of %d over %lld rows; expected a "
+                   "rank below cp and an even number of rows (two chunks)",
+                   n->name, n->attr[2], cp, (long long)tok->shape[1]);
+  if (wpe && tok->shape[1] * cp > wpe->shape[0])
     return TL_ERRF(TL_ERR_INVALID, "embedding '%s': T=%lld exceeds the %lld positions of wpe",
-                   n->name, (long long)tok->shape[1], (long long)wpe->shape[0]);
+                   n->name, (long long)tok->shape[1] * cp, (long long)wpe->shape[0]);
   if (n->attr[0] < 0)
     return TL_ERRF(TL_ERR_INVALID, "embedding '%s': first row %d; expected >= 0", n->name,
                    n->attr[0]);
@@ -28,12 +39,27 @@ static tl_status infer(tl_graph* g, tl_node* n) {
   return TL_OK;
 }
 
+/* With a split sequence and a position table, the kernels run once per
+ * (sequence, chunk), each chunk reading its own rows of wpe. */
+#define SPLIT(f) (f->attr[1] > 1 && f->n_in > 2 && f->in[2] >= 0)
+
 static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   const tl_value* y = &x->g->values[n->out[0]];
-  return x->be->ops->embedding_forward(x->be->ctx, TL_DATA(x, n->out[0]), TL_IDATA(x, n->in[0]),
-                                       TL_DATA(x, n->in[1]), TL_DATA(x, n->in[2]), (int)y->shape[0],
-                                       (int)y->shape[1], (int)y->shape[2], n->attr[0],
-                                       (int)x->g->values[n->in[1]].shape[0]);
+  const int b = (int)y->shape[0], t = (int)y->shape[1], c = (int)y->shape[2];
+  const int rows = (int)x->g->values[n->in[1]].shape[0];
+  float *out = TL_DATA(x, n->out[0]), *wte = TL_DATA(x, n->in[1]), *wpe = TL_DATA(x, n->in[2]);
+  const int32_t* tok = TL_IDATA(x, n->in[0]);
+  if (!SPLIT(n))
+    return x->be->ops->embedding_forward(x->be->ctx, out, tok, wte, wpe, b, t, c, n->attr[0], rows);
+  const int h = t / 2;
+  for (int s = 0; s < b; s++)
+    for (int j = 0; j < 2; j++) {
+      const int64_t row = (int64_t)s * t + (int64_t)j * h;
+      const int pos = tl_cp_position(j * h, t, n->attr[1], n->attr[2]);
+      TL_CHECK(x->be->ops->embedding_forward(x->be->ctx, out + row * c, tok + row, wte,
+                                             wpe + (int64_t)pos * c, 1, h, c, n->attr[0], rows));
+    }
+  return TL_OK;
 }
 
 /* backward node: in {dout, tokens}, out {dwte, dwpe} */
@@ -47,10 +73,22 @@ static tl_status backward(tl_graph* g, int i) {
 static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   const tl_value* dy = &x->g->values[n->in[0]];
   const tl_node* f = &x->g->nodes[n->forward_of];
-  return x->be->ops->embedding_backward(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->out[1]),
-                                        TL_DATA(x, n->in[0]), TL_IDATA(x, n->in[1]),
-                                        (int)dy->shape[0], (int)dy->shape[1], (int)dy->shape[2],
-                                        f->attr[0], (int)x->g->values[f->in[1]].shape[0]);
+  const int b = (int)dy->shape[0], t = (int)dy->shape[1], c = (int)dy->shape[2];
+  const int rows = (int)x->g->values[f->in[1]].shape[0];
+  float *dwte = TL_DATA(x, n->out[0]), *dwpe = TL_DATA(x, n->out[1]), *d = TL_DATA(x, n->in[0]);
+  const int32_t* tok = TL_IDATA(x, n->in[1]);
+  if (!SPLIT(f) || !dwpe)
+    return x->be->ops->embedding_backward(x->be->ctx, dwte, dwpe, d, tok, b, t, c, f->attr[0],
+                                          rows);
+  const int h = t / 2;
+  for (int s = 0; s < b; s++)
+    for (int j = 0; j < 2; j++) {
+      const int64_t row = (int64_t)s * t + (int64_t)j * h;
+      const int pos = tl_cp_position(j * h, t, f->attr[1], f->attr[2]);
+      TL_CHECK(x->be->ops->embedding_backward(x->be->ctx, dwte, dwpe + (int64_t)pos * c,
+                                              d + row * c, tok + row, 1, h, c, f->attr[0], rows));
+    }
+  return TL_OK;
 }
 
 const struct tl_op_def tl_op_embedding = {

@@ -3,7 +3,9 @@
  * original_ctx} (kernels/ops.h's struct tl_rope; factor 0: no scaling),
  * out {y}: each head of position t rotated by t times its frequencies,
  * channel i paired with i + hs/2. Positions are the tokens' places in the
- * sequence, so the op needs whole sequences. */
+ * sequence, so the op needs whole sequences — or, attr {.., cp, cp_rank}
+ * with cp > 1, the two chunks context-parallel rank cp_rank holds of each
+ * (kernels/ops.h's tl_cp_position). */
 #include "graph/ops/shape.h"
 
 struct tl_rope tl_rope_of(const tl_node* n) {
@@ -12,7 +14,9 @@ struct tl_rope tl_rope_of(const tl_node* n) {
                           .factor = tl_attr_float(n->attr[2]),
                           .low_freq_factor = tl_attr_float(n->attr[3]),
                           .high_freq_factor = tl_attr_float(n->attr[4]),
-                          .original_ctx = n->attr[5]};
+                          .original_ctx = n->attr[5],
+                          .cp = n->attr[6],
+                          .cp_rank = n->attr[7]};
 }
 
 static tl_status infer(tl_graph* g, tl_node* n) {

@@ -96,4 +96,5 @@ const struct tl_kernel_ops tl_cpu_kernel_ops = {
     .rope_backward = tl__cpu_rope_backward,
     .swiglu_forward = tl__cpu_swiglu_forward,
     .swiglu_backward = tl__cpu_swiglu_backward,
+    .copy_2d = tl__cpu_copy_2d,
 };

@@ -6,6 +6,21 @@
 
 #include "kernels/cpu/cpu_impl.h"
 
+tl_status tl__cpu_copy_2d(void* ctx, float* dst, int64_t ldd, const float* src, int64_t lds,
+                          int64_t rows, int64_t cols, bool accumulate) {
+  (void)ctx;
+#pragma omp parallel for if (rows * cols > TL_CPU_PAR_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    float* restrict d = dst + r * ldd;
+    const float* restrict s = src + r * lds;
+    if (accumulate)
+      for (int64_t i = 0; i < cols; i++) d[i] += s[i];
+    else
+      memcpy(d, s, sizeof(float) * (size_t)cols);
+  }
+  return TL_OK;
+}
+
 tl_status tl__cpu_add_forward(void* ctx, float* out, const float* a, const float* b, int64_t n) {
   (void)ctx;
 #pragma omp parallel for if (n > TL_CPU_PAR_MIN)

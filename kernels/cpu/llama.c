@@ -73,7 +73,7 @@ tl_status tl__cpu_rmsnorm_backward(void* ctx, float* dinp, float* dweight, const
   return TL_OK;
 }
 
-/* cos and sin of position p times each frequency: (t, hs/2) each */
+/* cos and sin of row p's position times each frequency: (t, hs/2) each */
 static tl_status rope_table(const struct tl_rope* r, int t, float** out) {
   const int half = r->hs / 2;
   float* tab = malloc(sizeof(float) * ((size_t)2 * t * half + (size_t)half));
@@ -82,7 +82,7 @@ static tl_status rope_table(const struct tl_rope* r, int t, float** out) {
   tl_rope_inv_freq(r, inv);
   for (int p = 0; p < t; p++)
     for (int i = 0; i < half; i++) {
-      const float angle = inv[i] * (float)p;
+      const float angle = inv[i] * (float)tl_cp_position(p, t, r->cp, r->cp_rank);
       tab[(size_t)p * 2 * half + i] = cosf(angle);
       tab[(size_t)p * 2 * half + half + i] = sinf(angle);
     }

@@ -222,4 +222,5 @@ extern "C" const struct tl_kernel_ops tl_cuda_kernel_ops = {
     tl__cuda_rope_backward,
     tl__cuda_swiglu_forward,
     tl__cuda_swiglu_backward,
+    tl__cuda_copy_2d,
 };

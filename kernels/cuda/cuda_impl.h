@@ -104,6 +104,8 @@ tl_status tl__cuda_xent_shard_forward(void* ctx, float* losses, float* stats, co
 tl_status tl__cuda_xent_shard_backward(void* ctx, float* dlogits, const float* logits,
                                        const int32_t* targets, const float* stats,
                                        const float* dlosses, int n, int cols, int v0, int v);
+tl_status tl__cuda_copy_2d(void* ctx, float* dst, int64_t ldd, const float* src, int64_t lds,
+                           int64_t rows, int64_t cols, bool accumulate);
 tl_status tl__cuda_add_forward(void* ctx, float* out, const float* a, const float* b, int64_t n);
 tl_status tl__cuda_add_backward(void* ctx, float* da, float* db, const float* dout, int64_t n);
 tl_status tl__cuda_scale_forward(void* ctx, float* out, const float* inp, float alpha, int64_t n);

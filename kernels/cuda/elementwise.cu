@@ -156,3 +156,27 @@ extern "C" tl_status tl__cuda_sumsq(void* ctx, float* out, const float* inp, int
   TL_CUDA_LAUNCHED();
   return TL_OK;
 }
+
+// dst += src, (rows, cols) with their own row strides
+__global__ static void add_2d_kernel(float* dst, int64_t ldd, const float* src, int64_t lds,
+                                     int64_t cols, int64_t n) {
+  FOR_EACH(i, n) {
+    int64_t r = i / cols, c = i % cols;
+    dst[r * ldd + c] += src[r * lds + c];
+  }
+}
+
+extern "C" tl_status tl__cuda_copy_2d(void* ctx, float* dst, int64_t ldd, const float* src,
+                                      int64_t lds, int64_t rows, int64_t cols, bool accumulate) {
+  if (rows == 0 || cols == 0) return TL_OK;
+  if (!accumulate) {
+    TL_CUDA_CHECK(cudaMemcpy2DAsync(dst, sizeof(float) * (size_t)ldd, src,
+                                    sizeof(float) * (size_t)lds, sizeof(float) * (size_t)cols,
+                                    (size_t)rows, cudaMemcpyDeviceToDevice, STREAM));
+    return TL_OK;
+  }
+  int64_t n = rows * cols;
+  add_2d_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(dst, ldd, src, lds, cols, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}

@@ -62,13 +62,14 @@ struct freqs {
 
 // y = R(sign * position) x per head; accumulate adds into y
 __global__ static void rope_kernel(float* y, const float* x, freqs f, int t, int heads, int hs,
-                                   float sign, int64_t pairs, bool accumulate) {
+                                   int cp, int cp_rank, float sign, int64_t pairs,
+                                   bool accumulate) {
   const int half = hs / 2;
   FOR_EACH(p, pairs) {
     int i = (int)(p % half);
     int64_t rh = p / half;  // (row, head)
     int64_t row = rh / heads;
-    float angle = f.inv[i] * (float)(row % t);
+    float angle = f.inv[i] * (float)tl_cp_position((int)(row % t), t, cp, cp_rank);
     float cs = cosf(angle), sn = sign * sinf(angle);
     int64_t a = rh * hs + i;
     float x1 = x[a], x2 = x[a + half];
@@ -100,9 +101,8 @@ __global__ static void swiglu_backward_kernel(float* dgate, float* dup, const fl
   }
 }
 
-extern "C" tl_status tl__cuda_rmsnorm_forward(void* pctx, float* out, float* rstd,
-                                              const float* inp, const float* weight, int n, int c,
-                                              float eps) {
+extern "C" tl_status tl__cuda_rmsnorm_forward(void* pctx, float* out, float* rstd, const float* inp,
+                                              const float* weight, int n, int c, float eps) {
   struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
   dim3 block(32, ROWS_PER_BLOCK);
   rmsnorm_forward_kernel<<<tl__cuda_blocks(n, ROWS_PER_BLOCK), block, 0, ctx->stream>>>(
@@ -138,8 +138,8 @@ static tl_status rope(struct tl_cuda_ctx* ctx, float* y, const float* x, const s
   freqs f;
   tl_rope_inv_freq(r, f.inv);
   int64_t pairs = (int64_t)b * t * heads * (r->hs / 2);
-  rope_kernel<<<grid_for(pairs), THREADS, 0, ctx->stream>>>(y, x, f, t, heads, r->hs, sign, pairs,
-                                                            accumulate);
+  rope_kernel<<<grid_for(pairs), THREADS, 0, ctx->stream>>>(y, x, f, t, heads, r->hs, r->cp,
+                                                            r->cp_rank, sign, pairs, accumulate);
   TL_CUDA_LAUNCHED();
   return TL_OK;
 }
@@ -163,8 +163,8 @@ extern "C" tl_status tl__cuda_swiglu_forward(void* pctx, float* out, const float
 }
 
 extern "C" tl_status tl__cuda_swiglu_backward(void* pctx, float* dgate, float* dup,
-                                              const float* dout, const float* gate,
-                                              const float* up, int64_t n) {
+                                              const float* dout, const float* gate, const float* up,
+                                              int64_t n) {
   struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
   swiglu_backward_kernel<<<grid_for(n), THREADS, 0, ctx->stream>>>(dgate, dup, dout, gate, up, n);
   TL_CUDA_LAUNCHED();

@@ -75,11 +75,20 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
     for (int i = 0; i <= m->n_mlp_layers; i++) printf("%s%d", i ? " -> " : " ", m->mlp_sizes[i]);
     printf("\n");
   }
-  static const char* const axis[] = {"dp", "tp", "pp"};
   const struct tl_mesh_config* me = &cfg->mesh;
-  printf("mesh      dp %d x tp %d x pp %d = %d ranks; order %s, %s, %s (innermost first)\n", me->dp,
-         me->tp, me->pp, me->dp * me->tp * me->pp, axis[me->order[0]], axis[me->order[1]],
-         axis[me->order[2]]);
+  const bool cp = me->cp > 1; /* the context axis shows where it splits sequences */
+  printf("mesh      dp %d x tp %d x pp %d", me->dp, me->tp, me->pp);
+  if (cp) printf(" x cp %d", me->cp);
+  printf(" = %lld ranks; order", tl_config_ranks(me));
+  for (int i = 0, n = 0; i < TL_N_AXES; i++)
+    if (cp || me->order[i] != TL_AXIS_CP)
+      printf("%s %s", n++ ? "," : "", tl_axis_name(me->order[i]));
+  printf(" (innermost first)\n");
+  if (cp)
+    printf(
+        "context   each sequence in %d chunks of %d tokens; cp rank i holds chunks i and %d - i; "
+        "attention passes key/value blocks around the cp ring\n",
+        2 * me->cp, cfg->train.seq_len / (2 * me->cp), 2 * me->cp - 1);
   int per_replica = cfg->train.batch_size / me->dp;
   printf(
       "batch     %d %s per step = %d replica%s x %d, in %d micro-batch%s of %d "
@@ -106,26 +115,31 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
     printf("reduce    gradients over dp in %s\n",
            cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? "bf16 (half the bytes)" : "fp32");
   printf("nodes     %d rank%s per node (%s)\n", per_node, per_node == 1 ? "" : "s",
-         per_node >= me->dp * me->tp * me->pp ? "all on one node" : "--ranks-per-node");
+         per_node >= tl_config_ranks(me) ? "all on one node" : "--ranks-per-node");
 }
 
 static void print_rank_map(const struct tl_config* cfg, const tl_mesh* mesh, int per_node) {
   printf(
       "\nrank map: ranks count from 0 (as MPI numbers them), devices from 1 "
       "(device N is rank N-1);\ngroups list their members' ranks.\n\n");
-  printf("%5s %7s %4s %4s %4s  %-16s  %-14s %-14s %s\n", "rank", "device", "dp", "tp", "pp",
-         "runs on", "dp group", "tp group", "pp group");
+  const int n_axes = mesh->size[TL_AXIS_CP] > 1 ? TL_N_AXES : 3; /* cp shown where it splits */
+  printf("%5s %7s %4s %4s %4s", "rank", "device", "dp", "tp", "pp");
+  if (n_axes > 3) printf(" %4s", "cp");
+  printf("  %-16s  %-14s %-14s %-14s", "runs on", "dp group", "tp group", "pp group");
+  if (n_axes > 3) printf(" cp group");
+  printf("\n");
   for (int r = 0; r < mesh->n_ranks; r++) {
-    int c[3];
+    int c[TL_N_AXES];
     tl_mesh_coords(mesh, r, c);
-    char where[48], g[3][256];
+    char where[48], g[TL_N_AXES][256];
     placement(cfg, r, per_node, where, sizeof where);
-    for (int a = 0; a < 3; a++) group_list(mesh, r, (tl_axis)a, 0, g[a], sizeof g[a]);
-    printf("%5d %7d %4d %4d %4d  %-16s ", r, r + 1, c[TL_AXIS_DP], c[TL_AXIS_TP], c[TL_AXIS_PP],
-           where);
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < n_axes; a++) group_list(mesh, r, (tl_axis)a, 0, g[a], sizeof g[a]);
+    printf("%5d %7d %4d %4d %4d", r, r + 1, c[TL_AXIS_DP], c[TL_AXIS_TP], c[TL_AXIS_PP]);
+    if (n_axes > 3) printf(" %4d", c[TL_AXIS_CP]);
+    printf("  %-16s ", where);
+    for (int a = 0; a < n_axes; a++) {
       int pad = 12 - (int)strlen(g[a]);
-      printf(" {%s}%*s", g[a], a < 2 && pad > 0 ? pad : 0, "");
+      printf(" {%s}%*s", g[a], a < n_axes - 1 && pad > 0 ? pad : 0, "");
     }
     printf("\n");
   }
@@ -143,8 +157,8 @@ static int stage_layers(const struct tl_config* cfg, int pp, int* first, int* la
   /* the graph tensor-parallel rank 0 trains, cut as the trainer cuts it */
   int ok =
       st && tl_model_init(&cfg->model, &m) == TL_OK &&
-      tl_tp_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len, cfg->mesh.tp, 0,
-                  cfg->parallel.sequence_parallel, cfg->parallel.recompute,
+      tl_tp_build(&m, micro > 0 ? micro : 1, cfg->train.seq_len / cfg->mesh.cp, cfg->mesh.tp, 0,
+                  cfg->parallel.sequence_parallel, cfg->mesh.cp, 0, cfg->parallel.recompute,
                   cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE, &g, &io, &sh, NULL) == TL_OK &&
       tl_pp_partition(g, &io, pp, cfg->schedule.n_stage_layers ? cfg->schedule.stage_layers : NULL,
                       st) == TL_OK;
@@ -227,7 +241,7 @@ static void print_shards(const struct tl_config* cfg, const tl_mesh* mesh) {
            also[0] ? " (with " : "", also, also[0] ? ", added once)" : "");
     int n = 0;
     for (int k = 0; k < mesh->n_ranks; k++) {
-      int c[3];
+      int c[TL_N_AXES];
       tl_mesh_coords(mesh, k, c);
       if (c[TL_AXIS_TP] == r) printf("%s %d", n++ ? "," : "", k + 1);
     }
@@ -280,17 +294,19 @@ static void print_by_stage_and_group(const struct tl_config* cfg, const tl_mesh*
     printf(" on devices");
     int n = 0;
     for (int r = 0; r < mesh->n_ranks; r++) {
-      int c[3];
+      int c[TL_N_AXES];
       tl_mesh_coords(mesh, r, c);
       if (c[TL_AXIS_PP] == s) printf("%s %d", n++ ? "," : "", r + 1);
     }
     printf("\n");
   }
   print_shards(cfg, mesh);
-  static const char* const titles[3] = {
+  static const char* const titles[TL_N_AXES] = {
       "data-parallel groups (gradient all-reduce)", "tensor-parallel groups (layer shards)",
-      "pipeline groups (stages passing activations point-to-point)"};
-  for (int a = 0; a < 3; a++) {
+      "pipeline groups (stages passing activations point-to-point)",
+      "context-parallel groups (sequence chunks, attention's key/value ring; gradients are summed "
+      "over dp x cp)"};
+  for (int a = 0; a < (mesh->size[TL_AXIS_CP] > 1 ? TL_N_AXES : 3); a++) {
     printf("%s:", titles[a]);
     if (mesh->size[a] == 1) {
       printf(" none (%s = 1)\n", tl_axis_name((tl_axis)a));

@@ -545,12 +545,13 @@ int tl_cli_plan(int argc, char** argv) {
               best == chosen->plans ? "" : ", the best that `trellis train` runs today");
       /* the layout priced replaces the given config's: said, not silent */
       if (memcmp(plan_cfg.mesh.order, cfg.mesh.order, sizeof cfg.mesh.order) != 0) {
-        static const char* const axis[3] = {"dp", "tp", "pp"};
         const tl_axis* o = cfg.mesh.order;
         fprintf(as_json ? stderr : stdout,
-                "%smesh.order: written as the layout priced, [\"tp\", \"dp\", \"pp\"] (tensor "
-                "parallel innermost), not the config's [\"%s\", \"%s\", \"%s\"]\n",
-                as_json ? "trellis plan: " : "", axis[o[0]], axis[o[1]], axis[o[2]]);
+                "%smesh.order: written as the layout priced, [\"tp\", \"cp\", \"dp\", \"pp\"] "
+                "(tensor parallel innermost), not the config's [\"%s\", \"%s\", \"%s\", "
+                "\"%s\"]\n",
+                as_json ? "trellis plan: " : "", tl_axis_name(o[0]), tl_axis_name(o[1]),
+                tl_axis_name(o[2]), tl_axis_name(o[3]));
       }
       if (!as_json)
         printf("(`trellis train %s --cluster %s` sets its steps beside this price)\n", out_path,

@@ -255,7 +255,7 @@ static void describe(const struct run* r) {
   else
     printf("model: mlp, %d layers, vocabulary %d, %.2fM parameters\n", mc->n_mlp_layers, m->vocab,
            m->n_params / 1e6);
-  int ranks = c->mesh.dp * c->mesh.tp * c->mesh.pp;
+  int ranks = (int)tl_config_ranks(&c->mesh);
   printf(
       "run: %d step%s of %d x %d tokens; %d rank%s (dp %d, tp %d%s, pp %d), %s, %d micro-batch%s "
       "per replica\n",
@@ -645,7 +645,7 @@ int tl_cli_train(int argc, char** argv) {
             r.opt.steps, r.cfg.train.steps);
     return 2;
   }
-  int world = r.cfg.mesh.dp * r.cfg.mesh.tp * r.cfg.mesh.pp, status = 0;
+  int world = (int)tl_config_ranks(&r.cfg.mesh), status = 0;
   char who[64];
   /* --cluster, started by hand: priced here, before any rank starts, so
    * that a spec that cannot price the run stops it with its reason; in a

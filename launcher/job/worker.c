@@ -64,12 +64,14 @@ static int pick_threads(const struct tl_config* cfg, int local_size) {
   return n < 1 ? 1 : n;
 }
 
+static const char* group_name(int slot) {
+  return slot == TL_MESH_DATA ? "data" : tl_axis_name((tl_axis)slot);
+}
+
 static void destroy_groups(struct tl_worker* w) {
-  for (int a = 0; a < 3; a++) {
-    if (w->groups[a] != w->host_groups[a]) tl_group_destroy(w->groups[a]);
-    tl_group_destroy(w->host_groups[a]);
-    w->groups[a] = w->host_groups[a] = NULL;
-  }
+  if (w->groups[TL_AXIS_DP] != w->host_groups[TL_AXIS_DP]) tl_group_destroy_mesh(w->groups);
+  tl_group_destroy_mesh(w->host_groups);
+  for (int a = 0; a < TL_MESH_GROUPS; a++) w->groups[a] = NULL;
   tl_group_destroy(w->world);
   w->world = NULL;
 }
@@ -129,17 +131,21 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
       TL_LOG_WARN(
           "TRELLIS_EMULATE=nccl emulates NCCL's ordering on CPU jobs; this job's groups "
           "are NCCL's own, so it changes nothing here");
-    for (int a = 0; a < 3; a++)
-      TL_CHECK_GOTO(tl_group_nccl_create(w.host_groups[a], w.device.index, tl_axis_name((tl_axis)a),
-                                         &w.groups[a]),
-                    st, fail);
+    for (int a = 0; a < TL_MESH_GROUPS; a++)
+      if (a == TL_MESH_DATA && w.host_groups[a] == w.host_groups[TL_AXIS_DP])
+        w.groups[a] = w.groups[TL_AXIS_DP];
+      else
+        TL_CHECK_GOTO(
+            tl_group_nccl_create(w.host_groups[a], w.device.index, group_name(a), &w.groups[a]), st,
+            fail);
   } else {
     w.device = tl_cpu();
-    for (int a = 0; a < 3; a++)
-      if (tl_env()->emulate_nccl) /* the mesh's groups with NCCL's ordering (core/group_emul.h) */
-        TL_CHECK_GOTO(
-            tl_group_emul_create(w.host_groups[a], tl_axis_name((tl_axis)a), &w.groups[a]), st,
-            fail);
+    for (int a = 0; a < TL_MESH_GROUPS; a++)
+      if (a == TL_MESH_DATA && w.host_groups[a] == w.host_groups[TL_AXIS_DP])
+        w.groups[a] = w.groups[TL_AXIS_DP];
+      else if (tl_env()->emulate_nccl) /* the mesh's groups with NCCL's ordering (group_emul.h) */
+        TL_CHECK_GOTO(tl_group_emul_create(w.host_groups[a], group_name(a), &w.groups[a]), st,
+                      fail);
       else
         w.groups[a] = w.host_groups[a];
   }
@@ -150,10 +156,10 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
   char dev[16], host[MPI_MAX_PROCESSOR_NAME] = "?";
   int host_len = 0;
   if (MPI_Get_processor_name(host, &host_len) != MPI_SUCCESS) snprintf(host, sizeof host, "?");
-  TL_LOG_DEBUG("rank %d on %s: dp %d, tp %d, pp %d; local rank %d of %d; %s; %d thread%s", w.rank,
-               host, w.coord[TL_AXIS_DP], w.coord[TL_AXIS_TP], w.coord[TL_AXIS_PP], w.local_rank,
-               w.local_size, tl_device_name(w.device, dev, sizeof dev), w.threads,
-               w.threads == 1 ? "" : "s");
+  TL_LOG_DEBUG("rank %d on %s: dp %d, tp %d, pp %d, cp %d; local rank %d of %d; %s; %d thread%s",
+               w.rank, host, w.coord[TL_AXIS_DP], w.coord[TL_AXIS_TP], w.coord[TL_AXIS_PP],
+               w.coord[TL_AXIS_CP], w.local_rank, w.local_size,
+               tl_device_name(w.device, dev, sizeof dev), w.threads, w.threads == 1 ? "" : "s");
   *out = w;
   return TL_OK;
 

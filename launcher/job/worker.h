@@ -28,14 +28,15 @@ struct tl_worker {
   int rank, world_size;
   int local_rank, local_size; /* among the ranks on this node */
   tl_mesh mesh;
-  int coord[3]; /* this rank's (dp, tp, pp) coordinates, by tl_axis */
+  int coord[TL_N_AXES]; /* this rank's (dp, tp, pp, cp) coordinates, by tl_axis */
   /* MPI groups, for host buffers (losses, metrics, control): the whole job
-   * and this rank's dp, tp and pp groups (by tl_axis). */
+   * and this rank's dp, tp, pp and cp groups (by tl_axis), and its data
+   * group (dp x cp) at TL_MESH_DATA: core/group.h's tl_group_split_mesh. */
   tl_group* world;
-  tl_group* host_groups[3];
-  /* The groups for buffers on `device`, by tl_axis: NCCL groups on CUDA,
-   * the same pointers as host_groups on the CPU. */
-  tl_group* groups[3];
+  tl_group* host_groups[TL_MESH_GROUPS];
+  /* The groups for buffers on `device`, alike: NCCL groups on CUDA, the
+   * same pointers as host_groups on the CPU. */
+  tl_group* groups[TL_MESH_GROUPS];
   tl_device device; /* cpu, or cuda:<local rank> */
   int threads;      /* CPU threads per rank, now in effect (tl_env) */
   bool started_mpi; /* whether tl_worker_init called MPI_Init */
@@ -59,7 +60,7 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out);
  * and setting `uneven`, when the nodes run different numbers of ranks. */
 struct tl_node_groups {
   int nodes, per_node;
-  bool uneven; /* the failure: nodes running unlike numbers of ranks */
+  bool uneven;                     /* the failure: nodes running unlike numbers of ranks */
   tl_group *node, *rail;           /* for buffers on the worker's device */
   tl_group *host_node, *host_rail; /* MPI, for host buffers */
 };

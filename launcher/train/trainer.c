@@ -178,16 +178,21 @@ static tl_status check_sizes(const tl_trainer* t) {
         "schedule.micro_batches=%d does not divide the replica batch %d (train.batch_size "
         "/ mesh.dp)",
         mb, tc->batch_size / dp);
-  int tp = cfg->mesh.tp, rows = tc->batch_size / dp / mb * tc->seq_len;
+  int tp = cfg->mesh.tp, rows = tc->batch_size / dp / mb * (tc->seq_len / cfg->mesh.cp);
   if (tp > 1 && cfg->parallel.sequence_parallel && rows % tp != 0)
     return TL_ERRF(TL_ERR_CONFIG,
                    "parallel.sequence_parallel splits a micro-batch's %d token rows (micro-batch "
-                   "%d x train.seq_len %d) over mesh.tp=%d ranks: it must divide them",
-                   rows, tc->batch_size / dp / mb, tc->seq_len, tp);
+                   "%d x train.seq_len %d / mesh.cp %d) over mesh.tp=%d ranks: it must divide them",
+                   rows, tc->batch_size / dp / mb, tc->seq_len, cfg->mesh.cp, tp);
+  if (cfg->mesh.cp > 1 && tc->seq_len % (2 * cfg->mesh.cp) != 0)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "mesh.cp=%d cuts each sequence in %d chunks: it must divide train.seq_len=%d",
+                   cfg->mesh.cp, 2 * cfg->mesh.cp, tc->seq_len);
   int world = t->comm.world ? tl_group_size(t->comm.world) : 1;
-  if (cfg->mesh.dp * tp * cfg->mesh.pp != world)
-    return TL_ERRF(TL_ERR_CONFIG, "mesh.dp * mesh.tp * mesh.pp = %d, but the job has %d rank%s",
-                   cfg->mesh.dp * tp * cfg->mesh.pp, world, world == 1 ? "" : "s");
+  if (tl_config_ranks(&cfg->mesh) != world)
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "mesh.dp * mesh.tp * mesh.pp * mesh.cp = %lld, but the job has %d rank%s",
+                   tl_config_ranks(&cfg->mesh), world, world == 1 ? "" : "s");
   return TL_OK;
 }
 
@@ -199,12 +204,17 @@ static tl_status setup_comm(tl_trainer* t) {
   t->pp_rank = t->comm.pp ? tl_group_rank(t->comm.pp) : 0;
   t->tp_size = t->comm.tp ? tl_group_size(t->comm.tp) : 1;
   t->tp_rank = t->comm.tp ? tl_group_rank(t->comm.tp) : 0;
-  if (t->dp_size != t->cfg.mesh.dp || t->pp_size != t->cfg.mesh.pp || t->tp_size != t->cfg.mesh.tp)
+  t->cp_size = t->comm.cp ? tl_group_size(t->comm.cp) : 1;
+  t->cp_rank = t->comm.cp ? tl_group_rank(t->comm.cp) : 0;
+  const struct tl_mesh_config* m = &t->cfg.mesh;
+  if (t->dp_size != m->dp * m->cp || t->pp_size != m->pp || t->tp_size != m->tp ||
+      t->cp_size != m->cp)
     return TL_ERRF(TL_ERR_INVALID,
-                   "the job's groups (dp %d, tp %d, pp %d) do not match mesh.dp=%d, mesh.tp=%d, "
-                   "mesh.pp=%d",
-                   t->dp_size, t->tp_size, t->pp_size, t->cfg.mesh.dp, t->cfg.mesh.tp,
-                   t->cfg.mesh.pp);
+                   "the job's groups (data %d, tp %d, pp %d, cp %d) do not match mesh.dp=%d x "
+                   "mesh.cp=%d, mesh.tp=%d, mesh.pp=%d, mesh.cp=%d",
+                   t->dp_size, t->tp_size, t->pp_size, t->cp_size, m->dp, m->cp, m->tp, m->pp,
+                   m->cp);
+  t->seq = t->cfg.train.seq_len / t->cp_size;
   return TL_OK;
 }
 
@@ -240,10 +250,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   if (cfg->data.val[0])
     TL_CHECK_GOTO(tl_tokens_open(cfg->data.val, t->model.vocab, &t->val_file), st, fail);
   /* the graph of one micro-batch, cut into stages */
-  TL_CHECK_GOTO(tl_tp_build(&t->model, t->micro, tc->seq_len, t->tp_size, t->tp_rank,
-                            cfg->parallel.sequence_parallel, cfg->parallel.recompute,
-                            cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE, &t->graph, &t->io,
-                            &t->shard, &t->full),
+  TL_CHECK_GOTO(tl_tp_build(&t->model, t->micro, t->seq, t->tp_size, t->tp_rank,
+                            cfg->parallel.sequence_parallel, t->cp_size, t->cp_rank,
+                            cfg->parallel.recompute, cfg->schedule.kind == TL_SCHEDULE_ZERO_BUBBLE,
+                            &t->graph, &t->io, &t->shard, &t->full),
                 st, fail);
   /* mixed precision: bf16 storage, fp32 arithmetic (the last rewrite) */
   if (cfg->train.precision == TL_PRECISION_BF16)
@@ -399,6 +409,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                .param_offset = t->param_offset ? t->param_offset : t->lay->offset,
                .grad_offset = t->grad_offset,
                .group = t->comm.tp,
+               .ring = t->comm.cp,
                .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL,
                /* the buckets' working parameters (ZeRO-3's units, bf16 ZeRO 1-2's
                 * stage): bf16 under bf16 training */

@@ -45,22 +45,30 @@ typedef struct tl_trainer tl_trainer;
  * device groups carry tensors (on the backend's device); host groups carry
  * scalars and host copies. On the CPU they are the same groups. */
 struct tl_trainer_comm {
-  tl_group* world;   /* host group of the whole job */
-  tl_group *dp, *pp; /* device groups of this rank's replica and pipeline */
+  tl_group* world; /* host group of the whole job */
+  /* device groups of this rank's data group and pipeline: `dp` is what the
+   * gradients are summed over and ZeRO shards over — the data-parallel
+   * group, or with context parallelism dp x cp (core/mesh.h) */
+  tl_group *dp, *pp;
   tl_group *host_dp, *host_pp;
   tl_group *tp, *host_tp; /* this rank's tensor-parallel group */
+  tl_group *cp, *host_cp; /* its context-parallel group (the attention ring) */
 };
 
-/* The job's groups, given as arrays indexed by tl_axis (a tl_worker's). */
-static inline struct tl_trainer_comm tl_trainer_comm_of(tl_group* world, tl_group* const groups[3],
-                                                        tl_group* const host_groups[3]) {
+/* The job's groups, given as a tl_worker's arrays (core/group.h's
+ * tl_group_split_mesh: by tl_axis, the data group at TL_MESH_DATA). */
+static inline struct tl_trainer_comm tl_trainer_comm_of(
+    tl_group* world, tl_group* const groups[TL_MESH_GROUPS],
+    tl_group* const host_groups[TL_MESH_GROUPS]) {
   struct tl_trainer_comm c = {world,
-                              groups[TL_AXIS_DP],
+                              groups[TL_MESH_DATA],
                               groups[TL_AXIS_PP],
-                              host_groups[TL_AXIS_DP],
+                              host_groups[TL_MESH_DATA],
                               host_groups[TL_AXIS_PP],
                               groups[TL_AXIS_TP],
-                              host_groups[TL_AXIS_TP]};
+                              host_groups[TL_AXIS_TP],
+                              groups[TL_AXIS_CP],
+                              host_groups[TL_AXIS_CP]};
   return c;
 }
 

@@ -27,7 +27,11 @@ struct tl_trainer {
   tl_backend* be;
   /* the job */
   struct tl_trainer_comm comm;
-  int world_rank, dp_size, dp_rank, pp_size, pp_rank, tp_size, tp_rank;
+  /* dp_size, dp_rank: in the data group (dp x cp: what the gradients are
+   * summed and ZeRO shards its state over); the replica (which sequences
+   * this rank reads) is dp_rank / cp_size */
+  int world_rank, dp_size, dp_rank, pp_size, pp_rank, tp_size, tp_rank, cp_size, cp_rank;
+  int seq;          /* the tokens of each sequence this rank holds: train.seq_len / cp */
   tl_group* shared; /* the stages of this pipeline sharing parameters (the tied embedding) */
   /* the graph and this rank's stage */
   tl_graph* graph;

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "launcher/train/trainer_impl.h"
+#include "tp/cp.h"
 #include "tp/tp.h"
 
 /* ---- the pipeline ------------------------------------------------------- */
@@ -18,10 +19,14 @@
 /* Sets micro-batch i's inputs for chunk c (tokens on the model's first
  * chunk, targets on its last). */
 static tl_status set_inputs(tl_trainer* t, tl_exec* x, int c, const tl_loader* l, int seq0) {
-  int n = t->micro * t->cfg.train.seq_len;
+  int n = t->micro * t->seq;
   const bool first = tl__trainer_first_chunk(t, c), last = tl__trainer_last_chunk(t, c);
   if (!first && !last) return TL_OK;
   tl_loader_get(l, seq0, t->micro, t->inputs, t->targets);
+  if (t->cp_size > 1) { /* the two chunks of each sequence this rank holds (tp/cp.h) */
+    tl_cp_local_tokens(t->inputs, t->micro, t->seq, t->cp_size, t->cp_rank);
+    tl_cp_local_tokens(t->targets, t->micro, t->seq, t->cp_size, t->cp_rank);
+  }
   if (first) TL_CHECK(tl_exec_set_input(x, t->io.tokens, t->inputs, sizeof(int32_t) * (size_t)n));
   if (last) TL_CHECK(tl_exec_set_input(x, t->io.targets, t->targets, sizeof(int32_t) * (size_t)n));
   return TL_OK;
@@ -31,7 +36,7 @@ static tl_status set_inputs(tl_trainer* t, tl_exec* x, int c, const tl_loader* l
  * 2^-32: the deterministic mode's exact sum) when fixed is given. */
 static tl_status add_losses(tl_trainer* t, tl_exec* x, double* sum, int64_t* fixed) {
   if (t->tp_rank != 0) return TL_OK; /* the tensor-parallel group agrees; rank 0 counts */
-  int n = t->micro * t->cfg.train.seq_len;
+  int n = t->micro * t->seq;
   TL_CHECK(tl_exec_get(x, t->io.losses, t->losses, sizeof(float) * (size_t)n));
   if (fixed) {
     for (int i = 0; i < n; i++) {
@@ -55,7 +60,7 @@ static tl_status bucket_hook(void* user, int forward_node) {
 
 /* First sequence of micro-batch i of this replica within the global batch. */
 static int first_seq(const tl_trainer* t, int i) {
-  return t->dp_rank * (t->cfg.train.batch_size / t->dp_size) + i * t->micro;
+  return t->dp_rank / t->cp_size * (t->cfg.train.batch_size / t->cfg.mesh.dp) + i * t->micro;
 }
 
 /* One step's forwards and backwards as the stage's schedule orders them;

@@ -67,8 +67,9 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
   v->rep.copies_agree = 1;
   /* bf16 arithmetic, or gradients rounded to bf16 for their reduction */
   const struct tl_config* cfg = tl_trainer_config(par);
-  const bool bf16 = cfg->train.precision == TL_PRECISION_BF16 ||
-                    (cfg->parallel.grad_reduce == TL_PRECISION_BF16 && cfg->mesh.dp > 1);
+  const bool bf16 =
+      cfg->train.precision == TL_PRECISION_BF16 ||
+      (cfg->parallel.grad_reduce == TL_PRECISION_BF16 && cfg->mesh.dp * cfg->mesh.cp > 1);
   v->rep.loss_tol = bf16 ? TL_VERIFY_BF16_LOSS_TOL : TL_VERIFY_LOSS_TOL;
   v->rep.norm_tol = bf16 ? TL_VERIFY_BF16_NORM_TOL : TL_VERIFY_NORM_TOL;
   v->rep.grad_tol = bf16 ? TL_VERIFY_BF16_GRAD_TOL : TL_VERIFY_GRAD_TOL;
@@ -96,7 +97,7 @@ tl_status tl_verify_create(tl_trainer* par, tl_verify** out) {
     struct tl_config one = *tl_trainer_config(par);
     /* the deterministic mode's canonical order is per micro-batch size */
     if (one.parallel.deterministic) one.schedule.micro_batches *= one.mesh.dp;
-    one.mesh.dp = one.mesh.tp = one.mesh.pp = 1;
+    one.mesh.dp = one.mesh.tp = one.mesh.pp = one.mesh.cp = 1;
     one.schedule.n_stage_layers = 0;                  /* one stage holds every layer */
     if (one.schedule.kind == TL_SCHEDULE_INTERLEAVED) /* in one chunk */
       one.schedule.kind = TL_SCHEDULE_1F1B, one.schedule.virtual_stages = 1;

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "launcher/data/tokens.h"
-#include "launcher/train/trainer.h"
 #include "launcher/job/worker.h"
+#include "launcher/train/trainer.h"
 
 /* Bytes this rank sends in a step, from each group's counters: a ring
  * all-reduce of n bytes over g ranks sends 2(g-1)/g n, a reduce-scatter or
@@ -33,10 +33,10 @@ static double sent_by(tl_group* g) {
 }
 
 static double bytes_of(const struct tl_worker* w) {
-  tl_group* seen[4] = {w->world, 0, 0, 0};
+  tl_group* seen[TL_MESH_GROUPS + 1] = {w->world};
   int n = 1;
   double b = sent_by(w->world);
-  for (int a = 0; a < 3; a++) {
+  for (int a = 0; a < TL_MESH_GROUPS; a++) {
     int dup = 0;
     for (int i = 0; i < n; i++) dup |= seen[i] == w->groups[a];
     if (dup || !w->groups[a]) continue;
@@ -48,7 +48,7 @@ static double bytes_of(const struct tl_worker* w) {
 
 static void reset(struct tl_worker* w) {
   tl_group_stats_reset(w->world);
-  for (int a = 0; a < 3; a++)
+  for (int a = 0; a < TL_MESH_GROUPS; a++)
     if (w->groups[a]) tl_group_stats_reset(w->groups[a]);
 }
 

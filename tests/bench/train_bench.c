@@ -28,7 +28,7 @@ static void config(struct tl_config* c, int layers, int heads, int channels, int
   c->model.kind = TL_MODEL_GPT;
   c->model.n_layers = layers, c->model.n_heads = heads, c->model.n_embd = channels;
   c->model.vocab_size = vocab, c->model.max_seq_len = 1024, c->model.seed = 1;
-  c->mesh.dp = c->mesh.tp = c->mesh.pp = 1;
+  c->mesh.dp = c->mesh.tp = c->mesh.pp = c->mesh.cp = 1;
   c->schedule.micro_batches = 1;
   c->train.steps = 1000, c->train.batch_size = 4, c->train.seq_len = 64;
   c->train.lr = 1e-4f, c->train.beta1 = 0.9f, c->train.beta2 = 0.95f, c->train.eps = 1e-8f;

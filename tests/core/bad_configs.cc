@@ -15,7 +15,7 @@ const std::vector<BadConfig>& BadConfigs() {
       {"KeyInWrongSection", R"({"model": {"dp": 2}})",
        "model.dp: unknown key; did you mean \"mesh.dp\"?"},
       {"UnknownKeyListsKeys", R"({"mesh": {"size": 4}})",
-       "mesh.size: unknown key; mesh takes: dp, tp, pp, order"},
+       "mesh.size: unknown key; mesh takes: dp, tp, pp, cp, order"},
       {"MlpLayersIsNotAKey", R"({"model": {"n_mlp_layers": 3}})",
        "model.n_mlp_layers: unknown key; the number of MLP layers is the length of "
        "model.mlp_sizes"},
@@ -104,6 +104,18 @@ const std::vector<BadConfig>& BadConfigs() {
        "train.min_lr = 0.01: must be <= train.lr = 0.001"},
       {"CheckpointEveryNeedsDir", R"({"checkpoint": {"every": 10}})",
        "checkpoint.every = 10: needs checkpoint.dir"},
+      {"ContextSplitMustDivideTheSequence", R"({"mesh": {"cp": 3}, "train": {"seq_len": 64}})",
+       "mesh.cp = 3: context parallelism cuts each sequence in 2 x cp = 6 chunks (rank i holds "
+       "chunks i and 5 - i); train.seq_len = 64 must be divisible by 6"},
+      {"ContextParallelNeedsSequences", R"({"model": {"kind": "mlp"}, "mesh": {"cp": 2}})",
+       "mesh.cp = 2 with model.kind = \"mlp\": context parallelism splits sequences"},
+      {"DeterministicDoesNotCoverTheRing",
+       R"({"mesh": {"cp": 2}, "parallel": {"deterministic": true}})",
+       "parallel.deterministic = true with mesh.cp = 2: the deterministic mode covers data and "
+       "pipeline parallelism; context parallelism's attention"},
+      {"ContextOrderIsAPermutation", R"({"mesh": {"order": ["tp", "cp", "dp", "tp"]}})",
+       "mesh.order = [\"tp\",\"cp\",\"dp\",\"tp\"]: expected a permutation of \"dp\", \"tp\", "
+       "\"pp\" and \"cp\""},
       {"DeterministicCoversDataAndPipelineOnly",
        R"({"mesh": {"tp": 2}, "parallel": {"deterministic": true}})",
        "parallel.deterministic = true with mesh.tp = 2: the deterministic mode covers data and "

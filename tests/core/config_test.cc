@@ -90,7 +90,8 @@ struct tl_config Unusual(tl_model_kind kind = TL_MODEL_MLP) {
   c.mesh.pp = 3;
   c.mesh.order[0] = TL_AXIS_PP;
   c.mesh.order[1] = TL_AXIS_TP;
-  c.mesh.order[2] = TL_AXIS_DP;
+  c.mesh.order[2] = TL_AXIS_CP;
+  c.mesh.order[3] = TL_AXIS_DP;
   c.schedule.kind = TL_SCHEDULE_GPIPE;
   c.schedule.micro_batches = 4;
   c.schedule.virtual_stages = 1;
@@ -134,9 +135,11 @@ TEST(Config, EmptyObjectGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.model.kind, TL_MODEL_GPT);
   EXPECT_EQ(c.model.n_layers, 4);
   EXPECT_EQ(c.model.n_embd, 128);
-  EXPECT_EQ(c.mesh.dp * c.mesh.tp * c.mesh.pp, 1);
-  EXPECT_EQ(c.mesh.order[0], TL_AXIS_TP);
-  EXPECT_EQ(c.mesh.order[2], TL_AXIS_PP);
+  EXPECT_EQ(tl_config_ranks(&c.mesh), 1);
+  EXPECT_EQ(c.mesh.order[0], TL_AXIS_TP);  // tp, cp, dp, pp: Megatron-LM's
+  EXPECT_EQ(c.mesh.order[1], TL_AXIS_CP);
+  EXPECT_EQ(c.mesh.order[2], TL_AXIS_DP);
+  EXPECT_EQ(c.mesh.order[3], TL_AXIS_PP);
   EXPECT_EQ(c.schedule.kind, TL_SCHEDULE_1F1B);
   EXPECT_EQ(c.train.lr, 1e-3f);
   EXPECT_EQ(c.train.beta2, 0.95f);
@@ -157,7 +160,17 @@ TEST(Config, NamedValuesAreRead) {
   EXPECT_EQ(c.model.mlp_sizes[3], 2);
   EXPECT_EQ(c.mesh.order[0], TL_AXIS_PP);
   EXPECT_EQ(c.mesh.order[1], TL_AXIS_DP);
+  EXPECT_EQ(c.mesh.order[2], TL_AXIS_TP);
+  EXPECT_EQ(c.mesh.order[3], TL_AXIS_CP);  // three axes named: cp just outside tp
   EXPECT_EQ(c.train.lr, 1.0f);  // an integer is a fine number
+  struct tl_config four;
+  ASSERT_EQ(tl_config_parse(R"({"mesh": {"cp": 2, "order": ["cp", "tp", "pp", "dp"]}})",
+                            "four.json", &four),
+            TL_OK)
+      << tl_last_error();
+  EXPECT_EQ(four.mesh.cp, 2);
+  EXPECT_EQ(four.mesh.order[0], TL_AXIS_CP);
+  EXPECT_EQ(four.mesh.order[3], TL_AXIS_DP);
   EXPECT_EQ(c.device.type, TL_DEVICE_CUDA);
   EXPECT_EQ(c.device.threads, 2);
 }
@@ -273,7 +286,8 @@ TEST(Config, DefaultsRoundTripAndNumbersAreWrittenShort) {
   std::string text = ReadFile(path);
   EXPECT_NE(text.find("\"lr\": 0.001,"), std::string::npos) << text;
   EXPECT_NE(text.find("\"beta2\": 0.95,"), std::string::npos) << text;
-  EXPECT_NE(text.find("\"order\": [\"tp\", \"dp\", \"pp\"]"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"order\": [\"tp\", \"cp\", \"dp\", \"pp\"]"), std::string::npos)
+      << text;
 }
 
 TEST(Config, SaveRefusesAnInvalidConfigAndLeavesTheOldFile) {
@@ -317,7 +331,7 @@ TEST(Config, CheckWorldNamesTheMeshAndTheJob) {
   EXPECT_EQ(tl_config_check_world(&c, 4), TL_OK);
   EXPECT_EQ(tl_config_check_world(&c, 3), TL_ERR_CONFIG);
   EXPECT_NE(std::string(tl_last_error())
-                .find("dp * tp * pp = 2 * 1 * 2 = 4 ranks, but this job has 3 ranks"),
+                .find("dp * tp * pp * cp = 2 * 1 * 2 * 1 = 4 ranks, but this job has 3 ranks"),
             std::string::npos)
       << tl_last_error();
 }

@@ -64,8 +64,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   int status = 0;
-  if (tl_launch_maybe_spawn(argc, argv, cfg.mesh.dp * cfg.mesh.tp * cfg.mesh.pp, &status))
-    return status;
+  if (tl_launch_maybe_spawn(argc, argv, (int)tl_config_ranks(&cfg.mesh), &status)) return status;
 
   struct tl_worker w;
   if (tl_worker_init(&cfg, &w) != TL_OK) tl_worker_fail(tl_last_error());
@@ -74,7 +73,7 @@ int main(int argc, char** argv) {
   if (w.world_size > (int)(sizeof world / sizeof world[0])) tl_worker_fail("too many ranks");
   for (int r = 0; r < w.world_size; r++) world[r] = r;
   check_group(w.world, world, w.world_size, "world");
-  for (int a = 0; a < 3; a++) {
+  for (int a = 0; a < TL_N_AXES; a++) {
     int members[1 << 10];
     int n = tl_mesh_group_ranks(&w.mesh, w.rank, (tl_axis)a, members);
     check_group(w.groups[a], members, n, tl_axis_name((tl_axis)a));

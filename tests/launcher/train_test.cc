@@ -57,7 +57,7 @@ tl_config SmallConfig() {
   c.model.kind = TL_MODEL_GPT;
   c.model.n_layers = 2, c.model.n_heads = 4, c.model.n_embd = 64;
   c.model.vocab_size = 256, c.model.max_seq_len = 64, c.model.seed = 1337;
-  c.mesh.dp = c.mesh.tp = c.mesh.pp = 1;
+  c.mesh.dp = c.mesh.tp = c.mesh.pp = c.mesh.cp = 1;
   c.schedule.kind = TL_SCHEDULE_1F1B, c.schedule.micro_batches = 1;
   c.train.steps = 300, c.train.batch_size = 8, c.train.seq_len = 64;
   c.train.lr = 3e-3f, c.train.min_lr = 3e-4f, c.train.warmup_steps = 20;

@@ -46,7 +46,7 @@ TEST(Worker, ComesUpOnTheFourDeviceMeshWithItsGroups) {
   EXPECT_EQ(w.device.type, TL_DEVICE_CPU);
   EXPECT_GE(w.threads, 1);
   EXPECT_EQ(tl_env()->num_threads, w.threads);
-  for (int a = 0; a < 3; a++) {
+  for (int a = 0; a < TL_N_AXES; a++) {
     EXPECT_EQ(w.groups[a], w.host_groups[a]);  // CPU: one set of groups
     EXPECT_EQ(tl_group_rank(w.groups[a]), w.coord[a]);
   }

@@ -420,7 +420,7 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
             tl_graph* g = nullptr;
             struct tl_model_io io;
             tl_tp_shard sh;
-            ASSERT_EQ(tl_tp_build(&whole, b, x.s, tp, 0, sp, (tl_recompute)rc, false, &g, &io, &sh,
+            ASSERT_EQ(tl_tp_build(&whole, b, x.s, tp, 0, sp, 1, 0, (tl_recompute)rc, false, &g, &io, &sh,
                                   nullptr),
                       TL_OK)
                 << tl_last_error();

@@ -269,14 +269,15 @@ TEST(PlanCli, WritesAConfigThatLoadsForTwoRanks) {
       "mesh": {"order": ["dp", "tp", "pp"]}})";
   r = Plan("--model " + dp_first + " --cluster " + kThisMachine + " --out " + out);
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("mesh.order: written as the layout priced, [\"tp\", \"dp\", \"pp\"] "
-                          "(tensor parallel innermost), not the config's [\"dp\", \"tp\", "
-                          "\"pp\"]"),
+  EXPECT_NE(r.output.find("mesh.order: written as the layout priced, [\"tp\", \"cp\", \"dp\", "
+                          "\"pp\"] (tensor parallel innermost), not the config's [\"dp\", "
+                          "\"tp\", \"cp\", \"pp\"]"),
             std::string::npos)
       << r.output;
   ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
   EXPECT_EQ(cfg.mesh.order[0], TL_AXIS_TP);
-  EXPECT_EQ(cfg.mesh.order[1], TL_AXIS_DP);
+  EXPECT_EQ(cfg.mesh.order[1], TL_AXIS_CP);
+  EXPECT_EQ(cfg.mesh.order[2], TL_AXIS_DP);
 }
 
 TEST(PlanCli, JsonListsPlansAndRejections) {

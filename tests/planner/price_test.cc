@@ -222,6 +222,7 @@ TEST(Plan, MeshOrderDecidesWhichGroupsCrossNodes) {
   ASSERT_EQ(tl_plan_price_config(&cfg, &c, &tp_in), TL_OK) << tl_last_error();
   struct tl_config dp_first = cfg;
   dp_first.mesh.order[0] = TL_AXIS_DP, dp_first.mesh.order[1] = TL_AXIS_TP;
+  dp_first.mesh.order[2] = TL_AXIS_CP, dp_first.mesh.order[3] = TL_AXIS_PP;
   ASSERT_EQ(tl_plan_price_config(&dp_first, &c, &dp_in), TL_OK) << tl_last_error();
   std::printf(
       "dp 2 x tp 8 on 2 nodes: tp innermost t_tp %.3f ms, t_dp %.3f ms; dp innermost "
@@ -243,7 +244,7 @@ TEST(Plan, MeshOrderDecidesWhichGroupsCrossNodes) {
   struct tl_config pp_first = cfg;
   pp_first.mesh.dp = 1, pp_first.mesh.tp = 8, pp_first.mesh.pp = 2;
   pp_first.mesh.order[0] = TL_AXIS_PP, pp_first.mesh.order[1] = TL_AXIS_DP;
-  pp_first.mesh.order[2] = TL_AXIS_TP;
+  pp_first.mesh.order[2] = TL_AXIS_TP, pp_first.mesh.order[3] = TL_AXIS_CP;
   ASSERT_EQ(tl_plan_price_config(&pp_first, &c, &pp_in), TL_OK) << tl_last_error();
   tl_cost_axis_strides(&pp_in, &st, &sd, &sp);
   EXPECT_EQ(sp, 1);
@@ -314,8 +315,9 @@ TEST(Plan, MeshOrderDecidesWhichGroupsCrossNodes) {
   memset(none.order, 0, sizeof none.order);
   ASSERT_EQ(tl_plan_to_config(&none, &dp_first, cfg.train.seq_len, &c, TL_BF16, &back), TL_OK);
   EXPECT_EQ(back.mesh.order[0], TL_AXIS_TP);
-  EXPECT_EQ(back.mesh.order[1], TL_AXIS_DP);
-  EXPECT_EQ(back.mesh.order[2], TL_AXIS_PP);
+  EXPECT_EQ(back.mesh.order[1], TL_AXIS_CP);  // cp, of size 1, just outside tp
+  EXPECT_EQ(back.mesh.order[2], TL_AXIS_DP);
+  EXPECT_EQ(back.mesh.order[3], TL_AXIS_PP);
 }
 
 // `trellis train --cluster SPEC` prices the run before any rank starts and
