@@ -424,7 +424,7 @@ tl_status tl_model_build_forward(const tl_model* m, int b, int t, bool with_loss
   if (!with_loss) TL_CHECK_GOTO(tl_graph_mark_output(g, io->logits), st, fail);
   if (with_loss) {
     int64_t n = (int64_t)b * t;
-    int attr[6] = {m->vocab};
+    int attr[TL_NODE_MAX_ATTRS] = {m->vocab};
     TL_CHECK_GOTO(tl_graph_input(g, "targets", TL_I32, 1, &n, &io->targets), st, fail);
     TL_CHECK_GOTO(
         NODE(TL_OP_CROSSENTROPY, "loss", ((int[]){io->logits, io->targets}), attr, &io->losses), st,

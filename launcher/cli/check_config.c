@@ -111,8 +111,8 @@ static void print_summary(const char* path, const struct tl_config* cfg, int per
         "moments and logits in fp32; sums in fp32\n");
   else
     printf("precision fp32\n");
-  if (cfg->mesh.dp > 1)
-    printf("reduce    gradients over dp in %s\n",
+  if (cfg->mesh.dp * cfg->mesh.cp > 1)
+    printf("reduce    gradients over %s in %s\n", cfg->mesh.cp > 1 ? "dp x cp" : "dp",
            cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? "bf16 (half the bytes)" : "fp32");
   printf("nodes     %d rank%s per node (%s)\n", per_node, per_node == 1 ? "" : "s",
          per_node >= tl_config_ranks(me) ? "all on one node" : "--ranks-per-node");

@@ -553,6 +553,11 @@ int tl_cli_plan(int argc, char** argv) {
                 as_json ? "trellis plan: " : "", tl_axis_name(o[0]), tl_axis_name(o[1]),
                 tl_axis_name(o[2]), tl_axis_name(o[3]));
       }
+      if (cfg.mesh.cp > 1)
+        fprintf(as_json ? stderr : stdout,
+                "%smesh.cp: written as 1, not the config's %d: the planner does not search or "
+                "price context parallelism yet\n",
+                as_json ? "trellis plan: " : "", cfg.mesh.cp);
       if (!as_json)
         printf("(`trellis train %s --cluster %s` sets its steps beside this price)\n", out_path,
                cluster_path);

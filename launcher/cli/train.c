@@ -256,12 +256,14 @@ static void describe(const struct run* r) {
     printf("model: mlp, %d layers, vocabulary %d, %.2fM parameters\n", mc->n_mlp_layers, m->vocab,
            m->n_params / 1e6);
   int ranks = (int)tl_config_ranks(&c->mesh);
+  char cp[32] = "";
+  if (c->mesh.cp > 1) snprintf(cp, sizeof cp, ", cp %d", c->mesh.cp);
   printf(
-      "run: %d step%s of %d x %d tokens; %d rank%s (dp %d, tp %d%s, pp %d), %s, %d micro-batch%s "
-      "per replica\n",
+      "run: %d step%s of %d x %d tokens; %d rank%s (dp %d, tp %d%s, pp %d%s), %s, %d "
+      "micro-batch%s per replica\n",
       c->train.steps, c->train.steps == 1 ? "" : "s", c->train.batch_size, c->train.seq_len, ranks,
       ranks == 1 ? "" : "s", c->mesh.dp, c->mesh.tp,
-      c->mesh.tp > 1 && c->parallel.sequence_parallel ? " sequence-parallel" : "", c->mesh.pp,
+      c->mesh.tp > 1 && c->parallel.sequence_parallel ? " sequence-parallel" : "", c->mesh.pp, cp,
       tl_schedule_kind_name(c->schedule.kind), c->schedule.micro_batches,
       c->schedule.micro_batches == 1 ? "" : "es");
   if (c->train.skip_nonfinite)

@@ -295,6 +295,7 @@ TEST(Fields, EveryDocumentedFieldActsOrIsRefused) {
       {"mesh.dp", "{}", "2", 2},
       {"mesh.tp", "{}", "2", 2},
       {"mesh.pp", "{}", "2", 2},
+      {"mesh.cp", "{}", "2", 2},
       {"mesh.order", R"({"mesh": {"dp": 2, "pp": 2}})", R"(["pp", "dp", "tp"])", 4},
       {"schedule.kind", R"({"mesh": {"pp": 2}, "schedule": {"micro_batches": 2}})", R"("gpipe")",
        2},
