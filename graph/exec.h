@@ -63,8 +63,8 @@ struct tl_exec_options {
    * parameter rounded to bf16 anyway, so they are the same values in half
    * the bytes: ZeRO-3's gathered units, dp/buckets.h) */
   tl_dtype params_dtype;
-  /* the context-parallel group the ring attention of a sequence-split graph
-   * (tp/cp.h) runs over; NULL when the sequences are whole */
+  /* the group the ring attention of a sequence-split graph runs over (a
+   * module above the graph splits sequences); NULL when they are whole */
   tl_group* ring;
 };
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,

@@ -71,7 +71,8 @@ struct tl_op_def {
  * a split of the output, a split of the columns is not. */
 #define TL_OP_ROWWISE 8u
 /* Attention: mixes tokens across the sequence (what selective recomputation
- * recomputes): the graph's op, and context parallelism's ring (tp/). */
+ * recomputes): the graph's op, and the ring form a module above the graph
+ * registers for split sequences. */
 #define TL_OP_ATTENTION_LIKE 16u
 
 enum {

@@ -61,7 +61,7 @@ TEST(Launch, TheWrongNumberOfRanksIsRefusedWithBothSizes) {
   RunResult r = RunProcess({"mpiexec", "-n", "3", kJob, cfg}, {}, 30, true);
   EXPECT_NE(r.status, 0) << Describe(r);
   EXPECT_FALSE(r.timed_out);
-  EXPECT_NE(r.output.find("dp * tp * pp = 2 * 1 * 1 = 2 ranks, but this job has 3 ranks"),
+  EXPECT_NE(r.output.find("dp * tp * pp * cp = 2 * 1 * 1 * 1 = 2 ranks, but this job has 3 ranks"),
             std::string::npos)
       << r.output;
 }
