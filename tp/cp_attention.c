@@ -125,6 +125,17 @@ static bool pair(const struct ring* r, int qi, int src, int ki, struct tl_attent
   return true;
 }
 
+/* This rank's own key/value block into `block`: its k, then its v, dense
+ * (rows kvc apart), from k and v as the attention reads them (rows ldkv
+ * apart: strided in a fused [Q | K | V] row). */
+static tl_status pack_own(const struct tl_run_ctx* x, const struct ring* r, const float* k,
+                          const float* v, float* block) {
+  const int64_t rows = (int64_t)r->s.b * r->s.t;
+  const struct tl_kernel_ops* ops = x->be->ops;
+  TL_CHECK(ops->copy_2d(x->be->ctx, block, r->kvc, k, r->s.ldkv, rows, r->kvc, false));
+  return ops->copy_2d(x->be->ctx, block + r->block, r->kvc, v, r->s.ldkv, rows, r->kvc, false);
+}
+
 static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   const struct ring r = ring_of(x->g, n);
   const struct tl_kernel_ops* ops = x->be->ops;
@@ -136,14 +147,10 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
                    x->scratch_bytes, scratch(x->g, n));
   const int64_t c = (int64_t)r.s.nh * r.s.hs;
   float *q = TL_DATA(x, n->in[0]), *out = TL_DATA(x, n->out[0]), *lse = TL_DATA(x, n->out[1]);
-  /* k and v: strided in a fused [Q | K | V] row */
-  const float* k = n->n_in == 1 ? q + c : TL_DATA(x, n->in[1]);
-  const float* v = n->n_in == 1 ? q + 2 * c : TL_DATA(x, n->in[2]);
-  const int64_t rows = (int64_t)r.s.b * r.s.t;
   /* buf[i]: a block's k, then its v */
   float* buf[2] = {x->scratch, (float*)x->scratch + 2 * r.block};
-  TL_CHECK(ops->copy_2d(ctx, buf[0], r.kvc, k, r.s.ldkv, rows, r.kvc, false));
-  TL_CHECK(ops->copy_2d(ctx, buf[0] + r.block, r.kvc, v, r.s.ldkv, rows, r.kvc, false));
+  TL_CHECK(pack_own(x, &r, n->n_in == 1 ? q + c : TL_DATA(x, n->in[1]),
+                    n->n_in == 1 ? q + 2 * c : TL_DATA(x, n->in[2]), buf[0]));
   bool started[2] = {false, false}; /* a query chunk's first block writes, later ones merge */
   for (int s = 0; s < r.cp; s++) {
     float *cur = buf[s % 2], *nxt = buf[(s + 1) % 2];
@@ -211,8 +218,7 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
                    f->name);
   /* buf[i]: a block's k, v, dk, dv */
   float* buf[2] = {x->scratch, (float*)x->scratch + 4 * r.block};
-  TL_CHECK(ops->copy_2d(ctx, buf[0], r.kvc, k, r.s.ldkv, rows, r.kvc, false));
-  TL_CHECK(ops->copy_2d(ctx, buf[0] + r.block, r.kvc, v, r.s.ldkv, rows, r.kvc, false));
+  TL_CHECK(pack_own(x, &r, k, v, buf[0]));
   TL_CHECK(tl_memzero(x->be->device, buf[0] + 2 * r.block, sizeof(float) * 2 * (size_t)r.block));
   for (int s = 0; s < r.cp; s++) {
     float *cur = buf[s % 2], *nxt = buf[(s + 1) % 2];
