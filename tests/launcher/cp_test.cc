@@ -9,7 +9,8 @@
 //
 // On 2 ranks: cp 2 with each model, schedule choice, recomputation, bf16.
 // On 4 ranks: cp 4, and cp 2 with tensor parallelism (and sequence
-// parallelism), a pipeline, and data parallelism under ZeRO 0, 1 and 3.
+// parallelism), a pipeline, and data parallelism under ZeRO 0, 1 and 3;
+// bf16 with tensor (sequence) parallelism and with ZeRO-1 over dp x cp.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -69,6 +70,10 @@ TEST(ContextParallel, WithEveryOtherAxisEqualsTheSingleDeviceRun) {
     CheckCp(kind, {.tp = other, .cp = 2}, 1, 0, true);
     CheckCp(kind, {.pp = other, .cp = 2}, 2);
     for (int zero : {0, 1, 3}) CheckCp(kind, {.dp = other, .cp = 2}, 1, zero);
+    // bf16 with another axis: sequence-parallel shards, and ZeRO-1's bf16
+    // working copy gathered over dp x cp
+    CheckCp(kind, {.tp = other, .cp = 2}, 1, 0, true, TL_RECOMPUTE_NONE, TL_PRECISION_BF16);
+    CheckCp(kind, {.dp = other, .cp = 2}, 1, 1, false, TL_RECOMPUTE_NONE, TL_PRECISION_BF16);
   }
 }
 
