@@ -20,6 +20,7 @@
 #include "planner/cost_impl.h"
 #include "pp/cut.h"
 #include "pp/schedule.h"
+#include "tp/cp.h"
 #include "tp/tp.h"
 
 int tl__cost_forward_index(const tl_graph* g, int i) {
@@ -36,7 +37,8 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
     out->flops += n->flops;
     if (i < g->n_forward) out->fwd_flops += n->flops;
     if (n->again) out->again_flops += n->flops;
-    if (n->op == TL_OP_ATTENTION || n->op == TL_OP_ATTENTION_BACKWARD) {
+    if (n->op == TL_OP_ATTENTION || n->op == TL_OP_ATTENTION_BACKWARD ||
+        tl_cp_attention_op(n->op)) {
       out->attn_flops += n->flops;
       if (i < g->n_forward) out->attn_fwd_flops += n->flops;
       if (n->again) out->attn_again_flops += n->flops;
@@ -107,7 +109,7 @@ static int gcd(int a, int b) {
 
 /* Rank 0's graphs of one and two blocks at tensor-parallel degree tp,
  * recomputing as rc says. */
-static tl_status shard_build(const struct tl_model_config* full, int seq, int tp, bool sp,
+static tl_status shard_build(const struct tl_model_config* full, int seq, int cp, int tp, bool sp,
                              tl_recompute rc, bool split, tl_dtype precision,
                              struct tl_cost_shard* out) {
   memset(out, 0, sizeof *out);
@@ -116,9 +118,11 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
   out->recompute = rc;
   out->split = split;
   out->from_graph = true;
+  /* a context-parallel rank's share of each sequence (cp.h) */
+  const int t = seq / cp;
   /* sequence parallelism splits a micro-batch's token rows over the group:
    * the smallest micro-batch whose rows divide, then per sequence */
-  const int b = sp ? tp / gcd(seq, tp) : 1;
+  const int b = sp ? tp / gcd(t, tp) : 1;
   struct tl__cost_range r[2][4]; /* [blocks - 1][stage kind] */
   double unit[3] = {0, 0, 0};    /* embedding, block, head */
   tl_status st = TL_OK;
@@ -131,7 +135,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int tp
     tl_graph* g = NULL;
     struct tl_model_io io;
     /* rank 0's graph, as the trainer builds it (tp/tp.h) */
-    if (st == TL_OK) st = tl_tp_build(&m, b, seq, tp, 0, sp, 1, 0, rc, split, &g, &io, &sh, NULL);
+    if (st == TL_OK) st = tl_tp_build(&m, b, t, tp, 0, sp, cp, 0, rc, split, &g, &io, &sh, NULL);
     if (st == TL_OK) st = tl_graph_set_precision(g, precision);
     if (st == TL_OK) {
       /* the last n blocks, with the embedding and / or the head */
@@ -189,7 +193,7 @@ struct shard_job {
 };
 struct shard_jobs {
   const struct tl_model_config* full;
-  int seq;
+  int seq, cp;
   tl_dtype precision;
   tl_cost_model* out;
   struct shard_job job[TL_COST_MAX_SHARDS];
@@ -204,7 +208,7 @@ static void* shard_worker(void* arg) {
   struct shard_jobs* j = arg;
   for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
     const struct shard_job* x = &j->job[i];
-    j->status[i] = shard_build(j->full, j->seq, x->tp, x->sp, (tl_recompute)x->rc, x->split,
+    j->status[i] = shard_build(j->full, j->seq, j->cp, x->tp, x->sp, (tl_recompute)x->rc, x->split,
                                j->precision, &j->out->shards[i]);
     if (j->status[i] != TL_OK) {
       j->message[i] = strdup(tl_last_error());
@@ -252,12 +256,24 @@ tl_status tl_cost_model_build_precision(const struct tl_model_config* mc, int se
 
 tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_dtype precision,
                                  int max_tp, tl_cost_model* out) {
+  return tl_cost_model_build_cp(mc, seq, precision, max_tp, 1, out);
+}
+
+tl_status tl_cost_model_build_cp(const struct tl_model_config* mc, int seq, tl_dtype precision,
+                                 int max_tp, int cp, tl_cost_model* out) {
   memset(out, 0, sizeof *out);
   out->kind = mc->kind;
   out->precision = precision;
+  out->cp = 1;
   if (precision != TL_F32 && precision != TL_BF16)
     return TL_ERRF(TL_ERR_INVALID, "precision %s; expected f32 or bf16", tl_dtype_name(precision));
   if (seq < 1) return TL_ERRF(TL_ERR_INVALID, "sequence length %d; expected >= 1", seq);
+  if (cp < 1 || (cp > 1 && (mc->kind == TL_MODEL_MLP || seq % (2 * cp) != 0)))
+    return TL_ERRF(TL_ERR_CONFIG,
+                   "context parallelism of %d ranks: it splits a transformer's sequence into 2 cp "
+                   "chunks (%d tokens%s)",
+                   cp, seq, mc->kind == TL_MODEL_MLP ? "; an MLP has none" : "");
+  out->cp = cp;
   if (mc->kind == TL_MODEL_MLP) return tl__cost_mlp_model_build(mc, seq, out);
   if (mc->n_layers < 1 || mc->n_layers > TL_MODEL_MAX_LAYERS)
     return TL_ERRF(TL_ERR_CONFIG, "model.n_layers=%d; the planner prices 1 to %d", mc->n_layers,
@@ -358,7 +374,8 @@ tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_d
   /* 4. per device, for every tensor-parallel degree a mesh may use,
    * every recomputation and both backwards (shards[0 .. 3) are tp = 1,
    * one pass, by mode; shards[3 .. 6) the same split) */
-  struct shard_jobs jobs = {.full = &full, .seq = seq, .precision = precision, .out = out};
+  struct shard_jobs jobs = {
+      .full = &full, .seq = seq, .cp = cp, .precision = precision, .out = out};
   const int top = max_tp > 0 && max_tp < mc->n_heads ? max_tp : mc->n_heads;
   for (int t = 1; t <= top && jobs.n + 6 <= TL_COST_MAX_SHARDS; t++) {
     if (!tl_cost_tp_divides(mc, m.padded_vocab, t)) continue;
@@ -369,8 +386,10 @@ tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_d
   }
   out->n_shards = jobs.n;
   TL_CHECK(shard_build_all(&jobs));
+  /* a rank's share of the recomputation (a cp-th of the sequence's) */
   for (int rc = 0; rc < 3; rc++)
-    out->layer_recompute_flops[rc] = out->shards[rc].layer_flops - out->shards[0].layer_flops;
+    out->layer_recompute_flops[rc] =
+        cp * (out->shards[rc].layer_flops - out->shards[0].layer_flops);
   return TL_OK;
 }
 

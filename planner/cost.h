@@ -94,6 +94,12 @@
  *   ones (on one node; over several, each node holds whole stages and the
  *   bubble stays idle time), and a plan on fewer ranks than the spec
  *   measured gives each a larger share.
+ * Context parallelism (tl_plan.cp): a cost model per degree, read off
+ * rank 0's graphs as tp/cp_split.c splits them (seq / cp tokens a rank,
+ * attention around the ring: its FLOPs, arenas and scratch the graph's);
+ * gradients and ZeRO's shards over dp x cp (tl_cost_data_link); the ring's
+ * transfers by tl_cost_ring, each hop beside the attention of the block in
+ * hand, the backward's gradients exposed.
  * An MLP's layers differ in shape: its costs are per layer and per range of
  * layers (a stage), read off its whole graph at every tensor-parallel
  * degree that splits each of its linear layers; each stage is priced from
@@ -216,6 +222,11 @@ static inline int tl_cost_range_index(int a, int b) { /* 0 <= a < b <= TL_MLP_MA
 typedef struct tl_cost_model {
   tl_model_kind kind;
   int n_layers, n_heads, n_embd, vocab, padded_vocab, seq;
+  /* the context-parallel degree its shards' graphs are split for (1: none):
+   * each rank's graph holds seq / cp tokens of a sequence and computes
+   * attention around the ring (tp/cp.h); the model-wide figures below
+   * (FLOPs, activations, layer_input) stay the whole sequence's */
+  int cp;
   /* a Llama's key/value heads and MLP width (a GPT's: n_heads, 4 n_embd),
    * which tensor parallelism must divide too */
   int n_kv_heads, ffn_hidden;
@@ -275,6 +286,12 @@ tl_status tl_cost_model_build_precision(const struct tl_model_config* mc, int se
 tl_status tl_cost_model_build_tp(const struct tl_model_config* mc, int seq, tl_dtype precision,
                                  int max_tp, tl_cost_model* out);
 
+/* The same, each rank's graphs split for cp context-parallel ranks (cp >=
+ * 2; rank 0's, whose work is every rank's under the load-balanced split):
+ * a GPT or Llama whose seq 2 cp divides. */
+tl_status tl_cost_model_build_cp(const struct tl_model_config* mc, int seq, tl_dtype precision,
+                                 int max_tp, int cp, tl_cost_model* out);
+
 /* Whether costs at tp were read off a graph (an MLP plans only those). */
 bool tl_cost_has_shard(const tl_cost_model* cm, int tp);
 
@@ -307,6 +324,10 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
 /* One candidate split and what the cost model predicts for it. */
 typedef struct tl_plan {
   int dp, tp, pp;
+  /* context parallelism: each sequence split over cp ranks (0 or 1: none),
+   * priced on a cost model built for that cp (tl_cost_model_build_cp).
+   * Gradients and ZeRO's shards run over the data group dp x cp */
+  int cp;
   int micro_batch, n_micro; /* global batch = dp * micro_batch * n_micro */
   tl_schedule_kind schedule;
   int zero;
@@ -332,9 +353,10 @@ typedef struct tl_plan {
   bool recompute_whole_forward;
   /* the ranks' layout (mesh.order, innermost first: core/mesh.h), which
    * sets the stride of each axis's groups and so the links they cross;
-   * not a permutation (a zeroed plan: the search's) = the default {tp, dp,
-   * pp} */
-  tl_axis order[3];
+   * not a permutation of the four axes: the first three as a permutation
+   * of dp, tp and pp with cp just outside tp, else (a zeroed plan: the
+   * search's) the default {tp, cp, dp, pp} */
+  tl_axis order[TL_N_AXES];
   /* memory, bytes per device: the fullest stage's (mem_stage), state and
    * activations as the trainer's allocator counts them, plus the reserve
    * (the spec's reserve_bytes and its allocator_overhead of the two) */
@@ -343,6 +365,9 @@ typedef struct tl_plan {
   /* time, seconds per step, and its parts (they add up to t_step): t_opt
    * is the optimizer's update once a step (tl__cost_optimizer_seconds) */
   double t_step, t_compute, t_bubble, t_tp, t_pp, t_dp, t_opt;
+  /* the context-parallel ring's transfers a step leaves exposed (part of
+   * t_step), and all of them with nothing hidden */
+  double t_cp, c_cp;
   /* the data-parallel communication a step carries, seconds with nothing
    * hidden (t_dp is what of it shows: never below c_dp less the compute it
    * can run beside) */
@@ -359,6 +384,18 @@ typedef struct tl_plan {
    * stage s is entry c * pp + s */
   int virtual_stages;
 } tl_plan;
+
+/* The plan's context-parallel degree (1: none), its data group (dp x cp:
+ * what gradients are reduced and ZeRO shards over) and its devices. */
+static inline int tl_plan_cp(const tl_plan* p) {
+  return p->cp > 1 ? p->cp : 1;
+}
+static inline int tl_plan_data(const tl_plan* p) {
+  return p->dp * tl_plan_cp(p);
+}
+static inline int64_t tl_plan_devices(const tl_plan* p) {
+  return (int64_t)p->dp * p->tp * p->pp * tl_plan_cp(p);
+}
 
 /* Chunks per pipeline rank of plan p: virtual_stages under the interleaved
  * schedule, else 1. */
@@ -392,14 +429,33 @@ double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct
  * reduces at 8 cards' rate and one member per node at one card's. */
 struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride);
 
-/* The plan's layout, innermost first: p->order, or the default {tp, dp,
- * pp} where that is not a permutation. */
-void tl_cost_plan_order(const tl_plan* p, tl_axis order[3]);
+/* The plan's layout, innermost first: p->order (tl_plan.order says how
+ * three axes are read), or the default {tp, cp, dp, pp}. */
+void tl_cost_plan_order(const tl_plan* p, tl_axis order[TL_N_AXES]);
 
 /* The rank distance between neighbours of each axis's groups in the plan's
  * layout (p->order): the product of the sizes of the axes inside it (the
- * default order: tp 1, dp tp, pp dp x tp). */
+ * default order: tp 1, cp tp, dp tp x cp, pp dp x tp x cp). */
 void tl_cost_axis_strides(const tl_plan* p, int* tp, int* dp, int* pp);
+int tl_cost_axis_stride(const tl_plan* p, tl_axis axis);
+
+/* The link of the plan's data group (dp x cp ranks; dp's alone when cp is
+ * 1), as tl_cost_group_link: the node's when every member shares one, else
+ * the inter-node link at the rate of the members a node holds. */
+struct tl_link tl_cost_data_link(const tl_cluster* c, const tl_plan* p);
+
+/* Seconds the context-parallel ring leaves exposed in one micro-batch of
+ * `layers` blocks at micro-batch b (exposed; *all: with nothing hidden):
+ * each block's forward passes its key/value block cp - 1 times, each send
+ * beside the attention of the block in hand (a cp-th of the layer's), and
+ * again where recomputation re-runs attention; its backward passes them
+ * cp - 1 times beside the attention's backward and their gradients cp
+ * times after it, exposed (tp/cp_attention.c). In fp32, as the ring moves
+ * them, over the cp group's link (the node's, or the inter-node link at
+ * one card's rate when the group spans nodes). attn_fwd, attn_bwd: one
+ * block's attention seconds per sequence, forward and backward. */
+double tl_cost_ring(const tl_cluster* c, const tl_cost_model* cm, const tl_plan* p, int layers,
+                    double attn_fwd, double attn_bwd, double* all);
 
 /* The link between pipeline stages s and s + 1 (s = pp - 1: the last and
  * the first, the interleaved schedule's next chunk): the inter-node one when
@@ -481,7 +537,7 @@ void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan
 #define TL_COST_OPTIMIZER_BYTES 36
 
 /* What takes the largest share of the plan's step: "compute", "bubble",
- * "tp comm", "pp comm", "dp comm" or "optimizer". */
+ * "tp comm", "cp comm", "pp comm", "dp comm" or "optimizer". */
 const char* tl_plan_bound(const tl_plan* p);
 
 #ifdef __cplusplus

@@ -19,9 +19,9 @@ double tl_cost_all_reduce(const tl_cluster* c, double bytes, int n, const struct
   return 2.0 * (n - 1) / n * bytes / tl_link_bandwidth_at(link, bytes) + messages * link->latency;
 }
 
-struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride) {
-  const int dpn = c->devices_per_node;
-  const int k = stride >= dpn ? 1 : (n < dpn / stride ? n : dpn / stride);
+/* The inter-node link at the rate of k members of a group on a node
+ * together (the node's own when k >= n: all of them on one). */
+static struct tl_link link_of_members(const tl_cluster* c, int n, int k) {
   if (k >= n) return c->intra;
   struct tl_link l = c->inter;
   l.bandwidth = fmin(c->intra.bandwidth, k * c->inter.bandwidth);
@@ -40,39 +40,109 @@ struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride) {
   return l;
 }
 
-void tl_cost_plan_order(const tl_plan* p, tl_axis order[3]) {
+struct tl_link tl_cost_group_link(const tl_cluster* c, int n, int stride) {
+  const int dpn = c->devices_per_node;
+  const int k = stride >= dpn ? 1 : (n < dpn / stride ? n : dpn / stride);
+  return link_of_members(c, n, k);
+}
+
+struct tl_link tl_cost_data_link(const tl_cluster* c, const tl_plan* p) {
+  const int cp = tl_plan_cp(p);
+  const int s_dp = tl_cost_axis_stride(p, TL_AXIS_DP);
+  if (cp == 1) return tl_cost_group_link(c, p->dp, s_dp);
+  const int s_cp = tl_cost_axis_stride(p, TL_AXIS_CP), dpn = c->devices_per_node;
+  /* the members on the first member's node: ranks i s_dp + j s_cp below
+   * the node's size (the strides are products of the inner axes' sizes,
+   * so every node holds as many) */
+  int64_t k = 0;
+  for (int i = 0; i < p->dp && (int64_t)i * s_dp < dpn; i++)
+    for (int j = 0; j < cp && (int64_t)i * s_dp + (int64_t)j * s_cp < dpn; j++) k++;
+  const int n = tl_plan_data(p);
+  return link_of_members(c, n, k < 1 ? 1 : k > n ? n : (int)k);
+}
+
+void tl_cost_plan_order(const tl_plan* p, tl_axis order[TL_N_AXES]) {
   const tl_axis* o = p->order;
-  bool seen[3] = {false, false, false}, perm = true;
-  for (int i = 0; i < 3 && perm; i++) {
-    perm = (int)o[i] >= 0 && (int)o[i] < 3 && !seen[o[i]];
+  bool seen[TL_N_AXES] = {false}, perm = true;
+  for (int i = 0; i < TL_N_AXES && perm; i++) {
+    perm = (int)o[i] >= 0 && (int)o[i] < TL_N_AXES && !seen[o[i]];
     if (perm) seen[o[i]] = true;
   }
   if (perm) {
-    memcpy(order, o, 3 * sizeof *order);
-  } else {
-    order[0] = TL_AXIS_TP, order[1] = TL_AXIS_DP, order[2] = TL_AXIS_PP;
+    memcpy(order, o, TL_N_AXES * sizeof *order);
+    return;
   }
+  /* three: dp, tp and pp in some order, cp just outside tp (the config's
+   * reading of a three-name mesh.order) */
+  bool three = true;
+  memset(seen, 0, sizeof seen);
+  for (int i = 0; i < 3 && three; i++) {
+    three = (int)o[i] >= 0 && (int)o[i] < TL_N_AXES && o[i] != TL_AXIS_CP && !seen[o[i]];
+    if (three) seen[o[i]] = true;
+  }
+  const tl_axis dflt[3] = {TL_AXIS_TP, TL_AXIS_DP, TL_AXIS_PP};
+  for (int i = 0, k = 0; i < 3; i++) {
+    order[k++] = three ? o[i] : dflt[i];
+    if (order[k - 1] == TL_AXIS_TP) order[k++] = TL_AXIS_CP;
+  }
+}
+
+int tl_cost_axis_stride(const tl_plan* p, tl_axis axis) {
+  tl_axis o[TL_N_AXES];
+  tl_cost_plan_order(p, o);
+  const int size[TL_N_AXES] = {[TL_AXIS_DP] = p->dp,
+                               [TL_AXIS_TP] = p->tp,
+                               [TL_AXIS_PP] = p->pp,
+                               [TL_AXIS_CP] = tl_plan_cp(p)};
+  int inner = 1;
+  for (int i = 0; i < TL_N_AXES; i++) {
+    if (o[i] == axis) return inner;
+    inner *= size[o[i]];
+  }
+  return inner;
 }
 
 void tl_cost_axis_strides(const tl_plan* p, int* tp, int* dp, int* pp) {
-  tl_axis o[3];
-  tl_cost_plan_order(p, o);
-  int stride[3] = {1, 1, 1}, inner = 1; /* by axis: dp, tp, pp */
-  for (int i = 0; i < 3; i++) {
-    stride[o[i]] = inner;
-    inner *= o[i] == TL_AXIS_DP ? p->dp : o[i] == TL_AXIS_TP ? p->tp : p->pp;
-  }
-  *tp = stride[TL_AXIS_TP], *dp = stride[TL_AXIS_DP], *pp = stride[TL_AXIS_PP];
+  *tp = tl_cost_axis_stride(p, TL_AXIS_TP);
+  *dp = tl_cost_axis_stride(p, TL_AXIS_DP);
+  *pp = tl_cost_axis_stride(p, TL_AXIS_PP);
+}
+
+double tl_cost_ring(const tl_cluster* c, const tl_cost_model* cm, const tl_plan* p, int layers,
+                    double attn_fwd, double attn_bwd, double* all) {
+  const int cp = tl_plan_cp(p);
+  *all = 0;
+  if (cp <= 1 || cm->n_heads <= 0) return 0;
+  /* a rank's key/value block of a micro-batch: its t = seq / cp rows of the
+   * tensor-parallel rank's key/value heads, fp32 on the wire */
+  const double hd = (double)cm->n_embd / cm->n_heads;
+  const double block = 4.0 * p->micro_batch * ((double)cm->seq / cp) * hd * cm->n_kv_heads / p->tp;
+  /* the ring's neighbours: in a node, or (some pair crosses) each rank
+   * sending through its own card */
+  const int s_cp = tl_cost_axis_stride(p, TL_AXIS_CP);
+  const bool inside = (int64_t)s_cp * cp <= c->devices_per_node;
+  const struct tl_link* link = inside ? &c->intra : &c->inter;
+  const double kv = tl_cost_send(c, 2 * block, link); /* k and v, one hop */
+  const double b = p->micro_batch;
+  const double step_f = attn_fwd * b / cp, step_b = attn_bwd * b / cp;
+  /* recomputation runs each block's attention forward again (selective
+   * recomputes just it; full, the whole block) */
+  const int forwards = p->recompute == TL_RECOMPUTE_NONE ? 1 : 2;
+  const double fwd = (cp - 1) * fmax(0, kv - step_f);
+  const double bwd = (cp - 1) * fmax(0, kv - step_b) + cp * kv; /* dk, dv after each block */
+  *all = layers * (forwards * (cp - 1) * kv + (cp - 1) * kv + cp * kv);
+  return layers * (forwards * fwd + bwd);
 }
 
 /* The residues modulo the node's size of a stage's ranks relative to its
- * first: the other two axes' coordinates times their strides. */
+ * first: the other axes' coordinates times their strides. */
 static void stage_residues(const tl_plan* p, int s_tp, int s_dp, int dpn, bool* seen) {
   memset(seen, 0, (size_t)dpn * sizeof *seen);
   seen[0] = true;
-  const int n[2] = {p->tp, p->dp}, stride[2] = {s_tp, s_dp};
+  const int n[3] = {p->tp, p->dp, tl_plan_cp(p)};
+  const int stride[3] = {s_tp, s_dp, tl_cost_axis_stride(p, TL_AXIS_CP)};
   bool next[TL_COST_PP_MAX_NODE];
-  for (int a = 0; a < 2; a++) {
+  for (int a = 0; a < 3; a++) {
     memset(next, 0, (size_t)dpn * sizeof *next);
     const int steps = n[a] < dpn ? n[a] : dpn; /* past dpn steps the residues repeat */
     for (int r = 0; r < dpn; r++)
@@ -214,7 +284,7 @@ static double gathered_bytes(tl_dtype dtype) {
  *   (tl_cost_zero3_gathers, which the caller adds). */
 double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads, int units,
                            const struct tl_link* whole, double comp, tl_dtype dtype) {
-  const int d = p->dp;
+  const int d = tl_plan_data(p);
   if (d <= 1) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0; /* bytes an element moves */
   const double param = gathered_bytes(dtype);
@@ -248,7 +318,7 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads, 
 double tl__cost_dp_floor(const tl_cluster* c, const tl_plan* p, double grads,
                          const struct tl_link* whole, double comp, double zero3_all,
                          tl_dtype dtype) {
-  const int d = p->dp, m = p->n_micro;
+  const int d = tl_plan_data(p), m = p->n_micro;
   if (d <= 1 || p->no_overlap) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0;
   const double param = gathered_bytes(dtype);
@@ -336,7 +406,7 @@ static double pass(const struct zero3_pass* z, bool backward, int h0, int h1) {
 double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
                              const struct tl_cost_unit* u, int n, double late,
                              const struct tl_link* link, tl_dtype precision) {
-  const int d = p->dp, m = p->n_micro;
+  const int d = tl_plan_data(p), m = p->n_micro;
   if (d <= 1 || n <= 0) return 0;
   const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
   double early = 0, unit_max = 0; /* the units' parameters: what buckets are cut from */

@@ -55,18 +55,19 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
                            double late, double multi, double staging, double unit_max) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
   /* a bf16 reduction's image of the buckets (ZeRO 0, 1: the whole stage) */
-  const double image = p->grad_reduce == TL_BF16 && p->dp > 1 ? 2.0 * params : 0;
+  const int d = tl_plan_data(p); /* dp x cp */
+  const double image = p->grad_reduce == TL_BF16 && d > 1 ? 2.0 * params : 0;
   if (dtype != TL_F32 || p->zero == 0)
-    return tl_cost_model_state(params, p->zero, p->dp, sb) + (p->zero < 2 ? image : 0);
+    return tl_cost_model_state(params, p->zero, d, sb) + (p->zero < 2 ? image : 0);
   double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9; /* 0: one bucket a part */
   int64_t n = (int64_t)params;
   const tl_dtype working = precision == TL_BF16 ? TL_BF16 : TL_F32;
   /* the caller's whole fp32 parameters, unless the buckets hold them */
   const double whole_w = p->zero < 3 && working == TL_F32 ? params * sb.w : 0;
   int64_t l2 = p->zero == 1 ? (int64_t)late : (int64_t)(late + multi);
-  double shard = (double)tl_dp_shard_elems(p->zero, n, l2, p->dp, mb);
+  double shard = (double)tl_dp_shard_elems(p->zero, n, l2, d, mb);
   return whole_w + (p->zero == 1 ? params * sb.g : 0) + sb.o * shard +
-         (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, p->dp, mb,
+         (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, d, mb,
                                      p->grad_reduce, working);
 }
 
@@ -199,6 +200,11 @@ void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan
 
 void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dtype,
                       const int* layers, tl_plan* p) {
+  if (tl_plan_cp(p) != cm->cp) { /* priced on the model of its context parallelism only */
+    p->fits = p->runnable = false;
+    p->t_step = HUGE_VAL;
+    return;
+  }
   if (cm->kind == TL_MODEL_MLP && p->pp >= 1 && p->pp <= cm->n_layers) {
     tl__cost_mlp_evaluate(cm, c, dtype, layers, p);
     return;
@@ -206,7 +212,9 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   const int t = p->tp, pp = p->pp, d = p->dp, m = p->n_micro, b = p->micro_batch;
   const double act_bytes = tl_dtype_size(dtype); /* the graph counts elements */
   const int L = cm->n_layers;
-  const double bsh = (double)b * cm->layer_input; /* (b, s, h) elements */
+  const int cp = cm->cp;
+  /* (b, s, h) elements: of a context-parallel rank's s / cp tokens */
+  const double bsh = (double)b * cm->layer_input / cp;
   struct tl_cost_shard tmp;
   const struct tl_cost_shard* sh = tl_cost_shard_of(cm, t, p->sequence_parallel, p->recompute,
                                                     p->schedule == TL_SCHEDULE_ZERO_BUBBLE, &tmp);
@@ -240,7 +248,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
     eff *= x / (x + c->efficiency_half_flops);
   }
   const double attn_eff = tl_cluster_attention_efficiency(
-      c, cm->n_heads > 0 ? (double)cm->n_embd / cm->n_heads : 1, cm->seq);
+      c, cm->n_heads > 0 ? (double)cm->n_embd / cm->n_heads : 1, cm->seq / cp);
   const double attn =
       sh->layer_attn_flops + (whole ? sh->layer_attn_fwd_flops - sh->layer_attn_again_flops : 0);
   const double peak = tl_cluster_peak(c, dtype);
@@ -252,6 +260,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
    * micro-batch b: matrix products by shape where the cluster has a table,
    * attention kernels at their rate, the rest at `eff` */
   double sec_layer, sec_embed, sec_head;
+  double attn_fwd, attn_bwd; /* of sec_layer, the attention's forward and backward */
   {
     double fl = sh->layer_flops + (whole ? sh->layer_fwd_flops - sh->layer_recompute_flops : 0);
     const struct tl_cost_gemms *gl = &sh->layer_gemms, *ge = &sh->embed_gemms,
@@ -267,6 +276,9 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
       g_h = tl_cost_gemm_seconds(c, peak, gh->g, gh->n, b, false);
     }
     sec_layer = (fl - attn - fl_l) / (rest_peak * eff) + attn / (kpeak * attn_eff) + g_l;
+    attn_fwd = sh->layer_attn_fwd_flops / (kpeak * attn_eff);
+    attn_bwd = (sh->layer_attn_flops - sh->layer_attn_fwd_flops - sh->layer_attn_again_flops) /
+               (kpeak * attn_eff);
     sec_embed = (sh->embed_flops - fl_e) / (rest_peak * eff) + g_e;
     sec_head = (sh->head_flops - fl_h) / (rest_peak * eff) + g_h;
   }
@@ -336,12 +348,12 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   p->mem_reserve = c->reserve_bytes + c->allocator_overhead * (p->mem_state + p->mem_act);
   p->mem_total = p->mem_state + p->mem_act + p->mem_reserve;
   p->fits = p->mem_total <= c->device_memory_bytes;
-  int s_tp, s_dp, s_pp; /* each axis's neighbours, ranks apart (p->order) */
-  tl_cost_axis_strides(p, &s_tp, &s_dp, &s_pp);
-  const struct tl_link dp_l = tl_cost_group_link(c, d, s_dp), *dp_link = &dp_l;
+  const int s_tp = tl_cost_axis_stride(p, TL_AXIS_TP); /* its neighbours, ranks apart */
+  /* the data group's link: dp x cp ranks */
+  const struct tl_link dp_l = tl_cost_data_link(c, p), *dp_link = &dp_l;
   /* the gathers hide behind the compute at the rate the plan's ranks get */
   const double speed = tl__cost_core_speed(c, p);
-  const double zero3 = p->zero == 3 && d > 1
+  const double zero3 = p->zero == 3 && tl_plan_data(p) > 1
                            ? zero3_gathers(c, sh, p, layers, b, sec_layer / speed,
                                            sec_embed / speed, sec_head / speed, dp_link, dtype)
                            : 0;
@@ -349,7 +361,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
    * carries (tl__cost_dp_floor) */
   tl_plan bare = *p;
   bare.no_overlap = true;
-  const double zero3_all = p->zero == 3 && d > 1
+  const double zero3_all = p->zero == 3 && tl_plan_data(p) > 1
                                ? zero3_gathers(c, sh, &bare, layers, b, sec_layer / speed,
                                                sec_embed / speed, sec_head / speed, dp_link, dtype)
                                : 0;
@@ -386,18 +398,22 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all, dtype));
   p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed, dtype) + zero3_all;
   if (tl__cost_overlap_stalls(c, p)) dp = p->c_dp; /* nothing hides (cost_impl.h) */
+  /* the ring of the slowest stage's blocks, each micro-batch */
+  double ring_all = 0;
+  const double ring = tl_cost_ring(c, cm, p, k_slowest, attn_fwd, attn_bwd, &ring_all);
   p->zb_costs = sh->zb_costs;
-  tl__cost_pipeline(c, p, &sh->zb_costs, comp, tp_comm, pp_comm,
+  tl__cost_pipeline(c, p, &sh->zb_costs, comp, tp_comm, ring, pp_comm,
                     bubble_micro_batches(p, &sh->zb_costs));
+  p->c_cp = m * ring_all;
   /* and once a step, the LayerNorm gradients summed over the group (packed) */
   if (sh->sp && t > 1) p->t_tp += tl_cost_all_reduce(c, ln_grads * 4.0, t, tp_link);
   p->t_dp = dp;
   p->t_opt = tl__cost_optimizer_seconds(c, p, grads);
-  p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp + p->t_opt;
+  p->t_step = p->t_compute + p->t_tp + p->t_cp + p->t_pp + p->t_bubble + p->t_dp + p->t_opt;
 
   double layer_fl =
       cm->layer_flops + (whole ? cm->layer_fwd_flops : cm->layer_recompute_flops[p->recompute]);
-  double devices = (double)d * t * pp;
+  double devices = (double)tl_plan_devices(p);
   double seqs = (double)d * b * m;
   p->tokens_per_s = seqs * cm->seq / p->t_step;
   double exec = seqs * (L * layer_fl + cm->embed_flops + cm->head_flops);
@@ -416,6 +432,7 @@ const char* tl_plan_bound(const tl_plan* p) {
   double best = p->t_compute;
   if (p->t_bubble > best) name = "bubble", best = p->t_bubble;
   if (p->t_tp > best) name = "tp comm", best = p->t_tp;
+  if (p->t_cp > best) name = "cp comm", best = p->t_cp;
   if (p->t_pp > best) name = "pp comm", best = p->t_pp;
   if (p->t_dp > best) name = "dp comm", best = p->t_dp;
   if (p->t_opt > best) name = "optimizer", best = p->t_opt;

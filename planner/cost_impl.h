@@ -76,14 +76,14 @@ double tl__cost_core_speed(const tl_cluster* c, const tl_plan* p);
  * compute (4 ranks on 2 cores, ZeRO-3 of a 4-layer GPT: 18 ms on the link,
  * 22-43 ms waited; on 2 ranks 1.1 ms waited, the gathers hidden). */
 bool tl__cost_overlap_stalls(const tl_cluster* c, const tl_plan* p);
-/* Sets p's t_compute, t_tp, t_pp and t_bubble from one micro-batch's
+/* Sets p's t_compute, t_tp, t_cp, t_pp and t_bubble from one micro-batch's
  * seconds on the slowest stage at the spec's rates and the schedule's
  * bubble in micro-batch times (costs: its passes' relative durations,
  * NULL for equal ones): m micro-batches plus the bubble as idle time, or
  * on shared cores the schedule's timeline with every stretch run at the
  * share its computing ranks get. */
 void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs* costs,
-                       double comp, double tp_comm, double pp_comm, double bubble);
+                       double comp, double tp_comm, double cp_comm, double pp_comm, double bubble);
 /* The optimizer's step, once a step after the pipeline: AdamW over the
  * rank's `params` (the fullest stage's shard; its data-parallel share under
  * ZeRO) and the gradient norm's and clipping's passes, about

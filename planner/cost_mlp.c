@@ -49,7 +49,8 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
   tl_graph* g = NULL;
   struct tl_model_io io;
   tl_tp_shard sh;
-  TL_CHECK(tl_tp_build(&m, 1, seq, tp, 0, false, 1, 0, TL_RECOMPUTE_NONE, false, &g, &io, &sh, NULL));
+  TL_CHECK(
+      tl_tp_build(&m, 1, seq, tp, 0, false, 1, 0, TL_RECOMPUTE_NONE, false, &g, &io, &sh, NULL));
   tl_status st = tl_graph_set_precision(g, precision);
   if (st == TL_OK && tp > 1 && sh.n_linear_split < sh.n_linear)
     st = TL_ERRF(TL_ERR_CONFIG, "mesh.tp=%d leaves a linear layer of the MLP unsplit", tp);
@@ -254,7 +255,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
     p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed, dtype) + zero3_all;
   }
   if (tl__cost_overlap_stalls(c, p)) dp = p->c_dp; /* nothing hides (cost_impl.h) */
-  tl__cost_pipeline(c, p, NULL, comp, tp_comm, pp_comm, pp - 1);
+  tl__cost_pipeline(c, p, NULL, comp, tp_comm, 0, pp_comm, pp - 1);
   p->t_dp = dp;
   p->t_opt = tl__cost_optimizer_seconds(c, p, grads);
   p->t_step = p->t_compute + p->t_tp + p->t_pp + p->t_bubble + p->t_dp + p->t_opt;

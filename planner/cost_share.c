@@ -34,7 +34,7 @@ static double rank_cores(int cores, int n, double active) {
 
 /* Ranks of the plan on one node. */
 static int node_ranks(const tl_cluster* c, const tl_plan* p) {
-  const double all = (double)p->dp * p->tp * p->pp;
+  const double all = (double)tl_plan_devices(p);
   return all < c->devices_per_node ? (int)all : c->devices_per_node;
 }
 
@@ -162,12 +162,13 @@ static const double* occupancy(tl_schedule_kind kind, int p, int m, int v,
 }
 
 void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs* costs,
-                       double comp, double tp_comm, double pp_comm, double bubble) {
+                       double comp, double tp_comm, double cp_comm, double pp_comm, double bubble) {
   const int m = p->n_micro;
-  const double micro = comp + tp_comm + pp_comm;
+  const double micro = comp + tp_comm + cp_comm + pp_comm;
   const double s = tl__cost_core_speed(c, p);
   p->t_compute = m * comp / s;
   p->t_tp = m * tp_comm / s;
+  p->t_cp = m * cp_comm / s;
   p->t_pp = m * pp_comm / s;
   p->t_bubble = bubble * micro / s;
   if (!shares_cores(c) || p->pp <= 1) return;
@@ -177,7 +178,7 @@ void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs
    * stage, or a run of consecutive ones, whose ranks go idle together and
    * which no global count of computing stages describes; priced as idle
    * time */
-  if ((double)p->dp * p->tp * p->pp > c->devices_per_node) return;
+  if ((double)tl_plan_devices(p) > c->devices_per_node) return;
   const int v = tl_plan_chunks(p);
   const struct tl_pp_costs unit = {1, 1, 1}, *k = costs ? costs : &unit;
   double ticks = 0;
@@ -198,7 +199,8 @@ void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs
  * parameter; the gradient norm's square and sum and clipping's scale: 3
  * more; zeroing the gradients: 1 */
 double tl__cost_optimizer_seconds(const tl_cluster* c, const tl_plan* p, double params) {
-  const double shard = p->zero >= 1 && p->dp > 1 ? params / p->dp : params;
+  const int d = tl_plan_data(p); /* ZeRO shards over dp x cp */
+  const double shard = p->zero >= 1 && d > 1 ? params / d : params;
   const double rate = tl_cluster_kernel_peak(c) * c->efficiency * tl__cost_core_speed(c, p);
   const double flops = rate > 0 ? TL_COST_OPTIMIZER_FLOPS * shard / rate : 0;
   const double bytes =

@@ -3,6 +3,7 @@
 #include "planner/recommend.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +22,8 @@ void tl_plan_from_config(const struct tl_config* cfg, tl_plan* p, tl_dtype* dtyp
   p->sequence_parallel = p->tp > 1 && cfg->parallel.sequence_parallel;
   p->dp_bucket_mb = cfg->parallel.bucket_mb;
   p->grad_reduce = cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
-  /* the plan's axes are dp, tp and pp: the config's order without cp */
-  for (int i = 0, k = 0; i < TL_N_AXES && k < 3; i++)
-    if (cfg->mesh.order[i] != TL_AXIS_CP) p->order[k++] = cfg->mesh.order[i];
+  p->cp = cfg->mesh.cp;
+  memcpy(p->order, cfg->mesh.order, sizeof p->order);
   *dtype = cfg->train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
 }
 
@@ -35,12 +35,6 @@ tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* cl
   tl_cluster c = *cluster;
   /* what the trainer runs that the cost model does not price: refused,
    * named, rather than priced as something else */
-  if (cfg->mesh.cp > 1)
-    return TL_ERRF(TL_ERR_CONFIG,
-                   "mesh.cp = %d: the cost model does not price context parallelism yet (the "
-                   "ring's transfers and the split sequence's memory); price the config with "
-                   "mesh.cp = 1, or train it without --cluster",
-                   cfg->mesh.cp);
   if (cfg->model.kind == TL_MODEL_MLP && cfg->parallel.recompute != TL_RECOMPUTE_NONE)
     return TL_ERRF(TL_ERR_CONFIG,
                    "parallel.recompute = \"%s\": the cost model prices an MLP without "
@@ -67,25 +61,29 @@ tl_status tl_plan_price_config(const struct tl_config* cfg, const tl_cluster* cl
   if (tl_cluster_peak(&c, dtype) <= 0)
     return TL_ERRF(TL_ERR_CONFIG, "cluster %s has no %s peak (peak_flops) for train.precision",
                    c.name, dtype == TL_BF16 ? "bf16" : "fp32");
-  const int ranks = p.dp * p.tp * p.pp, dpn = c.devices_per_node;
+  const int ranks = (int)tl_plan_devices(&p), dpn = c.devices_per_node;
+  char cp[32] = "";
+  if (tl_plan_cp(&p) > 1) snprintf(cp, sizeof cp, " x cp %d", tl_plan_cp(&p));
   if (ranks > tl_cluster_devices(&c))
     return TL_ERRF(TL_ERR_CONFIG,
-                   "the mesh's %d ranks (dp %d x tp %d x pp %d) are more than the %d "
+                   "the mesh's %d ranks (dp %d x tp %d x pp %d%s) are more than the %d "
                    "devices of cluster %s",
-                   ranks, p.dp, p.tp, p.pp, tl_cluster_devices(&c), c.name);
+                   ranks, p.dp, p.tp, p.pp, cp, tl_cluster_devices(&c), c.name);
   if (ranks <= dpn) {
     c.nodes = 1, c.devices_per_node = ranks;
   } else if (ranks % dpn != 0) {
-    return TL_ERRF(TL_ERR_CONFIG,
-                   "the mesh's %d ranks (mesh.dp x mesh.tp x mesh.pp) are not whole nodes of "
-                   "cluster %s's %d devices",
-                   ranks, c.name, dpn);
+    return TL_ERRF(
+        TL_ERR_CONFIG,
+        "the mesh's %d ranks (mesh.dp x mesh.tp x mesh.pp x mesh.cp) are not whole nodes of "
+        "cluster %s's %d devices",
+        ranks, c.name, dpn);
   } else {
     c.nodes = ranks / dpn; /* the groups' links follow mesh.order (p.order) */
   }
   tl_cost_model* cm = malloc(sizeof *cm); /* megabytes: not on the stack */
   if (!cm) return TL_ERRF(TL_ERR_NOMEM, "out of memory for the cost model");
-  tl_status st = tl_cost_model_build_tp(&cfg->model, cfg->train.seq_len, dtype, p.tp, cm);
+  tl_status st =
+      tl_cost_model_build_cp(&cfg->model, cfg->train.seq_len, dtype, p.tp, tl_plan_cp(&p), cm);
   if (st == TL_OK)
     tl_cost_evaluate(cm, &c, dtype,
                      cfg->schedule.n_stage_layers > 0 ? cfg->schedule.stage_layers : NULL, &p);
@@ -109,14 +107,9 @@ tl_status tl_plan_to_config(const tl_plan* p, const struct tl_config* base, int 
   cfg.mesh.dp = p->dp;
   cfg.mesh.tp = p->tp;
   cfg.mesh.pp = p->pp;
-  /* the layout priced, not the base's (cp, of size 1, just outside tp) */
-  tl_axis order[3];
-  tl_cost_plan_order(p, order);
-  for (int i = 0, k = 0; i < 3; i++) {
-    cfg.mesh.order[k++] = order[i];
-    if (order[i] == TL_AXIS_TP) cfg.mesh.order[k++] = TL_AXIS_CP;
-  }
-  cfg.mesh.cp = 1;
+  /* the layout priced, not the base's */
+  tl_cost_plan_order(p, cfg.mesh.order);
+  cfg.mesh.cp = tl_plan_cp(p);
   cfg.schedule.kind = p->schedule;
   cfg.schedule.micro_batches = p->n_micro;
   cfg.schedule.virtual_stages = tl_plan_chunks(p);

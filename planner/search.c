@@ -25,6 +25,7 @@ void tl_search_options_defaults(struct tl_search_options* o, int global_batch, t
   o->dtype = dtype;
   o->fix_dp = o->fix_tp = o->fix_pp = o->fix_micro_batch = o->fix_n_micro = -1;
   o->fix_zero = o->fix_recompute = o->fix_schedule = o->fix_sp = o->fix_virtual_stages = -1;
+  o->fix_cp = -1;
   o->dp_bucket_mb = 25;
 }
 
@@ -41,11 +42,20 @@ static int by_step_time(const void* a, const void* b) {
   if (x->mem_total != y->mem_total) return x->mem_total < y->mem_total ? -1 : 1;
   if (x->tp != y->tp) return x->tp - y->tp;
   if (x->pp != y->pp) return x->pp - y->pp;
+  if (tl_plan_cp(x) != tl_plan_cp(y)) return tl_plan_cp(x) - tl_plan_cp(y);
   return (int)x->sequence_parallel - (int)y->sequence_parallel;
 }
 
 static bool fixed_ok(int fix, int v) {
   return fix < 0 || fix == v;
+}
+
+/* The cost models a search prices: its own (cp 1), then o's for cp > 1;
+ * NULL past the last. */
+static const tl_cost_model* model_at(const tl_cost_model* cm, const struct tl_search_options* o,
+                                     int i) {
+  if (i == 0) return cm;
+  return i - 1 < o->n_cp_models ? o->cp_models[i - 1] : NULL;
 }
 
 static tl_status push(tl_search_result* r, int* cap, const tl_plan* p) {
@@ -101,6 +111,7 @@ static tl_status cut_of(const tl_cost_model* cm, struct cut_cache* cc, int tp, b
 static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
                           const struct tl_search_options* o, int dp, int tp, int pp, bool sp,
                           struct cut_cache* cc, tl_search_result* out, int* cap) {
+  const int cp = cm->cp > 1 ? cm->cp : 1;
   /* the cut per chunk count: into pp * v virtual stages (v = 1: the
    * stages); interleaving only where every chunk gets a layer */
   int max_v = 1;
@@ -114,7 +125,7 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
     if (per_replica % mb || !fixed_ok(o->fix_micro_batch, mb)) continue;
     int n_micro = per_replica / mb;
     if (!fixed_ok(o->fix_n_micro, n_micro)) continue;
-    if (sp && (int64_t)mb * cm->seq % tp) { /* the trainer splits token rows evenly */
+    if (sp && (int64_t)mb * (cm->seq / cp) % tp) { /* the trainer splits token rows evenly */
       out->rejected[TL_REJECT_SP_TOKENS]++;
       continue;
     }
@@ -143,7 +154,7 @@ static tl_status add_mesh(const tl_cost_model* cm, const tl_cluster* c,
             if (!fixed_ok(o->fix_recompute, rc)) continue;
             tl_plan p;
             memset(&p, 0, sizeof p);
-            p.dp = dp, p.tp = tp, p.pp = pp, p.micro_batch = mb, p.n_micro = n_micro;
+            p.dp = dp, p.tp = tp, p.pp = pp, p.cp = cp, p.micro_batch = mb, p.n_micro = n_micro;
             p.schedule = (tl_schedule_kind)sk;
             p.zero = zero;
             p.recompute = (tl_recompute)rc;
@@ -211,17 +222,21 @@ static int tp_bound(const tl_cost_model* cm) {
  * devices number at most `limit`, whatever the cluster's count. */
 static void each_allowed_mesh(const tl_cost_model* cm, const tl_cluster* c,
                               const struct tl_search_options* o, int64_t limit,
-                              void (*fn)(void* arg, int dp, int tp, int pp), void* arg) {
+                              void (*fn)(void* arg, int dp, int tp, int pp, int cp), void* arg) {
   int max_tp =
       o->allow_tp_across_nodes ? (int)(limit < INT32_MAX ? limit : INT32_MAX) : c->devices_per_node;
   if (max_tp > tp_bound(cm)) max_tp = tp_bound(cm);
-  for (int tp = 1; tp <= max_tp && tp <= limit; tp++) {
-    if (!fixed_ok(o->fix_tp, tp)) continue;
-    for (int pp = 1; pp <= cm->n_layers && (int64_t)tp * pp <= limit; pp++) {
-      if (!fixed_ok(o->fix_pp, pp)) continue;
-      for (int dp = 1; dp <= o->global_batch && (int64_t)dp * tp * pp <= limit; dp++) {
-        if (!fixed_ok(o->fix_dp, dp)) continue;
-        if (mesh_rule(cm, c, o, dp, tp, pp) == TL_REJECT_COUNT) fn(arg, dp, tp, pp);
+  for (int i = 0; model_at(cm, o, i); i++) {
+    const int cp = model_at(cm, o, i)->cp > 1 ? model_at(cm, o, i)->cp : 1;
+    if (!fixed_ok(o->fix_cp, cp)) continue;
+    for (int tp = 1; tp <= max_tp && (int64_t)tp * cp <= limit; tp++) {
+      if (!fixed_ok(o->fix_tp, tp)) continue;
+      for (int pp = 1; pp <= cm->n_layers && (int64_t)tp * pp * cp <= limit; pp++) {
+        if (!fixed_ok(o->fix_pp, pp)) continue;
+        for (int dp = 1; dp <= o->global_batch && (int64_t)dp * tp * pp * cp <= limit; dp++) {
+          if (!fixed_ok(o->fix_dp, dp)) continue;
+          if (mesh_rule(cm, c, o, dp, tp, pp) == TL_REJECT_COUNT) fn(arg, dp, tp, pp, cp);
+        }
       }
     }
   }
@@ -242,21 +257,23 @@ static bool part_of(const tl_cluster* c, int64_t d, tl_cluster* part) {
 struct largest {
   const tl_cluster* c;
   int64_t devices;
-  int dp, tp, pp;
+  int dp, tp, pp, cp;
 };
 
-static void keep_largest(void* arg, int dp, int tp, int pp) {
+static void keep_largest(void* arg, int dp, int tp, int pp, int cp) {
   struct largest* l = arg;
-  const int64_t d = (int64_t)dp * tp * pp;
+  const int64_t d = (int64_t)dp * tp * pp * cp;
   tl_cluster part;
-  if (d > l->devices && part_of(l->c, d, &part)) l->devices = d, l->dp = dp, l->tp = tp, l->pp = pp;
+  if (d > l->devices && part_of(l->c, d, &part))
+    l->devices = d, l->dp = dp, l->tp = tp, l->pp = pp, l->cp = cp;
 }
 
 int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
-                              const struct tl_search_options* o, int* dp, int* tp, int* pp) {
-  struct largest l = {c, 0, 0, 0, 0};
+                              const struct tl_search_options* o, int* dp, int* tp, int* pp,
+                              int* cp) {
+  struct largest l = {c, 0, 0, 0, 0, 0};
   if (o->global_batch >= 1) each_allowed_mesh(cm, c, o, tl_cluster_devices(c), keep_largest, &l);
-  *dp = l.dp, *tp = l.tp, *pp = l.pp;
+  *dp = l.dp, *tp = l.tp, *pp = l.pp, *cp = l.cp;
   return l.devices;
 }
 
@@ -267,9 +284,9 @@ struct counts {
   bool nomem;
 };
 
-static void add_count(void* arg, int dp, int tp, int pp) {
+static void add_count(void* arg, int dp, int tp, int pp, int cp) {
   struct counts* s = arg;
-  const int64_t d = (int64_t)dp * tp * pp;
+  const int64_t d = (int64_t)dp * tp * pp * cp;
   tl_cluster part;
   if (d >= tl_cluster_devices(s->c) || !part_of(s->c, d, &part)) return;
   for (int i = 0; i < s->n; i++)
@@ -342,9 +359,9 @@ struct more_counts {
   bool* seen;
 };
 
-static void add_more_count(void* arg, int dp, int tp, int pp) {
+static void add_more_count(void* arg, int dp, int tp, int pp, int cp) {
   struct more_counts* m = arg;
-  const int64_t d = (int64_t)dp * tp * pp;
+  const int64_t d = (int64_t)dp * tp * pp * cp;
   if (d <= tl_cluster_devices(m->c) || d % m->c->devices_per_node) return;
   if (d / m->c->devices_per_node <= m->max_nodes) m->seen[d / m->c->devices_per_node] = true;
 }
@@ -356,8 +373,11 @@ tl_status tl_search_more_nodes(const tl_cost_model* cm, const tl_cluster* c,
   memset(out, 0, sizeof *out);
   *nodes = *searched_to = 0;
   if (o->global_batch < 1) return TL_OK;
-  /* no mesh uses more than batch x layers x the widest tp */
-  const int64_t largest = (int64_t)o->global_batch * cm->n_layers * tp_bound(cm);
+  /* no mesh uses more than batch x layers x the widest tp x the widest cp */
+  int widest_cp = 1;
+  for (int i = 0; model_at(cm, o, i); i++)
+    if (model_at(cm, o, i)->cp > widest_cp) widest_cp = model_at(cm, o, i)->cp;
+  const int64_t largest = (int64_t)o->global_batch * cm->n_layers * tp_bound(cm) * widest_cp;
   if (max_devices > largest) max_devices = largest;
   int64_t max_nodes = max_devices / c->devices_per_node;
   if (max_nodes > INT32_MAX / c->devices_per_node) max_nodes = INT32_MAX / c->devices_per_node;
@@ -417,6 +437,7 @@ static void fixed_list(const struct tl_search_options* o, bool mesh, char* buf, 
   } f[] = {{"dp", o->fix_dp, true},
            {"tp", o->fix_tp, true},
            {"pp", o->fix_pp, true},
+           {"cp", o->fix_cp, true},
            {"micro_batch", o->fix_micro_batch, false},
            {"micro_batches", o->fix_n_micro, false},
            {"zero", o->fix_zero, false},
@@ -557,9 +578,14 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
       appendf(buf, size, " (%lld shape%s)", (long long)r->rejected[k],
               r->rejected[k] == 1 ? "" : "s");
     }
-    int dp, tp, pp;
-    int64_t most = tl_search_max_devices(cm, c, o, &dp, &tp, &pp);
-    if (most > 0)
+    int dp, tp, pp, cp;
+    int64_t most = tl_search_max_devices(cm, c, o, &dp, &tp, &pp, &cp);
+    if (most > 0 && cp > 1)
+      appendf(buf, size,
+              ". The rules allow at most %lld devices of whole nodes (dp %d x tp %d x pp %d x "
+              "cp %d)",
+              (long long)most, dp, tp, pp, cp);
+    else if (most > 0)
       appendf(buf, size,
               ". The rules allow at most %lld devices of whole nodes (dp %d x tp %d x pp %d)",
               (long long)most, dp, tp, pp);
@@ -595,10 +621,11 @@ void tl_search_explain(const tl_cost_model* cm, const tl_cluster* c,
   if (r->has_closest) {
     const tl_plan* p = &r->closest;
     appendf(buf, size,
-            ". The least memory any needs is %.2f GB a device (dp %d, tp %d, pp %d, "
+            ". The least memory any needs is %.2f GB a device (dp %d, tp %d, pp %d, cp %d, "
             "micro-batch %d x %d, ZeRO %d, recompute %s: state %.2f, activations %.2f, "
             "reserve %.2f GB), %.2f GB over; its step would take %.4g s",
-            p->mem_total / 1e9, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, p->zero,
+            p->mem_total / 1e9, p->dp, p->tp, p->pp, tl_plan_cp(p), p->micro_batch, p->n_micro,
+            p->zero,
             p->recompute == TL_RECOMPUTE_FULL        ? "full"
             : p->recompute == TL_RECOMPUTE_SELECTIVE ? "selective"
                                                      : "none",
@@ -618,24 +645,32 @@ tl_status tl_search_run(const tl_cost_model* cm, const tl_cluster* c,
   int cap = 0;
   struct cut_cache cc = {0};
   tl_status st = TL_OK;
-  for (int tp = 1; tp <= devices; tp++) {
-    if (devices % tp || !fixed_ok(o->fix_tp, tp)) continue;
-    for (int pp = 1; pp <= devices / tp; pp++) {
-      if ((devices / tp) % pp || !fixed_ok(o->fix_pp, pp)) continue;
-      int dp = devices / tp / pp;
-      if (!fixed_ok(o->fix_dp, dp)) continue;
-      out->n_meshes++;
-      /* 1. the mesh's own rules */
-      const bool mlp = cm->kind == TL_MODEL_MLP;
-      tl_reject_reason why = mesh_rule(cm, c, o, dp, tp, pp);
-      if (why != TL_REJECT_COUNT) {
-        out->rejected[why]++;
-        continue;
-      }
-      /* 2. with and without sequence parallelism (tp > 1) */
-      for (int sp = 0; sp <= (tp > 1 && !mlp); sp++) { /* an MLP has no sequence */
-        if (!fixed_ok(o->fix_sp, sp) && !(tp == 1 && o->fix_sp == 1)) continue;
-        TL_CHECK_GOTO(add_mesh(cm, c, o, dp, tp, pp, sp, &cc, out, &cap), st, fail);
+  for (int i = 0; model_at(cm, o, i); i++) {
+    /* each context-parallel degree on its own model (and stage cuts) */
+    const tl_cost_model* mc = model_at(cm, o, i);
+    const int cp = mc->cp > 1 ? mc->cp : 1;
+    if (!fixed_ok(o->fix_cp, cp) || devices % cp) continue;
+    cc.n = 0;
+    const int rest = devices / cp;
+    for (int tp = 1; tp <= rest; tp++) {
+      if (rest % tp || !fixed_ok(o->fix_tp, tp)) continue;
+      for (int pp = 1; pp <= rest / tp; pp++) {
+        if ((rest / tp) % pp || !fixed_ok(o->fix_pp, pp)) continue;
+        int dp = rest / tp / pp;
+        if (!fixed_ok(o->fix_dp, dp)) continue;
+        out->n_meshes++;
+        /* 1. the mesh's own rules */
+        const bool mlp = mc->kind == TL_MODEL_MLP;
+        tl_reject_reason why = mesh_rule(mc, c, o, dp, tp, pp);
+        if (why != TL_REJECT_COUNT) {
+          out->rejected[why]++;
+          continue;
+        }
+        /* 2. with and without sequence parallelism (tp > 1) */
+        for (int sp = 0; sp <= (tp > 1 && !mlp); sp++) { /* an MLP has no sequence */
+          if (!fixed_ok(o->fix_sp, sp) && !(tp == 1 && o->fix_sp == 1)) continue;
+          TL_CHECK_GOTO(add_mesh(mc, c, o, dp, tp, pp, sp, &cc, out, &cap), st, fail);
+        }
       }
     }
   }

@@ -1,5 +1,6 @@
-/* search.h — the search over 3D splits: every dp × tp × pp factorisation of
- * the cluster's devices, every micro-batch size and count that makes the
+/* search.h — the search over 4D splits: every dp × tp × pp × cp
+ * factorisation of the cluster's devices (cp: each degree a cost model was
+ * built for), every micro-batch size and count that makes the
  * global batch, both flush schedules (GPipe, 1F1B), ZeRO 0..3,
  * recomputation on and off, and with tp > 1 sequence parallelism on and off. Each candidate is
  * priced by the cost model (planner/cost.h, built once per model and sequence length); those that
@@ -10,9 +11,9 @@
  * sizes its layout splits; no sequence parallelism, no recomputation), tp <= devices
  * per node (tensor parallelism needs the node's fast links) unless allowed,
  * pp <= layers, dp divides the global batch; with sequence parallelism tp
- * divides a micro-batch's tokens. Rejections of a mesh shape are counted
- * once per (dp, tp, pp); micro-batch, trainer and memory rejections once
- * per plan (sp_tokens once per micro-batch size). */
+ * divides a micro-batch's tokens (of a context-parallel rank's share).
+ * Rejections of a mesh shape are counted once per (dp, tp, pp, cp); micro-batch, trainer and memory
+ * rejections once per plan (sp_tokens once per micro-batch size). */
 #ifndef TL_PLANNER_SEARCH_H
 #define TL_PLANNER_SEARCH_H
 
@@ -64,6 +65,12 @@ struct tl_search_options {
   int fix_dp, fix_tp, fix_pp, fix_micro_batch, fix_n_micro, fix_zero, fix_recompute, fix_schedule;
   int fix_sp;
   int fix_virtual_stages; /* the interleaved schedule's chunks per rank (2 to 8 searched) */
+  /* context parallelism: cost models of the model split for cp > 1 ranks
+   * (tl_cost_model_build_cp, one per degree; none: cp 1 alone), each
+   * searched beside tl_search_run's own (cp 1); fix_cp -1 = search */
+  const tl_cost_model* const* cp_models;
+  int n_cp_models;
+  int fix_cp;
 };
 
 /* Options with nothing fixed. */
@@ -110,7 +117,8 @@ bool tl_search_mesh_bound(const tl_search_result* r);
  * nodes or part of one (the parts tl_search_fewer searches); its shape in
  * *dp, *tp, *pp (0 when none). */
 int64_t tl_search_max_devices(const tl_cost_model* cm, const tl_cluster* c,
-                              const struct tl_search_options* o, int* dp, int* tp, int* pp);
+                              const struct tl_search_options* o, int* dp, int* tp, int* pp,
+                              int* cp);
 
 /* When no split of all of c's devices works: the search over fewer devices
  * — every count below the cluster's that a mesh can use and a part of the

@@ -13,6 +13,7 @@
 #ifndef TL_TP_CP_H
 #define TL_TP_CP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -27,6 +28,10 @@ extern "C" {
  * position embeddings and rotary embeddings onto the chunks' positions.
  * Before autodiff (tp.h's tl_tp_build calls it). cp <= 1: nothing. */
 tl_status tl_cp_split_graph(tl_graph* g, int cp, int rank);
+
+/* Whether op is the ring's attention, forward or backward (what the
+ * planner prices at the attention kernels' rate). */
+bool tl_cp_attention_op(int op);
 
 /* Rank `rank`'s rows of b sequences of cp t tokens, in place: x (b, cp t)
  * becomes (b, t), the two chunks the rank holds of each, in order. */

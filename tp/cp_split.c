@@ -36,6 +36,10 @@ tl_status tl_cp_split_graph(tl_graph* g, int cp, int rank) {
   return TL_OK;
 }
 
+bool tl_cp_attention_op(int op) {
+  return op == tl__tp_ops()->cp_attention || op == tl__tp_ops()->cp_attention_backward;
+}
+
 void tl_cp_local_tokens(int32_t* x, int b, int t, int cp, int rank) {
   /* dst index s t + i <= src index s cp t + position(i), and both grow:
    * in place, front to back */

@@ -37,17 +37,19 @@ static void usage(FILE* f) {
           "usage: trellis plan --model CONFIG.json --cluster CLUSTER.json [--batch B] [--seq S]\n"
           "                    [--top K] [--json] [--out PLAN.json] [--svg FILE] [--nodes N]\n"
           "                    [--dtype bf16|fp32]\n"
-          "                    [--fix dp=..,tp=..,pp=..,micro_batch=..,micro_batches=..,zero=..,\n"
-          "                           recompute=none|selective|full,sp=0|1,\n"
+          "                    [--fix dp=..,tp=..,pp=..,cp=..,micro_batch=..,micro_batches=..,\n"
+          "                           zero=..,recompute=none|selective|full,sp=0|1,\n"
           "                           schedule=gpipe|1f1b|interleaved|zero_bubble,\n"
           "                           virtual_stages=..,bucket_mb=..,grad_reduce=bf16|fp32,\n"
           "                           overlap=0|1,attention=fused|spec]\n"
           "                    [--allow-tp-across-nodes]\n"
           "\n"
-          "Ranks every data x tensor x pipeline split of the cluster's devices (micro-batch\n"
-          "size and count, GPipe, 1F1B, interleaved 1F1B of 2 to 8 chunks a rank\n"
-          "(\"int:v\"), zero-bubble (\"zb\"), ZeRO 0-3, recomputation (none, selective,\n"
-          "full), sequence parallelism with tp > 1) by predicted step time.\n"
+          "Ranks every data x tensor x pipeline x context split of the cluster's devices\n"
+          "(micro-batch size and count, GPipe, 1F1B, interleaved 1F1B of 2 to 8 chunks a\n"
+          "rank (\"int:v\"), zero-bubble (\"zb\"), ZeRO 0-3, recomputation (none,\n"
+          "selective, full), sequence parallelism with tp > 1; context parallelism cp of 2\n"
+          "to 64, powers of two whose 2 cp chunks divide the sequence, its ring priced on\n"
+          "the cp group's link beside the attention) by predicted step time.\n"
           "--model: a training config, GPT or MLP; its model section is planned and the\n"
           "rest (data, optimizer, checkpoints) is carried into --out. --batch and --seq\n"
           "default to its train.batch_size and train.seq_len.\n"
@@ -116,6 +118,7 @@ static int parse_fix(char* spec, struct tl_search_options* o, bool* fused) {
     if (strcmp(k, "dp") == 0) dst = &o->fix_dp;
     if (strcmp(k, "tp") == 0) dst = &o->fix_tp;
     if (strcmp(k, "pp") == 0) dst = &o->fix_pp;
+    if (strcmp(k, "cp") == 0) dst = &o->fix_cp;
     if (strcmp(k, "micro_batch") == 0) dst = &o->fix_micro_batch;
     if (strcmp(k, "micro_batches") == 0) dst = &o->fix_n_micro;
     if (strcmp(k, "zero") == 0) dst = &o->fix_zero, lo = 0;
@@ -222,16 +225,57 @@ static int64_t more_devices_max(const tl_cluster* c) {
 /* Device counts with a plan that the search over fewer devices looks for. */
 #define FEWER_COUNTS 16
 
+/* The cost models of the context-parallel degrees the search prices:
+ * powers of two from 2 to TL_PLAN_MAX_CP whose 2 cp chunks divide the
+ * sequence (fix: that degree alone; none for an MLP, which has no
+ * sequence), each on the heap (megabytes). */
+#define TL_PLAN_MAX_CP 64
+struct cp_models {
+  tl_cost_model* m[16];
+  int n;
+};
+
+static void free_cp_models(struct cp_models* x) {
+  for (int i = 0; i < x->n; i++) free(x->m[i]);
+  x->n = 0;
+}
+
+static tl_status build_cp_models(const struct tl_model_config* mc, int seq, tl_dtype dtype,
+                                 int max_tp, int fix, struct cp_models* out) {
+  out->n = 0;
+  if (mc->kind == TL_MODEL_MLP || fix == 1) return TL_OK;
+  int want[16], n = 0;
+  if (fix > 1)
+    want[n++] = fix;
+  else
+    for (int cp = 2; cp <= TL_PLAN_MAX_CP; cp *= 2)
+      if (seq % (2 * cp) == 0) want[n++] = cp;
+  for (int i = 0; i < n; i++) {
+    tl_cost_model* m = malloc(sizeof *m);
+    if (!m) {
+      free_cp_models(out);
+      return TL_ERRF(TL_ERR_NOMEM, "out of memory for the cost model of cp %d", want[i]);
+    }
+    out->m[out->n++] = m;
+    tl_status st = tl_cost_model_build_cp(mc, seq, dtype, max_tp, want[i], m);
+    if (st != TL_OK) {
+      free_cp_models(out);
+      return fix > 1 ? TL_ERRF(st, "--fix cp=%d: %s", fix, tl_last_error()) : st;
+    }
+  }
+  return TL_OK;
+}
+
 /* The winner's schedule and mesh as a picture (atomic write). */
 static int write_svg(const tl_plan* p, const struct tl_config* cfg, const tl_cluster* c,
                      const char* path) {
   char title[256];
   snprintf(title, sizeof title,
-           "trellis plan: %s on %s: dp %d, tp %d, pp %d, %d micro-batches of %d",
+           "trellis plan: %s on %s: dp %d, tp %d, pp %d, cp %d, %d micro-batches of %d",
            cfg->model.kind == TL_MODEL_GPT     ? "gpt"
            : cfg->model.kind == TL_MODEL_LLAMA ? "llama"
                                                : "mlp",
-           c->name, p->dp, p->tp, p->pp, p->n_micro, p->micro_batch);
+           c->name, p->dp, p->tp, p->pp, tl_plan_cp(p), p->n_micro, p->micro_batch);
   tl_atomic_file af;
   tl_status st = tl_atomic_file_open(&af, path);
   if (st == TL_OK) {
@@ -433,9 +477,10 @@ int tl_cli_plan(int argc, char** argv) {
   }
   if (cfg.model.kind == TL_MODEL_MLP &&
       (o.fix_sp == 1 || o.fix_recompute > 0 || o.fix_schedule == TL_SCHEDULE_ZERO_BUBBLE ||
-       o.fix_schedule == TL_SCHEDULE_INTERLEAVED || o.fix_virtual_stages > 1)) {
-    fprintf(stderr, "trellis plan: --fix %s: an MLP is planned without it (GPT only)\n",
-            o.fix_sp == 1                               ? "sp=1"
+       o.fix_schedule == TL_SCHEDULE_INTERLEAVED || o.fix_virtual_stages > 1 || o.fix_cp > 1)) {
+    fprintf(stderr, "trellis plan: --fix %s: an MLP is planned without it (GPT and Llama only)\n",
+            o.fix_cp > 1                                ? "cp"
+            : o.fix_sp == 1                             ? "sp=1"
             : o.fix_recompute > 0                       ? "recompute"
             : o.fix_schedule == TL_SCHEDULE_ZERO_BUBBLE ? "schedule=zero_bubble"
             : o.fix_schedule == TL_SCHEDULE_INTERLEAVED ? "schedule=interleaved"
@@ -448,11 +493,19 @@ int tl_cli_plan(int argc, char** argv) {
   tl_cost_model cm;
   tl_search_result r;
   /* graphs for the tensor-parallel degrees the search may price: within a
-   * node unless tp may cross nodes */
-  if (tl_cost_model_build_tp(&cfg.model, seq, dtype, allow_tp ? 0 : c.devices_per_node, &cm) !=
-          TL_OK ||
-      tl_search_run(&cm, &c, &o, &r) != TL_OK) {
+   * node unless tp may cross nodes; and for each context-parallel degree */
+  const int max_tp = allow_tp ? 0 : c.devices_per_node;
+  struct cp_models cpm;
+  if (tl_cost_model_build_tp(&cfg.model, seq, dtype, max_tp, &cm) != TL_OK ||
+      build_cp_models(&cfg.model, seq, dtype, max_tp, o.fix_cp, &cpm) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
+    return 1;
+  }
+  o.cp_models = (const tl_cost_model* const*)cpm.m;
+  o.n_cp_models = cpm.n;
+  if (tl_search_run(&cm, &c, &o, &r) != TL_OK) {
+    fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
+    free_cp_models(&cpm);
     return 1;
   }
   /* none fits: why; and where the mesh rules or the fixed choices leave
@@ -539,9 +592,10 @@ int tl_cli_plan(int argc, char** argv) {
       fprintf(stderr, "trellis plan: %s\n", tl_cli_error());
       status = 1;
     } else {
-      fprintf(as_json ? stderr : stdout, "%swrote %s: plan %d (dp %d, tp %d, pp %d%s)%s\n",
+      fprintf(as_json ? stderr : stdout, "%swrote %s: plan %d (dp %d, tp %d, pp %d, cp %d%s)%s\n",
               as_json ? "trellis plan: " : "\n", out_path, (int)(best - chosen->plans) + 1,
-              best->dp, best->tp, best->pp, chosen == &fewer ? ", on fewer devices" : "",
+              best->dp, best->tp, best->pp, tl_plan_cp(best),
+              chosen == &fewer ? ", on fewer devices" : "",
               best == chosen->plans ? "" : ", the best that `trellis train` runs today");
       /* the layout priced replaces the given config's: said, not silent */
       if (memcmp(plan_cfg.mesh.order, cfg.mesh.order, sizeof cfg.mesh.order) != 0) {
@@ -553,11 +607,6 @@ int tl_cli_plan(int argc, char** argv) {
                 as_json ? "trellis plan: " : "", tl_axis_name(o[0]), tl_axis_name(o[1]),
                 tl_axis_name(o[2]), tl_axis_name(o[3]));
       }
-      if (cfg.mesh.cp > 1)
-        fprintf(as_json ? stderr : stdout,
-                "%smesh.cp: written as 1, not the config's %d: the planner does not search or "
-                "price context parallelism yet\n",
-                as_json ? "trellis plan: " : "", cfg.mesh.cp);
       if (!as_json)
         printf("(`trellis train %s --cluster %s` sets its steps beside this price)\n", out_path,
                cluster_path);
@@ -567,5 +616,6 @@ int tl_cli_plan(int argc, char** argv) {
   tl_search_free(&r);
   tl_search_free(&fewer);
   tl_search_free(&more.r);
+  free_cp_models(&cpm);
   return status;
 }

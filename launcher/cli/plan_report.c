@@ -21,23 +21,24 @@ static const char* schedule_name(const tl_plan* p, char* buf, size_t n) {
 
 static json_t* plan_json(const tl_plan* p) {
   return json_pack(
-      "{s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, s:f, "
-      "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:i}",
-      "dp", p->dp, "tp", p->tp, "pp", p->pp, "micro_batch", p->micro_batch, "micro_batches",
-      p->n_micro, "schedule", tl_schedule_kind_name(p->schedule), "zero", p->zero, "recompute",
-      tl_plan_recompute_name(p->recompute), "sequence_parallel", p->sequence_parallel,
+      "{s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, "
+      "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:i}",
+      "dp", p->dp, "tp", p->tp, "pp", p->pp, "cp", tl_plan_cp(p), "micro_batch", p->micro_batch,
+      "micro_batches", p->n_micro, "schedule", tl_schedule_kind_name(p->schedule), "zero", p->zero,
+      "recompute", tl_plan_recompute_name(p->recompute), "sequence_parallel", p->sequence_parallel,
       "memory_bytes", p->mem_total, "memory_state_bytes", p->mem_state, "memory_activation_bytes",
       p->mem_act, "memory_stage", p->mem_stage, "step_s", p->t_step, "compute_s", p->t_compute,
-      "bubble_s", p->t_bubble, "tp_comm_s", p->t_tp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp,
-      "dp_comm_carried_s", p->c_dp, "optimizer_s", p->t_opt, "tokens_per_s", p->tokens_per_s,
-      "tflops_per_device", p->flops_per_device / 1e12, "mfu", p->mfu, "bound", tl_plan_bound(p),
-      "runnable", p->runnable, "virtual_stages", tl_plan_chunks(p));
+      "bubble_s", p->t_bubble, "tp_comm_s", p->t_tp, "cp_comm_s", p->t_cp, "cp_comm_carried_s",
+      p->c_cp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp, "dp_comm_carried_s", p->c_dp,
+      "optimizer_s", p->t_opt, "tokens_per_s", p->tokens_per_s, "tflops_per_device",
+      p->flops_per_device / 1e12, "mfu", p->mfu, "bound", tl_plan_bound(p), "runnable", p->runnable,
+      "virtual_stages", tl_plan_chunks(p));
 }
 
 /* plan_json with what a plan on part of the cluster adds: its devices */
 static json_t* plan_json_fewer(const tl_plan* p) {
   json_t* j = plan_json(p);
-  if (j) json_object_set_new(j, "devices", json_integer((json_int_t)p->dp * p->tp * p->pp));
+  if (j) json_object_set_new(j, "devices", json_integer((json_int_t)tl_plan_devices(p)));
   return j;
 }
 
@@ -92,17 +93,17 @@ int tl_plan_print_json(const tl_search_result* r, const tl_search_result* fewer,
  * plan's device count (plans on part of the cluster). */
 static void print_header(bool devices) {
   if (devices) printf("%7s ", "devices");
-  printf("%4s %5s %3s %4s %5s %5s %6s %4s %3s %3s %9s %10s %11s %9s %6s  %-9s\n", "rank", "dp",
-         "tp", "pp", "mb", "n_mb", "sched", "zero", "rc", "sp", "mem GB", "step s", "tokens/s",
-         "hwTFLOP/s", "MFU", "bound");
+  printf("%4s %5s %3s %4s %3s %5s %5s %6s %4s %3s %3s %9s %10s %11s %9s %6s  %-9s\n", "rank", "dp",
+         "tp", "pp", "cp", "mb", "n_mb", "sched", "zero", "rc", "sp", "mem GB", "step s",
+         "tokens/s", "hwTFLOP/s", "MFU", "bound");
 }
 
 static void print_row(const tl_plan* p, int rank, bool devices) {
   char name[16];
-  if (devices) printf("%7d ", p->dp * p->tp * p->pp);
-  printf("%4d %5d %3d %4d %5d %5d %6s %4d %3s %3s %9.2f %10.4g %11.4g %9.4g %5.1f%%  %-9s%s\n",
-         rank, p->dp, p->tp, p->pp, p->micro_batch, p->n_micro, schedule_name(p, name, sizeof name),
-         p->zero,
+  if (devices) printf("%7d ", (int)tl_plan_devices(p));
+  printf("%4d %5d %3d %4d %3d %5d %5d %6s %4d %3s %3s %9.2f %10.4g %11.4g %9.4g %5.1f%%  %-9s%s\n",
+         rank, p->dp, p->tp, p->pp, tl_plan_cp(p), p->micro_batch, p->n_micro,
+         schedule_name(p, name, sizeof name), p->zero,
          p->recompute == TL_RECOMPUTE_SELECTIVE ? "sel"
          : p->recompute                         ? "full"
                                                 : "-",
@@ -132,12 +133,11 @@ void tl_plan_print_fewer(const tl_search_result* f, int top, const tl_cluster* c
   int best = 0;
   for (int i = 1; i < f->n_plans; i++) {
     const tl_plan *p = &f->plans[i], *b = &f->plans[best];
-    if (p->tokens_per_s / (p->dp * p->tp * p->pp) > b->tokens_per_s / (b->dp * b->tp * b->pp))
-      best = i;
+    if (p->tokens_per_s / tl_plan_devices(p) > b->tokens_per_s / tl_plan_devices(b)) best = i;
   }
   const tl_plan* b = &f->plans[best];
-  printf("most tokens/s per device (%.4g on each of %d):\n",
-         b->tokens_per_s / (b->dp * b->tp * b->pp), b->dp * b->tp * b->pp);
+  printf("most tokens/s per device (%.4g on each of %d):\n", b->tokens_per_s / tl_plan_devices(b),
+         (int)tl_plan_devices(b));
   print_row(b, best + 1, true);
   printf("%s", k_flops_note);
 }
@@ -211,11 +211,16 @@ void tl_plan_print_table(const tl_search_result* r, int top, const tl_cluster* c
     const tl_plan* w = &r->plans[0];
     double t = w->t_step;
     printf(
-        "\nthe winner's step: compute %.0f%%, bubble %.0f%%, tp comm %.0f%%, pp comm %.0f%%, "
-        "dp comm %.0f%%, optimizer %.0f%% -> bound by %s\n",
-        100 * w->t_compute / t, 100 * w->t_bubble / t, 100 * w->t_tp / t, 100 * w->t_pp / t,
-        100 * w->t_dp / t, 100 * w->t_opt / t, tl_plan_bound(w));
-    if (w->dp > 1)
+        "\nthe winner's step: compute %.0f%%, bubble %.0f%%, tp comm %.0f%%, cp comm %.0f%%, "
+        "pp comm %.0f%%, dp comm %.0f%%, optimizer %.0f%% -> bound by %s\n",
+        100 * w->t_compute / t, 100 * w->t_bubble / t, 100 * w->t_tp / t, 100 * w->t_cp / t,
+        100 * w->t_pp / t, 100 * w->t_dp / t, 100 * w->t_opt / t, tl_plan_bound(w));
+    if (tl_plan_cp(w) > 1)
+      printf(
+          "context-parallel ring: %.3g s a step on the link, %.3g s of it hidden behind the "
+          "attention, %.3g s shown\n",
+          w->c_cp, fmax(0, w->c_cp - w->t_cp), w->t_cp);
+    if (tl_plan_data(w) > 1)
       printf(
           "data-parallel communication: %.3g s a step on the link, %.3g s of it hidden behind "
           "compute, %.3g s shown\n",

@@ -126,11 +126,18 @@ tl_status tl_plan_svg(const tl_plan* p, const char* title, FILE* f) {
     }
   }
   /* 2. the mesh: replicas down, stages across; each cell the devices of its tp group */
-  snprintf(buf, sizeof buf,
-           "mesh: dp %d x tp %d x pp %d = %d devices; each box is one stage of one replica, "
-           "its tensor-parallel devices%s",
-           p->dp, p->tp, p->pp, p->dp * p->tp * p->pp,
-           p->dp > rows_shown || stages > cols_shown ? " (first ones drawn)" : "");
+  if (tl_plan_cp(p) > 1)
+    snprintf(buf, sizeof buf,
+             "mesh: dp %d x tp %d x pp %d x cp %d = %lld devices; each box is one stage of one "
+             "replica, its tensor- and context-parallel devices%s",
+             p->dp, p->tp, p->pp, tl_plan_cp(p), (long long)tl_plan_devices(p),
+             p->dp > rows_shown || stages > cols_shown ? " (first ones drawn)" : "");
+  else
+    snprintf(buf, sizeof buf,
+             "mesh: dp %d x tp %d x pp %d = %d devices; each box is one stage of one replica, "
+             "its tensor-parallel devices%s",
+             p->dp, p->tp, p->pp, p->dp * p->tp * p->pp,
+             p->dp > rows_shown || stages > cols_shown ? " (first ones drawn)" : "");
   text(f, 10, mesh_top, "start", 12, buf);
   for (int s = 0; s < cols_shown; s++) {
     snprintf(buf, sizeof buf, "stage %d", s);

@@ -294,7 +294,8 @@ TEST(PlanCli, JsonListsPlansAndRejections) {
   json_t* first = json_array_get(plans, 0);
   EXPECT_EQ(json_integer_value(json_object_get(first, "dp")) *
                 json_integer_value(json_object_get(first, "tp")) *
-                json_integer_value(json_object_get(first, "pp")),
+                json_integer_value(json_object_get(first, "pp")) *
+                json_integer_value(json_object_get(first, "cp")),
             8);
   EXPECT_GT(json_real_value(json_object_get(first, "step_s")), 0);
   // the spec's reserve (2 GB) and its allocator's 9% of the tensors
@@ -586,8 +587,9 @@ TEST(PlanCli, NoSplitOfAllDevicesSaysWhyAndPlansFewer) {
   std::ofstream(model) << R"({"model": {"n_layers": 4, "n_heads": 16, "n_embd": 1024,
       "vocab_size": 131072, "max_seq_len": 1024}, "train": {"batch_size": 64, "seq_len": 1024}})";
   std::remove(out.c_str());
-  PlanRun r =
-      Plan("--model " + model + " --cluster examples/clusters/dgx_a100.json --top 3 --out " + out);
+  // (without context parallelism: cp 2 with pp 3 would use all 3072)
+  PlanRun r = Plan("--model " + model +
+                   " --cluster examples/clusters/dgx_a100.json --top 3 --fix cp=1 --out " + out);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("no split of all 3072 devices fits: every dp x tp x pp"),
             std::string::npos)
@@ -606,7 +608,8 @@ TEST(PlanCli, NoSplitOfAllDevicesSaysWhyAndPlansFewer) {
   EXPECT_EQ(64 % cfg.mesh.dp, 0);
 
   // --json carries the reason and the plans on fewer devices
-  PlanRun j = Plan("--model " + model + " --cluster examples/clusters/dgx_a100.json --json");
+  PlanRun j =
+      Plan("--model " + model + " --cluster examples/clusters/dgx_a100.json --fix cp=1 --json");
   ASSERT_EQ(j.status, 0) << j.output;
   json_t* root = PlanJson(j);
   ASSERT_NE(root, nullptr) << j.output;
@@ -697,7 +700,7 @@ TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
   std::ofstream(huge) << R"({"model": {"n_layers": 8, "n_heads": 128, "n_embd": 65536,
       "vocab_size": 51200, "max_seq_len": 1048576},
       "train": {"batch_size": 64, "seq_len": 1048576}})";
-  PlanRun none = Plan("--model " + huge + " --cluster examples/clusters/dgx_a100.json");
+  PlanRun none = Plan("--model " + huge + " --cluster examples/clusters/dgx_a100.json --fix cp=1");
   EXPECT_EQ(none.status, 1) << none.output;
   EXPECT_NE(none.output.find("searched more nodes: no plan fits on 385 to 512 nodes of dgx_a100 "
                              "either (2 node counts a mesh fills,"),
@@ -820,4 +823,54 @@ TEST(PlanCli, AnImpossibleFixSaysWhichConstraint) {
   }
   PlanRun some = Plan(a100 + "dp=4");
   EXPECT_EQ(some.output.find("of any size"), std::string::npos) << some.output;
+}
+
+// Context parallelism is searched: Llama 3 8B on the shipped four H100
+// nodes at 8K tokens splits no sequence, at 32K and 128K the winner does
+// (cp > 1). At 128K without it (--fix cp=1) the best plan must recompute
+// every block to fit and is slower; --out writes the winner's mesh.cp.
+TEST(PlanCli, LongSequencesSplitTheSequenceWhereMemoryNeedsIt) {
+  std::string model = TempPath("llama3_8b_long.json"), out = TempPath("long_plan.json");
+  std::ofstream(model) << R"({"model": {"kind": "llama", "n_layers": 32, "n_heads": 32,
+      "n_kv_heads": 8, "n_embd": 4096, "ffn_hidden": 14336, "vocab_size": 128256,
+      "max_seq_len": 131072, "rope_theta": 500000},
+      "train": {"batch_size": 64, "seq_len": 131072, "precision": "bf16"}})";
+  auto first = [](const PlanRun& r, const char* key) {
+    json_t* root = PlanJson(r);
+    json_t* p = json_array_get(json_object_get(root, "plans"), 0);
+    double v = p ? json_number_value(json_object_get(p, key)) : -1;
+    json_decref(root);
+    return v;
+  };
+  const std::string base =
+      "--model " + model + " --cluster examples/clusters/dgx_h100.json --top 3 --json";
+  PlanRun short_seq = Plan(base + " --seq 8192");
+  ASSERT_EQ(short_seq.status, 0) << short_seq.output;
+  EXPECT_EQ(first(short_seq, "cp"), 1) << short_seq.output;
+  PlanRun mid = Plan(base + " --seq 32768");
+  ASSERT_EQ(mid.status, 0) << mid.output;
+  EXPECT_GT(first(mid, "cp"), 1) << mid.output;
+  std::remove(out.c_str());
+  PlanRun lng = Plan(base + " --out " + out);
+  ASSERT_EQ(lng.status, 0) << lng.output;
+  const double cp = first(lng, "cp");
+  EXPECT_GT(cp, 1) << lng.output;
+  EXPECT_GT(first(lng, "cp_comm_carried_s"), 0) << lng.output;
+  PlanRun whole = Plan(base + " --fix cp=1");
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  json_t* root = PlanJson(whole);
+  json_t* p = json_array_get(json_object_get(root, "plans"), 0);
+  ASSERT_NE(p, nullptr) << whole.output;
+  EXPECT_STREQ(json_string_value(json_object_get(p, "recompute")), "full") << whole.output;
+  EXPECT_GT(json_number_value(json_object_get(p, "step_s")), first(lng, "step_s"));
+  json_decref(root);
+  struct tl_config cfg;
+  ASSERT_EQ(tl_config_load(out.c_str(), &cfg), TL_OK) << tl_last_error();
+  EXPECT_EQ(cfg.mesh.cp, (int)cp);
+  EXPECT_EQ(cfg.train.seq_len, 131072);
+  EXPECT_EQ(cfg.mesh.dp * cfg.mesh.tp * cfg.mesh.pp * cfg.mesh.cp, 32);
+  // a degree whose 2 cp chunks do not divide the sequence: refused, named
+  PlanRun odd = Plan(base + " --fix cp=3");
+  EXPECT_EQ(odd.status, 1) << odd.output;
+  EXPECT_NE(odd.output.find("cp=3"), std::string::npos) << odd.output;
 }

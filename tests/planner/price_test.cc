@@ -440,3 +440,57 @@ TEST(PlanCli, TrainSetsTheMeasuredBesideThePrice) {
   EXPECT_GT(json_number_value(waited), 0) << last;
   json_decref(rec);
 }
+
+// Context parallelism priced from a config: the ring's transfers on the cp
+// group's link (the node's while the group stays in one, the network's when
+// mesh.order puts it across nodes), every hop's bytes as the ring moves
+// them; the split sequence's activations about halved at cp 2.
+TEST(Price, ContextParallelRingOnItsGroupsLink) {
+  struct tl_config cfg;
+  tl_config_defaults(&cfg);
+  cfg.model.kind = TL_MODEL_LLAMA;
+  cfg.model.n_layers = 4, cfg.model.n_heads = 8, cfg.model.n_kv_heads = 2;
+  cfg.model.n_embd = 512, cfg.model.ffn_hidden = 1408, cfg.model.vocab_size = 4096;
+  cfg.model.max_seq_len = 4096;
+  cfg.train.seq_len = 4096, cfg.train.batch_size = 4;
+  cfg.mesh.dp = 2, cfg.mesh.tp = 4, cfg.mesh.cp = 2;
+  cfg.schedule.micro_batches = 2;
+  cfg.device.type = TL_DEVICE_CUDA, cfg.train.precision = TL_PRECISION_BF16;
+  tl_cluster c;
+  ASSERT_EQ(tl_cluster_load("examples/clusters/dgx_h100.json", &c), TL_OK) << tl_last_error();
+  tl_plan inside, across, whole;
+  ASSERT_EQ(tl_plan_price_config(&cfg, &c, &inside), TL_OK) << tl_last_error();
+  EXPECT_EQ(inside.cp, 2);
+  EXPECT_EQ(tl_cost_axis_stride(&inside, TL_AXIS_CP), 4);
+  // by hand: a rank's key/value block of its 2048 rows, 2 key/value heads
+  // of 64 over tp 4, fp32; k and v a hop: 1 hop forward, 1 of k and v and
+  // 2 of their gradients backward, per layer, 4 layers, 2 micro-batches
+  const double block = 4.0 * 1 * 2048 * 64 * 2 / 4;
+  const double hop = tl_cost_send(&c, 2 * block, &c.intra);
+  EXPECT_NEAR(inside.c_cp, 2 * 4 * (1 + 1 + 2) * hop, 1e-12);
+  EXPECT_GT(inside.t_cp, 0);
+  EXPECT_LE(inside.t_cp, inside.c_cp) << "what shows is part of what moves";
+  struct tl_config far = cfg;  // cp outermost: its pairs a node apart
+  far.mesh.order[0] = TL_AXIS_TP, far.mesh.order[1] = TL_AXIS_DP;
+  far.mesh.order[2] = TL_AXIS_PP, far.mesh.order[3] = TL_AXIS_CP;
+  ASSERT_EQ(tl_plan_price_config(&far, &c, &across), TL_OK) << tl_last_error();
+  EXPECT_EQ(tl_cost_axis_stride(&across, TL_AXIS_CP), 8);
+  EXPECT_NEAR(across.c_cp, 2 * 4 * 4 * tl_cost_send(&c, 2 * block, &c.inter), 1e-12);
+  EXPECT_GT(across.t_cp, inside.t_cp);
+  // the data group, dp x cp: two of its four ranks on a node in either
+  // layout (2 cards' rate across the network); all four with dp and cp
+  // innermost
+  EXPECT_DOUBLE_EQ(tl_cost_data_link(&c, &inside).bandwidth, 2 * c.inter.bandwidth);
+  EXPECT_DOUBLE_EQ(tl_cost_data_link(&c, &across).bandwidth, 2 * c.inter.bandwidth);
+  tl_plan data_in = inside;
+  data_in.order[0] = TL_AXIS_DP, data_in.order[1] = TL_AXIS_CP;
+  data_in.order[2] = TL_AXIS_TP, data_in.order[3] = TL_AXIS_PP;
+  EXPECT_DOUBLE_EQ(tl_cost_data_link(&c, &data_in).bandwidth, c.intra.bandwidth);
+  // the same tokens a rank without the split: twice the activations
+  struct tl_config one = cfg;
+  one.mesh.cp = 1;
+  ASSERT_EQ(tl_plan_price_config(&one, &c, &whole), TL_OK) << tl_last_error();
+  EXPECT_EQ(whole.t_cp, 0);
+  EXPECT_GT(whole.mem_act, 1.8 * inside.mem_act);
+  EXPECT_LT(whole.mem_act, 2.2 * inside.mem_act);
+}

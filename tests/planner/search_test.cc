@@ -258,8 +258,9 @@ TEST(Search, WhenNoSplitOfAllDevicesWorksItSaysWhyAndSearchesFewer) {
   EXPECT_NE(strstr(why, "pp must be at most the 4 layers"), nullptr) << why;
   EXPECT_NE(strstr(why, "at most 2048 devices of whole nodes (dp 64 x tp 8 x pp 4)"), nullptr)
       << why;
-  int dp, tp, pp;
-  EXPECT_EQ(tl_search_max_devices(&cm, &c, &o, &dp, &tp, &pp), 2048);
+  int dp, tp, pp, cp;
+  EXPECT_EQ(tl_search_max_devices(&cm, &c, &o, &dp, &tp, &pp, &cp), 2048);
+  EXPECT_EQ(cp, 1);
   tl_search_free(&r);
 
   tl_search_result f;
