@@ -34,6 +34,8 @@ struct tl_exec {
   void* hook_user;
   tl_exec_node_hook node_hook;
   void* node_hook_user;
+  tl_exec_span_hook span_hook;
+  void* span_hook_user;
   tl_exec_pre_hook pre_hook;
   void* pre_hook_user;
   /* bf16 storage: the fp32 copies of the running node's bf16 values (and
@@ -41,7 +43,7 @@ struct tl_exec {
    * end of the transient arena */
   size_t staging_at;     /* bytes into `transient` */
   size_t staging_params; /* the parameters' copies first, the other values' after */
-  bool staging;      /* whether any node of the range has staged values */
+  bool staging;          /* whether any node of the range has staged values */
   int n_staged;
   int staged_v[2 * TL_NODE_MAX_IO];
   float* staged_p[2 * TL_NODE_MAX_IO];
@@ -80,7 +82,8 @@ static int staged_values(const tl_graph* g, const tl_node* n, int* ids) {
 static size_t staging_bytes(const tl_graph* g, int begin, int end, size_t* params) {
   size_t most = 0, most_params = 0;
   for (int i = 0; i < g->n_nodes; i++) {
-    const bool in = i < g->n_forward ? i >= begin && i < end : tl_memplan_in_range(g, i, begin, end);
+    const bool in =
+        i < g->n_forward ? i >= begin && i < end : tl_memplan_in_range(g, i, begin, end);
     if (!in || (tl_op_get(g->nodes[i].op)->flags & TL_OP_STORED)) continue;
     int ids[2 * TL_NODE_MAX_IO];
     int k = staged_values(g, &g->nodes[i], ids);
@@ -107,6 +110,19 @@ void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user) {
 void tl_exec_set_pre_hook(tl_exec* x, tl_exec_pre_hook hook, void* user) {
   x->pre_hook = hook;
   x->pre_hook_user = user;
+}
+
+/* struct tl_run_ctx's span: to the executor's span hook */
+static void ctx_span(const struct tl_run_ctx* c, const tl_node* n, const char* what,
+                     int64_t start_ns, int64_t end_ns) {
+  const tl_exec* x = c->exec;
+  if (x->span_hook) x->span_hook(x->span_hook_user, n, what, start_ns, end_ns);
+}
+
+void tl_exec_set_span_hook(tl_exec* x, tl_exec_span_hook hook, void* user) {
+  x->span_hook = hook;
+  x->span_hook_user = user;
+  x->ctx.span = hook ? ctx_span : NULL;
 }
 
 void tl_exec_set_node_hook(tl_exec* x, tl_exec_node_hook hook, void* user) {
@@ -228,7 +244,7 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
                    "with fixed-point kernels (the %s backend has none)",
                    be->ops->name);
   }
-  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->group, opt->ring, NULL, 0};
+  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->group, opt->ring, NULL, 0, NULL};
   tl_status st = TL_OK;
   x->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
   x->grad_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);

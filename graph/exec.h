@@ -141,6 +141,13 @@ typedef void (*tl_exec_node_hook)(void* user, const tl_node* node, int64_t start
                                   int64_t end_ns);
 void tl_exec_set_node_hook(tl_exec* x, tl_exec_node_hook hook, void* user);
 
+/* Called with the spans an op reports inside its run (struct tl_run_ctx's
+ * span: context parallelism's ring transfers), each named by the op: what
+ * a trainer traces beside the node's own span. NULL removes it. */
+typedef void (*tl_exec_span_hook)(void* user, const tl_node* node, const char* what,
+                                  int64_t start_ns, int64_t end_ns);
+void tl_exec_set_span_hook(tl_exec* x, tl_exec_span_hook hook, void* user);
+
 /* Per-op timing: when on, every node is timed (synchronising the device). */
 void tl_exec_profile(tl_exec* x, int on);
 double tl_exec_op_seconds(const tl_exec* x, int op);

@@ -28,6 +28,11 @@ struct tl_run_ctx {
   tl_group* ring;  /* the group sequence-split ops pass blocks around (context parallelism) */
   void* scratch;   /* device memory for collectives' temporaries: scratch_bytes */
   size_t scratch_bytes;
+  /* where an op reports a span of its own inside its run (the ring's
+   * transfers: what `what` names, from start to end, tl_time_ns), or NULL:
+   * the executor's span hook (exec.h's tl_exec_set_span_hook) */
+  void (*span)(const struct tl_run_ctx* x, const tl_node* n, const char* what, int64_t start_ns,
+               int64_t end_ns);
 };
 
 #define TL_DATA(x, v) ((float*)(x)->data((x), (v)))

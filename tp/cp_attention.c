@@ -24,6 +24,7 @@
 #include <math.h>
 
 #include "core/alloc.h"
+#include "core/timer.h"
 #include "tp/cp.h"
 #include "tp/tp_impl.h"
 
@@ -136,6 +137,13 @@ static tl_status pack_own(const struct tl_run_ctx* x, const struct ring* r, cons
   return ops->copy_2d(x->be->ctx, block + r->block, r->kvc, v, r->s.ldkv, rows, r->kvc, false);
 }
 
+/* Reports span `what` of node n from t0 to now (the executor's span hook:
+ * the trainer's --trace). On a GPU the kernels between are issued, not
+ * done; the wait's end is the transfer's. */
+static void span(const struct tl_run_ctx* x, const tl_node* n, const char* what, int64_t t0) {
+  if (x->span) x->span(x, n, what, t0, tl_time_ns());
+}
+
 static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   const struct ring r = ring_of(x->g, n);
   const struct tl_kernel_ops* ops = x->be->ops;
@@ -155,9 +163,11 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   for (int s = 0; s < r.cp; s++) {
     float *cur = buf[s % 2], *nxt = buf[(s + 1) % 2];
     tl_group_request* req[2] = {NULL, NULL};
+    int64_t posted = 0;
     if (s + 1 < r.cp) {
       /* the block must be complete before the transfer reads it */
       TL_CHECK(ops->synchronize(ctx));
+      posted = tl_time_ns();
       TL_CHECK(exchange(g, &r, cur, nxt, 2 * (size_t)r.block, 0, req));
     }
     const int src = (r.rank - s + r.cp) % r.cp;
@@ -172,7 +182,12 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
                                         q + (int64_t)qi * r.h * r.s.ldq, cur + kv,
                                         cur + r.block + kv, &a));
       }
-    if (s + 1 < r.cp) TL_CHECK(tl_group_wait_all(2, req));
+    if (s + 1 < r.cp) {
+      const int64_t computed = tl_time_ns();
+      TL_CHECK(tl_group_wait_all(2, req));
+      span(x, n, "ring kv", posted); /* in flight beside the attention */
+      span(x, n, "ring wait", computed);
+    }
   }
   return TL_OK;
 }
@@ -223,9 +238,11 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   for (int s = 0; s < r.cp; s++) {
     float *cur = buf[s % 2], *nxt = buf[(s + 1) % 2];
     tl_group_request* req[2] = {NULL, NULL};
+    int64_t posted = 0;
     /* k and v travel on while this rank works; dk and dv after it */
     if (s + 1 < r.cp) {
       TL_CHECK(ops->synchronize(ctx));
+      posted = tl_time_ns();
       TL_CHECK(exchange(g, &r, cur, nxt, 2 * (size_t)r.block, 0, req));
     }
     const int src = (r.rank - s + r.cp) % r.cp;
@@ -238,11 +255,18 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
                                          cur + 3 * r.block + kv, dy + qo * c, q + qo * r.s.ldq,
                                          cur + kv, cur + r.block + kv, y + qo * c, lse + qo, &a));
       }
-    if (s + 1 < r.cp) TL_CHECK(tl_group_wait_all(2, req));
+    if (s + 1 < r.cp) {
+      const int64_t computed = tl_time_ns();
+      TL_CHECK(tl_group_wait_all(2, req));
+      span(x, n, "ring kv", posted);
+      span(x, n, "ring wait", computed);
+    }
     /* this block's dk and dv go on: to the next holder, or (last) home */
     TL_CHECK(ops->synchronize(ctx));
+    const int64_t sent = tl_time_ns();
     TL_CHECK(exchange(g, &r, cur + 2 * r.block, nxt + 2 * r.block, 2 * (size_t)r.block, 1, req));
     TL_CHECK(tl_group_wait_all(2, req));
+    span(x, n, "ring dkv", sent); /* after the block's work: all of it shows */
   }
   /* home: this rank's own block's dk and dv, from every rank's queries */
   float* home = buf[r.cp % 2] + 2 * r.block;

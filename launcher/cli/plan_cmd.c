@@ -530,8 +530,9 @@ int tl_cli_plan(int argc, char** argv) {
   memset(&more, 0, sizeof more);
   more.spec_nodes = spec_nodes;
   const bool memory_failed = r.rejected[TL_REJECT_MEMORY] > 0 || fewer.n_evaluated > 0;
-  const bool searched_more = r.n_plans == 0 && fewer.n_plans == 0 && memory_failed &&
-                             !(o.fix_dp >= 1 && o.fix_tp >= 1 && o.fix_pp >= 1);
+  const bool searched_more =
+      r.n_plans == 0 && fewer.n_plans == 0 && memory_failed &&
+      !(o.fix_dp >= 1 && o.fix_tp >= 1 && o.fix_pp >= 1 && (o.fix_cp >= 1 || cpm.n == 0));
   if (searched_more && tl_search_more_nodes(&cm, &c, &o, more_devices_max(&c), MORE_COUNTS,
                                             &more.nodes, &more.searched_to, &more.r) != TL_OK) {
     fprintf(stderr, "trellis plan: %s\n", tl_cli_error());

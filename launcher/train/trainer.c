@@ -14,6 +14,7 @@
 #include "graph/model.h"
 #include "graph/op.h"
 #include "launcher/train/trainer_impl.h"
+#include "tp/cp.h"
 #include "tp/tp.h"
 
 /* ---- tracing ------------------------------------------------------------ */
@@ -45,25 +46,47 @@ static void trace_exchange(void* user, const char* name, int micro, int chunk, i
   t->trace_chunk = was;
 }
 
-/* A span per tensor-parallel collective inside a pass (the graph's tp_comm
- * nodes and the vocabulary-parallel loss, forward and backward), nested in
- * the micro-batch's forward or backward span. */
+/* One span inside a pass, in category `cat`. */
+static void trace_inner(tl_trainer* t, const char* name, const char* cat, int64_t start_ns,
+                        int64_t end_ns) {
+  fprintf(t->trace,
+          "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.1f, \"dur\": %.1f, "
+          "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"chunk\": %d, \"step\": %lld}},\n",
+          name, cat, start_ns * 1e-3 - t->trace_origin, (end_ns - start_ns) * 1e-3, t->world_rank,
+          t->trace_micro, t->trace_chunk, (long long)t->step + 1);
+}
+
+/* A span per collective inside a pass (the graph's tp_comm nodes and the
+ * vocabulary-parallel loss, category "tp"; context parallelism's ring
+ * attention, "cp"), forward and backward, nested in the micro-batch's
+ * forward or backward span. */
 static void trace_node(void* user, const tl_node* n, int64_t start_ns, int64_t end_ns) {
   tl_trainer* t = user;
   if (!(tl_op_get(n->op)->flags & TL_OP_COLLECTIVE)) return;
-  fprintf(t->trace,
-          "{\"name\": \"%s\", \"cat\": \"tp\", \"ph\": \"X\", \"ts\": %.1f, \"dur\": %.1f, "
-          "\"pid\": %d, \"tid\": 0, \"args\": {\"micro\": %d, \"chunk\": %d, \"step\": %lld}},\n",
-          n->name, start_ns * 1e-3 - t->trace_origin, (end_ns - start_ns) * 1e-3, t->world_rank,
-          t->trace_micro, t->trace_chunk, (long long)t->step + 1);
+  trace_inner(t, n->name, tl_cp_attention_op(n->op) ? "cp" : "tp", start_ns, end_ns);
+}
+
+/* The ring's transfers inside its attention node (tp/cp_attention.c):
+ * "ring kv" while a key/value block travels beside the attention, "ring
+ * wait" what of it the attention did not cover, "ring dkv" the gradients'
+ * hops after a block's backward; category "cp", named "<what> <node>". */
+static void trace_ring(void* user, const tl_node* n, const char* what, int64_t start_ns,
+                       int64_t end_ns) {
+  tl_trainer* t = user;
+  char name[160];
+  snprintf(name, sizeof name, "%s %s", what, n->name);
+  trace_inner(t, name, "cp", start_ns, end_ns);
 }
 
 void tl_trainer_trace(tl_trainer* t, FILE* f) {
   t->trace = f;
   t->trace_origin = tl__trainer_now_us();
   tl_pp_runtime_set_span_hook(t->rt, f ? trace_exchange : NULL, t);
-  for (int i = 0; t->tp_size > 1 && i < tl_pp_runtime_n_slots(t->rt); i++)
+  for (int i = 0; (t->tp_size > 1 || t->cp_size > 1) && i < tl_pp_runtime_n_slots(t->rt); i++) {
     tl_exec_set_node_hook(tl_pp_runtime_exec(t->rt, i), f ? trace_node : NULL, t);
+    if (t->cp_size > 1)
+      tl_exec_set_span_hook(tl_pp_runtime_exec(t->rt, i), f ? trace_ring : NULL, t);
+  }
 }
 
 /* ---- set-up ------------------------------------------------------------- */
@@ -441,14 +464,15 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     TL_LOG_INFO("tensor-parallel rank %d of %d%s: %.2fM of the model's %.2fM parameters",
                 t->tp_rank, t->tp_size, t->shard.sp ? " (sequence parallel)" : "",
                 t->shard.n_local / 1e6, t->model.n_params / 1e6);
-  if (t->zero > 0 && t->dp_size > 1)
-    TL_LOG_INFO(
-        "ZeRO-%d: data-parallel rank %d of %d updates %.2fM of its stage's %.2fM "
-        "parameters%s",
-        t->zero, t->dp_rank, t->dp_size, tl_dp_buckets_shard_n(t->buckets) / 1e6, t->lay->n / 1e6,
-        t->zero == 3   ? ", holding only their parameters and gradients"
-        : t->zero == 2 ? " and holds only their gradients"
-                       : "");
+  const int data_size = t->comm.dp ? tl_group_size(t->comm.dp) : 1; /* dp x cp */
+  if (t->zero > 0 && data_size > 1)
+    TL_LOG_INFO("ZeRO-%d: %s rank %d of %d updates %.2fM of its stage's %.2fM parameters%s",
+                t->zero, t->cp_size > 1 ? "data-group (dp x cp)" : "data-parallel",
+                tl_group_rank(t->comm.dp), data_size, tl_dp_buckets_shard_n(t->buckets) / 1e6,
+                t->lay->n / 1e6,
+                t->zero == 3   ? ", holding only their parameters and gradients"
+                : t->zero == 2 ? " and holds only their gradients"
+                               : "");
   if (t->pp_size > 1) {
     char layers[256] = "";
     int held = 0;

@@ -365,7 +365,12 @@ tl_status tl_trainer_copies_agree(tl_trainer* t, int* agree, char* what, size_t 
   if (st != TL_OK) return st;
   /* the job's verdict, and the first disagreeing rank's words */
   char mine[256] = "";
-  if (!ok[0])
+  if (!ok[0] && t->cp_size > 1)
+    snprintf(mine, sizeof mine,
+             "ranks %d and %d of the data group (dp x cp) of pipeline stage %d (tp rank %d) hold "
+             "different parameters",
+             tl_group_rank(t->comm.host_dp), other[0], t->pp_rank, t->tp_rank);
+  else if (!ok[0])
     snprintf(mine, sizeof mine,
              "data-parallel replicas %d and %d of pipeline stage %d (tp rank %d) hold different "
              "parameters",

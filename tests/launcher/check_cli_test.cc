@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "tests/core/bad_configs.h"
 #include "tests/launcher/subprocess.h"
@@ -285,6 +286,80 @@ TEST(TrainCli, TraceShowsEachTensorParallelCollective) {
         EXPECT_EQ(k["tp fwd"], 1 + 4 * 2 + 1 + 1);
         EXPECT_EQ(k["tp bwd"], 1 + 4 * 2 + 1);
       }
+}
+
+// --trace on a context-parallel job (cp 2): the ring attention's nodes are
+// spans of category "cp", forward and backward, and inside each the ring's
+// transfers: "ring kv" while a key/value block travels beside the
+// attention (one hop a layer forward, one backward), "ring wait" what of it
+// the attention left to wait for, "ring dkv" the gradients' hops after each
+// block's backward (two a layer) — every one inside its node's span.
+TEST(TrainCli, TraceShowsTheRingsTransfersBesideTheAttention) {
+  std::string text = WriteTempFile(std::string(3000, 'a') + "bcd efg\n");
+  std::string tokens = text + ".bin";
+  ASSERT_EQ(RunProcess({kTrellis, "data", text, tokens}).status, 0);
+  std::string cfg = WriteTempFile(
+      R"({"model": {"n_layers": 2, "n_heads": 2, "n_embd": 16, "max_seq_len": 8},
+          "mesh": {"cp": 2}, "schedule": {"micro_batches": 2},
+          "train": {"steps": 2, "batch_size": 4, "seq_len": 8, "sample_tokens": 0},
+          "device": {"threads": 1}, "checkpoint": {"every": 0},
+          "data": {"train": ")" +
+      tokens + "\"}}");
+  std::string trace = cfg + ".trace.json";
+  RunResult r = RunProcess({kTrellis, "train", cfg, "--trace", trace}, {}, 45, true);
+  ASSERT_EQ(r.status, 0) << r.output;
+  json_error_t err;
+  json_t* root = json_load_file(trace.c_str(), 0, &err);
+  ASSERT_NE(root, nullptr) << err.text;
+  json_t* events = json_object_get(root, "traceEvents");
+  ASSERT_TRUE(json_is_array(events));
+  // (rank, step, micro) -> spans of each kind; and the nodes' intervals
+  std::map<std::tuple<int, int, int>, std::map<std::string, int>> seen;
+  std::map<std::pair<int, std::string>, std::vector<std::pair<double, double>>> nodes;
+  std::vector<std::tuple<int, std::string, double, double>> rings;
+  for (size_t i = 0; i < json_array_size(events); i++) {
+    json_t* e = json_array_get(events, i);
+    json_t* args = json_object_get(e, "args");
+    const char* c = json_string_value(json_object_get(e, "cat"));
+    const char* n = json_string_value(json_object_get(e, "name"));
+    if (!c || std::string(c) != "cp") continue;
+    std::string name = n;
+    const int pid = (int)json_integer_value(json_object_get(e, "pid"));
+    const double ts = json_number_value(json_object_get(e, "ts"));
+    const double end = ts + json_number_value(json_object_get(e, "dur"));
+    std::string kind = name.rfind("ring ", 0) == 0 ? name.substr(0, name.find(' ', 5)) : "node";
+    if (kind == "node") {
+      bool grad = name.size() > 5 && name.compare(name.size() - 5, 5, ".grad") == 0;
+      kind = grad ? "node bwd" : "node fwd";
+      nodes[{pid, grad ? name.substr(0, name.size() - 5) : name}].push_back({ts, end});
+    } else {
+      std::string node = name.substr(name.find(' ', 5) + 1);
+      if (node.size() > 5 && node.compare(node.size() - 5, 5, ".grad") == 0)
+        node = node.substr(0, node.size() - 5);
+      rings.emplace_back(pid, node, ts, end);
+    }
+    auto key = std::make_tuple(pid, (int)json_integer_value(json_object_get(args, "step")),
+                               (int)json_integer_value(json_object_get(args, "micro")));
+    seen[key][kind]++;
+  }
+  json_decref(root);
+  for (int rank = 0; rank < 2; rank++)
+    for (int step = 1; step <= 2; step++)
+      for (int micro = 0; micro < 2; micro++) {
+        auto& k = seen[std::make_tuple(rank, step, micro)];
+        EXPECT_EQ(k["node fwd"], 2) << rank << " " << step << " " << micro;
+        EXPECT_EQ(k["node bwd"], 2);
+        EXPECT_EQ(k["ring kv"], 2 + 2);
+        EXPECT_EQ(k["ring wait"], 2 + 2);
+        EXPECT_EQ(k["ring dkv"], 2 * 2);
+      }
+  ASSERT_FALSE(rings.empty());
+  for (const auto& [pid, node, ts, end] : rings) {
+    bool inside = false;
+    for (const auto& [a, b] : nodes[{pid, node}]) inside = inside || (ts >= a && end <= b + 0.2);
+    EXPECT_TRUE(inside) << "a ring span of " << node << " on rank " << pid
+                        << " outside every span of its node";
+  }
 }
 
 // --trace of an interleaved pipeline: every span names its chunk, and each

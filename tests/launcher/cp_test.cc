@@ -7,7 +7,8 @@
 // within 1e-4 of their tensor's largest, AdamW's update replayed from the
 // mesh's state, every copy of a parameter the same bits.
 //
-// On 2 ranks: cp 2 with each model, schedule choice, recomputation, bf16.
+// On 2 ranks: cp 2 with each model, schedule choice, recomputation, bf16;
+// on 3 the same at cp 3, an odd ring (rank 2 sends first, as rank 0 does).
 // On 4 ranks: cp 4, and cp 2 with tensor parallelism (and sequence
 // parallelism), a pipeline, and data parallelism under ZeRO 0, 1 and 3;
 // bf16 with tensor (sequence) parallelism and with ZeRO-1 over dp x cp.
@@ -27,6 +28,8 @@ void CheckCp(tl_model_kind kind, Mesh m, int micro = 1, int zero = 0, bool sp = 
              tl_recompute rc = TL_RECOMPUTE_NONE, tl_precision precision = TL_PRECISION_FP32) {
   tl_config c = Base(kind);
   c.mesh.dp = m.dp, c.mesh.tp = m.tp, c.mesh.pp = m.pp, c.mesh.cp = m.cp;
+  // an odd ring: sequences of 4 cp tokens (2 cp chunks of 2)
+  if (c.train.seq_len % (2 * m.cp)) c.train.seq_len = c.model.max_seq_len = 4 * m.cp;
   c.schedule.micro_batches = micro;
   c.parallel.zero = zero;
   c.parallel.sequence_parallel = sp;

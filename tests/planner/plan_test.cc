@@ -689,7 +689,7 @@ TEST(PlanCli, EveryPlanOverMemoryNamesTheFewestNodesThatHoldIt) {
   EXPECT_EQ(mb7.status, 1) << mb7.output;
   EXPECT_EQ(mb7.output.find("searched more nodes"), std::string::npos) << mb7.output;
 
-  PlanRun fixed = Plan(base + " --fix dp=1,tp=8,pp=4");
+  PlanRun fixed = Plan(base + " --fix dp=1,tp=8,pp=4,cp=1");
   EXPECT_EQ(fixed.status, 1) << fixed.output;
   EXPECT_NE(fixed.output.find("The least memory any needs is"), std::string::npos) << fixed.output;
   EXPECT_EQ(fixed.output.find("searched more nodes"), std::string::npos) << fixed.output;
