@@ -11,7 +11,8 @@
 // on 3 the same at cp 3, an odd ring (rank 2 sends first, as rank 0 does).
 // On 4 ranks: cp 4, and cp 2 with tensor parallelism (and sequence
 // parallelism), a pipeline, and data parallelism under ZeRO 0, 1 and 3;
-// bf16 with tensor (sequence) parallelism and with ZeRO-1 over dp x cp.
+// bf16 with tensor (sequence) parallelism, a pipeline, and ZeRO 1 and 3
+// over dp x cp.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -73,10 +74,13 @@ TEST(ContextParallel, WithEveryOtherAxisEqualsTheSingleDeviceRun) {
     CheckCp(kind, {.tp = other, .cp = 2}, 1, 0, true);
     CheckCp(kind, {.pp = other, .cp = 2}, 2);
     for (int zero : {0, 1, 3}) CheckCp(kind, {.dp = other, .cp = 2}, 1, zero);
-    // bf16 with another axis: sequence-parallel shards, and ZeRO-1's bf16
-    // working copy gathered over dp x cp
+    // bf16 with another axis: sequence-parallel shards, a pipeline's bf16
+    // activations, ZeRO-1's bf16 working copy gathered over dp x cp and
+    // ZeRO-3's units gathered in bf16 over it
     CheckCp(kind, {.tp = other, .cp = 2}, 1, 0, true, TL_RECOMPUTE_NONE, TL_PRECISION_BF16);
-    CheckCp(kind, {.dp = other, .cp = 2}, 1, 1, false, TL_RECOMPUTE_NONE, TL_PRECISION_BF16);
+    CheckCp(kind, {.pp = other, .cp = 2}, 2, 0, false, TL_RECOMPUTE_NONE, TL_PRECISION_BF16);
+    for (int zero : {1, 3})
+      CheckCp(kind, {.dp = other, .cp = 2}, 1, zero, false, TL_RECOMPUTE_NONE, TL_PRECISION_BF16);
   }
 }
 

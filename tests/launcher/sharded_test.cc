@@ -11,7 +11,8 @@
 // A part cut short, or one missing, is refused before any rank starts,
 // naming the file; a save that fails on one rank is reported once. The
 // llm.c model file every rank writes its slices of equals the one a single
-// device writes from the same state.
+// device writes from the same state. A context-parallel run's checkpoints
+// continue on other meshes, and other meshes' on a context-parallel one.
 #include "launcher/train/sharded.h"
 
 #include <gtest/gtest.h>
@@ -209,6 +210,31 @@ TEST(Sharded, AnotherMeshAndZeroStageContinuesAsTheSingleDeviceRun) {
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 3u);
   for (int i = 0; i < 3; i++) EXPECT_NEAR(b[i], a[3 + i], 1e-5 * a[3 + i]) << "step " << 4 + i;
+}
+
+// Context parallelism: a cp 2 x dp 2 run under ZeRO-3 (4 ranks, its state
+// sharded over the data group dp x cp) writes sharded checkpoints; from
+// step 3 cp 2 alone with ZeRO-1 (2 ranks) continues under --verify, EQUAL
+// to one device reading the same directory; and the dp 2 x pp 2 run's
+// checkpoint continues on cp 2 the same way.
+TEST(Sharded, AContextParallelRunResumesOnAnotherMesh) {
+  const std::string dir = Dir("cp2_dp2");
+  RunResult first = Train(Config("{\"cp\": 2, \"dp\": 2}", 3, dir, ""), dir);
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_NE(first.output.find("(sharded: 4 parts"), std::string::npos) << first.output;
+  const std::string cp2 = Dir("cp2");
+  RunResult r = Train(Config("{\"cp\": 2}", 1, cp2, dir + "/step_000003.ckpt"), cp2, true);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("verify: EQUAL to the single-device run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("verify:   start       parameters equal bit for bit"), std::string::npos)
+      << r.output;
+  const Job& j = First();
+  ASSERT_EQ(j.first.status, 0) << j.first.output;
+  const std::string from_pp = Dir("cp2_from_pp");
+  RunResult p =
+      Train(Config("{\"cp\": 2}", 0, from_pp, j.dir + "/step_000003.ckpt"), from_pp, true);
+  EXPECT_EQ(p.status, 0) << p.output;
+  EXPECT_NE(p.output.find("verify: EQUAL to the single-device run"), std::string::npos) << p.output;
 }
 
 TEST(Sharded, TensorParallelShardsWriteTheirSlices) {
