@@ -450,12 +450,13 @@ struct tl_link tl_cost_data_link(const tl_cluster* c, const tl_plan* p);
  * beside the attention of the block in hand (a cp-th of the layer's), and
  * again where recomputation re-runs attention; its backward passes them
  * cp - 1 times beside the attention's backward and their gradients cp
- * times after it, exposed (tp/cp_attention.c). In fp32, as the ring moves
- * them, over the cp group's link (the node's, or the inter-node link at
- * one card's rate when the group spans nodes). attn_fwd, attn_bwd: one
- * block's attention seconds per sequence, forward and backward. */
+ * times after it, exposed (tp/cp_attention.c). k and v in the training's
+ * dtype (2 bytes under bf16, as the ring moves them), dk and dv in fp32,
+ * over the cp group's link (the node's, or the inter-node link at one
+ * card's rate when the group spans nodes). attn_fwd, attn_bwd: one block's
+ * attention seconds per sequence, forward and backward. */
 double tl_cost_ring(const tl_cluster* c, const tl_cost_model* cm, const tl_plan* p, int layers,
-                    double attn_fwd, double attn_bwd, double* all);
+                    double attn_fwd, double attn_bwd, tl_dtype dtype, double* all);
 
 /* The link between pipeline stages s and s + 1 (s = pp - 1: the last and
  * the first, the interleaved schedule's next chunk): the inter-node one when

@@ -109,28 +109,31 @@ void tl_cost_axis_strides(const tl_plan* p, int* tp, int* dp, int* pp) {
 }
 
 double tl_cost_ring(const tl_cluster* c, const tl_cost_model* cm, const tl_plan* p, int layers,
-                    double attn_fwd, double attn_bwd, double* all) {
+                    double attn_fwd, double attn_bwd, tl_dtype dtype, double* all) {
   const int cp = tl_plan_cp(p);
   *all = 0;
   if (cp <= 1 || cm->n_heads <= 0) return 0;
   /* a rank's key/value block of a micro-batch: its t = seq / cp rows of the
-   * tensor-parallel rank's key/value heads, fp32 on the wire */
+   * tensor-parallel rank's key/value heads; k and v travel in the
+   * training's dtype (bf16 under bf16), their gradients in fp32 */
   const double hd = (double)cm->n_embd / cm->n_heads;
-  const double block = 4.0 * p->micro_batch * ((double)cm->seq / cp) * hd * cm->n_kv_heads / p->tp;
+  const double elems = p->micro_batch * ((double)cm->seq / cp) * hd * cm->n_kv_heads / p->tp;
+  const double kv_bytes = dtype == TL_BF16 ? 2.0 : 4.0;
   /* the ring's neighbours: in a node, or (some pair crosses) each rank
    * sending through its own card */
   const int s_cp = tl_cost_axis_stride(p, TL_AXIS_CP);
   const bool inside = (int64_t)s_cp * cp <= c->devices_per_node;
   const struct tl_link* link = inside ? &c->intra : &c->inter;
-  const double kv = tl_cost_send(c, 2 * block, link); /* k and v, one hop */
+  const double kv = tl_cost_send(c, 2 * elems * kv_bytes, link); /* k and v, one hop */
+  const double dkv = tl_cost_send(c, 2 * elems * 4.0, link);      /* dk and dv */
   const double b = p->micro_batch;
   const double step_f = attn_fwd * b / cp, step_b = attn_bwd * b / cp;
   /* recomputation runs each block's attention forward again (selective
    * recomputes just it; full, the whole block) */
   const int forwards = p->recompute == TL_RECOMPUTE_NONE ? 1 : 2;
   const double fwd = (cp - 1) * fmax(0, kv - step_f);
-  const double bwd = (cp - 1) * fmax(0, kv - step_b) + cp * kv; /* dk, dv after each block */
-  *all = layers * (forwards * (cp - 1) * kv + (cp - 1) * kv + cp * kv);
+  const double bwd = (cp - 1) * fmax(0, kv - step_b) + cp * dkv; /* dk, dv after each block */
+  *all = layers * (forwards * (cp - 1) * kv + (cp - 1) * kv + cp * dkv);
   return layers * (forwards * fwd + bwd);
 }
 

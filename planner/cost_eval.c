@@ -400,7 +400,7 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   if (tl__cost_overlap_stalls(c, p)) dp = p->c_dp; /* nothing hides (cost_impl.h) */
   /* the ring of the slowest stage's blocks, each micro-batch */
   double ring_all = 0;
-  const double ring = tl_cost_ring(c, cm, p, k_slowest, attn_fwd, attn_bwd, &ring_all);
+  const double ring = tl_cost_ring(c, cm, p, k_slowest, attn_fwd, attn_bwd, dtype, &ring_all);
   p->zb_costs = sh->zb_costs;
   tl__cost_pipeline(c, p, &sh->zb_costs, comp, tp_comm, ring, pp_comm,
                     bubble_micro_batches(p, &sh->zb_costs));

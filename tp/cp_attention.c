@@ -35,6 +35,10 @@ struct ring {
   int cp, rank, h;             /* group size, this rank, rows a chunk */
   int64_t kvc;                 /* a row of k (or v): the key/value heads' channels */
   int64_t block;               /* floats of one k (or v) block: b * t * kvc */
+  /* what k and v travel as: their stored dtype (a bf16 graph's are bf16
+   * numbers, so bf16 on the wire is exact and half fp32's bytes); dk and
+   * dv, sums in progress, always travel in fp32 */
+  tl_dtype wire;
 };
 
 static struct ring ring_of(const tl_graph* g, const tl_node* n) {
@@ -55,6 +59,7 @@ static struct ring ring_of(const tl_graph* g, const tl_node* n) {
   r.h = s->t / 2;
   r.kvc = (int64_t)s->nkv * s->hs;
   r.block = (int64_t)s->b * s->t * r.kvc;
+  r.wire = g->values[n->in[n->n_in == 1 ? 0 : 1]].dtype == TL_BF16 ? TL_BF16 : TL_F32;
   return r;
 }
 
@@ -90,21 +95,65 @@ static size_t scratch(const tl_graph* g, const tl_node* n) {
   const bool bwd = n->op == tl__tp_ops()->cp_attention_backward;
   const struct ring r = ring_of(g, bwd ? &g->nodes[n->forward_of] : n);
   /* two blocks (the one in use, the one arriving) of k and v, and in the
-   * backward of dk and dv too */
+   * backward of dk and dv too; in bf16, the fp32 block the kernels read and
+   * two bf16 ones on the wire, as many bytes (struct kv_blocks) */
   return sizeof(float) * (size_t)r.block * (bwd ? 8 : 4);
 }
 
-/* Posts the exchange of `count` floats: send to the next rank, receive
- * from the previous, in the order that keeps NCCL from a cycle. */
-static tl_status exchange(tl_group* g, const struct ring* r, const float* send, float* recv,
-                          size_t count, int tag, tl_group_request** req) {
+/* Where the key/value blocks live in the scratch: wire[i] the two blocks in
+ * flight (sent from wire[s % 2] into wire[(s + 1) % 2] at step s), `work`
+ * in bf16 the fp32 copy of the block in hand the kernels read (fp32: the
+ * block that arrived is read in place), dkv[i] (backward) two fp32 dk, dv
+ * pairs likewise. fp32: [k v | k v], the backward [k v dk dv | k v dk dv];
+ * bf16: [k v | k' v' k'' v''] with bf16 k', v', the backward then [dk dv
+ * | dk dv] after it. */
+struct kv_blocks {
+  void* wire[2];
+  float* work;
+  float* dkv[2];
+};
+
+static struct kv_blocks kv_blocks(const struct ring* r, void* scratch, bool backward) {
+  float* f = scratch;
+  const int64_t b = r->block;
+  struct kv_blocks x = {{NULL, NULL}, NULL, {NULL, NULL}};
+  if (r->wire == TL_BF16) {
+    x.work = f;
+    x.wire[0] = f + 2 * b;
+    x.wire[1] = (uint16_t*)x.wire[0] + 2 * b;
+    x.dkv[0] = f + 4 * b, x.dkv[1] = f + 6 * b;
+  } else {
+    const int64_t stride = backward ? 4 * b : 2 * b;
+    x.wire[0] = f, x.wire[1] = f + stride;
+    x.dkv[0] = f + 2 * b, x.dkv[1] = f + stride + 2 * b;
+  }
+  return x;
+}
+
+/* The fp32 k and v of step s (the block the kernels read). */
+static float* kv_at(const struct kv_blocks* x, int s) {
+  return x->work ? x->work : (float*)x->wire[s % 2];
+}
+
+/* Posts the exchange of `count` elements of `dtype`: send to the next rank,
+ * receive from the previous, in the order that keeps NCCL from a cycle. */
+static tl_status exchange(tl_group* g, const struct ring* r, const void* send, void* recv,
+                          size_t count, tl_dtype dtype, int tag, tl_group_request** req) {
   const int next = (r->rank + 1) % r->cp, prev = (r->rank + r->cp - 1) % r->cp;
   if (r->rank % 2 == 0) {
-    TL_CHECK(tl_group_send(g, send, count, TL_F32, next, tag, &req[0]));
-    return tl_group_recv(g, recv, count, TL_F32, prev, tag, &req[1]);
+    TL_CHECK(tl_group_send(g, send, count, dtype, next, tag, &req[0]));
+    return tl_group_recv(g, recv, count, dtype, prev, tag, &req[1]);
   }
-  TL_CHECK(tl_group_recv(g, recv, count, TL_F32, prev, tag, &req[1]));
-  return tl_group_send(g, send, count, TL_F32, next, tag, &req[0]);
+  TL_CHECK(tl_group_recv(g, recv, count, dtype, prev, tag, &req[1]));
+  return tl_group_send(g, send, count, dtype, next, tag, &req[0]);
+}
+
+/* bf16 on the wire: the block that arrived for step s + 1 widened into the
+ * one the kernels read (after the block in hand's kernels, which read it). */
+static tl_status arrived(const struct tl_run_ctx* x, const struct ring* r,
+                         const struct kv_blocks* b, int s) {
+  if (!b->work) return TL_OK;
+  return x->be->ops->from_bf16(x->be->ctx, b->work, b->wire[(s + 1) % 2], 2 * r->block);
 }
 
 /* The block shape of query chunk qi (0, 1: local rows [qi h, qi h + h))
@@ -130,11 +179,14 @@ static bool pair(const struct ring* r, int qi, int src, int ki, struct tl_attent
  * (rows kvc apart), from k and v as the attention reads them (rows ldkv
  * apart: strided in a fused [Q | K | V] row). */
 static tl_status pack_own(const struct tl_run_ctx* x, const struct ring* r, const float* k,
-                          const float* v, float* block) {
+                          const float* v, const struct kv_blocks* b) {
   const int64_t rows = (int64_t)r->s.b * r->s.t;
   const struct tl_kernel_ops* ops = x->be->ops;
+  float* block = kv_at(b, 0);
   TL_CHECK(ops->copy_2d(x->be->ctx, block, r->kvc, k, r->s.ldkv, rows, r->kvc, false));
-  return ops->copy_2d(x->be->ctx, block + r->block, r->kvc, v, r->s.ldkv, rows, r->kvc, false);
+  TL_CHECK(ops->copy_2d(x->be->ctx, block + r->block, r->kvc, v, r->s.ldkv, rows, r->kvc, false));
+  /* bf16 on the wire: its image, exact (the values are bf16 numbers) */
+  return b->work ? ops->to_bf16(x->be->ctx, b->wire[0], block, 2 * r->block) : TL_OK;
 }
 
 /* Reports span `what` of node n from t0 to now (the executor's span hook:
@@ -155,20 +207,20 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
                    x->scratch_bytes, scratch(x->g, n));
   const int64_t c = (int64_t)r.s.nh * r.s.hs;
   float *q = TL_DATA(x, n->in[0]), *out = TL_DATA(x, n->out[0]), *lse = TL_DATA(x, n->out[1]);
-  /* buf[i]: a block's k, then its v */
-  float* buf[2] = {x->scratch, (float*)x->scratch + 2 * r.block};
+  const struct kv_blocks b = kv_blocks(&r, x->scratch, false);
   TL_CHECK(pack_own(x, &r, n->n_in == 1 ? q + c : TL_DATA(x, n->in[1]),
-                    n->n_in == 1 ? q + 2 * c : TL_DATA(x, n->in[2]), buf[0]));
+                    n->n_in == 1 ? q + 2 * c : TL_DATA(x, n->in[2]), &b));
   bool started[2] = {false, false}; /* a query chunk's first block writes, later ones merge */
   for (int s = 0; s < r.cp; s++) {
-    float *cur = buf[s % 2], *nxt = buf[(s + 1) % 2];
+    float* cur = kv_at(&b, s);
     tl_group_request* req[2] = {NULL, NULL};
     int64_t posted = 0;
     if (s + 1 < r.cp) {
       /* the block must be complete before the transfer reads it */
       TL_CHECK(ops->synchronize(ctx));
       posted = tl_time_ns();
-      TL_CHECK(exchange(g, &r, cur, nxt, 2 * (size_t)r.block, 0, req));
+      TL_CHECK(
+          exchange(g, &r, b.wire[s % 2], b.wire[(s + 1) % 2], 2 * (size_t)r.block, r.wire, 0, req));
     }
     const int src = (r.rank - s + r.cp) % r.cp;
     for (int qi = 0; qi < 2; qi++)
@@ -187,6 +239,7 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
       TL_CHECK(tl_group_wait_all(2, req));
       span(x, n, "ring kv", posted); /* in flight beside the attention */
       span(x, n, "ring wait", computed);
+      TL_CHECK(arrived(x, &r, &b, s));
     }
   }
   return TL_OK;
@@ -231,19 +284,19 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   if (!dq || !dk || !dv)
     return TL_ERRF(TL_ERR_INVALID, "cp_attention '%s': the ring's backward needs dq, dk and dv",
                    f->name);
-  /* buf[i]: a block's k, v, dk, dv */
-  float* buf[2] = {x->scratch, (float*)x->scratch + 4 * r.block};
-  TL_CHECK(pack_own(x, &r, k, v, buf[0]));
-  TL_CHECK(tl_memzero(x->be->device, buf[0] + 2 * r.block, sizeof(float) * 2 * (size_t)r.block));
+  const struct kv_blocks b = kv_blocks(&r, x->scratch, true);
+  TL_CHECK(pack_own(x, &r, k, v, &b));
+  TL_CHECK(tl_memzero(x->be->device, b.dkv[0], sizeof(float) * 2 * (size_t)r.block));
   for (int s = 0; s < r.cp; s++) {
-    float *cur = buf[s % 2], *nxt = buf[(s + 1) % 2];
+    float *cur = kv_at(&b, s), *dcur = b.dkv[s % 2], *dnxt = b.dkv[(s + 1) % 2];
     tl_group_request* req[2] = {NULL, NULL};
     int64_t posted = 0;
     /* k and v travel on while this rank works; dk and dv after it */
     if (s + 1 < r.cp) {
       TL_CHECK(ops->synchronize(ctx));
       posted = tl_time_ns();
-      TL_CHECK(exchange(g, &r, cur, nxt, 2 * (size_t)r.block, 0, req));
+      TL_CHECK(
+          exchange(g, &r, b.wire[s % 2], b.wire[(s + 1) % 2], 2 * (size_t)r.block, r.wire, 0, req));
     }
     const int src = (r.rank - s + r.cp) % r.cp;
     for (int qi = 0; qi < 2; qi++)
@@ -251,9 +304,9 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
         struct tl_attention_shape a;
         if (!pair(&r, qi, src, ki, &a)) continue;
         const int64_t kv = (int64_t)ki * r.h * r.kvc, qo = (int64_t)qi * r.h;
-        TL_CHECK(ops->attention_backward(ctx, dq + qo * r.s.ldq, cur + 2 * r.block + kv,
-                                         cur + 3 * r.block + kv, dy + qo * c, q + qo * r.s.ldq,
-                                         cur + kv, cur + r.block + kv, y + qo * c, lse + qo, &a));
+        TL_CHECK(ops->attention_backward(ctx, dq + qo * r.s.ldq, dcur + kv, dcur + r.block + kv,
+                                         dy + qo * c, q + qo * r.s.ldq, cur + kv,
+                                         cur + r.block + kv, y + qo * c, lse + qo, &a));
       }
     if (s + 1 < r.cp) {
       const int64_t computed = tl_time_ns();
@@ -264,12 +317,13 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
     /* this block's dk and dv go on: to the next holder, or (last) home */
     TL_CHECK(ops->synchronize(ctx));
     const int64_t sent = tl_time_ns();
-    TL_CHECK(exchange(g, &r, cur + 2 * r.block, nxt + 2 * r.block, 2 * (size_t)r.block, 1, req));
+    TL_CHECK(exchange(g, &r, dcur, dnxt, 2 * (size_t)r.block, TL_F32, 1, req));
     TL_CHECK(tl_group_wait_all(2, req));
     span(x, n, "ring dkv", sent); /* after the block's work: all of it shows */
+    if (s + 1 < r.cp) TL_CHECK(arrived(x, &r, &b, s));
   }
   /* home: this rank's own block's dk and dv, from every rank's queries */
-  float* home = buf[r.cp % 2] + 2 * r.block;
+  float* home = b.dkv[r.cp % 2];
   TL_CHECK(ops->copy_2d(ctx, dk, r.s.ldkv, home, r.kvc, rows, r.kvc, true));
   return ops->copy_2d(ctx, dv, r.s.ldkv, home + r.block, r.kvc, rows, r.kvc, true);
 }

@@ -385,15 +385,18 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
                                TL_F32, TL_BF16));
       tl_worker_finalize(&w);
     }
-  // context parallelism: every mesh of this job with cp 2 or 4 (cp x dp x
-  // tp x pp = ranks; 8 ranks: cp 2 beside each other axis at 2, and cp 4
-  // x dp 2), GPT and grouped-query Llama (bf16 too), full recomputation,
-  // and ZeRO 1 and 3 sharded over dp x cp
+  // context parallelism: cp alone (cp = the job's ranks; 8 ranks: cp 4 x
+  // dp 2) with the GPT and the grouped-query Llama, full recomputation,
+  // bf16, and ZeRO 1 and 3 sharded over dp x cp; and on 4 and 8 ranks cp 2
+  // beside each other axis at 2 with both models
   for (int cp = 2; cp <= n && cp <= 4; cp *= 2)
     for (int dp = 1; dp * cp <= n; dp *= 2)
       for (int tp = 1; dp * cp * tp <= n; tp *= 2) {
         const int pp = n / (dp * cp * tp);
-        if (n == 8 && !((cp == 2 && dp == 2 && tp == 2) || (cp == 4 && dp == 2))) continue;
+        const bool alone = cp == n || (n == 8 && cp == 4 && dp == 2);
+        if (!alone &&
+            (cp != 2 || (n == 4 && dp * tp * pp != 2) || (n == 8 && !(dp == 2 && tp == 2))))
+          continue;
         tl_config mesh = Config(dp, tp, pp, TL_SCHEDULE_1F1B, false);
         mesh.mesh.cp = cp;
         tl_worker w;
@@ -402,13 +405,15 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
         for (tl_model_kind k : {TL_MODEL_GPT, TL_MODEL_LLAMA})
           rows.push_back(
               Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, k, -1, none, 1, TL_F32, TL_F32, cp));
-        rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, -1, TL_RECOMPUTE_FULL,
-                             1, TL_F32, TL_F32, cp));
-        rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_LLAMA, -1, none, 1, TL_BF16,
-                             TL_F32, cp));
-        for (int zero : {1, 3})
-          rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1,
-                               TL_F32, TL_F32, cp));
+        if (alone) {
+          rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, -1,
+                               TL_RECOMPUTE_FULL, 1, TL_F32, TL_F32, cp));
+          rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_LLAMA, -1, none, 1,
+                               TL_BF16, TL_F32, cp));
+          for (int zero : {1, 3})
+            rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1,
+                                 TL_F32, TL_F32, cp));
+        }
         tl_worker_finalize(&w);
       }
   if (WorldRank() != 0) return;

@@ -463,11 +463,13 @@ TEST(Price, ContextParallelRingOnItsGroupsLink) {
   EXPECT_EQ(inside.cp, 2);
   EXPECT_EQ(tl_cost_axis_stride(&inside, TL_AXIS_CP), 4);
   // by hand: a rank's key/value block of its 2048 rows, 2 key/value heads
-  // of 64 over tp 4, fp32; k and v a hop: 1 hop forward, 1 of k and v and
-  // 2 of their gradients backward, per layer, 4 layers, 2 micro-batches
-  const double block = 4.0 * 1 * 2048 * 64 * 2 / 4;
-  const double hop = tl_cost_send(&c, 2 * block, &c.intra);
-  EXPECT_NEAR(inside.c_cp, 2 * 4 * (1 + 1 + 2) * hop, 1e-12);
+  // of 64 over tp 4: k and v a hop in bf16, 1 hop forward and 1 backward;
+  // their gradients in fp32, 2 hops backward; per layer, 4 layers, 2
+  // micro-batches
+  const double block = 1 * 2048 * 64 * 2 / 4;
+  const double hop = tl_cost_send(&c, 2 * block * 2, &c.intra),
+               dhop = tl_cost_send(&c, 2 * block * 4, &c.intra);
+  EXPECT_NEAR(inside.c_cp, 2 * 4 * (2 * hop + 2 * dhop), 1e-12);
   EXPECT_GT(inside.t_cp, 0);
   EXPECT_LE(inside.t_cp, inside.c_cp) << "what shows is part of what moves";
   struct tl_config far = cfg;  // cp outermost: its pairs a node apart
@@ -475,7 +477,11 @@ TEST(Price, ContextParallelRingOnItsGroupsLink) {
   far.mesh.order[2] = TL_AXIS_PP, far.mesh.order[3] = TL_AXIS_CP;
   ASSERT_EQ(tl_plan_price_config(&far, &c, &across), TL_OK) << tl_last_error();
   EXPECT_EQ(tl_cost_axis_stride(&across, TL_AXIS_CP), 8);
-  EXPECT_NEAR(across.c_cp, 2 * 4 * 4 * tl_cost_send(&c, 2 * block, &c.inter), 1e-12);
+  EXPECT_NEAR(across.c_cp,
+              2 * 4 *
+                  (2 * tl_cost_send(&c, 4 * block, &c.inter) +
+                   2 * tl_cost_send(&c, 8 * block, &c.inter)),
+              1e-12);
   EXPECT_GT(across.t_cp, inside.t_cp);
   // the data group, dp x cp: two of its four ranks on a node in either
   // layout (2 cards' rate across the network); all four with dp and cp
