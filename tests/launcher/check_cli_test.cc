@@ -234,17 +234,17 @@ TEST(TrainCli, AnUnwritableMetricsFileOnRankZeroEndsTheWholeJob) {
       << r.output;
 }
 
-// --trace on a tensor-parallel job: one Chrome trace holding both ranks'
-// forward and backward spans per micro-batch and, inside them, a span per
-// tensor-parallel collective of the pass (graph nodes of collective ops:
-// the tp_comm pairs and the vocabulary-parallel loss), forward and backward.
-TEST(TrainCli, TraceShowsEachTensorParallelCollective) {
+// `trellis train --trace` of a 2-layer GPT on 2 ranks of mesh axis `axis`
+// (2 micro-batches, 2 steps): the trace's document into *root (the caller
+// json_decrefs it).
+void TraceOfTwoRanks(const std::string& axis, json_t** root) {
   std::string text = WriteTempFile(std::string(3000, 'a') + "bcd efg\n");
   std::string tokens = text + ".bin";
   ASSERT_EQ(RunProcess({kTrellis, "data", text, tokens}).status, 0);
   std::string cfg = WriteTempFile(
       R"({"model": {"n_layers": 2, "n_heads": 2, "n_embd": 16, "max_seq_len": 8},
-          "mesh": {"tp": 2}, "schedule": {"micro_batches": 2},
+          "mesh": {")" +
+      axis + R"(": 2}, "schedule": {"micro_batches": 2},
           "train": {"steps": 2, "batch_size": 4, "seq_len": 8, "sample_tokens": 0},
           "device": {"threads": 1}, "checkpoint": {"every": 0},
           "data": {"train": ")" +
@@ -253,8 +253,17 @@ TEST(TrainCli, TraceShowsEachTensorParallelCollective) {
   RunResult r = RunProcess({kTrellis, "train", cfg, "--trace", trace}, {}, 45, true);
   ASSERT_EQ(r.status, 0) << r.output;
   json_error_t err;
-  json_t* root = json_load_file(trace.c_str(), 0, &err);
-  ASSERT_NE(root, nullptr) << err.text;
+  *root = json_load_file(trace.c_str(), 0, &err);
+  ASSERT_NE(*root, nullptr) << err.text;
+}
+
+// --trace on a tensor-parallel job: one Chrome trace holding both ranks'
+// forward and backward spans per micro-batch and, inside them, a span per
+// tensor-parallel collective of the pass (graph nodes of collective ops:
+// the tp_comm pairs and the vocabulary-parallel loss), forward and backward.
+TEST(TrainCli, TraceShowsEachTensorParallelCollective) {
+  json_t* root = nullptr;
+  ASSERT_NO_FATAL_FAILURE(TraceOfTwoRanks("tp", &root));
   json_t* events = json_object_get(root, "traceEvents");
   ASSERT_TRUE(json_is_array(events));
   // (rank, step, micro) -> spans of each kind
@@ -295,22 +304,8 @@ TEST(TrainCli, TraceShowsEachTensorParallelCollective) {
 // the attention left to wait for, "ring dkv" the gradients' hops after each
 // block's backward (two a layer) — every one inside its node's span.
 TEST(TrainCli, TraceShowsTheRingsTransfersBesideTheAttention) {
-  std::string text = WriteTempFile(std::string(3000, 'a') + "bcd efg\n");
-  std::string tokens = text + ".bin";
-  ASSERT_EQ(RunProcess({kTrellis, "data", text, tokens}).status, 0);
-  std::string cfg = WriteTempFile(
-      R"({"model": {"n_layers": 2, "n_heads": 2, "n_embd": 16, "max_seq_len": 8},
-          "mesh": {"cp": 2}, "schedule": {"micro_batches": 2},
-          "train": {"steps": 2, "batch_size": 4, "seq_len": 8, "sample_tokens": 0},
-          "device": {"threads": 1}, "checkpoint": {"every": 0},
-          "data": {"train": ")" +
-      tokens + "\"}}");
-  std::string trace = cfg + ".trace.json";
-  RunResult r = RunProcess({kTrellis, "train", cfg, "--trace", trace}, {}, 45, true);
-  ASSERT_EQ(r.status, 0) << r.output;
-  json_error_t err;
-  json_t* root = json_load_file(trace.c_str(), 0, &err);
-  ASSERT_NE(root, nullptr) << err.text;
+  json_t* root = nullptr;
+  ASSERT_NO_FATAL_FAILURE(TraceOfTwoRanks("cp", &root));
   json_t* events = json_object_get(root, "traceEvents");
   ASSERT_TRUE(json_is_array(events));
   // (rank, step, micro) -> spans of each kind; and the nodes' intervals
