@@ -65,8 +65,10 @@ static void load(void) {
   if (!found) bad("TRELLIS_MPI_WAIT", v, "one of auto, spin, yield");
 
   v = value_of("TRELLIS_EMULATE", "none");
-  g_env.emulate_nccl = strcmp(v, "nccl") == 0;
-  if (!g_env.emulate_nccl && strcmp(v, "none") != 0) bad("TRELLIS_EMULATE", v, "none or nccl");
+  g_env.emulate_cuda = strcmp(v, "cuda") == 0;
+  g_env.emulate_nccl = g_env.emulate_cuda || strcmp(v, "nccl") == 0;
+  if (!g_env.emulate_nccl && strcmp(v, "none") != 0)
+    bad("TRELLIS_EMULATE", v, "one of none, nccl, cuda");
 
   v = value_of("TRELLIS_FAULT", "none");
   g_env.fault = TL_FAULT_NONE;
@@ -77,7 +79,8 @@ static void load(void) {
     bad("TRELLIS_FAULT", v,
         "one of none, micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, "
         "tp_allreduce_skipped, sp_sync_skipped, pp_grad_misrouted, update_repeated, "
-        "nan_at_step_2, rank_stops, zero_shard_offset, zero_gather_skipped, pp_one_stream");
+        "nan_at_step_2, rank_stops, zero_shard_offset, zero_gather_skipped, pp_one_stream, "
+        "copies_async, tied_sum_unsynced");
 }
 
 const char* tl_fault_name(tl_fault f) {
@@ -93,7 +96,9 @@ const char* tl_fault_name(tl_fault f) {
                                                     "rank_stops",
                                                     "zero_shard_offset",
                                                     "zero_gather_skipped",
-                                                    "pp_one_stream"};
+                                                    "pp_one_stream",
+                                                    "copies_async",
+                                                    "tied_sum_unsynced"};
   return f >= 0 && f < TL_FAULT_COUNT ? names[f] : "?";
 }
 

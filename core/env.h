@@ -31,16 +31,19 @@ extern "C" {
     "the largest safetensors file a Hugging Face export writes, in MB (10^6 bytes); a model "    \
     "of more is split into model-0000k-of-0000n.safetensors files with an index")                \
   X(TRELLIS_EMULATE, "none",                                                                     \
-    "run a CPU job's mesh groups with another library's semantics, so that what would go "       \
-    "wrong there goes wrong here (tests): none, or nccl (a group's operations one at a time in " \
-    "issue order, sends that end only when their receive is posted; core/group_emul.h); a "      \
-    "CUDA job's groups are NCCL's already, and it warns that the variable does nothing there")   \
+    "run a CPU job with another runtime's semantics, so that what would go wrong there goes "    \
+    "wrong here (tests): none; nccl (the mesh groups run a group's operations one at a time in " \
+    "issue order, sends end only when their receive is posted; core/group_emul.h); or cuda "     \
+    "(device.type \"cuda\" runs on emulated GPUs: the CPU kernels queued on a compute stream, "  \
+    "copies and zeroing on the legacy stream, each run only when something waits for it, and "   \
+    "the groups with NCCL's ordering; kernels/emul/emul.h); nccl on a CUDA job warns that it "   \
+    "does nothing there")                                                                        \
   X(TRELLIS_FAULT, "none",                                                                       \
     "a deliberate bug, for proving that --verify catches one (tests only): none, "               \
     "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "            \
     "sp_sync_skipped, pp_grad_misrouted, update_repeated, zero_shard_offset, "                   \
-    "zero_gather_skipped, nan_at_step_2, rank_stops or pp_one_stream (README: the equality "     \
-    "oracle)")
+    "zero_gather_skipped, nan_at_step_2, rank_stops, pp_one_stream, copies_async or "            \
+    "tied_sum_unsynced (README: the equality oracle)")
 
 typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
 typedef enum { TL_MPI_WAIT_AUTO = 0, TL_MPI_WAIT_SPIN, TL_MPI_WAIT_YIELD } tl_mpi_wait;
@@ -72,6 +75,12 @@ typedef enum {
   TL_FAULT_PP_ONE_STREAM,        /* the pipeline's exchanges all go over the pp group, not a
                                   * link each (deadlocks where sends are unbuffered and ordered:
                                   * NCCL, TRELLIS_EMULATE=nccl) */
+  TL_FAULT_COPIES_ASYNC,         /* device copies and zeroing return before they are done, as
+                                  * cudaMemcpy and cudaMemset do, unordered with NCCL's stream
+                                  * (shows on emulated GPUs, TRELLIS_EMULATE=cuda) */
+  TL_FAULT_TIED_SUM_UNSYNCED,    /* the tied embedding's gradient summed before the compute
+                                  * stream has run the backward that writes it (shows on
+                                  * GPUs and emulated ones) */
   TL_FAULT_COUNT
 } tl_fault;
 
@@ -82,7 +91,8 @@ struct tl_env {
   tl_mpi_wait mpi_wait;
   int export_shard_mb; /* >= 1 */
   tl_fault fault;
-  int emulate_nccl; /* TRELLIS_EMULATE=nccl */
+  int emulate_nccl; /* TRELLIS_EMULATE=nccl or cuda: the groups with NCCL's ordering */
+  int emulate_cuda; /* TRELLIS_EMULATE=cuda: device.type "cuda" on emulated GPUs */
 };
 
 /* The parsed knobs; parsed on the first call (thread-safe), fixed after. */

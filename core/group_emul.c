@@ -293,7 +293,8 @@ static const struct tl_group_ops k_emul_ops = {
     .named = named,
 };
 
-tl_status tl_group_emul_create(tl_group* mpi_group, const char* name, tl_group** out) {
+tl_status tl_group_emul_create(tl_group* mpi_group, tl_device device, const char* name,
+                               tl_group** out) {
   *out = NULL;
   name = name ? name : "group";
   MPI_Comm comm = tl_group_mpi_comm(mpi_group);
@@ -305,6 +306,6 @@ tl_status tl_group_emul_create(tl_group* mpi_group, const char* name, tl_group**
   TL_CHECK(tl_group_mpi_create(comm, name, &inner));
   struct emul_ctx* c = NULL;
   TL_CHECK(wrap(inner, &c));
-  return tl__group_create(&k_emul_ops, c, tl_group_rank(inner), tl_group_size(inner), tl_cpu(),
-                          name, out);
+  return tl__group_create(&k_emul_ops, c, tl_group_rank(inner), tl_group_size(inner), device, name,
+                          out);
 }

@@ -12,8 +12,10 @@
  * then deadlocks here every time, and the watchdog names the operation at
  * the head of the queue that is stuck (parallel.timeout_s).
  *
- * Host buffers, as the MPI group's: the calls, their checks, counts and
- * errors are group.h's. */
+ * Buffers in host memory: the CPU's, or an emulated GPU's
+ * (TRELLIS_EMULATE=cuda, kernels/emul/emul.h), which is host memory too;
+ * `device` is the one the group's buffers live on. The calls, their
+ * checks, counts and errors are group.h's. */
 #ifndef TL_CORE_GROUP_EMUL_H
 #define TL_CORE_GROUP_EMUL_H
 
@@ -24,9 +26,10 @@ extern "C" {
 #endif
 
 /* Collective over the members of `mpi_group` (an MPI group): a group over
- * the same members with NCCL's ordering, on a communicator of its own.
- * Groups split from it keep the ordering. */
-tl_status tl_group_emul_create(tl_group* mpi_group, const char* name, tl_group** out);
+ * the same members with NCCL's ordering, on a communicator of its own, for
+ * buffers on `device`. Groups split from it keep the ordering. */
+tl_status tl_group_emul_create(tl_group* mpi_group, tl_device device, const char* name,
+                               tl_group** out);
 
 #ifdef __cplusplus
 }

@@ -68,6 +68,14 @@ static const char* group_name(int slot) {
   return slot == TL_MESH_DATA ? "data" : tl_axis_name((tl_axis)slot);
 }
 
+/* A group for the GPU's buffers over `host`'s members: NCCL's, or on
+ * emulated GPUs (TRELLIS_EMULATE=cuda) an MPI group with NCCL's ordering. */
+static tl_status device_group(const struct tl_worker* w, tl_group* host, const char* name,
+                              tl_group** out) {
+  if (tl_env()->emulate_cuda) return tl_group_emul_create(host, w->device, name, out);
+  return tl_group_nccl_create(host, w->device.index, name, out);
+}
+
 static void destroy_groups(struct tl_worker* w) {
   if (w->groups[TL_AXIS_DP] != w->host_groups[TL_AXIS_DP]) tl_group_destroy_mesh(w->groups);
   tl_group_destroy_mesh(w->host_groups);
@@ -127,7 +135,7 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
       goto fail;
     }
     w.device = tl_cuda(w.local_rank);
-    if (tl_env()->emulate_nccl && w.rank == 0)
+    if (tl_env()->emulate_nccl && !tl_env()->emulate_cuda && w.rank == 0)
       TL_LOG_WARN(
           "TRELLIS_EMULATE=nccl emulates NCCL's ordering on CPU jobs; this job's groups "
           "are NCCL's own, so it changes nothing here");
@@ -135,17 +143,19 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
       if (a == TL_MESH_DATA && w.host_groups[a] == w.host_groups[TL_AXIS_DP])
         w.groups[a] = w.groups[TL_AXIS_DP];
       else
-        TL_CHECK_GOTO(
-            tl_group_nccl_create(w.host_groups[a], w.device.index, group_name(a), &w.groups[a]), st,
-            fail);
+        TL_CHECK_GOTO(device_group(&w, w.host_groups[a], group_name(a), &w.groups[a]), st, fail);
   } else {
     w.device = tl_cpu();
+    if (tl_env()->emulate_cuda && w.rank == 0)
+      TL_LOG_WARN(
+          "TRELLIS_EMULATE=cuda emulates GPUs for device.type \"cuda\"; this job's device is "
+          "the CPU, so only its groups are emulated (NCCL's ordering)");
     for (int a = 0; a < TL_MESH_GROUPS; a++)
       if (a == TL_MESH_DATA && w.host_groups[a] == w.host_groups[TL_AXIS_DP])
         w.groups[a] = w.groups[TL_AXIS_DP];
       else if (tl_env()->emulate_nccl) /* the mesh's groups with NCCL's ordering (group_emul.h) */
-        TL_CHECK_GOTO(tl_group_emul_create(w.host_groups[a], group_name(a), &w.groups[a]), st,
-                      fail);
+        TL_CHECK_GOTO(tl_group_emul_create(w.host_groups[a], w.device, group_name(a), &w.groups[a]),
+                      st, fail);
       else
         w.groups[a] = w.host_groups[a];
   }
@@ -204,8 +214,8 @@ tl_status tl_worker_node_groups(const struct tl_worker* w, struct tl_node_groups
   g.node = g.host_node, g.rail = g.host_rail;
   if (st == TL_OK && w->device.type == TL_DEVICE_CUDA) {
     g.node = g.rail = NULL;
-    st = tl_group_nccl_create(g.host_node, w->device.index, "node", &g.node);
-    if (st == TL_OK) st = tl_group_nccl_create(g.host_rail, w->device.index, "rail", &g.rail);
+    st = device_group(w, g.host_node, "node", &g.node);
+    if (st == TL_OK) st = device_group(w, g.host_rail, "rail", &g.rail);
   }
   if (st != TL_OK) {
     tl_worker_node_groups_destroy(&g);

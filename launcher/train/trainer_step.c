@@ -135,7 +135,8 @@ static tl_status sync_tied(tl_trainer* t) {
   double t0 = tl__trainer_now_us();
   /* the embedding's backward and the head's must have run: on a GPU the
    * sum goes on NCCL's stream, which does not wait for the compute one */
-  TL_CHECK(t->be->ops->synchronize(t->be->ctx));
+  if (!(tl__trainer_in_job(t) && tl_fault_on(TL_FAULT_TIED_SUM_UNSYNCED)))
+    TL_CHECK(t->be->ops->synchronize(t->be->ctx));
   if (t->grad_acc)
     TL_CHECK(tl_pp_sync_shared(t->sharing, t->shared, t->graph, t->grad_acc->data, TL_I64,
                                t->lay->offset));

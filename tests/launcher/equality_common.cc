@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "core/env.h"
 #include "launcher/data/tokens.h"
 #include "launcher/job/worker.h"
 #include "launcher/train/trainer.h"
@@ -40,6 +41,9 @@ const char* Tokens() {
 tl_config Base(tl_model_kind kind) {
   tl_config c;
   tl_config_defaults(&c);
+  // on emulated GPUs (TRELLIS_EMULATE=cuda) the suite runs the CUDA path:
+  // its device, its groups, its order of kernels, copies and collectives
+  if (tl_env()->emulate_cuda) c.device.type = TL_DEVICE_CUDA;
   c.model.kind = kind;
   c.model.vocab_size = 64;
   if (kind == TL_MODEL_GPT) {

@@ -414,6 +414,61 @@ TEST(Ops, PipelineExchangesDeadlockOnOneNcclStreamAndNotOnTheirLinks) {
   }
 }
 
+// The CUDA path's ordering on emulated GPUs (TRELLIS_EMULATE=cuda,
+// kernels/emul/emul.h): kernels, and copies that return early, run only
+// when something waits for them, and collectives read their buffers when
+// they run. Each mesh below trains EQUAL to one device under --verify; with
+// a defect of the CUDA path put back, the same run is DIFFERENT, every
+// time, naming the tensor:
+//   copies_async       cudaMemcpy/cudaMemset returning before they are done
+//                      (unordered with NCCL's stream): ZeRO-2's slot copy
+//                      before its reduce-scatter, sequence parallelism's
+//                      pack before its all-reduce;
+//   tied_sum_unsynced  the tied embedding's gradient summed across the
+//                      stages before the compute stream ran its backward
+//                      (pipelines under ZeRO >= 1).
+TEST(Ops, GpuOrderingDefectsShowOnEmulatedGpus) {
+  const std::string dir = TmpDir() + "/gpu_order";
+  mkdir(dir.c_str(), 0755);
+  struct Case {
+    const char* name;
+    const char* mesh;
+    const char* fault;
+  } cases[] = {
+      {"zero2", R"("mesh": {"dp": 2}, "parallel": {"zero": 2, "timeout_s": 30})", "copies_async"},
+      {"sp", R"("mesh": {"tp": 2}, "parallel": {"sequence_parallel": true, "timeout_s": 30})",
+       "copies_async"},
+      {"tied", R"("mesh": {"pp": 2}, "parallel": {"zero": 1, "timeout_s": 30})",
+       "tied_sum_unsynced"},
+  };
+  for (const Case& c : cases) {
+    const std::string cfg = dir + "/" + c.name + ".json";
+    std::ofstream(cfg)
+        << R"({"model": {"n_layers": 2, "n_heads": 2, "n_embd": 16, "max_seq_len": 16}, )" << c.mesh
+        << R"(, "schedule": {"micro_batches": 2},
+      "train": {"steps": 2, "batch_size": 4, "seq_len": 16, "sample_tokens": 0},
+      "device": {"type": "cuda", "threads": 1}, "data": {"train": ")"
+        << Tokens() << R"("}})";
+    RunResult ok =
+        RunProcess({kTrellis, "train", cfg, "--verify"}, {{"TRELLIS_EMULATE", "cuda"}}, 120, true);
+    ASSERT_FALSE(ok.timed_out) << c.name << "\n" << ok.output;
+    EXPECT_EQ(ok.status, 0) << c.name << "\n" << ok.output;
+    EXPECT_NE(ok.output.find("verify: EQUAL to the single-device run"), std::string::npos)
+        << c.name << "\n"
+        << ok.output;
+    RunResult bad =
+        RunProcess({kTrellis, "train", cfg, "--verify"},
+                   {{"TRELLIS_EMULATE", "cuda"}, {"TRELLIS_FAULT", c.fault}}, 120, true);
+    ASSERT_FALSE(bad.timed_out) << c.name << "\n" << bad.output;
+    EXPECT_NE(bad.status, 0) << c.name << " with " << c.fault << "\n" << bad.output;
+    const size_t at = bad.output.find("verify: DIFFERENT from the single-device run: step 1: ");
+    EXPECT_NE(at, std::string::npos) << c.name << " with " << c.fault << "\n" << bad.output;
+    if (at != std::string::npos)
+      std::printf("%-6s %-18s %s", c.name, c.fault,
+                  bad.output.substr(at, bad.output.find('\n', at) - at + 1).c_str());
+  }
+}
+
 // `trellis plot`: two runs' --metrics drawn in one picture — a line per
 // run in the loss, learning-rate and tokens/s panels, a point per
 // validation — and a file that is not metrics refused naming its line.
