@@ -60,8 +60,12 @@ struct tl_cuda_ctx {
 
 #define TL_CUDA_CTX(p) ((struct tl_cuda_ctx*)(p))
 
+/* Blocks of `threads` for n items: at least one, since a launch of no
+ * blocks is an error on CUDA (the CPU is fine with no work) — every kernel
+ * launched so returns at once for an index past its items. */
 static inline unsigned tl__cuda_blocks(int64_t n, int threads) {
-  return (unsigned)((n + threads - 1) / threads);
+  int64_t g = (n + threads - 1) / threads;
+  return (unsigned)(g > 0 ? g : 1);
 }
 
 /* A scratch area of at least `bytes` in the context's workspace. */

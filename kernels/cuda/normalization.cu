@@ -17,7 +17,9 @@ __global__ static void layernorm_forward_kernel(float* out, float* mean, float* 
   float m = tl__warp_sum(s) / c;
   float v = 0.0f;
   for (int j = lane; j < c; j += 32) v += (x[j] - m) * (x[j] - m);
-  float r = rsqrtf(tl__warp_sum(v) / c + TL_LAYERNORM_EPS);
+  /* 1 / sqrt, each correctly rounded, as the CPU computes it (rsqrtf is
+   * approximate to 2 ulp) */
+  float r = 1.0f / sqrtf(tl__warp_sum(v) / c + TL_LAYERNORM_EPS);
   float* o = out + (int64_t)row * c;
   for (int j = lane; j < c; j += 32) o[j] = (x[j] - m) * r * w[j] + b[j];
   if (lane == 0) mean[row] = m, rstd[row] = r;
