@@ -126,6 +126,21 @@ tl_status tl_memzero(tl_device dev, void* dst, size_t bytes) {
   return ops->zero(dev.index, dst, bytes);
 }
 
+static const struct tl_memory_ops* queue_ops(tl_device dev) {
+  const struct tl_memory_ops* ops = dev.type == TL_DEVICE_CUDA ? g_ops[TL_DEVICE_CUDA] : NULL;
+  return ops && ops->mark && ops->run_to ? ops : NULL;
+}
+
+uint64_t tl_device_mark(tl_device dev) {
+  const struct tl_memory_ops* ops = queue_ops(dev);
+  return ops ? ops->mark(dev.index) : 0;
+}
+
+tl_status tl_device_run_to(tl_device dev, uint64_t mark) {
+  const struct tl_memory_ops* ops = queue_ops(dev);
+  return ops ? ops->run_to(dev.index, mark) : TL_OK;
+}
+
 tl_alloc_stats tl_alloc_stats_get(tl_device device) {
   tl_alloc_stats s = {0, 0, 0, 0};
   int slot = slot_of(device);
@@ -147,16 +162,21 @@ void tl_alloc_reset_peak(tl_device device) {
  * blocks at MPI_Init that nothing points to (UCX's own, 2.4 kB a rank):
  * not trellis's to free. */
 const char* __lsan_default_suppressions(void);
-const char* __lsan_default_suppressions(void) { return "leak:libucs.so\nleak:libuct.so\n"; }
+const char* __lsan_default_suppressions(void) {
+  return "leak:libucs.so\nleak:libuct.so\n";
+}
 /* and says nothing of them on every exit */
 const char* __lsan_default_options(void);
-const char* __lsan_default_options(void) { return "print_suppressions=0"; }
+const char* __lsan_default_options(void) {
+  return "print_suppressions=0";
+}
 #endif
 
 tl_status tl_alloc_leak_check(void) {
 #if defined(__SANITIZE_ADDRESS__)
   if (__lsan_do_recoverable_leak_check())
-    return TL_ERRF(TL_ERR_INTERNAL, "LeakSanitizer found memory nothing points to (its report is above)");
+    return TL_ERRF(TL_ERR_INTERNAL,
+                   "LeakSanitizer found memory nothing points to (its report is above)");
 #endif
   return TL_OK;
 }

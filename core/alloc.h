@@ -28,6 +28,12 @@ struct tl_memory_ops {
   tl_status (*copy_from_host)(int index, void* dst, const void* src_host, size_t bytes);
   tl_status (*copy_on_device)(int index, void* dst, const void* src, size_t bytes);
   tl_status (*zero)(int index, void* dst, size_t bytes);
+  /* A device whose work is queued and run later where core can see it
+   * (emulated GPUs, kernels/emul/emul.h; NULL elsewhere): mark says how far
+   * the queue reaches now, run_to runs it that far. A group's operation on
+   * the device's buffers runs after the work issued before it (group.h). */
+  uint64_t (*mark)(int index);
+  tl_status (*run_to)(int index, uint64_t mark);
 };
 
 /* Installs the memory functions for a device type other than the CPU.
@@ -49,6 +55,12 @@ void tl_buffer_destroy(tl_buffer* buf); /* NULL is fine */
 /* Copies between any two devices (through the host where needed). */
 tl_status tl_memcpy(tl_device dst_dev, void* dst, tl_device src_dev, const void* src, size_t bytes);
 tl_status tl_memzero(tl_device dev, void* dst, size_t bytes);
+
+/* The device's work issued so far, and running it (the memory ops' mark
+ * and run_to): 0 and a no-op on devices that queue nowhere core can see
+ * (the CPU has run it; a GPU's collectives wait for it with an event). */
+uint64_t tl_device_mark(tl_device dev);
+tl_status tl_device_run_to(tl_device dev, uint64_t mark);
 
 typedef struct tl_alloc_stats {
   int64_t live_bytes;

@@ -80,7 +80,7 @@ static void load(void) {
         "one of none, micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, "
         "tp_allreduce_skipped, sp_sync_skipped, pp_grad_misrouted, update_repeated, "
         "nan_at_step_2, rank_stops, zero_shard_offset, zero_gather_skipped, pp_one_stream, "
-        "copies_async, tied_sum_unsynced");
+        "copies_unordered, collectives_unordered");
 }
 
 const char* tl_fault_name(tl_fault f) {
@@ -97,8 +97,8 @@ const char* tl_fault_name(tl_fault f) {
                                                     "zero_shard_offset",
                                                     "zero_gather_skipped",
                                                     "pp_one_stream",
-                                                    "copies_async",
-                                                    "tied_sum_unsynced"};
+                                                    "copies_unordered",
+                                                    "collectives_unordered"};
   return f >= 0 && f < TL_FAULT_COUNT ? names[f] : "?";
 }
 

@@ -42,8 +42,8 @@ extern "C" {
     "a deliberate bug, for proving that --verify catches one (tests only): none, "               \
     "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "            \
     "sp_sync_skipped, pp_grad_misrouted, update_repeated, zero_shard_offset, "                   \
-    "zero_gather_skipped, nan_at_step_2, rank_stops, pp_one_stream, copies_async or "            \
-    "tied_sum_unsynced (README: the equality oracle)")
+    "zero_gather_skipped, nan_at_step_2, rank_stops, pp_one_stream, copies_unordered or "        \
+    "collectives_unordered (README: the equality oracle)")
 
 typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
 typedef enum { TL_MPI_WAIT_AUTO = 0, TL_MPI_WAIT_SPIN, TL_MPI_WAIT_YIELD } tl_mpi_wait;
@@ -53,34 +53,34 @@ typedef enum { TL_MPI_WAIT_AUTO = 0, TL_MPI_WAIT_SPIN, TL_MPI_WAIT_YIELD } tl_mp
  * in the same process stays right). */
 typedef enum {
   TL_FAULT_NONE = 0,
-  TL_FAULT_MICRO_BATCH_DROPPED,  /* the last replica's last micro-batch adds no gradient */
-  TL_FAULT_DP_SCALED_TWICE,      /* the data-parallel gradient sum divided by mesh.dp again */
-  TL_FAULT_TIED_SYNC_SKIPPED,    /* the tied embedding's gradient not summed across stages */
-  TL_FAULT_TP_ALLREDUCE_SKIPPED, /* a row-parallel output keeps this rank's partial sum (no
-                                  * all-reduce, or no reduce-scatter under sequence parallelism) */
-  TL_FAULT_SP_SYNC_SKIPPED,      /* sequence parallelism's LayerNorm gradients not summed */
-  TL_FAULT_PP_GRAD_MISROUTED,    /* micro-batches 0 and 1 receive each other's gradients */
-  TL_FAULT_UPDATE_REPEATED,      /* replica 0's last stage runs AdamW twice */
-  TL_FAULT_NAN_AT_STEP_2,        /* world rank 0's gradients of step 2 are NaN (a transient
-                                  * divergence, for the non-finite tests; --verify does not
-                                  * compare a step that stops or is skipped) */
-  TL_FAULT_RANK_STOPS,           /* the last world rank stops itself (SIGSTOP) in step 3: a
-                                  * rank that no longer answers, for the watchdog's test */
-  TL_FAULT_ZERO_SHARD_OFFSET,    /* ZeRO: the last dp rank's first piece of its shard is read
-                                  * one element on (its moments, its gradient shard under
-                                  * ZeRO-2, its parameter shard under ZeRO-3 and bf16's
-                                  * ZeRO 1-2) */
-  TL_FAULT_ZERO_GATHER_SKIPPED,  /* ZeRO-3: the second unit's parameters are not gathered (its
-                                  * slot keeps what it held) */
-  TL_FAULT_PP_ONE_STREAM,        /* the pipeline's exchanges all go over the pp group, not a
-                                  * link each (deadlocks where sends are unbuffered and ordered:
-                                  * NCCL, TRELLIS_EMULATE=nccl) */
-  TL_FAULT_COPIES_ASYNC,         /* device copies and zeroing return before they are done, as
-                                  * cudaMemcpy and cudaMemset do, unordered with NCCL's stream
-                                  * (shows on emulated GPUs, TRELLIS_EMULATE=cuda) */
-  TL_FAULT_TIED_SUM_UNSYNCED,    /* the tied embedding's gradient summed before the compute
-                                  * stream has run the backward that writes it (shows on
-                                  * GPUs and emulated ones) */
+  TL_FAULT_MICRO_BATCH_DROPPED,   /* the last replica's last micro-batch adds no gradient */
+  TL_FAULT_DP_SCALED_TWICE,       /* the data-parallel gradient sum divided by mesh.dp again */
+  TL_FAULT_TIED_SYNC_SKIPPED,     /* the tied embedding's gradient not summed across stages */
+  TL_FAULT_TP_ALLREDUCE_SKIPPED,  /* a row-parallel output keeps this rank's partial sum (no
+                                   * all-reduce, or no reduce-scatter under sequence parallelism) */
+  TL_FAULT_SP_SYNC_SKIPPED,       /* sequence parallelism's LayerNorm gradients not summed */
+  TL_FAULT_PP_GRAD_MISROUTED,     /* micro-batches 0 and 1 receive each other's gradients */
+  TL_FAULT_UPDATE_REPEATED,       /* replica 0's last stage runs AdamW twice */
+  TL_FAULT_NAN_AT_STEP_2,         /* world rank 0's gradients of step 2 are NaN (a transient
+                                   * divergence, for the non-finite tests; --verify does not
+                                   * compare a step that stops or is skipped) */
+  TL_FAULT_RANK_STOPS,            /* the last world rank stops itself (SIGSTOP) in step 3: a
+                                   * rank that no longer answers, for the watchdog's test */
+  TL_FAULT_ZERO_SHARD_OFFSET,     /* ZeRO: the last dp rank's first piece of its shard is read
+                                   * one element on (its moments, its gradient shard under
+                                   * ZeRO-2, its parameter shard under ZeRO-3 and bf16's
+                                   * ZeRO 1-2) */
+  TL_FAULT_ZERO_GATHER_SKIPPED,   /* ZeRO-3: the second unit's parameters are not gathered (its
+                                   * slot keeps what it held) */
+  TL_FAULT_PP_ONE_STREAM,         /* the pipeline's exchanges all go over the pp group, not a
+                                   * link each (deadlocks where sends are unbuffered and ordered:
+                                   * NCCL, TRELLIS_EMULATE=nccl) */
+  TL_FAULT_COPIES_UNORDERED,      /* a GPU group's operation waits for the compute streams'
+                                   * work issued before it, not for the copies and zeroing
+                                   * on the legacy stream after their last kernel (emulated
+                                   * GPUs, TRELLIS_EMULATE=cuda) */
+  TL_FAULT_COLLECTIVES_UNORDERED, /* a GPU group's operation does not wait for the device's
+                                   * work issued before it (NCCL, and emulated GPUs) */
   TL_FAULT_COUNT
 } tl_fault;
 

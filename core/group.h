@@ -15,6 +15,15 @@
  * operation is complete. On MPICH, a nonblocking operation advances only
  * inside MPI calls; tl_group_test lets a compute loop push it along.
  *
+ * Ordering on a GPU. An operation of a group on a GPU's buffers waits, on
+ * the GPU, for everything issued to that device before the call (its
+ * kernels, copies and zeroing), so a caller issues it right after the
+ * kernels that write its input, without synchronizing the host, and a
+ * receive or gather may write a buffer that kernels issued before it still
+ * read. What it writes is the caller's once tl_group_wait (or the blocking
+ * call) has returned. NCCL groups do it with an event (group_nccl.c),
+ * emulated GPUs' groups by running the queue that far (group_emul.h).
+ *
  * Types. Elements are TL_F32, TL_I32 or TL_I64; TL_REDUCE_AVG is f32 only (the sum
  * divided by the group size). Buffers live on tl_group_device(g): host
  * memory for MPI groups, the group's GPU for NCCL groups.

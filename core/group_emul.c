@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/group_impl.h"
 #include "core/group_mpi.h"
 #include "core/watchdog.h"
@@ -29,6 +30,7 @@ struct eop {
   int peer; /* broadcast: the root */
   int tag;
   tl_group_request* inner; /* once handed to MPI */
+  uint64_t mark;           /* the device's work issued before it (alloc.h) */
   bool posted, done;
   tl_status result;
   char message[512];
@@ -36,7 +38,8 @@ struct eop {
 };
 
 struct emul_ctx {
-  tl_group* inner; /* MPI, over the same members, synchronous sends */
+  tl_group* inner;  /* MPI, over the same members, synchronous sends */
+  tl_device device; /* the buffers': an emulated GPU's work runs before each operation */
   struct eop *head, *tail;
   char name[32]; /* the group's, for the watchdog */
   struct emul_ctx *prev_live, *next_live;
@@ -91,7 +94,10 @@ static void drive(struct emul_ctx* c) {
     struct eop* o = c->head;
     if (!o->posted) {
       o->posted = true;
-      tl_status st = post(c, o);
+      /* on an emulated GPU, what was issued to the device before it runs
+       * first, as NCCL's stream waits for the CUDA groups' event */
+      tl_status st = tl_device_run_to(c->device, o->mark);
+      if (st == TL_OK) st = post(c, o);
       if (st != TL_OK) {
         retire(c, o, st);
         continue;
@@ -143,6 +149,7 @@ static tl_status outcome(struct eop* o) {
 
 /* Queues o; a blocking call (out NULL) waits for it, else *out is o. */
 static tl_status issue(struct emul_ctx* c, struct eop* o, tl_group_request** out) {
+  o->mark = tl_device_mark(c->device);
   if (c->tail)
     c->tail->next = o;
   else
@@ -248,13 +255,14 @@ static void e_destroy(void* ctx) {
   free(c);
 }
 
-static tl_status wrap(tl_group* inner, struct emul_ctx** out) {
+static tl_status wrap(tl_group* inner, tl_device device, struct emul_ctx** out) {
   struct emul_ctx* c = (struct emul_ctx*)calloc(1, sizeof *c);
   if (!c) {
     tl_group_destroy(inner);
     return TL_ERRF(TL_ERR_NOMEM, "no memory for an emulated group");
   }
   c->inner = inner;
+  c->device = device;
   tl_group_mpi_synchronous_sends(inner);
   c->next_live = g_live;
   if (g_live) g_live->prev_live = c;
@@ -270,7 +278,7 @@ static tl_status e_split(void* ctx, int color, int key, void** child, int* rank,
   TL_CHECK(tl_group_split(c->inner, color, key, c->name, &inner));
   if (!inner) return TL_OK;
   struct emul_ctx* cc = NULL;
-  TL_CHECK(wrap(inner, &cc));
+  TL_CHECK(wrap(inner, c->device, &cc));
   *child = cc;
   *rank = tl_group_rank(inner);
   *size = tl_group_size(inner);
@@ -305,7 +313,7 @@ tl_status tl_group_emul_create(tl_group* mpi_group, tl_device device, const char
   tl_group* inner = NULL;
   TL_CHECK(tl_group_mpi_create(comm, name, &inner));
   struct emul_ctx* c = NULL;
-  TL_CHECK(wrap(inner, &c));
+  TL_CHECK(wrap(inner, device, &c));
   return tl__group_create(&k_emul_ops, c, tl_group_rank(inner), tl_group_size(inner), device, name,
                           out);
 }

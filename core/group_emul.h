@@ -14,7 +14,9 @@
  *
  * Buffers in host memory: the CPU's, or an emulated GPU's
  * (TRELLIS_EMULATE=cuda, kernels/emul/emul.h), which is host memory too;
- * `device` is the one the group's buffers live on. The calls, their
+ * `device` is the one the group's buffers live on, and an operation runs
+ * the work issued to it before the operation first (tl_device_run_to), as
+ * NCCL's stream waits for the CUDA groups' event. The calls, their
  * checks, counts and errors are group.h's. */
 #ifndef TL_CORE_GROUP_EMUL_H
 #define TL_CORE_GROUP_EMUL_H

@@ -24,6 +24,7 @@
 
 #include "core/device.h"
 #include "core/dynlib.h"
+#include "core/env.h"
 #include "core/group_impl.h"
 #include "core/group_mpi.h"
 
@@ -45,6 +46,7 @@ struct nccl_ctx {
   MPI_Comm comm; /* the same members: splits, barriers, the id broadcast */
   ncclComm_t nccl;
   cudaStream_t stream;
+  cudaEvent_t issued; /* the device's work before an operation (after_device) */
   int device, rank, size;
 };
 
@@ -70,8 +72,8 @@ static struct {
   ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t*);
   ncclResult_t (*AllReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                             cudaStream_t);
-  ncclResult_t (*ReduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
-                                ncclComm_t, cudaStream_t);
+  ncclResult_t (*ReduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                cudaStream_t);
   ncclResult_t (*AllGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
   ncclResult_t (*Reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
                          cudaStream_t);
@@ -90,8 +92,8 @@ static void load_nccl(void) {
   void* h = tl_dynlib_open(NCCL_SONAME, TL_CUDA_LIB_DIR, g_load_error, sizeof g_load_error);
   if (!h) return;
   const char* missing = NULL;
-#define TL_SYM(field)                                                                    \
-  if (!missing && !(*(void**)&nccl.field = dlsym(h, "nccl" #field))) missing = "nccl" #field;
+#define TL_SYM(field) \
+  if (!missing && !(*(void**)& nccl.field = dlsym(h, "nccl" #field))) missing = "nccl" #field;
   TL_SYM(GetLastError)
   TL_SYM(GetErrorString)
   TL_SYM(GetUniqueId)
@@ -138,6 +140,20 @@ static ncclRedOp_t op_of(tl_reduce_op op) {
   return op == TL_REDUCE_MAX ? ncclMax : op == TL_REDUCE_AVG ? ncclAvg : ncclSum;
 }
 
+/* Before an operation goes on NCCL's stream: the stream waits, on the
+ * GPU, for everything issued to the device before it. An event recorded on
+ * the legacy default stream follows every blocking stream's earlier work
+ * (the compute streams') and the copies and zeroing queued there itself;
+ * NCCL's non-blocking stream would otherwise wait for neither. So the host
+ * need not synchronize before a collective, a send or a receive, and a
+ * receive or gather does not overwrite what queued kernels still read. */
+static tl_status after_device(struct nccl_ctx* c) {
+  if (tl_fault_on(TL_FAULT_COLLECTIVES_UNORDERED)) return TL_OK; /* a deliberate bug */
+  TL_CUDA_CHECK(cudaEventRecord(c->issued, cudaStreamLegacy));
+  TL_CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->issued, 0));
+  return TL_OK;
+}
+
 /* After the operation is on the stream: wait for it, or hand out an event. */
 static tl_status enqueued(struct nccl_ctx* c, tl_group_request** out) {
   if (!out) {
@@ -161,6 +177,7 @@ static tl_status nccl_all_reduce(void* ctx, const void* send, void* recv, size_t
                                  tl_dtype dtype, tl_reduce_op op, tl_group_request** out) {
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   TL_CUDA_CHECK(cudaSetDevice(c->device));
+  TL_CHECK(after_device(c));
   TL_NCCL_CHECK(nccl.AllReduce(send, recv, count, dt_of(dtype), op_of(op), c->nccl, c->stream));
   return enqueued(c, out);
 }
@@ -169,9 +186,10 @@ static tl_status nccl_reduce_scatter(void* ctx, const void* send, void* recv, si
                                      tl_dtype dtype, tl_reduce_op op, tl_group_request** out) {
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   TL_CUDA_CHECK(cudaSetDevice(c->device));
+  TL_CHECK(after_device(c));
   if (count % (size_t)c->size == 0) {
     TL_NCCL_CHECK(nccl.ReduceScatter(send, recv, count / (size_t)c->size, dt_of(dtype), op_of(op),
-                                    c->nccl, c->stream));
+                                     c->nccl, c->stream));
     return enqueued(c, out);
   }
   size_t es = tl_dtype_size(dtype);
@@ -181,7 +199,7 @@ static tl_status nccl_reduce_scatter(void* ctx, const void* send, void* recv, si
     tl_group_chunk(count, c->size, r, &off, &n);
     if (n == 0) continue;
     ncclResult_t e = nccl.Reduce((const char*)send + off * es, recv, n, dt_of(dtype), op_of(op), r,
-                                c->nccl, c->stream);
+                                 c->nccl, c->stream);
     if (e != ncclSuccess) {
       nccl.GroupEnd();
       return nccl_error(e, "ncclReduce", __FILE__, __LINE__);
@@ -195,6 +213,7 @@ static tl_status nccl_all_gather(void* ctx, const void* send, void* recv, size_t
                                  tl_dtype dtype, tl_group_request** out) {
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   TL_CUDA_CHECK(cudaSetDevice(c->device));
+  TL_CHECK(after_device(c));
   if (count % (size_t)c->size == 0) {
     TL_NCCL_CHECK(
         nccl.AllGather(send, recv, count / (size_t)c->size, dt_of(dtype), c->nccl, c->stream));
@@ -221,6 +240,7 @@ static tl_status nccl_broadcast(void* ctx, void* buf, size_t count, tl_dtype dty
                                 tl_group_request** out) {
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   TL_CUDA_CHECK(cudaSetDevice(c->device));
+  TL_CHECK(after_device(c));
   TL_NCCL_CHECK(nccl.Broadcast(buf, buf, count, dt_of(dtype), root, c->nccl, c->stream));
   return enqueued(c, out);
 }
@@ -230,6 +250,7 @@ static tl_status nccl_send(void* ctx, const void* buf, size_t count, tl_dtype dt
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   (void)tag; /* NCCL matches a pair's messages in issue order */
   TL_CUDA_CHECK(cudaSetDevice(c->device));
+  TL_CHECK(after_device(c));
   TL_NCCL_CHECK(nccl.Send(buf, count, dt_of(dtype), peer, c->nccl, c->stream));
   return enqueued(c, out);
 }
@@ -239,6 +260,7 @@ static tl_status nccl_recv(void* ctx, void* buf, size_t count, tl_dtype dtype, i
   struct nccl_ctx* c = (struct nccl_ctx*)ctx;
   (void)tag;
   TL_CUDA_CHECK(cudaSetDevice(c->device));
+  TL_CHECK(after_device(c));
   TL_NCCL_CHECK(nccl.Recv(buf, count, dt_of(dtype), peer, c->nccl, c->stream));
   return enqueued(c, out);
 }
@@ -285,6 +307,7 @@ static void nccl_destroy(void* ctx) {
   if (c->stream) cudaStreamSynchronize(c->stream);
   if (c->nccl) nccl.CommDestroy(c->nccl);
   if (c->stream) cudaStreamDestroy(c->stream);
+  if (c->issued) cudaEventDestroy(c->issued);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
@@ -342,6 +365,13 @@ static tl_status join(MPI_Comm comm, int device, struct nccl_ctx** out) {
   if (e != cudaSuccess) {
     c->stream = NULL;
     st = TL_ERRF(TL_ERR_CUDA, "cannot create a stream on cuda:%d: %s", device,
+                 cudaGetErrorString(e));
+    goto fail;
+  }
+  e = cudaEventCreateWithFlags(&c->issued, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    c->issued = NULL;
+    st = TL_ERRF(TL_ERR_CUDA, "cannot create an event on cuda:%d: %s", device,
                  cudaGetErrorString(e));
     goto fail;
   }
@@ -409,8 +439,7 @@ tl_status tl_group_nccl_create(tl_group* mpi_group, int device, const char* name
     char buf[256];
     const char* why =
         e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || n == 0
-            ? tl_cuda_absent_why(e != cudaErrorInsufficientDriver, driver, runtime, buf,
-                                 sizeof buf)
+            ? tl_cuda_absent_why(e != cudaErrorInsufficientDriver, driver, runtime, buf, sizeof buf)
             : cudaGetErrorString(e);
     return TL_ERRF(TL_ERR_NO_DEVICE, "NCCL group '%s' on cuda:%d: %s", name, device, why);
   }

@@ -302,8 +302,8 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
 
 static tl_status launch(tl_dp_buckets* b, int i) {
   if (!b->group) return TL_OK;
-  /* the gradients' kernels may still be queued on the device */
-  TL_CHECK(b->be->ops->synchronize(b->be->ctx));
+  /* the gradients' kernels may still be queued on the device: the
+   * collective waits for them there (group.h) */
   size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
   float* p = b->grads + b->begin[i];
   int64_t off, len;
@@ -311,7 +311,6 @@ static tl_status launch(tl_dp_buckets* b, int i) {
   if (b->bf16) { /* rounded into the image; widened back by finish */
     uint16_t* w = (uint16_t*)b->wbuf->data;
     TL_CHECK(b->be->ops->to_bf16(b->be->ctx, w + b->begin[i], p, (int64_t)count));
-    TL_CHECK(b->be->ops->synchronize(b->be->ctx));
     if (b->zero == 0)
       return tl_group_all_reduce(b->group, w + b->begin[i], w + b->begin[i], count, TL_BF16,
                                  TL_REDUCE_SUM, &b->req[i]);
@@ -366,11 +365,10 @@ static tl_status reduce_bucket(tl_dp_buckets* b, int i, int s, const float* src)
   b->slot_sum[s] = b->temp[s]->data;
   if (b->bf16) { /* rounded in; retire widens the chunk into temp */
     TL_CHECK(b->be->ops->to_bf16(b->be->ctx, b->wslot[s]->data, src, (int64_t)count));
-    TL_CHECK(b->be->ops->synchronize(b->be->ctx));
     return tl_group_reduce_scatter(b->group, b->wslot[s]->data, b->wtemp[s]->data, count, TL_BF16,
                                    TL_REDUCE_SUM, &b->slot_req[s]);
   }
-  TL_CHECK(b->be->ops->synchronize(b->be->ctx)); /* the copies in, before the group reads */
+  /* the copies in are done before the group reads: it waits for them */
   return tl_group_reduce_scatter(b->group, src, b->temp[s]->data, count, TL_F32, TL_REDUCE_SUM,
                                  &b->slot_req[s]);
 }
@@ -538,7 +536,6 @@ tl_status tl_dp_buckets_gather_params(tl_dp_buckets* b, float* params) {
       tl__dp_chunk_of(b, i, &off, &len);
       if (len) st = b->be->ops->to_bf16(b->be->ctx, img + off, master + b->at[i], len);
     }
-    if (st == TL_OK) st = b->be->ops->synchronize(b->be->ctx); /* before the group reads them */
   }
   if (!b->group) return st;
   for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
@@ -558,14 +555,13 @@ tl_status tl_dp_buckets_gather_params(tl_dp_buckets* b, float* params) {
 tl_status tl_dp_buckets_unshard(tl_dp_buckets* b, const float* src, bool src_is_shard,
                                 float* full) {
   tl_device dev = b->be->device;
-  tl_status st = b->be->ops->synchronize(b->be->ctx);
+  tl_status st = TL_OK;
   for (int i = 0; i < b->n_buckets && st == TL_OK; i++) {
     int64_t off, len;
     tl__dp_chunk_of(b, i, &off, &len);
     const float* mine = src_is_shard ? src + b->at[i] : src + off;
     if (mine != full + off && len)
       st = tl_memcpy(dev, full + off, dev, mine, sizeof(float) * (size_t)len);
-    if (st == TL_OK) st = b->be->ops->synchronize(b->be->ctx);
     if (st == TL_OK && b->group)
       st = tl_group_all_gather(b->group, full + off, full + b->begin[i],
                                (size_t)(b->begin[i + 1] - b->begin[i]), TL_F32, NULL);

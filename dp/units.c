@@ -117,7 +117,7 @@ static tl_status round_chunks(tl_dp_buckets* b, int i0, int i1, int64_t base, in
     if (len)
       TL_CHECK(b->be->ops->to_bf16(b->be->ctx, to + base + (off - from), shard + b->at[i], len));
   }
-  return b->be->ops->synchronize(b->be->ctx);
+  return TL_OK; /* the gathers wait for the rounding on the device (group.h) */
 }
 
 /* Gathers bucket i (this rank's chunk at shard offset at[i]) to `dst`, an
@@ -143,8 +143,8 @@ static tl_status gather_bucket(tl_dp_buckets* b, int i, int64_t dst, tl_group_re
 /* Starts gathering unit u's parameters from every rank's shard into its slot. */
 static tl_status gather_unit(tl_dp_buckets* b, int u) {
   int s = u % b->n_slots;
-  /* kernels queued on the device may still read the unit the slot held */
-  TL_CHECK(b->be->ops->synchronize(b->be->ctx));
+  /* kernels queued on the device may still read the unit the slot held:
+   * the gather waits for them on the device (group.h) */
   b->punit[s] = u;
   /* a deliberate bug (core/env.h): every rank skips the gather alike */
   if (u == 1 && b->group && tl_fault_on(TL_FAULT_ZERO_GATHER_SKIPPED)) return TL_OK;

@@ -463,8 +463,9 @@ static tl_status run_node(tl_exec* x, int i) {
   }
   const struct tl_op_def* def = tl_op_get(n->op);
   if (x->node_hook) {
-    /* the collectives synchronise first anyway: do it before the clock
-     * starts, so that their time is theirs and not the queued kernels' */
+    /* traced: a collective's span should be its own time, not the queued
+     * kernels' it waits for on a GPU, so the host waits for those first
+     * (only when tracing: untraced, nothing stops the host here) */
     if (def->flags & TL_OP_COLLECTIVE) TL_CHECK(x->be->ops->synchronize(x->be->ctx));
     int64_t t0 = tl_time_ns();
     TL_CHECK(run_op(x, def, n));

@@ -234,8 +234,8 @@ static tl_status exchange(tl_pp_runtime* r, struct slot* s, const int* values, i
                    what == ACTIVATIONS ? "activations" : "gradients", peer);
   const tl_graph* g = r->c.g;
   int64_t t0 = tl_time_ns();
-  /* what the device computed must be in memory before it leaves */
-  if (dir == SEND) TL_CHECK(r->c.be->ops->synchronize(r->c.be->ctx));
+  /* what the device computed leaves once it is there: the send waits for
+   * it on the device (group.h) */
   for (int k = 0; k < n; k++) {
     int v = what == GRADIENTS ? g->values[values[k]].grad : values[k];
     if (v < 0) continue; /* an activation without gradient */

@@ -68,8 +68,9 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then machi
 # --cache_test_results=no: every test runs, so the counts below are this run's.
 run_pass "tests" --cache_test_results=no //...
 # The sanitizers' pass leaves out the targets tagged no_sanitizer: reruns
-# of a suite that pass already covers (the equality suite under NCCL's
-# ordering, whose code the group suite runs under the sanitizers).
+# of a suite that pass already covers (the equality suite on emulated GPUs,
+# whose code emul_test and the group suite run under the sanitizers; its
+# 8-rank job, whose meshes run the code of the 2- and 4-rank ones).
 run_pass "tests under ASan/UBSan" --config=asan --cache_test_results=no \
   --test_tag_filters=-no_sanitizer //tests/...
 

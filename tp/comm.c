@@ -89,7 +89,6 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   char* out = x->data(x, n->out[0]);
   size_t count = (size_t)tl_value_numel(vi);
   tl_device dev = x->be->device;
-  TL_CHECK(x->be->ops->synchronize(x->be->ctx));
   if (!tp) return tl_memcpy(dev, out, dev, in, count * es);
   switch (n->attr[0]) {
     case TL_TP_COPY:
@@ -106,7 +105,7 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
       tl_group_chunk(count, tl_group_size(tp), tl_group_rank(tp), &off, &len);
       return tl_memcpy(dev, out, dev, in + off * es, len * es);
     }
-    default: /* TL_TP_SCATTER */
+    default:                                            /* TL_TP_SCATTER */
       if (tl_fault_on(TL_FAULT_TP_ALLREDUCE_SKIPPED)) { /* a deliberate bug (core/env.h) */
         size_t off, len;
         tl_group_chunk(count, tl_group_size(tp), tl_group_rank(tp), &off, &len);
@@ -161,13 +160,11 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
     return TL_ERRF(TL_ERR_INTERNAL, "tp_comm '%s': the executor's scratch holds %zu bytes of %zu",
                    f->name, x->scratch_bytes, need);
   float* tmp = x->scratch;
-  TL_CHECK(ops->synchronize(x->be->ctx));
   if (bf16) {
     /* [tmp: most floats | a: most bf16 | b: most bf16] */
     uint16_t* a = (uint16_t*)(tmp + most);
     uint16_t* b = a + most;
     TL_CHECK(ops->to_bf16(x->be->ctx, a, dy, (int64_t)ny));
-    TL_CHECK(ops->synchronize(x->be->ctx));
     if (kind == TL_TP_COPY)
       TL_CHECK(tl_group_all_reduce(tp, a, b, ny, TL_BF16, TL_REDUCE_SUM, NULL));
     else if (kind == TL_TP_GATHER)

@@ -216,8 +216,7 @@ static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
     tl_group_request* req[2] = {NULL, NULL};
     int64_t posted = 0;
     if (s + 1 < r.cp) {
-      /* the block must be complete before the transfer reads it */
-      TL_CHECK(ops->synchronize(ctx));
+      /* the transfer waits on the device for the block to be complete */
       posted = tl_time_ns();
       TL_CHECK(
           exchange(g, &r, b.wire[s % 2], b.wire[(s + 1) % 2], 2 * (size_t)r.block, r.wire, 0, req));
@@ -293,7 +292,6 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
     int64_t posted = 0;
     /* k and v travel on while this rank works; dk and dv after it */
     if (s + 1 < r.cp) {
-      TL_CHECK(ops->synchronize(ctx));
       posted = tl_time_ns();
       TL_CHECK(
           exchange(g, &r, b.wire[s % 2], b.wire[(s + 1) % 2], 2 * (size_t)r.block, r.wire, 0, req));
@@ -314,8 +312,8 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
       span(x, n, "ring kv", posted);
       span(x, n, "ring wait", computed);
     }
-    /* this block's dk and dv go on: to the next holder, or (last) home */
-    TL_CHECK(ops->synchronize(ctx));
+    /* this block's dk and dv go on: to the next holder, or (last) home,
+     * once the device has computed them (the transfer waits there) */
     const int64_t sent = tl_time_ns();
     TL_CHECK(exchange(g, &r, dcur, dnxt, 2 * (size_t)r.block, TL_F32, 1, req));
     TL_CHECK(tl_group_wait_all(2, req));

@@ -142,7 +142,6 @@ tl_status tl_tp_sync_partial(const tl_tp_shard* s, tl_group* tp, const tl_backen
       at += p->numel;
     }
     if (pass == 0 && at > 0) {
-      TL_CHECK(be->ops->synchronize(be->ctx));
       TL_CHECK(tl_group_all_reduce(tp, pack, pack, (size_t)at, TL_F32, TL_REDUCE_SUM, NULL));
     }
     if (at == 0) break;

@@ -32,7 +32,6 @@ static tl_status infer(tl_graph* g, tl_node* n) {
 
 static tl_status reduce(const struct tl_run_ctx* x, float* p, size_t n, tl_reduce_op op) {
   if (!x->group || tl_group_size(x->group) == 1) return TL_OK;
-  TL_CHECK(x->be->ops->synchronize(x->be->ctx));
   return tl_group_all_reduce(x->group, p, p, n, TL_F32, op, NULL);
 }
 

@@ -28,35 +28,29 @@ static tl_status cuda_to_host(int index, void* dst, const void* src, size_t byte
   return TL_OK;
 }
 
-/* Copies and zeroing run on the legacy default stream, which waits for the
- * compute stream's earlier work (a blocking stream) but not for NCCL's
- * (non-blocking), and cudaMemcpy returns before a device-to-device copy —
- * or the DMA of a host-to-device one from pageable memory — has finished,
- * cudaMemset before the zeros are written. A collective issued next on
- * NCCL's stream would read the buffer half-written: each waits here until
- * its work is done, so that what tl_memcpy and tl_memzero return is there
- * for every stream. */
-static tl_status legacy_done(void) {
-  TL_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
-  return TL_OK;
-}
-
+/* Copies and zeroing run on the legacy default stream, ordered after the
+ * compute stream's earlier work (a blocking stream) and before its later
+ * work, and return before they are done: a device-to-device cudaMemcpy at
+ * once, one from pageable host memory once the source is staged,
+ * cudaMemset at once. NCCL's stream, which is ordered with neither, waits
+ * for them on the GPU: each group operation first waits for an event
+ * recorded on the legacy stream (core/group_nccl.c). */
 static tl_status cuda_from_host(int index, void* dst, const void* src, size_t bytes) {
   TL_CUDA_CHECK(cudaSetDevice(index));
   TL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-  return legacy_done();
+  return TL_OK;
 }
 
 static tl_status cuda_on_device(int index, void* dst, const void* src, size_t bytes) {
   TL_CUDA_CHECK(cudaSetDevice(index));
   TL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
-  return legacy_done();
+  return TL_OK;
 }
 
 static tl_status cuda_zero(int index, void* dst, size_t bytes) {
   TL_CUDA_CHECK(cudaSetDevice(index));
   TL_CUDA_CHECK(cudaMemset(dst, 0, bytes));
-  return legacy_done();
+  return TL_OK;
 }
 
 static const struct tl_memory_ops k_cuda_memory = {

@@ -17,6 +17,7 @@ enum { LEGACY = 0 }; /* the legacy default stream; compute streams are 1, 2, ...
 
 struct item {
   struct item* next;
+  uint64_t seq; /* 1, 2, ... in issue order */
   int stream;
   void (*run)(struct item*);
   void* host; /* a copy from the host: the staged source, freed after */
@@ -32,6 +33,7 @@ static struct {
   struct item *head, *tail;
   int queued;
   int streams;   /* compute streams made */
+  uint64_t seq;  /* items issued */
   tl_status err; /* the first queued item that failed, reported at the next wait */
   char msg[512];
 } g_q;
@@ -92,6 +94,7 @@ static struct item* new_item(int stream, void (*run)(struct item*), size_t args)
 
 static tl_status enqueue(struct item* it) {
   if (!it) return TL_ERRF(TL_ERR_NOMEM, "out of host memory queueing an emulated GPU's work");
+  it->seq = ++g_q.seq;
   if (g_q.tail)
     g_q.tail->next = it;
   else
@@ -298,21 +301,12 @@ static void run_copy(struct item* it) {
     memset(a->dst, 0, a->bytes);
 }
 
-/* A copy or zeroing on the legacy stream: queued under TRELLIS_FAULT=
- * copies_async (cudaMemcpy's and cudaMemset's own behaviour), otherwise
- * done before returning, after all queued work (the CUDA backend's wait
- * for the legacy stream). A copy from the host is staged first: cudaMemcpy
- * returns once pageable memory is copied out. */
+/* A copy or zeroing on the legacy stream, queued as cudaMemcpy and
+ * cudaMemset leave it: a device-to-device copy and zeros return at once, a
+ * copy from (pageable) host memory once every earlier work is done and the
+ * source is staged. */
 static tl_status legacy_copy(void* dst, const void* src, size_t bytes, bool from_host) {
-  if (!tl_fault_on(TL_FAULT_COPIES_ASYNC)) {
-    TL_CHECK(run_all());
-    if (src)
-      memmove(dst, src, bytes);
-    else
-      memset(dst, 0, bytes);
-    return TL_OK;
-  }
-  if (from_host) TL_CHECK(run_all()); /* cudaMemcpy from pageable memory waits first */
+  if (from_host) TL_CHECK(run_all());
   struct item* it = new_item(LEGACY, run_copy, sizeof(struct copy_args));
   if (!it) return enqueue(NULL);
   struct copy_args* a = (struct copy_args*)(void*)it->args;
@@ -350,8 +344,32 @@ static tl_status e_zero(int index, void* dst, size_t bytes) {
   return legacy_copy(dst, NULL, bytes, false);
 }
 
+static uint64_t e_mark(int index) {
+  (void)index;
+  return g_q.seq;
+}
+
+/* What a GPU group's operation waits for before it runs: the items issued
+ * before it (the CUDA groups' event on the legacy stream, which follows
+ * every blocking stream). Under TRELLIS_FAULT=copies_unordered only through
+ * the last compute kernel among them (an event on the compute stream: the
+ * copies and zeros queued after it on the legacy stream stay behind), and
+ * under collectives_unordered none. */
+static tl_status e_run_to(int index, uint64_t mark) {
+  (void)index;
+  if (tl_fault_on(TL_FAULT_COLLECTIVES_UNORDERED)) return TL_OK;
+  const bool compute_only = tl_fault_on(TL_FAULT_COPIES_UNORDERED);
+  int n = 0, i = 0;
+  for (const struct item* it = g_q.head; it && it->seq <= mark; it = it->next) {
+    i++;
+    if (!compute_only || it->stream != LEGACY) n = i;
+  }
+  run_first(n);
+  return reported();
+}
+
 static const struct tl_memory_ops k_emul_memory = {
-    e_alloc, e_free, e_to_host, e_from_host, e_on_device, e_zero,
+    e_alloc, e_free, e_to_host, e_from_host, e_on_device, e_zero, e_mark, e_run_to,
 };
 
 /* ---- the backend ---- */

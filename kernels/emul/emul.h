@@ -8,29 +8,31 @@
  * blocking compute stream, and NCCL's non-blocking stream ordered with
  * neither. The CPU runs each call before it returns, so a missing wait is
  * invisible there. Here every kernel is queued on its backend's compute
- * stream, and copies and zeroing as the CUDA backend issues them, and
- * nothing runs until something waits for it:
+ * stream and copies and zeroing on the legacy stream, and nothing runs
+ * until something waits for it:
  *   - ops->synchronize runs the queue up to the stream's last item
  *     (cudaStreamSynchronize; the legacy stream's items before it too);
  *   - a copy to the host runs all of it first (cudaMemcpy to pageable
- *     memory waits for every blocking stream);
- *   - copies from the host, on the device and zeroing wait for everything
- *     queued and run at once, as kernels/cuda/backend.cu's do (they wait
- *     for the legacy stream before returning); with TRELLIS_FAULT=
- *     copies_async they are queued on the legacy stream instead, which is
- *     what cudaMemcpy and cudaMemset alone do.
- * The mesh groups run with NCCL's ordering (core/group_emul.h) on the same
- * memory and read it when their operation runs, never waiting for the
- * queue: a collective issued before the compute stream was synchronized
- * reads what the buffer held before the queued kernels, every time, and
- * --verify names the tensor.
+ *     memory waits for every blocking stream), and so do a copy from the
+ *     host (before it stages the source) and a free (cudaFree);
+ *   - a device-to-device copy and zeroing are queued on the legacy stream
+ *     (cudaMemcpy's and cudaMemset's own behaviour);
+ *   - an operation of a mesh group (NCCL's ordering, core/group_emul.h, on
+ *     the same memory) runs the items issued before it first — what the
+ *     CUDA groups' event on the legacy stream makes NCCL's stream wait for
+ *     (core/group_nccl.c) — and reads and writes its buffers when it runs.
+ * With that wait taken out (TRELLIS_FAULT=collectives_unordered), or
+ * narrowed to the compute kernels (copies_unordered), a collective reads
+ * what the buffer held before the queued work, every time, and --verify
+ * names the tensor.
  *
  * The table is the CUDA backend's: the same entries present (bf16
  * operands' GEMMs, the CPU's matmul behind them) and absent (the
- * deterministic mode's fixed-point sums). Device memory is host memory (64-byte aligned), counted
- * as the GPU's. One queue per process, shared by every backend on its emulated device (a rank uses
- * one). Errors of queued kernels surface at the next wait, as a GPU's do. Everything on one thread
- * (the trainer's). */
+ * deterministic mode's fixed-point sums). Device memory is host memory
+ * (64-byte aligned), counted as the GPU's. One queue per process, shared
+ * by every backend on its emulated device (a rank uses one). Errors of
+ * queued kernels surface at the next wait, as a GPU's do. Everything on
+ * one thread (the trainer's). */
 #ifndef TL_KERNELS_EMUL_EMUL_H
 #define TL_KERNELS_EMUL_EMUL_H
 

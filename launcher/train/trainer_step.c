@@ -133,10 +133,6 @@ static const int64_t* grad_offsets(const tl_trainer* t) {
 static tl_status sync_tied(tl_trainer* t) {
   if (!t->shared) return TL_OK;
   double t0 = tl__trainer_now_us();
-  /* the embedding's backward and the head's must have run: on a GPU the
-   * sum goes on NCCL's stream, which does not wait for the compute one */
-  if (!(tl__trainer_in_job(t) && tl_fault_on(TL_FAULT_TIED_SUM_UNSYNCED)))
-    TL_CHECK(t->be->ops->synchronize(t->be->ctx));
   if (t->grad_acc)
     TL_CHECK(tl_pp_sync_shared(t->sharing, t->shared, t->graph, t->grad_acc->data, TL_I64,
                                t->lay->offset));
@@ -165,7 +161,6 @@ static tl_status sync_sequence_parallel(tl_trainer* t) {
 static tl_status sum_exact(tl_trainer* t) {
   double t0 = tl__trainer_now_us();
   int64_t* acc = t->grad_acc->data;
-  TL_CHECK(t->be->ops->synchronize(t->be->ctx)); /* the last fixed_add (NCCL does not wait) */
   if (t->comm.dp && t->dp_size > 1)
     TL_CHECK(
         tl_group_all_reduce(t->comm.dp, acc, acc, (size_t)t->lay->n, TL_I64, TL_REDUCE_SUM, NULL));
@@ -301,7 +296,6 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   } else if (t->zero == 0) { /* all-reduced whole, then the sums over other groups */
     if (t->buckets) {
       double t0 = tl__trainer_now_us();
-      TL_CHECK(ops->synchronize(ctx));
       TL_CHECK(tl_dp_buckets_finish(t->buckets));
       tl__trainer_trace_span(t, "dp_allreduce", 0, t0);
     }
@@ -311,7 +305,6 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     TL_CHECK(sync_tied(t));
     TL_CHECK(sync_sequence_parallel(t));
     double t0 = tl__trainer_now_us();
-    TL_CHECK(ops->synchronize(ctx));
     TL_CHECK(tl_dp_buckets_finish(t->buckets));
     tl__trainer_trace_span(t, "dp_reduce_scatter", 0, t0);
   }
@@ -362,7 +355,6 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   if (tl__trainer_in_job(t) && t->dp_rank == 0 && t->tp_rank == 0 && tl__trainer_is_last_stage(t) &&
       tl_fault_on(TL_FAULT_UPDATE_REPEATED)) /* a deliberate bug (core/env.h) */
     TL_CHECK(tl_optim_step(t->optim, 0.0f, t->step, &lr));
-  TL_CHECK(ops->synchronize(ctx));
   if (t->zero > 0) { /* every rank's updated chunks to every replica */
     double t0 = tl__trainer_now_us();
     TL_CHECK(tl_dp_buckets_gather_params(t->buckets, t->master ? NULL : t->params->data));

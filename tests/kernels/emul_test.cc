@@ -1,9 +1,10 @@
 // emul_test.cc — emulated GPUs keep CUDA's ordering (kernels/emul/emul.h):
 // a kernel runs only when something waits for it, a stream's wait runs the
 // queue through that stream's last item and no further, a copy to the host
-// waits for everything, and copies and zeroing wait as the CUDA backend's
-// do — or, under TRELLIS_FAULT=copies_async (emul_test_async), are queued
-// on the legacy stream as cudaMemcpy and cudaMemset alone would be.
+// waits for everything, copies on the device and zeroing are queued on the
+// legacy stream, and a group's operation runs what was issued before it —
+// through the last kernel only under TRELLIS_FAULT=copies_unordered, none
+// of it under collectives_unordered (emul_test_<fault>).
 #include "kernels/emul/emul.h"
 
 #include <gtest/gtest.h>
@@ -28,7 +29,7 @@ float* Buffer(tl_buffer** b, int n) {
 }
 
 // Writes v to the device and waits for it (a copy back to the host waits
-// for everything: under copies_async the first copy is only queued).
+// for everything: the first copy is only queued).
 void Fill(float* dev, const std::vector<float>& v) {
   ASSERT_EQ(tl_memcpy(tl_cuda(0), dev, tl_cpu(), v.data(), sizeof(float) * v.size()), TL_OK);
   float first;
@@ -123,12 +124,9 @@ TEST(Emul, AQueuedKernelKeepsItsHostArguments) {
   tl_buffer_destroy(bl);
 }
 
-// Copies and zeroing: done before they return, after everything queued
-// (what kernels/cuda/backend.cu's wait for the legacy stream gives); under
-// copies_async queued on the legacy stream, which a compute stream's wait
-// runs only up to its own last kernel — so a collective issued after that
-// wait would read the buffer before the copy.
-TEST(Emul, CopiesWaitAsTheCudaBackendsDoOrAreQueuedUnderTheFault) {
+// Copies on the device and zeroing return at once, queued on the legacy
+// stream: a compute stream's wait runs them only up to its own last kernel.
+TEST(Emul, CopiesAndZerosAreQueuedOnTheLegacyStream) {
   Gpu g;
   tl_buffer *bx, *by;
   float* x = Buffer(&bx, 2);
@@ -138,20 +136,49 @@ TEST(Emul, CopiesWaitAsTheCudaBackendsDoOrAreQueuedUnderTheFault) {
   ASSERT_EQ(tl_memcpy(tl_cuda(0), x, tl_cuda(0), y, sizeof(float) * 2), TL_OK);
   ASSERT_EQ(tl_memzero(tl_cuda(0), y, sizeof(float) * 2), TL_OK);
   ASSERT_EQ(g.be->ops->synchronize(g.be->ctx), TL_OK);
-  if (!tl_fault_on(TL_FAULT_COPIES_ASYNC)) {
-    EXPECT_EQ(tl_emul_queued(), 0);
-    EXPECT_EQ(x[1], 4.0f);
-    EXPECT_EQ(y[1], 0.0f);
-  } else {
-    // the kernel ran (the stream's last item); the copy and the zeros wait
-    EXPECT_EQ(tl_emul_queued(), 2);
-    EXPECT_EQ(y[1], 4.0f);
-    EXPECT_EQ(x[1], 2.0f);
-    float host[2];
-    ASSERT_EQ(tl_memcpy(tl_cpu(), host, tl_cuda(0), x, sizeof host), TL_OK);
-    EXPECT_EQ(host[1], 4.0f);
-    EXPECT_EQ(y[1], 0.0f);
-  }
+  EXPECT_EQ(tl_emul_queued(), 2);  // the kernel ran, the copy and the zeros wait
+  EXPECT_EQ(y[1], 4.0f);
+  EXPECT_EQ(x[1], 2.0f);
+  float host[2];
+  ASSERT_EQ(tl_memcpy(tl_cpu(), host, tl_cuda(0), x, sizeof host), TL_OK);
+  EXPECT_EQ(host[1], 4.0f);
+  EXPECT_EQ(y[1], 0.0f);
   tl_buffer_destroy(bx);
   tl_buffer_destroy(by);
+}
+
+// What a GPU group's operation waits for (core/group_emul.c calls these):
+// every item issued before its mark — the CUDA groups' event on the legacy
+// stream — and nothing after. The faults narrow it to the kernels, or drop it.
+TEST(Emul, AGroupOperationRunsWhatWasIssuedBeforeIt) {
+  Gpu g;
+  tl_buffer *bx, *by, *bz;
+  float* x = Buffer(&bx, 2);
+  float* y = Buffer(&by, 2);
+  float* z = Buffer(&bz, 2);
+  Fill(x, {1, 2});
+  ASSERT_EQ(g.be->ops->scale_forward(g.be->ctx, y, x, 2.0f, 2), TL_OK);
+  ASSERT_EQ(tl_memcpy(tl_cuda(0), z, tl_cuda(0), x, sizeof(float) * 2), TL_OK);
+  const uint64_t mark = tl_device_mark(tl_cuda(0));
+  ASSERT_EQ(g.be->ops->scale_forward(g.be->ctx, x, x, 10.0f, 2), TL_OK);
+  ASSERT_EQ(tl_device_run_to(tl_cuda(0), mark), TL_OK);
+  if (tl_fault_on(TL_FAULT_COLLECTIVES_UNORDERED)) {
+    EXPECT_EQ(tl_emul_queued(), 3);
+    EXPECT_EQ(y[1], 0.0f);
+  } else if (tl_fault_on(TL_FAULT_COPIES_UNORDERED)) {
+    EXPECT_EQ(tl_emul_queued(), 2);
+    EXPECT_EQ(y[1], 4.0f);
+    EXPECT_EQ(z[1], 0.0f);
+  } else {
+    EXPECT_EQ(tl_emul_queued(), 1);
+    EXPECT_EQ(y[1], 4.0f);
+    EXPECT_EQ(z[1], 2.0f);
+    EXPECT_EQ(x[1], 2.0f);  // the kernel issued after the mark has not run
+  }
+  ASSERT_EQ(g.be->ops->synchronize(g.be->ctx), TL_OK);
+  EXPECT_EQ(x[1], 20.0f);
+  EXPECT_EQ(z[1], 2.0f);
+  tl_buffer_destroy(bx);
+  tl_buffer_destroy(by);
+  tl_buffer_destroy(bz);
 }

@@ -415,18 +415,21 @@ TEST(Ops, PipelineExchangesDeadlockOnOneNcclStreamAndNotOnTheirLinks) {
 }
 
 // The CUDA path's ordering on emulated GPUs (TRELLIS_EMULATE=cuda,
-// kernels/emul/emul.h): kernels, and copies that return early, run only
-// when something waits for them, and collectives read their buffers when
-// they run. Each mesh below trains EQUAL to one device under --verify; with
-// a defect of the CUDA path put back, the same run is DIFFERENT, every
-// time, naming the tensor:
-//   copies_async       cudaMemcpy/cudaMemset returning before they are done
-//                      (unordered with NCCL's stream): ZeRO-2's slot copy
-//                      before its reduce-scatter, sequence parallelism's
-//                      pack before its all-reduce;
-//   tied_sum_unsynced  the tied embedding's gradient summed across the
-//                      stages before the compute stream ran its backward
-//                      (pipelines under ZeRO >= 1).
+// kernels/emul/emul.h): kernels, copies and zeroing run only when something
+// waits for them, and a group's operation runs what was issued to the
+// device before it — on a GPU, NCCL's stream waits for an event on the
+// legacy stream (core/group_nccl.c), and nothing else orders them: the
+// host does not synchronize before collectives. Each mesh below trains
+// EQUAL to one device under --verify; with that wait narrowed or taken
+// out, the same run is DIFFERENT, every time, naming the tensor:
+//   copies_unordered       the wait covers the compute stream's kernels,
+//                          not the copies on the legacy stream after them
+//                          (ZeRO-2's slot copy before its reduce-scatter,
+//                          sequence parallelism's pack before its
+//                          all-reduce);
+//   collectives_unordered  no wait at all: a pipeline stage's activations
+//                          leave before they are computed (and the tied
+//                          embedding's sum before the backward wrote it).
 TEST(Ops, GpuOrderingDefectsShowOnEmulatedGpus) {
   const std::string dir = TmpDir() + "/gpu_order";
   mkdir(dir.c_str(), 0755);
@@ -435,11 +438,12 @@ TEST(Ops, GpuOrderingDefectsShowOnEmulatedGpus) {
     const char* mesh;
     const char* fault;
   } cases[] = {
-      {"zero2", R"("mesh": {"dp": 2}, "parallel": {"zero": 2, "timeout_s": 30})", "copies_async"},
+      {"zero2", R"("mesh": {"dp": 2}, "parallel": {"zero": 2, "timeout_s": 30})",
+       "copies_unordered"},
       {"sp", R"("mesh": {"tp": 2}, "parallel": {"sequence_parallel": true, "timeout_s": 30})",
-       "copies_async"},
+       "copies_unordered"},
       {"tied", R"("mesh": {"pp": 2}, "parallel": {"zero": 1, "timeout_s": 30})",
-       "tied_sum_unsynced"},
+       "collectives_unordered"},
   };
   for (const Case& c : cases) {
     const std::string cfg = dir + "/" + c.name + ".json";
