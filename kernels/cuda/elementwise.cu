@@ -53,13 +53,35 @@ __global__ static void scale_backward_kernel(float* dinp, const float* dout, flo
   FOR_EACH(i, n) dinp[i] += alpha * dout[i];
 }
 
-__global__ static void sumsq_kernel(float* out, const float* inp, int64_t n) {
-  __shared__ double shared[1024];
+/* The sum of squares in two passes of a fixed shape, so that the result
+ * does not depend on the launch: SUMSQ_BLOCKS blocks each sum a strided
+ * share in double (thread t of block b reads b*1024 + t, then every
+ * SUMSQ_BLOCKS*1024 on) and reduce it by a tree into partial[b]; one block
+ * then sums the partials by a tree. (One block over the whole gradient
+ * used one of the GPU's 100+ multiprocessors.) */
+#define SUMSQ_BLOCKS 256
+#define SUMSQ_THREADS 1024
+
+__global__ static void sumsq_partial_kernel(double* partial, const float* inp, int64_t n) {
+  __shared__ double shared[SUMSQ_THREADS];
   double s = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)inp[i] * inp[i];
+  for (int64_t i = (int64_t)blockIdx.x * SUMSQ_THREADS + threadIdx.x; i < n;
+       i += (int64_t)SUMSQ_BLOCKS * SUMSQ_THREADS)
+    s += (double)inp[i] * inp[i];
   shared[threadIdx.x] = s;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+  for (int stride = SUMSQ_THREADS / 2; stride > 0; stride >>= 1) {
+    if ((int)threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
+}
+
+__global__ static void sumsq_final_kernel(float* out, const double* partial) {
+  __shared__ double shared[SUMSQ_BLOCKS];
+  shared[threadIdx.x] = partial[threadIdx.x];
+  __syncthreads();
+  for (int stride = SUMSQ_BLOCKS / 2; stride > 0; stride >>= 1) {
     if ((int)threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
     __syncthreads();
   }
@@ -152,7 +174,11 @@ extern "C" tl_status tl__cuda_scale_backward(void* ctx, float* dinp, const float
 }
 
 extern "C" tl_status tl__cuda_sumsq(void* ctx, float* out, const float* inp, int64_t n) {
-  sumsq_kernel<<<1, 1024, 0, STREAM>>>(out, inp, n);
+  void* partial = NULL;
+  TL_CHECK(tl__cuda_workspace(TL_CUDA_CTX(ctx), sizeof(double) * SUMSQ_BLOCKS, &partial));
+  sumsq_partial_kernel<<<SUMSQ_BLOCKS, SUMSQ_THREADS, 0, STREAM>>>((double*)partial, inp, n);
+  TL_CUDA_LAUNCHED();
+  sumsq_final_kernel<<<1, SUMSQ_BLOCKS, 0, STREAM>>>(out, (const double*)partial);
   TL_CUDA_LAUNCHED();
   return TL_OK;
 }

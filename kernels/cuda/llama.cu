@@ -4,6 +4,7 @@
 // results do not depend on scheduling. RoPE: one thread per (row, head,
 // pair), the frequencies computed on the host as transformers computes
 // them (kernels/rope.c) and passed by value. SwiGLU: one thread per element.
+#include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/cuda_impl.h"
 
 #define ROWS_PER_BLOCK 8
@@ -47,14 +48,14 @@ __global__ static void rmsnorm_dinp_kernel(float* dinp, const float* dout, const
   for (int j = lane; j < c; j += 32) dx[j] += r * w[j] * dy[j] - k * x[j];
 }
 
-__global__ static void rmsnorm_dweight_kernel(float* dw, const float* dout, const float* inp,
-                                              const float* rstd, int n, int c) {
-  int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= c) return;
-  float s = 0.0f;
-  for (int i = 0; i < n; i++) s += dout[(int64_t)i * c + j] * inp[(int64_t)i * c + j] * rstd[i];
-  dw[j] += s;
-}
+// a row's term of the weight's gradient (colsum.cuh): dout x rstd
+struct rmsnorm_dweight {
+  const float *dout, *inp, *rstd;
+  int c;
+  __device__ void operator()(int i, int j, float* v) const {
+    v[0] = dout[(int64_t)i * c + j] * inp[(int64_t)i * c + j] * rstd[i];
+  }
+};
 
 struct freqs {
   float inv[MAX_HALF];
@@ -123,9 +124,8 @@ extern "C" tl_status tl__cuda_rmsnorm_backward(void* pctx, float* dinp, float* d
     TL_CUDA_LAUNCHED();
   }
   if (dweight) {
-    rmsnorm_dweight_kernel<<<tl__cuda_blocks(c, THREADS), THREADS, 0, ctx->stream>>>(
-        dweight, dout, inp, rstd, n, c);
-    TL_CUDA_LAUNCHED();
+    TL_CHECK(tl__colsum<1>(ctx, tl_colsum_outs<1>{{dweight}}, rmsnorm_dweight{dout, inp, rstd, c},
+                           n, c));
   }
   return TL_OK;
 }

@@ -1,6 +1,7 @@
 // matmul.cu — GEMM through cuBLAS. cuBLAS is column-major, so the row-major
 // product out = op(a) op(b) is computed as out^T = op(b)^T op(a)^T, which
 // is the same memory read column-major: swap the operands, keep the flags.
+#include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/cuda_impl.h"
 
 __global__ static void bias_rows_kernel(float* out, const float* bias, int m, int n,
@@ -12,13 +13,12 @@ __global__ static void bias_rows_kernel(float* out, const float* bias, int m, in
 }
 
 // One thread per column walks the rows in order: a fixed summation order.
-__global__ static void colsum_add_kernel(float* out, const float* x, int rows, int cols) {
-  int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= cols) return;
-  float s = 0.0f;
-  for (int i = 0; i < rows; i++) s += x[(int64_t)i * cols + j];
-  out[j] += s;
-}
+// x's element (i, j), for the bias gradient's column sums (colsum.cuh)
+struct matrix_at {
+  const float* x;
+  int cols;
+  __device__ void operator()(int i, int j, float* v) const { v[0] = x[(int64_t)i * cols + j]; }
+};
 
 // The bias, written (or added) before the GEMM, which then accumulates onto
 // it: *beta is the GEMM's factor on what out holds.
@@ -40,16 +40,14 @@ extern "C" tl_status tl__cuda_matmul(void* pctx, float* out, const float* a, con
   float alpha = 1.0f, beta = 0.0f;
   TL_CHECK(bias_first(ctx, out, bias, m, n, accumulate, &beta));
   TL_CUBLAS_CHECK(ctx->blas_api->sgemm(ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
-                              trans_b ? k : n, a, trans_a ? m : k, &beta, out, n));
+                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                                       trans_b ? k : n, a, trans_a ? m : k, &beta, out, n));
   return TL_OK;
 }
 
 static tl_status colsum_add(void* pctx, float* out, const float* x, int rows, int cols) {
   struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
-  colsum_add_kernel<<<tl__cuda_blocks(cols, 256), 256, 0, ctx->stream>>>(out, x, rows, cols);
-  TL_CUDA_LAUNCHED();
-  return TL_OK;
+  return tl__colsum<1>(ctx, tl_colsum_outs<1>{{out}}, matrix_at{x, cols}, rows, cols);
 }
 
 extern "C" tl_status tl__cuda_matmul_backward(void* ctx, float* da, float* db, float* dbias,
@@ -100,6 +98,6 @@ extern "C" tl_status tl__cuda_matmul_backward_bf16(void* ctx, float* da, float* 
                                                    const float* dout, const float* a,
                                                    const float* b, int m, int n, int k,
                                                    bool trans_a, bool trans_b) {
-  return tl__matmul_backward_by_matmul(bf16_ops(), ctx, da, db, dbias, dout, a, b, m, n, k,
-                                       trans_a, trans_b, colsum_add);
+  return tl__matmul_backward_by_matmul(bf16_ops(), ctx, da, db, dbias, dout, a, b, m, n, k, trans_a,
+                                       trans_b, colsum_add);
 }

@@ -1,6 +1,7 @@
 // normalization.cu — layernorm. One warp per row; the
 // layernorm parameter gradients use one thread per column walking the rows
 // in order, so results do not depend on scheduling.
+#include "kernels/cuda/colsum.cuh"
 #include "kernels/cuda/cuda_impl.h"
 
 #define ROWS_PER_BLOCK 8
@@ -46,20 +47,17 @@ __global__ static void layernorm_dinp_kernel(float* dinp, const float* dout, con
   for (int j = lane; j < c; j += 32) dx[j] += (w[j] * dy[j] - a - (x[j] - m) * r * bsum) * r;
 }
 
-__global__ static void layernorm_dparams_kernel(float* dw, float* db, const float* dout,
-                                                const float* inp, const float* mean,
-                                                const float* rstd, int n, int c) {
-  int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= c) return;
-  float sw = 0.0f, sb = 0.0f;
-  for (int i = 0; i < n; i++) {
-    float dy = dout[(int64_t)i * c + j];
-    sw += (inp[(int64_t)i * c + j] - mean[i]) * rstd[i] * dy;
-    sb += dy;
+// a row's terms of the weight's and the bias's gradients (colsum.cuh):
+// dout x-hat and dout
+struct layernorm_dparams {
+  const float *dout, *inp, *mean, *rstd;
+  int c;
+  __device__ void operator()(int i, int j, float* v) const {
+    const float dy = dout[(int64_t)i * c + j];
+    v[0] = (inp[(int64_t)i * c + j] - mean[i]) * rstd[i] * dy;
+    v[1] = dy;
   }
-  if (dw) dw[j] += sw;
-  if (db) db[j] += sb;
-}
+};
 
 extern "C" tl_status tl__cuda_layernorm_forward(void* pctx, float* out, float* mean, float* rstd,
                                                 const float* inp, const float* weight,
@@ -84,9 +82,8 @@ extern "C" tl_status tl__cuda_layernorm_backward(void* pctx, float* dinp, float*
     TL_CUDA_LAUNCHED();
   }
   if (dweight || dbias) {
-    layernorm_dparams_kernel<<<tl__cuda_blocks(c, 128), 128, 0, ctx->stream>>>(
-        dweight, dbias, dout, inp, mean, rstd, n, c);
-    TL_CUDA_LAUNCHED();
+    TL_CHECK(tl__colsum<2>(ctx, tl_colsum_outs<2>{{dweight, dbias}},
+                           layernorm_dparams{dout, inp, mean, rstd, c}, n, c));
   }
   return TL_OK;
 }
