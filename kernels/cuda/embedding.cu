@@ -1,7 +1,13 @@
 // embedding.cu — token + position embedding. The backward into wte is a
-// scatter with repeated rows; one thread per channel walks the positions in
-// order, so no atomics and the same sum every run. A tensor-parallel shard
-// holds wte rows [row_begin, row_begin + rows); other tokens add nothing.
+// scatter with repeated rows: the positions are sorted by token (CUB's
+// radix sort, stable: each token's positions stay in order), and a block
+// per token adds its positions' rows in that order — no atomics, the CPU's
+// order of additions, the same sum every run, and as many blocks as the
+// batch has distinct tokens (one thread per channel walking every position
+// left the GPU nearly idle). A tensor-parallel shard holds wte rows
+// [row_begin, row_begin + rows); other tokens add nothing.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/cuda_impl.h"
 
 __global__ static void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
@@ -17,14 +23,50 @@ __global__ static void embedding_forward_kernel(float* out, const int32_t* token
   out[i] = v;
 }
 
-__global__ static void embedding_dwte_kernel(float* dwte, const float* dout, const int32_t* tokens,
-                                             int64_t positions, int C, int row_begin, int rows) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  for (int64_t p = 0; p < positions; p++) {
-    int64_t row = (int64_t)tokens[p] - row_begin;
-    if (row >= 0 && row < rows) dwte[row * C + c] += dout[p * C + c];
+__global__ static void iota_kernel(int32_t* v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) v[i] = i;
+}
+
+// Block i: if sorted position i starts a token's run, dwte's row of that
+// token += the run's dout rows, in position order.
+__global__ static void embedding_dwte_runs_kernel(float* dwte, const float* dout,
+                                                  const int32_t* token, const int32_t* position,
+                                                  int n, int C, int row_begin, int rows) {
+  const int i = blockIdx.x;
+  if (i >= n || (i > 0 && token[i] == token[i - 1])) return;
+  const int64_t row = (int64_t)token[i] - row_begin;
+  if (row < 0 || row >= rows) return;
+  int end = i + 1;
+  while (end < n && token[end] == token[i]) end++;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float s = dwte[row * C + c];
+    for (int k = i; k < end; k++) s += dout[(int64_t)position[k] * C + c];
+    dwte[row * C + c] = s;
   }
+}
+
+// Sorts the n positions by token into the workspace, then adds the runs.
+static tl_status embedding_dwte(struct tl_cuda_ctx* ctx, float* dwte, const float* dout,
+                                const int32_t* tokens, int n, int c, int row_begin, int rows) {
+  size_t temp = 0;
+  cudaError_t e =
+      cub::DeviceRadixSort::SortPairs(NULL, temp, (const int32_t*)NULL, (int32_t*)NULL,
+                                      (const int32_t*)NULL, (int32_t*)NULL, n, 0, 32, ctx->stream);
+  TL_CUDA_CHECK(e);
+  const size_t ints = ((size_t)n + 63) / 64 * 64; /* each array 256-byte aligned */
+  void* ws = NULL;
+  TL_CHECK(tl__cuda_workspace(ctx, sizeof(int32_t) * 3 * ints + temp, &ws));
+  int32_t *sorted = (int32_t*)ws, *order = sorted + ints, *position = order + ints;
+  void* scratch = position + ints;
+  iota_kernel<<<tl__cuda_blocks(n, 256), 256, 0, ctx->stream>>>(order, n);
+  TL_CUDA_LAUNCHED();
+  TL_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch, temp, tokens, sorted, order, position, n,
+                                                0, 32, ctx->stream));
+  embedding_dwte_runs_kernel<<<(unsigned)n, 128, 0, ctx->stream>>>(dwte, dout, sorted, position, n,
+                                                                   c, row_begin, rows);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
 }
 
 __global__ static void embedding_dwpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
@@ -51,11 +93,13 @@ extern "C" tl_status tl__cuda_embedding_backward(void* pctx, float* dwte, float*
                                                  const float* dout, const int32_t* tokens, int b,
                                                  int t, int c, int row_begin, int rows) {
   struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
-  if (dwte) {
-    embedding_dwte_kernel<<<tl__cuda_blocks(c, 128), 128, 0, ctx->stream>>>(
-        dwte, dout, tokens, (int64_t)b * t, c, row_begin, rows);
-    TL_CUDA_LAUNCHED();
-  }
+  const int64_t n = (int64_t)b * t;
+  if (n == 0 || c == 0) return TL_OK;
+  if (n > INT32_MAX)
+    return TL_ERRF(TL_ERR_UNSUPPORTED,
+                   "embedding backward: %lld positions; the CUDA kernel takes %d", (long long)n,
+                   INT32_MAX);
+  if (dwte) TL_CHECK(embedding_dwte(ctx, dwte, dout, tokens, (int)n, c, row_begin, rows));
   if (dwpe) {
     embedding_dwpe_kernel<<<tl__cuda_blocks((int64_t)t * c, 256), 256, 0, ctx->stream>>>(dwpe, dout,
                                                                                          b, t, c);
