@@ -2,6 +2,7 @@
 // handle, workspace) and CUDA memory for core's counted allocator.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/log.h"
 #include "kernels/cuda/cuda_impl.h"
@@ -31,13 +32,55 @@ static tl_status cuda_to_host(int index, void* dst, const void* src, size_t byte
 /* Copies and zeroing run on the legacy default stream, ordered after the
  * compute stream's earlier work (a blocking stream) and before its later
  * work, and return before they are done: a device-to-device cudaMemcpy at
- * once, one from pageable host memory once the source is staged,
- * cudaMemset at once. NCCL's stream, which is ordered with neither, waits
+ * once, one from the host once the source is staged (below), cudaMemset
+ * at once. NCCL's stream, which is ordered with neither, waits
  * for them on the GPU: each group operation first waits for an event
  * recorded on the legacy stream (core/group_nccl.c). */
+
+/* Copies from the host of up to STAGE_BYTES (a micro-batch's tokens, a
+ * scalar) go through a ring of pinned buffers per device: the source is
+ * copied into a slot and the slot DMA'd asynchronously on the legacy
+ * stream. From pageable memory cudaMemcpy waits for the device's queued
+ * work before it starts, which stopped the host once a micro-batch; a slot
+ * is reused once the event recorded after its copy has passed. Larger
+ * copies (checkpoints) go from pageable memory as before. The slots live
+ * as long as the process. */
+#define STAGE_SLOTS 8
+#define STAGE_BYTES ((size_t)1 << 20)
+#define MAX_DEVICES 64
+
+static struct stage_ring {
+  void* slot[STAGE_SLOTS];
+  cudaEvent_t done[STAGE_SLOTS];
+  int next;
+} g_stage[MAX_DEVICES];
+
+static tl_status stage_slot(int index, void** slot) {
+  struct stage_ring* r = &g_stage[index];
+  const int k = r->next;
+  if (!r->slot[k]) {
+    TL_CUDA_CHECK(cudaHostAlloc(&r->slot[k], STAGE_BYTES, cudaHostAllocDefault));
+    TL_CUDA_CHECK(cudaEventCreateWithFlags(&r->done[k], cudaEventDisableTiming));
+  } else {
+    TL_CUDA_CHECK(cudaEventSynchronize(r->done[k])); /* its last copy has left */
+  }
+  *slot = r->slot[k];
+  return TL_OK;
+}
+
 static tl_status cuda_from_host(int index, void* dst, const void* src, size_t bytes) {
   TL_CUDA_CHECK(cudaSetDevice(index));
-  TL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  if (bytes > STAGE_BYTES || index < 0 || index >= MAX_DEVICES) {
+    TL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return TL_OK;
+  }
+  struct stage_ring* r = &g_stage[index];
+  void* slot = NULL;
+  TL_CHECK(stage_slot(index, &slot));
+  memcpy(slot, src, bytes);
+  TL_CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy));
+  TL_CUDA_CHECK(cudaEventRecord(r->done[r->next], cudaStreamLegacy));
+  r->next = (r->next + 1) % STAGE_SLOTS;
   return TL_OK;
 }
 
@@ -86,7 +129,7 @@ extern "C" int tl__cuda_device_count(const char** why) {
 }
 
 extern "C" tl_status tl__cuda_device_info(int index, char* name, size_t name_size,
-                                         double* memory_bytes, double* free_bytes) {
+                                          double* memory_bytes, double* free_bytes) {
   if (name_size) name[0] = 0;
   *memory_bytes = *free_bytes = 0;
   const char* why = NULL;

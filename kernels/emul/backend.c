@@ -301,12 +301,15 @@ static void run_copy(struct item* it) {
     memset(a->dst, 0, a->bytes);
 }
 
-/* A copy or zeroing on the legacy stream, queued as cudaMemcpy and
- * cudaMemset leave it: a device-to-device copy and zeros return at once, a
- * copy from (pageable) host memory once every earlier work is done and the
- * source is staged. */
+/* A copy or zeroing on the legacy stream, queued as the CUDA backend
+ * leaves it: a device-to-device cudaMemcpy and cudaMemset return at once;
+ * a copy from the host of up to STAGE_BYTES is staged (in pinned memory
+ * there) and returns at once, a larger one from pageable memory waits for
+ * every earlier work first (kernels/cuda/backend.cu). */
+#define STAGE_BYTES ((size_t)1 << 20)
+
 static tl_status legacy_copy(void* dst, const void* src, size_t bytes, bool from_host) {
-  if (from_host) TL_CHECK(run_all());
+  if (from_host && bytes > STAGE_BYTES) TL_CHECK(run_all());
   struct item* it = new_item(LEGACY, run_copy, sizeof(struct copy_args));
   if (!it) return enqueue(NULL);
   struct copy_args* a = (struct copy_args*)(void*)it->args;

@@ -13,10 +13,11 @@
  *   - ops->synchronize runs the queue up to the stream's last item
  *     (cudaStreamSynchronize; the legacy stream's items before it too);
  *   - a copy to the host runs all of it first (cudaMemcpy to pageable
- *     memory waits for every blocking stream), and so do a copy from the
- *     host (before it stages the source) and a free (cudaFree);
- *   - a device-to-device copy and zeroing are queued on the legacy stream
- *     (cudaMemcpy's and cudaMemset's own behaviour);
+ *     memory waits for every blocking stream), and so do a free (cudaFree)
+ *     and a copy from the host of more than 1 MiB (from pageable memory);
+ *   - a device-to-device copy, zeroing and a smaller copy from the host
+ *     (its source staged, as the CUDA backend stages it in pinned memory)
+ *     are queued on the legacy stream;
  *   - an operation of a mesh group (NCCL's ordering, core/group_emul.h, on
  *     the same memory) runs the items issued before it first — what the
  *     CUDA groups' event on the legacy stream makes NCCL's stream wait for

@@ -23,8 +23,11 @@ struct Gpu {
   ~Gpu() { tl_backend_destroy(be); }
 };
 
+// A zeroed device buffer, its zeros written (they are queued too).
 float* Buffer(tl_buffer** b, int n) {
   EXPECT_EQ(tl_buffer_create(tl_cuda(0), sizeof(float) * n, b), TL_OK) << tl_last_error();
+  float first;
+  EXPECT_EQ(tl_memcpy(tl_cpu(), &first, tl_cuda(0), (*b)->data, sizeof first), TL_OK);
   return static_cast<float*>((*b)->data);
 }
 
@@ -145,6 +148,33 @@ TEST(Emul, CopiesAndZerosAreQueuedOnTheLegacyStream) {
   EXPECT_EQ(y[1], 0.0f);
   tl_buffer_destroy(bx);
   tl_buffer_destroy(by);
+}
+
+// A small copy from the host is staged and queued (pinned memory on a GPU):
+// the host may change its source at once; a large one waits for the queue
+// first, as cudaMemcpy from pageable memory does.
+TEST(Emul, ACopyFromTheHostIsStagedAndQueued) {
+  Gpu g;
+  tl_buffer* bx;
+  float* x = Buffer(&bx, 4);
+  std::vector<float> src = {1, 2, 3, 4};
+  ASSERT_EQ(tl_memcpy(tl_cuda(0), x, tl_cpu(), src.data(), sizeof(float) * 4), TL_OK);
+  EXPECT_EQ(tl_emul_queued(), 1);
+  src[3] = 99;
+  EXPECT_EQ(x[3], 0.0f);
+  ASSERT_EQ(g.be->ops->scale_forward(g.be->ctx, x, x, 2.0f, 4), TL_OK);
+  ASSERT_EQ(g.be->ops->synchronize(g.be->ctx), TL_OK);
+  EXPECT_EQ(x[3], 8.0f);
+  tl_buffer_destroy(bx);
+  const size_t big = (size_t)1 << 19;  // floats: 2 MiB
+  tl_buffer* bb;
+  float* b = Buffer(&bb, (int)big);
+  std::vector<float> host(big, 1.0f);
+  ASSERT_EQ(g.be->ops->scale_forward(g.be->ctx, b, b, 2.0f, (int64_t)big), TL_OK);
+  ASSERT_EQ(tl_memcpy(tl_cuda(0), b, tl_cpu(), host.data(), sizeof(float) * big), TL_OK);
+  EXPECT_EQ(tl_emul_queued(), 1);  // the kernel ran first; the copy is queued
+  ASSERT_EQ(g.be->ops->synchronize(g.be->ctx), TL_OK);
+  tl_buffer_destroy(bb);
 }
 
 // What a GPU group's operation waits for (core/group_emul.c calls these):
