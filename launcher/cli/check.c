@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/env.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "kernels/backend.h"
@@ -100,7 +101,9 @@ int tl_cli_check(int argc, char** argv) {
   int n_gpus = tl_cuda_device_count(&why);
   printf("trellis op self-check: %d op cases; cpu with %d thread%s; %s\n", tl_opcheck_count(),
          tl_cpu_num_threads(), tl_cpu_num_threads() == 1 ? "" : "s",
-         n_gpus > 0 ? "CUDA devices found" : "no CUDA");
+         n_gpus == 0              ? "no CUDA"
+         : tl_env()->emulate_cuda ? "emulated GPUs (TRELLIS_EMULATE=cuda: the CPU kernels queued)"
+                                  : "CUDA devices found");
   printf("%-8s %-28s %-9s %-20s %-20s %s\n", "device", "case", "against", "forward err / tol",
          "gradient err / tol", "result");
 
