@@ -25,6 +25,8 @@ packages=(
   fortunes
   # used by the scripts and tests
   git gawk procps
+  # emulated nodes for tests/cluster (ip netns, tc: tools/cluster.sh)
+  iproute2
 )
 
 missing=()

@@ -465,6 +465,5 @@ int tl_cli_plan_calibrate(int argc, char** argv, const char* out, int ranks,
     tl_group_broadcast(w.world, &code, 1, TL_I32, 0, NULL);
     rc = code;
   }
-  tl_worker_finalize(&w);
-  return rc;
+  return tl_worker_end(&w, rc);
 }

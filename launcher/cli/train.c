@@ -603,7 +603,7 @@ static int finish(struct run* r, int rc) {
       fprintf(stderr, "trellis train: rank %d: %s\n", r->w.rank, tl_cli_error());
       if (rc == 0) rc = 1;
     }
-    tl_worker_finalize(&r->w);
+    rc = tl_worker_end(&r->w, rc);
   }
   return rc;
 }

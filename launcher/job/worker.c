@@ -233,6 +233,25 @@ void tl_worker_finalize(struct tl_worker* w) {
   memset(w, 0, sizeof *w);
 }
 
+/* UCX_TLS naming TCP: MPI_Finalize may hang (worker.h). */
+static bool finalize_may_hang(void) {
+  const char* tls = getenv("UCX_TLS");
+  return tls && strstr(tls, "tcp") != NULL;
+}
+
+int tl_worker_end(struct tl_worker* w, int rc) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (w->started_mpi && !finalized && w->world_size > 1 && finalize_may_hang()) {
+    destroy_groups(w);
+    MPI_Barrier(MPI_COMM_WORLD);
+    fflush(NULL);
+    _exit(rc);
+  }
+  tl_worker_finalize(w);
+  return rc;
+}
+
 void tl_worker_fail(const char* msg) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);

@@ -71,6 +71,17 @@ void tl_worker_node_groups_destroy(struct tl_node_groups* g);
  * Collective: every rank calls it at the end of a successful run. */
 void tl_worker_finalize(struct tl_worker* w);
 
+/* The end of a rank that exits with status `rc` next: tl_worker_finalize,
+ * and returns rc — except where MPI_Finalize is known to hang: a job of
+ * several ranks whose MPI moves bytes over UCX's TCP transport (UCX_TLS
+ * names tcp: jobs across hosts without InfiniBand, the emulated nodes of
+ * tools/cluster.sh). There MPICH 4.0.2 over UCX 1.13 (Debian's) hangs in
+ * MPI_Finalize in about one job of three, a rank polling a TCP endpoint
+ * that nobody answers; so the ranks meet in a barrier (every message of
+ * the job has then been delivered), flush their output and _exit(rc),
+ * which hydra takes as the job's end. Never returns in that case. */
+int tl_worker_end(struct tl_worker* w, int rc);
+
 /* Prints "rank R of N failed: msg" (through the error log) and ends the
  * whole job: when MPI is running it waits 0.3 s for the message to pass
  * through the launcher, then MPI_Abort; else exit(1). Never returns. */
