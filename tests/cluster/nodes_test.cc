@@ -27,12 +27,16 @@ std::string TmpDir() {
   return d ? d : "/tmp";
 }
 
-// Why emulated nodes cannot be made here, or "" when they can.
+// Why emulated nodes cannot be made here, or "" when they can: a network
+// namespace made, entered and removed (a chroot without /sys, say, makes
+// one but cannot enter it).
 std::string NoNamespaces() {
   if (geteuid() != 0) return "emulated nodes need root (ip netns, tc): not root here";
   RunResult r = RunProcess({"ip", "netns", "add", "tlprobe_ns"}, {}, 30, true);
   if (r.status != 0) return "emulated nodes need network namespaces: ip netns add: " + r.output;
+  RunResult e = RunProcess({"ip", "netns", "exec", "tlprobe_ns", "true"}, {}, 30, true);
   RunProcess({"ip", "netns", "delete", "tlprobe_ns"}, {}, 30, true);
+  if (e.status != 0) return "emulated nodes need network namespaces: ip netns exec: " + e.output;
   return "";
 }
 
