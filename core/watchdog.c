@@ -18,6 +18,7 @@ static char g_group[32], g_op[32];
 static _Atomic size_t g_bytes;
 static _Atomic int64_t g_timeout_ns;
 static int g_rank;
+static char g_host[64] = "?"; /* this process's host, for the message */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void* watch(void* arg) {
@@ -34,11 +35,11 @@ static void* watch(void* arg) {
     if (waited < timeout + stagger) continue;
     char msg[512];
     int n = snprintf(msg, sizeof msg,
-                     "[trellis %d E] rank %d: %s of %zu bytes on group '%s' has not finished "
-                     "after %.0f s (parallel.timeout_s = %g): a rank of the group is not "
-                     "answering, or the ranks wait on each other; ending the job\n",
-                     g_rank, g_rank, g_op, atomic_load(&g_bytes), g_group, (double)waited * 1e-9,
-                     (double)timeout * 1e-9);
+                     "[trellis %d E] rank %d on %s: %s of %zu bytes on group '%s' has not "
+                     "finished after %.0f s (parallel.timeout_s = %g): a rank of the group is "
+                     "not answering, or the ranks wait on each other; ending the job\n",
+                     g_rank, g_rank, g_host, g_op, atomic_load(&g_bytes), g_group,
+                     (double)waited * 1e-9, (double)timeout * 1e-9);
     ssize_t ignored = write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
     (void)ignored;
     _exit(124);
@@ -59,6 +60,8 @@ static void start(void) {
 
 tl_status tl_watchdog_start(double timeout_s, int rank) {
   g_rank = rank;
+  if (gethostname(g_host, sizeof g_host) != 0) snprintf(g_host, sizeof g_host, "?");
+  g_host[sizeof g_host - 1] = '\0';
   atomic_store(&g_timeout_ns, timeout_s > 0 ? (int64_t)(timeout_s * 1e9) : 0);
   if (timeout_s <= 0) return TL_OK;
   pthread_once(&g_once, start);

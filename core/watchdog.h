@@ -5,8 +5,8 @@
  * receive for ever. The process groups (group.h) note each operation this
  * process waits in (its group, operation and bytes, and since when); a
  * thread started here looks every 100 ms, and when one has waited longer
- * than the timeout it prints the rank, group, operation and bytes that are
- * stuck and ends the process, which ends the job (the launcher stops the
+ * than the timeout it prints the rank, its host, the group, operation and
+ * bytes that are stuck and ends the process, which ends the job (the launcher stops the
  * other ranks when one exits). Rank r waits 0.2 s x min(r, 16) more, so
  * that of ranks stuck on each other (a deadlock) the lowest speaks, once.
  *
