@@ -31,12 +31,16 @@ std::string TmpDir() {
 // one but cannot enter it).
 std::string NoNamespaces() {
   if (geteuid() != 0) return "emulated nodes need root (ip netns, tc): not root here";
+  // `ip netns add` mounts /run/netns the first time; where entering fails
+  // (a chroot), that mount is this probe's to take back
+  const bool mounted = RunProcess({"mountpoint", "-q", "/run/netns"}, {}, 30, true).status == 0;
   RunResult r = RunProcess({"ip", "netns", "add", "tlprobe_ns"}, {}, 30, true);
   if (r.status != 0) return "emulated nodes need network namespaces: ip netns add: " + r.output;
   RunResult e = RunProcess({"ip", "netns", "exec", "tlprobe_ns", "true"}, {}, 30, true);
   RunProcess({"ip", "netns", "delete", "tlprobe_ns"}, {}, 30, true);
-  if (e.status != 0) return "emulated nodes need network namespaces: ip netns exec: " + e.output;
-  return "";
+  if (e.status == 0) return "";
+  if (!mounted) RunProcess({"umount", "/run/netns"}, {}, 30, true);
+  return "emulated nodes need network namespaces: ip netns exec: " + e.output;
 }
 
 // The job's and the probe's nodes: a prefix of their own, so that runs of
