@@ -137,7 +137,8 @@ struct tl_data_config {
   char train[TL_PATH_MAX]; /* llm.c token file; required for training */
   char val[TL_PATH_MAX];   /* optional */
   /* "" = samples print as token ids (as bytes when the vocabulary is 256),
-   * else llm.c's GPT-2 tokenizer file, which decodes them to text */
+   * else a Hugging Face tokenizer.json or llm.c's GPT-2 tokenizer file,
+   * which decodes them to text */
   char tokenizer[TL_PATH_MAX];
 };
 

@@ -17,6 +17,7 @@ packages=(
   mpich libmpich-dev
   libjansson-dev
   libxxhash-dev
+  libpcre2-dev
   libopenblas-openmp-dev
   libgtest-dev googletest
   # a one-node Slurm for tests/launcher:slurm_test (started by the test)

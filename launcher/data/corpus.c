@@ -23,8 +23,8 @@ static int is_fortune_file(const char* dir, const char* name) {
   return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-tl_status tl_corpus_build(const char* train_path, const char* val_path, int64_t* n_train,
-                          int64_t* n_val) {
+tl_status tl_corpus_text(char** text_out, size_t* len_out, size_t* split_out) {
+  *text_out = NULL, *len_out = 0, *split_out = 0;
   DIR* d = opendir(TL_CORPUS_DIR);
   if (!d)
     return TL_ERRF(TL_ERR_IO,
@@ -72,15 +72,26 @@ tl_status tl_corpus_build(const char* train_path, const char* val_path, int64_t*
   if (st == TL_OK && len < 4096)
     st = TL_ERRF(TL_ERR_IO, "%s holds only %zu bytes of text; is 'fortunes' installed?",
                  TL_CORPUS_DIR, len);
-  uint16_t* tokens = NULL;
-  if (st == TL_OK) st = tl__bytes_to_tokens(text, len, &tokens);
-  if (st == TL_OK) {
-    size_t split = len * 9 / 10;
-    while (split < len && text[split - 1] != '\n') split++;
-    st = tl_tokens_write(train_path, tokens, (int64_t)split);
-    if (st == TL_OK) st = tl_tokens_write(val_path, tokens + split, (int64_t)(len - split));
-    if (st == TL_OK) *n_train = (int64_t)split, *n_val = (int64_t)(len - split);
+  if (st != TL_OK) {
+    free(text);
+    return st;
   }
+  size_t split = len * 9 / 10;
+  while (split < len && text[split - 1] != '\n') split++;
+  *text_out = text, *len_out = len, *split_out = split;
+  return TL_OK;
+}
+
+tl_status tl_corpus_build(const char* train_path, const char* val_path, int64_t* n_train,
+                          int64_t* n_val) {
+  char* text;
+  size_t len, split;
+  TL_CHECK(tl_corpus_text(&text, &len, &split));
+  uint16_t* tokens = NULL;
+  tl_status st = tl__bytes_to_tokens(text, len, &tokens);
+  if (st == TL_OK) st = tl_tokens_write(train_path, tokens, (int64_t)split);
+  if (st == TL_OK) st = tl_tokens_write(val_path, tokens + split, (int64_t)(len - split));
+  if (st == TL_OK) *n_train = (int64_t)split, *n_val = (int64_t)(len - split);
   free(tokens);
   free(text);
   return st;

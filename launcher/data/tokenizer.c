@@ -7,11 +7,51 @@
 #include <string.h>
 
 #include "core/atomic_file.h"
+#include "launcher/data/hf_tokenizer.h"
+
+/* Every id's bytes from a tokenizer.json. */
+static tl_status open_json(const char* path, tl_tokenizer* out) {
+  tl_hf_tokenizer* t;
+  TL_CHECK(tl_hf_tokenizer_create(path, &t));
+  const int64_t n = tl_hf_tokenizer_vocab(t);
+  size_t bytes = 0, len;
+  for (int64_t id = 0; id < n; id++)
+    if (tl_hf_tokenizer_bytes(t, id, &len)) bytes += len;
+  out->vocab = (int)n;
+  out->offset = malloc(sizeof(int64_t) * ((size_t)n + 1));
+  out->bytes = malloc(bytes + 1);
+  if (!out->offset || !out->bytes) {
+    tl_hf_tokenizer_destroy(t);
+    tl_tokenizer_close(out);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory reading '%s'", path);
+  }
+  int64_t at = 0;
+  for (int64_t id = 0; id < n; id++) {
+    out->offset[id] = at;
+    const char* s = tl_hf_tokenizer_bytes(t, id, &len);
+    if (!s) continue; /* an id that names no token decodes to nothing */
+    memcpy(out->bytes + at, s, len);
+    at += (int64_t)len;
+  }
+  out->offset[n] = at;
+  out->eot = (int)tl_hf_tokenizer_added(t, "<|endoftext|>");
+  if (out->eot < 0) out->eot = (int)tl_hf_tokenizer_added(t, "<|end_of_text|>");
+  tl_hf_tokenizer_destroy(t);
+  return TL_OK;
+}
 
 tl_status tl_tokenizer_open(const char* path, tl_tokenizer* out) {
   memset(out, 0, sizeof *out);
   FILE* f = fopen(path, "rb");
   if (!f) return TL_ERRF(TL_ERR_IO, "cannot open tokenizer '%s': %s", path, strerror(errno));
+  int c;
+  while ((c = fgetc(f)) == ' ' || c == '\n' || c == '\t' || c == '\r') {
+  }
+  if (c == '{') { /* Hugging Face's tokenizer.json */
+    fclose(f);
+    return open_json(path, out);
+  }
+  rewind(f);
   uint32_t h[256];
   tl_status st = TL_OK;
   if (fread(h, sizeof h, 1, f) != 1 && ferror(f)) /* a directory: EISDIR */

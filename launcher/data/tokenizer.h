@@ -1,4 +1,6 @@
-/* tokenizer.h — llm.c's GPT-2 tokenizer file, for decoding tokens to text.
+/* tokenizer.h — decoding tokens to text: llm.c's GPT-2 tokenizer file, or a
+ * Hugging Face tokenizer.json (hf_tokenizer.h; a file whose first character
+ * is '{').
  *
  * File (llm.c's gpt2_tokenizer.bin): 256 uint32 (magic 20240328, version 1
  * or 2, vocabulary size, and with version 2 the end-of-text token), then
