@@ -18,17 +18,22 @@ packages=(
   libjansson-dev
   libxxhash-dev
   libpcre2-dev
+  # TensorBoard event files: protobuf-c (runtime and protoc-c), CRC32C
+  libprotobuf-c-dev protobuf-c-compiler libisal-dev
   libopenblas-openmp-dev
   libgtest-dev googletest
   # a one-node Slurm for tests/launcher:slurm_test (started by the test)
   slurmctld slurmd slurm-client munge
   # the default training corpus (English text, see README)
   fortunes
-  # used by the scripts and tests
-  git gawk procps
+  # used by the scripts and tests (python3-venv: TensorBoard's reader below)
+  git gawk procps python3 python3-venv
   # emulated nodes for tests/cluster (ip netns, tc: tools/cluster.sh)
   iproute2
 )
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -39,14 +44,23 @@ done
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then
+  if [ -n "$sudo" ]; then
     command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
-    sudo=sudo
   fi
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# TensorBoard's own event-file reader, for tests/launcher:tensorboard_test
+# (Debian packages no TensorBoard): a virtual environment of its own, so
+# nothing of the system's Python changes.
+venv=/opt/trellis/venv
+if ! "$venv/bin/python3" -c "import tensorboard" 2>/dev/null; then
+  echo "setup: installing TensorBoard's reader into $venv (pip)" >&2
+  $sudo mkdir -p "$(dirname "$venv")"
+  $sudo /usr/bin/python3 -m venv "$venv"
+  $sudo "$venv/bin/pip" install -q --disable-pip-version-check tensorboard==2.21.0 >&2
 fi
 
 # OpenBLAS's OpenMP build must be the one we link (third_party/openblas.BUILD).

@@ -29,6 +29,9 @@ int tl_cli_writable(const char* cmd, const char* flag, const char* path);
 /* The same for a directory to write files into: an existing directory that
  * takes files, or a name whose parent directory does (it is created). */
 int tl_cli_writable_dir(const char* cmd, const char* flag, const char* path);
+/* The same for a directory the command makes with the ones above it where
+ * missing (mkdir -p): the nearest one that exists must take them. */
+int tl_cli_makeable_dir(const char* cmd, const char* flag, const char* path);
 
 /* `trellis plan --calibrate OUT [--device cpu|cuda]`: argv is the whole
  * command line (it may start the job's ranks). */

@@ -64,3 +64,37 @@ int tl_cli_writable_dir(const char* cmd, const char* flag, const char* path) {
   for (size_t n = strlen(trimmed); n > 1 && trimmed[n - 1] == '/'; n--) trimmed[n - 1] = '\0';
   return tl_cli_writable(cmd, flag, trimmed);
 }
+
+int tl_cli_makeable_dir(const char* cmd, const char* flag, const char* path) {
+  struct stat st;
+  if (path[0] == '\0' || stat(path, &st) == 0) return tl_cli_writable_dir(cmd, flag, path);
+  /* the nearest directory above it that exists must take the new ones */
+  char up[TL_PATH_MAX];
+  if (snprintf(up, sizeof up, "%s", path) >= (int)sizeof up) {
+    fprintf(stderr, "%s: %s: the path is longer than %d characters\n", cmd, flag, TL_PATH_MAX - 1);
+    return 2;
+  }
+  for (;;) {
+    size_t n = strlen(up);
+    while (n > 1 && up[n - 1] == '/') up[--n] = '\0';
+    char* slash = strrchr(up, '/');
+    if (!slash)
+      snprintf(up, sizeof up, ".");
+    else if (slash == up)
+      up[1] = '\0';
+    else
+      *slash = '\0';
+    if (stat(up, &st) == 0) break;
+    if (errno != ENOENT) break; /* said below */
+  }
+  const char* why = NULL;
+  if (stat(up, &st) != 0)
+    why = strerror(errno);
+  else if (!S_ISDIR(st.st_mode))
+    why = "not a directory";
+  else if (access(up, W_OK | X_OK) != 0)
+    why = strerror(errno);
+  if (!why) return 0;
+  fprintf(stderr, "%s: %s '%s': cannot make it: '%s': %s\n", cmd, flag, path, up, why);
+  return 2;
+}

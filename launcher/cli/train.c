@@ -9,6 +9,8 @@
  *
  *   --metrics FILE  the same as JSON lines, through FILE.partial renamed
  *                   to FILE when the run ends
+ *   --tensorboard DIR  the same as a TensorBoard event file in DIR, flushed
+ *                   each step (train_record.h)
  *   --trace FILE    a Chrome trace (Perfetto, chrome://tracing) of every
  *                   rank's forward, backward, send, receive and all-reduce
  *   --verify        rank 0 runs the same config on one device beside the
@@ -35,6 +37,7 @@
 #include "kernels/cpu/cpu.h"
 #include "launcher/cli/cli.h"
 #include "launcher/cli/train_price.h"
+#include "launcher/cli/train_record.h"
 #include "launcher/data/tokenizer.h"
 #include "launcher/job/spawn.h"
 #include "launcher/job/stop.h"
@@ -59,8 +62,8 @@ static const char* m_kind_class(const tl_model* m) {
 
 static void usage(FILE* f) {
   fprintf(f,
-          "usage: trellis train CONFIG.json [--steps N] [--metrics FILE] [--trace FILE]\n"
-          "                     [--verify] [--export PATH] [--cluster SPEC.json]\n"
+          "usage: trellis train CONFIG.json [--steps N] [--metrics FILE] [--tensorboard DIR]\n"
+          "                     [--trace FILE] [--verify] [--export PATH] [--cluster SPEC.json]\n"
           "                     [--hosts H1,H2 | --hostfile FILE]\n"
           "\n"
           "Trains the model the config describes (docs/config.md) on mesh.dp x mesh.tp x\n"
@@ -68,6 +71,10 @@ static void usage(FILE* f) {
           "  --steps N        stop after step N (train.steps still sets the learning-rate\n"
           "                   schedule, so a run stopped and resumed is the whole run)\n"
           "  --metrics FILE   one JSON object per step\n"
+          "  --tensorboard DIR  a TensorBoard event file in DIR (made if missing): loss,\n"
+          "                   validation loss, learning rate, gradient norm, tokens/s,\n"
+          "                   step time, peak bytes (the fullest rank), pipeline and\n"
+          "                   data-parallel waits per step, flushed as it goes\n"
           "  --trace FILE     Chrome trace of every rank's work per micro-batch\n"
           "  --verify         check every step against the same config on one device\n"
           "                   (rank 0 runs it beside the mesh; README: the equality oracle)\n"
@@ -83,7 +90,7 @@ static void usage(FILE* f) {
 }
 
 struct options {
-  const char *config, *metrics, *trace, *export_path, *cluster;
+  const char *config, *metrics, *tensorboard, *trace, *export_path, *cluster;
   long steps;
   int verify;
 };
@@ -94,12 +101,11 @@ struct run {
   struct tl_worker w;
   int have_worker;
   tl_trainer* t;
-  FILE* metrics;
-  char metrics_partial[TL_PATH_MAX + 16];
+  struct tl_train_record rec; /* rank 0: --metrics and --tensorboard */
   FILE* trace;
   char trace_path[TL_PATH_MAX + 32];
   tl_verify* verify;            /* --verify: the single-device run beside this one */
-  int64_t* peaks;               /* per rank, with --metrics */
+  int64_t* peaks;               /* per rank, with --metrics or --tensorboard */
   int stopped;                  /* the signal the job stopped on (job/stop.h), or 0 */
   char saved[TL_PATH_MAX + 32]; /* the last checkpoint written */
   tl_status last;               /* the failing call's status, where fail() needs it */
@@ -276,17 +282,16 @@ static void describe(const struct run* r) {
   printf("device: %s, %d CPU thread%s per rank; lr %g\n",
          c->device.type == TL_DEVICE_CUDA ? "cuda" : "cpu", tl_cpu_num_threads(),
          tl_cpu_num_threads() == 1 ? "" : "s", c->train.lr);
+  if (r->rec.tb) printf("tensorboard: %s\n", tl_tensorboard_path(r->rec.tb));
   if (r->priced) tl_train_price_print(&r->price, stdout);
   fflush(stdout);
 }
 
 /* The options that take a value, and the value's name for the usage
  * (--hosts and --hostfile: the launcher's, job/spawn.h). */
-static const char* const kValued[][2] = {{"--steps", "N"},
-                                         {"--metrics", "FILE"},
-                                         {"--trace", "FILE"},
-                                         {"--export", "FILE"},
-                                         {"--cluster", "SPEC.json"}};
+static const char* const kValued[][2] = {{"--steps", "N"},         {"--metrics", "FILE"},
+                                         {"--tensorboard", "DIR"}, {"--trace", "FILE"},
+                                         {"--export", "FILE"},     {"--cluster", "SPEC.json"}};
 
 static int parse(int argc, char** argv, struct options* o) {
   memset(o, 0, sizeof *o);
@@ -304,6 +309,8 @@ static int parse(int argc, char** argv, struct options* o) {
       }
     } else if (strcmp(argv[i], "--metrics") == 0 && i + 1 < argc) {
       o->metrics = argv[++i];
+    } else if (strcmp(argv[i], "--tensorboard") == 0 && i + 1 < argc) {
+      o->tensorboard = argv[++i];
     } else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc) {
       o->trace = argv[++i];
     } else if (strcmp(argv[i], "--verify") == 0) {
@@ -333,6 +340,8 @@ static int parse(int argc, char** argv, struct options* o) {
     usage(stderr);
     return 2;
   }
+  if (o->tensorboard && tl_cli_makeable_dir("trellis train", "--tensorboard", o->tensorboard))
+    return 2;
   if (o->export_path && (tl_export_is_llmc(o->export_path)
                              ? tl_cli_writable("trellis train", "--export", o->export_path)
                              : tl_cli_writable_dir("trellis train", "--export", o->export_path)))
@@ -452,24 +461,9 @@ static tl_status gather_peaks(struct run* r) {
   return tl_group_all_gather(r->w.world, mine, r->peaks, 4 * (size_t)r->w.world_size, TL_I32, NULL);
 }
 
-/* {"rank0": N, "rank1": N, ...}: element `which` of each rank's pair */
-static void print_peaks(FILE* f, const int64_t* peaks, int n, int which) {
-  fputc('{', f);
-  for (int k = 0; k < n; k++)
-    fprintf(f, "%s\"rank%d\": %lld", k ? ", " : "", k, (long long)peaks[2 * k + which]);
-  fputc('}', f);
-}
-
 /* The step the run stops after: --steps, else train.steps. */
 static int64_t stop_step(const struct run* r) {
   return r->opt.steps > 0 ? r->opt.steps : r->cfg.train.steps;
-}
-
-/* A JSON number, or null where it is not finite (JSON has no NaN). */
-static const char* json_number(double x, const char* fmt, char* buf) {
-  if (!isfinite(x)) return "null";
-  snprintf(buf, 32, fmt, x);
-  return buf;
 }
 
 static int train_loop(struct run* r) {
@@ -521,35 +515,20 @@ static int train_loop(struct run* r) {
              st.skipped ? " | skipped: not finite (train.skip_nonfinite)" : "");
       fflush(stdout);
     }
-    if (r->opt.metrics) { /* every rank takes part in gathering the peaks */
+    if (r->opt.metrics || r->opt.tensorboard) { /* every rank takes part in gathering */
       if (gather_peaks(r) != TL_OK) return fail(r, "metrics");
-      if (r->metrics) {
-        char num[2][32];
-        fprintf(r->metrics,
-                "{\"step\": %lld, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %s, \"ms\": "
-                "%.3f, \"tokens_per_s\": %.1f, \"wait_ms\": %.3f, \"dp_buckets\": %d, "
-                "\"dp_buckets_early\": %d, \"dp_wait_ms\": %.3f, \"skipped\": %lld, "
-                "\"peak_bytes\": ",
-                (long long)st.step, json_number(st.loss, "%.6f", num[0]), st.lr,
-                json_number(st.grad_norm, "%.6g", num[1]), st.seconds * 1e3, tokens / st.seconds,
-                st.bubble_seconds * 1e3, st.dp_buckets, st.dp_buckets_early,
-                st.dp_wait_seconds * 1e3, (long long)skipped);
-        print_peaks(r->metrics, r->peaks, r->have_worker ? r->w.world_size : 1, 0);
-        fputs(", \"live_bytes\": ", r->metrics);
-        print_peaks(r->metrics, r->peaks, r->have_worker ? r->w.world_size : 1, 1);
-        fputs("}\n", r->metrics);
-      }
+      if (rank0(r) &&
+          (r->last = tl_train_record_step(&r->rec, &st, tokens, skipped, r->peaks,
+                                          r->have_worker ? r->w.world_size : 1)) != TL_OK)
+        return fail(r, "");
     }
     int last = st.step == stop;
     if (tc->val_every > 0 && r->cfg.data.val[0] && (st.step % tc->val_every == 0 || last)) {
       double val;
       if (tl_trainer_eval(r->t, &val) != TL_OK) return fail(r, "validation");
       if (rank0(r)) printf("step %lld: validation loss %.4f\n", (long long)st.step, val);
-      if (r->metrics) {
-        char num[32];
-        fprintf(r->metrics, "{\"step\": %lld, \"val_loss\": %s}\n", (long long)st.step,
-                json_number(val, "%.6f", num));
-      }
+      if (rank0(r) && (r->last = tl_train_record_val(&r->rec, st.step, val)) != TL_OK)
+        return fail(r, "");
     }
     if (r->cfg.checkpoint.every > 0 && st.step % r->cfg.checkpoint.every == 0 && !last &&
         save_checkpoint(r) != 0)
@@ -571,7 +550,7 @@ static int train_loop(struct run* r) {
   if (r->opt.cluster && taken > 0) { /* every rank takes part in gathering the peaks */
     if (gather_peaks(r) != TL_OK) return fail(r, "--cluster");
     if (rank0(r))
-      tl_train_price_report(&r->price, stdout, r->metrics, tl_trainer_steps_done(r->t), times,
+      tl_train_price_report(&r->price, stdout, r->rec.metrics, tl_trainer_steps_done(r->t), times,
                             waits, timed, r->peaks, r->have_worker ? r->w.world_size : 1,
                             r->verify);
   }
@@ -585,12 +564,7 @@ static int train_loop(struct run* r) {
 }
 
 static int finish(struct run* r, int rc) {
-  if (r->metrics) {
-    fclose(r->metrics);
-    if (rename(r->metrics_partial, r->opt.metrics) != 0)
-      fprintf(stderr, "trellis train: cannot rename '%s': %s\n", r->metrics_partial,
-              strerror(errno));
-  }
+  tl_train_record_close(&r->rec);
   if (r->trace) fclose(r->trace);
   tl_trainer_destroy(r->t);
   tl_verify_destroy(r->verify);
@@ -698,19 +672,15 @@ int tl_cli_train(int argc, char** argv) {
       return finish(&r, fail(&r, what));
     r.priced = 1;
   }
-  if (r.opt.metrics || r.opt.cluster) {
+  if (r.opt.metrics || r.opt.tensorboard || r.opt.cluster) {
     r.peaks = calloc(2 * (r.have_worker ? (size_t)r.w.world_size : 1), sizeof(int64_t));
     if (!r.peaks) return finish(&r, fail(&r, "out of memory"));
   }
-  if (rank0(&r) && r.opt.metrics) {
-    snprintf(r.metrics_partial, sizeof r.metrics_partial, "%s.partial", r.opt.metrics);
-    if (!(r.metrics = fopen(r.metrics_partial, "w"))) {
-      /* through fail(): the other ranks are already in the job and would
-       * otherwise wait for rank 0 in their first collective */
-      TL_ERRF(TL_ERR_IO, "--metrics: cannot write '%s': %s", r.metrics_partial, strerror(errno));
-      return finish(&r, fail(&r, ""));
-    }
-  }
+  /* through fail(): the other ranks are already in the job and would
+   * otherwise wait for rank 0 in their first collective */
+  if (rank0(&r) &&
+      (r.last = tl_train_record_open(&r.rec, r.opt.metrics, r.opt.tensorboard)) != TL_OK)
+    return finish(&r, fail(&r, ""));
   if (r.opt.trace) {
     snprintf(r.trace_path, sizeof r.trace_path, "%s.rank%d", r.opt.trace,
              r.have_worker ? r.w.rank : 0);
