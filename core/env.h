@@ -1,7 +1,7 @@
 /* env.h — the environment variables trellis reads, each read once.
  *
  * Every knob is one row of TL_ENV_MAP (name, default, documentation), so the
- * list that `trellis env` prints and README.md documents is the list the code
+ * list that `trellis env` prints and docs/operations.md documents is the list the code
  * reads. Values are parsed on first use and then fixed for the process; a
  * value that does not parse is reported by tl_env_status() and the default is
  * kept, so library code can always call tl_env(). */
@@ -43,7 +43,7 @@ extern "C" {
     "micro_batch_dropped, dp_scaled_twice, tied_sync_skipped, tp_allreduce_skipped, "            \
     "sp_sync_skipped, pp_grad_misrouted, update_repeated, zero_shard_offset, "                   \
     "zero_gather_skipped, nan_at_step_2, rank_stops, pp_one_stream, copies_unordered or "        \
-    "collectives_unordered (README: the equality oracle)")
+    "collectives_unordered (docs/equality.md)")
 
 typedef enum { TL_LOG_ERROR = 0, TL_LOG_WARN, TL_LOG_INFO, TL_LOG_DEBUG } tl_log_level;
 typedef enum { TL_MPI_WAIT_AUTO = 0, TL_MPI_WAIT_SPIN, TL_MPI_WAIT_YIELD } tl_mpi_wait;

@@ -77,7 +77,7 @@ static void usage(FILE* f) {
           "                   data-parallel waits per step, flushed as it goes\n"
           "  --trace FILE     Chrome trace of every rank's work per micro-batch\n"
           "  --verify         check every step against the same config on one device\n"
-          "                   (rank 0 runs it beside the mesh; README: the equality oracle)\n"
+          "                   (rank 0 runs it beside the mesh; docs/equality.md)\n"
           "  --export PATH    after training, the weights: PATH ending in .bin an llm.c\n"
           "                   model file (GPT), else a Hugging Face directory (config.json\n"
           "                   and safetensors, for transformers' GPT2LMHeadModel or\n"
@@ -364,7 +364,7 @@ static int print_verify(const struct run* r) {
   }
   printf(
       "verify: %d step%s checked against the same config on one device, each step started "
-      "from the mesh's state (README: the equality oracle)\n",
+      "from the mesh's state (docs/equality.md)\n",
       v->steps, v->steps == 1 ? "" : "s");
   printf("verify:   start       %s\n",
          v->start.value == 0 ? "parameters equal bit for bit" : "parameters DIFFER");

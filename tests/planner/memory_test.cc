@@ -487,7 +487,7 @@ TEST(PlannerMemory, EachZeroStageHoldsLessThanTheOneBeforeWithDefaultSettings) {
 // embedding's gradient (and with ZeRO-3 its parameter) stays whole on every
 // rank, a third of GPT-2's parameters; and ZeRO-3, whose two unit slots,
 // staging and bucket buffers (each about a block) hold 15-35% beyond 16/d
-// here (README: data parallelism).
+// here (docs/parallelism.md: ZeRO).
 TEST(PlannerMemory, ModelStateWithinTheZeroFormulas) {
   const int d = WorldSize();
   if (d != 2 && d != 4)
