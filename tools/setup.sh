@@ -17,7 +17,8 @@ packages=(
   mpich libmpich-dev
   libjansson-dev
   libxxhash-dev
-  libpcre2-dev
+  # tokenizer.json: split patterns (PCRE2), Unicode normalization (utf8proc)
+  libpcre2-dev libutf8proc-dev
   # TensorBoard event files: protobuf-c (runtime and protoc-c), CRC32C
   libprotobuf-c-dev protobuf-c-compiler libisal-dev
   libopenblas-openmp-dev

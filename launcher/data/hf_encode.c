@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 #include <xxhash.h>
 
 #include "launcher/data/hf_tokenizer_impl.h"
@@ -365,20 +366,51 @@ static size_t find_added(const tl_hf_tokenizer* t, int normalized, const char* s
 
 /* 1a. The text, split at the added tokens: those not normalized first, then
  * the normalized ones in what is left (tokenizers' two passes). */
+/* The normalizer's steps over s[0 .. n): *out (malloc'd, the caller's) of
+ * *len bytes, or NULL with no steps. */
+static tl_status normalize(const encoder* e, const char* s, size_t n, char** out, size_t* len) {
+  *out = NULL, *len = n;
+  const tl_hf_tokenizer* t = e->t;
+  for (int k = 0; k < t->n_norm; k++) {
+    utf8proc_uint8_t* dst = NULL;
+    const utf8proc_ssize_t m =
+        utf8proc_map((const utf8proc_uint8_t*)(*out ? *out : s), (utf8proc_ssize_t)*len, &dst,
+                     (utf8proc_option_t)t->norm[k]);
+    free(*out);
+    *out = NULL;
+    if (m < 0)
+      return TL_ERRF(m == UTF8PROC_ERROR_NOMEM ? TL_ERR_NOMEM : TL_ERR_FORMAT,
+                     "tokenizer '%s': the normalizer failed on the text: %s", t->path,
+                     utf8proc_errmsg(m));
+    *out = (char*)dst, *len = (size_t)m;
+  }
+  return TL_OK;
+}
+
+/* 1a. The text, split at the added tokens: those not normalized first, on
+ * the text as it is; then each stretch between them normalized and the
+ * normalized ones matched in it (tokenizers' two passes). */
 static tl_status walk(encoder* e, const char* s, size_t n) {
   const tl_hf_tokenizer* t = e->t;
   for (size_t pos = 0; pos < n;) {
     const tl__hf_added* a = NULL;
     const size_t at = find_added(t, 0, s + pos, n - pos, &a) + pos;
-    for (size_t p = pos; p < at;) { /* the normalized ones, inside */
+    char* norm = NULL;
+    size_t len = at - pos;
+    TL_CHECK(normalize(e, s + pos, at - pos, &norm, &len));
+    const char* seg = norm ? norm : s + pos;
+    tl_status st = TL_OK;
+    for (size_t p = 0; p < len && st == TL_OK;) { /* the normalized ones, inside */
       const tl__hf_added* b = NULL;
-      const size_t bt = find_added(t, 1, s + p, at - p, &b) + p;
-      TL_CHECK(pre_tokenize(e, s + p, bt - p));
-      e->done = bt;
-      if (bt == at) break;
-      TL_CHECK(add_token(e, b->id));
+      const size_t bt = find_added(t, 1, seg + p, len - p, &b) + p;
+      st = pre_tokenize(e, seg + p, bt - p);
+      if (st != TL_OK || bt == len) break;
+      st = add_token(e, b->id);
       p = bt + b->len;
     }
+    free(norm);
+    TL_CHECK(st);
+    e->done = at;
     if (at == n) break;
     TL_CHECK(add_token(e, a->id));
     pos = at + a->len;

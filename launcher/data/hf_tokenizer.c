@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 #include <xxhash.h>
 
 #include "launcher/data/hf_tokenizer_impl.h"
@@ -85,11 +86,14 @@ static int is_null(const json_t* v) {
 /* 1. The model: vocab and merges. */
 static tl_status read_model(tl_hf_tokenizer* t, const json_t* model, int64_t max_added) {
   if (!json_is_object(model)) return bad(t, TL_ERR_FORMAT, "model is missing or not an object");
+  /* GPT-2's published file has no type: tokenizers takes a model with
+   * merges for a BPE */
   const json_t* type = json_object_get(model, "type");
-  if (!json_is_string(type))
-    return bad(t, TL_ERR_FORMAT, "model.type is missing; expected \"BPE\"");
-  if (strcmp(json_string_value(type), "BPE") != 0)
-    return unsupported(t, "model.type", json_string_value(type));
+  if (!type && !json_is_array(json_object_get(model, "merges")))
+    return bad(t, TL_ERR_FORMAT, "model.type is missing and model has no merges; expected a BPE");
+  if (type && (!json_is_string(type) || strcmp(json_string_value(type), "BPE") != 0))
+    return unsupported(t, "model.type",
+                       json_is_string(type) ? json_string_value(type) : "(not a string)");
   const json_t* dropout = json_object_get(model, "dropout");
   if (!is_null(dropout) && !(json_is_number(dropout) && json_number_value(dropout) == 0.0))
     return unsupported(t, "model.dropout", "(a random encoding)");
@@ -235,6 +239,46 @@ static tl_status read_model(tl_hf_tokenizer* t, const json_t* model, int64_t max
   }
   free(both);
   return st;
+}
+
+/* Unicode normalization forms, as utf8proc_map's options. */
+static int norm_options(const char* type) {
+  if (strcmp(type, "NFC") == 0) return UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+  if (strcmp(type, "NFD") == 0) return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
+  if (strcmp(type, "NFKC") == 0) return UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+  if (strcmp(type, "NFKD") == 0) return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+  return 0;
+}
+
+/* The normalizer: none, a Unicode normalization form (utf8proc), or a
+ * Sequence of them. */
+static tl_status read_normalizer(tl_hf_tokenizer* t, const json_t* norm) {
+  if (is_null(norm)) return TL_OK;
+  const json_t* steps[4] = {norm};
+  int n = 1;
+  const char* type = json_string_value(json_object_get(norm, "type"));
+  if (type && strcmp(type, "Sequence") == 0) {
+    const json_t* list = json_object_get(norm, "normalizers");
+    n = (int)json_array_size(list);
+    if (n > 4) return unsupported(t, "normalizer", "(a Sequence of more than 4 steps)");
+    for (int i = 0; i < n; i++) steps[i] = json_array_get(list, (size_t)i);
+  }
+  for (int i = 0; i < n; i++) {
+    const char* ty = json_string_value(json_object_get(steps[i], "type"));
+    char field[64];
+    if (steps[i] == norm)
+      snprintf(field, sizeof field, "normalizer.type");
+    else
+      snprintf(field, sizeof field, "normalizer.normalizers[%d].type", i);
+    const int opt = ty ? norm_options(ty) : 0;
+    if (!opt) {
+      char v[96];
+      snprintf(v, sizeof v, "%s (NFC, NFD, NFKC and NFKD are)", ty ? ty : "(missing)");
+      return unsupported(t, field, v);
+    }
+    t->norm[t->n_norm++] = opt;
+  }
+  return TL_OK;
 }
 
 /* 2. Added tokens: content, id and how they match. */
@@ -569,11 +613,7 @@ tl_status tl_hf_tokenizer_create(const char* path, tl_hf_tokenizer** out) {
     for (int i = 0; i < 2 && st == TL_OK; i++)
       if (!is_null(json_object_get(root, top[i])))
         st = unsupported(t, top[i], "(set; a token file holds every token of the text)");
-    const json_t* norm = json_object_get(root, "normalizer");
-    if (st == TL_OK && !is_null(norm)) {
-      const char* ty = json_string_value(json_object_get(norm, "type"));
-      st = unsupported(t, "normalizer.type", ty ? ty : "(missing)");
-    }
+    if (st == TL_OK) st = read_normalizer(t, json_object_get(root, "normalizer"));
     int64_t max_added = -1;
     if (st == TL_OK) st = read_added(t, json_object_get(root, "added_tokens"), &max_added);
     if (st == TL_OK) st = read_model(t, json_object_get(root, "model"), max_added);

@@ -7,9 +7,10 @@
  * by pair in the order of the merge list. trellis reads the file as Hugging
  * Face's `tokenizers` library writes it and encodes id for id as that
  * library does (tests/golden/tokenizer_test):
- * - model: "BPE" — vocab, merges ("a b" strings or [a, b] pairs),
- *   ignore_merges; dropout, byte_fallback, word prefixes/suffixes refused;
- * - normalizer: none (any other is refused by name);
+ * - model: "BPE" (or no type, with merges: GPT-2's file) — vocab, merges ("a b" strings or [a, b]
+ * pairs), ignore_merges; dropout, byte_fallback, word prefixes/suffixes refused;
+ * - normalizer: none, or the Unicode normalization forms NFC, NFD, NFKC and
+ *   NFKD (utf8proc), alone or in a Sequence (Qwen2's NFC, say);
  * - pre_tokenizer: ByteLevel with its own regex, or Split (a regex or a
  *   string, behavior Isolated) before a ByteLevel without one, either alone
  *   or in a Sequence; add_prefix_space honoured;

@@ -46,6 +46,11 @@ struct tl_hf_tokenizer {
   uint64_t pair_mask;
 
   int32_t byte_id[256]; /* the model token of each byte's letter */
+
+  /* The normalizer: utf8proc_map's options of each step (NFC, NFD, NFKC,
+   * NFKD), applied in order; none with n_norm 0. */
+  int norm[4];
+  int n_norm;
   int ignore_merges;
 
   /* Pre-tokenizer: pieces are what `split` matches and the text between

@@ -14,6 +14,10 @@ reads it) and writes, under tests/golden/tokenizers/:
                 tokens, and a post-processor that puts <|begin_of_text|> in
                 front (Sequence of ByteLevel and TemplateProcessing); merges
                 as pairs (what this library writes today)
+  qwen2.json    Qwen2's layout: an NFC normalizer, a Split pre-tokenizer
+                with Qwen2's regex (digits one by one) then ByteLevel, ChatML
+                special tokens, and "café" added as a normalized (not
+                special) token, which the normalized text matches
   cases.json    for each tokenizer, each text of TEXTS below: the ids of
                 tokenizer.encode(text) (special tokens added, as
                 `trellis data` does for a whole file) and
@@ -34,13 +38,17 @@ import os
 import sys
 import time
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers, processors, trainers)
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizers")
 FORTUNES = "/usr/share/games/fortunes"
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 TEXTS = [
     "",
@@ -59,6 +67,10 @@ TEXTS = [
     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|> and <|notatoken|>",
     "<|endoftext|>",
     "A fortune: You will be married within a year, and divorced within two.\n",
+    # where normalization changes the text: a combining accent, the ohm and
+    # angstrom signs, Hangul jamo, a ligature and full-width digits (NFKC's)
+    "cafe\u0301 and café, \u2126 ohm, \u212b, \u1112\u1161\u11ab, \ufb01ne, \uff11\uff12",
+    "<|im_start|>user\nde\u0301ja\u0300 vu<|im_end|>",
 ]
 
 
@@ -110,6 +122,20 @@ def llama3_style(text):
                                       pair="<|begin_of_text|> $A <|begin_of_text|> $B",
                                       special_tokens=[("<|begin_of_text|>", bos)]),
     ])
+    return tok
+
+
+def qwen2_style(text):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok = train(tok, text, 1300, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tok.add_tokens([AddedToken("café", normalized=True, special=False)])
     return tok
 
 
@@ -171,12 +197,13 @@ def main():
     os.makedirs(HERE, exist_ok=True)
     text = corpus_text()
     cases = {}
-    for name, make, strings in (("gpt2", gpt2_style, True), ("llama3", llama3_style, False)):
+    for name, make, strings in (("gpt2", gpt2_style, True), ("llama3", llama3_style, False),
+                                ("qwen2", qwen2_style, False)):
         path = os.path.join(HERE, name + ".json")
         make(text).save(path)
         if strings:
             merges_as_strings(path)
-        else:
+        elif name == "llama3":
             whole_word_token(path, " Ærøskøbing")
         tok = Tokenizer.from_file(path)
         out = []
