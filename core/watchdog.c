@@ -2,6 +2,7 @@
 #include "core/watchdog.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,7 +19,8 @@ static char g_group[32], g_op[32];
 static _Atomic size_t g_bytes;
 static _Atomic int64_t g_timeout_ns;
 static int g_rank;
-static char g_host[64] = "?"; /* this process's host, for the message */
+static atomic_int g_notify_pid, g_notify_sig; /* tl_watchdog_notify */
+static char g_host[64] = "?";                 /* this process's host, for the message */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void* watch(void* arg) {
@@ -42,6 +44,8 @@ static void* watch(void* arg) {
                      (double)waited * 1e-9, (double)timeout * 1e-9);
     ssize_t ignored = write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
     (void)ignored;
+    const int pid = atomic_load(&g_notify_pid);
+    if (pid > 0) kill((pid_t)pid, atomic_load(&g_notify_sig));
     _exit(124);
   }
   return NULL;
@@ -56,6 +60,11 @@ static void start(void) {
   pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
   g_started = pthread_create(&th, &a, watch, NULL) == 0;
   pthread_attr_destroy(&a);
+}
+
+void tl_watchdog_notify(int pid, int sig) {
+  atomic_store(&g_notify_sig, sig);
+  atomic_store(&g_notify_pid, pid);
 }
 
 tl_status tl_watchdog_start(double timeout_s, int rank) {

@@ -30,6 +30,11 @@ extern "C" {
  * watching. */
 tl_status tl_watchdog_start(double timeout_s, int rank);
 
+/* When the watchdog ends this process it first sends `sig` to process
+ * `pid` (the job's launcher on this host, which then makes sure the whole
+ * job ends: launcher/job/spawn.h). pid <= 0: nobody. */
+void tl_watchdog_notify(int pid, int sig);
+
 /* What this process now waits in (group.c calls these around every
  * blocking operation and every wait); names are static strings. */
 void tl_watchdog_enter(const char* group, const char* op, size_t bytes);

@@ -49,6 +49,12 @@ up() {
   [ "$n" -ge 1 ] 2>/dev/null || die "up: N must be a positive number of nodes, not '$n'"
   [ "$n" -le 200 ] || die "up: at most 200 nodes ($n asked)"
   [ "$(id -u)" -eq 0 ] || die "up: emulated nodes need root (ip netns, tc)"
+  # nodes of this prefix left by a run that was killed (SIGKILL skips the
+  # traps that take them down) go first
+  if ip link show "$bridge" >/dev/null 2>&1 || ip netns list 2>/dev/null | grep -q "^${prefix}[0-9]"; then
+    echo "cluster.sh: removing nodes left by an earlier run ($prefix*)" >&2
+    down
+  fi
   # a step that fails (a bad RATE, a name taken) leaves nothing half made
   trap down EXIT
   ip link add "$bridge" type bridge 2>/dev/null || die "up: cannot create bridge $bridge (exists, or no network namespaces here)"

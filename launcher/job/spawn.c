@@ -192,6 +192,8 @@ tl_status tl_launch_command(int argc, char** argv, int world_size, const char* s
 }
 
 static volatile sig_atomic_t g_child = 0, g_own_group = 0, g_second = 0;
+static volatile sig_atomic_t g_rank_ended = 0; /* a rank ended the job (TL_LAUNCH_RANK_ENDED) */
+static struct timespec g_rank_ended_at;
 static struct timespec g_first_at; /* when the first signal was passed on */
 static volatile sig_atomic_t g_forwarded = 0;
 
@@ -217,14 +219,56 @@ static void forward(int sig, siginfo_t* info, void* ctx) {
   if (g_child > 0) kill((pid_t)g_child, sig);
 }
 
+static void rank_ended(int sig) {
+  (void)sig;
+  if (!g_rank_ended) clock_gettime(CLOCK_MONOTONIC, &g_rank_ended_at), g_rank_ended = 1;
+}
+
+static double seconds_since(const struct timespec* t) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)(now.tv_sec - t->tv_sec) + (double)(now.tv_nsec - t->tv_nsec) * 1e-9;
+}
+
+int tl_launch_notify_target(void) {
+  const char* v = getenv("TRELLIS_LAUNCHER");
+  int pid = 0;
+  char host[256], mine[256] = "";
+  if (!v || sscanf(v, "%d %255s", &pid, host) != 2 || pid <= 1) return 0;
+  if (gethostname(mine, sizeof mine - 1) != 0 || strcmp(host, mine) != 0) return 0;
+  /* the same program: not a process that took a dead launcher's pid */
+  char path[64], theirs[64] = "", ours[64] = "";
+  snprintf(path, sizeof path, "/proc/%d/comm", pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return 0;
+  const int got = fgets(theirs, sizeof theirs, f) != NULL;
+  fclose(f);
+  f = fopen("/proc/self/comm", "r");
+  if (!f) return 0;
+  const int got2 = fgets(ours, sizeof ours, f) != NULL;
+  fclose(f);
+  return got && got2 && strcmp(theirs, ours) == 0 ? pid : 0;
+}
+
 /* Runs cmd, waits; the child's exit status, or -1 with errno_out set when
- * it could not be started (exec's errno comes back through a pipe). */
+ * it could not be started (exec's errno comes back through a pipe). A
+ * launcher still running TL_LAUNCH_GRACE_S after a rank said it ended the
+ * job is stopped (spawn.h). */
 static int run(char** cmd, int* errno_out) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return *errno_out = errno, -1;
   fflush(NULL);
   const bool own_group = strcmp(cmd[0], "mpiexec") == 0;
   const pid_t parent = getpid();
+  char launcher[300], host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  snprintf(launcher, sizeof launcher, "%d %s", (int)parent, host);
+  g_rank_ended = 0;
+  struct sigaction ended, old_ended;
+  memset(&ended, 0, sizeof ended);
+  ended.sa_handler = rank_ended;
+  sigemptyset(&ended.sa_mask);
+  sigaction(TL_LAUNCH_RANK_ENDED, &ended, &old_ended);
   pid_t pid = fork();
   if (pid < 0) {
     *errno_out = errno;
@@ -234,6 +278,8 @@ static int run(char** cmd, int* errno_out) {
   }
   if (pid == 0) {
     setenv("TRELLIS_SPAWNED", "1", 1);
+    setenv("TRELLIS_LAUNCHER", launcher, 1);
+    signal(TL_LAUNCH_RANK_ENDED, SIG_DFL);
     if (own_group) {
       /* a group of its own, which dies with this process (whoever kills
        * trellis's group kills the job), and reads no terminal (a
@@ -268,12 +314,44 @@ static int run(char** cmd, int* errno_out) {
   g_own_group = own_group;
   g_child = pid;
   for (int i = 0; i < 4; i++) sigaction(sigs[i], &sa, &old[i]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  int status = 0, stopped = 0;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) break;
+    if (g_rank_ended && seconds_since(&g_rank_ended_at) > TL_LAUNCH_GRACE_S) {
+      fprintf(stderr,
+              "trellis: a rank ended the job (its message is above), but %s has not ended %d s "
+              "later: a node it started ranks on is not answering (a link down, say); stopping "
+              "it here — what it started on other nodes may be left running there\n",
+              cmd[0], TL_LAUNCH_GRACE_S);
+      kill(own_group ? -pid : pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      stopped = 1;
+      break;
+    }
+    struct timespec nap = {0, 100 * 1000 * 1000};
+    nanosleep(&nap, NULL);
   }
   for (int i = 0; i < 4; i++) sigaction(sigs[i], &old[i], NULL);
+  sigaction(TL_LAUNCH_RANK_ENDED, &old_ended, NULL);
   g_child = 0;
+  if (stopped) return 124;
   if (got == (ssize_t)sizeof e) return *errno_out = e, -1;
+  /* hydra's own failure (255), not a rank's: it lost a proxy — a node
+   * whose processes died, or one it could not reach — and says so only in
+   * its internals' terms */
+  if (own_group && !g_rank_ended && !g_forwarded && WIFEXITED(status) &&
+      WEXITSTATUS(status) == 255) {
+    const char* hosts = NULL;
+    for (char** p = cmd; *p && p[1]; p++)
+      if (strcmp(*p, "-hosts") == 0 || strcmp(*p, "-f") == 0) hosts = p[1];
+    fprintf(stderr,
+            "trellis: mpiexec ended with status 255 and no rank ended the job: it lost a node it "
+            "started ranks on (the node or its processes gone) or could not reach one; hosts: "
+            "%s\n",
+            hosts ? hosts : "this one");
+  }
   if (g_second && WIFEXITED(status) && WEXITSTATUS(status) == 0) return 128 + g_second;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);

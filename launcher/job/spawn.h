@@ -24,6 +24,7 @@
 #ifndef TL_LAUNCHER_SPAWN_H
 #define TL_LAUNCHER_SPAWN_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include "core/status.h"
@@ -56,7 +57,23 @@ void tl_launch_command_free(char** cmd);
  * `self`), forwards SIGINT/SIGTERM/SIGHUP to it, waits, sets *exit_status
  * to the job's exit status (128 + N when killed by signal N) and returns 1.
  * When the job cannot start, says why on stderr and returns 1 with
- * *exit_status 2 (bad launcher options) or 127 (launcher not runnable). */
+ * *exit_status 2 (bad launcher options) or 127 (launcher not runnable).
+ *
+ * A job that cannot end: a rank that ends the job (its watchdog, a failure)
+ * expects the launcher to stop the others, but a launcher that cannot
+ * reach a node (its link down) waits for it for ever. The copies learn
+ * this process's pid and host (TRELLIS_LAUNCHER="PID HOST"); a rank on
+ * the same host that ends the job sends it TL_LAUNCH_RANK_ENDED first
+ * (tl_launch_notify_target), and when the launcher is still running
+ * TL_LAUNCH_GRACE_S later this process stops it (SIGKILL to its group),
+ * says so — what it started on other nodes may be left there — and the
+ * job's status is 124. */
+#define TL_LAUNCH_RANK_ENDED SIGUSR2
+#define TL_LAUNCH_GRACE_S 10
+
+/* The pid of the launching `trellis` on this host, from TRELLIS_LAUNCHER,
+ * or 0 where it is on another host, gone, or not trellis. */
+int tl_launch_notify_target(void);
 int tl_launch_maybe_spawn(int argc, char** argv, int world_size, int* exit_status);
 
 #ifdef __cplusplus

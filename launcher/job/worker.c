@@ -5,6 +5,7 @@
 #include "launcher/job/worker.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "core/log.h"
 #include "core/watchdog.h"
 #include "kernels/backend.h"
+#include "launcher/job/spawn.h"
 
 /* This rank's place on its node, and the node's name: the lowest world
  * rank on it. */
@@ -160,8 +162,11 @@ tl_status tl_worker_init(const struct tl_config* cfg, struct tl_worker* out) {
         w.groups[a] = w.host_groups[a];
   }
 
-  /* a peer that stops answering ends the job, naming what waits */
+  /* a peer that stops answering ends the job, naming what waits; the
+   * launcher on this host hears of it, in case it cannot end the job
+   * (spawn.h) */
   if (w.world_size > 1) TL_CHECK_GOTO(tl_watchdog_start(cfg->parallel.timeout_s, w.rank), st, fail);
+  tl_watchdog_notify(tl_launch_notify_target(), TL_LAUNCH_RANK_ENDED);
 
   char dev[16], host[MPI_MAX_PROCESSOR_NAME] = "?";
   int host_len = 0;
@@ -273,6 +278,8 @@ void tl_worker_fail(const char* msg) {
      * message a moment to get out first. */
     struct timespec pause = {0, 300 * 1000 * 1000};
     nanosleep(&pause, NULL);
+    const int launcher = tl_launch_notify_target();
+    if (launcher > 0) kill(launcher, TL_LAUNCH_RANK_ENDED);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   exit(1);
@@ -288,6 +295,8 @@ void tl_worker_fail_quietly(void) {
     /* the reporting rank prints, pauses 0.3 s and aborts the job */
     struct timespec pause = {3, 0};
     nanosleep(&pause, NULL);
+    const int launcher = tl_launch_notify_target();
+    if (launcher > 0) kill(launcher, TL_LAUNCH_RANK_ENDED);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   exit(1);
