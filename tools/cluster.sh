@@ -18,6 +18,10 @@
 #                               the nodes, down — also when CMD fails or
 #                               is interrupted; exits with CMD's status
 #   cluster.sh env              the variables `run` sets (for use by hand)
+#   cluster.sh mount-cgroups    (run inside a node) mounts the host's cgroup
+#                               filesystems again: entering a node gives it
+#                               a sysfs of its own without them, and slurmd
+#                               will not start without them
 #
 # Nodes are named ${TL_CLUSTER_PREFIX:-tlnode}0..N-1 at 10.77.0.10+i/24.
 # Why a command that enters the node and not sshd in each: hydra's rsh
@@ -102,6 +106,16 @@ enter() {
   exec ip netns exec "$host" unshare --uts sh -c "hostname $host && $*"
 }
 
+mount_cgroups() {
+  # as the host (PID 1) has them, in its order: a tmpfs, then each hierarchy
+  local src dir type opts
+  awk '$2 ~ "^/sys/fs/cgroup" { print $1, $2, $3, $4 }' /proc/1/mounts |
+    while read -r src dir type opts; do
+      mkdir -p "$dir" 2>/dev/null || true
+      mount -t "$type" -o "$opts" "$src" "$dir" || die "mount-cgroups: cannot mount $type at $dir"
+    done
+}
+
 env_vars() {
   echo "HYDRA_LAUNCHER=rsh HYDRA_LAUNCHER_EXEC=$(dirname "$self")/cluster-enter UCX_TLS=tcp,self"
 }
@@ -131,8 +145,9 @@ case "${1:-}" in
   enter) shift; enter "$@" ;;
   run) shift; run "$@" ;;
   env) env_vars ;;
+  mount-cgroups) mount_cgroups ;;
   *)
-    sed -n '2,22p' "$self" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,26p' "$self" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
