@@ -116,7 +116,14 @@ int tl_cli_data(int argc, char** argv) {
     }
   }
   if (threads < 1) threads = 1;
-  if ((corpus && (n_pos || wide)) || (!corpus && n_pos != 2)) {
+  if (corpus && (n_pos || wide)) {
+    fprintf(stderr,
+            "trellis data: --corpus DIR takes %s; the default corpus is written in the "
+            "format its vocabulary needs\n",
+            n_pos ? "no TEXT or OUT.bin" : "no --uint32");
+    return 2;
+  }
+  if (!corpus && n_pos != 2) {
     usage(stderr);
     return 2;
   }

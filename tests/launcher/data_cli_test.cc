@@ -154,6 +154,30 @@ TEST(DataCli, BadInputIsRefusedWithOneMessageAndNothingWritten) {
   }
 }
 
+// The default corpus with a tokenizer: both files, each a whole text with
+// the post-processor's <|begin_of_text|> in front, every id in the
+// vocabulary, about 2.6 bytes a token (byte-level would be 1).
+TEST(DataCli, TheDefaultCorpusWithATokenizer) {
+  const std::string dir = WriteTempFile("", ".dir") + "_corpus";
+  RunResult r =
+      RunProcess({kTrellis, "data", "--corpus", dir, "--tokenizer", kDir + "llama3.json"}, {}, 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  int64_t total = 0;
+  for (const char* f : {"/fortunes_train.bin", "/fortunes_val.bin"}) {
+    int32_t magic;
+    const std::vector<uint32_t> ids = ReadTokens(dir + f, &magic);
+    ASSERT_GT(ids.size(), 1000u) << f;
+    EXPECT_EQ(magic, 20240520) << f;
+    EXPECT_EQ(ids[0], 0u) << f << ": <|begin_of_text|> first";
+    for (uint32_t id : ids) ASSERT_LT(id, 1501u) << f;
+    total += (int64_t)ids.size();
+  }
+  EXPECT_LT(total, 2546242 / 2) << "no better than bytes";
+  r = RunProcess({kTrellis, "data", "--corpus", dir, "--uint32"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--corpus DIR takes no --uint32"), std::string::npos) << r.output;
+}
+
 // Trained on a file the tokenizer wrote, the run's sample is text decoded
 // by the same tokenizer.json (data.tokenizer), not ids.
 TEST(DataCli, ARunDecodesItsSampleWithTheTokenizerJson) {
