@@ -8,6 +8,16 @@
 #include "core/config.h"
 #include "launcher/cli/cli.h"
 
+/* Why `dir` cannot take new files (not there, not a directory, no write
+ * access), or NULL when it can. */
+static const char* takes_files(const char* dir) {
+  struct stat st;
+  if (stat(dir, &st) != 0) return strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return "not a directory";
+  if (access(dir, W_OK | X_OK) != 0) return strerror(errno);
+  return NULL;
+}
+
 int tl_cli_writable(const char* cmd, const char* flag, const char* path) {
   struct stat st;
   /* the path itself: a file to replace, not a directory */
@@ -32,13 +42,7 @@ int tl_cli_writable(const char* cmd, const char* flag, const char* path) {
     snprintf(dir, sizeof dir, ".");
   else
     snprintf(dir, sizeof dir, "%.*s", (int)n, path);
-  const char* why = NULL;
-  if (stat(dir, &st) != 0)
-    why = strerror(errno);
-  else if (!S_ISDIR(st.st_mode))
-    why = "not a directory";
-  else if (access(dir, W_OK | X_OK) != 0)
-    why = strerror(errno);
+  const char* why = takes_files(dir);
   if (!why) return 0;
   fprintf(stderr, "%s: %s %s: cannot write into '%s': %s\n", cmd, flag, path, dir, why);
   return 2;
@@ -87,13 +91,7 @@ int tl_cli_makeable_dir(const char* cmd, const char* flag, const char* path) {
     if (stat(up, &st) == 0) break;
     if (errno != ENOENT) break; /* said below */
   }
-  const char* why = NULL;
-  if (stat(up, &st) != 0)
-    why = strerror(errno);
-  else if (!S_ISDIR(st.st_mode))
-    why = "not a directory";
-  else if (access(up, W_OK | X_OK) != 0)
-    why = strerror(errno);
+  const char* why = takes_files(up);
   if (!why) return 0;
   fprintf(stderr, "%s: %s '%s': cannot make it: '%s': %s\n", cmd, flag, path, up, why);
   return 2;
