@@ -27,8 +27,17 @@
 # Why a command that enters the node and not sshd in each: hydra's rsh
 # launcher runs `LAUNCHER_EXEC HOST COMMAND`, which is all a remote start
 # is; an sshd per node would add keys and daemons to clean up and test
-# nothing of trellis. UCX moves MPI's bytes over TCP (UCX_TLS=tcp,self):
-# its shared-memory transports see one machine and would bypass the link.
+# nothing of trellis.
+# A node is also an IPC namespace and a share of the machine's cores of its
+# own (what is entered into it runs under taskset on them): UCX moves MPI's
+# bytes inside a node through shared memory and between nodes over TCP
+# (UCX_TLS=sm,tcp,self) — UCX 1.13's shared-memory addresses carry the IPC
+# namespace, so ranks of two nodes cannot reach each other that way and
+# their bytes take the link (without the IPC namespace they bypass it: an
+# all-reduce between nodes measured 2.05e9 bytes/s at `1gbit`, with it
+# 4.6e7); and a node's ranks see only its cores, so ranks that outnumber
+# them yield their core while they wait (core/group_mpi.c), as on a real
+# node, instead of spinning on cores another node's ranks compute on.
 set -euo pipefail
 
 prefix=${TL_CLUSTER_PREFIX:-tlnode}
@@ -41,6 +50,33 @@ die() {
 }
 
 node() { echo "${prefix}$1"; }
+
+# The cores each of $1 nodes computes on (a taskset list, a line each):
+# the cores `up` may use (its Cpus_allowed_list) dealt out, each node its
+# own share, or one core each, taken in turn, where the nodes outnumber
+# them. Written at `up` into /run/trellis-cluster/NODE.cpus, which `enter` reads:
+# hydra calls `enter` from inside node 0, held to node 0's cores.
+deal_cpus() {
+  local n=$1 i k per part a b c
+  local -a cpus=() list
+  for part in $(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status | tr ',' ' '); do
+    a=${part%-*} b=${part#*-}
+    for ((c = a; c <= b; c++)); do cpus+=("$c"); done
+  done
+  [ ${#cpus[@]} -ge 1 ] || cpus=(0)
+  per=$((${#cpus[@]} / n))
+  for ((i = 0; i < n; i++)); do
+    if [ "$per" -lt 1 ]; then
+      echo "${cpus[$((i % ${#cpus[@]}))]}"
+      continue
+    fi
+    list=()
+    for ((k = i * per; k < (i + 1) * per; k++)); do list+=("${cpus[$k]}"); done
+    (IFS=,; echo "${list[*]}")
+  done
+}
+
+node_cpus() { cat "/run/trellis-cluster/$1.cpus" 2>/dev/null || die "no cores recorded for node '$1' (cluster.sh up first)"; }
 
 hosts_file() {
   local n=$1 i
@@ -76,6 +112,8 @@ up() {
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 512kb latency 100ms
     mkdir -p "/etc/netns/$ns"
     hosts_file "$n" >"/etc/netns/$ns/hosts"
+    mkdir -p /run/trellis-cluster
+    deal_cpus "$n" | sed -n "$((i + 1))p" >"/run/trellis-cluster/$ns.cpus"
   done
   trap - EXIT
   echo "cluster.sh: $n node(s) up, links at $rate: $(node 0)..$(node $((n - 1)))" >&2
@@ -87,7 +125,7 @@ down() {
     # every process still in the node goes with it
     for pid in $(ip netns pids "$ns" 2>/dev/null || true); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
-    rm -rf "/etc/netns/$ns"
+    rm -rf "/etc/netns/$ns" "/run/trellis-cluster/$ns.cpus"
   done
   for i in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep "^${prefix}v[0-9]*$" || true); do
     ip link del "$i" 2>/dev/null || true
@@ -103,7 +141,8 @@ enter() {
   local host=${1:?cluster.sh enter HOST COMMAND}
   shift
   ip netns list | awk '{print $1}' | grep -qx "$host" || die "enter: no node '$host' (cluster.sh up first)"
-  exec ip netns exec "$host" unshare --uts sh -c "hostname $host && $*"
+  exec ip netns exec "$host" taskset -c "$(node_cpus "$host")" \
+    unshare --uts --ipc sh -c "hostname $host && $*"
 }
 
 mount_cgroups() {
@@ -117,7 +156,7 @@ mount_cgroups() {
 }
 
 env_vars() {
-  echo "HYDRA_LAUNCHER=rsh HYDRA_LAUNCHER_EXEC=$(dirname "$self")/cluster-enter UCX_TLS=tcp,self"
+  echo "HYDRA_LAUNCHER=rsh HYDRA_LAUNCHER_EXEC=$(dirname "$self")/cluster-enter UCX_TLS=sm,tcp,self"
 }
 
 run() {
@@ -133,7 +172,8 @@ run() {
   # in the background and waited for: bash runs a trap only between
   # commands, and `wait` is one a signal interrupts
   # shellcheck disable=SC2046
-  ip netns exec "$(node 0)" unshare --uts sh -c "hostname $(node 0) && exec \"\$@\"" sh \
+  ip netns exec "$(node 0)" taskset -c "$(node_cpus "$(node 0)")" \
+    unshare --uts --ipc sh -c "hostname $(node 0) && exec \"\$@\"" sh \
     env $(env_vars) "$@" &
   wait $! || status=$?
   return $status

@@ -380,8 +380,9 @@ class SlurmBase : public testing::Test {
   }
 
   // sbatch OPTS train.sbatch config.json ARGS in dir; the job's id. On
-  // emulated nodes MPI's bytes go over TCP (UCX held to it, as
-  // tools/cluster.sh does for hydra) and each rank says where it runs.
+  // emulated nodes MPI's bytes go through shared memory inside a node and
+  // over TCP between them (UCX held to those, as tools/cluster.sh does for
+  // hydra) and each rank says where it runs.
   static std::string Submit(const std::string& dir, const std::vector<std::string>& args,
                             const std::string& out, const std::vector<std::string>& opts = {}) {
     std::vector<std::string> argv = {"sbatch", "--parsable", "--chdir=" + dir,
@@ -392,8 +393,9 @@ class SlurmBase : public testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     std::map<std::string, std::string> env = {{"TRELLIS", Absolute(kTrellis)}};
     if (g_cluster->nodes)
-      env.insert(
-          {{"UCX_TLS", "tcp,self"}, {"TRELLIS_LOG_LEVEL", "debug"}, {"TRELLIS_LOG_RANKS", "all"}});
+      env.insert({{"UCX_TLS", "sm,tcp,self"},
+                  {"TRELLIS_LOG_LEVEL", "debug"},
+                  {"TRELLIS_LOG_RANKS", "all"}});
     RunResult r = RunProcess(g_cluster->Client(argv), env, 30, true);
     EXPECT_EQ(r.status, 0) << r.output;
     std::string id = r.output.substr(0, r.output.find_first_of(";\n"));
