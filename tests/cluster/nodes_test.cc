@@ -14,6 +14,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/cluster/namespaces.h"
 #include "tests/launcher/subprocess.h"
 
 namespace {
@@ -26,23 +27,6 @@ std::string TmpDir() {
   return d ? d : "/tmp";
 }
 
-// Why emulated nodes cannot be made here, or "" when they can: a network
-// namespace made, entered and removed (a chroot without /sys, say, makes
-// one but cannot enter it).
-std::string NoNamespaces() {
-  if (geteuid() != 0) return "emulated nodes need root (ip netns, tc): not root here";
-  // `ip netns add` mounts /run/netns the first time; where entering fails
-  // (a chroot), that mount is this probe's to take back
-  const bool mounted = RunProcess({"mountpoint", "-q", "/run/netns"}, {}, 30, true).status == 0;
-  RunResult r = RunProcess({"ip", "netns", "add", "tlprobe_ns"}, {}, 30, true);
-  if (r.status != 0) return "emulated nodes need network namespaces: ip netns add: " + r.output;
-  RunResult e = RunProcess({"ip", "netns", "exec", "tlprobe_ns", "true"}, {}, 30, true);
-  RunProcess({"ip", "netns", "delete", "tlprobe_ns"}, {}, 30, true);
-  if (e.status == 0) return "";
-  if (!mounted) RunProcess({"umount", "/run/netns"}, {}, 30, true);
-  return "emulated nodes need network namespaces: ip netns exec: " + e.output;
-}
-
 // The job's and the probe's nodes: a prefix of their own, so that runs of
 // other tests (or a crashed one's leftovers) do not collide.
 const char* kPrefix = "tlnt";
@@ -50,7 +34,7 @@ const char* kPrefix = "tlnt";
 }  // namespace
 
 TEST(Nodes, AJobAcrossTwoHostsIsTheSingleDeviceRun) {
-  const std::string why = NoNamespaces();
+  const std::string why = NoNamespaces("tlprobe_ns");
   if (!why.empty()) GTEST_SKIP() << why;
   const std::string cfg = TmpDir() + "/two_nodes.json", text = TmpDir() + "/text.txt",
                     tokens = TmpDir() + "/tokens.bin";
@@ -91,7 +75,7 @@ TEST(Nodes, AJobAcrossTwoHostsIsTheSingleDeviceRun) {
 // 1 over TCP arrive at about 1 Gbit/s (the loopback inside a host moves
 // tens of Gbit/s).
 TEST(Nodes, TheLinkBetweenNodesHasItsShapedRate) {
-  const std::string why = NoNamespaces();
+  const std::string why = NoNamespaces("tlprobe_ns");
   if (!why.empty()) GTEST_SKIP() << why;
   // the receiver in node 1 (entered as hydra enters it), the sender in node 0
   const std::string script = TmpDir() + "/probe.sh";
@@ -206,7 +190,7 @@ RunResult ResumeOnNodeZero(const std::string& mode, const std::string& last) {
 // more: which one is not known here); its last checkpoint is intact and the
 // job goes on from it on the node left.
 TEST(NodeFaults, AKilledNodeEndsTheJobAndItResumesOnTheNodeLeft) {
-  const std::string why = NoNamespaces();
+  const std::string why = NoNamespaces("tlprobe_ns");
   if (!why.empty()) GTEST_SKIP() << why;
   const int timeout_s = 10;
   const std::string ck = TmpDir() + "/ck_kill";
@@ -240,7 +224,7 @@ TEST(NodeFaults, AKilledNodeEndsTheJobAndItResumesOnTheNodeLeft) {
 // the rank, its host, the group and the operation stuck, and trellis stops
 // the mpiexec that cannot reach node 1; the job resumes as above.
 TEST(NodeFaults, ACutLinkEndsTheJobByTheWatchdogAndItResumesOnTheNodeLeft) {
-  const std::string why = NoNamespaces();
+  const std::string why = NoNamespaces("tlprobe_ns");
   if (!why.empty()) GTEST_SKIP() << why;
   const int timeout_s = 5;
   const std::string ck = TmpDir() + "/ck_cut";
