@@ -17,7 +17,9 @@
 #                               up, CMD in node 0 with hydra pointed at
 #                               the nodes, down — also when CMD fails or
 #                               is interrupted; exits with CMD's status
-#   cluster.sh env              the variables `run` sets (for use by hand)
+#   cluster.sh env              the variables `run` sets (for use by hand),
+#                               TRELLIS_MPI_WAIT=yield among them where
+#                               the nodes up outnumber the cores
 #   cluster.sh mount-cgroups    (run inside a node) mounts the host's cgroup
 #                               filesystems again: entering a node gives it
 #                               a sysfs of its own without them, and slurmd
@@ -156,7 +158,16 @@ mount_cgroups() {
 }
 
 env_vars() {
-  echo "HYDRA_LAUNCHER=rsh HYDRA_LAUNCHER_EXEC=$(dirname "$self")/cluster-enter UCX_TLS=sm,tcp,self"
+  local vars="HYDRA_LAUNCHER=rsh HYDRA_LAUNCHER_EXEC=$(dirname "$self")/cluster-enter UCX_TLS=sm,tcp,self"
+  # nodes that outnumber the cores share them, which no node can see from
+  # its own share: their ranks yield while they wait (core/group_mpi.c)
+  # rather than spin on a core another node's rank computes on
+  local n cores
+  n=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -c "^${prefix}[0-9]*$" || true)
+  cores=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status | tr ',' '\n' |
+    awk -F- '{ c += ($2 == "" ? 1 : $2 - $1 + 1) } END { print c + 0 }')
+  if [ "$n" -gt "$cores" ]; then vars="$vars TRELLIS_MPI_WAIT=yield"; fi
+  echo "$vars"
 }
 
 run() {
@@ -187,7 +198,7 @@ case "${1:-}" in
   env) env_vars ;;
   mount-cgroups) mount_cgroups ;;
   *)
-    sed -n '2,26p' "$self" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,28p' "$self" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

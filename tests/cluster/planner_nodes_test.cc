@@ -1,9 +1,9 @@
 // planner_nodes_test.cc — the planner on a cluster of emulated nodes: two
-// nodes of two ranks (tools/cluster.sh, a 1 Gbit/s link between them),
-// `trellis plan --calibrate` run across them (each link measured on its
-// own), then five meshes that put dp, pp or tp across the link trained with
-// `--cluster` on that spec, each run's priced step against its measured
-// median. Printed: the table, the worst error and the rank correlation.
+// nodes of two ranks, and four of one (tools/cluster.sh, 1 Gbit/s links
+// between them), `trellis plan --calibrate` run across them (each link
+// measured on its own), then five meshes that put dp, pp or tp across the
+// links trained with `--cluster` on that spec, each run's priced step
+// against its measured median. Printed: the table, the worst error and the rank correlation.
 // Checked: every mesh within kTolerance of its price. Alone on the machine
 // (it measures time), not under the sanitizers (they measure themselves);
 // skipped, saying why, where namespaces cannot be made.
@@ -27,7 +27,8 @@ const char* kCluster = "tools/cluster.sh";
 const char* kPrefix = "tlpn";  // nodes of this test's own
 
 // Measured here, on an otherwise idle machine, with the spec calibrated
-// moments before: every mesh within 30% (docs/clusters.md has the table).
+// moments before: every mesh within 33% on 2 nodes of 2 and 23% on 4 of 1
+// (docs/clusters.md has the tables).
 // A shared machine's neighbours move a 50-ms step by more than a machine
 // of its own does, so the bound is wider than the 25% the planner aims at;
 // on the emulation this guards against (nodes sharing every core, the ranks
@@ -41,20 +42,21 @@ std::string TmpDir() {
 
 struct Mesh {
   const char* name;
-  const char* mesh;  // the config's "mesh" object
-  const char* across;
+  const char* mesh;       // the config's "mesh" object
+  const char* across[2];  // what crosses a link on 2 nodes of 2, on 4 of 1
 };
 
-// Ranks 0-1 on node 0 and 2-3 on node 1; the order puts each axis across.
+// Ranks 0-1 on node 0 and 2-3 on node 1 (or each rank a node of its own);
+// the order puts each axis across.
 const Mesh kMeshes[] = {
-    {"dp2tp2", R"({"dp": 2, "tp": 2})", "dp"},
-    {"dp2pp2", R"({"dp": 2, "pp": 2})", "pp"},
-    {"dp2tp2_tpx", R"({"dp": 2, "tp": 2, "order": ["dp", "tp", "pp"]})", "tp"},
-    {"dp4", R"({"dp": 4})", "dp (and inside)"},
-    {"dp2pp2_dpx", R"({"dp": 2, "pp": 2, "order": ["pp", "dp", "tp"]})", "dp"},
+    {"dp2tp2", R"({"dp": 2, "tp": 2})", {"dp", "dp, tp"}},
+    {"dp2pp2", R"({"dp": 2, "pp": 2})", {"pp", "dp, pp"}},
+    {"dp2tp2_tpx", R"({"dp": 2, "tp": 2, "order": ["dp", "tp", "pp"]})", {"tp", "dp, tp"}},
+    {"dp4", R"({"dp": 4})", {"dp (and inside)", "dp"}},
+    {"dp2pp2_dpx", R"({"dp": 2, "pp": 2, "order": ["pp", "dp", "tp"]})", {"dp", "dp, pp"}},
 };
 
-// Spearman's rank correlation of two lists without ties.
+// Spearman's rank correlation (tied values share their mean rank).
 double Spearman(const std::vector<double>& a, const std::vector<double>& b) {
   const size_t n = a.size();
   auto ranks = [n](const std::vector<double>& v) {
@@ -62,20 +64,32 @@ double Spearman(const std::vector<double>& a, const std::vector<double>& b) {
     for (size_t i = 0; i < n; i++) idx[i] = i;
     std::sort(idx.begin(), idx.end(), [&v](size_t x, size_t y) { return v[x] < v[y]; });
     std::vector<double> r(n);
-    for (size_t i = 0; i < n; i++) r[idx[i]] = (double)i;
+    for (size_t i = 0; i < n;) {
+      size_t j = i;
+      while (j + 1 < n && v[idx[j + 1]] == v[idx[i]]) j++;
+      for (size_t k = i; k <= j; k++) r[idx[k]] = (double)(i + j) / 2;
+      i = j + 1;
+    }
     return r;
   };
+  // Pearson's correlation of the ranks
   std::vector<double> ra = ranks(a), rb = ranks(b);
-  double d2 = 0;
-  for (size_t i = 0; i < n; i++) d2 += (ra[i] - rb[i]) * (ra[i] - rb[i]);
-  return 1 - 6 * d2 / ((double)n * ((double)n * n - 1));
+  const double mean = (double)(n - 1) / 2;
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < n; i++) {
+    sab += (ra[i] - mean) * (rb[i] - mean);
+    saa += (ra[i] - mean) * (ra[i] - mean);
+    sbb += (rb[i] - mean) * (rb[i] - mean);
+  }
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0;
 }
 
-}  // namespace
-
-TEST(PlannerOnNodes, EachMeshRunsAsPricedOnTheCalibratedSpec) {
+// Calibrates `nodes` nodes of `per_node` ranks, then prices and runs every
+// mesh on them.
+void PriceOnNodes(int nodes, int per_node) {
   const std::string why = NoNamespaces("tlpn_probe");
   if (!why.empty()) GTEST_SKIP() << why;
+  const int layout = nodes == 2 ? 0 : 1;
   const std::string dir = TmpDir(), text = dir + "/pn_text.txt", tokens = dir + "/pn_tokens.bin",
                     spec = dir + "/pn_spec.json", script = dir + "/pn_run.sh";
   {
@@ -101,7 +115,10 @@ TEST(PlannerOnNodes, EachMeshRunsAsPricedOnTheCalibratedSpec) {
                        << tokens << R"("}})";
     configs += " " + cfg;
   }
-  const std::string hosts = std::string(kPrefix) + "0:2," + kPrefix + "1:2";
+  std::string hosts;
+  for (int i = 0; i < nodes; i++)
+    hosts +=
+        (i ? "," : "") + std::string(kPrefix) + std::to_string(i) + ":" + std::to_string(per_node);
   // in node 0, as a person there would: calibrate, then each mesh priced
   std::ofstream(script) << "set -e\n"
                            "spec=$1 hosts=$2; shift 2\n"
@@ -112,7 +129,8 @@ TEST(PlannerOnNodes, EachMeshRunsAsPricedOnTheCalibratedSpec) {
                            "  launcher/trellis train \"$cfg\" --hosts \"$hosts\" --cluster "
                            "\"$spec\" 2>&1 | grep '^priced on'\n"
                            "done\n";
-  std::vector<std::string> argv = {kCluster, "run", "2", "1gbit", "bash", script, spec, hosts};
+  std::vector<std::string> argv = {kCluster, "run", std::to_string(nodes), "1gbit", "bash", script,
+                                   spec,     hosts};
   for (const Mesh& m : kMeshes) argv.push_back(dir + "/pn_" + m.name + ".json");
   RunResult r = RunProcess(argv, {{"TL_CLUSTER_PREFIX", kPrefix}}, 600, true);
   ASSERT_FALSE(r.timed_out) << r.output;
@@ -140,12 +158,12 @@ TEST(PlannerOnNodes, EachMeshRunsAsPricedOnTheCalibratedSpec) {
     measured.push_back(median);
     worst = std::max(worst, std::fabs(err));
     char row[200];
-    std::snprintf(row, sizeof row, "| %s | %s | %.1f | %.1f | %+.1f%% |\n", m.name, m.across, price,
-                  median, 100 * err);
+    std::snprintf(row, sizeof row, "| %s | %s | %.1f | %.1f | %+.1f%% |\n", m.name,
+                  m.across[layout], price, median, 100 * err);
     table += row;
     EXPECT_LE(std::fabs(err), kTolerance)
-        << m.name << " (" << m.across << " across the link): priced " << price
-        << " ms a step, measured " << median << " (median)";
+        << m.name << " on " << hosts << " (" << m.across[layout] << " across a link): priced "
+        << price << " ms a step, measured " << median << " (median)";
   }
   std::printf(
       "%s| mesh | across the link | priced ms | measured ms (median) | error |\n%s",
@@ -154,6 +172,18 @@ TEST(PlannerOnNodes, EachMeshRunsAsPricedOnTheCalibratedSpec) {
                                                    r.output.find("calibrated") + 1)
           .c_str(),
       table.c_str());
-  std::printf("worst error %.1f%%, Spearman %.2f over %zu meshes\n", 100 * worst,
-              Spearman(priced, measured), priced.size());
+  std::printf("%d nodes of %d: worst error %.1f%%, Spearman %.2f over %zu meshes\n", nodes,
+              per_node, 100 * worst, Spearman(priced, measured), priced.size());
+}
+
+}  // namespace
+
+TEST(PlannerOnNodes, TwoNodesOfTwoRanks) {
+  PriceOnNodes(2, 2);
+}
+
+// Four nodes on this machine's cores share them, two to a core (which
+// tools/cluster.sh tells the ranks: they yield while they wait)
+TEST(PlannerOnNodes, FourNodesOfOneRank) {
+  PriceOnNodes(4, 1);
 }
