@@ -113,8 +113,11 @@ static void describe_link(const struct link_figures* l, bool gpu, const char* ov
                           size_t size) {
   char sizes[256] = "";
   for (int i = 0, at = 0; i < l->n_sizes && at < (int)sizeof sizes; i++)
-    at += snprintf(sizes + at, sizeof sizes - (size_t)at, "%s%.3g at %.0f MiB", i ? ", " : "",
-                   l->size_bus[i], l->size_bytes[i] / (1 << 20));
+    at += l->size_bytes[i] < (1 << 20)
+              ? snprintf(sizes + at, sizeof sizes - (size_t)at, "%s%.3g at %.0f KiB", i ? ", " : "",
+                         l->size_bus[i], l->size_bytes[i] / (1 << 10))
+              : snprintf(sizes + at, sizeof sizes - (size_t)at, "%s%.3g at %.0f MiB", i ? ", " : "",
+                         l->size_bus[i], l->size_bytes[i] / (1 << 20));
   describe_link_rates(l, gpu, over, buf, size);
   if (l->n_sizes > 0 && strlen(buf) + strlen(sizes) + 64 < size)
     snprintf(buf + strlen(buf), size - strlen(buf),

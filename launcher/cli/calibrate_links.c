@@ -235,16 +235,17 @@ tl_status tl__calibrate_link(tl_group* g, tl_group* world, int size, tl_device d
   l->share_scatter = (double)(n - 1) / n * bytes / t[2] / l->bus;
   l->share_send = bytes / t[3] / l->bus;
   /* the bus bandwidth by buffer size: past the caches a CPU's copies slow
-   * down, and a GPU's small messages never reach the link's rate; the
-   * larger buffers take fewer rounds (64 MiB on 4 ranks of 2 cores: about
-   * 0.2 s each) */
-  static const size_t mib[] = {1, 4, 16, 64};
-  static const int rounds[] = {7, 11, 5, 3};
+   * down, a GPU's small messages never reach the link's rate, and a
+   * tensor-parallel layer's all-reduces of a few hundred KiB run at their
+   * own size's rate, not a bucket's; the larger buffers take fewer rounds
+   * (64 MiB on 4 ranks of 2 cores: about 0.2 s each) */
+  static const size_t kib[] = {64, 256, 1024, 4096, 16384, 65536};
+  static const int rounds[] = {15, 11, 7, 11, 5, 3};
   l->n_sizes = 0;
-  for (int i = 0; i < 4; i++) {
-    const size_t count = (mib[i] << 20) / sizeof(float), ev = count - count % (size_t)n;
+  for (int i = 0; i < (int)(sizeof kib / sizeof kib[0]); i++) {
+    const size_t count = (kib[i] << 10) / sizeof(float), ev = count - count % (size_t)n;
     double s[6] = {0};
-    if (mib[i] == 4)
+    if (kib[i] == 4096)
       s[0] = t[0], s[1] = t[1], s[2] = t[2]; /* measured above */
     else
       TL_CHECK(collective_times(g, device, 3, ev, rounds[i], s));
