@@ -211,6 +211,14 @@ double tl_pp_runtime_wait_seconds(const tl_pp_runtime* r) {
   return (double)r->wait_ns * 1e-9;
 }
 
+tl_status tl_pp_runtime_progress(tl_pp_runtime* r) {
+  bool done;
+  for (int i = 0; i < r->n_slots; i++)
+    for (int k = 0; k < r->slots[i].n_sends; k++)
+      TL_CHECK(tl_group_test(r->slots[i].sends[k], &done));
+  return TL_OK;
+}
+
 typedef enum { RECV = 0, SEND } direction;
 typedef enum { ACTIVATIONS = 0, GRADIENTS } payload;
 

@@ -101,6 +101,14 @@ tl_status tl_pp_runtime_next(tl_pp_runtime* r, tl_pp_task* task, bool* done);
 /* Seconds spent waiting in receives since tl_pp_runtime_start. */
 double tl_pp_runtime_wait_seconds(const tl_pp_runtime* r);
 
+/* Pushes the sends in flight along: over MPI they advance only inside MPI
+ * calls (a message past the transport's eager size needs the sender again
+ * once the receiver has answered), so a stage that computes the next
+ * micro-batch without calling in holds its last activations or gradients
+ * back until it next waits. Called between the nodes of a pass (the
+ * executor's pre-node hook). */
+tl_status tl_pp_runtime_progress(tl_pp_runtime* r);
+
 /* Called after each exchange with its name ("recv_act", "send_act",
  * "recv_grad", "send_grad"), micro-batch, this stage's chunk it serves and
  * times (tl_time_ns): how a trainer traces the pipeline. NULL removes it. */

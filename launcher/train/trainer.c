@@ -91,9 +91,12 @@ void tl_trainer_trace(tl_trainer* t, FILE* f) {
 
 /* ---- set-up ------------------------------------------------------------- */
 
-static tl_status unit_hook(void* user, int forward_node, bool backward) {
+/* Before every node of a pass: the pipeline's sends in flight pushed along,
+ * and under ZeRO-3 the node's unit gathered. */
+static tl_status pass_hook(void* user, int forward_node, bool backward) {
   tl_trainer* t = user;
-  return tl_dp_buckets_before_node(t->buckets, forward_node, backward);
+  if (t->pp_size > 1) TL_CHECK(tl_pp_runtime_progress(t->rt));
+  return t->zero == 3 ? tl_dp_buckets_before_node(t->buckets, forward_node, backward) : TL_OK;
 }
 
 int tl__trainer_tensor_of(const tl_trainer* t, int v) {
@@ -445,9 +448,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   TL_CHECK_GOTO(tl_pp_runtime_create(&rc, &t->rt), st, fail);
   TL_CHECK_GOTO(tl_pp_shared_group(t->comm.pp, t->sharing ? t->sharing : t->me, &t->shared), st,
                 fail);
-  if (t->zero == 3) /* each unit's parameters gathered before its nodes run */
+  if (t->zero == 3 || t->pp_size > 1)
     for (int i = 0; i < tl_pp_runtime_n_slots(t->rt); i++)
-      tl_exec_set_pre_hook(tl_pp_runtime_exec(t->rt, i), unit_hook, t);
+      tl_exec_set_pre_hook(tl_pp_runtime_exec(t->rt, i), pass_hook, t);
   size_t n = (size_t)t->micro * (size_t)tc->seq_len;
   t->inputs = malloc(sizeof(int32_t) * n);
   t->targets = malloc(sizeof(int32_t) * n);
