@@ -274,6 +274,7 @@ static int run(char** cmd, int* errno_out) {
     *errno_out = errno;
     close(pipefd[0]);
     close(pipefd[1]);
+    sigaction(TL_LAUNCH_RANK_ENDED, &old_ended, NULL);
     return -1;
   }
   if (pid == 0) {
