@@ -19,7 +19,7 @@
 #                               is interrupted; exits with CMD's status
 #   cluster.sh env              the variables `run` sets (for use by hand),
 #                               TRELLIS_MPI_WAIT=yield among them where
-#                               the nodes up outnumber the cores
+#                               the nodes up share cores
 #   cluster.sh mount-cgroups    (run inside a node) mounts the host's cgroup
 #                               filesystems again: entering a node gives it
 #                               a sysfs of its own without them, and slurmd
@@ -56,8 +56,9 @@ node() { echo "${prefix}$1"; }
 # The cores each of $1 nodes computes on (a taskset list, a line each):
 # the cores `up` may use (its Cpus_allowed_list) dealt out, each node its
 # own share, or one core each, taken in turn, where the nodes outnumber
-# them. Written at `up` into /run/trellis-cluster/NODE.cpus, which `enter` reads:
-# hydra calls `enter` from inside node 0, held to node 0's cores.
+# them. `up` writes them to /run/trellis-cluster/NODE.cpus, which `enter`
+# reads (hydra calls `enter` from inside node 0, held to node 0's cores),
+# and where nodes share cores, /run/trellis-cluster/PREFIX.shared.
 deal_cpus() {
   local n=$1 i k per part a b c
   local -a cpus=() list
@@ -99,6 +100,13 @@ up() {
   fi
   # a step that fails (a bad RATE, a name taken) leaves nothing half made
   trap down EXIT
+  local -a cpus
+  mkdir -p /run/trellis-cluster
+  mapfile -t cpus < <(deal_cpus "$n")
+  # a core in two nodes' lists: the nodes share the machine's cores
+  if [ "$(printf '%s\n' "${cpus[@]}" | sort | uniq -d | wc -l)" -gt 0 ]; then
+    : >"/run/trellis-cluster/$prefix.shared"
+  fi
   ip link add "$bridge" type bridge 2>/dev/null || die "up: cannot create bridge $bridge (exists, or no network namespaces here)"
   ip link set "$bridge" up
   for ((i = 0; i < n; i++)); do
@@ -114,8 +122,7 @@ up() {
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 512kb latency 100ms
     mkdir -p "/etc/netns/$ns"
     hosts_file "$n" >"/etc/netns/$ns/hosts"
-    mkdir -p /run/trellis-cluster
-    deal_cpus "$n" | sed -n "$((i + 1))p" >"/run/trellis-cluster/$ns.cpus"
+    echo "${cpus[$i]}" >"/run/trellis-cluster/$ns.cpus"
   done
   trap - EXIT
   echo "cluster.sh: $n node(s) up, links at $rate: $(node 0)..$(node $((n - 1)))" >&2
@@ -133,6 +140,7 @@ down() {
     ip link del "$i" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
+  rm -f "/run/trellis-cluster/$prefix.shared"
 }
 
 enter() {
@@ -159,14 +167,11 @@ mount_cgroups() {
 
 env_vars() {
   local vars="HYDRA_LAUNCHER=rsh HYDRA_LAUNCHER_EXEC=$(dirname "$self")/cluster-enter UCX_TLS=sm,tcp,self"
-  # nodes that outnumber the cores share them, which no node can see from
-  # its own share: their ranks yield while they wait (core/group_mpi.c)
-  # rather than spin on a core another node's rank computes on
-  local n cores
-  n=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -c "^${prefix}[0-9]*$" || true)
-  cores=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status | tr ',' '\n' |
-    awk -F- '{ c += ($2 == "" ? 1 : $2 - $1 + 1) } END { print c + 0 }')
-  if [ "$n" -gt "$cores" ]; then vars="$vars TRELLIS_MPI_WAIT=yield"; fi
+  # nodes that share cores (more nodes than cores at `up`), which no node
+  # can see from its own share: their ranks yield while they wait
+  # (core/group_mpi.c) rather than spin on a core another node's rank
+  # computes on
+  if [ -e "/run/trellis-cluster/$prefix.shared" ]; then vars="$vars TRELLIS_MPI_WAIT=yield"; fi
   echo "$vars"
 }
 
