@@ -10,6 +10,7 @@
 #ifndef TL_CORE_CONFIG_IMPL_H
 #define TL_CORE_CONFIG_IMPL_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -85,6 +86,15 @@ const char* tl__field_expect(const struct tl__config_field* f, char* buf, size_t
 
 /* Optimal-string-alignment distance (edits incl. adjacent swaps). */
 int tl__edit_distance(const char* a, const char* b);
+
+/* The candidate closest to `word`, or NULL when none is close enough to be
+ * a likely typo. */
+const char* tl__closest(const char* word, const char* const* cands, int n);
+
+/* An unknown key of `section`, or an unknown top-level key (its value v),
+ * reported with the likely one meant or the list of those there are. */
+void tl__config_unknown_key(const char* section, const char* key, struct tl__problems* p);
+void tl__config_unknown_section(const char* key, const json_t* v, struct tl__problems* p);
 
 #ifdef __cplusplus
 }
