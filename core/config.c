@@ -6,7 +6,8 @@
  * config_check.c checks ranges and the rules that tie fields together. Both
  * collect problems instead of stopping at the first, so a person fixing a
  * config sees everything wrong with it at once, each line starting with the
- * JSON path it is about. */
+ * JSON path it is about (config_problems.c: the messages for unknown keys
+ * and sections, with the likely one meant). */
 #include "core/config.h"
 
 #include <ctype.h>
