@@ -32,16 +32,16 @@ int64_t tl_dp_bucket_elems(int zero, int64_t n_early, double bucket_mb) {
   return per;
 }
 
-/* Buckets of each part [bounds[k], bounds[k + 1]) of the buffer, `per`
+/* Buckets of each part [bounds[k], bounds[k + 1]) of the buffer, per[k]
  * elements each (the last of each part shorter): their count, and the
  * boundaries into begin (n_buckets + 1 of them) when it is not NULL. The
  * buckets of the first n_early_parts parts are the early ones. */
-static int cut(const int64_t* bounds, int n_parts, int n_early_parts, int64_t per, int64_t* begin,
-               int* n_early_buckets) {
+static int cut(const int64_t* bounds, int n_parts, int n_early_parts, const int64_t* per,
+               int64_t* begin, int* n_early_buckets) {
   int k = 0;
   for (int part = 0; part < n_parts; part++) {
     if (part == n_early_parts && n_early_buckets) *n_early_buckets = k;
-    for (int64_t b = bounds[part]; b < bounds[part + 1]; b += per)
+    for (int64_t b = bounds[part]; b < bounds[part + 1]; b += per[part])
       if (begin)
         begin[k++] = b;
       else
@@ -101,20 +101,25 @@ int64_t tl_dp_shard_elems(int zero, int64_t n, int64_t n_late, int size, double 
 /* zero 2's buffers, in elements: gradient buffer, one slot, one temp, and
  * a bf16 reduction's image of one bucket (the longest of either part: the
  * late buckets are reduced from the gradient buffer, not through a slot,
- * but their bf16 image needs room as well) */
-static void zero2_sizes(int64_t n, int64_t n_late, int64_t staging, int size, int64_t per,
-                        int64_t* gbuf, int64_t* slot, int64_t* temp, int64_t* image) {
-  int64_t early = n - n_late;
-  int64_t longest = early > n_late ? early : n_late;
+ * but their bf16 image needs room as well); the pieces' buckets, at most
+ * piece_max long, pass through the slots */
+static void zero2_sizes(int64_t n, int64_t n_late, int64_t n_pieced, int64_t piece_max,
+                        int64_t staging, int size, int64_t per, int64_t* gbuf, int64_t* slot,
+                        int64_t* temp, int64_t* image) {
+  int64_t early = n - n_late, whole_late = n_late - n_pieced;
+  int64_t longest = early > whole_late ? early : whole_late;
   if (longest > per) longest = per;
-  *gbuf = tl__dp_at_least_one(staging + n_late);
-  *slot = tl__dp_at_least_one(early < per ? early : per);
+  if (piece_max > longest) longest = piece_max;
+  *gbuf = tl__dp_at_least_one(staging + whole_late);
+  int64_t s = early < per ? early : per;
+  *slot = tl__dp_at_least_one(s > piece_max ? s : piece_max);
   *temp = size > 1 ? tl__dp_at_least_one(ceil_div(longest, size)) : 0;
   *image = tl__dp_at_least_one(longest);
 }
 
-int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int64_t unit_max,
-                            int size, double bucket_mb, tl_dtype wire, tl_dtype params) {
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t staging,
+                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire,
+                            tl_dtype params) {
   const bool bf16 = wire == TL_BF16 && size > 1;
   const int64_t per = tl_dp_bucket_elems(zero, n - n_late, bucket_mb);
   const int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
@@ -126,7 +131,8 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging
           : 0;
   if (zero < 2) return master + (bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0);
   int64_t gbuf, slot, temp, image;
-  zero2_sizes(n, n_late, staging, size, per, &gbuf, &slot, &temp, &image);
+  zero2_sizes(n, n_late, n_pieced, n_pieced < per ? n_pieced : per, staging, size, per, &gbuf,
+              &slot, &temp, &image);
   int64_t bytes = master + (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
   if (zero == 3) { /* the parameters: the unit slots and the late ones (bf16 under bf16
@@ -142,8 +148,11 @@ static tl_status create_zero2(tl_dp_buckets* b) {
   const tl_dp_layout* l = b->layout;
   tl_device dev = b->be->device;
   b->staging = tl_dp_layout_staging(l);
-  int64_t gbuf, slot, temp, image;
-  zero2_sizes(l->n, l->n - l->n_early, b->staging, b->size, b->per, &gbuf, &slot, &temp, &image);
+  int64_t gbuf, slot, temp, image, piece_max = 0;
+  for (int i = b->n_whole_buckets; i < b->n_buckets; i++)
+    if (b->begin[i + 1] - b->begin[i] > piece_max) piece_max = b->begin[i + 1] - b->begin[i];
+  zero2_sizes(l->n, l->n - l->n_early, l->n - b->piece_from, piece_max, b->staging, b->size, b->per,
+              &gbuf, &slot, &temp, &image);
   TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)gbuf, &b->gbuf));
   for (int s = 0; s < 2; s++) {
     TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)slot, &b->slot[s]));
@@ -160,8 +169,8 @@ static tl_status create_zero2(tl_dp_buckets* b) {
    * gradients its backward node writes, a late one behind the staging */
   for (int i = 0; i < l->n_segments;) {
     const tl_dp_segment* s = &l->segments[i];
-    if (s->offset >= l->n_early) {
-      b->goff[s->value] = b->staging + (s->offset - l->n_early);
+    if (s->offset >= l->n_early) { /* none for those written in pieces */
+      b->goff[s->value] = s->offset < b->piece_from ? b->staging + (s->offset - l->n_early) : -1;
       i++;
       continue;
     }
@@ -182,6 +191,41 @@ static tl_status create_master(tl_dp_buckets* b) {
   tl_device dev = b->be->device;
   TL_CHECK(tl_buffer_create(dev, sizeof(uint16_t) * (size_t)tl__dp_at_least_one(b->n), &b->pbuf));
   return tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->pshard);
+}
+
+/* The parameters written in pieces (c->piece_cols): the tail of the
+ * layout's back, from b->piece_from. */
+static tl_status pieced_tail(tl_dp_buckets* b, const struct tl_dp_buckets_config* c) {
+  const tl_dp_layout* l = c->layout;
+  b->piece_from = l->n;
+  b->piece_slot = -1;
+  if (!c->piece_cols || c->zero < 2) return TL_OK;
+  const size_t nv = (size_t)tl__dp_at_least_one(l->n_values);
+  b->piece_cols = calloc(nv, sizeof(int64_t));
+  b->piece_rows = calloc(nv, sizeof(int64_t));
+  b->piece_b0 = calloc(nv, sizeof(int));
+  if (!b->piece_cols || !b->piece_rows || !b->piece_b0)
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
+  for (int i = 0; i < l->n_segments; i++) {
+    const tl_dp_segment* s = &l->segments[i];
+    const int64_t cols = c->piece_cols[s->value];
+    if (cols <= 0) {
+      if (b->piece_from < l->n)
+        return TL_ERRF(TL_ERR_INTERNAL,
+                       "gradient buckets: parameter value %d lies behind those written in pieces",
+                       s->value);
+      continue;
+    }
+    if (s->offset < l->n_early || s->n % cols != 0)
+      return TL_ERRF(TL_ERR_INTERNAL,
+                     "gradient buckets: parameter value %d (%lld elements) cannot be written in "
+                     "pieces of rows of %lld%s",
+                     s->value, (long long)s->n, (long long)cols,
+                     s->offset < l->n_early ? " (it is not late)" : "");
+    if (b->piece_from == l->n) b->piece_from = s->offset;
+    b->piece_cols[s->value] = cols;
+  }
+  return TL_OK;
 }
 
 tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_buckets** out) {
@@ -214,30 +258,56 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   b->grads = c->grads;
   b->n = c->layout->n;
   b->per = tl_dp_bucket_elems(c->zero, c->layout->n_early, c->bucket_mb);
-  /* the parts buckets are cut from: the front and the back, or with
-   * zero 3 each unit's range of the front and the back */
-  int64_t two[3] = {0, c->layout->n_early, b->n}, *bounds = two;
-  int n_parts = 2;
-  tl_status st = TL_OK;
-  if (b->zero == 3) {
-    st = tl__dp_units_build(b, c);
-    bounds = st == TL_OK ? malloc(sizeof(int64_t) * (size_t)(b->n_units + 2)) : NULL;
-    if (st == TL_OK && !bounds) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
-    if (st == TL_OK) { /* the units lie in the front back to front: the last unit first */
-      n_parts = 0;
+  /* the parts buckets are cut from: the front (with zero 3 each unit's
+   * range of it), the back's whole gradients, and each parameter written
+   * in pieces, in buckets of whole rows */
+  const tl_dp_layout* l = c->layout;
+  tl_status st = pieced_tail(b, c);
+  if (st == TL_OK && b->zero == 3) st = tl__dp_units_build(b, c);
+  const int max_parts = (b->zero == 3 ? b->n_units : 1) + 1 + l->n_segments;
+  int64_t* bounds = malloc(sizeof(int64_t) * (size_t)(max_parts + 1));
+  int64_t* per = malloc(sizeof(int64_t) * (size_t)max_parts);
+  int* part_value = malloc(sizeof(int) * (size_t)max_parts);
+  int n_parts = 0, n_early_parts = 0;
+  if (st == TL_OK && (!bounds || !per || !part_value))
+    st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
+  if (st == TL_OK) {
+    if (b->zero == 3) /* the units lie in the front back to front: the last unit first */
       for (int u = b->n_units - 1; u >= 0; u--) bounds[n_parts++] = b->unit_lb[u];
-      bounds[n_parts++] = c->layout->n_early;
-      bounds[n_parts] = b->n;
+    else
+      bounds[n_parts++] = 0;
+    n_early_parts = n_parts;
+    bounds[n_parts++] = l->n_early;
+    for (int i = 0; i < l->n_segments; i++)
+      if (l->segments[i].offset >= b->piece_from) {
+        part_value[n_parts] = l->segments[i].value;
+        bounds[n_parts++] = l->segments[i].offset;
+      }
+    bounds[n_parts] = b->n;
+    for (int k = 0; k < n_parts; k++) {
+      per[k] = b->per;
+      if (k > n_early_parts) { /* a parameter in pieces: whole rows, at least one */
+        const int64_t cols = b->piece_cols[part_value[k]];
+        per[k] = (b->per / cols > 0 ? b->per / cols : 1) * cols;
+        b->piece_rows[part_value[k]] = per[k] / cols;
+      }
     }
+    b->n_buckets = cut(bounds, n_parts, n_early_parts, per, NULL, NULL);
   }
-  if (st == TL_OK) b->n_buckets = cut(bounds, n_parts, n_parts - 1, b->per, NULL, NULL);
   b->begin = malloc(sizeof(int64_t) * (size_t)(b->n_buckets + 1));
   b->at = malloc(sizeof(int64_t) * (size_t)(b->n_buckets + 1));
   b->req = calloc((size_t)(b->n_buckets + 1), sizeof(tl_group_request*));
   if (st == TL_OK && (!b->begin || !b->at || !b->req))
     st = TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
   if (st == TL_OK) {
-    cut(bounds, n_parts, n_parts - 1, b->per, b->begin, &b->n_early_buckets);
+    cut(bounds, n_parts, n_early_parts, per, b->begin, &b->n_early_buckets);
+    b->n_whole_buckets = b->n_buckets;
+    for (int i = b->n_buckets - 1; i >= 0; i--) {
+      if (b->begin[i] < b->piece_from) break;
+      b->n_whole_buckets = i;
+      for (int k = n_early_parts + 1; k < n_parts; k++)
+        if (bounds[k] == b->begin[i]) b->piece_b0[part_value[k]] = i;
+    }
     for (int i = 0; i < b->n_buckets; i++) {
       int64_t off, len;
       tl__dp_chunk_of(b, i, &off, &len);
@@ -245,7 +315,9 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
       b->shard_n += len;
     }
   }
-  if (bounds != two) free(bounds);
+  free(bounds);
+  free(per);
+  free(part_value);
   if (st == TL_OK && b->zero >= 2) {
     int n_values = c->layout->n_values;
     b->goff = malloc(sizeof(int64_t) * (size_t)tl__dp_at_least_one(n_values));
@@ -293,6 +365,9 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
   free(b->unit_b0);
   free(b->unit_b1);
   free(b->poff);
+  free(b->piece_cols);
+  free(b->piece_rows);
+  free(b->piece_b0);
   tl_buffer_destroy(b->pbuf);
   tl_buffer_destroy(b->pshard);
   free(b);
@@ -405,6 +480,45 @@ static tl_status stream(tl_dp_buckets* b, int64_t a, int64_t e) {
   return tl_memzero(dev, b->gbuf->data, sizeof(float) * (size_t)(e - a));
 }
 
+int64_t tl_dp_buckets_piece_rows(const tl_dp_buckets* b, int v) {
+  return b->piece_rows && v >= 0 && v < b->layout->n_values ? b->piece_rows[v] : 0;
+}
+
+tl_status tl_dp_buckets_piece_begin(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
+                                    float** grad) {
+  *grad = NULL;
+  const int64_t per = tl_dp_buckets_piece_rows(b, v);
+  const int i = per > 0 && row0 % per == 0 ? b->piece_b0[v] + (int)(row0 / per) : -1;
+  if (i < 0 || i >= b->n_buckets || b->piece_slot >= 0 ||
+      b->begin[i + 1] - b->begin[i] != rows * b->piece_cols[v])
+    return TL_ERRF(TL_ERR_INTERNAL,
+                   "ZeRO-%d: rows [%lld, %lld) of parameter value %d are not one of its pieces "
+                   "(%lld rows each)%s",
+                   b->zero, (long long)row0, (long long)(row0 + rows), v, (long long)per,
+                   b->piece_slot >= 0 ? ", or came before the last piece ended" : "");
+  /* a slot the stream is not filling; its last reduction lands first */
+  int s = b->slot_fill[b->pslot] >= 0 ? 1 - b->pslot : b->pslot;
+  TL_CHECK(retire(b, s));
+  TL_CHECK(tl_memzero(b->be->device, b->slot[s]->data,
+                      sizeof(float) * (size_t)(rows * b->piece_cols[v])));
+  b->piece_slot = s, b->piece_bucket = i;
+  *grad = b->slot[s]->data;
+  return TL_OK;
+}
+
+tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t rows) {
+  (void)v, (void)row0, (void)rows;
+  const int s = b->piece_slot, i = b->piece_bucket;
+  if (s < 0) return TL_ERRF(TL_ERR_INTERNAL, "ZeRO-%d: a piece ended that never began", b->zero);
+  b->piece_slot = -1;
+  TL_CHECK(tl__dp_progress(b));
+  TL_CHECK(reduce_bucket(b, i, s, b->slot[s]->data));
+  if (!b->group) TL_CHECK(retire(b, s)); /* added now: the slot is reused next */
+  b->pslot = 1 - s;
+  b->early++;
+  return TL_OK;
+}
+
 tl_status tl_dp_buckets_zero_grads(tl_dp_buckets* b) {
   if (b->zero < 2) return TL_OK;
   TL_CHECK(tl_memzero(b->be->device, b->gbuf->data, b->gbuf->bytes));
@@ -459,7 +573,7 @@ tl_status tl_dp_buckets_finish(tl_dp_buckets* b) {
                    (long long)b->filled, (long long)b->layout->n_early);
     /* the late buckets, from their whole gradients behind the staging */
     const float* late = (const float*)b->gbuf->data + b->staging;
-    for (int i = b->n_early_buckets; i < b->n_buckets && st == TL_OK; i++) {
+    for (int i = b->n_early_buckets; i < b->n_whole_buckets && st == TL_OK; i++) {
       int s = i % 2;
       st = retire(b, s);
       if (st == TL_OK) st = reduce_bucket(b, i, s, late + (b->begin[i] - b->layout->n_early));

@@ -93,6 +93,15 @@ struct tl_dp_buckets_config {
    * (0): the caller's fp32 parameters (zero 0-2), ZeRO-3's fp32 shards
    * into fp32 slots. Zero 0 ignores it. */
   tl_dtype params;
+  /* zero 2 and 3: per graph value, the elements of a row of a parameter
+   * whose gradient the executor writes a piece of rows at a time
+   * (graph/exec.h's tl_exec_pieces: the tied embedding, written by the
+   * head and by the embedding) — never whole on a rank: each piece is a
+   * bucket of whole rows, reduce-scattered as soon as it is written and
+   * added into the shard (tl_dp_buckets_piece_begin); 0 for the others.
+   * Such parameters are late and the last of the layout's back. NULL: none
+   * (copied) */
+  const int64_t* piece_cols;
 };
 
 /* The layout and grads must outlive the buckets. */
@@ -161,6 +170,20 @@ tl_buffer* tl_dp_buckets_grad_buffer(const tl_dp_buckets* b);
 const int64_t* tl_dp_buckets_grad_offset(const tl_dp_buckets* b);
 float* tl_dp_buckets_shard_grads(const tl_dp_buckets* b);
 
+/* ---- zero 2 and 3: gradients written in pieces (piece_cols) ------------ */
+
+/* Rows a piece of value v's gradient: the executor's tl_exec_pieces.rows
+ * (0: v is written whole). */
+int64_t tl_dp_buckets_piece_rows(const tl_dp_buckets* b, int v);
+/* Rows [row0, row0 + rows) of v's gradient, a piece: where the executor
+ * writes them (*grad, zeroed: a bucket buffer), then piece_end reduces
+ * them and adds this rank's chunk into the shard of gradients. Pieces of
+ * a parameter may come several times a backward (each writer's), in any
+ * order of whole pieces. */
+tl_status tl_dp_buckets_piece_begin(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
+                                    float** grad);
+tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t rows);
+
 /* ---- the parameters the buckets hold: zero 3, and zero 1-2 in bf16 ---- */
 
 /* Zero 1 and 2 under bf16 training: tl_dp_buckets_shard_params is the
@@ -202,17 +225,18 @@ int tl_dp_zero3_slots(int64_t n, int64_t n_late, int64_t unit_max, int size);
 int tl_dp_buckets_slots(const tl_dp_buckets* b);
 
 /* What the buckets allocate on the device for a stage of n elements, n_late
- * of them late, whose largest backward node writes `staging` elements of
- * early gradients and whose largest unit holds unit_max (zero 3), over
- * `size` ranks, reducing in `wire`: the planner prices ZeRO with it. Zero
- * 0 and 1: nothing (the gradients are the caller's) but a bf16 wire's
- * image of them and (zero 1, bf16 training) the parameters below. With zero 3 the shard is counted
- * as zero 2 cuts it; cutting buckets at units too adds at most a few elements per bucket; `params`
- * TL_BF16 (bf16 training) keeps the unit slots and late parameters in 2 bytes each (each rank
- * rounds its chunks straight into them and gathers in place), and under zero 1 and 2 the whole
- * stage's working parameters in bf16 and the shard's fp32 master. */
-int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t staging, int64_t unit_max,
-                            int size, double bucket_mb, tl_dtype wire, tl_dtype params);
+ * of them late (n_pieced of those written in pieces: no whole gradient), whose largest backward
+ * node writes `staging` elements of early gradients and whose largest unit holds unit_max (zero 3),
+ * over `size` ranks, reducing in `wire`: the planner prices ZeRO with it. Zero 0 and 1: nothing
+ * (the gradients are the caller's) but a bf16 wire's image of them and (zero 1, bf16 training) the
+ * parameters below. With zero 3 the shard is counted as zero 2 cuts it; cutting buckets at units
+ * too adds at most a few elements per bucket; `params` TL_BF16 (bf16 training) keeps the unit slots
+ * and late parameters in 2 bytes each (each rank rounds its chunks straight into them and gathers
+ * in place), and under zero 1 and 2 the whole stage's working parameters in bf16 and the shard's
+ * fp32 master. */
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t staging,
+                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire,
+                            tl_dtype params);
 /* The elements a bucket holds (the last of each part fewer): bucket_mb's,
  * and under ZeRO 2 and 3 at most 1/TL_DP_SHARDED_BUCKETS of the stage's
  * n_early early gradients — two buckets in flight then stay small beside

@@ -38,6 +38,17 @@ struct tl_dp_buckets {
   tl_buffer* shard; /* the reduced gradients of this rank's chunks */
   int cur;          /* the bucket the stream fills next */
   int64_t filled;   /* elements of the stream given in this pass */
+  /* zero 2, 3: the parameters whose gradients arrive in pieces of rows
+   * (tl_dp_buckets_piece_begin): the back's tail [piece_from, n), each
+   * segment cut into buckets of whole rows, a piece a bucket, written
+   * straight into a slot and reduced from there */
+  int64_t piece_from;    /* n: none */
+  int n_whole_buckets;   /* the buckets before theirs */
+  int64_t* piece_cols;   /* per value: a row's elements (0: whole) */
+  int64_t* piece_rows;   /* per value: rows a piece */
+  int* piece_b0;         /* per value: its first bucket */
+  int pslot, piece_slot; /* the slot the next piece tries first; the one being written (-1) */
+  int piece_bucket;
   /* zero 3 */
   int n_units;
   int* unit_node;             /* n_units + 1 forward node boundaries */

@@ -38,6 +38,7 @@ struct tl_exec {
   void* span_hook_user;
   tl_exec_pre_hook pre_hook;
   void* pre_hook_user;
+  struct tl_exec_pieces pieces; /* tl_exec_options.pieces */
   /* bf16 storage: the fp32 copies of the running node's bf16 values (and
    * of its parameters, rounded, or widened when stored in bf16), at the
    * end of the transient arena */
@@ -102,6 +103,36 @@ static size_t staging_bytes(const tl_graph* g, int begin, int end, size_t* param
   return most;
 }
 
+bool tl_exec_can_piece(const tl_graph* g, int begin, int end, int v) {
+  if (v < 0 || v >= g->n_values || g->values[v].role != TL_ROLE_PARAM || g->weight_begin)
+    return false;
+  int readers = 0;
+  for (int i = begin; i < end && i < g->n_forward; i++) {
+    const tl_node* n = &g->nodes[i];
+    if (!tl_node_reads(n, v)) continue;
+    const struct tl_op_def* def = tl_op_get(n->op);
+    if (!def->pieces || !def->pieces(g, n, v)) return false;
+    readers++;
+  }
+  return readers > 0;
+}
+
+size_t tl_exec_piece_bytes(const tl_graph* g, int begin, int end, const int64_t* rows) {
+  size_t most = 0;
+  for (int i = begin; rows && i < end && i < g->n_forward; i++) {
+    const tl_node* n = &g->nodes[i];
+    const struct tl_op_def* def = tl_op_get(n->op);
+    if (!def->piece_bytes) continue;
+    for (int k = 0; k < n->n_in; k++) {
+      int v = n->in[k];
+      if (v < 0 || rows[v] <= 0) continue;
+      size_t b = def->piece_bytes(g, n, rows[v]);
+      if (b > most) most = b;
+    }
+  }
+  return most;
+}
+
 void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user) {
   x->hook = hook;
   x->hook_user = user;
@@ -137,8 +168,10 @@ void* tl_exec_data(const tl_exec* x, int v) {
     case TL_ROLE_PARAM:
       if (x->params_bf16) return (uint16_t*)x->params->data + x->param_offset[v];
       return (float*)x->params->data + x->param_offset[v];
-    case TL_ROLE_PARAM_GRAD:
-      return x->grads ? (float*)x->grads->data + x->grad_offset[val->grad_of] : NULL;
+    case TL_ROLE_PARAM_GRAD: /* none for a gradient written in pieces */
+      return x->grads && x->grad_offset[val->grad_of] >= 0
+                 ? (float*)x->grads->data + x->grad_offset[val->grad_of]
+                 : NULL;
     case TL_ROLE_INPUT:
       return x->input_offset[v] >= 0 ? (char*)x->inputs->data + x->input_offset[v] : NULL;
     default:
@@ -200,14 +233,31 @@ static tl_status check_create_range(const tl_graph* g, int begin, int end) {
   return TL_OK;
 }
 
+/* Where a transient arena of `planned` bytes puts the bf16 copies (at
+ * *staging_at, `staging` bytes) and the pieces' temporaries (at
+ * *piece_at, `pieces` bytes); returns its size. */
+static size_t transient_layout(size_t planned, size_t staging, size_t pieces, size_t* staging_at,
+                               size_t* piece_at) {
+  size_t end = staging ? ALIGN64(planned) + staging : planned;
+  if (staging_at) *staging_at = staging ? ALIGN64(planned) : planned;
+  if (piece_at) *piece_at = pieces ? ALIGN64(end) : end;
+  return pieces ? ALIGN64(end) + pieces : end;
+}
+
 tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_bytes* out) {
+  return tl_exec_size_pieces(g, begin, end, NULL, out);
+}
+
+tl_status tl_exec_size_pieces(const tl_graph* g, int begin, int end, const int64_t* rows,
+                              struct tl_exec_bytes* out) {
   memset(out, 0, sizeof *out);
   TL_CHECK(check_create_range(g, begin, end));
   tl_memplan plan;
   TL_CHECK(tl_memplan_build_range(g, begin, end, &plan));
   out->arena = plan.arena_bytes;
   size_t params = 0, staging = staging_bytes(g, begin, end, &params) + params;
-  out->transient = staging ? ALIGN64(plan.transient_bytes) + staging : plan.transient_bytes;
+  out->transient = transient_layout(plan.transient_bytes, staging,
+                                    tl_exec_piece_bytes(g, begin, end, rows), NULL, NULL);
   out->staging_params = params;
   tl_memplan_free(&plan);
   out->inputs = input_layout(g, begin, end, NULL);
@@ -244,7 +294,8 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
                    "with fixed-point kernels (the %s backend has none)",
                    be->ops->name);
   }
-  x->ctx = (struct tl_run_ctx){be, g, ctx_data, x, opt->group, opt->ring, NULL, 0, NULL};
+  x->ctx = (struct tl_run_ctx){
+      .be = be, .g = g, .data = ctx_data, .exec = x, .group = opt->group, .ring = opt->ring};
   tl_status st = TL_OK;
   x->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
   x->grad_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
@@ -261,11 +312,20 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
     if (val->role != TL_ROLE_PARAM) continue;
     x->param_offset[v] = opt->param_offset ? opt->param_offset[v] : val->offset;
     if (x->param_offset[v] < 0) continue; /* not part of this range */
-    x->grad_offset[v] = opt->grad_offset ? opt->grad_offset[v] : x->param_offset[v];
     size_t end = (x->params_bf16 ? sizeof(uint16_t) : sizeof(float)) *
                  (size_t)(x->param_offset[v] + tl_value_numel(val));
-    size_t gend = sizeof(float) * (size_t)(x->grad_offset[v] + tl_value_numel(val));
     if (end > need) need = end;
+    if (opt->pieces.rows && opt->pieces.rows[v] > 0) {
+      if (!opt->pieces.begin || !opt->pieces.end ||
+          !tl_exec_can_piece(g, opt->begin, opt->end, v)) {
+        st = TL_ERRF(TL_ERR_INVALID, "parameter %s's gradient cannot be written in pieces here",
+                     val->name);
+        goto fail;
+      }
+      continue; /* its gradient lies where the pieces' begin says */
+    }
+    x->grad_offset[v] = opt->grad_offset ? opt->grad_offset[v] : x->param_offset[v];
+    size_t gend = sizeof(float) * (size_t)(x->grad_offset[v] + tl_value_numel(val));
     if (x->grad_offset[v] < 0) {
       st = TL_ERRF(TL_ERR_INVALID, "parameter %s is in the range but has no gradient offset",
                    val->name);
@@ -286,11 +346,13 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   TL_CHECK_GOTO(tl_buffer_create(be->device, x->plan.arena_bytes, &x->arena), st, fail);
   /* the fp32 copies of a bf16 graph's values live one node long: after
    * the transient values */
-  size_t param_copies = 0;
+  size_t param_copies = 0, piece_at = 0;
   size_t staging = staging_bytes(g, opt->begin, opt->end, &param_copies) + param_copies;
-  x->staging_at = staging ? ALIGN64(x->plan.transient_bytes) : x->plan.transient_bytes;
+  /* and the pieces' temporaries after them */
+  const size_t pieces = tl_exec_piece_bytes(g, opt->begin, opt->end, opt->pieces.rows);
+  size_t transient =
+      transient_layout(x->plan.transient_bytes, staging, pieces, &x->staging_at, &piece_at);
   x->staging_params = param_copies;
-  size_t transient = x->staging_at + staging;
   x->staging = staging > 0;
   if (staging && (!be->ops->to_bf16 || !be->ops->from_bf16 || !be->ops->round_bf16)) {
     st = TL_ERRF(TL_ERR_UNSUPPORTED, "the %s backend has no bf16 conversions", be->ops->name);
@@ -315,6 +377,11 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
     TL_CHECK_GOTO(tl_buffer_create(be->device, scratch, &x->scratch), st, fail);
     x->ctx.scratch = x->scratch->data;
     x->ctx.scratch_bytes = scratch;
+  }
+  if (opt->pieces.rows) {
+    x->pieces = opt->pieces;
+    x->ctx.pieces = &x->pieces;
+    x->ctx.piece_tmp = pieces ? (char*)x->transient->data + piece_at : NULL;
   }
   if (g->loss >= 0 && g->values[g->loss].grad >= 0) {
     x->seed_n = tl_value_numel(&g->values[g->loss]);
@@ -391,6 +458,7 @@ static tl_status move_param_grads(tl_exec* x, const tl_node* n) {
     int v = n->out[k];
     if (v < 0 || x->g->values[v].role != TL_ROLE_PARAM_GRAD) continue;
     int64_t off = x->grad_offset[x->g->values[v].grad_of];
+    if (off < 0) return TL_ERRF(TL_ERR_INVALID, "exact gradient sums of a gradient in pieces");
     TL_CHECK(x->be->ops->fixed_add(x->be->ctx, x->grad_acc + off, (float*)x->grads->data + off,
                                    tl_value_numel(&x->g->values[v])));
   }

@@ -32,6 +32,32 @@ typedef struct tl_exec tl_exec;
 tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                          tl_buffer* grads, tl_exec** out);
 
+/* Parameters whose gradients never exist whole: ZeRO-2's sharded tied
+ * embedding (dp/buckets.h), read by an embedding and by a linear layer
+ * y = x W^T (tl_exec_can_piece). The backward nodes that write such a
+ * gradient run once per piece of rows[v] rows of the parameter, first rows
+ * first: `begin` gives the memory the piece's gradient rows go to (rows x
+ * cols floats, zeroed), `end` says they are written (a linear layer's
+ * piece adds its input gradient too). The parameter itself is read whole.
+ * Its gradient has no offset in the gradient buffer. */
+struct tl_exec_pieces {
+  const int64_t* rows; /* per value id: rows a piece, 0 for whole; NULL: none */
+  tl_status (*begin)(void* user, int value, int64_t row0, int64_t rows, float** grad);
+  tl_status (*end)(void* user, int value, int64_t row0, int64_t rows);
+  void* user;
+};
+
+/* Whether parameter v's gradient can be written in pieces by the nodes of
+ * forward nodes [begin, end) of g: every one that reads it is an embedding
+ * (v its table) or a linear layer without bias (v its weight, y = x W^T),
+ * and the backward runs in one pass (no tl_graph_split_weight). */
+bool tl_exec_can_piece(const tl_graph* g, int begin, int end, int v);
+/* The temporary memory the pieces of rows[v] rows need (rows NULL: none),
+ * at the end of the transient arena (tl_exec_size_pieces): a linear
+ * layer's output-gradient columns of one piece (rows of its input x
+ * rows), the largest over the range's nodes. */
+size_t tl_exec_piece_bytes(const tl_graph* g, int begin, int end, const int64_t* rows);
+
 /* A pipeline stage's executor: it runs only forward nodes [begin, end) and
  * their backward nodes, plans memory for those alone, and finds parameter
  * value v at element param_offset[v] of `params` / `grads` (a stage's compact
@@ -66,6 +92,9 @@ struct tl_exec_options {
   /* the group the ring attention of a sequence-split graph runs over (a
    * module above the graph splits sequences); NULL when they are whole */
   tl_group* ring;
+  /* parameters whose gradients are written a piece of rows at a time
+   * (struct tl_exec_pieces); zeroed: none */
+  struct tl_exec_pieces pieces;
 };
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);
@@ -86,6 +115,10 @@ struct tl_exec_bytes {
   size_t staging_params;
 };
 tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_bytes* out);
+/* The same for an executor whose options' pieces.rows is `rows`: the
+ * transient arena holds the pieces' temporaries too (tl_exec_piece_bytes). */
+tl_status tl_exec_size_pieces(const tl_graph* g, int begin, int end, const int64_t* rows,
+                              struct tl_exec_bytes* out);
 
 /* Copies host data into an INPUT value (bytes must match its size). */
 tl_status tl_exec_set_input(tl_exec* x, int value, const void* host, size_t bytes);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/group.h"
+#include "graph/exec.h"
 #include "graph/graph.h"
 #include "kernels/backend.h"
 
@@ -33,7 +34,16 @@ struct tl_run_ctx {
    * the executor's span hook (exec.h's tl_exec_set_span_hook) */
   void (*span)(const struct tl_run_ctx* x, const tl_node* n, const char* what, int64_t start_ns,
                int64_t end_ns);
+  /* parameters whose gradients are written in pieces (exec.h), and device
+   * memory for a piece's temporaries (tl_op_def.piece_bytes) */
+  const struct tl_exec_pieces* pieces;
+  void* piece_tmp;
 };
+
+/* Rows a piece of parameter v's gradient (0: v is written whole). */
+static inline int64_t tl_piece_rows(const struct tl_run_ctx* x, int v) {
+  return x->pieces && x->pieces->rows && v >= 0 ? x->pieces->rows[v] : 0;
+}
 
 #define TL_DATA(x, v) ((float*)(x)->data((x), (v)))
 #define TL_IDATA(x, v) ((const int32_t*)(x)->data((x), (v)))
@@ -56,6 +66,12 @@ struct tl_op_def {
   /* Device bytes of temporary memory one run of node n needs (the executor
    * allocates the largest over its nodes); NULL: none. */
   size_t (*scratch_bytes)(const tl_graph* g, const tl_node* n);
+  /* Whether forward node n lets parameter v's gradient be written a piece
+   * of rows at a time (exec.h's tl_exec_pieces): its backward then runs
+   * once per piece; NULL: never. piece_bytes: the temporary device bytes
+   * one piece of `rows` rows needs (NULL: none). */
+  bool (*pieces)(const tl_graph* g, const tl_node* n, int v);
+  size_t (*piece_bytes)(const tl_graph* g, const tl_node* n, int64_t rows);
 };
 
 /* The op communicates over the run context's group when it runs (forward

@@ -62,6 +62,20 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
     else if (inside > 1)
       out->multi += e;
     late[v] = all > inside || inside > 1 || (p && p->partial);
+    /* the trainer's pieces (launcher/train/trainer.c's build_layout) */
+    if (all == inside && inside > 1 && !(p && p->partial) && val->n_dims == 2 &&
+        tl_exec_can_piece(g, begin, end, v)) {
+      out->pieced += e;
+      out->piece_cols = (double)val->shape[1];
+      int64_t* one = calloc((size_t)g->n_values, sizeof(int64_t));
+      if (!one) {
+        free(late);
+        return TL_ERRF(TL_ERR_NOMEM, "out of memory pricing a stage");
+      }
+      one[v] = 1; /* a piece of one row: the packed columns' rows */
+      out->piece_m = (double)(tl_exec_piece_bytes(g, begin, end, one) / sizeof(float));
+      free(one);
+    }
   }
   tl_dp_layout lay;
   tl_status st = tl_dp_layout_build_late(g, begin, end, late, &lay);
@@ -95,6 +109,7 @@ static struct tl_cost_stage_shape stage_shape(const struct tl__cost_range* one,
   };
   /* what does not grow with the blocks: the tied embedding, the largest node */
   s.shared = two->shared, s.multi = two->multi;
+  s.pieced = two->pieced, s.piece_cols = two->piece_cols, s.piece_m = two->piece_m;
   s.staging = one->staging > two->staging ? one->staging : two->staging;
   return s;
 }
@@ -177,7 +192,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int cp
     struct tl_cost_stage_shape* x = &out->stage[kind];
     *x = stage_shape(&r[0][kind], &r[1][kind]);
     x->arena /= b, x->arena_layer /= b, x->io /= b;
-    x->transient /= b, x->transient_layer /= b;
+    x->transient /= b, x->transient_layer /= b, x->piece_m /= b;
     x->unit_max = unit[1];
     if (kind & TL_COST_STAGE_EMBED && unit[0] > x->unit_max) x->unit_max = unit[0];
     if (kind & TL_COST_STAGE_HEAD && unit[2] > x->unit_max) x->unit_max = unit[2];
@@ -431,7 +446,7 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
     struct tl_cost_stage_shape* s = &tmp->stage[k];
     s->params /= t, s->params_layer /= t;
     s->replicated = s->replicated_layer = 0;
-    s->shared /= t, s->multi /= t, s->staging /= t, s->unit_max /= t;
+    s->shared /= t, s->multi /= t, s->pieced /= t, s->staging /= t, s->unit_max /= t;
     s->arena *= act, s->arena_layer *= act;
     s->transient *= act, s->transient_layer *= act, s->transient_fixed /= t;
   }

@@ -139,6 +139,10 @@ struct tl_cost_stage_shape {
    * several of the stage's nodes; and the most early gradient elements one
    * backward node writes (ZeRO-2's staging) */
   double shared, multi, staging;
+  /* of multi, the elements ZeRO 2 and 3 take in pieces of rows (the tied
+   * embedding: dp/buckets.h), a row's elements, and per sequence the rows
+   * of the linear layer's input a piece's gradient columns are packed for */
+  double pieced, piece_cols, piece_m;
   double unit_max; /* ZeRO-3: the most early parameters one unit (block, embedding, head) holds */
   double arena, arena_layer; /* bytes of one executor's own arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */

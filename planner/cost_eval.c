@@ -52,7 +52,8 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
  * another group first), multi = those several nodes write (late for
  * ZeRO-2). */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
-                           double late, double multi, double staging, double unit_max) {
+                           double late, double multi, double staging, double unit_max,
+                           double pieced, double cols, double tokens) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
   /* a bf16 reduction's image of the buckets (ZeRO 0, 1: the whole stage) */
   const int d = tl_plan_data(p); /* dp x cp */
@@ -66,9 +67,18 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
   const double whole_w = p->zero < 3 && working == TL_F32 ? params * sb.w : 0;
   int64_t l2 = p->zero == 1 ? (int64_t)late : (int64_t)(late + multi);
   double shard = (double)tl_dp_shard_elems(p->zero, n, l2, d, mb);
-  return whole_w + (p->zero == 1 ? params * sb.g : 0) + sb.o * shard +
-         (double)tl_dp_buckets_bytes(p->zero, n, l2, (int64_t)staging, (int64_t)unit_max, d, mb,
-                                     p->grad_reduce, working);
+  /* ZeRO 2 and 3: the tied embedding's gradient in pieces of whole rows,
+   * each packing a piece's columns of the head's output gradient
+   * (graph/exec.h's tl_exec_piece_bytes) */
+  const int64_t n_pieced = p->zero >= 2 && cols > 0 ? (int64_t)pieced : 0;
+  double pack = 0;
+  if (n_pieced > 0) {
+    const double per = (double)tl_dp_bucket_elems(p->zero, n - l2, mb);
+    pack = sizeof(float) * tokens * fmin(fmax(1, floor(per / cols)), pieced / cols);
+  }
+  return whole_w + (p->zero == 1 ? params * sb.g : 0) + sb.o * shard + pack +
+         (double)tl_dp_buckets_bytes(p->zero, n, l2, n_pieced, (int64_t)staging, (int64_t)unit_max,
+                                     d, mb, p->grad_reduce, working);
 }
 
 /* The bubble in micro-batch times (one micro-batch's forward and
@@ -114,6 +124,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   else
     held[0] = tl__cost_in_flight(p, sh, s);
   double params = 0, rep = 0, shared = 0, multi = 0, staging = 0, unit_max = 0;
+  double pieced = 0, cols = 0, tokens = 0;
   double kept = 0, transient = 0;
   for (int c = 0; c < v; c++) {
     const int q = c * p->pp + s, k = layers[q];
@@ -122,6 +133,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
     params += x->params + (k - 1) * x->params_layer;
     if (sh->sp && sh->tp > 1) rep += x->replicated + (k - 1) * x->replicated_layer;
     shared += x->shared, multi += x->multi;
+    if (v == 1) pieced = x->pieced, cols = x->piece_cols, tokens = x->piece_m * b;
     staging = fmax(staging, x->staging), unit_max = fmax(unit_max, x->unit_max);
     /* 2. an executor per micro-batch the chunk holds, each its own arena
      * (what a forward keeps for its backward: with recomputation, the
@@ -133,9 +145,9 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   }
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
-  *state =
-      tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep, multi, staging, unit_max) +
-      4.0;
+  *state = tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep, multi, staging,
+                               unit_max, pieced, cols, tokens) +
+           4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
   *act = kept + transient;
 }

@@ -21,6 +21,11 @@ struct tl__cost_range {
    * (the tied embedding), ones several nodes of the range read; and the
    * staging ZeRO-2 needs (dp/buckets.h), in elements */
   double shared, multi, staging;
+  /* of multi, the parameters whose gradients ZeRO 2 and 3 take in pieces
+   * of rows (the tied embedding: graph/exec.h's tl_exec_can_piece): their
+   * elements, a row's elements, and the rows of the linear layer's input a
+   * piece's output-gradient columns are packed for (tl_exec_piece_bytes) */
+  double pieced, piece_cols, piece_m;
   double arena, io;        /* bytes an executor of the range allocates */
   double transient;        /* bytes of the transient arena its executors share */
   double transient_fixed;  /* of which no part grows with the batch (tl_exec_bytes) */
@@ -47,9 +52,13 @@ double tl__cost_act_scale(const tl_cost_model* cm, tl_dtype dtype);
 tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
 
 /* dtype: the state's (tl__cost_state_dtype); precision: the training's,
- * under which ZeRO 1-3 keep bf16 working parameters (dp/buckets.h) */
+ * under which ZeRO 1-3 keep bf16 working parameters (dp/buckets.h);
+ * pieced, cols, tokens: of multi, the elements ZeRO 2 and 3 take in
+ * pieces of rows of cols elements, and the rows of a micro-batch whose
+ * output-gradient columns a piece packs (0 when none) */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
-                           double late, double multi, double staging, double unit_max);
+                           double late, double multi, double staging, double unit_max,
+                           double pieced, double cols, double tokens);
 
 /* The data-parallel communication a step leaves exposed (planner/cost.c);
  * units: the fullest stage's ZeRO-3 units (each a bucket at least). */

@@ -70,28 +70,56 @@ static tl_status backward(tl_graph* g, int i) {
   return tl__op_backward_node(g, TL_OP_EMBEDDING_BACKWARD, i, 2, in, 2, out);
 }
 
-static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
+/* The table's gradient may be written in pieces of rows (graph/exec.h's
+ * tl_exec_pieces): each piece takes the tokens of its rows. */
+static bool pieces(const tl_graph* g, const tl_node* n, int v) {
+  (void)g;
+  return v == n->in[1];
+}
+
+/* The backward into dwte, rows [row_begin, row_begin + rows) of the
+ * vocabulary, and into dwpe (NULL: none). */
+static tl_status backward_rows(const struct tl_run_ctx* x, const tl_node* n, float* dwte,
+                               float* dwpe, int row_begin, int rows) {
   const tl_value* dy = &x->g->values[n->in[0]];
   const tl_node* f = &x->g->nodes[n->forward_of];
   const int b = (int)dy->shape[0], t = (int)dy->shape[1], c = (int)dy->shape[2];
-  const int rows = (int)x->g->values[f->in[1]].shape[0];
-  float *dwte = TL_DATA(x, n->out[0]), *dwpe = TL_DATA(x, n->out[1]), *d = TL_DATA(x, n->in[0]);
+  float* d = TL_DATA(x, n->in[0]);
   const int32_t* tok = TL_IDATA(x, n->in[1]);
   if (!SPLIT(f) || !dwpe)
-    return x->be->ops->embedding_backward(x->be->ctx, dwte, dwpe, d, tok, b, t, c, f->attr[0],
-                                          rows);
+    return x->be->ops->embedding_backward(x->be->ctx, dwte, dwpe, d, tok, b, t, c, row_begin, rows);
   const int h = t / 2;
   for (int s = 0; s < b; s++)
     for (int j = 0; j < 2; j++) {
       const int64_t row = (int64_t)s * t + (int64_t)j * h;
       const int pos = tl_cp_position(j * h, t, f->attr[1], f->attr[2]);
       TL_CHECK(x->be->ops->embedding_backward(x->be->ctx, dwte, dwpe + (int64_t)pos * c,
-                                              d + row * c, tok + row, 1, h, c, f->attr[0], rows));
+                                              d + row * c, tok + row, 1, h, c, row_begin, rows));
     }
   return TL_OK;
 }
 
-const struct tl_op_def tl_op_embedding = {
-    .name = "embedding", .n_diff_out = 1, .infer = infer, .run = run, .backward = backward};
+static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
+  const tl_node* f = &x->g->nodes[n->forward_of];
+  const int rows = (int)x->g->values[f->in[1]].shape[0];
+  float *dwte = TL_DATA(x, n->out[0]), *dwpe = TL_DATA(x, n->out[1]);
+  const int64_t piece = tl_piece_rows(x, f->in[1]);
+  if (piece <= 0) return backward_rows(x, n, dwte, dwpe, f->attr[0], rows);
+  for (int64_t r0 = 0; r0 < rows; r0 += piece) { /* the position rows with the first piece */
+    const int r = (int)(piece < rows - r0 ? piece : rows - r0);
+    float* dw = NULL;
+    TL_CHECK(x->pieces->begin(x->pieces->user, f->in[1], r0, r, &dw));
+    TL_CHECK(backward_rows(x, n, dw, r0 == 0 ? dwpe : NULL, f->attr[0] + (int)r0, r));
+    TL_CHECK(x->pieces->end(x->pieces->user, f->in[1], r0, r));
+  }
+  return TL_OK;
+}
+
+const struct tl_op_def tl_op_embedding = {.name = "embedding",
+                                          .n_diff_out = 1,
+                                          .infer = infer,
+                                          .run = run,
+                                          .backward = backward,
+                                          .pieces = pieces};
 const struct tl_op_def tl_op_embedding_backward = {
     .name = "embedding_backward", .n_diff_out = 0, .run = run_backward};

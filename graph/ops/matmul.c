@@ -83,10 +83,49 @@ static tl_status backward(tl_graph* g, int i) {
   return tl__op_backward_node(g, TL_OP_MATMUL_BACKWARD, i, 3, in, 3, out);
 }
 
+/* A linear layer y = x W^T without bias may write W's gradient in pieces
+ * of rows (graph/exec.h's tl_exec_pieces). */
+static bool pieces(const tl_graph* g, const tl_node* n, int v) {
+  (void)g;
+  return v == n->in[1] && v != n->in[0] && !n->attr[0] && n->attr[1] &&
+         (n->n_in < 3 || n->in[2] < 0);
+}
+
+/* a piece's columns of the output gradient, packed: (M, rows) */
+static size_t piece_bytes(const tl_graph* g, const tl_node* n, int64_t rows) {
+  int m, nn, k;
+  dims(g, n, &m, &nn, &k);
+  return sizeof(float) * (size_t)m * (size_t)(rows < nn ? rows : nn);
+}
+
+/* W's gradient in pieces of `rows` rows: for each, dout's columns of the
+ * piece packed, then dx += dout_p W_p and dW_p = dout_p^T x, into the
+ * memory the piece's begin gives. */
+static tl_status run_backward_pieces(const struct tl_run_ctx* x, const tl_node* n, int m, int nn,
+                                     int k, int64_t rows) {
+  const struct tl_kernel_ops* ops = x->be->ops;
+  const bool bf16 = ops->matmul_backward_bf16 && bf16_operands(x->g, n);
+  const int w = x->g->nodes[n->forward_of].in[1];
+  float *da = TL_DATA(x, n->out[0]), *dout = TL_DATA(x, n->in[0]), *a = TL_DATA(x, n->in[1]),
+        *b = TL_DATA(x, n->in[2]), *tmp = x->piece_tmp;
+  for (int64_t r0 = 0; r0 < nn; r0 += rows) {
+    const int r = (int)(rows < nn - r0 ? rows : nn - r0);
+    float* dw = NULL;
+    TL_CHECK(x->pieces->begin(x->pieces->user, w, r0, r, &dw));
+    TL_CHECK(ops->copy_2d(x->be->ctx, tmp, r, dout + r0, nn, m, r, false));
+    TL_CHECK((bf16 ? ops->matmul_backward_bf16 : ops->matmul_backward)(
+        x->be->ctx, da, dw, NULL, tmp, a, b + r0 * k, m, r, k, false, true));
+    TL_CHECK(x->pieces->end(x->pieces->user, w, r0, r));
+  }
+  return TL_OK;
+}
+
 static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   int m, nn, k;
   const tl_node* f = &x->g->nodes[n->forward_of];
   dims(x->g, f, &m, &nn, &k);
+  const int64_t rows = tl_piece_rows(x, f->in[1]);
+  if (rows > 0) return run_backward_pieces(x, n, m, nn, k, rows);
   const struct tl_kernel_ops* ops = x->be->ops;
   if (ops->matmul_backward_bf16 && bf16_operands(x->g, n))
     return ops->matmul_backward_bf16(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->out[1]),
@@ -99,7 +138,12 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
                                      n->attr[0], n->attr[1]);
 }
 
-const struct tl_op_def tl_op_matmul = {
-    .name = "matmul", .n_diff_out = 1, .infer = infer, .run = run, .backward = backward};
+const struct tl_op_def tl_op_matmul = {.name = "matmul",
+                                       .n_diff_out = 1,
+                                       .infer = infer,
+                                       .run = run,
+                                       .backward = backward,
+                                       .pieces = pieces,
+                                       .piece_bytes = piece_bytes};
 const struct tl_op_def tl_op_matmul_backward = {
     .name = "matmul_backward", .n_diff_out = 0, .run = run_backward};

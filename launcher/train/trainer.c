@@ -93,6 +93,15 @@ void tl_trainer_trace(tl_trainer* t, FILE* f) {
 
 /* Before every node of a pass: the pipeline's sends in flight pushed along,
  * and under ZeRO-3 the node's unit gathered. */
+/* the executors' pieces of a gradient (graph/exec.h): the buckets' */
+static tl_status piece_begin(void* user, int v, int64_t row0, int64_t rows, float** grad) {
+  return tl_dp_buckets_piece_begin(user, v, row0, rows, grad);
+}
+
+static tl_status piece_end(void* user, int v, int64_t row0, int64_t rows) {
+  return tl_dp_buckets_piece_end(user, v, row0, rows);
+}
+
 static tl_status pass_hook(void* user, int forward_node, bool backward) {
   tl_trainer* t = user;
   if (t->pp_size > 1) TL_CHECK(tl_pp_runtime_progress(t->rt));
@@ -117,9 +126,10 @@ int tl__trainer_counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
 /* Stage s's flat buffers. With ZeRO the parameters whose gradients need a
  * sum over another group before the sharded reduction (the tied embedding
  * over the pipeline, sequence parallelism's partial LayerNorms over the
- * tensor-parallel group) go to the back, reduced last; ZeRO-2 sends there
- * too the ones several nodes write (a tied embedding on one stage), whose
- * gradients stay whole until the end. */
+ * tensor-parallel group) go to the back, reduced last; ZeRO 2 and 3 send
+ * there too the ones several nodes write (a tied embedding on one stage):
+ * written in pieces where the nodes can (t->piece_cols, for this rank's
+ * stage), else whole until the end. */
 static tl_status build_layout(tl_trainer* t, int s) {
   int begin[TL_PP_MAX_CHUNKS], end[TL_PP_MAX_CHUNKS];
   for (int c = 0; c < t->n_chunks; c++) {
@@ -138,7 +148,20 @@ static tl_status build_layout(tl_trainer* t, int s) {
       readers += tl_dp_readers(t->graph, begin[c], end[c], v);
       shared |= tl_pp_stage_shares(&t->stages[c * t->pp_size + s], v);
     }
-    late[v] = shared || (p && p->partial && t->tp_size > 1) || (t->zero >= 2 && readers > 1);
+    const bool summed = shared || (p && p->partial && t->tp_size > 1);
+    late[v] = summed || (t->zero >= 2 && readers > 1);
+    /* its sum over the stage's readers made piece by piece, as the
+     * buckets reduce it (one chunk: the interleaved schedule's readers
+     * run in different passes) */
+    if (s == t->pp_rank && t->zero >= 2 && readers > 1 && !summed && t->n_chunks == 1 &&
+        t->graph->values[v].n_dims == 2 && tl_exec_can_piece(t->graph, begin[0], end[0], v)) {
+      if (!t->piece_cols) t->piece_cols = calloc((size_t)t->graph->n_values, sizeof(int64_t));
+      if (!t->piece_cols) {
+        free(late);
+        return TL_ERRF(TL_ERR_NOMEM, "out of memory for a stage layout");
+      }
+      t->piece_cols[v] = t->graph->values[v].shape[1];
+    }
   }
   tl_status r = tl_dp_layout_build_ranges(t->graph, t->n_chunks, begin, end, late, &t->layouts[s]);
   free(late);
@@ -374,8 +397,18 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         .unit_begin = units,
         .wire = cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32,
         .params = cfg->train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32,
+        .piece_cols = t->piece_cols,
     };
     TL_CHECK_GOTO(tl_dp_buckets_create(&bc, &t->buckets), st, fail);
+    if (t->piece_cols) {
+      t->piece_rows = calloc((size_t)t->graph->n_values, sizeof(int64_t));
+      if (!t->piece_rows) {
+        st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
+        goto fail;
+      }
+      for (int v = 0; v < t->graph->n_values; v++)
+        t->piece_rows[v] = tl_dp_buckets_piece_rows(t->buckets, v);
+    }
     if (t->zero >= 2) {
       t->grads = tl_dp_buckets_grad_buffer(t->buckets);
       t->grad_offset = tl_dp_buckets_grad_offset(t->buckets);
@@ -439,7 +472,11 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                .grad_acc = t->grad_acc ? (int64_t*)t->grad_acc->data : NULL,
                /* the buckets' working parameters (ZeRO-3's units, bf16 ZeRO 1-2's
                 * stage): bf16 under bf16 training */
-               .params_dtype = t->master ? tl_dp_buckets_param_dtype(t->buckets) : TL_F32},
+               .params_dtype = t->master ? tl_dp_buckets_param_dtype(t->buckets) : TL_F32,
+               .pieces = {.rows = t->piece_rows,
+                          .begin = piece_begin,
+                          .end = piece_end,
+                          .user = t->buckets}},
       .n_slots = t->sched.max_in_flight,
       .n_chunks = t->n_chunks,
       .chunks = t->chunks,
@@ -500,6 +537,8 @@ void tl_trainer_destroy(tl_trainer* t) {
   if (!t) return;
   tl_pp_runtime_destroy(t->rt);
   free(t->scatter);
+  free(t->piece_cols);
+  free(t->piece_rows);
   tl_dp_buckets_destroy(t->buckets);
   tl_group_destroy(t->shared);
   tl_pp_schedule_free(&t->sched);

@@ -62,6 +62,11 @@ struct tl_trainer {
   const int64_t* param_offset;
   bool master;
   const int64_t* grad_offset;
+  /* ZeRO 2 and 3: per graph value, a row's elements of a parameter whose
+   * gradient the executors write in pieces (the tied embedding on a stage
+   * that holds both its readers: dp/buckets.h's piece_cols), and the rows a
+   * piece the buckets cut (the executors' tl_exec_pieces.rows); NULL: none */
+  int64_t *piece_cols, *piece_rows;
   int zero; /* parallel.zero */
   /* parallel.deterministic: the gradients as exact 64-bit fixed-point sums
    * (graph/exec.h grad_acc), laid out as grads */
