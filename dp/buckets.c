@@ -135,11 +135,15 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_piece
               &slot, &temp, &image);
   int64_t bytes = master + (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
-  if (zero == 3) { /* the parameters: the unit slots and the late ones (bf16 under bf16
-                    * training), and the fp32 shard */
+  if (zero == 3) { /* the parameters: the unit slots, the late ones and two piece slots
+                    * (bf16 under bf16 training), and the fp32 shard */
     const int64_t es = params == TL_BF16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(float);
     const int slots = tl_dp_zero3_slots(n, n_late, unit_max, size);
-    bytes += es * tl__dp_at_least_one(slots * unit_max + n_late) + (int64_t)sizeof(float) * shard;
+    /* read in pieces over a group: two piece slots for them */
+    const int64_t in_pieces = size > 1 ? n_pieced : 0;
+    const int64_t pieces = (in_pieces > per ? 2 * per : in_pieces); /* one slot: one piece */
+    bytes += es * tl__dp_at_least_one(slots * unit_max + n_late - in_pieces + pieces) +
+             (int64_t)sizeof(float) * shard;
   }
   return bytes;
 }
@@ -204,7 +208,8 @@ static tl_status pieced_tail(tl_dp_buckets* b, const struct tl_dp_buckets_config
   b->piece_cols = calloc(nv, sizeof(int64_t));
   b->piece_rows = calloc(nv, sizeof(int64_t));
   b->piece_b0 = calloc(nv, sizeof(int));
-  if (!b->piece_cols || !b->piece_rows || !b->piece_b0)
+  b->piece_b1 = calloc(nv, sizeof(int));
+  if (!b->piece_cols || !b->piece_rows || !b->piece_b0 || !b->piece_b1)
     return TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
   for (int i = 0; i < l->n_segments; i++) {
     const tl_dp_segment* s = &l->segments[i];
@@ -308,6 +313,8 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
       for (int k = n_early_parts + 1; k < n_parts; k++)
         if (bounds[k] == b->begin[i]) b->piece_b0[part_value[k]] = i;
     }
+    for (int k = n_early_parts + 1; k < n_parts; k++) /* ends where the next begins */
+      b->piece_b1[part_value[k]] = k + 1 < n_parts ? b->piece_b0[part_value[k + 1]] : b->n_buckets;
     for (int i = 0; i < b->n_buckets; i++) {
       int64_t off, len;
       tl__dp_chunk_of(b, i, &off, &len);
@@ -368,6 +375,7 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
   free(b->piece_cols);
   free(b->piece_rows);
   free(b->piece_b0);
+  free(b->piece_b1);
   tl_buffer_destroy(b->pbuf);
   tl_buffer_destroy(b->pshard);
   free(b);

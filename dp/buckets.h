@@ -183,6 +183,16 @@ int64_t tl_dp_buckets_piece_rows(const tl_dp_buckets* b, int v);
 tl_status tl_dp_buckets_piece_begin(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
                                     float** grad);
 tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t rows);
+/* Zero 3: rows [row0, row0 + rows) of parameter v (a piece), gathered from
+ * every rank's shard into one of two piece slots of the param buffer
+ * (tl_dp_buckets_param_dtype), the next piece of v gathered ahead into the
+ * other; *at valid until the piece after next is asked for. The
+ * executor's tl_exec_pieces.param: such a parameter is never whole. */
+tl_status tl_dp_buckets_piece_param(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
+                                    const void** at);
+/* Whether those parameters are read in pieces (zero 3 over a group of more
+ * than one; over one rank they are gathered whole with the late ones). */
+bool tl_dp_buckets_piece_params(const tl_dp_buckets* b);
 
 /* ---- the parameters the buckets hold: zero 3, and zero 1-2 in bf16 ---- */
 

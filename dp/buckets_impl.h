@@ -42,13 +42,22 @@ struct tl_dp_buckets {
    * (tl_dp_buckets_piece_begin): the back's tail [piece_from, n), each
    * segment cut into buckets of whole rows, a piece a bucket, written
    * straight into a slot and reduced from there */
-  int64_t piece_from;    /* n: none */
-  int n_whole_buckets;   /* the buckets before theirs */
-  int64_t* piece_cols;   /* per value: a row's elements (0: whole) */
-  int64_t* piece_rows;   /* per value: rows a piece */
-  int* piece_b0;         /* per value: its first bucket */
-  int pslot, piece_slot; /* the slot the next piece tries first; the one being written (-1) */
+  int64_t piece_from;       /* n: none */
+  int n_whole_buckets;      /* the buckets before theirs */
+  int64_t* piece_cols;      /* per value: a row's elements (0: whole) */
+  int64_t* piece_rows;      /* per value: rows a piece */
+  int *piece_b0, *piece_b1; /* per value: its buckets [b0, b1) */
+  int pslot, piece_slot;    /* the slot the next piece tries first; the one being written (-1) */
   int piece_bucket;
+  /* zero 3: those parameters are read in pieces too, each gathered into
+   * one of two piece slots behind the late parameters (pbuf at
+   * piece_base + s * piece_max), the next piece ahead */
+  bool piece_params; /* over a group of more than one: else gathered whole as the late ones */
+  int64_t piece_base, piece_max;
+  int ppiece[2];    /* the bucket a piece slot holds (or is being gathered into), or -1 */
+  bool ppending[2]; /* its gather is in flight */
+  int pnext;        /* the piece slot to fill next */
+  int n_pslots;     /* 2, or 1 where every such parameter is one piece */
   /* zero 3 */
   int n_units;
   int* unit_node;             /* n_units + 1 forward node boundaries */

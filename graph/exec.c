@@ -39,6 +39,7 @@ struct tl_exec {
   tl_exec_pre_hook pre_hook;
   void* pre_hook_user;
   struct tl_exec_pieces pieces; /* tl_exec_options.pieces */
+  float* piece_copy;            /* a bf16 graph's fp32 copy of a parameter's piece */
   /* bf16 storage: the fp32 copies of the running node's bf16 values (and
    * of its parameters, rounded, or widened when stored in bf16), at the
    * end of the transient arena */
@@ -61,11 +62,14 @@ static bool is_staged(const tl_graph* g, int v) {
 
 /* The distinct staged values node n reads or writes, in slot order
  * (inputs first); returns how many (at most 2 * TL_NODE_MAX_IO). */
-static int staged_values(const tl_graph* g, const tl_node* n, int* ids) {
+static int staged_values(const tl_graph* g, const tl_node* n, const struct tl_exec_pieces* p,
+                         int* ids) {
   int k = 0;
   for (int s = 0; s < n->n_in + n->n_out; s++) {
     int v = s < n->n_in ? n->in[s] : n->out[s - n->n_in];
     if (v < 0 || !is_staged(g, v)) continue;
+    /* a parameter read in pieces: each piece's copy (tl_exec_piece_bytes) */
+    if (p && p->param && p->rows && p->rows[v] > 0) continue;
     bool seen = false;
     for (int j = 0; j < k && !seen; j++) seen = ids[j] == v;
     if (!seen) ids[k++] = v;
@@ -80,14 +84,15 @@ static int staged_values(const tl_graph* g, const tl_node* n, int* ids) {
  * its other values after *params: the region is the sum of the two maxima,
  * so that it is a fixed part plus a part linear in the batch (what the
  * planner prices) at the cost of a little more than the largest node. */
-static size_t staging_bytes(const tl_graph* g, int begin, int end, size_t* params) {
+static size_t staging_bytes(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p,
+                            size_t* params) {
   size_t most = 0, most_params = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const bool in =
         i < g->n_forward ? i >= begin && i < end : tl_memplan_in_range(g, i, begin, end);
     if (!in || (tl_op_get(g->nodes[i].op)->flags & TL_OP_STORED)) continue;
     int ids[2 * TL_NODE_MAX_IO];
-    int k = staged_values(g, &g->nodes[i], ids);
+    int k = staged_values(g, &g->nodes[i], p, ids);
     size_t b = 0, bp = 0;
     for (int j = 0; j < k; j++) {
       size_t bytes = ALIGN64((size_t)tl_value_numel(&g->values[ids[j]]) * 4);
@@ -117,20 +122,60 @@ bool tl_exec_can_piece(const tl_graph* g, int begin, int end, int v) {
   return readers > 0;
 }
 
-size_t tl_exec_piece_bytes(const tl_graph* g, int begin, int end, const int64_t* rows) {
-  size_t most = 0;
-  for (int i = begin; rows && i < end && i < g->n_forward; i++) {
+/* The pieces' temporaries: the most a node of the range asks for one
+ * piece (*ops), and a bf16 graph's fp32 copy of a piece of a parameter
+ * read in pieces (*copy). */
+static void piece_sizes(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p,
+                        size_t* ops, size_t* copy) {
+  *ops = *copy = 0;
+  for (int i = begin; p && p->rows && i < end && i < g->n_forward; i++) {
     const tl_node* n = &g->nodes[i];
     const struct tl_op_def* def = tl_op_get(n->op);
-    if (!def->piece_bytes) continue;
     for (int k = 0; k < n->n_in; k++) {
       int v = n->in[k];
-      if (v < 0 || rows[v] <= 0) continue;
-      size_t b = def->piece_bytes(g, n, rows[v]);
-      if (b > most) most = b;
+      if (v < 0 || p->rows[v] <= 0) continue;
+      size_t b = def->piece_bytes ? def->piece_bytes(g, n, p->rows[v], p->param != NULL) : 0;
+      if (b > *ops) *ops = b;
+      const tl_value* val = &g->values[v];
+      size_t c = (size_t)p->rows[v] * (size_t)(tl_value_numel(val) / val->shape[0]) * 4;
+      if (p->param && is_staged(g, v) && c > *copy) *copy = c;
     }
   }
-  return most;
+}
+
+size_t tl_exec_piece_bytes(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p) {
+  size_t ops, copy;
+  piece_sizes(g, begin, end, p, &ops, &copy);
+  return copy ? ALIGN64(ops) + copy : ops;
+}
+
+static void* ctx_data(const struct tl_run_ctx* c, int v);
+
+/* struct tl_run_ctx's piece_param: gathered by the caller (pieces->param),
+ * widened or rounded into the pieces' copy for a bf16 graph; or within
+ * the parameter read whole. */
+static tl_status ctx_piece_param(const struct tl_run_ctx* c, int v, int64_t row0, int64_t rows,
+                                 const float** out) {
+  const tl_exec* x = c->exec;
+  const tl_value* val = &x->g->values[v];
+  const int64_t cols = tl_value_numel(val) / val->shape[0];
+  if (!x->pieces.param) {
+    *out = (const float*)ctx_data(c, v) + row0 * cols;
+    return TL_OK;
+  }
+  const void* at = NULL;
+  TL_CHECK(x->pieces.param(x->pieces.user, v, row0, rows, &at));
+  if (!is_staged(x->g, v)) {
+    *out = at;
+    return TL_OK;
+  }
+  float* copy = x->piece_copy;
+  if (x->params_bf16)
+    TL_CHECK(x->be->ops->from_bf16(x->be->ctx, copy, at, rows * cols));
+  else
+    TL_CHECK(x->be->ops->round_bf16(x->be->ctx, copy, at, rows * cols));
+  *out = copy;
+  return TL_OK;
 }
 
 void tl_exec_set_backward_hook(tl_exec* x, tl_exec_hook hook, void* user) {
@@ -248,16 +293,16 @@ tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_byt
   return tl_exec_size_pieces(g, begin, end, NULL, out);
 }
 
-tl_status tl_exec_size_pieces(const tl_graph* g, int begin, int end, const int64_t* rows,
+tl_status tl_exec_size_pieces(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p,
                               struct tl_exec_bytes* out) {
   memset(out, 0, sizeof *out);
   TL_CHECK(check_create_range(g, begin, end));
   tl_memplan plan;
   TL_CHECK(tl_memplan_build_range(g, begin, end, &plan));
   out->arena = plan.arena_bytes;
-  size_t params = 0, staging = staging_bytes(g, begin, end, &params) + params;
+  size_t params = 0, staging = staging_bytes(g, begin, end, p, &params) + params;
   out->transient = transient_layout(plan.transient_bytes, staging,
-                                    tl_exec_piece_bytes(g, begin, end, rows), NULL, NULL);
+                                    tl_exec_piece_bytes(g, begin, end, p), NULL, NULL);
   out->staging_params = params;
   tl_memplan_free(&plan);
   out->inputs = input_layout(g, begin, end, NULL);
@@ -347,9 +392,10 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   /* the fp32 copies of a bf16 graph's values live one node long: after
    * the transient values */
   size_t param_copies = 0, piece_at = 0;
-  size_t staging = staging_bytes(g, opt->begin, opt->end, &param_copies) + param_copies;
+  size_t staging =
+      staging_bytes(g, opt->begin, opt->end, &opt->pieces, &param_copies) + param_copies;
   /* and the pieces' temporaries after them */
-  const size_t pieces = tl_exec_piece_bytes(g, opt->begin, opt->end, opt->pieces.rows);
+  const size_t pieces = tl_exec_piece_bytes(g, opt->begin, opt->end, &opt->pieces);
   size_t transient =
       transient_layout(x->plan.transient_bytes, staging, pieces, &x->staging_at, &piece_at);
   x->staging_params = param_copies;
@@ -382,6 +428,10 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
     x->pieces = opt->pieces;
     x->ctx.pieces = &x->pieces;
     x->ctx.piece_tmp = pieces ? (char*)x->transient->data + piece_at : NULL;
+    x->ctx.piece_param = ctx_piece_param;
+    size_t ops, copy; /* the copy behind the nodes' temporaries */
+    piece_sizes(g, opt->begin, opt->end, &opt->pieces, &ops, &copy);
+    x->piece_copy = copy ? (float*)((char*)x->transient->data + piece_at + ALIGN64(ops)) : NULL;
   }
   if (g->loss >= 0 && g->values[g->loss].grad >= 0) {
     x->seed_n = tl_value_numel(&g->values[g->loss]);
@@ -474,7 +524,7 @@ static tl_status stage_in(tl_exec* x, const tl_node* n) {
   const tl_graph* g = x->g;
   const struct tl_kernel_ops* ops = x->be->ops;
   int ids[2 * TL_NODE_MAX_IO];
-  int k = staged_values(g, n, ids);
+  int k = staged_values(g, n, x->ctx.pieces, ids);
   char* base = (char*)x->transient->data + x->staging_at;
   char *at_params = base, *at = base + x->staging_params;
   for (int j = 0; j < k; j++) {

@@ -32,18 +32,24 @@ typedef struct tl_exec tl_exec;
 tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                          tl_buffer* grads, tl_exec** out);
 
-/* Parameters whose gradients never exist whole: ZeRO-2's sharded tied
+/* Parameters whose gradients never exist whole: ZeRO's sharded tied
  * embedding (dp/buckets.h), read by an embedding and by a linear layer
  * y = x W^T (tl_exec_can_piece). The backward nodes that write such a
  * gradient run once per piece of rows[v] rows of the parameter, first rows
  * first: `begin` gives the memory the piece's gradient rows go to (rows x
- * cols floats, zeroed), `end` says they are written (a linear layer's
- * piece adds its input gradient too). The parameter itself is read whole.
- * Its gradient has no offset in the gradient buffer. */
+ * cols floats, zeroed), `end` says they are written. Its gradient has no
+ * offset in the gradient buffer.
+ *
+ * With `param` (ZeRO-3) the parameter is never whole either: every node
+ * that reads it, forward and backward, runs once per piece and asks
+ * `param` where the piece's rows lie, ready to read (in the params
+ * buffer's dtype, tl_exec_options.params_dtype); without it the parameter
+ * is read whole, at its offset. */
 struct tl_exec_pieces {
   const int64_t* rows; /* per value id: rows a piece, 0 for whole; NULL: none */
   tl_status (*begin)(void* user, int value, int64_t row0, int64_t rows, float** grad);
   tl_status (*end)(void* user, int value, int64_t row0, int64_t rows);
+  tl_status (*param)(void* user, int value, int64_t row0, int64_t rows, const void** at);
   void* user;
 };
 
@@ -52,11 +58,13 @@ struct tl_exec_pieces {
  * (v its table) or a linear layer without bias (v its weight, y = x W^T),
  * and the backward runs in one pass (no tl_graph_split_weight). */
 bool tl_exec_can_piece(const tl_graph* g, int begin, int end, int v);
-/* The temporary memory the pieces of rows[v] rows need (rows NULL: none),
- * at the end of the transient arena (tl_exec_size_pieces): a linear
- * layer's output-gradient columns of one piece (rows of its input x
- * rows), the largest over the range's nodes. */
-size_t tl_exec_piece_bytes(const tl_graph* g, int begin, int end, const int64_t* rows);
+/* The temporary memory pieces p need (p NULL or without rows: none), at
+ * the end of the transient arena (tl_exec_size_pieces): the largest a
+ * node of the range asks for one piece (a linear layer's output-gradient
+ * columns, or with p->param its output's: rows of its input x rows; an
+ * embedding's output, with p->param), and with p->param for a bf16 graph
+ * the fp32 copy of a piece of the parameter. */
+size_t tl_exec_piece_bytes(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p);
 
 /* A pipeline stage's executor: it runs only forward nodes [begin, end) and
  * their backward nodes, plans memory for those alone, and finds parameter
@@ -115,9 +123,10 @@ struct tl_exec_bytes {
   size_t staging_params;
 };
 tl_status tl_exec_size(const tl_graph* g, int begin, int end, struct tl_exec_bytes* out);
-/* The same for an executor whose options' pieces.rows is `rows`: the
- * transient arena holds the pieces' temporaries too (tl_exec_piece_bytes). */
-tl_status tl_exec_size_pieces(const tl_graph* g, int begin, int end, const int64_t* rows,
+/* The same for an executor whose options' pieces are p: the transient
+ * arena holds the pieces' temporaries too (tl_exec_piece_bytes), and no
+ * fp32 copy of a parameter read in pieces (p->param). */
+tl_status tl_exec_size_pieces(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p,
                               struct tl_exec_bytes* out);
 
 /* Copies host data into an INPUT value (bytes must match its size). */

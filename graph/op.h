@@ -38,7 +38,17 @@ struct tl_run_ctx {
    * memory for a piece's temporaries (tl_op_def.piece_bytes) */
   const struct tl_exec_pieces* pieces;
   void* piece_tmp;
+  /* rows [row0, row0 + rows) of parameter v as the kernels read it (fp32;
+   * a bf16 graph's rounded), valid until the next call: gathered when the
+   * parameter is read in pieces (pieces->param), else within it whole */
+  tl_status (*piece_param)(const struct tl_run_ctx* x, int v, int64_t row0, int64_t rows,
+                           const float** out);
 };
+
+/* Whether parameter v is read a piece at a time too (not only written). */
+static inline bool tl_piece_params(const struct tl_run_ctx* x) {
+  return x->pieces && x->pieces->param;
+}
 
 /* Rows a piece of parameter v's gradient (0: v is written whole). */
 static inline int64_t tl_piece_rows(const struct tl_run_ctx* x, int v) {
@@ -69,9 +79,10 @@ struct tl_op_def {
   /* Whether forward node n lets parameter v's gradient be written a piece
    * of rows at a time (exec.h's tl_exec_pieces): its backward then runs
    * once per piece; NULL: never. piece_bytes: the temporary device bytes
-   * one piece of `rows` rows needs (NULL: none). */
+   * one piece of `rows` rows needs (NULL: none), params: whether the
+   * parameter is read in pieces too (its forward runs by pieces). */
   bool (*pieces)(const tl_graph* g, const tl_node* n, int v);
-  size_t (*piece_bytes)(const tl_graph* g, const tl_node* n, int64_t rows);
+  size_t (*piece_bytes)(const tl_graph* g, const tl_node* n, int64_t rows, bool params);
 };
 
 /* The op communicates over the run context's group when it runs (forward

@@ -27,6 +27,12 @@ int tl__cost_forward_index(const tl_graph* g, int i) {
   return i < g->n_forward ? i : g->nodes[i].forward_of;
 }
 
+/* what sizes an executor whose pieces read their parameter (never run) */
+static tl_status never_called(void* user, int v, int64_t row0, int64_t rows, const void** at) {
+  (void)user, (void)v, (void)row0, (void)rows, (void)at;
+  return TL_ERRF(TL_ERR_INTERNAL, "the planner runs no pieces");
+}
+
 tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, int end,
                          struct tl__cost_range* out) {
   memset(out, 0, sizeof *out);
@@ -46,7 +52,12 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
   }
   /* a parameter counts once however many nodes read it (the tied wte) */
   bool* late = calloc((size_t)g->n_values, sizeof(bool));
-  if (!late) return TL_ERRF(TL_ERR_NOMEM, "out of memory pricing a stage");
+  int64_t* one = calloc((size_t)g->n_values, sizeof(int64_t)); /* the pieces, a row each */
+  if (!late || !one) {
+    free(late);
+    free(one);
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory pricing a stage");
+  }
   for (int v = 0; v < g->n_values; v++) {
     const tl_value* val = &g->values[v];
     if (val->role != TL_ROLE_PARAM) continue;
@@ -67,28 +78,38 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
         tl_exec_can_piece(g, begin, end, v)) {
       out->pieced += e;
       out->piece_cols = (double)val->shape[1];
-      int64_t* one = calloc((size_t)g->n_values, sizeof(int64_t));
-      if (!one) {
-        free(late);
-        return TL_ERRF(TL_ERR_NOMEM, "out of memory pricing a stage");
-      }
-      one[v] = 1; /* a piece of one row: the packed columns' rows */
-      out->piece_m = (double)(tl_exec_piece_bytes(g, begin, end, one) / sizeof(float));
-      free(one);
+      one[v] = 1;
+      /* ZeRO-3 runs the embedding by pieces too, adding each from a copy */
+      for (int i = begin; i < end; i++)
+        if (g->nodes[i].op == TL_OP_EMBEDDING && tl_node_reads(&g->nodes[i], v))
+          out->piece_emb = (double)tl_value_numel(&g->values[g->nodes[i].out[0]]);
     }
   }
+  /* a piece of one row: the packed columns' rows */
+  const struct tl_exec_pieces p1 = {.rows = one};
+  out->piece_m = (double)(tl_exec_piece_bytes(g, begin, end, &p1) / sizeof(float));
   tl_dp_layout lay;
   tl_status st = tl_dp_layout_build_late(g, begin, end, late, &lay);
   free(late);
+  if (st != TL_OK) free(one);
   TL_CHECK(st);
   out->staging = (double)tl_dp_layout_staging(&lay);
   tl_dp_layout_free(&lay);
   struct tl_exec_bytes b;
-  TL_CHECK(tl_exec_size(g, begin, end, &b));
+  st = tl_exec_size(g, begin, end, &b);
+  if (st != TL_OK) free(one);
+  TL_CHECK(st);
   out->arena = (double)b.arena;
   out->io = (double)(b.inputs + b.scratch);
   out->transient = (double)(b.transient - b.staging_params);
-  out->transient_fixed = (double)b.staging_params;
+  out->transient_fixed = out->transient_fixed_pieced = (double)b.staging_params;
+  /* ZeRO-3 reads the pieced parameters a piece at a time: no whole fp32
+   * copy of them */
+  const struct tl_exec_pieces p3 = {.rows = one, .param = never_called};
+  if (out->pieced > 0) st = tl_exec_size_pieces(g, begin, end, &p3, &b);
+  free(one);
+  TL_CHECK(st);
+  out->transient_fixed_pieced = (double)b.staging_params;
   return TL_OK;
 }
 
@@ -106,10 +127,12 @@ static struct tl_cost_stage_shape stage_shape(const struct tl__cost_range* one,
       .transient = one->transient,
       .transient_layer = two->transient - one->transient,
       .transient_fixed = fmax(one->transient_fixed, two->transient_fixed),
+      .transient_fixed_pieced = fmax(one->transient_fixed_pieced, two->transient_fixed_pieced),
   };
   /* what does not grow with the blocks: the tied embedding, the largest node */
   s.shared = two->shared, s.multi = two->multi;
   s.pieced = two->pieced, s.piece_cols = two->piece_cols, s.piece_m = two->piece_m;
+  s.piece_emb = two->piece_emb;
   s.staging = one->staging > two->staging ? one->staging : two->staging;
   return s;
 }
@@ -192,7 +215,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int cp
     struct tl_cost_stage_shape* x = &out->stage[kind];
     *x = stage_shape(&r[0][kind], &r[1][kind]);
     x->arena /= b, x->arena_layer /= b, x->io /= b;
-    x->transient /= b, x->transient_layer /= b, x->piece_m /= b;
+    x->transient /= b, x->transient_layer /= b, x->piece_m /= b, x->piece_emb /= b;
     x->unit_max = unit[1];
     if (kind & TL_COST_STAGE_EMBED && unit[0] > x->unit_max) x->unit_max = unit[0];
     if (kind & TL_COST_STAGE_HEAD && unit[2] > x->unit_max) x->unit_max = unit[2];
@@ -449,6 +472,7 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
     s->shared /= t, s->multi /= t, s->pieced /= t, s->staging /= t, s->unit_max /= t;
     s->arena *= act, s->arena_layer *= act;
     s->transient *= act, s->transient_layer *= act, s->transient_fixed /= t;
+    s->transient_fixed_pieced /= t;
   }
   return tmp;
 }

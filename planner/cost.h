@@ -141,8 +141,9 @@ struct tl_cost_stage_shape {
   double shared, multi, staging;
   /* of multi, the elements ZeRO 2 and 3 take in pieces of rows (the tied
    * embedding: dp/buckets.h), a row's elements, and per sequence the rows
-   * of the linear layer's input a piece's gradient columns are packed for */
-  double pieced, piece_cols, piece_m;
+   * of the linear layer's input a piece's gradient columns are packed for
+   * and the elements of the embedding's output */
+  double pieced, piece_cols, piece_m, piece_emb;
   double unit_max; /* ZeRO-3: the most early parameters one unit (block, embedding, head) holds */
   double arena, arena_layer; /* bytes of one executor's own arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */
@@ -150,6 +151,7 @@ struct tl_cost_stage_shape {
    * per sequence, and the part of it that does not grow with the batch (a
    * bf16 graph's fp32 copies of one node's parameters: tl_exec_bytes) */
   double transient, transient_layer, transient_fixed;
+  double transient_fixed_pieced; /* the same where ZeRO-3 reads `pieced` in pieces */
 };
 
 /* One matrix product shape of a graph range, per sequence: (m x k) times

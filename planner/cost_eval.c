@@ -53,7 +53,7 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
  * ZeRO-2). */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
-                           double pieced, double cols, double tokens) {
+                           double pieced, double cols, double tokens, double emb) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
   /* a bf16 reduction's image of the buckets (ZeRO 0, 1: the whole stage) */
   const int d = tl_plan_data(p); /* dp x cp */
@@ -74,7 +74,15 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
   double pack = 0;
   if (n_pieced > 0) {
     const double per = (double)tl_dp_bucket_elems(p->zero, n - l2, mb);
-    pack = sizeof(float) * tokens * fmin(fmax(1, floor(per / cols)), pieced / cols);
+    const double rows = fmin(fmax(1, floor(per / cols)), pieced / cols);
+    const bool several = rows < pieced / cols; /* one piece is used in place */
+    pack = several ? sizeof(float) * tokens * rows : 0;
+    /* ZeRO-3 reads the parameter in pieces too: the embedding's output
+     * added piece by piece, and a bf16 graph's fp32 copy of a piece */
+    if (p->zero == 3 && d > 1) {
+      pack = fmax(pack, several ? sizeof(float) * emb : 0);
+      if (precision == TL_BF16) pack = ceil(pack / 64) * 64 + sizeof(float) * rows * cols;
+    }
   }
   return whole_w + (p->zero == 1 ? params * sb.g : 0) + sb.o * shard + pack +
          (double)tl_dp_buckets_bytes(p->zero, n, l2, n_pieced, (int64_t)staging, (int64_t)unit_max,
@@ -124,7 +132,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   else
     held[0] = tl__cost_in_flight(p, sh, s);
   double params = 0, rep = 0, shared = 0, multi = 0, staging = 0, unit_max = 0;
-  double pieced = 0, cols = 0, tokens = 0;
+  double pieced = 0, cols = 0, tokens = 0, emb = 0;
   double kept = 0, transient = 0;
   for (int c = 0; c < v; c++) {
     const int q = c * p->pp + s, k = layers[q];
@@ -133,20 +141,23 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
     params += x->params + (k - 1) * x->params_layer;
     if (sh->sp && sh->tp > 1) rep += x->replicated + (k - 1) * x->replicated_layer;
     shared += x->shared, multi += x->multi;
-    if (v == 1) pieced = x->pieced, cols = x->piece_cols, tokens = x->piece_m * b;
+    if (v == 1)
+      pieced = x->pieced, cols = x->piece_cols, tokens = x->piece_m * b, emb = x->piece_emb * b;
     staging = fmax(staging, x->staging), unit_max = fmax(unit_max, x->unit_max);
     /* 2. an executor per micro-batch the chunk holds, each its own arena
      * (what a forward keeps for its backward: with recomputation, the
      * layers' inputs alone), and the transient arena they all share (a
      * pass's working set: the largest chunk's) */
     kept += held[c] * b * ((x->arena + (k - 1) * x->arena_layer) * scale + x->io);
-    transient = fmax(
-        transient, (x->transient + (k - 1) * x->transient_layer) * scale * b + x->transient_fixed);
+    transient = fmax(transient,
+                     (x->transient + (k - 1) * x->transient_layer) * scale * b +
+                         (p->zero == 3 && tl_plan_data(p) > 1 && v == 1 ? x->transient_fixed_pieced
+                                                                        : x->transient_fixed));
   }
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
   *state = tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep, multi, staging,
-                               unit_max, pieced, cols, tokens) +
+                               unit_max, pieced, cols, tokens, emb) +
            4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
   *act = kept + transient;

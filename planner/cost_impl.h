@@ -23,14 +23,17 @@ struct tl__cost_range {
   double shared, multi, staging;
   /* of multi, the parameters whose gradients ZeRO 2 and 3 take in pieces
    * of rows (the tied embedding: graph/exec.h's tl_exec_can_piece): their
-   * elements, a row's elements, and the rows of the linear layer's input a
-   * piece's output-gradient columns are packed for (tl_exec_piece_bytes) */
-  double pieced, piece_cols, piece_m;
-  double arena, io;        /* bytes an executor of the range allocates */
-  double transient;        /* bytes of the transient arena its executors share */
-  double transient_fixed;  /* of which no part grows with the batch (tl_exec_bytes) */
-  double fwd_flops, flops; /* forward; forward + backward */
-  double again_flops;      /* of flops, nodes run again in the backward */
+   * elements, a row's elements, the rows of the linear layer's input a
+   * piece's output-gradient columns are packed for (tl_exec_piece_bytes),
+   * and the elements of the embedding's output (ZeRO-3 adds each piece's
+   * from a copy) */
+  double pieced, piece_cols, piece_m, piece_emb;
+  double arena, io;              /* bytes an executor of the range allocates */
+  double transient;              /* bytes of the transient arena its executors share */
+  double transient_fixed;        /* of which no part grows with the batch (tl_exec_bytes) */
+  double transient_fixed_pieced; /* the same where ZeRO-3 reads `pieced` in pieces */
+  double fwd_flops, flops;       /* forward; forward + backward */
+  double again_flops;            /* of flops, nodes run again in the backward */
   double attn_flops, attn_fwd_flops, attn_again_flops; /* of those, the attention kernels' */
 };
 
@@ -54,11 +57,12 @@ tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
 /* dtype: the state's (tl__cost_state_dtype); precision: the training's,
  * under which ZeRO 1-3 keep bf16 working parameters (dp/buckets.h);
  * pieced, cols, tokens: of multi, the elements ZeRO 2 and 3 take in
- * pieces of rows of cols elements, and the rows of a micro-batch whose
- * output-gradient columns a piece packs (0 when none) */
+ * pieces of rows of cols elements, the rows of a micro-batch whose
+ * output-gradient columns a piece packs, and the elements of its
+ * embedding's output (0 when none) */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
-                           double pieced, double cols, double tokens);
+                           double pieced, double cols, double tokens, double emb);
 
 /* The data-parallel communication a step leaves exposed (planner/cost.c);
  * units: the fullest stage's ZeRO-3 units (each a bucket at least). */

@@ -141,8 +141,8 @@ tl_status tl_pp_runtime_create(const struct tl_pp_runtime_config* c, tl_pp_runti
       struct tl_exec_bytes size;
       const tl_pp_stage* x = r->chunks[k].st;
       st = c->n_chunks > 0
-               ? tl_exec_size_pieces(c->g, x->node_begin, x->node_end, opt.pieces.rows, &size)
-               : tl_exec_size_pieces(c->g, opt.begin, opt.end, opt.pieces.rows, &size);
+               ? tl_exec_size_pieces(c->g, x->node_begin, x->node_end, &opt.pieces, &size)
+               : tl_exec_size_pieces(c->g, opt.begin, opt.end, &opt.pieces, &size);
       if (st == TL_OK && size.transient > most) most = size.transient;
     }
     if (st == TL_OK) st = tl_buffer_create(c->be->device, most, &r->transient);

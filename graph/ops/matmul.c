@@ -61,9 +61,30 @@ static bool bf16_operands(const tl_graph* g, const tl_node* n) {
   return true;
 }
 
+/* W read in pieces (tl_piece_params): each piece's columns of the output
+ * into the temporaries, then into their place. */
+static tl_status run_pieces(const struct tl_run_ctx* x, const tl_node* n, int m, int nn, int k,
+                            int64_t rows) {
+  const struct tl_kernel_ops* ops = x->be->ops;
+  tl_status (*mm)(void*, float*, const float*, const float*, const float*, int, int, int, bool,
+                  bool, bool) =
+      ops->matmul_bf16 && bf16_operands(x->g, n) ? ops->matmul_bf16 : ops->matmul;
+  float *out = TL_DATA(x, n->out[0]), *a = TL_DATA(x, n->in[0]), *tmp = x->piece_tmp;
+  for (int64_t r0 = 0; r0 < nn; r0 += rows) {
+    const int r = (int)(rows < nn - r0 ? rows : nn - r0);
+    const float* wp = NULL;
+    TL_CHECK(x->piece_param(x, n->in[1], r0, r, &wp));
+    TL_CHECK(mm(x->be->ctx, r < nn ? tmp : out, a, wp, NULL, m, r, k, false, true, false));
+    if (r < nn) TL_CHECK(ops->copy_2d(x->be->ctx, out + r0, nn, tmp, r, m, r, false));
+  }
+  return TL_OK;
+}
+
 static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   int m, nn, k;
   dims(x->g, n, &m, &nn, &k);
+  const int64_t rows = tl_piece_params(x) ? tl_piece_rows(x, n->in[1]) : 0;
+  if (rows > 0) return run_pieces(x, n, m, nn, k, rows);
   const struct tl_kernel_ops* ops = x->be->ops;
   if (ops->matmul_bf16 && bf16_operands(x->g, n))
     return ops->matmul_bf16(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->in[0]),
@@ -91,30 +112,41 @@ static bool pieces(const tl_graph* g, const tl_node* n, int v) {
          (n->n_in < 3 || n->in[2] < 0);
 }
 
-/* a piece's columns of the output gradient, packed: (M, rows) */
-static size_t piece_bytes(const tl_graph* g, const tl_node* n, int64_t rows) {
+/* a piece's columns of the output (gradient), packed: (M, rows) */
+static size_t piece_bytes(const tl_graph* g, const tl_node* n, int64_t rows, bool params) {
+  (void)params;
   int m, nn, k;
   dims(g, n, &m, &nn, &k);
-  return sizeof(float) * (size_t)m * (size_t)(rows < nn ? rows : nn);
+  return rows < nn ? sizeof(float) * (size_t)m * (size_t)rows : 0; /* one piece: in place */
 }
 
-/* W's gradient in pieces of `rows` rows: for each, dout's columns of the
- * piece packed, then dx += dout_p W_p and dW_p = dout_p^T x, into the
- * memory the piece's begin gives. */
+/* W's gradient in pieces of `rows` rows: dx += dout W as one product (the
+ * sums of the whole backward's, bit for bit), then for each piece dout's
+ * columns of it packed and dW_p = dout_p^T x, into the memory the piece's
+ * begin gives. With W read in pieces too (tl_piece_params) dx is summed
+ * piece by piece, dx += dout_p W_p. */
 static tl_status run_backward_pieces(const struct tl_run_ctx* x, const tl_node* n, int m, int nn,
                                      int k, int64_t rows) {
   const struct tl_kernel_ops* ops = x->be->ops;
   const bool bf16 = ops->matmul_backward_bf16 && bf16_operands(x->g, n);
   const int w = x->g->nodes[n->forward_of].in[1];
   float *da = TL_DATA(x, n->out[0]), *dout = TL_DATA(x, n->in[0]), *a = TL_DATA(x, n->in[1]),
-        *b = TL_DATA(x, n->in[2]), *tmp = x->piece_tmp;
+        *b = tl_piece_params(x) ? NULL : TL_DATA(x, n->in[2]), *tmp = x->piece_tmp;
+  tl_status (*backward)(void*, float*, float*, float*, const float*, const float*, const float*,
+                        int, int, int, bool, bool) =
+      bf16 ? ops->matmul_backward_bf16 : ops->matmul_backward;
+  const bool whole = !tl_piece_params(x);
+  if (da && whole)
+    TL_CHECK(backward(x->be->ctx, da, NULL, NULL, dout, a, b, m, nn, k, false, true));
   for (int64_t r0 = 0; r0 < nn; r0 += rows) {
     const int r = (int)(rows < nn - r0 ? rows : nn - r0);
     float* dw = NULL;
+    const float* wp = NULL;
     TL_CHECK(x->pieces->begin(x->pieces->user, w, r0, r, &dw));
-    TL_CHECK(ops->copy_2d(x->be->ctx, tmp, r, dout + r0, nn, m, r, false));
-    TL_CHECK((bf16 ? ops->matmul_backward_bf16 : ops->matmul_backward)(
-        x->be->ctx, da, dw, NULL, tmp, a, b + r0 * k, m, r, k, false, true));
+    TL_CHECK(x->piece_param(x, w, r0, r, &wp));
+    if (r < nn) TL_CHECK(ops->copy_2d(x->be->ctx, tmp, r, dout + r0, nn, m, r, false));
+    TL_CHECK(backward(x->be->ctx, whole ? NULL : da, dw, NULL, r < nn ? tmp : dout, a, wp, m, r, k,
+                      false, true));
     TL_CHECK(x->pieces->end(x->pieces->user, w, r0, r));
   }
   return TL_OK;

@@ -102,6 +102,10 @@ static tl_status piece_end(void* user, int v, int64_t row0, int64_t rows) {
   return tl_dp_buckets_piece_end(user, v, row0, rows);
 }
 
+static tl_status piece_param(void* user, int v, int64_t row0, int64_t rows, const void** at) {
+  return tl_dp_buckets_piece_param(user, v, row0, rows, at);
+}
+
 static tl_status pass_hook(void* user, int forward_node, bool backward) {
   tl_trainer* t = user;
   if (t->pp_size > 1) TL_CHECK(tl_pp_runtime_progress(t->rt));
@@ -476,6 +480,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
                .pieces = {.rows = t->piece_rows,
                           .begin = piece_begin,
                           .end = piece_end,
+                          /* ZeRO-3: the parameter too, a piece at a time */
+                          .param = t->zero == 3 && tl_dp_buckets_piece_params(t->buckets)
+                                       ? piece_param
+                                       : NULL,
                           .user = t->buckets}},
       .n_slots = t->sched.max_in_flight,
       .n_chunks = t->n_chunks,
