@@ -197,8 +197,25 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
     if (kind & TL_COST_STAGE_HEAD)
       u[n++] = (struct tl_cost_unit){kind & TL_COST_STAGE_EMBED ? 0 : rest, sec_head * b * fh,
                                      sec_head * b * (1 - fh), 1};
+    /* the tied embedding on a stage that holds both its readers is read in
+     * pieces (dp/buckets.h): gathered by the embedding's forward and the
+     * head's forward and backward in every micro-batch, a bucket at a
+     * time, priced as exposed (a piece gathered ahead hides behind one
+     * piece of compute at most) */
+    const double pieced = tl_plan_chunks(p) == 1 ? x->pieced : 0;
+    double pieces = 0;
+    if (pieced > 0 && tl_plan_data(p) > 1) {
+      const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
+      const double bucket =
+          (double)tl_dp_bucket_elems(3, (int64_t)(x->params - x->shared - x->multi - rep),
+                                     p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9) *
+          bytes;
+      const struct tl_link at = tl_link_at(link, fmin(bytes * pieced, bucket));
+      pieces = 3.0 * p->n_micro * tl_cost_all_gather(c, bytes * pieced, tl_plan_data(p), &at);
+    }
     worst = fmax(worst,
-                 tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi + rep, link, precision));
+                 pieces + tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi - pieced + rep,
+                                                link, precision));
   }
   return worst;
 }

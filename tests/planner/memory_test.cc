@@ -485,10 +485,10 @@ TEST(PlannerMemory, EachZeroStageHoldsLessThanTheOneBeforeWithDefaultSettings) {
 //
 // The GPT's tied embedding (a third of GPT-2's parameters) is sharded
 // under ZeRO 2 and 3 like any parameter: its gradient is written and
-// reduced a bucket of rows at a time (dp/buckets.h's pieces), never whole.
-// Printed, not checked: ZeRO-3, whose two unit slots, staging and bucket
-// buffers (each about a block) hold 15-35% beyond 16/d here, and whose
-// tied embedding's parameter is gathered whole for the step
+// reduced a bucket of rows at a time (dp/buckets.h's pieces), and under
+// ZeRO-3 read a bucket of rows at a time, never whole. Printed, not
+// checked: ZeRO-3, whose two unit slots, staging, bucket buffers and piece
+// slots (each about a block) hold 12-35% beyond 16/d here
 // (docs/parallelism.md: ZeRO).
 TEST(PlannerMemory, ModelStateWithinTheZeroFormulas) {
   const int d = WorldSize();
