@@ -122,11 +122,8 @@ bool tl_exec_can_piece(const tl_graph* g, int begin, int end, int v) {
   return readers > 0;
 }
 
-/* The pieces' temporaries: the most a node of the range asks for one
- * piece (*ops), and a bf16 graph's fp32 copy of a piece of a parameter
- * read in pieces (*copy). */
-static void piece_sizes(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p,
-                        size_t* ops, size_t* copy) {
+void tl_exec_piece_sizes(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p,
+                         size_t* ops, size_t* copy) {
   *ops = *copy = 0;
   for (int i = begin; p && p->rows && i < end && i < g->n_forward; i++) {
     const tl_node* n = &g->nodes[i];
@@ -145,7 +142,7 @@ static void piece_sizes(const tl_graph* g, int begin, int end, const struct tl_e
 
 size_t tl_exec_piece_bytes(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p) {
   size_t ops, copy;
-  piece_sizes(g, begin, end, p, &ops, &copy);
+  tl_exec_piece_sizes(g, begin, end, p, &ops, &copy);
   return copy ? ALIGN64(ops) + copy : ops;
 }
 
@@ -430,7 +427,7 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
     x->ctx.piece_tmp = pieces ? (char*)x->transient->data + piece_at : NULL;
     x->ctx.piece_param = ctx_piece_param;
     size_t ops, copy; /* the copy behind the nodes' temporaries */
-    piece_sizes(g, opt->begin, opt->end, &opt->pieces, &ops, &copy);
+    tl_exec_piece_sizes(g, opt->begin, opt->end, &opt->pieces, &ops, &copy);
     x->piece_copy = copy ? (float*)((char*)x->transient->data + piece_at + ALIGN64(ops)) : NULL;
   }
   if (g->loss >= 0 && g->values[g->loss].grad >= 0) {

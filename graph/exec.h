@@ -65,6 +65,11 @@ bool tl_exec_can_piece(const tl_graph* g, int begin, int end, int v);
  * embedding's output, with p->param), and with p->param for a bf16 graph
  * the fp32 copy of a piece of the parameter. */
 size_t tl_exec_piece_bytes(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p);
+/* Its two parts: the most a node of the range asks for one piece (*ops),
+ * and a bf16 graph's fp32 copy of a piece read from the buffer (*copy,
+ * which replaces the whole parameter's copy). */
+void tl_exec_piece_sizes(const tl_graph* g, int begin, int end, const struct tl_exec_pieces* p,
+                         size_t* ops, size_t* copy);
 
 /* A pipeline stage's executor: it runs only forward nodes [begin, end) and
  * their backward nodes, plans memory for those alone, and finds parameter

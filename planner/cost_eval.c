@@ -51,6 +51,23 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
  * instead of whole in fp32; late = the parameters reduced last (sum over
  * another group first), multi = those several nodes write (late for
  * ZeRO-2). */
+double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double cols,
+                           double tokens, double emb, double* ops) {
+  *ops = 0;
+  if (p->zero < 2 || cols <= 0 || pieced <= 0) return 0;
+  const double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9;
+  const double per = (double)tl_dp_bucket_elems(p->zero, (int64_t)early, mb);
+  const double rows = fmin(fmax(1, floor(per / cols)), pieced / cols);
+  const bool several = rows < pieced / cols; /* one piece is used in place */
+  double t = several ? sizeof(float) * tokens * rows : 0;
+  /* ZeRO-3 over a group reads the parameter in pieces too: the
+   * embedding's output added piece by piece */
+  if (p->zero == 3 && tl_plan_data(p) > 1 && several) t = fmax(t, sizeof(float) * emb);
+  if (t >= sizeof(float) * pieced) return 0; /* as much as the gradient: kept whole */
+  *ops = t;
+  return rows;
+}
+
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
                            double pieced, double cols, double tokens, double emb) {
@@ -70,20 +87,13 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
   /* ZeRO 2 and 3: the tied embedding's gradient in pieces of whole rows,
    * each packing a piece's columns of the head's output gradient
    * (graph/exec.h's tl_exec_piece_bytes) */
-  const int64_t n_pieced = p->zero >= 2 && cols > 0 ? (int64_t)pieced : 0;
-  double pack = 0;
-  if (n_pieced > 0) {
-    const double per = (double)tl_dp_bucket_elems(p->zero, n - l2, mb);
-    const double rows = fmin(fmax(1, floor(per / cols)), pieced / cols);
-    const bool several = rows < pieced / cols; /* one piece is used in place */
-    pack = several ? sizeof(float) * tokens * rows : 0;
-    /* ZeRO-3 reads the parameter in pieces too: the embedding's output
-     * added piece by piece, and a bf16 graph's fp32 copy of a piece */
-    if (p->zero == 3 && d > 1) {
-      pack = fmax(pack, several ? sizeof(float) * emb : 0);
-      if (precision == TL_BF16) pack = ceil(pack / 64) * 64 + sizeof(float) * rows * cols;
-    }
-  }
+  double ops = 0;
+  const double rows = tl__cost_piece_rows(p, (double)(n - l2), pieced, cols, tokens, emb, &ops);
+  const int64_t n_pieced = rows > 0 ? (int64_t)pieced : 0;
+  double pack = ops;
+  /* and a bf16 graph's fp32 copy of a piece ZeRO-3 reads */
+  if (rows > 0 && p->zero == 3 && d > 1 && precision == TL_BF16)
+    pack = ceil(pack / 64) * 64 + sizeof(float) * rows * cols;
   return whole_w + (p->zero == 1 ? params * sb.g : 0) + sb.o * shard + pack +
          (double)tl_dp_buckets_bytes(p->zero, n, l2, n_pieced, (int64_t)staging, (int64_t)unit_max,
                                      d, mb, p->grad_reduce, working);
@@ -149,10 +159,13 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
      * layers' inputs alone), and the transient arena they all share (a
      * pass's working set: the largest chunk's) */
     kept += held[c] * b * ((x->arena + (k - 1) * x->arena_layer) * scale + x->io);
-    transient = fmax(transient,
-                     (x->transient + (k - 1) * x->transient_layer) * scale * b +
-                         (p->zero == 3 && tl_plan_data(p) > 1 && v == 1 ? x->transient_fixed_pieced
-                                                                        : x->transient_fixed));
+    /* ZeRO-3 reading the tied embedding in pieces keeps no whole copy of it */
+    double ops;
+    const bool in_pieces =
+        v == 1 && p->zero == 3 && tl_plan_data(p) > 1 &&
+        tl__cost_piece_rows(p, params - shared - rep - multi, pieced, cols, tokens, emb, &ops) > 0;
+    transient = fmax(transient, (x->transient + (k - 1) * x->transient_layer) * scale * b +
+                                    (in_pieces ? x->transient_fixed_pieced : x->transient_fixed));
   }
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
@@ -202,7 +215,14 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
      * head's forward and backward in every micro-batch, a bucket at a
      * time, priced as exposed (a piece gathered ahead hides behind one
      * piece of compute at most) */
-    const double pieced = tl_plan_chunks(p) == 1 ? x->pieced : 0;
+    const double params = x->params + (k - 1) * x->params_layer;
+    double ops;
+    const double pieced =
+        tl_plan_chunks(p) == 1 &&
+                tl__cost_piece_rows(p, params - x->shared - x->multi - rep, x->pieced,
+                                    x->piece_cols, x->piece_m * b, x->piece_emb * b, &ops) > 0
+            ? x->pieced
+            : 0;
     double pieces = 0;
     if (pieced > 0 && tl_plan_data(p) > 1) {
       const double bytes = precision == TL_BF16 ? 2.0 : 4.0;

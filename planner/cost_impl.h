@@ -60,6 +60,15 @@ tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
  * pieces of rows of cols elements, the rows of a micro-batch whose
  * output-gradient columns a piece packs, and the elements of its
  * embedding's output (0 when none) */
+/* The rows a piece of the tied embedding's `pieced` elements (rows of
+ * cols) ZeRO 2 and 3 cut on a stage of `early` early parameters, and in
+ * *ops the temporaries its pieces take (a piece's packed columns of the
+ * micro-batch's `tokens` rows, or ZeRO-3's copy of the embedding's `emb`
+ * outputs); 0 where the trainer keeps it whole: those would hold as much
+ * as its gradient (launcher/train/trainer.c's keep_pieces). */
+double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double cols,
+                           double tokens, double emb, double* ops);
+
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
                            double pieced, double cols, double tokens, double emb);

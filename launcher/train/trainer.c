@@ -172,6 +172,42 @@ static tl_status build_layout(tl_trainer* t, int s) {
   return r;
 }
 
+/* The pieces pay temporaries (a piece's packed columns of the head's
+ * output gradient; under ZeRO-3 over a group the embedding's output added
+ * piece by piece) to never hold the parameter whole: where those would
+ * hold as much as its gradient (a small vocabulary cut into many pieces)
+ * the parameter stays whole, late, as without pieces. The planner decides
+ * alike (planner/cost_eval.c's tl__cost_piece_rows). */
+static tl_status keep_pieces(tl_trainer* t) {
+  if (!t->piece_cols) return TL_OK;
+  const tl_graph* g = t->graph;
+  const int64_t per = tl_dp_bucket_elems(t->zero, t->lay->n_early, t->cfg.parallel.bucket_mb);
+  const bool params = t->zero == 3 && t->comm.dp && tl_group_size(t->comm.dp) > 1;
+  int64_t* rows = calloc((size_t)g->n_values, sizeof(int64_t));
+  if (!rows) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
+  bool any = false;
+  for (int v = 0; v < g->n_values; v++) {
+    const int64_t cols = t->piece_cols[v];
+    if (cols <= 0) continue;
+    const int64_t all = g->values[v].shape[0];
+    rows[v] = per / cols < 1 ? 1 : per / cols > all ? all : per / cols;
+    const struct tl_exec_pieces p = {.rows = rows, .param = params ? piece_param : NULL};
+    size_t ops, copy;
+    tl_exec_piece_sizes(g, t->me->node_begin, t->me->node_end, &p, &ops, &copy);
+    rows[v] = 0;
+    if ((double)ops >= sizeof(float) * (double)tl_value_numel(&g->values[v]))
+      t->piece_cols[v] = 0;
+    else
+      any = true;
+  }
+  free(rows);
+  if (!any) {
+    free(t->piece_cols);
+    t->piece_cols = NULL;
+  }
+  return TL_OK;
+}
+
 /* The optimizer over what this rank updates: a segment per parameter, or
  * per piece of the ZeRO shard (dp/buckets.h), each counted in the global
  * norm on one rank only (the last stage leaves the tied embedding to the
@@ -344,6 +380,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   t->zero = cfg->parallel.zero;
   for (int s = 0; s < t->pp_size; s++) TL_CHECK_GOTO(build_layout(t, s), st, fail);
   t->lay = &t->layouts[t->pp_rank];
+  TL_CHECK_GOTO(keep_pieces(t), st, fail);
   /* zero-bubble's lists follow a block's passes' FLOPs, which every rank
    * (tp shards split a block's matmuls evenly) and the planner count alike;
    * the job takes the largest of each, so that no two ranks can build
