@@ -57,6 +57,7 @@ struct tl_dp_buckets {
   int ppiece[2];    /* the bucket a piece slot holds (or is being gathered into), or -1 */
   bool ppending[2]; /* its gather is in flight */
   int pnext;        /* the piece slot to fill next */
+  int plast;        /* the bucket of the piece asked for last */
   int n_pslots;     /* 2, or 1 where every such parameter is one piece */
   /* zero 3 */
   int n_units;

@@ -228,10 +228,13 @@ tl_status tl_dp_buckets_piece_param(tl_dp_buckets* b, int v, int64_t row0, int64
   const int64_t off = b->piece_base + s * b->piece_max;
   *at = b->pbf16 ? (const void*)((const uint16_t*)b->pbuf->data + off)
                  : (const void*)((const float*)b->pbuf->data + off);
-  /* the next piece of v into the other slot, while this one computes */
+  /* the next piece of the pass, which runs the way the last two went */
+  const int next = i < b->plast ? i - 1 : i + 1;
+  b->plast = i;
   if (b->n_pslots < 2) return TL_OK;
   b->pnext = 1 - s;
-  if (i + 1 < b->piece_b1[v] && b->ppiece[1 - s] != i + 1) TL_CHECK(gather_piece(b, i + 1, 1 - s));
+  if (next >= b->piece_b0[v] && next < b->piece_b1[v] && b->ppiece[1 - s] != next)
+    TL_CHECK(gather_piece(b, next, 1 - s));
   return TL_OK;
 }
 

@@ -124,7 +124,8 @@ static size_t piece_bytes(const tl_graph* g, const tl_node* n, int64_t rows, boo
  * sums of the whole backward's, bit for bit), then for each piece dout's
  * columns of it packed and dW_p = dout_p^T x, into the memory the piece's
  * begin gives. With W read in pieces too (tl_piece_params) dx is summed
- * piece by piece, dx += dout_p W_p. */
+ * piece by piece, dx += dout_p W_p, the last piece first (the one the
+ * forward read last, still gathered). */
 static tl_status run_backward_pieces(const struct tl_run_ctx* x, const tl_node* n, int m, int nn,
                                      int k, int64_t rows) {
   const struct tl_kernel_ops* ops = x->be->ops;
@@ -138,7 +139,10 @@ static tl_status run_backward_pieces(const struct tl_run_ctx* x, const tl_node* 
   const bool whole = !tl_piece_params(x);
   if (da && whole)
     TL_CHECK(backward(x->be->ctx, da, NULL, NULL, dout, a, b, m, nn, k, false, true));
-  for (int64_t r0 = 0; r0 < nn; r0 += rows) {
+  const int64_t n_pieces = (nn + rows - 1) / rows;
+  for (int64_t j = 0; j < n_pieces; j++) {
+    /* W read in pieces: the last first, which the forward ended on */
+    const int64_t r0 = (whole ? j : n_pieces - 1 - j) * rows;
     const int r = (int)(rows < nn - r0 ? rows : nn - r0);
     float* dw = NULL;
     const float* wp = NULL;
