@@ -291,10 +291,12 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
     bounds[n_parts] = b->n;
     for (int k = 0; k < n_parts; k++) {
       per[k] = b->per;
-      if (k > n_early_parts) { /* a parameter in pieces: whole rows, at least one */
+      if (k > n_early_parts) { /* a parameter in pieces: whole rows, at least one, at most all */
         const int64_t cols = b->piece_cols[part_value[k]];
-        per[k] = (b->per / cols > 0 ? b->per / cols : 1) * cols;
-        b->piece_rows[part_value[k]] = per[k] / cols;
+        const int64_t all = (bounds[k + 1] - bounds[k]) / cols;
+        const int64_t rows = b->per / cols < 1 ? 1 : b->per / cols > all ? all : b->per / cols;
+        per[k] = rows * cols;
+        b->piece_rows[part_value[k]] = rows;
       }
     }
     b->n_buckets = cut(bounds, n_parts, n_early_parts, per, NULL, NULL);
@@ -523,7 +525,6 @@ tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t
   TL_CHECK(reduce_bucket(b, i, s, b->slot[s]->data));
   if (!b->group) TL_CHECK(retire(b, s)); /* added now: the slot is reused next */
   b->pslot = 1 - s;
-  b->early++;
   return TL_OK;
 }
 

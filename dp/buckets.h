@@ -187,7 +187,8 @@ tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t
  * every rank's shard into one of two piece slots of the param buffer
  * (tl_dp_buckets_param_dtype) unless a slot holds it, the next piece of v
  * gathered ahead into the other (the one after, or before where the pieces
- * come last first); *at valid until the piece after next is asked for. The
+ * come last first); *at valid until the next call (the kernels already
+ * queued on it are waited for by any gather into it). The
  * executor's tl_exec_pieces.param: such a parameter is never whole. */
 tl_status tl_dp_buckets_piece_param(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
                                     const void** at);

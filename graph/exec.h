@@ -35,10 +35,10 @@ tl_status tl_exec_create(const tl_graph* g, const tl_backend* be, tl_buffer* par
 /* Parameters whose gradients never exist whole: ZeRO's sharded tied
  * embedding (dp/buckets.h), read by an embedding and by a linear layer
  * y = x W^T (tl_exec_can_piece). The backward nodes that write such a
- * gradient run once per piece of rows[v] rows of the parameter, first rows
- * first: `begin` gives the memory the piece's gradient rows go to (rows x
- * cols floats, zeroed), `end` says they are written. Its gradient has no
- * offset in the gradient buffer.
+ * gradient run once per piece of rows[v] rows of the parameter (in
+ * either order; each piece once a node): `begin` gives the memory the piece's gradient rows go to
+ * (rows x cols floats, zeroed), `end` says they are written. Its gradient has no offset in the
+ * gradient buffer.
  *
  * With `param` (ZeRO-3) the parameter is never whole either: every node
  * that reads it, forward and backward, runs once per piece and asks

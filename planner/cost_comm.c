@@ -254,7 +254,7 @@ double tl_cost_send(const tl_cluster* c, double bytes, const struct tl_link* lin
  * 2 and 3 at least TL_DP_SHARDED_BUCKETS of them (none: one buffer), under
  * ZeRO-3 one at least for each of the stage's `units` (dp/buckets.c cuts
  * them at the units' edges). */
-static double dp_buckets(const tl_plan* p, double elems, int units) {
+double tl__cost_dp_buckets(const tl_plan* p, double elems, int units) {
   double b =
       p->dp_bucket_mb > 0
           ? ceil(elems / (double)tl_dp_bucket_elems(p->zero, (int64_t)elems, p->dp_bucket_mb))
@@ -291,7 +291,7 @@ double tl__cost_dp_seconds(const tl_cluster* c, const tl_plan* p, double grads, 
   if (d <= 1) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0; /* bytes an element moves */
   const double param = gathered_bytes(dtype);
-  const double buckets = dp_buckets(p, grads, units);
+  const double buckets = tl__cost_dp_buckets(p, grads, units);
   /* each bucket moves at its own size's rate */
   const struct tl_link at_wire = tl_link_at(whole, grads * wire / buckets),
                        at_param = tl_link_at(whole, grads * param / buckets);
@@ -325,7 +325,7 @@ double tl__cost_dp_floor(const tl_cluster* c, const tl_plan* p, double grads,
   if (d <= 1 || p->no_overlap) return 0;
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0;
   const double param = gathered_bytes(dtype);
-  const double buckets = dp_buckets(p, grads, 1);
+  const double buckets = tl__cost_dp_buckets(p, grads, 1);
   const struct tl_link at_wire = tl_link_at(whole, grads * wire / buckets),
                        at_param = tl_link_at(whole, grads * param / buckets);
   const struct tl_link* link = &at_wire;

@@ -42,15 +42,6 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
   }
 }
 
-/* The model state a stage of `params` elements holds on a data-parallel
- * rank, as dp/ and the trainer allocate it in fp32: the formulas' ZeRO-1
- * and ZeRO-2 with the shard the buckets cut (each bucket's chunk rounded
- * up) and ZeRO-2's staging, bucket buffers and late gradients
- * (dp/buckets.h); under trellis's bf16 (precision) ZeRO 1 and 2 hold the
- * parameters as the buckets' bf16 working copy and fp32 master shard
- * instead of whole in fp32; late = the parameters reduced last (sum over
- * another group first), multi = those several nodes write (late for
- * ZeRO-2). */
 double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double cols,
                            double tokens, double emb, double* ops) {
   *ops = 0;
@@ -68,6 +59,15 @@ double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double
   return rows;
 }
 
+/* The model state a stage of `params` elements holds on a data-parallel
+ * rank, as dp/ and the trainer allocate it in fp32: the formulas' ZeRO-1
+ * and ZeRO-2 with the shard the buckets cut (each bucket's chunk rounded
+ * up) and ZeRO-2's staging, bucket buffers and late gradients
+ * (dp/buckets.h); under trellis's bf16 (precision) ZeRO 1 and 2 hold the
+ * parameters as the buckets' bf16 working copy and fp32 master shard
+ * instead of whole in fp32; late = the parameters reduced last (sum over
+ * another group first), multi = those several nodes write (late for
+ * ZeRO-2). */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
                            double pieced, double cols, double tokens, double emb) {
@@ -176,6 +176,51 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   *act = kept + transient;
 }
 
+/* The tied embedding's elements a stage of kind x with k blocks takes in
+ * pieces (tl__cost_piece_rows; 0 where it is kept whole); rep: its
+ * tensor-parallel partial parameters. */
+static double kept_pieced(const tl_plan* p, const struct tl_cost_stage_shape* x, int k, int b,
+                          double rep) {
+  if (tl_plan_chunks(p) != 1 || x->pieced <= 0) return 0;
+  const double params = x->params + (k - 1) * x->params_layer;
+  double ops;
+  return tl__cost_piece_rows(p, params - x->shared - x->multi - rep, x->pieced, x->piece_cols,
+                             x->piece_m * b, x->piece_emb * b, &ops) > 0
+             ? x->pieced
+             : 0;
+}
+
+/* What the tied embedding's pieces move beyond the other parameters' on a
+ * stage that holds both its readers (one stage: pp 1): its gradient
+ * reduce-scattered twice a micro-batch (the head's pieces and the
+ * embedding's; tl__cost_dp_seconds prices once) and under ZeRO-3 its
+ * table gathered three times (the embedding's forward, the head's forward
+ * and backward), a bucket at a time — priced exposed: a piece gathered
+ * ahead hides behind one piece of compute at most, and the embedding's
+ * reductions come at the backward's end. */
+static double piece_seconds(const tl_cluster* c, const struct tl_cost_shard* sh, const tl_plan* p,
+                            const int* layers, int b, double grads, int units,
+                            const struct tl_link* link, tl_dtype precision) {
+  const int d = tl_plan_data(p);
+  if (p->zero < 2 || d <= 1 || p->pp != 1) return 0;
+  const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(0, 1)];
+  const double rep =
+      sh->sp && sh->tp > 1 ? x->replicated + (layers[0] - 1) * x->replicated_layer : 0;
+  const double pieced = kept_pieced(p, x, layers[0], b, rep);
+  if (pieced <= 0) return 0;
+  /* its buckets are about the others' size, and move at their rate */
+  const double bucket = grads / tl__cost_dp_buckets(p, grads, units);
+  const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0;
+  const struct tl_link at_wire = tl_link_at(link, wire * bucket);
+  double t = p->n_micro * tl_cost_reduce_scatter(c, wire * pieced, d, &at_wire);
+  if (p->zero == 3) {
+    const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
+    const struct tl_link at = tl_link_at(link, bytes * bucket);
+    t += 3.0 * p->n_micro * tl_cost_all_gather(c, bytes * pieced, d, &at);
+  }
+  return t;
+}
+
 /* ZeRO-3's exposed gathers on the stage where they show most: its units
  * (the embedding on the first stage, its blocks, the head on the last) with
  * their parameters and seconds at micro-batch b, forward and backward split
@@ -210,32 +255,11 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
     if (kind & TL_COST_STAGE_HEAD)
       u[n++] = (struct tl_cost_unit){kind & TL_COST_STAGE_EMBED ? 0 : rest, sec_head * b * fh,
                                      sec_head * b * (1 - fh), 1};
-    /* the tied embedding on a stage that holds both its readers is read in
-     * pieces (dp/buckets.h): gathered by the embedding's forward and the
-     * head's forward and backward in every micro-batch, a bucket at a
-     * time, priced as exposed (a piece gathered ahead hides behind one
-     * piece of compute at most) */
-    const double params = x->params + (k - 1) * x->params_layer;
-    double ops;
-    const double pieced =
-        tl_plan_chunks(p) == 1 &&
-                tl__cost_piece_rows(p, params - x->shared - x->multi - rep, x->pieced,
-                                    x->piece_cols, x->piece_m * b, x->piece_emb * b, &ops) > 0
-            ? x->pieced
-            : 0;
-    double pieces = 0;
-    if (pieced > 0 && tl_plan_data(p) > 1) {
-      const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
-      const double bucket =
-          (double)tl_dp_bucket_elems(3, (int64_t)(x->params - x->shared - x->multi - rep),
-                                     p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9) *
-          bytes;
-      const struct tl_link at = tl_link_at(link, fmin(bytes * pieced, bucket));
-      pieces = 3.0 * p->n_micro * tl_cost_all_gather(c, bytes * pieced, tl_plan_data(p), &at);
-    }
-    worst = fmax(worst,
-                 pieces + tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi - pieced + rep,
-                                                link, precision));
+    /* the tied embedding read in pieces is not gathered whole
+     * (piece_seconds) */
+    const double pieced = kept_pieced(p, x, k, b, rep);
+    worst = fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi - pieced + rep,
+                                              link, precision));
   }
   return worst;
 }
@@ -454,9 +478,11 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   /* gradients are summed and all-reduced in fp32 (Megatron-LM's default for
    * bf16, and trellis's under train.precision "bf16"), whatever the
    * activations' dtype */
+  const double pieces = piece_seconds(c, sh, p, layers, b, grads, units, dp_link, dtype);
   double dp = tl__cost_dp_seconds(c, p, grads, units, dp_link, comp / speed, dtype) + zero3;
-  dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all, dtype));
-  p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed, dtype) + zero3_all;
+  dp = fmax(dp, tl__cost_dp_floor(c, p, grads, dp_link, comp / speed, zero3_all, dtype)) + pieces;
+  p->c_dp = tl__cost_dp_seconds(c, &bare, grads, units, dp_link, comp / speed, dtype) + zero3_all +
+            pieces;
   if (tl__cost_overlap_stalls(c, p)) dp = p->c_dp; /* nothing hides (cost_impl.h) */
   /* the ring of the slowest stage's blocks, each micro-batch */
   double ring_all = 0;

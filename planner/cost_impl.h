@@ -54,12 +54,6 @@ tl_status tl__cost_gemms(const tl_graph* g, int begin, int end, int per, struct 
 double tl__cost_act_scale(const tl_cost_model* cm, tl_dtype dtype);
 tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
 
-/* dtype: the state's (tl__cost_state_dtype); precision: the training's,
- * under which ZeRO 1-3 keep bf16 working parameters (dp/buckets.h);
- * pieced, cols, tokens: of multi, the elements ZeRO 2 and 3 take in
- * pieces of rows of cols elements, the rows of a micro-batch whose
- * output-gradient columns a piece packs, and the elements of its
- * embedding's output (0 when none) */
 /* The rows a piece of the tied embedding's `pieced` elements (rows of
  * cols) ZeRO 2 and 3 cut on a stage of `early` early parameters, and in
  * *ops the temporaries its pieces take (a piece's packed columns of the
@@ -69,9 +63,20 @@ tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
 double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double cols,
                            double tokens, double emb, double* ops);
 
+/* dtype: the state's (tl__cost_state_dtype); precision: the training's,
+ * under which ZeRO 1-3 keep bf16 working parameters (dp/buckets.h);
+ * pieced, cols, tokens, emb: of multi, the elements ZeRO 2 and 3 take in
+ * pieces of rows of cols elements, the rows of a micro-batch whose
+ * output-gradient columns a piece packs, and the elements of its
+ * embedding's output (0 when none) */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
                            double pieced, double cols, double tokens, double emb);
+
+/* The buckets a stage of `elems` gradients is reduced in (units: its
+ * ZeRO-3 units, each at least a bucket): each moves at its own size's
+ * rate (cost_comm.c). */
+double tl__cost_dp_buckets(const tl_plan* p, double elems, int units);
 
 /* The data-parallel communication a step leaves exposed (planner/cost.c);
  * units: the fullest stage's ZeRO-3 units (each a bucket at least). */

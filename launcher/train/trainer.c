@@ -91,8 +91,6 @@ void tl_trainer_trace(tl_trainer* t, FILE* f) {
 
 /* ---- set-up ------------------------------------------------------------- */
 
-/* Before every node of a pass: the pipeline's sends in flight pushed along,
- * and under ZeRO-3 the node's unit gathered. */
 /* the executors' pieces of a gradient (graph/exec.h): the buckets' */
 static tl_status piece_begin(void* user, int v, int64_t row0, int64_t rows, float** grad) {
   return tl_dp_buckets_piece_begin(user, v, row0, rows, grad);
@@ -106,6 +104,8 @@ static tl_status piece_param(void* user, int v, int64_t row0, int64_t rows, cons
   return tl_dp_buckets_piece_param(user, v, row0, rows, at);
 }
 
+/* Before every node of a pass: the pipeline's sends in flight pushed along,
+ * and under ZeRO-3 the node's unit gathered. */
 static tl_status pass_hook(void* user, int forward_node, bool backward) {
   tl_trainer* t = user;
   if (t->pp_size > 1) TL_CHECK(tl_pp_runtime_progress(t->rt));
