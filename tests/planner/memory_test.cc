@@ -160,11 +160,13 @@ struct Row {
 // (one chunk of two) and pp micro-batches.
 Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
           tl_model_kind kind = TL_MODEL_GPT, int zero = -1, tl_recompute rc = TL_RECOMPUTE_NONE,
-          int v = 1, tl_dtype dtype = TL_F32, tl_dtype grad_reduce = TL_F32, int cp = 1) {
+          int v = 1, tl_dtype dtype = TL_F32, tl_dtype grad_reduce = TL_F32, int cp = 1,
+          double bucket_mb = 0) {
   bool single = !w;
   bool sp = tp > 1 && (sched == TL_SCHEDULE_1F1B || v > 1) && kind != TL_MODEL_MLP;
   tl_config c = Config(dp, tp, pp, sched, sp, kind, zero);
   c.mesh.cp = cp;
+  if (bucket_mb > 0) c.parallel.bucket_mb = bucket_mb;
   c.parallel.recompute = rc;
   c.train.precision = dtype == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
   c.parallel.grad_reduce = grad_reduce == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
@@ -187,6 +189,7 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
       "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
       (cp > 1 ? " cp=" + std::to_string(cp) : "") + " " + tl_schedule_kind_name(sched) +
       (sp ? " sp" : "") + (zero >= 0 ? " 16 layers zero=" + std::to_string(zero) : "") +
+      (bucket_mb > 0 ? " one bucket" : "") +
       (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
        : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
                                     : "") +
@@ -377,6 +380,12 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
         for (int zero : {1, 2, 3})
           rows.push_back(
               Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1, TL_BF16));
+      // one bucket a part (what `trellis plan` writes for a plan of one):
+      // the tied embedding one piece, read in place
+      if (dp > 1 && pp == 1)
+        for (int zero : {2, 3})
+          rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1,
+                               TL_BF16, TL_F32, 1, 1e6));
       // and the gradient reduction in bf16, at every ZeRO stage: its bf16
       // image of the buckets
       if (dp > 1)
