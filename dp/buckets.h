@@ -40,7 +40,9 @@
  *   return no rank holds the whole gradient. Late parameters (several
  *   writers, or a sum over another group first) keep a whole gradient in
  *   the back of the grad buffer, accumulate there over micro-batches and
- *   are reduce-scattered by tl_dp_buckets_finish.
+ *   are reduce-scattered by tl_dp_buckets_finish — except those written in
+ *   pieces (the config's piece_cols: each piece reduced as it is written,
+ *   tl_dp_buckets_piece_begin).
  *
  * A group of one (or NULL) runs every form without communication: ZeRO over
  * one rank shards nothing, and the shard is the whole buffer. */
