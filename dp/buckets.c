@@ -117,9 +117,9 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t n_pieced, int64_t pie
   *image = tl__dp_at_least_one(longest);
 }
 
-int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t staging,
-                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire,
-                            tl_dtype params) {
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t piece,
+                            int64_t staging, int64_t unit_max, int size, double bucket_mb,
+                            tl_dtype wire, tl_dtype params) {
   const bool bf16 = wire == TL_BF16 && size > 1;
   const int64_t per = tl_dp_bucket_elems(zero, n - n_late, bucket_mb);
   const int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
@@ -131,8 +131,8 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_piece
           : 0;
   if (zero < 2) return master + (bf16 ? (int64_t)sizeof(uint16_t) * tl__dp_at_least_one(n) : 0);
   int64_t gbuf, slot, temp, image;
-  zero2_sizes(n, n_late, n_pieced, n_pieced < per ? n_pieced : per, staging, size, per, &gbuf,
-              &slot, &temp, &image);
+  if (n_pieced <= 0 || piece > n_pieced) piece = n_pieced > 0 ? n_pieced : 0;
+  zero2_sizes(n, n_late, n_pieced, piece, staging, size, per, &gbuf, &slot, &temp, &image);
   int64_t bytes = master + (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
   if (zero == 3) { /* the parameters: the unit slots, the late ones and two piece slots
@@ -141,7 +141,7 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_piece
     const int slots = tl_dp_zero3_slots(n, n_late, unit_max, size);
     /* read in pieces over a group: two piece slots for them */
     const int64_t in_pieces = size > 1 ? n_pieced : 0;
-    const int64_t pieces = (in_pieces > per ? 2 * per : in_pieces); /* one slot: one piece */
+    const int64_t pieces = in_pieces > piece ? 2 * piece : in_pieces; /* one slot: one piece */
     bytes += es * tl__dp_at_least_one(slots * unit_max + n_late - in_pieces + pieces) +
              (int64_t)sizeof(float) * shard;
   }

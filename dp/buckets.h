@@ -239,7 +239,8 @@ int tl_dp_zero3_slots(int64_t n, int64_t n_late, int64_t unit_max, int size);
 int tl_dp_buckets_slots(const tl_dp_buckets* b);
 
 /* What the buckets allocate on the device for a stage of n elements, n_late
- * of them late (n_pieced of those written in pieces: no whole gradient), whose largest backward
+ * of them late (n_pieced of those written in pieces of `piece` elements:
+ * no whole gradient), whose largest backward
  * node writes `staging` elements of early gradients and whose largest unit holds unit_max (zero 3),
  * over `size` ranks, reducing in `wire`: the planner prices ZeRO with it. Zero 0 and 1: nothing
  * (the gradients are the caller's) but a bf16 wire's image of them and (zero 1, bf16 training) the
@@ -248,9 +249,9 @@ int tl_dp_buckets_slots(const tl_dp_buckets* b);
  * and late parameters in 2 bytes each (each rank rounds its chunks straight into them and gathers
  * in place), and under zero 1 and 2 the whole stage's working parameters in bf16 and the shard's
  * fp32 master. */
-int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t staging,
-                            int64_t unit_max, int size, double bucket_mb, tl_dtype wire,
-                            tl_dtype params);
+int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t piece,
+                            int64_t staging, int64_t unit_max, int size, double bucket_mb,
+                            tl_dtype wire, tl_dtype params);
 /* The elements a bucket holds (the last of each part fewer): bucket_mb's,
  * and under ZeRO 2 and 3 at most 1/TL_DP_SHARDED_BUCKETS of the stage's
  * n_early early gradients — two buckets in flight then stay small beside

@@ -228,8 +228,10 @@ tl_status tl_dp_buckets_piece_param(tl_dp_buckets* b, int v, int64_t row0, int64
   const int64_t off = b->piece_base + s * b->piece_max;
   *at = b->pbf16 ? (const void*)((const uint16_t*)b->pbuf->data + off)
                  : (const void*)((const float*)b->pbuf->data + off);
-  /* the next piece of the pass, which runs the way the last two went */
-  const int next = i < b->plast ? i - 1 : i + 1;
+  /* the next piece of the pass: after the first, the second; before the
+   * last, the one before it; else the way the last two went */
+  const int first = b->piece_b0[v], last = b->piece_b1[v] - 1;
+  const int next = i == first ? i + 1 : i == last || i < b->plast ? i - 1 : i + 1;
   b->plast = i;
   if (b->n_pslots < 2) return TL_OK;
   b->pnext = 1 - s;

@@ -95,8 +95,9 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
   if (rows > 0 && p->zero == 3 && d > 1 && precision == TL_BF16)
     pack = ceil(pack / 64) * 64 + sizeof(float) * rows * cols;
   return whole_w + (p->zero == 1 ? params * sb.g : 0) + sb.o * shard + pack +
-         (double)tl_dp_buckets_bytes(p->zero, n, l2, n_pieced, (int64_t)staging, (int64_t)unit_max,
-                                     d, mb, p->grad_reduce, working);
+         (double)tl_dp_buckets_bytes(p->zero, n, l2, n_pieced, (int64_t)(rows * cols),
+                                     (int64_t)staging, (int64_t)unit_max, d, mb, p->grad_reduce,
+                                     working);
 }
 
 /* The bubble in micro-batch times (one micro-batch's forward and
