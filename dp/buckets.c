@@ -197,42 +197,6 @@ static tl_status create_master(tl_dp_buckets* b) {
   return tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->pshard);
 }
 
-/* The parameters written in pieces (c->piece_cols): the tail of the
- * layout's back, from b->piece_from. */
-static tl_status pieced_tail(tl_dp_buckets* b, const struct tl_dp_buckets_config* c) {
-  const tl_dp_layout* l = c->layout;
-  b->piece_from = l->n;
-  b->piece_slot = -1;
-  if (!c->piece_cols || c->zero < 2) return TL_OK;
-  const size_t nv = (size_t)tl__dp_at_least_one(l->n_values);
-  b->piece_cols = calloc(nv, sizeof(int64_t));
-  b->piece_rows = calloc(nv, sizeof(int64_t));
-  b->piece_b0 = calloc(nv, sizeof(int));
-  b->piece_b1 = calloc(nv, sizeof(int));
-  if (!b->piece_cols || !b->piece_rows || !b->piece_b0 || !b->piece_b1)
-    return TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
-  for (int i = 0; i < l->n_segments; i++) {
-    const tl_dp_segment* s = &l->segments[i];
-    const int64_t cols = c->piece_cols[s->value];
-    if (cols <= 0) {
-      if (b->piece_from < l->n)
-        return TL_ERRF(TL_ERR_INTERNAL,
-                       "gradient buckets: parameter value %d lies behind those written in pieces",
-                       s->value);
-      continue;
-    }
-    if (s->offset < l->n_early || s->n % cols != 0)
-      return TL_ERRF(TL_ERR_INTERNAL,
-                     "gradient buckets: parameter value %d (%lld elements) cannot be written in "
-                     "pieces of rows of %lld%s",
-                     s->value, (long long)s->n, (long long)cols,
-                     s->offset < l->n_early ? " (it is not late)" : "");
-    if (b->piece_from == l->n) b->piece_from = s->offset;
-    b->piece_cols[s->value] = cols;
-  }
-  return TL_OK;
-}
-
 tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_buckets** out) {
   *out = NULL;
   if (c->bucket_mb <= 0)
@@ -267,7 +231,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
    * range of it), the back's whole gradients, and each parameter written
    * in pieces, in buckets of whole rows */
   const tl_dp_layout* l = c->layout;
-  tl_status st = pieced_tail(b, c);
+  tl_status st = tl__dp_pieced_tail(b, c);
   if (st == TL_OK && b->zero == 3) st = tl__dp_units_build(b, c);
   const int max_parts = (b->zero == 3 ? b->n_units : 1) + 1 + l->n_segments;
   int64_t* bounds = malloc(sizeof(int64_t) * (size_t)(max_parts + 1));
@@ -422,7 +386,7 @@ static tl_status widen(tl_dp_buckets* b) {
 /* ---- zero 2: the stream of staged gradients ------------------------------ */
 
 /* Waits for slot s's bucket, adds its reduced chunk into the shard. */
-static tl_status retire(tl_dp_buckets* b, int s) {
+tl_status tl__dp_retire(tl_dp_buckets* b, int s) {
   int i = b->slot_bucket[s];
   if (i < 0) return TL_OK;
   int64_t t0 = tl_time_ns();
@@ -440,7 +404,7 @@ static tl_status retire(tl_dp_buckets* b, int s) {
 }
 
 /* Reduce-scatters bucket i from `src` (its elements, contiguous) through slot s. */
-static tl_status reduce_bucket(tl_dp_buckets* b, int i, int s, const float* src) {
+tl_status tl__dp_reduce_bucket(tl_dp_buckets* b, int i, int s, const float* src) {
   b->slot_bucket[s] = i;
   if (!b->group) {
     b->slot_sum[s] = src; /* a group of one: the chunk is the bucket */
@@ -471,7 +435,7 @@ static tl_status stream(tl_dp_buckets* b, int64_t a, int64_t e) {
   for (int64_t p = a; p < e;) {
     int i = b->cur, s = i % 2;
     if (b->slot_fill[s] != i) { /* a bucket starts: the one this slot reduced last must land */
-      TL_CHECK(retire(b, s));
+      TL_CHECK(tl__dp_retire(b, s));
       b->slot_fill[s] = i;
     }
     int64_t end = e < b->begin[i + 1] ? e : b->begin[i + 1];
@@ -480,52 +444,14 @@ static tl_status stream(tl_dp_buckets* b, int64_t a, int64_t e) {
     p = end;
     if (p == b->begin[i + 1]) { /* the bucket is whole */
       b->slot_fill[s] = -1;
-      TL_CHECK(reduce_bucket(b, i, s, b->slot[s]->data));
-      if (!b->group) TL_CHECK(retire(b, s)); /* added now: the slot is refilled next */
+      TL_CHECK(tl__dp_reduce_bucket(b, i, s, b->slot[s]->data));
+      if (!b->group) TL_CHECK(tl__dp_retire(b, s)); /* added now: the slot is refilled next */
       b->early++;
       b->cur = i + 1 < b->n_early_buckets ? i + 1 : 0;
     }
   }
   b->filled = e < b->layout->n_early ? e : 0;
   return tl_memzero(dev, b->gbuf->data, sizeof(float) * (size_t)(e - a));
-}
-
-int64_t tl_dp_buckets_piece_rows(const tl_dp_buckets* b, int v) {
-  return b->piece_rows && v >= 0 && v < b->layout->n_values ? b->piece_rows[v] : 0;
-}
-
-tl_status tl_dp_buckets_piece_begin(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
-                                    float** grad) {
-  *grad = NULL;
-  const int64_t per = tl_dp_buckets_piece_rows(b, v);
-  const int i = per > 0 && row0 % per == 0 ? b->piece_b0[v] + (int)(row0 / per) : -1;
-  if (i < 0 || i >= b->n_buckets || b->piece_slot >= 0 ||
-      b->begin[i + 1] - b->begin[i] != rows * b->piece_cols[v])
-    return TL_ERRF(TL_ERR_INTERNAL,
-                   "ZeRO-%d: rows [%lld, %lld) of parameter value %d are not one of its pieces "
-                   "(%lld rows each)%s",
-                   b->zero, (long long)row0, (long long)(row0 + rows), v, (long long)per,
-                   b->piece_slot >= 0 ? ", or came before the last piece ended" : "");
-  /* a slot the stream is not filling; its last reduction lands first */
-  int s = b->slot_fill[b->pslot] >= 0 ? 1 - b->pslot : b->pslot;
-  TL_CHECK(retire(b, s));
-  TL_CHECK(tl_memzero(b->be->device, b->slot[s]->data,
-                      sizeof(float) * (size_t)(rows * b->piece_cols[v])));
-  b->piece_slot = s, b->piece_bucket = i;
-  *grad = b->slot[s]->data;
-  return TL_OK;
-}
-
-tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t rows) {
-  (void)v, (void)row0, (void)rows;
-  const int s = b->piece_slot, i = b->piece_bucket;
-  if (s < 0) return TL_ERRF(TL_ERR_INTERNAL, "ZeRO-%d: a piece ended that never began", b->zero);
-  b->piece_slot = -1;
-  TL_CHECK(tl__dp_progress(b));
-  TL_CHECK(reduce_bucket(b, i, s, b->slot[s]->data));
-  if (!b->group) TL_CHECK(retire(b, s)); /* added now: the slot is reused next */
-  b->pslot = 1 - s;
-  return TL_OK;
 }
 
 tl_status tl_dp_buckets_zero_grads(tl_dp_buckets* b) {
@@ -584,11 +510,12 @@ tl_status tl_dp_buckets_finish(tl_dp_buckets* b) {
     const float* late = (const float*)b->gbuf->data + b->staging;
     for (int i = b->n_early_buckets; i < b->n_whole_buckets && st == TL_OK; i++) {
       int s = i % 2;
-      st = retire(b, s);
-      if (st == TL_OK) st = reduce_bucket(b, i, s, late + (b->begin[i] - b->layout->n_early));
+      st = tl__dp_retire(b, s);
+      if (st == TL_OK)
+        st = tl__dp_reduce_bucket(b, i, s, late + (b->begin[i] - b->layout->n_early));
     }
     for (int s = 0; s < 2; s++) {
-      tl_status w = retire(b, s);
+      tl_status w = tl__dp_retire(b, s);
       if (st == TL_OK) st = w;
     }
   } else if (b->group) {

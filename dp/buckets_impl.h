@@ -1,5 +1,6 @@
 /* buckets_impl.h — the buckets' state, shared by buckets.c (the cut, the
- * shard, the reductions of ZeRO 0-2) and units.c (ZeRO-3's parameters). */
+ * shard, the reductions of ZeRO 0-2), units.c (ZeRO-3's parameters) and
+ * pieces.c (the parameters written and read a piece of rows at a time). */
 #ifndef TL_DP_BUCKETS_IMPL_H
 #define TL_DP_BUCKETS_IMPL_H
 
@@ -86,6 +87,23 @@ int64_t tl__dp_at_least_one(int64_t n);
 void tl__dp_chunk_of(const tl_dp_buckets* b, int i, int64_t* off, int64_t* len);
 /* Pushes the collectives in flight along (MPICH moves them only inside MPI calls). */
 tl_status tl__dp_progress(tl_dp_buckets* b);
+/* Zero 2: waits for slot s's bucket and adds its reduced chunk into the
+ * shard; reduce-scatters bucket i from `src` (contiguous) through slot s. */
+tl_status tl__dp_retire(tl_dp_buckets* b, int s);
+tl_status tl__dp_reduce_bucket(tl_dp_buckets* b, int i, int s, const float* src);
+/* Zero 3, bf16 over a group: this rank's chunks of buckets [i0, i1)
+ * rounded into the param buffer, bucket i at base + (begin[i] - from).
+ * Gathers bucket i to element `dst` of the param buffer (blocking when req
+ * is NULL). */
+tl_status tl__dp_round_chunks(tl_dp_buckets* b, int i0, int i1, int64_t base, int64_t from);
+tl_status tl__dp_gather_bucket(tl_dp_buckets* b, int i, int64_t dst, tl_group_request** req);
+/* pieces.c: the parameters written in pieces (the layout's tail from
+ * piece_from); zero 3's piece slots and the param buffer (`slots`
+ * elements of unit slots before them); landing and forgetting what the
+ * piece slots hold. */
+tl_status tl__dp_pieced_tail(tl_dp_buckets* b, const struct tl_dp_buckets_config* c);
+tl_status tl__dp_piece_slots(tl_dp_buckets* b, int64_t slots, size_t es);
+tl_status tl__dp_pieces_drop(tl_dp_buckets* b);
 /* Zero 3: each unit's range of the layout's front, then its buffers. */
 tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config* c);
 tl_status tl__dp_create_zero3(tl_dp_buckets* b);

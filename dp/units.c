@@ -84,22 +84,7 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
   const size_t es = b->pbf16 ? sizeof(uint16_t) : sizeof(float);
   b->n_slots = tl_dp_zero3_slots(l->n, n_late, b->unit_max, b->size);
   const int64_t slots = b->n_slots * b->unit_max;
-  /* the parameters read in pieces: two piece slots behind the late ones
-   * (over one rank, whole with the late ones: there is nothing to shard) */
-  b->piece_params = b->group && b->piece_from < l->n;
-  b->piece_base = slots + ((b->piece_params ? b->piece_from : l->n) - l->n_early);
-  for (int i = b->n_whole_buckets; b->piece_params && i < b->n_buckets; i++)
-    if (b->begin[i + 1] - b->begin[i] > b->piece_max) b->piece_max = b->begin[i + 1] - b->begin[i];
-  /* two piece slots (the next gathered ahead), one where each such
-   * parameter is one piece */
-  b->n_pslots = 1;
-  for (int i = 0; i < l->n_segments; i++)
-    if (b->piece_params && b->piece_cols[l->segments[i].value] > 0 &&
-        b->piece_b1[l->segments[i].value] - b->piece_b0[l->segments[i].value] > 1)
-      b->n_pslots = 2;
-  b->ppiece[0] = b->ppiece[1] = -1;
-  TL_CHECK(tl_buffer_create(
-      dev, es * (size_t)tl__dp_at_least_one(b->piece_base + b->n_pslots * b->piece_max), &b->pbuf));
+  TL_CHECK(tl__dp_piece_slots(b, slots, es));
   TL_CHECK(
       tl_buffer_create(dev, sizeof(float) * (size_t)tl__dp_at_least_one(b->shard_n), &b->pshard));
   b->poff = malloc(sizeof(int64_t) * (size_t)tl__dp_at_least_one(l->n_values));
@@ -125,7 +110,7 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
  * buffer — bucket i lands at element base + (begin[i] - from) — finished
  * before the group reads them; each gather is then in place (the shard
  * changes with every update, so each gather rounds afresh). */
-static tl_status round_chunks(tl_dp_buckets* b, int i0, int i1, int64_t base, int64_t from) {
+tl_status tl__dp_round_chunks(tl_dp_buckets* b, int i0, int i1, int64_t base, int64_t from) {
   uint16_t* to = (uint16_t*)b->pbuf->data;
   const float* shard = b->pshard->data;
   for (int i = i0; i < i1; i++) {
@@ -142,7 +127,7 @@ static tl_status round_chunks(tl_dp_buckets* b, int i0, int i1, int64_t base, in
  * when req is NULL. bf16 over a group: from the chunk round_chunks put in
  * its place, in place. Without a group, the rank's own chunk (the whole
  * bucket), rounded to bf16 or copied. */
-static tl_status gather_bucket(tl_dp_buckets* b, int i, int64_t dst, tl_group_request** req) {
+tl_status tl__dp_gather_bucket(tl_dp_buckets* b, int i, int64_t dst, tl_group_request** req) {
   const size_t count = (size_t)(b->begin[i + 1] - b->begin[i]);
   const float* shard = (const float*)b->pshard->data + b->at[i];
   if (b->pbf16) {
@@ -167,10 +152,10 @@ static tl_status gather_unit(tl_dp_buckets* b, int u) {
   if (u == 1 && b->group && tl_fault_on(TL_FAULT_ZERO_GATHER_SKIPPED)) return TL_OK;
   b->pending[s] = true;
   if (b->pbf16 && b->group)
-    TL_CHECK(round_chunks(b, b->unit_b0[u], b->unit_b1[u], s * b->unit_max, b->unit_lb[u]));
+    TL_CHECK(tl__dp_round_chunks(b, b->unit_b0[u], b->unit_b1[u], s * b->unit_max, b->unit_lb[u]));
   for (int i = b->unit_b0[u]; i < b->unit_b1[u]; i++)
-    TL_CHECK(gather_bucket(b, i, s * b->unit_max + (b->begin[i] - b->unit_lb[u]),
-                           b->group ? &b->req[i] : NULL));
+    TL_CHECK(tl__dp_gather_bucket(b, i, s * b->unit_max + (b->begin[i] - b->unit_lb[u]),
+                                  b->group ? &b->req[i] : NULL));
   return TL_OK;
 }
 
@@ -186,64 +171,6 @@ static tl_status land_unit(tl_dp_buckets* b, int s) {
   return st;
 }
 
-/* Waits for piece slot s's gather. */
-static tl_status land_piece(tl_dp_buckets* b, int s) {
-  if (!b->ppending[s]) return TL_OK;
-  int64_t t0 = tl_time_ns();
-  tl_status st = tl_group_wait(b->req[b->ppiece[s]]);
-  b->req[b->ppiece[s]] = NULL;
-  b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
-  b->ppending[s] = false;
-  if (st != TL_OK) b->ppiece[s] = -1;
-  return st;
-}
-
-/* Starts gathering bucket i (a piece) into piece slot s. */
-static tl_status gather_piece(tl_dp_buckets* b, int i, int s) {
-  TL_CHECK(land_piece(b, s));
-  const int64_t dst = b->piece_base + s * b->piece_max;
-  b->ppiece[s] = i;
-  if (b->pbf16 && b->group) TL_CHECK(round_chunks(b, i, i + 1, dst, b->begin[i]));
-  b->ppending[s] = b->group != NULL;
-  return gather_bucket(b, i, dst, b->group ? &b->req[i] : NULL);
-}
-
-tl_status tl_dp_buckets_piece_param(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
-                                    const void** at) {
-  *at = NULL;
-  const int64_t per = tl_dp_buckets_piece_rows(b, v);
-  const int i =
-      b->piece_params && per > 0 && row0 % per == 0 ? b->piece_b0[v] + (int)(row0 / per) : -1;
-  if (i < 0 || i >= b->n_buckets || b->begin[i + 1] - b->begin[i] != rows * b->piece_cols[v])
-    return TL_ERRF(TL_ERR_INTERNAL,
-                   "ZeRO-%d: rows [%lld, %lld) of parameter value %d are not one of its pieces",
-                   b->zero, (long long)row0, (long long)(row0 + rows), v);
-  TL_CHECK(tl__dp_progress(b));
-  int s = b->ppiece[0] == i ? 0 : b->ppiece[1] == i ? 1 : -1;
-  if (s < 0) {
-    s = b->pnext;
-    TL_CHECK(gather_piece(b, i, s));
-  }
-  TL_CHECK(land_piece(b, s));
-  const int64_t off = b->piece_base + s * b->piece_max;
-  *at = b->pbf16 ? (const void*)((const uint16_t*)b->pbuf->data + off)
-                 : (const void*)((const float*)b->pbuf->data + off);
-  /* the next piece of the pass: after the first, the second; before the
-   * last, the one before it; else the way the last two went */
-  const int first = b->piece_b0[v], last = b->piece_b1[v] - 1;
-  const int next = i == first ? i + 1 : i == last || i < b->plast ? i - 1 : i + 1;
-  b->plast = i;
-  if (b->n_pslots < 2) return TL_OK;
-  b->pnext = 1 - s;
-  if (next >= b->piece_b0[v] && next < b->piece_b1[v] && b->ppiece[1 - s] != next)
-    TL_CHECK(gather_piece(b, next, 1 - s));
-  return TL_OK;
-}
-
-bool tl_dp_buckets_piece_params(const tl_dp_buckets* b) {
-  return b->piece_params;
-}
-
 tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
   b->wait_s = 0; /* this step's waits only (not an evaluation's before it) */
   if (b->zero != 3) return TL_OK;
@@ -253,19 +180,17 @@ tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
     if (st == TL_OK) st = w;
     b->punit[s] = -1; /* gathered before the update: stale */
   }
-  for (int s = 0; s < 2; s++) {
-    tl_status w = land_piece(b, s);
-    if (st == TL_OK) st = w;
-    b->ppiece[s] = -1;
-  }
+  tl_status w = tl__dp_pieces_drop(b);
+  if (st == TL_OK) st = w;
   /* the late parameters, whole on every rank for the step (not those read
    * in pieces) */
   const int late_end = b->piece_params ? b->n_whole_buckets : b->n_buckets;
   if (st == TL_OK && b->pbf16 && b->group)
-    st =
-        round_chunks(b, b->n_early_buckets, late_end, b->n_slots * b->unit_max, b->layout->n_early);
+    st = tl__dp_round_chunks(b, b->n_early_buckets, late_end, b->n_slots * b->unit_max,
+                             b->layout->n_early);
   for (int i = b->n_early_buckets; i < late_end && st == TL_OK; i++)
-    st = gather_bucket(b, i, b->n_slots * b->unit_max + (b->begin[i] - b->layout->n_early), NULL);
+    st = tl__dp_gather_bucket(b, i, b->n_slots * b->unit_max + (b->begin[i] - b->layout->n_early),
+                              NULL);
   return st;
 }
 

@@ -1,0 +1,184 @@
+/* pieces.c — the parameters whose gradients are written a piece of rows
+ * at a time (the config's piece_cols: the tied embedding on a stage that
+ * holds both its readers), under ZeRO 2 and 3: each piece written straight
+ * into a bucket buffer and reduce-scattered as it ends; under ZeRO-3 over a
+ * group read a piece at a time too, each gathered into a piece slot (see
+ * buckets.h). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/timer.h"
+#include "dp/buckets.h"
+#include "dp/buckets_impl.h"
+
+/* The parameters written in pieces (c->piece_cols): the tail of the
+ * layout's back, from b->piece_from. */
+tl_status tl__dp_pieced_tail(tl_dp_buckets* b, const struct tl_dp_buckets_config* c) {
+  const tl_dp_layout* l = c->layout;
+  b->piece_from = l->n;
+  b->piece_slot = -1;
+  if (!c->piece_cols || c->zero < 2) return TL_OK;
+  const size_t nv = (size_t)tl__dp_at_least_one(l->n_values);
+  b->piece_cols = calloc(nv, sizeof(int64_t));
+  b->piece_rows = calloc(nv, sizeof(int64_t));
+  b->piece_b0 = calloc(nv, sizeof(int));
+  b->piece_b1 = calloc(nv, sizeof(int));
+  if (!b->piece_cols || !b->piece_rows || !b->piece_b0 || !b->piece_b1)
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for gradient buckets");
+  for (int i = 0; i < l->n_segments; i++) {
+    const tl_dp_segment* s = &l->segments[i];
+    const int64_t cols = c->piece_cols[s->value];
+    if (cols <= 0) {
+      if (b->piece_from < l->n)
+        return TL_ERRF(TL_ERR_INTERNAL,
+                       "gradient buckets: parameter value %d lies behind those written in pieces",
+                       s->value);
+      continue;
+    }
+    if (s->offset < l->n_early || s->n % cols != 0)
+      return TL_ERRF(TL_ERR_INTERNAL,
+                     "gradient buckets: parameter value %d (%lld elements) cannot be written in "
+                     "pieces of rows of %lld%s",
+                     s->value, (long long)s->n, (long long)cols,
+                     s->offset < l->n_early ? " (it is not late)" : "");
+    if (b->piece_from == l->n) b->piece_from = s->offset;
+    b->piece_cols[s->value] = cols;
+  }
+  return TL_OK;
+}
+
+/* ---- the gradient in pieces -------------------------------------------- */
+
+int64_t tl_dp_buckets_piece_rows(const tl_dp_buckets* b, int v) {
+  return b->piece_rows && v >= 0 && v < b->layout->n_values ? b->piece_rows[v] : 0;
+}
+
+tl_status tl_dp_buckets_piece_begin(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
+                                    float** grad) {
+  *grad = NULL;
+  const int64_t per = tl_dp_buckets_piece_rows(b, v);
+  const int i = per > 0 && row0 % per == 0 ? b->piece_b0[v] + (int)(row0 / per) : -1;
+  if (i < 0 || i >= b->n_buckets || b->piece_slot >= 0 ||
+      b->begin[i + 1] - b->begin[i] != rows * b->piece_cols[v])
+    return TL_ERRF(TL_ERR_INTERNAL,
+                   "ZeRO-%d: rows [%lld, %lld) of parameter value %d are not one of its pieces "
+                   "(%lld rows each)%s",
+                   b->zero, (long long)row0, (long long)(row0 + rows), v, (long long)per,
+                   b->piece_slot >= 0 ? ", or came before the last piece ended" : "");
+  /* a slot the stream is not filling; its last reduction lands first */
+  int s = b->slot_fill[b->pslot] >= 0 ? 1 - b->pslot : b->pslot;
+  TL_CHECK(tl__dp_retire(b, s));
+  TL_CHECK(tl_memzero(b->be->device, b->slot[s]->data,
+                      sizeof(float) * (size_t)(rows * b->piece_cols[v])));
+  b->piece_slot = s, b->piece_bucket = i;
+  *grad = b->slot[s]->data;
+  return TL_OK;
+}
+
+tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t rows) {
+  (void)v, (void)row0, (void)rows;
+  const int s = b->piece_slot, i = b->piece_bucket;
+  if (s < 0) return TL_ERRF(TL_ERR_INTERNAL, "ZeRO-%d: a piece ended that never began", b->zero);
+  b->piece_slot = -1;
+  TL_CHECK(tl__dp_progress(b));
+  TL_CHECK(tl__dp_reduce_bucket(b, i, s, b->slot[s]->data));
+  if (!b->group) TL_CHECK(tl__dp_retire(b, s)); /* added now: the slot is reused next */
+  b->pslot = 1 - s;
+  return TL_OK;
+}
+
+/* ---- zero 3: the parameter read in pieces ------------------------------ */
+
+/* The piece slots behind the unit slots and the late parameters (`slots`
+ * elements of unit slots; `es` bytes an element), and the param buffer
+ * that holds them all. */
+tl_status tl__dp_piece_slots(tl_dp_buckets* b, int64_t slots, size_t es) {
+  const tl_dp_layout* l = b->layout;
+  /* the parameters read in pieces: two piece slots behind the late ones
+   * (over one rank, whole with the late ones: there is nothing to shard) */
+  b->piece_params = b->group && b->piece_from < l->n;
+  b->piece_base = slots + ((b->piece_params ? b->piece_from : l->n) - l->n_early);
+  for (int i = b->n_whole_buckets; b->piece_params && i < b->n_buckets; i++)
+    if (b->begin[i + 1] - b->begin[i] > b->piece_max) b->piece_max = b->begin[i + 1] - b->begin[i];
+  /* two piece slots (the next gathered ahead), one where each such
+   * parameter is one piece */
+  b->n_pslots = 1;
+  for (int i = 0; i < l->n_segments; i++)
+    if (b->piece_params && b->piece_cols[l->segments[i].value] > 0 &&
+        b->piece_b1[l->segments[i].value] - b->piece_b0[l->segments[i].value] > 1)
+      b->n_pslots = 2;
+  b->ppiece[0] = b->ppiece[1] = -1;
+  return tl_buffer_create(
+      b->be->device, es * (size_t)tl__dp_at_least_one(b->piece_base + b->n_pslots * b->piece_max),
+      &b->pbuf);
+}
+
+/* Waits for piece slot s's gather. */
+static tl_status land_piece(tl_dp_buckets* b, int s) {
+  if (!b->ppending[s]) return TL_OK;
+  int64_t t0 = tl_time_ns();
+  tl_status st = tl_group_wait(b->req[b->ppiece[s]]);
+  b->req[b->ppiece[s]] = NULL;
+  b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
+  b->ppending[s] = false;
+  if (st != TL_OK) b->ppiece[s] = -1;
+  return st;
+}
+
+/* Starts gathering bucket i (a piece) into piece slot s. */
+static tl_status gather_piece(tl_dp_buckets* b, int i, int s) {
+  TL_CHECK(land_piece(b, s));
+  const int64_t dst = b->piece_base + s * b->piece_max;
+  b->ppiece[s] = i;
+  if (b->pbf16 && b->group) TL_CHECK(tl__dp_round_chunks(b, i, i + 1, dst, b->begin[i]));
+  b->ppending[s] = b->group != NULL;
+  return tl__dp_gather_bucket(b, i, dst, b->group ? &b->req[i] : NULL);
+}
+
+tl_status tl_dp_buckets_piece_param(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
+                                    const void** at) {
+  *at = NULL;
+  const int64_t per = tl_dp_buckets_piece_rows(b, v);
+  const int i =
+      b->piece_params && per > 0 && row0 % per == 0 ? b->piece_b0[v] + (int)(row0 / per) : -1;
+  if (i < 0 || i >= b->n_buckets || b->begin[i + 1] - b->begin[i] != rows * b->piece_cols[v])
+    return TL_ERRF(TL_ERR_INTERNAL,
+                   "ZeRO-%d: rows [%lld, %lld) of parameter value %d are not one of its pieces",
+                   b->zero, (long long)row0, (long long)(row0 + rows), v);
+  TL_CHECK(tl__dp_progress(b));
+  int s = b->ppiece[0] == i ? 0 : b->ppiece[1] == i ? 1 : -1;
+  if (s < 0) {
+    s = b->pnext;
+    TL_CHECK(gather_piece(b, i, s));
+  }
+  TL_CHECK(land_piece(b, s));
+  const int64_t off = b->piece_base + s * b->piece_max;
+  *at = b->pbf16 ? (const void*)((const uint16_t*)b->pbuf->data + off)
+                 : (const void*)((const float*)b->pbuf->data + off);
+  /* the next piece of the pass: after the first, the second; before the
+   * last, the one before it; else the way the last two went */
+  const int first = b->piece_b0[v], last = b->piece_b1[v] - 1;
+  const int next = i == first ? i + 1 : i == last || i < b->plast ? i - 1 : i + 1;
+  b->plast = i;
+  if (b->n_pslots < 2) return TL_OK;
+  b->pnext = 1 - s;
+  if (next >= b->piece_b0[v] && next < b->piece_b1[v] && b->ppiece[1 - s] != next)
+    TL_CHECK(gather_piece(b, next, 1 - s));
+  return TL_OK;
+}
+
+bool tl_dp_buckets_piece_params(const tl_dp_buckets* b) {
+  return b->piece_params;
+}
+
+/* Lands the piece slots' gathers and forgets what they hold (gathered
+ * before the update: stale). */
+tl_status tl__dp_pieces_drop(tl_dp_buckets* b) {
+  tl_status st = TL_OK;
+  for (int s = 0; s < 2; s++) {
+    tl_status w = land_piece(b, s);
+    if (st == TL_OK) st = w;
+    b->ppiece[s] = -1;
+  }
+  return st;
+}
