@@ -117,9 +117,20 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t n_pieced, int64_t pie
   *image = tl__dp_at_least_one(longest);
 }
 
+int64_t tl_dp_piece_rows(int64_t per, int64_t cols, int64_t all, int64_t room) {
+  int64_t rows = per / cols < 1 ? 1 : per / cols > all ? all : per / cols;
+  const int64_t half = room / 2 / cols;
+  if (rows < all && half >= 1 && rows > half) rows = half;
+  return rows;
+}
+
+bool tl_dp_pieces_in_room(int n_pslots, int64_t piece_max, int64_t room) {
+  return room > 0 && n_pslots * piece_max <= room;
+}
+
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t piece,
-                            int64_t staging, int64_t unit_max, int size, double bucket_mb,
-                            tl_dtype wire, tl_dtype params) {
+                            int64_t staging, int64_t unit_max, int64_t piece_room, int size,
+                            double bucket_mb, tl_dtype wire, tl_dtype params) {
   const bool bf16 = wire == TL_BF16 && size > 1;
   const int64_t per = tl_dp_bucket_elems(zero, n - n_late, bucket_mb);
   const int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
@@ -135,13 +146,16 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_piece
   zero2_sizes(n, n_late, n_pieced, piece, staging, size, per, &gbuf, &slot, &temp, &image);
   int64_t bytes = master + (int64_t)sizeof(float) * (gbuf + 2 * slot + 2 * temp + shard);
   if (bf16) bytes += (int64_t)sizeof(uint16_t) * (2 * image + 2 * temp);
-  if (zero == 3) { /* the parameters: the unit slots, the late ones and two piece slots
+  if (zero == 3) { /* the parameters: the unit slots, the late ones and the piece slots
                     * (bf16 under bf16 training), and the fp32 shard */
     const int64_t es = params == TL_BF16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(float);
     const int slots = tl_dp_zero3_slots(n, n_late, unit_max, size);
-    /* read in pieces over a group: two piece slots for them */
+    /* read in pieces over a group: two piece slots for them (one where
+     * the parameter is one piece), none where a unit slot's tail holds them */
     const int64_t in_pieces = size > 1 ? n_pieced : 0;
-    const int64_t pieces = in_pieces > piece ? 2 * piece : in_pieces; /* one slot: one piece */
+    int64_t pieces = in_pieces > piece ? 2 * piece : in_pieces;
+    if (in_pieces > 0 && tl_dp_pieces_in_room(in_pieces > piece ? 2 : 1, piece, piece_room))
+      pieces = 0;
     bytes += es * tl__dp_at_least_one(slots * unit_max + n_late - in_pieces + pieces) +
              (int64_t)sizeof(float) * shard;
   }
@@ -233,6 +247,15 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   const tl_dp_layout* l = c->layout;
   tl_status st = tl__dp_pieced_tail(b, c);
   if (st == TL_OK && b->zero == 3) st = tl__dp_units_build(b, c);
+  /* the room for the piece slots: a unit slot's tail beside the largest
+   * unit that reads a parameter in pieces */
+  if (st == TL_OK && b->zero == 3 && b->group && b->piece_from < l->n && c->unit_pieces) {
+    int64_t most = -1;
+    for (int u = 0; u < b->n_units; u++)
+      if (c->unit_pieces[u] && b->unit_le[u] - b->unit_lb[u] > most)
+        most = b->unit_le[u] - b->unit_lb[u];
+    b->piece_room = most < 0 ? 0 : b->unit_max - most;
+  }
   const int max_parts = (b->zero == 3 ? b->n_units : 1) + 1 + l->n_segments;
   int64_t* bounds = malloc(sizeof(int64_t) * (size_t)(max_parts + 1));
   int64_t* per = malloc(sizeof(int64_t) * (size_t)max_parts);
@@ -258,7 +281,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
       if (k > n_early_parts) { /* a parameter in pieces: whole rows, at least one, at most all */
         const int64_t cols = b->piece_cols[part_value[k]];
         const int64_t all = (bounds[k + 1] - bounds[k]) / cols;
-        const int64_t rows = b->per / cols < 1 ? 1 : b->per / cols > all ? all : b->per / cols;
+        const int64_t rows = tl_dp_piece_rows(b->per, cols, all, b->piece_room);
         per[k] = rows * cols;
         b->piece_rows[part_value[k]] = rows;
       }

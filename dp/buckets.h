@@ -104,6 +104,12 @@ struct tl_dp_buckets_config {
    * Such parameters are late and the last of the layout's back. NULL: none
    * (copied) */
   const int64_t* piece_cols;
+  /* zero 3: per unit, whether one of its nodes reads a parameter written
+   * in pieces (the embedding's, the head's). Over a group such a parameter
+   * is read a piece at a time too, and the piece slots lie in the unused
+   * tail of the reading unit's own slot where two pieces of at least a
+   * row fit there (tl_dp_piece_rows): no memory of their own. NULL: none */
+  const bool* unit_pieces;
 };
 
 /* The layout and grads must outlive the buckets. */
@@ -187,7 +193,8 @@ tl_status tl_dp_buckets_piece_begin(tl_dp_buckets* b, int v, int64_t row0, int64
 tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t rows);
 /* Zero 3: rows [row0, row0 + rows) of parameter v (a piece), gathered from
  * every rank's shard into one of two piece slots of the param buffer
- * (tl_dp_buckets_param_dtype) unless a slot holds it, the next piece of v
+ * (tl_dp_buckets_param_dtype: in the tail of the slot of the unit being
+ * run, behind its parameters, where they fit) unless a slot holds it, the next piece of v
  * gathered ahead into the other (the one after, or before where the pieces
  * come last first); *at valid until the next call (the kernels already
  * queued on it are waited for by any gather into it). The
@@ -241,17 +248,28 @@ int tl_dp_buckets_slots(const tl_dp_buckets* b);
 /* What the buckets allocate on the device for a stage of n elements, n_late
  * of them late (n_pieced of those written in pieces of `piece` elements:
  * no whole gradient), whose largest backward
- * node writes `staging` elements of early gradients and whose largest unit holds unit_max (zero 3),
- * over `size` ranks, reducing in `wire`: the planner prices ZeRO with it. Zero 0 and 1: nothing
- * (the gradients are the caller's) but a bf16 wire's image of them and (zero 1, bf16 training) the
- * parameters below. With zero 3 the shard is counted as zero 2 cuts it; cutting buckets at units
- * too adds at most a few elements per bucket; `params` TL_BF16 (bf16 training) keeps the unit slots
- * and late parameters in 2 bytes each (each rank rounds its chunks straight into them and gathers
- * in place), and under zero 1 and 2 the whole stage's working parameters in bf16 and the shard's
- * fp32 master. */
+ * node writes `staging` elements of early gradients and whose largest unit holds unit_max (zero 3;
+ * piece_room: tl_dp_piece_rows' room), over `size` ranks, reducing in `wire`: the planner prices
+ * ZeRO with it. Zero 0 and 1: nothing (the gradients are the caller's) but a bf16 wire's image of
+ * them and (zero 1, bf16 training) the parameters below. With zero 3 the shard is counted as zero 2
+ * cuts it; cutting buckets at units too adds at most a few elements per bucket; `params` TL_BF16
+ * (bf16 training) keeps the unit slots and late parameters in 2 bytes each (each rank rounds its
+ * chunks straight into them and gathers in place), and under zero 1 and 2 the whole stage's working
+ * parameters in bf16 and the shard's fp32 master. */
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t piece,
-                            int64_t staging, int64_t unit_max, int size, double bucket_mb,
-                            tl_dtype wire, tl_dtype params);
+                            int64_t staging, int64_t unit_max, int64_t piece_room, int size,
+                            double bucket_mb, tl_dtype wire, tl_dtype params);
+/* Rows a piece of a parameter of `all` rows of `cols` elements written in
+ * pieces: a bucket's `per` elements of whole rows, at least one, at most
+ * all; where the parameter is read in pieces (zero 3 over a group) and
+ * `room` elements (the unit slot's tail beside the largest unit that
+ * reads it: its slot's unit_max less that unit's parameters) hold two
+ * pieces of a row or more, at most half of room, so both piece slots lie
+ * there. room 0: the parameter is not read in pieces. */
+int64_t tl_dp_piece_rows(int64_t per, int64_t cols, int64_t all, int64_t room);
+/* Whether n_pslots piece slots of piece_max elements lie in `room`: else
+ * the param buffer holds them behind the late parameters. */
+bool tl_dp_pieces_in_room(int n_pslots, int64_t piece_max, int64_t room);
 /* The elements a bucket holds (the last of each part fewer): bucket_mb's,
  * and under ZeRO 2 and 3 at most 1/TL_DP_SHARDED_BUCKETS of the stage's
  * n_early early gradients — two buckets in flight then stay small beside

@@ -51,8 +51,9 @@ struct tl_dp_buckets {
   int pslot, piece_slot;    /* the slot the next piece tries first; the one being written (-1) */
   int piece_bucket;
   /* zero 3: those parameters are read in pieces too, each gathered into
-   * one of two piece slots behind the late parameters (pbuf at
-   * piece_base + s * piece_max), the next piece ahead */
+   * one of two piece slots (in a unit slot's tail, piece_tail below, or
+   * behind the late parameters at pbuf's piece_base + s * piece_max), the
+   * next piece ahead */
   bool piece_params; /* over a group of more than one: else gathered whole as the late ones */
   int64_t piece_base, piece_max;
   int ppiece[2];    /* the bucket a piece slot holds (or is being gathered into), or -1 */
@@ -60,6 +61,13 @@ struct tl_dp_buckets {
   int pnext;        /* the piece slot to fill next */
   int plast;        /* the bucket of the piece asked for last */
   int n_pslots;     /* 2, or 1 where every such parameter is one piece */
+  /* the tail of a unit slot beside the largest unit that reads them
+   * (tl_dp_piece_rows' room; 0: none); where the piece slots fit there
+   * (piece_tail) they lie behind the parameters of the unit being run
+   * (ucur), which reads them, and hold pieces gathered at pat */
+  int64_t piece_room, pat;
+  bool piece_tail;
+  int ucur;
   /* zero 3 */
   int n_units;
   int* unit_node;             /* n_units + 1 forward node boundaries */

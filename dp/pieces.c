@@ -89,13 +89,14 @@ tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t
 
 /* ---- zero 3: the parameter read in pieces ------------------------------ */
 
-/* The piece slots behind the unit slots and the late parameters (`slots`
- * elements of unit slots; `es` bytes an element), and the param buffer
- * that holds them all. */
+/* The piece slots, in the tail of the reading unit's slot where they fit
+ * (piece_room), else behind the unit slots (`slots` elements) and the late
+ * parameters, and the param buffer that holds them all (`es` bytes an
+ * element). */
 tl_status tl__dp_piece_slots(tl_dp_buckets* b, int64_t slots, size_t es) {
   const tl_dp_layout* l = b->layout;
-  /* the parameters read in pieces: two piece slots behind the late ones
-   * (over one rank, whole with the late ones: there is nothing to shard) */
+  /* the parameters read in pieces (over one rank, whole with the late
+   * ones: there is nothing to shard) */
   b->piece_params = b->group && b->piece_from < l->n;
   b->piece_base = slots + ((b->piece_params ? b->piece_from : l->n) - l->n_early);
   for (int i = b->n_whole_buckets; b->piece_params && i < b->n_buckets; i++)
@@ -108,9 +109,19 @@ tl_status tl__dp_piece_slots(tl_dp_buckets* b, int64_t slots, size_t es) {
         b->piece_b1[l->segments[i].value] - b->piece_b0[l->segments[i].value] > 1)
       b->n_pslots = 2;
   b->ppiece[0] = b->ppiece[1] = -1;
-  return tl_buffer_create(
-      b->be->device, es * (size_t)tl__dp_at_least_one(b->piece_base + b->n_pslots * b->piece_max),
-      &b->pbuf);
+  b->pat = -1;
+  b->piece_tail = b->piece_params && tl_dp_pieces_in_room(b->n_pslots, b->piece_max, b->piece_room);
+  const int64_t behind = b->piece_tail ? 0 : b->n_pslots * b->piece_max;
+  return tl_buffer_create(b->be->device, es * (size_t)tl__dp_at_least_one(b->piece_base + behind),
+                          &b->pbuf);
+}
+
+/* Where piece slot s lies in the param buffer: behind the late parameters,
+ * or behind the parameters of the unit being run, in its slot's tail. */
+static int64_t piece_at(const tl_dp_buckets* b, int s) {
+  if (!b->piece_tail) return b->piece_base + s * b->piece_max;
+  const int u = b->ucur;
+  return (u % b->n_slots) * b->unit_max + (b->unit_le[u] - b->unit_lb[u]) + s * b->piece_max;
 }
 
 /* Waits for piece slot s's gather. */
@@ -128,7 +139,7 @@ static tl_status land_piece(tl_dp_buckets* b, int s) {
 /* Starts gathering bucket i (a piece) into piece slot s. */
 static tl_status gather_piece(tl_dp_buckets* b, int i, int s) {
   TL_CHECK(land_piece(b, s));
-  const int64_t dst = b->piece_base + s * b->piece_max;
+  const int64_t dst = piece_at(b, s);
   b->ppiece[s] = i;
   if (b->pbf16 && b->group) TL_CHECK(tl__dp_round_chunks(b, i, i + 1, dst, b->begin[i]));
   b->ppending[s] = b->group != NULL;
@@ -145,14 +156,25 @@ tl_status tl_dp_buckets_piece_param(tl_dp_buckets* b, int v, int64_t row0, int64
     return TL_ERRF(TL_ERR_INTERNAL,
                    "ZeRO-%d: rows [%lld, %lld) of parameter value %d are not one of its pieces",
                    b->zero, (long long)row0, (long long)(row0 + rows), v);
+  if (b->piece_tail && (b->ucur < 0 || b->unit_max - (b->unit_le[b->ucur] - b->unit_lb[b->ucur]) <
+                                           b->n_pslots * b->piece_max))
+    return TL_ERRF(TL_ERR_INTERNAL,
+                   "ZeRO-3: parameter value %d is read in pieces by a node of unit %d, whose "
+                   "slot has no room for them",
+                   v, b->ucur);
   TL_CHECK(tl__dp_progress(b));
+  /* the pieces held were gathered behind another unit's parameters */
+  if (piece_at(b, 0) != b->pat) {
+    TL_CHECK(tl__dp_pieces_drop(b));
+    b->pat = piece_at(b, 0);
+  }
   int s = b->ppiece[0] == i ? 0 : b->ppiece[1] == i ? 1 : -1;
   if (s < 0) {
     s = b->pnext;
     TL_CHECK(gather_piece(b, i, s));
   }
   TL_CHECK(land_piece(b, s));
-  const int64_t off = b->piece_base + s * b->piece_max;
+  const int64_t off = piece_at(b, s);
   *at = b->pbf16 ? (const void*)((const uint16_t*)b->pbuf->data + off)
                  : (const void*)((const float*)b->pbuf->data + off);
   /* the next piece of the pass: after the first, the second; before the
@@ -180,5 +202,6 @@ tl_status tl__dp_pieces_drop(tl_dp_buckets* b) {
     if (st == TL_OK) st = w;
     b->ppiece[s] = -1;
   }
+  b->pat = -1;
   return st;
 }

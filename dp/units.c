@@ -102,6 +102,7 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
     }
   }
   b->punit[0] = b->punit[1] = -1;
+  b->ucur = -1;
   return TL_OK;
 }
 
@@ -148,6 +149,9 @@ static tl_status gather_unit(tl_dp_buckets* b, int u) {
   /* kernels queued on the device may still read the unit the slot held:
    * the gather waits for them on the device (group.h) */
   b->punit[s] = u;
+  /* the piece slots in the slot's tail hold nothing past this */
+  if (b->piece_tail && b->pat >= s * b->unit_max && b->pat < (s + 1) * b->unit_max)
+    TL_CHECK(tl__dp_pieces_drop(b));
   /* a deliberate bug (core/env.h): every rank skips the gather alike */
   if (u == 1 && b->group && tl_fault_on(TL_FAULT_ZERO_GATHER_SKIPPED)) return TL_OK;
   b->pending[s] = true;
@@ -200,6 +204,7 @@ tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool bac
   int u = unit_of(b, forward_node);
   if (u < 0) return TL_OK;
   int s = u % b->n_slots;
+  b->ucur = u;
   if (b->punit[s] != u) {
     TL_CHECK(land_unit(b, s)); /* the unit two away, prefetched and never read */
     TL_CHECK(gather_unit(b, u));

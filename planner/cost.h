@@ -145,6 +145,10 @@ struct tl_cost_stage_shape {
    * and the elements of the embedding's output */
   double pieced, piece_cols, piece_m, piece_emb;
   double unit_max; /* ZeRO-3: the most early parameters one unit (block, embedding, head) holds */
+  /* ZeRO-3 on a stage of both the embedding and the head: unit_max less
+   * the larger of their units, the room for the piece slots of the tied
+   * embedding read in pieces (dp/buckets.h's tl_dp_piece_rows) */
+  double piece_room;
   double arena, arena_layer; /* bytes of one executor's own arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */
   /* bytes of the transient arena the stage's executors share (graph/memplan.h),

@@ -43,20 +43,28 @@ double tl_cost_model_state(double params, int zero, int d, struct tl_state_bytes
 }
 
 double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double cols,
-                           double tokens, double emb, double* ops) {
+                           double tokens, double emb, double room, double* ops) {
   *ops = 0;
   if (p->zero < 2 || cols <= 0 || pieced <= 0) return 0;
   const double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9;
   const double per = (double)tl_dp_bucket_elems(p->zero, (int64_t)early, mb);
   const double rows = fmin(fmax(1, floor(per / cols)), pieced / cols);
   const bool several = rows < pieced / cols; /* one piece is used in place */
-  double t = several ? sizeof(float) * tokens * rows : 0;
   /* ZeRO-3 over a group reads the parameter in pieces too: the
    * embedding's output added piece by piece */
-  if (p->zero == 3 && tl_plan_data(p) > 1 && several) t = fmax(t, sizeof(float) * emb);
+  const bool read = p->zero == 3 && tl_plan_data(p) > 1;
+  double t = several ? sizeof(float) * tokens * rows : 0;
+  if (read && several) t = fmax(t, sizeof(float) * emb);
   if (t >= sizeof(float) * pieced) return 0; /* as much as the gradient: kept whole */
-  *ops = t;
-  return rows;
+  if (!read) {
+    *ops = t;
+    return rows;
+  }
+  /* pieces small enough that both piece slots lie in a unit slot's tail */
+  const double r = (double)tl_dp_piece_rows((int64_t)per, (int64_t)cols, (int64_t)(pieced / cols),
+                                            (int64_t)room);
+  *ops = several ? fmax(sizeof(float) * tokens * r, sizeof(float) * emb) : 0;
+  return r;
 }
 
 /* The model state a stage of `params` elements holds on a data-parallel
@@ -70,7 +78,7 @@ double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double
  * ZeRO-2). */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
-                           double pieced, double cols, double tokens, double emb) {
+                           double pieced, double cols, double tokens, double emb, double room) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
   /* a bf16 reduction's image of the buckets (ZeRO 0, 1: the whole stage) */
   const int d = tl_plan_data(p); /* dp x cp */
@@ -88,16 +96,17 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
    * each packing a piece's columns of the head's output gradient
    * (graph/exec.h's tl_exec_piece_bytes) */
   double ops = 0;
-  const double rows = tl__cost_piece_rows(p, (double)(n - l2), pieced, cols, tokens, emb, &ops);
+  const double rows =
+      tl__cost_piece_rows(p, (double)(n - l2), pieced, cols, tokens, emb, room, &ops);
   const int64_t n_pieced = rows > 0 ? (int64_t)pieced : 0;
   double pack = ops;
   /* and a bf16 graph's fp32 copy of a piece ZeRO-3 reads */
   if (rows > 0 && p->zero == 3 && d > 1 && precision == TL_BF16)
     pack = ceil(pack / 64) * 64 + sizeof(float) * rows * cols;
   return whole_w + (p->zero == 1 ? params * sb.g : 0) + sb.o * shard + pack +
-         (double)tl_dp_buckets_bytes(p->zero, n, l2, n_pieced, (int64_t)(rows * cols),
-                                     (int64_t)staging, (int64_t)unit_max, d, mb, p->grad_reduce,
-                                     working);
+         (double)tl_dp_buckets_bytes(
+             p->zero, n, l2, n_pieced, (int64_t)(rows * cols), (int64_t)staging, (int64_t)unit_max,
+             p->zero == 3 && d > 1 ? (int64_t)room : 0, d, mb, p->grad_reduce, working);
 }
 
 /* The bubble in micro-batch times (one micro-batch's forward and
@@ -143,7 +152,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   else
     held[0] = tl__cost_in_flight(p, sh, s);
   double params = 0, rep = 0, shared = 0, multi = 0, staging = 0, unit_max = 0;
-  double pieced = 0, cols = 0, tokens = 0, emb = 0;
+  double pieced = 0, cols = 0, tokens = 0, emb = 0, room = 0;
   double kept = 0, transient = 0;
   for (int c = 0; c < v; c++) {
     const int q = c * p->pp + s, k = layers[q];
@@ -153,7 +162,8 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
     if (sh->sp && sh->tp > 1) rep += x->replicated + (k - 1) * x->replicated_layer;
     shared += x->shared, multi += x->multi;
     if (v == 1)
-      pieced = x->pieced, cols = x->piece_cols, tokens = x->piece_m * b, emb = x->piece_emb * b;
+      pieced = x->pieced, cols = x->piece_cols, tokens = x->piece_m * b, emb = x->piece_emb * b,
+      room = x->piece_room;
     staging = fmax(staging, x->staging), unit_max = fmax(unit_max, x->unit_max);
     /* 2. an executor per micro-batch the chunk holds, each its own arena
      * (what a forward keeps for its backward: with recomputation, the
@@ -162,16 +172,16 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
     kept += held[c] * b * ((x->arena + (k - 1) * x->arena_layer) * scale + x->io);
     /* ZeRO-3 reading the tied embedding in pieces keeps no whole copy of it */
     double ops;
-    const bool in_pieces =
-        v == 1 && p->zero == 3 && tl_plan_data(p) > 1 &&
-        tl__cost_piece_rows(p, params - shared - rep - multi, pieced, cols, tokens, emb, &ops) > 0;
+    const bool in_pieces = v == 1 && p->zero == 3 && tl_plan_data(p) > 1 &&
+                           tl__cost_piece_rows(p, params - shared - rep - multi, pieced, cols,
+                                               tokens, emb, room, &ops) > 0;
     transient = fmax(transient, (x->transient + (k - 1) * x->transient_layer) * scale * b +
                                     (in_pieces ? x->transient_fixed_pieced : x->transient_fixed));
   }
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
   *state = tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep, multi, staging,
-                               unit_max, pieced, cols, tokens, emb) +
+                               unit_max, pieced, cols, tokens, emb, room) +
            4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
   *act = kept + transient;
@@ -186,7 +196,7 @@ static double kept_pieced(const tl_plan* p, const struct tl_cost_stage_shape* x,
   const double params = x->params + (k - 1) * x->params_layer;
   double ops;
   return tl__cost_piece_rows(p, params - x->shared - x->multi - rep, x->pieced, x->piece_cols,
-                             x->piece_m * b, x->piece_emb * b, &ops) > 0
+                             x->piece_m * b, x->piece_emb * b, x->piece_room, &ops) > 0
              ? x->pieced
              : 0;
 }

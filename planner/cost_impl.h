@@ -59,19 +59,21 @@ tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
  * *ops the temporaries its pieces take (a piece's packed columns of the
  * micro-batch's `tokens` rows, or ZeRO-3's copy of the embedding's `emb`
  * outputs); 0 where the trainer keeps it whole: those would hold as much
- * as its gradient (launcher/train/trainer.c's keep_pieces). */
+ * as its gradient at a bucket's rows (launcher/train/trainer.c's
+ * keep_pieces). Under ZeRO-3 over a group fewer rows where two pieces fit
+ * `room` (the stage shape's piece_room: dp/buckets.h's tl_dp_piece_rows). */
 double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double cols,
-                           double tokens, double emb, double* ops);
+                           double tokens, double emb, double room, double* ops);
 
 /* dtype: the state's (tl__cost_state_dtype); precision: the training's,
  * under which ZeRO 1-3 keep bf16 working parameters (dp/buckets.h);
  * pieced, cols, tokens, emb: of multi, the elements ZeRO 2 and 3 take in
  * pieces of rows of cols elements, the rows of a micro-batch whose
  * output-gradient columns a piece packs, and the elements of its
- * embedding's output (0 when none) */
+ * embedding's output (0 when none); room: the stage shape's piece_room */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
-                           double pieced, double cols, double tokens, double emb);
+                           double pieced, double cols, double tokens, double emb, double room);
 
 /* The buckets a stage of `elems` gradients is reduced in (units: its
  * ZeRO-3 units, each at least a bucket): each moves at its own size's

@@ -427,6 +427,14 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
       if (t->io.layer_begin[l] > t->me->node_begin && t->io.layer_begin[l] < t->me->node_end)
         units[n_units++] = t->io.layer_begin[l];
     units[n_units] = t->me->node_end;
+    /* the units whose nodes read a parameter written in pieces */
+    bool unit_pieces[TL_MODEL_MAX_LAYERS + 3] = {false};
+    for (int u = 0; u < n_units && t->piece_cols; u++)
+      for (int f = units[u]; f < units[u + 1]; f++)
+        for (int k = 0; k < t->graph->nodes[f].n_in; k++) {
+          const int v = t->graph->nodes[f].in[k];
+          if (v >= 0 && t->piece_cols[v] > 0) unit_pieces[u] = true;
+        }
     struct tl_dp_buckets_config bc = {
         .dp = t->comm.dp,
         .layout = t->lay,
@@ -439,6 +447,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         .wire = cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32,
         .params = cfg->train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32,
         .piece_cols = t->piece_cols,
+        .unit_pieces = unit_pieces,
     };
     TL_CHECK_GOTO(tl_dp_buckets_create(&bc, &t->buckets), st, fail);
     if (t->piece_cols) {

@@ -339,6 +339,40 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   EXPECT_EQ(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32), 0);
 }
 
+// ZeRO-3 reads the tied embedding a piece of rows at a time: its two piece
+// slots lie in the tail of the reading unit's slot (a block's size, the
+// embedding's own parameters small) — pieces cut to half the room at most,
+// no bytes of their own; where two rows do not fit they sit behind the late
+// parameters, at a bucket's rows.
+TEST(CostModel, ZeroThreePieceSlotsLieInTheReadingUnitsSlot) {
+  const int64_t cols = 96, rows = 6208, per = 100000;  // a bucket: 1041 rows
+  const int64_t unit_max = 112000, embed = 6144;       // a block; the positions' table
+  const int64_t room = unit_max - embed;               // 105856: two pieces of 551 rows
+  EXPECT_EQ(tl_dp_piece_rows(per, cols, rows, 0), per / cols);
+  EXPECT_EQ(tl_dp_piece_rows(per, cols, rows, room), room / 2 / cols);
+  EXPECT_EQ(tl_dp_piece_rows(per, cols, rows, 10 * per), per / cols);  // a bucket is less
+  EXPECT_EQ(tl_dp_piece_rows(per, cols, 500, room), 500);              // one piece: whole
+  EXPECT_EQ(tl_dp_piece_rows(per, cols, rows, cols), per / cols);      // no two rows fit
+  const int64_t piece = room / 2 / cols * cols;
+  EXPECT_TRUE(tl_dp_pieces_in_room(2, piece, room));
+  EXPECT_FALSE(tl_dp_pieces_in_room(2, piece + cols, room));
+  EXPECT_FALSE(tl_dp_pieces_in_room(1, piece, 0));
+  // the buckets' bytes: the piece slots' only where they do not fit
+  const int64_t n = 12 * unit_max + embed + rows * cols, late = rows * cols;
+  for (tl_dtype params : {TL_F32, TL_BF16}) {
+    const int64_t es = params == TL_BF16 ? 2 : 4;
+    const int64_t behind =
+        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, 0, 4, 0.4, TL_F32, params);
+    const int64_t in_tail =
+        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, room, 4, 0.4, TL_F32, params);
+    EXPECT_EQ(behind - in_tail, es * 2 * piece);
+    // over one rank the table is gathered whole: no piece slots either way
+    EXPECT_EQ(
+        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, room, 1, 0.4, TL_F32, params),
+        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, 0, 1, 0.4, TL_F32, params));
+  }
+}
+
 // In a plan: ZeRO-3 regathers the parameters for every micro-batch, so
 // where the network cannot keep up with the compute its exposed time grows
 // with the micro-batches; where it can, ZeRO-3 costs what ZeRO-2 does plus
@@ -420,8 +454,8 @@ TEST(CostModel, StagesAndBytesAreWhatTheTrainerAllocates) {
             tl_graph* g = nullptr;
             struct tl_model_io io;
             tl_tp_shard sh;
-            ASSERT_EQ(tl_tp_build(&whole, b, x.s, tp, 0, sp, 1, 0, (tl_recompute)rc, false, &g, &io, &sh,
-                                  nullptr),
+            ASSERT_EQ(tl_tp_build(&whole, b, x.s, tp, 0, sp, 1, 0, (tl_recompute)rc, false, &g, &io,
+                                  &sh, nullptr),
                       TL_OK)
                 << tl_last_error();
             for (int pp : {1, 2, 3, 4}) {
