@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "core/env.h"
@@ -126,4 +127,14 @@ void Report(const tl_config& c, const std::string& what, const std::vector<int>&
   EXPECT_EQ(v.steps, c.train.steps) << what;
   EXPECT_TRUE(v.equal) << what << ": " << v.failure;
   printf("%-40s %s\n", what.c_str(), Describe(v).c_str());
+}
+
+std::string ReadAll(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "rb");
+  std::string s;
+  if (!f) return s;
+  char buf[65536];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+  fclose(f);
+  return s;
 }

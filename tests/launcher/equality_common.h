@@ -1,5 +1,5 @@
 // equality_common.h — what the equality suites share (equality_test.cc,
-// cp_test.cc): the token file, the base configs, and training a config on
+// carry_test.cc, cp_test.cc): the token file, the base configs, and training a config on
 // this job with every step checked by the equality oracle against one
 // device (launcher/train/verify.h).
 #ifndef TL_TESTS_LAUNCHER_EQUALITY_COMMON_H
@@ -38,5 +38,8 @@ std::string Describe(const tl_verify_report& v);
 // Trains `c` on this job and checks every step against one device; with
 // stage_layers, each rank's stage holds the layers the config cut.
 void Report(const tl_config& c, const std::string& what, const std::vector<int>& stage_layers);
+
+// A file's bytes ("" where it cannot be read).
+std::string ReadAll(const std::string& path);
 
 #endif
