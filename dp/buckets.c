@@ -119,8 +119,10 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t n_pieced, int64_t pie
 
 int64_t tl_dp_piece_rows(int64_t per, int64_t cols, int64_t all, int64_t room) {
   int64_t rows = per / cols < 1 ? 1 : per / cols > all ? all : per / cols;
+  /* at least half a bucket's rows: smaller pieces would cost more
+   * collectives than their slots' bytes are worth */
   const int64_t half = room / 2 / cols;
-  if (rows < all && half >= 1 && rows > half) rows = half;
+  if (rows < all && half >= 1 && rows > half && 2 * half >= rows) rows = half;
   return rows;
 }
 

@@ -106,9 +106,10 @@ struct tl_dp_buckets_config {
   const int64_t* piece_cols;
   /* zero 3: per unit, whether one of its nodes reads a parameter written
    * in pieces (the embedding's, the head's). Over a group such a parameter
-   * is read a piece at a time too, and the piece slots lie in the unused
-   * tail of the reading unit's own slot where two pieces of at least a
-   * row fit there (tl_dp_piece_rows): no memory of their own. NULL: none */
+   * is read a piece at a time too, and where its piece slots fit the
+   * unused tail of the reading unit's own slot (tl_dp_piece_rows,
+   * tl_dp_pieces_in_room) they lie there, with no memory of their own;
+   * else behind the late parameters. NULL: none */
   const bool* unit_pieces;
 };
 
@@ -196,8 +197,9 @@ tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t
  * (tl_dp_buckets_param_dtype: in the tail of the slot of the unit being
  * run, behind its parameters, where they fit) unless a slot holds it, the next piece of v
  * gathered ahead into the other (the one after, or before where the pieces
- * come last first); *at valid until the next call (the kernels already
- * queued on it are waited for by any gather into it). The
+ * come last first); *at valid until the next call, or until a unit is
+ * gathered into the slot whose tail holds it (tl_dp_buckets_before_node;
+ * the kernels already queued on it are waited for by any gather into it). The
  * executor's tl_exec_pieces.param: such a parameter is never whole. */
 tl_status tl_dp_buckets_piece_param(tl_dp_buckets* b, int v, int64_t row0, int64_t rows,
                                     const void** at);
@@ -264,8 +266,8 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_piece
  * all; where the parameter is read in pieces (zero 3 over a group) and
  * `room` elements (the unit slot's tail beside the largest unit that
  * reads it: its slot's unit_max less that unit's parameters) hold two
- * pieces of a row or more, at most half of room, so both piece slots lie
- * there. room 0: the parameter is not read in pieces. */
+ * pieces of half a bucket's rows or more, at most half of room, so both
+ * piece slots lie there. room 0: the parameter is not read in pieces. */
 int64_t tl_dp_piece_rows(int64_t per, int64_t cols, int64_t all, int64_t room);
 /* Whether n_pslots piece slots of piece_max elements lie in `room`: else
  * the param buffer holds them behind the late parameters. */

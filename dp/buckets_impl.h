@@ -74,7 +74,8 @@ struct tl_dp_buckets {
   int64_t *unit_lb, *unit_le; /* per unit: its parameters' range of the layout's front */
   int *unit_b0, *unit_b1;     /* per unit: its buckets [b0, b1) */
   int64_t unit_max;           /* the largest unit's elements: a slot */
-  tl_buffer* pbuf;            /* two unit slots, then the late parameters whole */
+  tl_buffer* pbuf;            /* the unit slots (n_slots), the late parameters whole, the piece
+                               * slots where they are not in a unit slot's tail */
   int64_t* poff;              /* per graph value: its offset in pbuf */
   tl_buffer* pshard;          /* this rank's chunks of the parameters: their only copy */
   /* train.precision "bf16": the slots and the late parameters hold bf16

@@ -342,8 +342,8 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
 // ZeRO-3 reads the tied embedding a piece of rows at a time: its two piece
 // slots lie in the tail of the reading unit's slot (a block's size, the
 // embedding's own parameters small) — pieces cut to half the room at most,
-// no bytes of their own; where two rows do not fit they sit behind the late
-// parameters, at a bucket's rows.
+// no bytes of their own; where two pieces of half a bucket's rows do not
+// fit they sit behind the late parameters, at a bucket's rows.
 TEST(CostModel, ZeroThreePieceSlotsLieInTheReadingUnitsSlot) {
   const int64_t cols = 96, rows = 6208, per = 100000;  // a bucket: 1041 rows
   const int64_t unit_max = 112000, embed = 6144;       // a block; the positions' table
@@ -353,6 +353,10 @@ TEST(CostModel, ZeroThreePieceSlotsLieInTheReadingUnitsSlot) {
   EXPECT_EQ(tl_dp_piece_rows(per, cols, rows, 10 * per), per / cols);  // a bucket is less
   EXPECT_EQ(tl_dp_piece_rows(per, cols, 500, room), 500);              // one piece: whole
   EXPECT_EQ(tl_dp_piece_rows(per, cols, rows, cols), per / cols);      // no two rows fit
+  // no two pieces of half a bucket's rows fit: a bucket's rows, behind
+  EXPECT_EQ(tl_dp_piece_rows(per, cols, rows, 2 * 500 * cols), per / cols);
+  EXPECT_EQ(tl_dp_piece_rows(per, cols, rows, 2 * 521 * cols), 521);
+  EXPECT_FALSE(tl_dp_pieces_in_room(2, per / cols * cols, 2 * 500 * cols));
   const int64_t piece = room / 2 / cols * cols;
   EXPECT_TRUE(tl_dp_pieces_in_room(2, piece, room));
   EXPECT_FALSE(tl_dp_pieces_in_room(2, piece + cols, room));

@@ -485,12 +485,12 @@ TEST(PlannerMemory, EachZeroStageHoldsLessThanTheOneBeforeWithDefaultSettings) {
 // allocator counted for the trainer's parameters, working copies,
 // gradients, moments and buckets (tl_trainer_state_bytes) is within 10% of
 // the formula plus two buckets of parallel.bucket_mb (what the
-// implementation adds: ZeRO 2 and 3's staging and bucket buffers). GPT-2 124M's structure (12 layers, 12
-// heads, a tied embedding of vocabulary ~65 x channels) and a Llama's
-// (grouped-query attention, an untied head), at 96 channels, with
-// buckets of 25 MB scaled as the model is to 124M; dp 2 and 4, both
-// precisions. MEMORY_TEST_GPT2_124M=1 runs GPT-2 124M's own dims (about
-// 2 GB a rank) and 25 MB buckets.
+// implementation adds: ZeRO 2 and 3's staging and bucket buffers).
+// GPT-2 124M's structure (12 layers, 12 heads, a tied embedding of
+// vocabulary ~65 x channels) and a Llama's (grouped-query attention, an
+// untied head), at 96 channels, with buckets of 25 MB scaled as the model
+// is to 124M; dp 2 and 4, both precisions. MEMORY_TEST_GPT2_124M=1 runs
+// GPT-2 124M's own dims (about 2 GB a rank) and 25 MB buckets.
 //
 // The GPT's tied embedding (a third of GPT-2's parameters) is sharded
 // under ZeRO 2 and 3 like any parameter: its gradient is written and
@@ -540,8 +540,8 @@ TEST(PlannerMemory, ModelStateWithinTheZeroFormulas) {
         tl_trainer_destroy(t);
         const double fp32[4] = {16, 8 + 8.0 / d, 4 + 12.0 / d, 16.0 / d};
         const double b16[4] = {16, 6 + 12.0 / d, 2 + 16.0 / d, 16.0 / d};
-        // ZeRO-3 gathers units: at most two blocks at a time (the one run
-        // and the next), in the precision the graph reads
+        // ZeRO-3 gathers units: here two blocks at a time at most (the one
+        // run and the next: its unit slots), in the precision the graph reads
         const double units = zero == 3 ? 2 * block * (bf16 ? 2 : 4) : 0;
         const double formula = psi * (bf16 ? b16 : fp32)[zero] + units;
         const double allowed = 1.10 * formula + 2 * c.parallel.bucket_mb * 1024 * 1024;
