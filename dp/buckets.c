@@ -131,8 +131,9 @@ bool tl_dp_pieces_in_room(int n_pslots, int64_t piece_max, int64_t room) {
 }
 
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t piece,
-                            int64_t staging, int64_t unit_max, int64_t piece_room, int size,
-                            double bucket_mb, tl_dtype wire, tl_dtype params) {
+                            int64_t staging, int64_t unit_max, int64_t piece_room,
+                            int64_t late_in_units, int size, double bucket_mb, tl_dtype wire,
+                            tl_dtype params) {
   const bool bf16 = wire == TL_BF16 && size > 1;
   const int64_t per = tl_dp_bucket_elems(zero, n - n_late, bucket_mb);
   const int64_t shard = tl__dp_at_least_one(shard_elems(n, n_late, size, per));
@@ -158,7 +159,8 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_piece
     int64_t pieces = in_pieces > piece ? 2 * piece : in_pieces;
     if (in_pieces > 0 && tl_dp_pieces_in_room(in_pieces > piece ? 2 : 1, piece, piece_room))
       pieces = 0;
-    bytes += es * tl__dp_at_least_one(slots * unit_max + n_late - in_pieces + pieces) +
+    const int64_t with_units = size > 1 ? late_in_units : 0;
+    bytes += es * tl__dp_at_least_one(slots * unit_max + n_late - in_pieces - with_units + pieces) +
              (int64_t)sizeof(float) * shard;
   }
   return bytes;
@@ -258,7 +260,22 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
         most = b->unit_le[u] - b->unit_lb[u];
     b->piece_room = most < 0 ? 0 : b->unit_max - most;
   }
-  const int max_parts = (b->zero == 3 ? b->n_units : 1) + 1 + l->n_segments;
+  /* the late parameters gathered with their unit, into its slot's tail:
+   * the first of each unit that fits there (not a unit whose tail holds
+   * piece slots) */
+  if (st == TL_OK && b->zero == 3 && b->group && c->late_unit)
+    for (int i = 0; i < l->n_segments; i++) {
+      const tl_dp_segment* s = &l->segments[i];
+      const int u = c->late_unit[s->value];
+      if (s->offset < l->n_early || s->offset >= b->piece_from || u < 0 || u >= b->n_units ||
+          b->ulate_off[u] >= 0 || (c->unit_pieces && c->unit_pieces[u]))
+        continue;
+      if (s->n > b->unit_max - (b->unit_le[u] - b->unit_lb[u])) continue;
+      b->ulate_off[u] = s->offset;
+      b->ulate_n[u] = s->n;
+      b->late_in_units += s->n;
+    }
+  const int max_parts = (b->zero == 3 ? 3 * b->n_units : 1) + 1 + l->n_segments;
   int64_t* bounds = malloc(sizeof(int64_t) * (size_t)(max_parts + 1));
   int64_t* per = malloc(sizeof(int64_t) * (size_t)max_parts);
   int* part_value = malloc(sizeof(int) * (size_t)max_parts);
@@ -271,7 +288,17 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
     else
       bounds[n_parts++] = 0;
     n_early_parts = n_parts;
+    part_value[n_parts] = -1;
     bounds[n_parts++] = l->n_early;
+    /* each late parameter gathered with a unit its own part */
+    for (int i = 0; i < l->n_segments; i++) {
+      const tl_dp_segment* s = &l->segments[i];
+      if (s->offset < l->n_early || !tl__dp_late_in_unit(b, s->offset)) continue;
+      if (bounds[n_parts - 1] < s->offset) part_value[n_parts] = -1, bounds[n_parts++] = s->offset;
+      part_value[n_parts - 1] = -1;
+      if (s->offset + s->n < b->piece_from)
+        part_value[n_parts] = -1, bounds[n_parts++] = s->offset + s->n;
+    }
     for (int i = 0; i < l->n_segments; i++)
       if (l->segments[i].offset >= b->piece_from) {
         part_value[n_parts] = l->segments[i].value;
@@ -280,7 +307,8 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
     bounds[n_parts] = b->n;
     for (int k = 0; k < n_parts; k++) {
       per[k] = b->per;
-      if (k > n_early_parts) { /* a parameter in pieces: whole rows, at least one, at most all */
+      if (k > n_early_parts && part_value[k] >= 0) { /* a parameter in pieces: whole rows, at
+                                                      * least one, at most all */
         const int64_t cols = b->piece_cols[part_value[k]];
         const int64_t all = (bounds[k + 1] - bounds[k]) / cols;
         const int64_t rows = tl_dp_piece_rows(b->per, cols, all, b->piece_room);
@@ -302,10 +330,18 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
       if (b->begin[i] < b->piece_from) break;
       b->n_whole_buckets = i;
       for (int k = n_early_parts + 1; k < n_parts; k++)
-        if (bounds[k] == b->begin[i]) b->piece_b0[part_value[k]] = i;
+        if (part_value[k] >= 0 && bounds[k] == b->begin[i]) b->piece_b0[part_value[k]] = i;
     }
     for (int k = n_early_parts + 1; k < n_parts; k++) /* ends where the next begins */
-      b->piece_b1[part_value[k]] = k + 1 < n_parts ? b->piece_b0[part_value[k + 1]] : b->n_buckets;
+      if (part_value[k] >= 0)
+        b->piece_b1[part_value[k]] =
+            k + 1 < n_parts ? b->piece_b0[part_value[k + 1]] : b->n_buckets;
+    for (int u = 0; b->zero == 3 && u < b->n_units; u++) /* a late parameter's buckets */
+      for (int i = b->n_early_buckets; b->ulate_off[u] >= 0 && i < b->n_buckets; i++)
+        if (b->begin[i] >= b->ulate_off[u] && b->begin[i] < b->ulate_off[u] + b->ulate_n[u]) {
+          if (b->ulate_b1[u] == 0) b->ulate_b0[u] = i;
+          b->ulate_b1[u] = i + 1;
+        }
     for (int i = 0; i < b->n_buckets; i++) {
       int64_t off, len;
       tl__dp_chunk_of(b, i, &off, &len);
@@ -362,6 +398,10 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
   free(b->unit_le);
   free(b->unit_b0);
   free(b->unit_b1);
+  free(b->ulate_off);
+  free(b->ulate_n);
+  free(b->ulate_b0);
+  free(b->ulate_b1);
   free(b->poff);
   free(b->piece_cols);
   free(b->piece_rows);

@@ -111,6 +111,12 @@ struct tl_dp_buckets_config {
    * tl_dp_pieces_in_room) they lie there, with no memory of their own;
    * else behind the late parameters. NULL: none */
   const bool* unit_pieces;
+  /* zero 3: per graph value, for a late parameter the nodes of one unit
+   * alone read (the tied embedding on a pipeline stage that holds one of
+   * its readers), that unit, else -1. Over a group the first such
+   * parameter of a unit that fits its slot's unused tail is gathered with
+   * the unit into that tail instead of whole for the step. NULL: none */
+  const int* late_unit;
 };
 
 /* The layout and grads must outlive the buckets. */
@@ -251,7 +257,8 @@ int tl_dp_buckets_slots(const tl_dp_buckets* b);
  * of them late (n_pieced of those written in pieces of `piece` elements:
  * no whole gradient), whose largest backward
  * node writes `staging` elements of early gradients and whose largest unit holds unit_max (zero 3;
- * piece_room: tl_dp_piece_rows' room), over `size` ranks, reducing in `wire`: the planner prices
+ * piece_room: tl_dp_piece_rows' room; late_in_units: late elements gathered with their unit, the
+ * config's late_unit), over `size` ranks, reducing in `wire`: the planner prices
  * ZeRO with it. Zero 0 and 1: nothing (the gradients are the caller's) but a bf16 wire's image of
  * them and (zero 1, bf16 training) the parameters below. With zero 3 the shard is counted as zero 2
  * cuts it; cutting buckets at units too adds at most a few elements per bucket; `params` TL_BF16
@@ -259,8 +266,9 @@ int tl_dp_buckets_slots(const tl_dp_buckets* b);
  * chunks straight into them and gathers in place), and under zero 1 and 2 the whole stage's working
  * parameters in bf16 and the shard's fp32 master. */
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t piece,
-                            int64_t staging, int64_t unit_max, int64_t piece_room, int size,
-                            double bucket_mb, tl_dtype wire, tl_dtype params);
+                            int64_t staging, int64_t unit_max, int64_t piece_room,
+                            int64_t late_in_units, int size, double bucket_mb, tl_dtype wire,
+                            tl_dtype params);
 /* Rows a piece of a parameter of `all` rows of `cols` elements written in
  * pieces: a bucket's `per` elements of whole rows, at least one, at most
  * all; where the parameter is read in pieces (zero 3 over a group) and

@@ -74,10 +74,15 @@ struct tl_dp_buckets {
   int64_t *unit_lb, *unit_le; /* per unit: its parameters' range of the layout's front */
   int *unit_b0, *unit_b1;     /* per unit: its buckets [b0, b1) */
   int64_t unit_max;           /* the largest unit's elements: a slot */
-  tl_buffer* pbuf;            /* the unit slots (n_slots), the late parameters whole, the piece
-                               * slots where they are not in a unit slot's tail */
-  int64_t* poff;              /* per graph value: its offset in pbuf */
-  tl_buffer* pshard;          /* this rank's chunks of the parameters: their only copy */
+  /* per unit: the late parameter gathered with it into its slot's tail
+   * (config's late_unit), its layout offset and its buckets [b0, b1);
+   * -1: none. late_in_units: their elements, not in pbuf's late part */
+  int64_t *ulate_off, *ulate_n, late_in_units;
+  int *ulate_b0, *ulate_b1;
+  tl_buffer* pbuf;   /* the unit slots (n_slots), the late parameters whole, the piece
+                      * slots where they are not in a unit slot's tail */
+  int64_t* poff;     /* per graph value: its offset in pbuf */
+  tl_buffer* pshard; /* this rank's chunks of the parameters: their only copy */
   /* train.precision "bf16": the slots and the late parameters hold bf16
    * (what a bf16 graph reads, in half the bytes: the executor's
    * params_dtype); over a group the gathers move the shard rounded to bf16,
@@ -115,6 +120,11 @@ tl_status tl__dp_piece_slots(tl_dp_buckets* b, int64_t slots, size_t es);
 tl_status tl__dp_pieces_drop(tl_dp_buckets* b);
 /* Zero 3: each unit's range of the layout's front, then its buffers. */
 tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config* c);
+/* Zero 3: whether the late elements at layout offset `off` are gathered
+ * with a unit; where the late part of pbuf holds element `off` (those
+ * gathered with units left out). */
+bool tl__dp_late_in_unit(const tl_dp_buckets* b, int64_t off);
+int64_t tl__dp_late_at(const tl_dp_buckets* b, int64_t off);
 tl_status tl__dp_create_zero3(tl_dp_buckets* b);
 
 #endif

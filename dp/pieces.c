@@ -98,7 +98,8 @@ tl_status tl__dp_piece_slots(tl_dp_buckets* b, int64_t slots, size_t es) {
   /* the parameters read in pieces (over one rank, whole with the late
    * ones: there is nothing to shard) */
   b->piece_params = b->group && b->piece_from < l->n;
-  b->piece_base = slots + ((b->piece_params ? b->piece_from : l->n) - l->n_early);
+  b->piece_base =
+      slots + ((b->piece_params ? b->piece_from : l->n) - l->n_early) - b->late_in_units;
   for (int i = b->n_whole_buckets; b->piece_params && i < b->n_buckets; i++)
     if (b->begin[i + 1] - b->begin[i] > b->piece_max) b->piece_max = b->begin[i + 1] - b->begin[i];
   /* two piece slots (the next gathered ahead), one where each such

@@ -31,8 +31,14 @@ tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config
   b->unit_le = malloc(sizeof(int64_t) * (size_t)n);
   b->unit_b0 = calloc((size_t)n, sizeof(int));
   b->unit_b1 = calloc((size_t)n, sizeof(int));
-  if (!b->unit_node || !b->unit_lb || !b->unit_le || !b->unit_b0 || !b->unit_b1)
+  b->ulate_off = malloc(sizeof(int64_t) * (size_t)n);
+  b->ulate_n = calloc((size_t)n, sizeof(int64_t));
+  b->ulate_b0 = calloc((size_t)n, sizeof(int));
+  b->ulate_b1 = calloc((size_t)n, sizeof(int));
+  if (!b->unit_node || !b->unit_lb || !b->unit_le || !b->unit_b0 || !b->unit_b1 || !b->ulate_off ||
+      !b->ulate_n || !b->ulate_b0 || !b->ulate_b1)
     return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's units");
+  for (int u = 0; u < n; u++) b->ulate_off[u] = -1;
   memcpy(b->unit_node, c->unit_begin, sizeof(int) * (size_t)(n + 1));
   int64_t* held = calloc((size_t)n, sizeof(int64_t));
   if (!held) return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's units");
@@ -94,8 +100,12 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
     const tl_dp_segment* s = &l->segments[i];
     if (b->piece_params && s->offset >= b->piece_from) {
       b->poff[s->value] = -1; /* read a piece at a time (tl_dp_buckets_piece_param) */
+    } else if (s->offset >= l->n_early && tl__dp_late_in_unit(b, s->offset)) {
+      int u = 0;
+      while (b->ulate_off[u] != s->offset) u++;
+      b->poff[s->value] = (u % b->n_slots) * b->unit_max + (b->unit_le[u] - b->unit_lb[u]);
     } else if (s->offset >= l->n_early) {
-      b->poff[s->value] = slots + (s->offset - l->n_early);
+      b->poff[s->value] = slots + tl__dp_late_at(b, s->offset);
     } else {
       int u = unit_of(b, s->first_use);
       b->poff[s->value] = (u % b->n_slots) * b->unit_max + (s->offset - b->unit_lb[u]);
@@ -160,7 +170,28 @@ static tl_status gather_unit(tl_dp_buckets* b, int u) {
   for (int i = b->unit_b0[u]; i < b->unit_b1[u]; i++)
     TL_CHECK(tl__dp_gather_bucket(b, i, s * b->unit_max + (b->begin[i] - b->unit_lb[u]),
                                   b->group ? &b->req[i] : NULL));
+  /* and the late parameter gathered with it, behind its parameters */
+  const int64_t tail = s * b->unit_max + (b->unit_le[u] - b->unit_lb[u]);
+  for (int i = b->ulate_b0[u]; i < b->ulate_b1[u]; i++) {
+    const int64_t dst = tail + (b->begin[i] - b->ulate_off[u]);
+    if (b->pbf16 && b->group) TL_CHECK(tl__dp_round_chunks(b, i, i + 1, dst, b->begin[i]));
+    TL_CHECK(tl__dp_gather_bucket(b, i, dst, b->group ? &b->req[i] : NULL));
+  }
   return TL_OK;
+}
+
+bool tl__dp_late_in_unit(const tl_dp_buckets* b, int64_t off) {
+  for (int u = 0; b->ulate_off && u < b->n_units; u++)
+    if (b->ulate_off[u] >= 0 && off >= b->ulate_off[u] && off < b->ulate_off[u] + b->ulate_n[u])
+      return true;
+  return false;
+}
+
+int64_t tl__dp_late_at(const tl_dp_buckets* b, int64_t off) {
+  int64_t at = off - b->layout->n_early;
+  for (int u = 0; b->ulate_off && u < b->n_units; u++)
+    if (b->ulate_off[u] >= 0 && b->ulate_off[u] < off) at -= b->ulate_n[u];
+  return at;
 }
 
 /* Waits for slot s's gather. */
@@ -169,6 +200,8 @@ static tl_status land_unit(tl_dp_buckets* b, int s) {
   int u = b->punit[s];
   int64_t t0 = tl_time_ns();
   tl_status st = tl_group_wait_all(b->unit_b1[u] - b->unit_b0[u], b->req + b->unit_b0[u]);
+  tl_status w = tl_group_wait_all(b->ulate_b1[u] - b->ulate_b0[u], b->req + b->ulate_b0[u]);
+  if (st == TL_OK) st = w;
   b->wait_s += (double)(tl_time_ns() - t0) * 1e-9;
   b->pending[s] = false;
   if (st != TL_OK) b->punit[s] = -1;
@@ -187,14 +220,14 @@ tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b) {
   tl_status w = tl__dp_pieces_drop(b);
   if (st == TL_OK) st = w;
   /* the late parameters, whole on every rank for the step (not those read
-   * in pieces) */
+   * in pieces or gathered with their unit) */
   const int late_end = b->piece_params ? b->n_whole_buckets : b->n_buckets;
-  if (st == TL_OK && b->pbf16 && b->group)
-    st = tl__dp_round_chunks(b, b->n_early_buckets, late_end, b->n_slots * b->unit_max,
-                             b->layout->n_early);
-  for (int i = b->n_early_buckets; i < late_end && st == TL_OK; i++)
-    st = tl__dp_gather_bucket(b, i, b->n_slots * b->unit_max + (b->begin[i] - b->layout->n_early),
-                              NULL);
+  for (int i = b->n_early_buckets; i < late_end && st == TL_OK; i++) {
+    if (tl__dp_late_in_unit(b, b->begin[i])) continue;
+    const int64_t dst = b->n_slots * b->unit_max + tl__dp_late_at(b, b->begin[i]);
+    if (b->pbf16 && b->group) st = tl__dp_round_chunks(b, i, i + 1, dst, b->begin[i]);
+    if (st == TL_OK) st = tl__dp_gather_bucket(b, i, dst, NULL);
+  }
   return st;
 }
 

@@ -222,6 +222,9 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int cp
     x->piece_room = kind == (TL_COST_STAGE_EMBED | TL_COST_STAGE_HEAD)
                         ? x->unit_max - (unit[0] > unit[2] ? unit[0] : unit[2])
                         : 0;
+    x->late_room = kind == TL_COST_STAGE_EMBED  ? x->unit_max - unit[0]
+                   : kind == TL_COST_STAGE_HEAD ? x->unit_max - unit[2]
+                                                : 0;
   }
   return st;
 }
@@ -474,6 +477,7 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
     s->replicated = s->replicated_layer = 0;
     s->shared /= t, s->multi /= t, s->pieced /= t, s->staging /= t, s->unit_max /= t;
     s->piece_room /= t; /* approximate, as unit_max: a replicated table does not shrink */
+    s->late_room /= t;
     s->arena *= act, s->arena_layer *= act;
     s->transient *= act, s->transient_layer *= act, s->transient_fixed /= t;
     s->transient_fixed_pieced /= t;

@@ -149,6 +149,10 @@ struct tl_cost_stage_shape {
    * the larger of their units, the room for the piece slots of the tied
    * embedding read in pieces (dp/buckets.h's tl_dp_piece_rows) */
   double piece_room;
+  /* ZeRO-3 on a stage of the embedding or the head alone: unit_max less
+   * its unit, the room where the tied embedding (shared) is gathered with
+   * that unit when it fits (dp/buckets.h's late_unit) */
+  double late_room;
   double arena, arena_layer; /* bytes of one executor's own arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */
   /* bytes of the transient arena the stage's executors share (graph/memplan.h),

@@ -78,7 +78,8 @@ double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double
  * ZeRO-2). */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
-                           double pieced, double cols, double tokens, double emb, double room) {
+                           double pieced, double cols, double tokens, double emb, double room,
+                           double late_in_units) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
   /* a bf16 reduction's image of the buckets (ZeRO 0, 1: the whole stage) */
   const int d = tl_plan_data(p); /* dp x cp */
@@ -104,9 +105,10 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
   if (rows > 0 && p->zero == 3 && d > 1 && precision == TL_BF16)
     pack = ceil(pack / 64) * 64 + sizeof(float) * rows * cols;
   return whole_w + (p->zero == 1 ? params * sb.g : 0) + sb.o * shard + pack +
-         (double)tl_dp_buckets_bytes(
-             p->zero, n, l2, n_pieced, (int64_t)(rows * cols), (int64_t)staging, (int64_t)unit_max,
-             p->zero == 3 && d > 1 ? (int64_t)room : 0, d, mb, p->grad_reduce, working);
+         (double)tl_dp_buckets_bytes(p->zero, n, l2, n_pieced, (int64_t)(rows * cols),
+                                     (int64_t)staging, (int64_t)unit_max,
+                                     p->zero == 3 && d > 1 ? (int64_t)room : 0,
+                                     (int64_t)late_in_units, d, mb, p->grad_reduce, working);
 }
 
 /* The bubble in micro-batch times (one micro-batch's forward and
@@ -152,7 +154,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   else
     held[0] = tl__cost_in_flight(p, sh, s);
   double params = 0, rep = 0, shared = 0, multi = 0, staging = 0, unit_max = 0;
-  double pieced = 0, cols = 0, tokens = 0, emb = 0, room = 0;
+  double pieced = 0, cols = 0, tokens = 0, emb = 0, room = 0, with_units = 0;
   double kept = 0, transient = 0;
   for (int c = 0; c < v; c++) {
     const int q = c * p->pp + s, k = layers[q];
@@ -163,7 +165,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
     shared += x->shared, multi += x->multi;
     if (v == 1)
       pieced = x->pieced, cols = x->piece_cols, tokens = x->piece_m * b, emb = x->piece_emb * b,
-      room = x->piece_room;
+      room = x->piece_room, with_units = tl__cost_late_in_units(p, x);
     staging = fmax(staging, x->staging), unit_max = fmax(unit_max, x->unit_max);
     /* 2. an executor per micro-batch the chunk holds, each its own arena
      * (what a forward keeps for its backward: with recomputation, the
@@ -181,10 +183,15 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
   *state = tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep, multi, staging,
-                               unit_max, pieced, cols, tokens, emb, room) +
+                               unit_max, pieced, cols, tokens, emb, room, with_units) +
            4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
   *act = kept + transient;
+}
+
+double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x) {
+  const bool gathered = p->zero == 3 && tl_plan_data(p) > 1 && tl_plan_chunks(p) == 1;
+  return gathered && x->shared > 0 && x->shared <= x->late_room ? x->shared : 0;
 }
 
 /* The tied embedding's elements a stage of kind x with k blocks takes in
@@ -260,17 +267,20 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
                                     (x->replicated - x->replicated_layer));
     struct tl_cost_unit u[3];
     int n = 0;
+    /* the tied embedding gathered with the embedding's or the head's unit */
+    const double with = tl__cost_late_in_units(p, x);
     if (kind & TL_COST_STAGE_EMBED)
-      u[n++] = (struct tl_cost_unit){rest, sec_embed * b * fe, sec_embed * b * (1 - fe), 1};
+      u[n++] = (struct tl_cost_unit){rest + with, sec_embed * b * fe, sec_embed * b * (1 - fe), 1};
     u[n++] = (struct tl_cost_unit){block, sec_layer * b * fl, sec_layer * b * (1 - fl), k};
     if (kind & TL_COST_STAGE_HEAD)
-      u[n++] = (struct tl_cost_unit){kind & TL_COST_STAGE_EMBED ? 0 : rest, sec_head * b * fh,
-                                     sec_head * b * (1 - fh), 1};
+      u[n++] = (struct tl_cost_unit){(kind & TL_COST_STAGE_EMBED ? 0 : rest) + with,
+                                     sec_head * b * fh, sec_head * b * (1 - fh), 1};
     /* the tied embedding read in pieces is not gathered whole
      * (piece_seconds) */
     const double pieced = kept_pieced(p, x, k, b, rep);
-    worst = fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi - pieced + rep,
-                                              link, precision));
+    worst =
+        fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi - pieced + rep - with,
+                                          link, precision));
   }
   return worst;
 }

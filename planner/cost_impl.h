@@ -70,10 +70,16 @@ double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double
  * pieced, cols, tokens, emb: of multi, the elements ZeRO 2 and 3 take in
  * pieces of rows of cols elements, the rows of a micro-batch whose
  * output-gradient columns a piece packs, and the elements of its
- * embedding's output (0 when none); room: the stage shape's piece_room */
+ * embedding's output (0 when none); room: the stage shape's piece_room;
+ * late_in_units: tl__cost_late_in_units */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
-                           double pieced, double cols, double tokens, double emb, double room);
+                           double pieced, double cols, double tokens, double emb, double room,
+                           double late_in_units);
+/* ZeRO-3: the tied embedding's elements a stage of kind x gathers with
+ * its embedding's or head's unit (fitting the slot's unused tail) rather
+ * than whole for the step; 0: none (dp/buckets.h's late_unit). */
+double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x);
 
 /* The buckets a stage of `elems` gradients is reduced in (units: its
  * ZeRO-3 units, each at least a bucket): each moves at its own size's

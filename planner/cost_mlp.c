@@ -142,7 +142,7 @@ void tl__cost_mlp_stage_memory(const tl_cost_model* cm, const struct tl_cost_sha
                                double* act) {
   const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
   *state = tl__cost_zero_state(p, tl__cost_state_dtype(cm, dtype), dtype, x->params, x->shared,
-                               x->multi, x->staging, x->unit_max, 0, 0, 0, 0, 0) +
+                               x->multi, x->staging, x->unit_max, 0, 0, 0, 0, 0, 0) +
            4.0;
   const double scale = tl__cost_act_scale(cm, dtype);
   *act = tl__cost_in_flight(p, sh, s) * p->micro_batch * (x->arena * scale + x->io) +

@@ -435,6 +435,25 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
           const int v = t->graph->nodes[f].in[k];
           if (v >= 0 && t->piece_cols[v] > 0) unit_pieces[u] = true;
         }
+    /* ZeRO-3: the parameters shared with another stage that one unit
+     * alone reads here (the tied embedding), gathered with that unit */
+    int* late_unit = t->zero == 3 ? malloc(sizeof(int) * (size_t)t->graph->n_values) : NULL;
+    if (t->zero == 3 && !late_unit) {
+      st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
+      goto fail;
+    }
+    for (int v = 0; late_unit && v < t->graph->n_values; v++) {
+      late_unit[v] = -1;
+      if (t->graph->values[v].role != TL_ROLE_PARAM || !tl_pp_stage_shares(t->me, v) ||
+          (t->piece_cols && t->piece_cols[v] > 0))
+        continue;
+      int reader = -1, readers = 0;
+      for (int u = 0; u < n_units; u++)
+        for (int f = units[u]; f < units[u + 1]; f++)
+          for (int k = 0; k < t->graph->nodes[f].n_in; k++)
+            if (t->graph->nodes[f].in[k] == v && reader != u) reader = u, readers++;
+      if (readers == 1) late_unit[v] = reader;
+    }
     struct tl_dp_buckets_config bc = {
         .dp = t->comm.dp,
         .layout = t->lay,
@@ -448,8 +467,11 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         .params = cfg->train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32,
         .piece_cols = t->piece_cols,
         .unit_pieces = unit_pieces,
+        .late_unit = late_unit,
     };
-    TL_CHECK_GOTO(tl_dp_buckets_create(&bc, &t->buckets), st, fail);
+    st = tl_dp_buckets_create(&bc, &t->buckets);
+    free(late_unit);
+    if (st != TL_OK) goto fail;
     if (t->piece_cols) {
       t->piece_rows = calloc((size_t)t->graph->n_values, sizeof(int64_t));
       if (!t->piece_rows) {

@@ -366,14 +366,15 @@ TEST(CostModel, ZeroThreePieceSlotsLieInTheReadingUnitsSlot) {
   for (tl_dtype params : {TL_F32, TL_BF16}) {
     const int64_t es = params == TL_BF16 ? 2 : 4;
     const int64_t behind =
-        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, 0, 4, 0.4, TL_F32, params);
-    const int64_t in_tail =
-        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, room, 4, 0.4, TL_F32, params);
+        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, 0, 0, 4, 0.4, TL_F32, params);
+    const int64_t in_tail = tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, room, 0, 4,
+                                                0.4, TL_F32, params);
     EXPECT_EQ(behind - in_tail, es * 2 * piece);
     // over one rank the table is gathered whole: no piece slots either way
     EXPECT_EQ(
-        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, room, 1, 0.4, TL_F32, params),
-        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, 0, 1, 0.4, TL_F32, params));
+        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, room, 0, 1, 0.4, TL_F32,
+                            params),
+        tl_dp_buckets_bytes(3, n, late, late, piece, 1000, unit_max, 0, 0, 1, 0.4, TL_F32, params));
   }
 }
 
