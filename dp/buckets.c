@@ -261,8 +261,8 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
     b->piece_room = most < 0 ? 0 : b->unit_max - most;
   }
   /* the late parameters gathered with their unit, into its slot's tail:
-   * the first of each unit that fits there (not a unit whose tail holds
-   * piece slots) */
+   * the first of each unit that fits there (not a unit that reads a
+   * parameter in pieces) */
   if (st == TL_OK && b->zero == 3 && b->group && c->late_unit)
     for (int i = 0; i < l->n_segments; i++) {
       const tl_dp_segment* s = &l->segments[i];

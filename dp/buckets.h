@@ -224,7 +224,9 @@ bool tl_dp_buckets_piece_params(const tl_dp_buckets* b);
  * chunks of them (tl_dp_buckets_shard_params: the only copy, which the
  * optimizer updates); the executor reads them from a buffer of two unit
  * slots, unit u in slot u % 2, and the late parameters whole behind them
- * (tl_dp_buckets_param_buffer, _param_offset). Before each node runs the
+ * (tl_dp_buckets_param_buffer, _param_offset) — but a late parameter one
+ * unit alone reads (the config's late_unit), gathered with that unit into
+ * its slot's tail where it fits, and those read in pieces. Before each node runs the
  * trainer calls before_node: the node's unit is gathered (all-gathered
  * from the shards) unless its slot holds it, and the next unit of the pass
  * (u + 1 forward, u - 1 backward) is gathered ahead into the other slot
@@ -234,7 +236,7 @@ bool tl_dp_buckets_piece_params(const tl_dp_buckets* b);
  * and again for its backward, except where one pass ends and the next
  * begins on the same units. begin_step (before a step's or an
  * evaluation's first pass) drops what the slots hold and gathers the late
- * parameters. Otherwise every call is a no-op and the accessors NULL. */
+ * parameters kept whole. Otherwise every call is a no-op and the accessors NULL. */
 tl_status tl_dp_buckets_begin_step(tl_dp_buckets* b);
 tl_status tl_dp_buckets_before_node(tl_dp_buckets* b, int forward_node, bool backward);
 tl_buffer* tl_dp_buckets_param_buffer(const tl_dp_buckets* b);

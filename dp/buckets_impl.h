@@ -75,12 +75,15 @@ struct tl_dp_buckets {
   int *unit_b0, *unit_b1;     /* per unit: its buckets [b0, b1) */
   int64_t unit_max;           /* the largest unit's elements: a slot */
   /* per unit: the late parameter gathered with it into its slot's tail
-   * (config's late_unit), its layout offset and its buckets [b0, b1);
-   * -1: none. late_in_units: their elements, not in pbuf's late part */
+   * (config's late_unit), its layout offset (-1: none), elements and
+   * buckets [b0, b1) (0, 0: none). late_in_units: their elements, not in
+   * pbuf's late part */
   int64_t *ulate_off, *ulate_n, late_in_units;
   int *ulate_b0, *ulate_b1;
-  tl_buffer* pbuf;   /* the unit slots (n_slots), the late parameters whole, the piece
-                      * slots where they are not in a unit slot's tail */
+  tl_buffer* pbuf;   /* the unit slots (n_slots; a slot's tail may hold its unit's late
+                      * parameter, ulate_*), the other late parameters whole, packed
+                      * (tl__dp_late_at), the piece slots where they are not in a
+                      * unit slot's tail */
   int64_t* poff;     /* per graph value: its offset in pbuf */
   tl_buffer* pshard; /* this rank's chunks of the parameters: their only copy */
   /* train.precision "bf16": the slots and the late parameters hold bf16

@@ -1,8 +1,9 @@
 /* units.c — ZeRO-3's parameters: the units (the embedding, a block, the
  * head) gathered from every rank's shard into two slots, one ahead of the
  * pass (one slot where two would cost what sharding saves:
- * tl_dp_zero3_slots), and the late parameters whole for a step (see
- * buckets.h). */
+ * tl_dp_zero3_slots), a late parameter one unit alone reads gathered with
+ * it into its slot's tail where it fits, and the other late parameters
+ * whole for a step (see buckets.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

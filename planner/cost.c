@@ -477,7 +477,7 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
     s->replicated = s->replicated_layer = 0;
     s->shared /= t, s->multi /= t, s->pieced /= t, s->staging /= t, s->unit_max /= t;
     s->piece_room /= t; /* approximate, as unit_max: a replicated table does not shrink */
-    s->late_room /= t;
+    s->late_room = 0;   /* not scaled: the table would be priced whole or not by a guess */
     s->arena *= act, s->arena_layer *= act;
     s->transient *= act, s->transient_layer *= act, s->transient_fixed /= t;
     s->transient_fixed_pieced /= t;
