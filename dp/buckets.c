@@ -117,19 +117,6 @@ static void zero2_sizes(int64_t n, int64_t n_late, int64_t n_pieced, int64_t pie
   *image = tl__dp_at_least_one(longest);
 }
 
-int64_t tl_dp_piece_rows(int64_t per, int64_t cols, int64_t all, int64_t room) {
-  int64_t rows = per / cols < 1 ? 1 : per / cols > all ? all : per / cols;
-  /* at least half a bucket's rows: smaller pieces would cost more
-   * collectives than their slots' bytes are worth */
-  const int64_t half = room / 2 / cols;
-  if (rows < all && half >= 1 && rows > half && 2 * half >= rows) rows = half;
-  return rows;
-}
-
-bool tl_dp_pieces_in_room(int n_pslots, int64_t piece_max, int64_t room) {
-  return room > 0 && n_pslots * piece_max <= room;
-}
-
 int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_pieced, int64_t piece,
                             int64_t staging, int64_t unit_max, int64_t piece_room,
                             int64_t late_in_units, int size, double bucket_mb, tl_dtype wire,
@@ -251,30 +238,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   const tl_dp_layout* l = c->layout;
   tl_status st = tl__dp_pieced_tail(b, c);
   if (st == TL_OK && b->zero == 3) st = tl__dp_units_build(b, c);
-  /* the room for the piece slots: a unit slot's tail beside the largest
-   * unit that reads a parameter in pieces */
-  if (st == TL_OK && b->zero == 3 && b->group && b->piece_from < l->n && c->unit_pieces) {
-    int64_t most = -1;
-    for (int u = 0; u < b->n_units; u++)
-      if (c->unit_pieces[u] && b->unit_le[u] - b->unit_lb[u] > most)
-        most = b->unit_le[u] - b->unit_lb[u];
-    b->piece_room = most < 0 ? 0 : b->unit_max - most;
-  }
-  /* the late parameters gathered with their unit, into its slot's tail:
-   * the first of each unit that fits there (not a unit that reads a
-   * parameter in pieces) */
-  if (st == TL_OK && b->zero == 3 && b->group && c->late_unit)
-    for (int i = 0; i < l->n_segments; i++) {
-      const tl_dp_segment* s = &l->segments[i];
-      const int u = c->late_unit[s->value];
-      if (s->offset < l->n_early || s->offset >= b->piece_from || u < 0 || u >= b->n_units ||
-          b->ulate_off[u] >= 0 || (c->unit_pieces && c->unit_pieces[u]))
-        continue;
-      if (s->n > b->unit_max - (b->unit_le[u] - b->unit_lb[u])) continue;
-      b->ulate_off[u] = s->offset;
-      b->ulate_n[u] = s->n;
-      b->late_in_units += s->n;
-    }
+  if (st == TL_OK && b->zero == 3) tl__dp_units_tails(b, c);
   const int max_parts = (b->zero == 3 ? 3 * b->n_units : 1) + 1 + l->n_segments;
   int64_t* bounds = malloc(sizeof(int64_t) * (size_t)(max_parts + 1));
   int64_t* per = malloc(sizeof(int64_t) * (size_t)max_parts);

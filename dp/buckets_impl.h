@@ -123,6 +123,9 @@ tl_status tl__dp_piece_slots(tl_dp_buckets* b, int64_t slots, size_t es);
 tl_status tl__dp_pieces_drop(tl_dp_buckets* b);
 /* Zero 3: each unit's range of the layout's front, then its buffers. */
 tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config* c);
+/* Zero 3: the room for piece slots in the units' slots, and the late
+ * parameters gathered with their unit (before the buckets are cut). */
+void tl__dp_units_tails(tl_dp_buckets* b, const struct tl_dp_buckets_config* c);
 /* Zero 3: whether the late elements at layout offset `off` are gathered
  * with a unit; where the late part of pbuf holds element `off` (those
  * gathered with units left out). */

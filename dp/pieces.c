@@ -87,6 +87,19 @@ tl_status tl_dp_buckets_piece_end(tl_dp_buckets* b, int v, int64_t row0, int64_t
   return TL_OK;
 }
 
+int64_t tl_dp_piece_rows(int64_t per, int64_t cols, int64_t all, int64_t room) {
+  int64_t rows = per / cols < 1 ? 1 : per / cols > all ? all : per / cols;
+  /* at least half a bucket's rows: smaller pieces would cost more
+   * collectives than their slots' bytes are worth */
+  const int64_t half = room / 2 / cols;
+  if (rows < all && half >= 1 && rows > half && 2 * half >= rows) rows = half;
+  return rows;
+}
+
+bool tl_dp_pieces_in_room(int n_pslots, int64_t piece_max, int64_t room) {
+  return room > 0 && n_pslots * piece_max <= room;
+}
+
 /* ---- zero 3: the parameter read in pieces ------------------------------ */
 
 /* The piece slots, in the tail of the reading unit's slot where they fit

@@ -75,6 +75,37 @@ tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config
   return st;
 }
 
+/* What the unit slots' tails hold beside their units: the room for the
+ * piece slots (beside the largest unit that reads a parameter in pieces),
+ * and the late parameters gathered with their unit. */
+void tl__dp_units_tails(tl_dp_buckets* b, const struct tl_dp_buckets_config* c) {
+  const tl_dp_layout* l = c->layout;
+  /* the room for the piece slots: a unit slot's tail beside the largest
+   * unit that reads a parameter in pieces */
+  if (b->group && b->piece_from < l->n && c->unit_pieces) {
+    int64_t most = -1;
+    for (int u = 0; u < b->n_units; u++)
+      if (c->unit_pieces[u] && b->unit_le[u] - b->unit_lb[u] > most)
+        most = b->unit_le[u] - b->unit_lb[u];
+    b->piece_room = most < 0 ? 0 : b->unit_max - most;
+  }
+  /* the late parameters gathered with their unit, into its slot's tail:
+   * the first of each unit that fits there (not a unit that reads a
+   * parameter in pieces) */
+  if (b->group && c->late_unit)
+    for (int i = 0; i < l->n_segments; i++) {
+      const tl_dp_segment* s = &l->segments[i];
+      const int u = c->late_unit[s->value];
+      if (s->offset < l->n_early || s->offset >= b->piece_from || u < 0 || u >= b->n_units ||
+          b->ulate_off[u] >= 0 || (c->unit_pieces && c->unit_pieces[u]))
+        continue;
+      if (s->n > b->unit_max - (b->unit_le[u] - b->unit_lb[u])) continue;
+      b->ulate_off[u] = s->offset;
+      b->ulate_n[u] = s->n;
+      b->late_in_units += s->n;
+    }
+}
+
 tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
   const tl_dp_layout* l = b->layout;
   tl_device dev = b->be->device;
