@@ -275,7 +275,9 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
                                                       * least one, at most all */
         const int64_t cols = b->piece_cols[part_value[k]];
         const int64_t all = (bounds[k + 1] - bounds[k]) / cols;
-        const int64_t rows = tl_dp_piece_rows(b->per, cols, all, b->piece_room);
+        const int64_t set = c->piece_rows ? c->piece_rows[part_value[k]] : 0;
+        const int64_t rows =
+            set > 0 ? (set < all ? set : all) : tl_dp_piece_rows(b->per, cols, all, b->piece_room);
         per[k] = rows * cols;
         b->piece_rows[part_value[k]] = rows;
       }

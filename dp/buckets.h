@@ -98,7 +98,8 @@ struct tl_dp_buckets_config {
   /* zero 2 and 3: per graph value, the elements of a row of a parameter
    * whose gradient the executor writes a piece of rows at a time
    * (graph/exec.h's tl_exec_pieces: the tied embedding, written by the
-   * head and by the embedding) — never whole on a rank: each piece is a
+   * head and by the embedding, on one stage or on each of two) — never
+   * whole on a rank: each piece is a
    * bucket of whole rows, reduce-scattered as soon as it is written and
    * added into the shard (tl_dp_buckets_piece_begin); 0 for the others.
    * Such parameters are late and the last of the layout's back. NULL: none
@@ -117,6 +118,14 @@ struct tl_dp_buckets_config {
    * parameter of a unit that fits its slot's unused tail is gathered with
    * the unit into that tail instead of whole for the step. NULL: none */
   const int* late_unit;
+  /* zero 2 and 3: per graph value, the rows a piece of a parameter in
+   * piece_cols, where the caller sets them (> 0): a parameter another
+   * stage holds too (the tied embedding over a pipeline) is cut alike on
+   * both, so that rank r's chunks of it are the same elements there and
+   * the stages can sum its shards (the caller takes the fewest rows
+   * tl_dp_piece_rows gives any of them); 0 or NULL: tl_dp_piece_rows's
+   * (copied) */
+  const int64_t* piece_rows;
 };
 
 /* The layout and grads must outlive the buckets. */
@@ -279,6 +288,13 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_piece
  * pieces of half a bucket's rows or more, at most half of room, so both
  * piece slots lie there. room 0: the parameter is not read in pieces. */
 int64_t tl_dp_piece_rows(int64_t per, int64_t cols, int64_t all, int64_t room);
+/* The room tl_dp_piece_rows is given on a stage of layout l whose ZeRO-3
+ * units begin at forward nodes unit_begin[0..n_units] and of which
+ * unit_pieces say which read a parameter in pieces: the largest unit's
+ * early elements less the largest reading unit's (0: none reads one).
+ * Meaningful over a group of more than one only. */
+int64_t tl_dp_piece_room(const tl_dp_layout* l, int n_units, const int* unit_begin,
+                         const bool* unit_pieces);
 /* Whether n_pslots piece slots of piece_max elements lie in `room`: else
  * the param buffer holds them behind the late parameters. */
 bool tl_dp_pieces_in_room(int n_pslots, int64_t piece_max, int64_t room);

@@ -1,9 +1,9 @@
 /* pieces.c — the parameters whose gradients are written a piece of rows
- * at a time (the config's piece_cols: the tied embedding on a stage that
- * holds both its readers), under ZeRO 2 and 3: each piece written straight
- * into a bucket buffer and reduce-scattered as it ends; under ZeRO-3 over a
- * group read a piece at a time too, each gathered into a piece slot (see
- * buckets.h). */
+ * at a time (the config's piece_cols: the tied embedding, on a stage that
+ * holds both its readers or on each of two that hold one), under ZeRO 2
+ * and 3: each piece written straight into a bucket buffer and
+ * reduce-scattered as it ends; under ZeRO-3 over a group read a piece at a
+ * time too, each gathered into a piece slot (see buckets.h). */
 #include <stdint.h>
 #include <stdlib.h>
 

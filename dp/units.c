@@ -75,6 +75,26 @@ tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config
   return st;
 }
 
+int64_t tl_dp_piece_room(const tl_dp_layout* l, int n_units, const int* unit_begin,
+                         const bool* unit_pieces) {
+  if (n_units < 1 || !unit_pieces) return 0;
+  int64_t* held = calloc((size_t)n_units, sizeof(int64_t));
+  if (!held) return 0; /* no room: the piece slots lie behind the late parameters */
+  /* a unit's early parameters: those first read by its nodes */
+  for (int i = 0; i < l->n_segments; i++) {
+    const tl_dp_segment* s = &l->segments[i];
+    for (int u = 0; s->offset < l->n_early && u < n_units; u++)
+      if (s->first_use >= unit_begin[u] && s->first_use < unit_begin[u + 1]) held[u] += s->n;
+  }
+  int64_t most = 0, reader = -1;
+  for (int u = 0; u < n_units; u++) {
+    if (held[u] > most) most = held[u];
+    if (unit_pieces[u] && held[u] > reader) reader = held[u];
+  }
+  free(held);
+  return reader < 0 ? 0 : most - reader;
+}
+
 /* What the unit slots' tails hold beside their units: the room for the
  * piece slots (beside the largest unit that reads a parameter in pieces),
  * and the late parameters gathered with their unit. */
@@ -82,13 +102,8 @@ void tl__dp_units_tails(tl_dp_buckets* b, const struct tl_dp_buckets_config* c) 
   const tl_dp_layout* l = c->layout;
   /* the room for the piece slots: a unit slot's tail beside the largest
    * unit that reads a parameter in pieces */
-  if (b->group && b->piece_from < l->n && c->unit_pieces) {
-    int64_t most = -1;
-    for (int u = 0; u < b->n_units; u++)
-      if (c->unit_pieces[u] && b->unit_le[u] - b->unit_lb[u] > most)
-        most = b->unit_le[u] - b->unit_lb[u];
-    b->piece_room = most < 0 ? 0 : b->unit_max - most;
-  }
+  if (b->group && b->piece_from < l->n && c->unit_pieces)
+    b->piece_room = tl_dp_piece_room(l, c->n_units, c->unit_begin, c->unit_pieces);
   /* the late parameters gathered with their unit, into its slot's tail:
    * the first of each unit that fits there (not a unit that reads a
    * parameter in pieces) */

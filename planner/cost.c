@@ -53,6 +53,7 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
   /* a parameter counts once however many nodes read it (the tied wte) */
   bool* late = calloc((size_t)g->n_values, sizeof(bool));
   int64_t* one = calloc((size_t)g->n_values, sizeof(int64_t)); /* the pieces, a row each */
+  int shared_pieced = -1; /* a parameter in pieces another stage reads too */
   if (!late || !one) {
     free(late);
     free(one);
@@ -73,9 +74,14 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
     else if (inside > 1)
       out->multi += e;
     late[v] = all > inside || inside > 1 || (p && p->partial);
-    /* the trainer's pieces (launcher/train/trainer.c's build_layout) */
-    if (all == inside && inside > 1 && !(p && p->partial) && val->n_dims == 2 &&
-        tl_exec_can_piece(g, begin, end, v)) {
+    /* the trainer's pieces (launcher/train/trainer_pieces.c): several
+     * readers here, or here and on another stage (then every reader can
+     * write pieces, and the parameter is the last of the layout: checked
+     * below) */
+    const bool pieceable = all == inside ? inside > 1 && tl_exec_can_piece(g, begin, end, v)
+                                         : tl_exec_can_piece(g, 0, g->n_forward, v);
+    if (pieceable && !(p && p->partial) && val->n_dims == 2) {
+      if (all > inside) shared_pieced = v;
       out->pieced += e;
       out->piece_cols = (double)val->shape[1];
       one[v] = 1;
@@ -85,14 +91,20 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
           out->piece_emb = (double)tl_value_numel(&g->values[g->nodes[i].out[0]]);
     }
   }
-  /* a piece of one row: the packed columns' rows */
-  const struct tl_exec_pieces p1 = {.rows = one};
-  out->piece_m = (double)(tl_exec_piece_bytes(g, begin, end, &p1) / sizeof(float));
   tl_dp_layout lay;
   tl_status st = tl_dp_layout_build_late(g, begin, end, late, &lay);
   free(late);
   if (st != TL_OK) free(one);
   TL_CHECK(st);
+  /* a late parameter behind the shared one (a LayerNorm sequence
+   * parallelism sums) keeps it whole */
+  if (shared_pieced >= 0 && lay.segments[lay.n_segments - 1].value != shared_pieced) {
+    out->pieced = out->piece_cols = out->piece_emb = 0;
+    one[shared_pieced] = 0;
+  }
+  /* a piece of one row: the packed columns' rows */
+  const struct tl_exec_pieces p1 = {.rows = one};
+  out->piece_m = (double)(tl_exec_piece_bytes(g, begin, end, &p1) / sizeof(float));
   out->staging = (double)tl_dp_layout_staging(&lay);
   tl_dp_layout_free(&lay);
   struct tl_exec_bytes b;

@@ -78,7 +78,7 @@ double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double
  * ZeRO-2). */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
-                           double pieced, double cols, double tokens, double emb, double room,
+                           double pieced, double cols, double rows, double ops, double room,
                            double late_in_units) {
   struct tl_state_bytes sb = tl_cost_state_bytes(dtype);
   /* a bf16 reduction's image of the buckets (ZeRO 0, 1: the whole stage) */
@@ -95,10 +95,7 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
   double shard = (double)tl_dp_shard_elems(p->zero, n, l2, d, mb);
   /* ZeRO 2 and 3: the tied embedding's gradient in pieces of whole rows,
    * each packing a piece's columns of the head's output gradient
-   * (graph/exec.h's tl_exec_piece_bytes) */
-  double ops = 0;
-  const double rows =
-      tl__cost_piece_rows(p, (double)(n - l2), pieced, cols, tokens, emb, room, &ops);
+   * (graph/exec.h's tl_exec_piece_bytes: ops) */
   const int64_t n_pieced = rows > 0 ? (int64_t)pieced : 0;
   double pack = ops;
   /* and a bf16 graph's fp32 copy of a piece ZeRO-3 reads */
@@ -139,6 +136,57 @@ static int stage_kind(int s, int pp) {
   return (s == 0 ? TL_COST_STAGE_EMBED : 0) | (s == pp - 1 ? TL_COST_STAGE_HEAD : 0);
 }
 
+/* A stage's early parameters at k blocks: less the late ones (shared,
+ * several readers, the partial ones sequence parallelism sums). */
+static double early_of(const struct tl_cost_shard* sh, const struct tl_cost_stage_shape* x, int k) {
+  const double rep = sh->sp && sh->tp > 1 ? x->replicated + (k - 1) * x->replicated_layer : 0;
+  return x->params + (k - 1) * x->params_layer - x->shared - x->multi - rep;
+}
+
+/* The tied embedding's pieces on pipeline rank s of a plan of one chunk a
+ * stage at micro-batch b: the rows a piece (0: kept whole) and in *ops the
+ * temporaries they take there. On one stage (pp 1) tl__cost_piece_rows;
+ * on the first and the last stages, both holding it, the trainer's
+ * agreement (launcher/train/trainer_pieces.c): whole where either stage's
+ * temporaries at a bucket's rows would hold as much as its gradient (or
+ * either keeps it whole: sequence parallelism's LayerNorms behind it), else
+ * cut at the fewest rows either stage's buckets would cut. */
+static double stage_pieces(const tl_plan* p, const struct tl_cost_shard* sh, const int* layers,
+                           int s, int b, double* ops) {
+  *ops = 0;
+  const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(s, p->pp)];
+  if (tl_plan_chunks(p) != 1 || x->pieced <= 0) return 0;
+  if (x->shared <= 0)
+    return tl__cost_piece_rows(p, early_of(sh, x, layers[s]), x->pieced, x->piece_cols,
+                               x->piece_m * b, x->piece_emb * b, x->piece_room, ops);
+  if (p->zero < 2) return 0;
+  const bool read = p->zero == 3 && tl_plan_data(p) > 1;
+  const double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9;
+  const double cols = x->piece_cols, all = x->pieced / cols;
+  const int holders[2] = {0, p->pp - 1};
+  double at_bucket = all, cut = all;
+  for (int i = 0; i < 2; i++) {
+    const struct tl_cost_stage_shape* h = &sh->stage[stage_kind(holders[i], p->pp)];
+    if (h->pieced <= 0) return 0;
+    const double per =
+        (double)tl_dp_bucket_elems(p->zero, (int64_t)early_of(sh, h, layers[holders[i]]), mb);
+    at_bucket = fmin(at_bucket, fmin(fmax(1, floor(per / cols)), all));
+    cut = fmin(cut, (double)tl_dp_piece_rows((int64_t)per, (int64_t)cols, (int64_t)all,
+                                             read ? (int64_t)h->late_room : 0));
+  }
+  for (int i = 0; i < 2 && at_bucket < all; i++) { /* one piece is used in place */
+    const struct tl_cost_stage_shape* h = &sh->stage[stage_kind(holders[i], p->pp)];
+    double t = sizeof(float) * h->piece_m * b * at_bucket;
+    if (read) t = fmax(t, sizeof(float) * h->piece_emb * b);
+    if (t >= sizeof(float) * x->pieced) return 0;
+  }
+  if (cut < all) {
+    *ops = sizeof(float) * x->piece_m * b * cut;
+    if (read) *ops = fmax(*ops, sizeof(float) * x->piece_emb * b);
+  }
+  return cut;
+}
+
 /* Memory of pipeline rank s: its chunks, virtual stages c * pp + s of
  * pp * v with layers[c * pp + s] layers each (one chunk, layers[s], unless
  * interleaved). */
@@ -154,7 +202,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   else
     held[0] = tl__cost_in_flight(p, sh, s);
   double params = 0, rep = 0, shared = 0, multi = 0, staging = 0, unit_max = 0;
-  double pieced = 0, cols = 0, tokens = 0, emb = 0, room = 0, with_units = 0;
+  double pieced = 0, cols = 0, rows = 0, ops = 0, room = 0, with_units = 0;
   double kept = 0, transient = 0;
   for (int c = 0; c < v; c++) {
     const int q = c * p->pp + s, k = layers[q];
@@ -163,9 +211,12 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
     params += x->params + (k - 1) * x->params_layer;
     if (sh->sp && sh->tp > 1) rep += x->replicated + (k - 1) * x->replicated_layer;
     shared += x->shared, multi += x->multi;
-    if (v == 1)
-      pieced = x->pieced, cols = x->piece_cols, tokens = x->piece_m * b, emb = x->piece_emb * b,
-      room = x->piece_room, with_units = tl__cost_late_in_units(p, x);
+    if (v == 1) {
+      pieced = x->pieced, cols = x->piece_cols;
+      room = x->shared > 0 ? x->late_room : x->piece_room;
+      rows = stage_pieces(p, sh, layers, s, b, &ops);
+      with_units = tl__cost_late_in_units(p, x, rows > 0);
+    }
     staging = fmax(staging, x->staging), unit_max = fmax(unit_max, x->unit_max);
     /* 2. an executor per micro-batch the chunk holds, each its own arena
      * (what a forward keeps for its backward: with recomputation, the
@@ -173,68 +224,63 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
      * pass's working set: the largest chunk's) */
     kept += held[c] * b * ((x->arena + (k - 1) * x->arena_layer) * scale + x->io);
     /* ZeRO-3 reading the tied embedding in pieces keeps no whole copy of it */
-    double ops;
-    const bool in_pieces = v == 1 && p->zero == 3 && tl_plan_data(p) > 1 &&
-                           tl__cost_piece_rows(p, params - shared - rep - multi, pieced, cols,
-                                               tokens, emb, room, &ops) > 0;
+    const bool in_pieces = v == 1 && p->zero == 3 && tl_plan_data(p) > 1 && rows > 0;
     transient = fmax(transient, (x->transient + (k - 1) * x->transient_layer) * scale * b +
                                     (in_pieces ? x->transient_fixed_pieced : x->transient_fixed));
   }
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
   *state = tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep, multi, staging,
-                               unit_max, pieced, cols, tokens, emb, room, with_units) +
+                               unit_max, pieced, cols, rows, ops, room, with_units) +
            4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);
   *act = kept + transient;
 }
 
-double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x) {
+double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x,
+                              bool in_pieces) {
   const bool gathered = p->zero == 3 && tl_plan_data(p) > 1 && tl_plan_chunks(p) == 1;
-  return gathered && x->shared > 0 && x->shared <= x->late_room ? x->shared : 0;
+  return gathered && !in_pieces && x->shared > 0 && x->shared <= x->late_room ? x->shared : 0;
 }
 
-/* The tied embedding's elements a stage of kind x with k blocks takes in
- * pieces (tl__cost_piece_rows; 0 where it is kept whole); rep: its
- * tensor-parallel partial parameters. */
-static double kept_pieced(const tl_plan* p, const struct tl_cost_stage_shape* x, int k, int b,
-                          double rep) {
-  if (tl_plan_chunks(p) != 1 || x->pieced <= 0) return 0;
-  const double params = x->params + (k - 1) * x->params_layer;
+/* The tied embedding's elements pipeline rank s takes in pieces at
+ * micro-batch b (stage_pieces; 0 where it is kept whole). */
+static double kept_pieced(const tl_plan* p, const struct tl_cost_shard* sh, const int* layers,
+                          int s, int b) {
   double ops;
-  return tl__cost_piece_rows(p, params - x->shared - x->multi - rep, x->pieced, x->piece_cols,
-                             x->piece_m * b, x->piece_emb * b, x->piece_room, &ops) > 0
-             ? x->pieced
-             : 0;
+  return stage_pieces(p, sh, layers, s, b, &ops) > 0 ? sh->stage[stage_kind(s, p->pp)].pieced : 0;
 }
 
-/* What the tied embedding's pieces move beyond the other parameters' on a
- * stage that holds both its readers (one stage: pp 1): its gradient
+/* What the tied embedding's pieces move beyond the other parameters'.
+ * On a stage that holds both its readers (pp 1): its gradient
  * reduce-scattered twice a micro-batch (the head's pieces and the
  * embedding's; tl__cost_dp_seconds prices once) and under ZeRO-3 its
  * table gathered three times (the embedding's forward, the head's forward
- * and backward), a bucket at a time — priced exposed: a piece gathered
- * ahead hides behind one piece of compute at most, and the embedding's
- * reductions come at the backward's end. */
+ * and backward). On the first and last stages of a pipeline: each stage's
+ * reduce-scattered once a micro-batch, where whole it was once a step, and
+ * under ZeRO-3 the last stage gathers it twice a micro-batch (the head's
+ * forward and backward) where whole it was once a step (zero3_gathers).
+ * A bucket at a time, priced exposed: a piece gathered ahead hides behind
+ * one piece of compute at most, and the embedding's reductions come at the
+ * backward's end. */
 static double piece_seconds(const tl_cluster* c, const struct tl_cost_shard* sh, const tl_plan* p,
                             const int* layers, int b, double grads, int units,
                             const struct tl_link* link, tl_dtype precision) {
   const int d = tl_plan_data(p);
-  if (p->zero < 2 || d <= 1 || p->pp != 1) return 0;
-  const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(0, 1)];
-  const double rep =
-      sh->sp && sh->tp > 1 ? x->replicated + (layers[0] - 1) * x->replicated_layer : 0;
-  const double pieced = kept_pieced(p, x, layers[0], b, rep);
+  if (p->zero < 2 || d <= 1) return 0;
+  const double pieced = kept_pieced(p, sh, layers, p->pp - 1, b);
   if (pieced <= 0) return 0;
   /* its buckets are about the others' size, and move at their rate */
   const double bucket = grads / tl__cost_dp_buckets(p, grads, units);
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0;
   const struct tl_link at_wire = tl_link_at(link, wire * bucket);
-  double t = p->n_micro * tl_cost_reduce_scatter(c, wire * pieced, d, &at_wire);
+  const double reductions = p->pp == 1 ? p->n_micro : p->n_micro - 1;
+  double t = reductions * tl_cost_reduce_scatter(c, wire * pieced, d, &at_wire);
   if (p->zero == 3) {
     const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
     const struct tl_link at = tl_link_at(link, bytes * bucket);
-    t += 3.0 * p->n_micro * tl_cost_all_gather(c, bytes * pieced, d, &at);
+    const double gathers = (p->pp == 1 ? 3.0 : 2.0) * p->n_micro;
+    t += gathers * tl_cost_all_gather(c, bytes * pieced, d, &at);
   }
   return t;
 }
@@ -267,17 +313,17 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
                                     (x->replicated - x->replicated_layer));
     struct tl_cost_unit u[3];
     int n = 0;
-    /* the tied embedding gathered with the embedding's or the head's unit */
-    const double with = tl__cost_late_in_units(p, x);
+    /* the tied embedding read in pieces is not gathered whole
+     * (piece_seconds); else gathered with the embedding's or the head's
+     * unit where it fits */
+    const double pieced = kept_pieced(p, sh, layers, s, b);
+    const double with = tl__cost_late_in_units(p, x, pieced > 0);
     if (kind & TL_COST_STAGE_EMBED)
       u[n++] = (struct tl_cost_unit){rest + with, sec_embed * b * fe, sec_embed * b * (1 - fe), 1};
     u[n++] = (struct tl_cost_unit){block, sec_layer * b * fl, sec_layer * b * (1 - fl), k};
     if (kind & TL_COST_STAGE_HEAD)
       u[n++] = (struct tl_cost_unit){(kind & TL_COST_STAGE_EMBED ? 0 : rest) + with,
                                      sec_head * b * fh, sec_head * b * (1 - fh), 1};
-    /* the tied embedding read in pieces is not gathered whole
-     * (piece_seconds) */
-    const double pieced = kept_pieced(p, x, k, b, rep);
     worst =
         fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi - pieced + rep - with,
                                           link, precision));

@@ -59,27 +59,30 @@ tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
  * *ops the temporaries its pieces take (a piece's packed columns of the
  * micro-batch's `tokens` rows, or ZeRO-3's copy of the embedding's `emb`
  * outputs); 0 where the trainer keeps it whole: those would hold as much
- * as its gradient at a bucket's rows (launcher/train/trainer.c's
- * keep_pieces). Under ZeRO-3 over a group fewer rows where two pieces fit
+ * as its gradient at a bucket's rows (launcher/train/trainer_pieces.c's
+ * kept_whole). Under ZeRO-3 over a group fewer rows where two pieces fit
  * `room` (the stage shape's piece_room: dp/buckets.h's tl_dp_piece_rows). */
 double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double cols,
                            double tokens, double emb, double room, double* ops);
 
 /* dtype: the state's (tl__cost_state_dtype); precision: the training's,
  * under which ZeRO 1-3 keep bf16 working parameters (dp/buckets.h);
- * pieced, cols, tokens, emb: of multi, the elements ZeRO 2 and 3 take in
- * pieces of rows of cols elements, the rows of a micro-batch whose
- * output-gradient columns a piece packs, and the elements of its
- * embedding's output (0 when none); room: the stage shape's piece_room;
+ * pieced, cols: of late and multi, the elements ZeRO 2 and 3 take in
+ * pieces of rows of cols elements, rows a piece (0: kept whole) and ops
+ * the bytes of the pieces' temporaries (tl__cost_piece_rows); room: the
+ * unit slots' tail the piece slots may lie in (the stage shape's
+ * piece_room, or late_room where another stage holds the table too);
  * late_in_units: tl__cost_late_in_units */
 double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision, double params,
                            double late, double multi, double staging, double unit_max,
-                           double pieced, double cols, double tokens, double emb, double room,
+                           double pieced, double cols, double rows, double ops, double room,
                            double late_in_units);
 /* ZeRO-3: the tied embedding's elements a stage of kind x gathers with
  * its embedding's or head's unit (fitting the slot's unused tail) rather
- * than whole for the step; 0: none (dp/buckets.h's late_unit). */
-double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x);
+ * than whole for the step; 0: none, or it is read in pieces (dp/buckets.h's
+ * late_unit). */
+double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x,
+                              bool in_pieces);
 
 /* The buckets a stage of `elems` gradients is reduced in (units: its
  * ZeRO-3 units, each at least a bucket): each moves at its own size's

@@ -347,6 +347,7 @@ tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_gra
   if (!shared || tl_fault_on(TL_FAULT_TIED_SYNC_SKIPPED)) return TL_OK;
   for (int i = 0; i < s->n_shared; i++) {
     int v = s->shared[i];
+    if (offset[v] < 0) continue; /* not in the buffer: its owner sums it (ZeRO's pieces) */
     char* p = (char*)grads + (size_t)offset[v] * tl_dtype_size(dtype);
     TL_CHECK(tl_group_all_reduce(shared, p, p, (size_t)tl_value_numel(&g->values[v]), dtype,
                                  TL_REDUCE_SUM, NULL));

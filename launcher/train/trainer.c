@@ -131,9 +131,8 @@ int tl__trainer_counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
  * sum over another group before the sharded reduction (the tied embedding
  * over the pipeline, sequence parallelism's partial LayerNorms over the
  * tensor-parallel group) go to the back, reduced last; ZeRO 2 and 3 send
- * there too the ones several nodes write (a tied embedding on one stage):
- * written in pieces where the nodes can (t->piece_cols, for this rank's
- * stage), else whole until the end. */
+ * there too the ones several nodes write (a tied embedding on one stage).
+ * Some of those are then written in pieces (trainer_pieces.c). */
 static tl_status build_layout(tl_trainer* t, int s) {
   int begin[TL_PP_MAX_CHUNKS], end[TL_PP_MAX_CHUNKS];
   for (int c = 0; c < t->n_chunks; c++) {
@@ -154,58 +153,10 @@ static tl_status build_layout(tl_trainer* t, int s) {
     }
     const bool summed = shared || (p && p->partial && t->tp_size > 1);
     late[v] = summed || (t->zero >= 2 && readers > 1);
-    /* its sum over the stage's readers made piece by piece, as the
-     * buckets reduce it (one chunk: the interleaved schedule's readers
-     * run in different passes) */
-    if (s == t->pp_rank && t->zero >= 2 && readers > 1 && !summed && t->n_chunks == 1 &&
-        t->graph->values[v].n_dims == 2 && tl_exec_can_piece(t->graph, begin[0], end[0], v)) {
-      if (!t->piece_cols) t->piece_cols = calloc((size_t)t->graph->n_values, sizeof(int64_t));
-      if (!t->piece_cols) {
-        free(late);
-        return TL_ERRF(TL_ERR_NOMEM, "out of memory for a stage layout");
-      }
-      t->piece_cols[v] = t->graph->values[v].shape[1];
-    }
   }
   tl_status r = tl_dp_layout_build_ranges(t->graph, t->n_chunks, begin, end, late, &t->layouts[s]);
   free(late);
   return r;
-}
-
-/* The pieces pay temporaries (a piece's packed columns of the head's
- * output gradient; under ZeRO-3 over a group the embedding's output added
- * piece by piece) to never hold the parameter whole: where those would
- * hold as much as its gradient (a small vocabulary cut into many pieces)
- * the parameter stays whole, late, as without pieces. The planner decides
- * alike (planner/cost_eval.c's tl__cost_piece_rows). */
-static tl_status keep_pieces(tl_trainer* t) {
-  if (!t->piece_cols) return TL_OK;
-  const tl_graph* g = t->graph;
-  const int64_t per = tl_dp_bucket_elems(t->zero, t->lay->n_early, t->cfg.parallel.bucket_mb);
-  const bool params = t->zero == 3 && t->comm.dp && tl_group_size(t->comm.dp) > 1;
-  int64_t* rows = calloc((size_t)g->n_values, sizeof(int64_t));
-  if (!rows) return TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
-  bool any = false;
-  for (int v = 0; v < g->n_values; v++) {
-    const int64_t cols = t->piece_cols[v];
-    if (cols <= 0) continue;
-    const int64_t all = g->values[v].shape[0];
-    rows[v] = per / cols < 1 ? 1 : per / cols > all ? all : per / cols;
-    const struct tl_exec_pieces p = {.rows = rows, .param = params ? piece_param : NULL};
-    size_t ops, copy;
-    tl_exec_piece_sizes(g, t->me->node_begin, t->me->node_end, &p, &ops, &copy);
-    rows[v] = 0;
-    if ((double)ops >= sizeof(float) * (double)tl_value_numel(&g->values[v]))
-      t->piece_cols[v] = 0;
-    else
-      any = true;
-  }
-  free(rows);
-  if (!any) {
-    free(t->piece_cols);
-    t->piece_cols = NULL;
-  }
-  return TL_OK;
 }
 
 /* The optimizer over what this rank updates: a segment per parameter, or
@@ -380,7 +331,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   t->zero = cfg->parallel.zero;
   for (int s = 0; s < t->pp_size; s++) TL_CHECK_GOTO(build_layout(t, s), st, fail);
   t->lay = &t->layouts[t->pp_rank];
-  TL_CHECK_GOTO(keep_pieces(t), st, fail);
+  TL_CHECK_GOTO(tl__trainer_pieces(t), st, fail);
   /* zero-bubble's lists follow a block's passes' FLOPs, which every rank
    * (tp shards split a block's matmuls evenly) and the planner count alike;
    * the job takes the largest of each, so that no two ranks can build
@@ -421,20 +372,11 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   if (!cfg->parallel.deterministic && (t->zero > 0 || t->comm.dp)) {
     /* ZeRO-3's units: the embedding, each block, the head, as this stage
      * holds them */
-    int units[TL_MODEL_MAX_LAYERS + 3], n_units = 0;
-    units[n_units++] = t->me->node_begin;
-    for (int l = 0; l <= t->io.n_layers; l++)
-      if (t->io.layer_begin[l] > t->me->node_begin && t->io.layer_begin[l] < t->me->node_end)
-        units[n_units++] = t->io.layer_begin[l];
-    units[n_units] = t->me->node_end;
+    int units[TL_MODEL_MAX_LAYERS + 3];
+    const int n_units = tl__trainer_units(t, t->pp_rank, units);
     /* the units whose nodes read a parameter written in pieces */
-    bool unit_pieces[TL_MODEL_MAX_LAYERS + 3] = {false};
-    for (int u = 0; u < n_units && t->piece_cols; u++)
-      for (int f = units[u]; f < units[u + 1]; f++)
-        for (int k = 0; k < t->graph->nodes[f].n_in; k++) {
-          const int v = t->graph->nodes[f].in[k];
-          if (v >= 0 && t->piece_cols[v] > 0) unit_pieces[u] = true;
-        }
+    bool unit_pieces[TL_MODEL_MAX_LAYERS + 3];
+    tl__trainer_unit_pieces(t, units, n_units, unit_pieces);
     /* ZeRO-3: the parameters shared with another stage that one unit
      * alone reads here (the tied embedding), gathered with that unit */
     int* late_unit = t->zero == 3 ? malloc(sizeof(int) * (size_t)t->graph->n_values) : NULL;
@@ -468,6 +410,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         .piece_cols = t->piece_cols,
         .unit_pieces = unit_pieces,
         .late_unit = late_unit,
+        .piece_rows = t->piece_cut,
     };
     st = tl_dp_buckets_create(&bc, &t->buckets);
     free(late_unit);
@@ -615,6 +558,7 @@ void tl_trainer_destroy(tl_trainer* t) {
   free(t->scatter);
   free(t->piece_cols);
   free(t->piece_rows);
+  free(t->piece_cut);
   tl_dp_buckets_destroy(t->buckets);
   tl_group_destroy(t->shared);
   tl_pp_schedule_free(&t->sched);

@@ -63,10 +63,14 @@ struct tl_trainer {
   bool master;
   const int64_t* grad_offset;
   /* ZeRO 2 and 3: per graph value, a row's elements of a parameter whose
-   * gradient the executors write in pieces (the tied embedding on a stage
-   * that holds both its readers: dp/buckets.h's piece_cols), and the rows a
+   * gradient the executors write in pieces (the tied embedding: dp/buckets.h's
+   * piece_cols, trainer_pieces.c), and the rows a
    * piece the buckets cut (the executors' tl_exec_pieces.rows); NULL: none */
   int64_t *piece_cols, *piece_rows;
+  /* of those, per value the rows a piece the trainer sets where several
+   * stages hold it (the tied embedding over a pipeline: cut alike on each,
+   * dp/buckets.h's piece_rows), else 0; NULL: none */
+  int64_t* piece_cut;
   int zero; /* parallel.zero */
   /* parallel.deterministic: the gradients as exact 64-bit fixed-point sums
    * (graph/exec.h grad_acc), laid out as grads */
@@ -117,6 +121,15 @@ static inline int tl__trainer_shares(const tl_trainer* t, int v) {
 static inline int tl__trainer_in_job(const tl_trainer* t) {
   return t->comm.world && tl_group_size(t->comm.world) > 1;
 }
+
+/* trainer_pieces.c: stage s's ZeRO-3 units (the forward node each
+ * begins at, n_units + 1 entries: its first node, each block's, its end;
+ * TL_MODEL_MAX_LAYERS + 3 of room), their count; which of them read a
+ * parameter written in pieces (t->piece_cols); and the pieces themselves:
+ * piece_cols and piece_cut from the layouts of every stage. */
+int tl__trainer_units(const tl_trainer* t, int s, int* units);
+void tl__trainer_unit_pieces(const tl_trainer* t, const int* units, int n_units, bool* out);
+tl_status tl__trainer_pieces(tl_trainer* t);
 
 /* The trace's clock, and a span from start_us to now (no-op untraced). */
 double tl__trainer_now_us(void);

@@ -143,6 +143,33 @@ static tl_status sync_tied(tl_trainer* t) {
   return TL_OK;
 }
 
+/* ZeRO 2 and 3: the tied embedding written in pieces on each stage that
+ * holds it (trainer_pieces.c) never has a whole gradient to sum: each
+ * stage reduce-scattered its own pieces into its shard, cut alike on every
+ * stage, so rank r of each stage's data-parallel group holds the same rows
+ * of it, and those shards are summed over the stages instead (1 / dp of
+ * the bytes of summing it whole). */
+static tl_status sync_tied_pieces(tl_trainer* t) {
+  if (!t->shared || !t->piece_cols || t->zero < 2 || tl_fault_on(TL_FAULT_TIED_SYNC_SKIPPED))
+    return TL_OK;
+  const int n = tl_dp_buckets_pieces(t->buckets, NULL);
+  struct tl_dp_piece* pieces = malloc(sizeof *pieces * (size_t)(n > 0 ? n : 1));
+  if (!pieces) return TL_ERRF(TL_ERR_NOMEM, "out of memory summing the tied embedding");
+  tl_dp_buckets_pieces(t->buckets, pieces);
+  float* g = tl_dp_buckets_shard_grads(t->buckets);
+  double t0 = tl__trainer_now_us();
+  tl_status st = TL_OK;
+  for (int i = 0; i < n && st == TL_OK; i++) {
+    const int v = t->lay->segments[pieces[i].segment].value;
+    if (t->piece_cols[v] <= 0 || !tl__trainer_shares(t, v)) continue;
+    st = tl_group_all_reduce(t->shared, g + pieces[i].at, g + pieces[i].at, (size_t)pieces[i].n,
+                             TL_F32, TL_REDUCE_SUM, NULL);
+  }
+  free(pieces);
+  tl__trainer_trace_span(t, "tied_allreduce", 0, t0);
+  return st;
+}
+
 /* Sequence parallelism: the parameters every rank holds whole but ran on
  * its token rows only (the LayerNorms) have gradients that are parts of a
  * sum over the tensor-parallel group (tp/tp.h). */
@@ -307,6 +334,7 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
     double t0 = tl__trainer_now_us();
     TL_CHECK(tl_dp_buckets_finish(t->buckets));
     tl__trainer_trace_span(t, "dp_reduce_scatter", 0, t0);
+    TL_CHECK(sync_tied_pieces(t));
   }
   double dp_wait = t->buckets ? tl_dp_buckets_wait_seconds(t->buckets) : 0;
   if (t->dp_size > 1 && tl_fault_on(TL_FAULT_DP_SCALED_TWICE)) { /* a deliberate bug (core/env.h) */

@@ -1,7 +1,8 @@
 // A run carried across meshes is the same run: what one mesh saves,
 // another resumes, and what any mesh exports is the single device's. On
 // the ranks of this job: a ZeRO-1/2 bf16 run's checkpoint (fp32 master)
-// resumes bit for bit and loads on one device; a Llama's checkpoints
+// resumes bit for bit and loads on one device, and so does a run whose
+// tied embedding lies in pieces on two pipeline stages; a Llama's checkpoints
 // resume on a mesh whose every axis differs; the Hugging Face export of
 // every mesh is the single device's byte for byte. (The runs themselves:
 // equality_test.cc.)
@@ -91,6 +92,42 @@ TEST(Equality, ZeroInBf16ResumesBitForBitAndLoadsOnOneDevice) {
             "on one device %.9f %.9f\n",
             what.c_str(), rest[0], rest[1], whole[2], whole[3], alone[0], alone[1]);
     }
+}
+
+// The tied embedding over a pipeline under ZeRO 2 and 3 is written (and
+// read) in pieces on both its stages, each stage's shard of it summed with
+// the other's (trainer_pieces.c): at dp 2 x pp 2, a vocabulary of 4000,
+// 2 steps saved (one file for ZeRO-2, sharded for ZeRO-3), then 2 more from
+// the checkpoint give the 4 uninterrupted steps' losses bit for bit, and
+// the checkpoint loads on one device, whose next step is the mesh's.
+TEST(Equality, TiedEmbeddingInPiecesOverAPipelineResumesBitForBit) {
+  if (WorldSize() != 4) GTEST_SKIP() << "a four-rank case (dp 2 x pp 2)";
+  const char* tmp = getenv("TEST_TMPDIR");
+  const std::string root = std::string(tmp ? tmp : "/tmp") + "/tied_pieces";
+  for (int zero : {2, 3}) {
+    tl_config c = Base(TL_MODEL_GPT);
+    c.model.vocab_size = 4000;
+    c.mesh.dp = 2, c.mesh.pp = 2, c.parallel.zero = zero;
+    c.schedule.micro_batches = 2, c.parallel.bucket_mb = 0.02;
+    const std::vector<double> whole = TrainSteps(c, 4, "", "");
+    const std::string ckpt = root + std::to_string(zero) + (zero == 3 ? "" : ".ckpt");
+    TrainSteps(c, 2, ckpt, "");
+    const std::vector<double> rest = TrainSteps(c, 2, "", ckpt);
+    tl_config one = c;
+    one.mesh.dp = 1, one.mesh.pp = 1, one.parallel.zero = 0;
+    const std::vector<double> alone = TrainSteps(one, 1, "", ckpt, zero == 3, true);
+    ASSERT_EQ(whole.size(), 4u);
+    ASSERT_EQ(rest.size(), 2u);
+    ASSERT_EQ(alone.size(), 1u);
+    for (int s = 0; s < 2; s++)
+      EXPECT_EQ(rest[s], whole[2 + s]) << "zero=" << zero << ": step " << s + 3 << " resumed";
+    EXPECT_NEAR(alone[0], whole[2], 1e-6 * whole[2]) << "zero=" << zero << ": on one device";
+    if (WorldRank() == 0)
+      printf(
+          "V=4000 dp=2 pp=2 zero=%d: steps 3-4 resumed %.9f %.9f, uninterrupted %.9f %.9f, "
+          "step 3 on one device %.9f\n",
+          zero, rest[0], rest[1], whole[2], whole[3], alone[0]);
+  }
 }
 
 TEST(Equality, LlamaCheckpointsResumeOnAnotherMesh) {

@@ -179,6 +179,27 @@ TEST(Equality, EveryZeroStageOnEveryDataParallelMeshEqualsTheSingleDeviceRun) {
           if (n <= 4)  // one micro-batch, one bucket a part (CI time: not on 8 ranks)
             CheckEqual(TL_MODEL_GPT, dp, pp, TL_SCHEDULE_1F1B, 1, {}, tp, false, zero);
         }
+  // the tied embedding over a pipeline, written (and under ZeRO-3 read) in
+  // pieces on both its stages, cut alike, its shards summed over them (a
+  // vocabulary of 4000: pieces of a bucket's rows hold less than its
+  // gradient); in bf16 too, and beside tensor parallelism's vocabulary split
+  for (int zero : {2, 3})
+    for (int tp : {1, 2})
+      for (tl_precision precision : {TL_PRECISION_FP32, TL_PRECISION_BF16}) {
+        const int dp = 2, pp = 2;
+        if (dp * tp * pp != n || (tp > 1 && precision == TL_PRECISION_BF16)) continue;
+        tl_config c = Base(TL_MODEL_GPT);
+        c.model.vocab_size = 4000;
+        c.mesh.dp = dp, c.mesh.tp = tp, c.mesh.pp = pp;
+        c.parallel.zero = zero, c.parallel.bucket_mb = 0.02;
+        c.schedule.micro_batches = 2;
+        c.train.precision = precision;
+        Report(c,
+               "gpt V=4000 dp=2 tp=" + std::to_string(tp) + " pp=2 zero=" + std::to_string(zero) +
+                   (precision == TL_PRECISION_BF16 ? " bf16" : "") +
+                   ": the tied embedding in pieces on both stages",
+               {});
+      }
 }
 
 // Recomputation (the reference keeps every activation): each mode on dp x

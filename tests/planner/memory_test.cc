@@ -161,12 +161,13 @@ struct Row {
 Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
           tl_model_kind kind = TL_MODEL_GPT, int zero = -1, tl_recompute rc = TL_RECOMPUTE_NONE,
           int v = 1, tl_dtype dtype = TL_F32, tl_dtype grad_reduce = TL_F32, int cp = 1,
-          double bucket_mb = 0) {
+          double bucket_mb = 0, int vocab = 0) {
   bool single = !w;
   bool sp = tp > 1 && (sched == TL_SCHEDULE_1F1B || v > 1) && kind != TL_MODEL_MLP;
   tl_config c = Config(dp, tp, pp, sched, sp, kind, zero);
   c.mesh.cp = cp;
   if (bucket_mb > 0) c.parallel.bucket_mb = bucket_mb;
+  if (vocab > 0) c.model.vocab_size = vocab;
   c.parallel.recompute = rc;
   c.train.precision = dtype == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
   c.parallel.grad_reduce = grad_reduce == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
@@ -189,7 +190,7 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
       "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
       (cp > 1 ? " cp=" + std::to_string(cp) : "") + " " + tl_schedule_kind_name(sched) +
       (sp ? " sp" : "") + (zero >= 0 ? " 16 layers zero=" + std::to_string(zero) : "") +
-      (bucket_mb > 0 ? " one bucket" : "") +
+      (bucket_mb > 0 ? " one bucket" : "") + (vocab > 0 ? " V=" + std::to_string(vocab) : "") +
       (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
        : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
                                     : "") +
@@ -386,6 +387,16 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
         for (int zero : {2, 3})
           rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1,
                                TL_BF16, TL_F32, 1, 1e6));
+      // the tied embedding over a pipeline, written (and under ZeRO-3
+      // read) in pieces on both its stages, cut alike (a vocabulary of
+      // 4096: pieces of a bucket's rows hold less than its gradient); on
+      // 8 ranks sequence parallelism's final LayerNorm lies behind it on
+      // the last stage, and both stages keep it whole
+      if (dp > 1 && pp > 1)
+        for (int zero : {2, 3})
+          for (tl_dtype dt : {TL_F32, TL_BF16})
+            rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1, dt,
+                                 TL_F32, 1, 0, 4096));
       // and the gradient reduction in bf16, at every ZeRO stage: its bf16
       // image of the buckets
       if (dp > 1)
@@ -518,7 +529,8 @@ TEST(PlannerMemory, EachZeroStageHoldsLessOnTheShippedPipelinedExamples) {
 // GPT-2 124M's structure (12 layers, 12 heads, a tied embedding of
 // vocabulary ~65 x channels) and a Llama's (grouped-query attention, an
 // untied head), at 96 channels, with buckets of 25 MB scaled as the model
-// is to 124M; dp 2 and 4, both precisions. MEMORY_TEST_GPT2_124M=1 runs
+// is to 124M; dp 2 and 4, and dp 2 x pp 2 (the tied embedding on both
+// stages), both precisions. MEMORY_TEST_GPT2_124M=1 runs
 // GPT-2 124M's own dims (about 2 GB a rank) and 25 MB buckets.
 //
 // The GPT's tied embedding (a third of GPT-2's parameters) is sharded
@@ -527,80 +539,89 @@ TEST(PlannerMemory, EachZeroStageHoldsLessOnTheShippedPipelinedExamples) {
 // ZeRO-3 read a bucket of rows at a time, never whole, each piece gathered
 // into the unused tail of the embedding's or the head's unit slot.
 TEST(PlannerMemory, ModelStateWithinTheZeroFormulas) {
-  const int d = WorldSize();
-  if (d != 2 && d != 4)
-    GTEST_SKIP() << "runs on 2 and 4 ranks (dp 2 and 4; this job has " << d << ")";
+  const int n = WorldSize();
+  if (n != 2 && n != 4)
+    GTEST_SKIP() << "runs on 2 and 4 ranks (dp 2 and 4; this job has " << n << ")";
   const bool full = getenv("MEMORY_TEST_GPT2_124M") && atoi(getenv("MEMORY_TEST_GPT2_124M"));
-  for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_LLAMA}) {
-    if (full && kind == TL_MODEL_LLAMA) continue;
-    tl_config c;
-    tl_config_defaults(&c);
-    c.model.kind = kind;
-    c.model.n_layers = 12, c.model.n_heads = 12, c.model.n_embd = full ? 768 : 96;
-    c.model.vocab_size = full ? 50257 : 6208, c.model.max_seq_len = 64;
-    if (kind == TL_MODEL_LLAMA)  // embedding and head 14% of it, as Llama 3 8B's 13%
-      c.model.n_kv_heads = 4, c.model.ffn_hidden = 256, c.model.vocab_size = 1024;
-    c.train.steps = 1, c.train.batch_size = 4, c.train.seq_len = 64, c.train.sample_tokens = 0;
-    c.mesh.dp = d;
-    snprintf(c.data.train, sizeof c.data.train, "%s", Tokens());
-    c.data.val[0] = '\0';
-    tl_worker w;
-    ASSERT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
-    tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
-    double fp32_state[4] = {0};
-    for (tl_precision precision : {TL_PRECISION_FP32, TL_PRECISION_BF16}) {
-      const bool bf16 = precision == TL_PRECISION_BF16;
-      std::string line;
-      for (int zero = 0; zero <= 3; zero++) {
-        c.train.precision = precision, c.parallel.zero = zero;
-        tl_model m;
-        ASSERT_EQ(tl_model_init(&c.model, &m), TL_OK) << tl_last_error();
-        const double psi = (double)m.n_params;  // one stage: the whole model
-        // a block's parameters: the model's less the same model's one layer short
-        struct tl_model_config short_cfg = c.model;
-        short_cfg.n_layers--;
-        tl_model m_short;
-        ASSERT_EQ(tl_model_init(&short_cfg, &m_short), TL_OK) << tl_last_error();
-        const double block = psi - (double)m_short.n_params;
-        c.parallel.bucket_mb = full ? 25 : 25 * psi / 124.44e6;
-        tl_trainer* t = nullptr;
-        ASSERT_EQ(tl_trainer_create(&c, &comm, &t), TL_OK) << tl_last_error();
-        const double state = (double)tl_trainer_state_bytes(t);
-        tl_trainer_destroy(t);
-        const double fp32[4] = {16, 8 + 8.0 / d, 4 + 12.0 / d, 16.0 / d};
-        const double b16[4] = {16, 6 + 12.0 / d, 2 + 16.0 / d, 16.0 / d};
-        // ZeRO-3 gathers units: here two blocks at a time at most (the one
-        // run and the next: its unit slots), in the precision the graph reads
-        const double units = zero == 3 ? 2 * block * (bf16 ? 2 : 4) : 0;
-        const double formula = psi * (bf16 ? b16 : fp32)[zero] + units;
-        const double allowed = 1.10 * formula + 2 * c.parallel.bucket_mb * 1024 * 1024;
-        char cell[96];
-        std::snprintf(cell, sizeof cell, " | %.1f (%.1f, %+.0f%%)", state / 1e6, formula / 1e6,
-                      100 * (state / formula - 1));
-        line += cell;
-        // never below the formula (the implementation only adds)
-        EXPECT_GE(state, 0.99 * formula) << (kind == TL_MODEL_GPT ? "gpt" : "llama") << " dp " << d
-                                         << (bf16 ? " bf16" : " fp32") << " ZeRO-" << zero;
-        // bf16 ZeRO 1-2 hold the working copy (2 bytes) and the master shard
-        // (4/d) where fp32 holds the parameters whole (4): (2 - 4/d) a
-        // parameter less, the same others
-        if (!bf16) fp32_state[zero] = state;
-        if (bf16 && (zero == 1 || zero == 2)) {
-          EXPECT_NEAR(fp32_state[zero] - state, (2 - 4.0 / d) * psi, 0.01 * psi)
-              << (kind == TL_MODEL_GPT ? "gpt" : "llama") << " dp " << d << " ZeRO-" << zero;
+  // dp = the job's ranks; on 4, dp 2 x pp 2 too: each stage holds the tied
+  // embedding (the first its embedding, the last its head), sharded there
+  // like any parameter, its two copies' shards summed over the stages
+  std::vector<int> pps = {1};
+  if (n == 4) pps.push_back(2);
+  for (int pp : pps)
+    for (tl_model_kind kind : {TL_MODEL_GPT, TL_MODEL_LLAMA}) {
+      if (full && kind == TL_MODEL_LLAMA) continue;
+      const int d = n / pp;
+      tl_config c;
+      tl_config_defaults(&c);
+      c.model.kind = kind;
+      c.model.n_layers = 12, c.model.n_heads = 12, c.model.n_embd = full ? 768 : 96;
+      c.model.vocab_size = full ? 50257 : 6208, c.model.max_seq_len = 64;
+      if (kind == TL_MODEL_LLAMA)  // embedding and head 14% of it, as Llama 3 8B's 13%
+        c.model.n_kv_heads = 4, c.model.ffn_hidden = 256, c.model.vocab_size = 1024;
+      c.train.steps = 1, c.train.batch_size = 4, c.train.seq_len = 64, c.train.sample_tokens = 0;
+      c.mesh.dp = d, c.mesh.pp = pp;
+      if (pp > 1) c.schedule.micro_batches = 2;
+      snprintf(c.data.train, sizeof c.data.train, "%s", Tokens());
+      c.data.val[0] = '\0';
+      tl_worker w;
+      ASSERT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
+      tl_trainer_comm comm = tl_trainer_comm_of(w.world, w.groups, w.host_groups);
+      const std::string mesh = std::string(kind == TL_MODEL_GPT ? "gpt" : "llama") + " dp " +
+                               std::to_string(d) + (pp > 1 ? " x pp " + std::to_string(pp) : "");
+      double fp32_state[4] = {0}, psi = 0;
+      for (tl_precision precision : {TL_PRECISION_FP32, TL_PRECISION_BF16}) {
+        const bool bf16 = precision == TL_PRECISION_BF16;
+        std::string line;
+        for (int zero = 0; zero <= 3; zero++) {
+          c.train.precision = precision, c.parallel.zero = zero;
+          tl_model m;
+          ASSERT_EQ(tl_model_init(&c.model, &m), TL_OK) << tl_last_error();
+          // a block's parameters: the model's less the same model's one layer short
+          struct tl_model_config short_cfg = c.model;
+          short_cfg.n_layers--;
+          tl_model m_short;
+          ASSERT_EQ(tl_model_init(&short_cfg, &m_short), TL_OK) << tl_last_error();
+          const double block = (double)m.n_params - (double)m_short.n_params;
+          c.parallel.bucket_mb = full ? 25 : 25 * (double)m.n_params / 124.44e6;
+          tl_trainer* t = nullptr;
+          ASSERT_EQ(tl_trainer_create(&c, &comm, &t), TL_OK) << tl_last_error();
+          const double state = (double)tl_trainer_state_bytes(t);
+          // the stage's parameters on this rank: ZeRO-0's fp32 buffer of them
+          if (zero == 0 && !bf16) psi = (double)tl_trainer_param_bytes(t) / 4;
+          tl_trainer_destroy(t);
+          const double fp32[4] = {16, 8 + 8.0 / d, 4 + 12.0 / d, 16.0 / d};
+          const double b16[4] = {16, 6 + 12.0 / d, 2 + 16.0 / d, 16.0 / d};
+          // ZeRO-3 gathers units: here two blocks at a time at most (the one
+          // run and the next: its unit slots), in the precision the graph reads
+          const double units = zero == 3 ? 2 * block * (bf16 ? 2 : 4) : 0;
+          const double formula = psi * (bf16 ? b16 : fp32)[zero] + units;
+          const double allowed = 1.10 * formula + 2 * c.parallel.bucket_mb * 1024 * 1024;
+          char cell[96];
+          std::snprintf(cell, sizeof cell, " | %.1f (%.1f, %+.0f%%)", state / 1e6, formula / 1e6,
+                        100 * (state / formula - 1));
+          line += cell;
+          // never below the formula (the implementation only adds)
+          EXPECT_GE(state, 0.99 * formula)
+              << mesh << (bf16 ? " bf16" : " fp32") << " ZeRO-" << zero;
+          // bf16 ZeRO 1-2 hold the working copy (2 bytes) and the master shard
+          // (4/d) where fp32 holds the parameters whole (4): (2 - 4/d) a
+          // parameter less, the same others
+          if (!bf16) fp32_state[zero] = state;
+          if (bf16 && (zero == 1 || zero == 2)) {
+            EXPECT_NEAR(fp32_state[zero] - state, (2 - 4.0 / d) * psi, 0.01 * psi)
+                << mesh << " ZeRO-" << zero;
+          }
+          EXPECT_LE(state, allowed)
+              << mesh << (bf16 ? " bf16" : " fp32") << " ZeRO-" << zero << ": rank " << WorldRank()
+              << " holds " << state << " bytes of model state, the formula " << formula;
         }
-        EXPECT_LE(state, allowed) << (kind == TL_MODEL_GPT ? "gpt" : "llama") << " dp " << d
-                                  << (bf16 ? " bf16" : " fp32") << " ZeRO-" << zero << ": rank "
-                                  << WorldRank() << " holds " << state
-                                  << " bytes of model state, the formula " << formula;
+        if (WorldRank() == 0)
+          std::printf("model state MB (formula), %s%s, rank 0 %s%s\n", mesh.c_str(),
+                      full ? " GPT-2 124M" : "", bf16 ? "bf16" : "fp32", line.c_str());
       }
-      if (WorldRank() == 0)
-        std::printf("model state MB (formula), %s%s dp %d %s%s |\n",
-                    kind == TL_MODEL_GPT ? "gpt" : "llama", full ? " GPT-2 124M" : "", d,
-                    bf16 ? "bf16" : "fp32", line.c_str());
+      tl_worker_finalize(&w);
     }
-    tl_worker_finalize(&w);
-  }
 }
 
 }  // namespace
