@@ -78,20 +78,15 @@ tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config
 int64_t tl_dp_piece_room(const tl_dp_layout* l, int n_units, const int* unit_begin,
                          const bool* unit_pieces) {
   if (n_units < 1 || !unit_pieces) return 0;
-  int64_t* held = calloc((size_t)n_units, sizeof(int64_t));
-  if (!held) return 0; /* no room: the piece slots lie behind the late parameters */
-  /* a unit's early parameters: those first read by its nodes */
-  for (int i = 0; i < l->n_segments; i++) {
-    const tl_dp_segment* s = &l->segments[i];
-    for (int u = 0; s->offset < l->n_early && u < n_units; u++)
-      if (s->first_use >= unit_begin[u] && s->first_use < unit_begin[u + 1]) held[u] += s->n;
-  }
   int64_t most = 0, reader = -1;
   for (int u = 0; u < n_units; u++) {
-    if (held[u] > most) most = held[u];
-    if (unit_pieces[u] && held[u] > reader) reader = held[u];
+    int64_t held = 0; /* the unit's early parameters: those first read by its nodes */
+    for (int i = 0; i < l->n_segments && l->segments[i].offset < l->n_early; i++)
+      if (l->segments[i].first_use >= unit_begin[u] && l->segments[i].first_use < unit_begin[u + 1])
+        held += l->segments[i].n;
+    if (held > most) most = held;
+    if (unit_pieces[u] && held > reader) reader = held;
   }
-  free(held);
   return reader < 0 ? 0 : most - reader;
 }
 

@@ -97,8 +97,10 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
   if (st != TL_OK) free(one);
   TL_CHECK(st);
   /* a late parameter behind the shared one (a LayerNorm sequence
-   * parallelism sums) keeps it whole */
-  if (shared_pieced >= 0 && lay.segments[lay.n_segments - 1].value != shared_pieced) {
+   * parallelism sums), or one several of the range's nodes read, keeps it
+   * whole (launcher/train/trainer_pieces.c's may_piece) */
+  if (shared_pieced >= 0 &&
+      (lay.segments[lay.n_segments - 1].value != shared_pieced || out->multi > 0)) {
     out->pieced = out->piece_cols = out->piece_emb = 0;
     one[shared_pieced] = 0;
   }

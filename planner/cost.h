@@ -139,7 +139,8 @@ struct tl_cost_stage_shape {
    * several of the stage's nodes; and the most early gradient elements one
    * backward node writes (ZeRO-2's staging) */
   double shared, multi, staging;
-  /* of multi, the elements ZeRO 2 and 3 take in pieces of rows (the tied
+  /* of multi (one stage holds both its readers) or of shared (over a
+   * pipeline), the elements ZeRO 2 and 3 take in pieces of rows (the tied
    * embedding: dp/buckets.h), a row's elements, and per sequence the rows
    * of the linear layer's input a piece's gradient columns are packed for
    * and the elements of the embedding's output */
@@ -151,7 +152,8 @@ struct tl_cost_stage_shape {
   double piece_room;
   /* ZeRO-3 on a stage of the embedding or the head alone: unit_max less
    * its unit, the room where the tied embedding (shared) is gathered with
-   * that unit when it fits (dp/buckets.h's late_unit) */
+   * that unit when it fits (dp/buckets.h's late_unit), or where it is read
+   * in pieces, the room for their slots */
   double late_room;
   double arena, arena_layer; /* bytes of one executor's own arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */

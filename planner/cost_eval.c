@@ -256,10 +256,11 @@ static double kept_pieced(const tl_plan* p, const struct tl_cost_shard* sh, cons
  * reduce-scattered twice a micro-batch (the head's pieces and the
  * embedding's; tl__cost_dp_seconds prices once) and under ZeRO-3 its
  * table gathered three times (the embedding's forward, the head's forward
- * and backward). On the first and last stages of a pipeline: each stage's
- * reduce-scattered once a micro-batch, where whole it was once a step, and
- * under ZeRO-3 the last stage gathers it twice a micro-batch (the head's
- * forward and backward) where whole it was once a step (zero3_gathers).
+ * and backward). On the first and last stages of a pipeline each stage
+ * reduce-scatters it once a micro-batch, as tl__cost_dp_seconds prices
+ * every gradient of ZeRO 2 and 3, and under ZeRO-3 the last stage gathers
+ * it twice a micro-batch (the head's forward and backward) where whole it
+ * was gathered once a step (zero3_gathers).
  * A bucket at a time, priced exposed: a piece gathered ahead hides behind
  * one piece of compute at most, and the embedding's reductions come at the
  * backward's end. */
@@ -274,8 +275,7 @@ static double piece_seconds(const tl_cluster* c, const struct tl_cost_shard* sh,
   const double bucket = grads / tl__cost_dp_buckets(p, grads, units);
   const double wire = p->grad_reduce == TL_BF16 ? 2.0 : 4.0;
   const struct tl_link at_wire = tl_link_at(link, wire * bucket);
-  const double reductions = p->pp == 1 ? p->n_micro : p->n_micro - 1;
-  double t = reductions * tl_cost_reduce_scatter(c, wire * pieced, d, &at_wire);
+  double t = p->pp == 1 ? p->n_micro * tl_cost_reduce_scatter(c, wire * pieced, d, &at_wire) : 0;
   if (p->zero == 3) {
     const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
     const struct tl_link at = tl_link_at(link, bytes * bucket);

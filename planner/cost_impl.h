@@ -21,9 +21,9 @@ struct tl__cost_range {
    * (the tied embedding), ones several nodes of the range read; and the
    * staging ZeRO-2 needs (dp/buckets.h), in elements */
   double shared, multi, staging;
-  /* of multi, the parameters whose gradients ZeRO 2 and 3 take in pieces
-   * of rows (the tied embedding: graph/exec.h's tl_exec_can_piece): their
-   * elements, a row's elements, the rows of the linear layer's input a
+  /* of multi (or of shared, over a pipeline), the parameters whose
+   * gradients ZeRO 2 and 3 take in pieces of rows (the tied embedding: graph/exec.h's
+   * tl_exec_can_piece): their elements, a row's elements, the rows of the linear layer's input a
    * piece's output-gradient columns are packed for (tl_exec_piece_bytes),
    * and the elements of the embedding's output (ZeRO-3 adds each piece's
    * from a copy) */

@@ -27,7 +27,9 @@
  * boundary value.
  *
  * Parameters two stages share (the GPT's tied token embedding) are summed
- * between them after the backward by tl_pp_sync_shared. */
+ * between them after the backward by tl_pp_sync_shared — or, where ZeRO
+ * writes them in pieces and no whole gradient exists, their shards by the
+ * trainer. */
 #ifndef TL_PP_RUNTIME_H
 #define TL_PP_RUNTIME_H
 
@@ -126,7 +128,8 @@ tl_status tl_pp_shared_group(tl_group* pp, const tl_pp_stage* s, tl_group** out)
  * (tl_pp_shared_group; collective over it): grads is the stage's flat
  * gradient buffer of `dtype` elements (TL_F32, or TL_I64 for the
  * deterministic mode's fixed point), offset[v] where parameter value v lies
- * in it. */
+ * in it; a parameter whose offset is negative is not in the buffer (ZeRO's
+ * pieces: its owner sums it) and is left out. */
 tl_status tl_pp_sync_shared(const tl_pp_stage* s, tl_group* shared, const tl_graph* g, void* grads,
                             tl_dtype dtype, const int64_t* offset);
 

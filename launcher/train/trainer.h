@@ -17,7 +17,9 @@
  *     micro-batch's backward, finished gradient buckets start their
  *     data-parallel all-reduce (a sum);
  *  2. wait for the buckets; sum the tied token embedding's gradient between
- *     the first and last stage (pp); with sequence parallelism, sum the
+ *     the first and last stage (pp; under ZeRO 2 and 3 with the table in
+ *     pieces, its shards after the data-parallel reduction); with sequence
+ *     parallelism, sum the
  *     gradients of the parameters each tp rank saw only its token rows of
  *     (tp);
  *  3. global gradient norm over all stages and shards (each parameter

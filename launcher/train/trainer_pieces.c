@@ -2,7 +2,7 @@
  * its stages: ZeRO-3's units, and which parameters ZeRO 2 and 3 write (and
  * ZeRO-3 reads) a piece of rows at a time, at how many rows (dp/buckets.h's
  * piece_cols and piece_rows; graph/exec.h's tl_exec_pieces). The planner
- * decides alike (planner/cost_eval.c's tl__cost_piece_rows). */
+ * decides alike (planner/cost_eval.c's stage_pieces). */
 #include <stdlib.h>
 
 #include "graph/exec.h"
@@ -51,7 +51,14 @@ static bool may_piece(const tl_trainer* t, int v) {
      * sequence parallelism sums, keeps it whole) */
     for (int s = 0; s < t->pp_size; s++) {
       const tl_dp_layout* l = &t->layouts[s];
-      if (l->offset[v] >= 0 && l->segments[l->n_segments - 1].value != v) return false;
+      if (l->offset[v] < 0) continue;
+      if (l->segments[l->n_segments - 1].value != v) return false;
+      /* nor a parameter several of a holder's nodes read (which that stage
+       * alone might write in pieces, its units' room then unknown here) */
+      for (int i = 0; i < l->n_segments; i++)
+        if (tl_dp_readers(g, t->stages[s].node_begin, t->stages[s].node_end, l->segments[i].value) >
+            1)
+          return false;
     }
     return tl_exec_can_piece(g, 0, g->n_forward, v);
   }

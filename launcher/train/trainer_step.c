@@ -159,14 +159,20 @@ static tl_status sync_tied_pieces(tl_trainer* t) {
   float* g = tl_dp_buckets_shard_grads(t->buckets);
   double t0 = tl__trainer_now_us();
   tl_status st = TL_OK;
-  for (int i = 0; i < n && st == TL_OK; i++) {
-    const int v = t->lay->segments[pieces[i].segment].value;
-    if (t->piece_cols[v] <= 0 || !tl__trainer_shares(t, v)) continue;
-    st = tl_group_all_reduce(t->shared, g + pieces[i].at, g + pieces[i].at, (size_t)pieces[i].n,
-                             TL_F32, TL_REDUCE_SUM, NULL);
+  int64_t at = 0, len = 0; /* a run of the shard to sum: the table's chunks lie together */
+  for (int i = 0; i <= n && st == TL_OK; i++) {
+    const int v = i < n ? t->lay->segments[pieces[i].segment].value : -1;
+    const bool mine = i < n && t->piece_cols[v] > 0 && tl__trainer_shares(t, v);
+    if (mine && len > 0 && pieces[i].at == at + len) {
+      len += pieces[i].n;
+      continue;
+    }
+    if (len > 0)
+      st = tl_group_all_reduce(t->shared, g + at, g + at, (size_t)len, TL_F32, TL_REDUCE_SUM, NULL);
+    at = mine ? pieces[i].at : 0, len = mine ? pieces[i].n : 0;
   }
   free(pieces);
-  tl__trainer_trace_span(t, "tied_allreduce", 0, t0);
+  tl__trainer_trace_span(t, "tied_shard_allreduce", 0, t0);
   return st;
 }
 
