@@ -366,6 +366,7 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b) {
   free(b->unit_b1);
   free(b->ulate_off);
   free(b->ulate_n);
+  free(b->ulate_at);
   free(b->ulate_b0);
   free(b->ulate_b1);
   free(b->poff);

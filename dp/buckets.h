@@ -112,12 +112,14 @@ struct tl_dp_buckets_config {
    * tl_dp_pieces_in_room) they lie there, with no memory of their own;
    * else behind the late parameters. NULL: none */
   const bool* unit_pieces;
-  /* zero 3: per graph value, for a late parameter the nodes of one unit
-   * alone read (the tied embedding on a pipeline stage that holds one of
-   * its readers), that unit, else -1. Over a group the first such
-   * parameter of a unit that fits its slot's unused tail is gathered with
-   * the unit into that tail instead of whole for the step. NULL: none */
-  const int* late_unit;
+  /* zero 3: per unit, a late parameter its nodes read (the tied
+   * embedding: on a pipeline stage that holds one of its readers, or kept
+   * whole on a stage of both), else -1 (n_units entries). Over a group one
+   * that fits its reading unit's slot's unused tail is gathered with the
+   * unit into that tail instead of whole for the step — one several units
+   * read only where there is one slot, behind the largest of them, where
+   * every reader finds it. NULL: none */
+  const int* unit_late;
   /* zero 2 and 3: per graph value, the rows a piece of a parameter in
    * piece_cols, where the caller sets them (> 0): a parameter another
    * stage holds too (the tied embedding over a pipeline) is cut alike on
@@ -233,9 +235,9 @@ bool tl_dp_buckets_piece_params(const tl_dp_buckets* b);
  * chunks of them (tl_dp_buckets_shard_params: the only copy, which the
  * optimizer updates); the executor reads them from a buffer of two unit
  * slots, unit u in slot u % 2, and the late parameters whole behind them
- * (tl_dp_buckets_param_buffer, _param_offset) — but a late parameter one
- * unit alone reads (the config's late_unit), gathered with that unit into
- * its slot's tail where it fits, and those read in pieces. Before each node runs the
+ * (tl_dp_buckets_param_buffer, _param_offset) — but a late parameter
+ * gathered with the unit that reads it into its slot's tail where it fits
+ * (the config's unit_late), and those read in pieces. Before each node runs the
  * trainer calls before_node: the node's unit is gathered (all-gathered
  * from the shards) unless its slot holds it, and the next unit of the pass
  * (u + 1 forward, u - 1 backward) is gathered ahead into the other slot
@@ -269,7 +271,7 @@ int tl_dp_buckets_slots(const tl_dp_buckets* b);
  * no whole gradient), whose largest backward
  * node writes `staging` elements of early gradients and whose largest unit holds unit_max (zero 3;
  * piece_room: tl_dp_piece_rows' room; late_in_units: late elements gathered with their unit, the
- * config's late_unit), over `size` ranks, reducing in `wire`: the planner prices
+ * config's unit_late), over `size` ranks, reducing in `wire`: the planner prices
  * ZeRO with it. Zero 0 and 1: nothing (the gradients are the caller's) but a bf16 wire's image of
  * them and (zero 1, bf16 training) the parameters below. With zero 3 the shard is counted as zero 2
  * cuts it; cutting buckets at units too adds at most a few elements per bucket; `params` TL_BF16

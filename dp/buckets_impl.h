@@ -75,10 +75,11 @@ struct tl_dp_buckets {
   int *unit_b0, *unit_b1;     /* per unit: its buckets [b0, b1) */
   int64_t unit_max;           /* the largest unit's elements: a slot */
   /* per unit: the late parameter gathered with it into its slot's tail
-   * (config's late_unit), its layout offset (-1: none), elements and
-   * buckets [b0, b1) (0, 0: none). late_in_units: their elements, not in
-   * pbuf's late part */
-  int64_t *ulate_off, *ulate_n, late_in_units;
+   * (config's unit_late), its layout offset (-1: none), elements, where in
+   * the slot (behind the unit's parameters, or the largest of its readers')
+   * and buckets [b0, b1) (0, 0: none). late_in_units: their elements (each
+   * parameter once), not in pbuf's late part */
+  int64_t *ulate_off, *ulate_n, *ulate_at, late_in_units;
   int *ulate_b0, *ulate_b1;
   tl_buffer* pbuf;   /* the unit slots (n_slots; a slot's tail may hold its unit's late
                       * parameter, ulate_*), the other late parameters whole, packed

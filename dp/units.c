@@ -1,8 +1,8 @@
 /* units.c — ZeRO-3's parameters: the units (the embedding, a block, the
  * head) gathered from every rank's shard into two slots, one ahead of the
  * pass (one slot where two would cost what sharding saves:
- * tl_dp_zero3_slots), a late parameter one unit alone reads gathered with
- * it into its slot's tail where it fits, and the other late parameters
+ * tl_dp_zero3_slots), a late parameter gathered with the units that read
+ * it into their slots' tails where it fits, and the other late parameters
  * whole for a step (see buckets.h). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,10 +34,11 @@ tl_status tl__dp_units_build(tl_dp_buckets* b, const struct tl_dp_buckets_config
   b->unit_b1 = calloc((size_t)n, sizeof(int));
   b->ulate_off = malloc(sizeof(int64_t) * (size_t)n);
   b->ulate_n = calloc((size_t)n, sizeof(int64_t));
+  b->ulate_at = calloc((size_t)n, sizeof(int64_t));
   b->ulate_b0 = calloc((size_t)n, sizeof(int));
   b->ulate_b1 = calloc((size_t)n, sizeof(int));
   if (!b->unit_node || !b->unit_lb || !b->unit_le || !b->unit_b0 || !b->unit_b1 || !b->ulate_off ||
-      !b->ulate_n || !b->ulate_b0 || !b->ulate_b1)
+      !b->ulate_n || !b->ulate_at || !b->ulate_b0 || !b->ulate_b1)
     return TL_ERRF(TL_ERR_NOMEM, "out of memory for ZeRO-3's units");
   for (int u = 0; u < n; u++) b->ulate_off[u] = -1;
   memcpy(b->unit_node, c->unit_begin, sizeof(int) * (size_t)(n + 1));
@@ -99,21 +100,31 @@ void tl__dp_units_tails(tl_dp_buckets* b, const struct tl_dp_buckets_config* c) 
    * unit that reads a parameter in pieces */
   if (b->group && b->piece_from < l->n && c->unit_pieces)
     b->piece_room = tl_dp_piece_room(l, c->n_units, c->unit_begin, c->unit_pieces);
-  /* the late parameters gathered with their unit, into its slot's tail:
-   * the first of each unit that fits there (not a unit that reads a
-   * parameter in pieces) */
-  if (b->group && c->late_unit)
-    for (int i = 0; i < l->n_segments; i++) {
-      const tl_dp_segment* s = &l->segments[i];
-      const int u = c->late_unit[s->value];
-      if (s->offset < l->n_early || s->offset >= b->piece_from || u < 0 || u >= b->n_units ||
-          b->ulate_off[u] >= 0 || (c->unit_pieces && c->unit_pieces[u]))
-        continue;
-      if (s->n > b->unit_max - (b->unit_le[u] - b->unit_lb[u])) continue;
-      b->ulate_off[u] = s->offset;
-      b->ulate_n[u] = s->n;
-      b->late_in_units += s->n;
+  /* the late parameters gathered with their units, into their slots'
+   * tails: each unit's where it fits behind its parameters (not a unit
+   * that reads a parameter in pieces); one several units read only with
+   * one slot, behind the largest of them (so at one place for all) */
+  if (!b->group || !c->unit_late) return;
+  const int slots = tl_dp_zero3_slots(l->n, l->n - l->n_early, b->unit_max, b->size);
+  for (int i = 0; i < l->n_segments; i++) {
+    const tl_dp_segment* s = &l->segments[i];
+    if (s->offset < l->n_early || s->offset >= b->piece_from) continue;
+    int readers = 0;
+    int64_t at = 0;
+    bool free_units = true;
+    for (int u = 0; u < b->n_units; u++) {
+      if (c->unit_late[u] != s->value) continue;
+      readers++;
+      if (b->unit_le[u] - b->unit_lb[u] > at) at = b->unit_le[u] - b->unit_lb[u];
+      if (b->ulate_off[u] >= 0 || (c->unit_pieces && c->unit_pieces[u])) free_units = false;
     }
+    if (readers == 0 || !free_units || (readers > 1 && slots > 1) || s->n > b->unit_max - at)
+      continue;
+    for (int u = 0; u < b->n_units; u++)
+      if (c->unit_late[u] == s->value)
+        b->ulate_off[u] = s->offset, b->ulate_n[u] = s->n, b->ulate_at[u] = at;
+    b->late_in_units += s->n;
+  }
 }
 
 tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
@@ -145,7 +156,7 @@ tl_status tl__dp_create_zero3(tl_dp_buckets* b) {
     } else if (s->offset >= l->n_early && tl__dp_late_in_unit(b, s->offset)) {
       int u = 0;
       while (b->ulate_off[u] != s->offset) u++;
-      b->poff[s->value] = (u % b->n_slots) * b->unit_max + (b->unit_le[u] - b->unit_lb[u]);
+      b->poff[s->value] = (u % b->n_slots) * b->unit_max + b->ulate_at[u];
     } else if (s->offset >= l->n_early) {
       b->poff[s->value] = slots + tl__dp_late_at(b, s->offset);
     } else {
@@ -213,7 +224,7 @@ static tl_status gather_unit(tl_dp_buckets* b, int u) {
     TL_CHECK(tl__dp_gather_bucket(b, i, s * b->unit_max + (b->begin[i] - b->unit_lb[u]),
                                   b->group ? &b->req[i] : NULL));
   /* and the late parameter gathered with it, behind its parameters */
-  const int64_t tail = s * b->unit_max + (b->unit_le[u] - b->unit_lb[u]);
+  const int64_t tail = s * b->unit_max + b->ulate_at[u];
   for (int i = b->ulate_b0[u]; i < b->ulate_b1[u]; i++) {
     const int64_t dst = tail + (b->begin[i] - b->ulate_off[u]);
     if (b->pbf16 && b->group) TL_CHECK(tl__dp_round_chunks(b, i, i + 1, dst, b->begin[i]));
@@ -231,8 +242,11 @@ bool tl__dp_late_in_unit(const tl_dp_buckets* b, int64_t off) {
 
 int64_t tl__dp_late_at(const tl_dp_buckets* b, int64_t off) {
   int64_t at = off - b->layout->n_early;
-  for (int u = 0; b->ulate_off && u < b->n_units; u++)
-    if (b->ulate_off[u] >= 0 && b->ulate_off[u] < off) at -= b->ulate_n[u];
+  for (int u = 0; b->ulate_off && u < b->n_units; u++) {
+    bool first = true; /* each parameter once, however many units read it */
+    for (int w = 0; w < u && first; w++) first = b->ulate_off[w] != b->ulate_off[u];
+    if (first && b->ulate_off[u] >= 0 && b->ulate_off[u] < off) at -= b->ulate_n[u];
+  }
   return at;
 }
 

@@ -152,7 +152,7 @@ struct tl_cost_stage_shape {
   double piece_room;
   /* ZeRO-3 on a stage of the embedding or the head alone: unit_max less
    * its unit, the room where the tied embedding (shared) is gathered with
-   * that unit when it fits (dp/buckets.h's late_unit), or where it is read
+   * that unit when it fits (dp/buckets.h's unit_late), or where it is read
    * in pieces, the room for their slots */
   double late_room;
   double arena, arena_layer; /* bytes of one executor's own arena, per sequence */

@@ -78,11 +78,12 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
                            double pieced, double cols, double rows, double ops, double room,
                            double late_in_units);
 /* ZeRO-3: the tied embedding's elements a stage of kind x gathers with
- * its embedding's or head's unit (fitting the slot's unused tail) rather
- * than whole for the step; 0: none, or it is read in pieces (dp/buckets.h's
- * late_unit). */
-double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x,
-                              bool in_pieces);
+ * its embedding's or head's unit (fitting the slot's unused tail; on a
+ * stage of both, with each, where the stage has one slot) rather than
+ * whole for the step; 0: none, or it is read in pieces (dp/buckets.h's
+ * unit_late). */
+double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x, bool in_pieces,
+                              bool one_slot);
 
 /* The buckets a stage of `elems` gradients is reduced in (units: its
  * ZeRO-3 units, each at least a bucket): each moves at its own size's

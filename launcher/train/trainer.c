@@ -377,25 +377,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     /* the units whose nodes read a parameter written in pieces */
     bool unit_pieces[TL_MODEL_MAX_LAYERS + 3];
     tl__trainer_unit_pieces(t, units, n_units, unit_pieces);
-    /* ZeRO-3: the parameters shared with another stage that one unit
-     * alone reads here (the tied embedding), gathered with that unit */
-    int* late_unit = t->zero == 3 ? malloc(sizeof(int) * (size_t)t->graph->n_values) : NULL;
-    if (t->zero == 3 && !late_unit) {
-      st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
-      goto fail;
-    }
-    for (int v = 0; late_unit && v < t->graph->n_values; v++) {
-      late_unit[v] = -1;
-      if (t->graph->values[v].role != TL_ROLE_PARAM || !tl_pp_stage_shares(t->me, v) ||
-          (t->piece_cols && t->piece_cols[v] > 0))
-        continue;
-      int reader = -1, readers = 0;
-      for (int u = 0; u < n_units; u++)
-        for (int f = units[u]; f < units[u + 1]; f++)
-          for (int k = 0; k < t->graph->nodes[f].n_in; k++)
-            if (t->graph->nodes[f].in[k] == v && reader != u) reader = u, readers++;
-      if (readers == 1) late_unit[v] = reader;
-    }
+    /* ZeRO-3: the late parameter each unit reads (the tied embedding),
+     * gathered with it where it fits */
+    int unit_late[TL_MODEL_MAX_LAYERS + 3];
+    tl__trainer_unit_late(t, units, n_units, unit_late);
     struct tl_dp_buckets_config bc = {
         .dp = t->comm.dp,
         .layout = t->lay,
@@ -409,12 +394,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         .params = cfg->train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32,
         .piece_cols = t->piece_cols,
         .unit_pieces = unit_pieces,
-        .late_unit = late_unit,
+        .unit_late = t->zero == 3 ? unit_late : NULL,
         .piece_rows = t->piece_cut,
     };
-    st = tl_dp_buckets_create(&bc, &t->buckets);
-    free(late_unit);
-    if (st != TL_OK) goto fail;
+    TL_CHECK_GOTO(tl_dp_buckets_create(&bc, &t->buckets), st, fail);
     if (t->piece_cols) {
       t->piece_rows = calloc((size_t)t->graph->n_values, sizeof(int64_t));
       if (!t->piece_rows) {

@@ -31,6 +31,22 @@ void tl__trainer_unit_pieces(const tl_trainer* t, const int* units, int n_units,
   }
 }
 
+void tl__trainer_unit_late(const tl_trainer* t, const int* units, int n_units, int* out) {
+  const tl_graph* g = t->graph;
+  for (int u = 0; u < n_units; u++) {
+    out[u] = -1;
+    for (int f = units[u]; f < units[u + 1] && out[u] < 0; f++)
+      for (int k = 0; k < g->nodes[f].n_in && out[u] < 0; k++) {
+        const int v = g->nodes[f].in[k];
+        if (v < 0 || g->values[v].role != TL_ROLE_PARAM || t->lay->offset[v] < t->lay->n_early ||
+            (t->piece_cols && t->piece_cols[v] > 0))
+          continue;
+        const struct tl_tp_param* p = tl_tp_param_of(&t->shard, v);
+        if (!(p && p->partial && t->tp_size > 1)) out[u] = v;
+      }
+  }
+}
+
 /* Whether this rank's stage writes parameter v's gradient in pieces: under
  * ZeRO 2 and 3 with one chunk a stage, a matrix whose gradient is a sum
  * (several of the stage's nodes read it, or another stage's too: the tied

@@ -161,13 +161,14 @@ struct Row {
 Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
           tl_model_kind kind = TL_MODEL_GPT, int zero = -1, tl_recompute rc = TL_RECOMPUTE_NONE,
           int v = 1, tl_dtype dtype = TL_F32, tl_dtype grad_reduce = TL_F32, int cp = 1,
-          double bucket_mb = 0, int vocab = 0) {
+          double bucket_mb = 0, int vocab = 0, int n_layers = 0) {
   bool single = !w;
   bool sp = tp > 1 && (sched == TL_SCHEDULE_1F1B || v > 1) && kind != TL_MODEL_MLP;
   tl_config c = Config(dp, tp, pp, sched, sp, kind, zero);
   c.mesh.cp = cp;
   if (bucket_mb > 0) c.parallel.bucket_mb = bucket_mb;
   if (vocab > 0) c.model.vocab_size = vocab;
+  if (n_layers > 0) c.model.n_layers = n_layers;
   c.parallel.recompute = rc;
   c.train.precision = dtype == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
   c.parallel.grad_reduce = grad_reduce == TL_BF16 ? TL_PRECISION_BF16 : TL_PRECISION_FP32;
@@ -189,7 +190,9 @@ Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
       (dtype == TL_BF16 ? "bf16 " : "") + (grad_reduce == TL_BF16 ? "grad_reduce=bf16 " : "") +
       "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
       (cp > 1 ? " cp=" + std::to_string(cp) : "") + " " + tl_schedule_kind_name(sched) +
-      (sp ? " sp" : "") + (zero >= 0 ? " 16 layers zero=" + std::to_string(zero) : "") +
+      (sp ? " sp" : "") +
+      (zero >= 0 ? " " + std::to_string(c.model.n_layers) + " layers zero=" + std::to_string(zero)
+                 : "") +
       (bucket_mb > 0 ? " one bucket" : "") + (vocab > 0 ? " V=" + std::to_string(vocab) : "") +
       (rc == TL_RECOMPUTE_SELECTIVE ? " recompute=selective"
        : rc == TL_RECOMPUTE_FULL    ? " recompute=full"
@@ -397,6 +400,14 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
           for (tl_dtype dt : {TL_F32, TL_BF16})
             rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, zero, none, 1, dt,
                                  TL_F32, 1, 0, 4096));
+      // ZeRO-3 on two blocks a stage, one unit slot: the tied embedding,
+      // kept whole (a vocabulary of 256), gathered with the embedding's and
+      // the head's units behind the larger of them (pp 1), or with its one
+      // reader's (pp > 1)
+      if (dp > 1)
+        for (tl_dtype dt : {TL_F32, TL_BF16})
+          rows.push_back(Check(dp, tp, pp, TL_SCHEDULE_1F1B, &w, TL_MODEL_GPT, 3, none, 1, dt,
+                               TL_F32, 1, 0, 0, 2 * pp));
       // and the gradient reduction in bf16, at every ZeRO stage: its bf16
       // image of the buckets
       if (dp > 1)
