@@ -81,8 +81,8 @@ struct tl_dp_buckets {
    * parameter once), not in pbuf's late part */
   int64_t *ulate_off, *ulate_n, *ulate_at, late_in_units;
   int *ulate_b0, *ulate_b1;
-  tl_buffer* pbuf;   /* the unit slots (n_slots; a slot's tail may hold its unit's late
-                      * parameter, ulate_*), the other late parameters whole, packed
+  tl_buffer* pbuf;   /* the unit slots (n_slots; a slot's tail may hold a late parameter
+                      * its unit reads, ulate_*), the other late parameters whole, packed
                       * (tl__dp_late_at), the piece slots where they are not in a
                       * unit slot's tail */
   int64_t* poff;     /* per graph value: its offset in pbuf */

@@ -238,7 +238,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int cp
                         : 0;
     x->late_room = kind == TL_COST_STAGE_EMBED  ? x->unit_max - unit[0]
                    : kind == TL_COST_STAGE_HEAD ? x->unit_max - unit[2]
-                                                : 0;
+                                                : x->piece_room;
   }
   return st;
 }

@@ -153,7 +153,9 @@ struct tl_cost_stage_shape {
   /* ZeRO-3 on a stage of the embedding or the head alone: unit_max less
    * its unit, the room where the tied embedding (shared) is gathered with
    * that unit when it fits (dp/buckets.h's unit_late), or where it is read
-   * in pieces, the room for their slots */
+   * in pieces, the room for their slots; on a stage of both, piece_room,
+   * where the table kept whole is gathered with both units (one slot).
+   * 0 on a tensor-parallel degree scaled from another: a guess either way */
   double late_room;
   double arena, arena_layer; /* bytes of one executor's own arena, per sequence */
   double io;                 /* bytes of its inputs and scratch, per sequence */
@@ -506,6 +508,10 @@ double tl_cost_send(const tl_cluster* c, double bytes, const struct tl_link* lin
 struct tl_cost_unit {
   double params, fwd, bwd;
   int count;
+  /* of params, a late parameter gathered with the unit (the tied
+   * embedding: dp/buckets.h's unit_late), one the same for every unit
+   * that gathers it: not among what the slots and buckets are sized from */
+  double late;
 };
 
 /* The seconds ZeRO-3's parameter gathers leave exposed on pipeline stage s

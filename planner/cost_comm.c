@@ -412,13 +412,17 @@ double tl_cost_zero3_gathers(const tl_cluster* c, const tl_plan* p, int s,
   const int d = tl_plan_data(p), m = p->n_micro;
   if (d <= 1 || n <= 0) return 0;
   const double bytes = precision == TL_BF16 ? 2.0 : 4.0;
-  double early = 0, unit_max = 0; /* the units' parameters: what buckets are cut from */
-  for (int r = 0; r < n; r++)
-    early += u[r].params * u[r].count, unit_max = fmax(unit_max, u[r].params);
+  /* the units' own parameters: what buckets are cut from and the slots
+   * sized by; and a late parameter gathered with some of them, once */
+  double early = 0, unit_max = 0, with = 0;
+  for (int r = 0; r < n; r++) {
+    early += (u[r].params - u[r].late) * u[r].count;
+    unit_max = fmax(unit_max, u[r].params - u[r].late), with = fmax(with, u[r].late);
+  }
   /* one slot (dp/units.c): nothing gathered ahead, and a pass finds only
    * the unit the last one ended on */
-  const bool one =
-      tl_dp_zero3_slots((int64_t)(early + late), (int64_t)late, (int64_t)unit_max, d) < 2;
+  const bool one = tl_dp_zero3_slots((int64_t)(early + late + with), (int64_t)(late + with),
+                                     (int64_t)unit_max, d) < 2;
   const double bucket =
       p->dp_bucket_mb > 0
           ? (double)tl_dp_bucket_elems(p->zero, (int64_t)early, p->dp_bucket_mb) * bytes

@@ -229,10 +229,10 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   }
   /* ZeRO-3: the tied embedding gathered with the units that read it */
   if (v == 1)
-    with_units = tl__cost_late_in_units(
-        p, &sh->stage[stage_kind(s, p->pp)], rows > 0,
-        tl_dp_zero3_slots((int64_t)params, (int64_t)(shared + rep + multi), (int64_t)unit_max,
-                          tl_plan_data(p)) < 2);
+    with_units =
+        tl__cost_late_in_units(p, &sh->stage[stage_kind(s, p->pp)], rows > 0,
+                               tl_dp_zero3_slots((int64_t)params, (int64_t)(shared + rep + multi),
+                                                 (int64_t)unit_max, tl_plan_data(p)) < 2);
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
   *state = tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep, multi, staging,
@@ -242,14 +242,14 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
   *act = kept + transient;
 }
 
-double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x,
-                              bool in_pieces, bool one_slot) {
+double tl__cost_late_in_units(const tl_plan* p, const struct tl_cost_stage_shape* x, bool in_pieces,
+                              bool one_slot) {
   const bool gathered = p->zero == 3 && tl_plan_data(p) > 1 && tl_plan_chunks(p) == 1;
   if (!gathered || in_pieces) return 0;
   /* read by one unit (the embedding's or the head's, over a pipeline) */
   if (x->shared > 0) return x->shared <= x->late_room ? x->shared : 0;
   /* read by both on one stage: only with one slot, behind the larger */
-  return one_slot && x->multi > 0 && x->multi <= x->piece_room ? x->multi : 0;
+  return one_slot && x->multi > 0 && x->multi <= x->late_room ? x->multi : 0;
 }
 
 /* The tied embedding's elements pipeline rank s takes in pieces at
@@ -323,19 +323,20 @@ static double zero3_gathers(const tl_cluster* c, const struct tl_cost_shard* sh,
     struct tl_cost_unit u[3];
     int n = 0;
     /* the tied embedding read in pieces is not gathered whole
-     * (piece_seconds); else gathered with the embedding's or the head's
-     * unit where it fits */
+     * (piece_seconds); else gathered with the embedding's unit, the
+     * head's, or both, where it fits */
     const double pieced = kept_pieced(p, sh, layers, s, b);
     const double params = x->params + (k - 1) * x->params_layer;
     const bool one = tl_dp_zero3_slots((int64_t)params, (int64_t)(x->shared + x->multi + rep),
                                        (int64_t)x->unit_max, tl_plan_data(p)) < 2;
     const double with = tl__cost_late_in_units(p, x, pieced > 0, one);
     if (kind & TL_COST_STAGE_EMBED)
-      u[n++] = (struct tl_cost_unit){rest + with, sec_embed * b * fe, sec_embed * b * (1 - fe), 1};
-    u[n++] = (struct tl_cost_unit){block, sec_layer * b * fl, sec_layer * b * (1 - fl), k};
+      u[n++] =
+          (struct tl_cost_unit){rest + with, sec_embed * b * fe, sec_embed * b * (1 - fe), 1, with};
+    u[n++] = (struct tl_cost_unit){block, sec_layer * b * fl, sec_layer * b * (1 - fl), k, 0};
     if (kind & TL_COST_STAGE_HEAD)
       u[n++] = (struct tl_cost_unit){(kind & TL_COST_STAGE_EMBED ? 0 : rest) + with,
-                                     sec_head * b * fh, sec_head * b * (1 - fh), 1};
+                                     sec_head * b * fh, sec_head * b * (1 - fh), 1, with};
     worst =
         fmax(worst, tl_cost_zero3_gathers(c, p, s, u, n, x->shared + x->multi - pieced + rep - with,
                                           link, precision));

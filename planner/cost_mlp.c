@@ -234,7 +234,7 @@ void tl__cost_mlp_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtyp
         double share = fl > 0 ? comp_s / speed * y->flops / fl : 0;
         double f = y->flops > 0 ? y->fwd_flops / y->flops : 1.0 / 3;
         u[l - a] = (struct tl_cost_unit){fmax(0, one->params - one->shared - one->multi), share * f,
-                                         share * (1 - f), 1};
+                                         share * (1 - f), 1, 0};
       }
       zero3 = fmax(zero3,
                    tl_cost_zero3_gathers(c, p, s, u, e - a, r->shared + r->multi, dp_link, dtype));

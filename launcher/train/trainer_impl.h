@@ -129,10 +129,10 @@ static inline int tl__trainer_in_job(const tl_trainer* t) {
  * piece_cols and piece_cut from the layouts of every stage. */
 int tl__trainer_units(const tl_trainer* t, int s, int* units);
 void tl__trainer_unit_pieces(const tl_trainer* t, const int* units, int n_units, bool* out);
-/* Per unit of this rank's stage, the late parameter its nodes read that
- * ZeRO-3 may gather with it (dp/buckets.h's unit_late: one another stage
- * or another unit reads too, neither summed over tp nor in pieces), else
- * -1. */
+/* Per unit of this rank's stage, the first late parameter its nodes read
+ * that ZeRO-3 may gather with it (dp/buckets.h's unit_late: one another
+ * stage or another unit reads too, neither summed over tp nor in pieces),
+ * where every unit that reads it names it, else -1. */
 void tl__trainer_unit_late(const tl_trainer* t, const int* units, int n_units, int* out);
 tl_status tl__trainer_pieces(tl_trainer* t);
 

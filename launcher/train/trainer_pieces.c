@@ -45,6 +45,17 @@ void tl__trainer_unit_late(const tl_trainer* t, const int* units, int n_units, i
         if (!(p && p->partial && t->tp_size > 1)) out[u] = v;
       }
   }
+  /* a parameter is gathered with the units that name it, so every unit
+   * that reads it must name it: else none does (whole for the step) */
+  for (int u = 0; u < n_units; u++) {
+    const int v = out[u];
+    bool all = v >= 0;
+    for (int w = 0; all && w < n_units; w++)
+      for (int f = units[w]; all && f < units[w + 1]; f++)
+        if (tl_node_reads(&g->nodes[f], v) && out[w] != v) all = false;
+    for (int w = 0; v >= 0 && !all && w < n_units; w++)
+      if (out[w] == v) out[w] = -1;
+  }
 }
 
 /* Whether this rank's stage writes parameter v's gradient in pieces: under

@@ -283,19 +283,19 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   p.dp = 4, p.pp = 1, p.n_micro = 3, p.micro_batch = 1, p.schedule = TL_SCHEDULE_1F1B, p.zero = 3;
   const double P = 1e6, late = 5e5;
   auto g = [&](double elems) { return 0.75 * 4 * elems / 1e9; };  // (d-1)/d of fp32
-  tl_cost_unit idle[3] = {{P, 0, 0, 1}, {P, 0, 0, 6}, {P, 0, 0, 1}};
+  tl_cost_unit idle[3] = {{P, 0, 0, 1, 0}, {P, 0, 0, 6, 0}, {P, 0, 0, 1, 0}};
   // nothing to hide behind: the first forward gathers the 8 units; each
   // backward after a forward finds 7 and 6 in the slots and gathers the
   // other 6; each forward after a backward finds 0 and 1 and gathers 6
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, idle, 3, late, &link, TL_F32),
               g(late) + 8 * g(P) + 5 * 6 * g(P), 1e-12);
   // compute longer than any gather: only the step's start shows
-  tl_cost_unit busy[3] = {{P, 1, 2, 1}, {P, 1, 2, 6}, {P, 1, 2, 1}};
+  tl_cost_unit busy[3] = {{P, 1, 2, 1, 0}, {P, 1, 2, 6, 0}, {P, 1, 2, 1, 0}};
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, busy, 3, late, &link, TL_F32), g(late) + g(P),
               1e-12);
   // half hidden: unit 1's gather (3 ms) behind unit 0's forward (1.5 ms),
   // in the first forward only (the later ones find unit 1 in its slot)
-  tl_cost_unit half[3] = {{P, 1.5e-3, 1, 1}, {P, 1, 1, 6}, {P, 1, 1, 1}};
+  tl_cost_unit half[3] = {{P, 1.5e-3, 1, 1, 0}, {P, 1, 1, 6, 0}, {P, 1, 1, 1, 0}};
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, half, 3, 0, &link, TL_F32), g(P) + g(P) - 1.5e-3,
               1e-12);
   // GPipe: m - 1 forwards after forwards, as many backwards after backwards
@@ -317,10 +317,10 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   p.no_overlap = false;
   // a run of alike units is those units one by one
   p.pp = 1;
-  tl_cost_unit runs[3] = {{P, 1e-3, 2e-3, 1}, {2 * P, 2e-3, 4e-3, 6}, {P, 1e-3, 1e-3, 1}};
-  tl_cost_unit each[8] = {{P, 1e-3, 2e-3, 1}};
-  for (int i = 1; i < 7; i++) each[i] = {2 * P, 2e-3, 4e-3, 1};
-  each[7] = {P, 1e-3, 1e-3, 1};
+  tl_cost_unit runs[3] = {{P, 1e-3, 2e-3, 1, 0}, {2 * P, 2e-3, 4e-3, 6, 0}, {P, 1e-3, 1e-3, 1, 0}};
+  tl_cost_unit each[8] = {{P, 1e-3, 2e-3, 1, 0}};
+  for (int i = 1; i < 7; i++) each[i] = {2 * P, 2e-3, 4e-3, 1, 0};
+  each[7] = {P, 1e-3, 1e-3, 1, 0};
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, runs, 3, late, &link, TL_F32),
               tl_cost_zero3_gathers(&c, &p, 0, each, 8, late, &link, TL_F32), 1e-12);
   EXPECT_GT(tl_cost_zero3_gathers(&c, &p, 0, each, 8, late, &link, TL_F32), g(late) + g(P));
@@ -332,7 +332,7 @@ TEST(CostModel, ZeroThreeGathersEachUnitOneAheadOfTheCompute) {
   // — compute hides no gather, and a pass finds only the unit the last one
   // ended on (after a forward unit 2, after a backward unit 0)
   ASSERT_EQ(tl_dp_zero3_slots((int64_t)(4 * P + late), (int64_t)late, (int64_t)(2 * P), 4), 1);
-  tl_cost_unit large[3] = {{P, 1, 2, 1}, {2 * P, 1, 2, 1}, {P, 1, 2, 1}};
+  tl_cost_unit large[3] = {{P, 1, 2, 1, 0}, {2 * P, 1, 2, 1, 0}, {P, 1, 2, 1, 0}};
   EXPECT_NEAR(tl_cost_zero3_gathers(&c, &p, 0, large, 3, late, &link, TL_F32),
               g(late) + g(P) + g(2 * P) + g(P) + 5 * (g(2 * P) + g(P)), 1e-12);
   p.dp = 1;
