@@ -66,7 +66,10 @@
  *   each way (Megatron's scatter/gather over tp, as the trainer sends it;
  *   the receivers' all-gather within the node is not priced), each on its
  *   own boundary's link, for the stage whose two cost the most
- *   (tl_cost_pp_sends); the gradient
+ *   (tl_cost_pp_sends), and once a step the tied embedding's gradient
+ *   all-reduced between the first and last stages, exposed (each tp
+ *   rank's rows of it, or under ZeRO 2-3 in pieces its dp x cp shard of
+ *   them: tl_plan.t_tied, part of t_pp); the gradient
  *   all-reduce
  *   over dp, 2(d-1)/d·S/β + kα (k = 2(d-1) messages of NCCL's ring on
  *   GPUs, 2 log2 d of MPICH's halving and doubling on CPUs; the same for
@@ -383,6 +386,9 @@ typedef struct tl_plan {
   /* time, seconds per step, and its parts (they add up to t_step): t_opt
    * is the optimizer's update once a step (tl__cost_optimizer_seconds) */
   double t_step, t_compute, t_bubble, t_tp, t_pp, t_dp, t_opt;
+  /* of t_pp, what is not the micro-batches' sends: the tied embedding's
+   * gradient summed over the pipeline's first and last stages once a step */
+  double t_tied;
   /* the context-parallel ring's transfers a step leaves exposed (part of
    * t_step), and all of them with nothing hidden */
   double t_cp, c_cp;

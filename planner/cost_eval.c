@@ -294,6 +294,24 @@ static double piece_seconds(const tl_cluster* c, const struct tl_cost_shard* sh,
   return t;
 }
 
+/* The tied embedding's gradient summed over the first and last stages of a
+ * pipeline, once a step after the data-parallel reduction, in fp32 and
+ * exposed (nothing runs beside it): whole (pp/runtime.c's
+ * tl_pp_sync_shared), or where ZeRO 2 and 3 write it in pieces each rank's
+ * shard of it, a (dp x cp)-th (launcher/train/trainer_step.c's
+ * sync_tied_pieces). The two ranks of each pair are (pp - 1) pipeline
+ * strides apart; the pairs run at once, each on its own card. */
+static double tied_seconds(const tl_cluster* c, const struct tl_cost_shard* sh, const tl_plan* p,
+                           const int* layers, int b) {
+  if (p->pp < 2) return 0;
+  const double shared = sh->stage[stage_kind(0, p->pp * tl_plan_chunks(p))].shared;
+  if (shared <= 0) return 0;
+  const double elems = kept_pieced(p, sh, layers, 0, b) > 0 ? shared / tl_plan_data(p) : shared;
+  const struct tl_link link =
+      tl_cost_group_link(c, 2, (p->pp - 1) * tl_cost_axis_stride(p, TL_AXIS_PP));
+  return tl_cost_all_reduce(c, sizeof(float) * elems, 2, &link);
+}
+
 /* ZeRO-3's exposed gathers on the stage where they show most: its units
  * (the embedding on the first stage, its blocks, the head on the last) with
  * their parameters and seconds at micro-batch b, forward and backward split
@@ -573,6 +591,8 @@ void tl_cost_evaluate(const tl_cost_model* cm, const tl_cluster* c, tl_dtype dty
   p->c_cp = m * ring_all;
   /* and once a step, the LayerNorm gradients summed over the group (packed) */
   if (sh->sp && t > 1) p->t_tp += tl_cost_all_reduce(c, ln_grads * 4.0, t, tp_link);
+  p->t_tied = tied_seconds(c, sh, p, layers, b);
+  p->t_pp += p->t_tied;
   p->t_dp = dp;
   p->t_opt = tl__cost_optimizer_seconds(c, p, grads);
   p->t_step = p->t_compute + p->t_tp + p->t_cp + p->t_pp + p->t_bubble + p->t_dp + p->t_opt;

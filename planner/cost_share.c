@@ -170,6 +170,7 @@ void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs
   p->t_tp = m * tp_comm / s;
   p->t_cp = m * cp_comm / s;
   p->t_pp = m * pp_comm / s;
+  p->t_tied = 0;
   p->t_bubble = bubble * micro / s;
   if (!shares_cores(c) || p->pp <= 1) return;
   const int n = node_ranks(c, p);

@@ -79,8 +79,8 @@ TEST(CostModel, EachCollectiveRunsAtItsOwnShareOfTheLink) {
   EXPECT_NEAR(f.t_dp, X + X + 6 * dp.latency, 1e-9 * f.t_dp);
   // the pipeline's two sends a micro-batch, over the network (dp x tp fills
   // the nodes): their bandwidth term a quarter
-  const double Y = p.t_pp / (2 * p.n_micro) - a.inter.latency;
-  EXPECT_NEAR(q.t_pp, 2 * p.n_micro * (Y / 4 + a.inter.latency), 1e-9 * p.t_pp);
+  const double Y = (p.t_pp - p.t_tied) / (2 * p.n_micro) - a.inter.latency;
+  EXPECT_NEAR(q.t_pp - q.t_tied, 2 * p.n_micro * (Y / 4 + a.inter.latency), 1e-9 * p.t_pp);
   EXPECT_EQ(q.t_compute, p.t_compute);
   EXPECT_EQ(q.t_tp, p.t_tp);  // the tensor-parallel all-reduces: the links' own
   // with sequence parallelism they are reduce-scatters and all-gathers, at
@@ -368,7 +368,7 @@ TEST(CostModel, RanksSharingCoresLendTheirShareWhenIdle) {
   tl_plan g = Split1F1B(1, 1, 8, 1, 1);
   g.schedule = TL_SCHEDULE_GPIPE;
   tl_plan idle = priced(own, g), lent = priced(shared, g);
-  const double micro = idle.t_compute + idle.t_tp + idle.t_pp;
+  const double micro = idle.t_compute + idle.t_tp + idle.t_pp - idle.t_tied;
   EXPECT_NEAR(idle.t_bubble, 7 * micro, 1e-12 * micro);
   EXPECT_DOUBLE_EQ(lent.t_compute, idle.t_compute);
   EXPECT_NEAR(lent.t_bubble, micro, 1e-9 * micro);  // 8 passes at 4x: 2 micro-batch times
@@ -400,7 +400,7 @@ TEST(CostModel, RanksSharingCoresLendTheirShareWhenIdle) {
     if (m > 16) {
       EXPECT_NEAR(p.t_step - prev, per, 1e-9 * p.t_step) << m;
     }
-    prev = p.t_step, per = (p.t_compute + p.t_tp + p.t_pp) / m;
+    prev = p.t_step, per = (p.t_compute + p.t_tp + p.t_pp - p.t_tied) / m;
   }
 }
 
@@ -430,7 +430,7 @@ TEST(CostModel, MeasuredSharedSpeedReplacesTheIdealShare) {
   tl_plan g = Split1F1B(1, 1, 8, 1, 1);
   g.schedule = TL_SCHEDULE_GPIPE;
   tl_plan a = priced(ideal, g), b = priced(measured, g);
-  const double micro = b.t_compute + b.t_tp + b.t_pp;
+  const double micro = b.t_compute + b.t_tp + b.t_pp - b.t_tied;
   EXPECT_DOUBLE_EQ(b.t_compute, a.t_compute);
   EXPECT_NEAR(a.t_bubble, micro, 1e-9 * micro);
   EXPECT_NEAR(b.t_bubble, 2.2 * micro, 1e-9 * micro);
@@ -440,12 +440,46 @@ TEST(CostModel, MeasuredSharedSpeedReplacesTheIdealShare) {
   tl_plan two = Split1F1B(2, 1, 4, 1, 1);
   two.schedule = TL_SCHEDULE_GPIPE;
   tl_plan t = priced(measured, two);
-  const double tm = t.t_compute + t.t_tp + t.t_pp;
-  EXPECT_NEAR(t.t_compute + t.t_tp + t.t_pp + t.t_bubble, 2 * tm, 1e-9 * tm);
+  const double tm = t.t_compute + t.t_tp + t.t_pp - t.t_tied;
+  EXPECT_NEAR(t.t_compute + t.t_tp + t.t_pp - t.t_tied + t.t_bubble, 2 * tm, 1e-9 * tm);
   // a plan on fewer ranks than were measured: the ideal share
   tl_cluster part = measured, part_ideal = ideal;
   part.devices_per_node = part_ideal.devices_per_node = 4;
   tl_plan four = Split1F1B(1, 1, 4, 1, 1);
   four.schedule = TL_SCHEDULE_GPIPE;
   EXPECT_DOUBLE_EQ(priced(part, four).t_step, priced(part_ideal, four).t_step);
+}
+
+// The tied embedding's gradient is summed over the pipeline's first and
+// last stages once a step (pp/runtime.c's tl_pp_sync_shared), in fp32 and
+// exposed: each tensor-parallel rank's rows of it, between two ranks a
+// pipeline apart (here 32 ranks, four nodes: one card each); under ZeRO 2
+// and 3 in pieces, each rank's shard of it (the trainer's
+// sync_tied_pieces): a data-parallel degree of the bytes.
+TEST(CostModel, TheTiedEmbeddingIsSummedOverThePipelinesEndsOnceAStep) {
+  tl_cost_model cm = Build(kShapes[1]);  // V 51200, h 8192
+  tl_cluster c = A100Nodes(8);
+  tl_plan p = Split1F1B(4, 8, 2, 1, 8);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &p);
+  const double rows = 51200.0 / 8 * 8192, bytes = 4 * rows;
+  const double whole = bytes / c.inter.bandwidth + 2 * c.inter.latency;
+  EXPECT_NEAR(p.t_tied, whole, 1e-9 * whole);
+  EXPECT_GT(p.t_pp, p.t_tied) << "beside the micro-batches' sends";
+  tl_plan more = Split1F1B(4, 8, 2, 1, 16);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &more);
+  EXPECT_DOUBLE_EQ(more.t_tied, p.t_tied) << "once a step";
+  tl_plan z2 = p;
+  z2.zero = 2;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &z2);
+  const double shard = bytes / 4 / c.inter.bandwidth + 2 * c.inter.latency;
+  EXPECT_NEAR(z2.t_tied, shard, 1e-9 * shard);
+  // the two stages on one node: NVLink
+  tl_plan near = Split1F1B(1, 4, 2, 1, 8);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &near);
+  const double inside = 4 * 51200.0 / 4 * 8192 / c.intra.bandwidth + 2 * c.intra.latency;
+  EXPECT_NEAR(near.t_tied, inside, 1e-9 * inside);
+  // no pipeline: nothing to sum
+  tl_plan one = Split1F1B(4, 8, 1, 1, 8);
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &one);
+  EXPECT_EQ(one.t_tied, 0);
 }
