@@ -290,6 +290,31 @@ int64_t tl_dp_buckets_bytes(int zero, int64_t n, int64_t n_late, int64_t n_piece
  * pieces of half a bucket's rows or more, at most half of room, so both
  * piece slots lie there. room 0: the parameter is not read in pieces. */
 int64_t tl_dp_piece_rows(int64_t per, int64_t cols, int64_t all, int64_t room);
+/* ZeRO-2 on a stage of n gradient elements, none late, whose largest
+ * backward node writes `staging` of them: whether writing that node's
+ * matrices (`pieced` elements, a piece `piece` of them, whole rows) in
+ * pieces straight into the buckets, the next largest node's `after`
+ * elements then staged, holds fewer bytes (tl_dp_buckets_bytes both ways,
+ * the pieces' `temps` bytes of temporaries added: the executor's
+ * tl_exec_piece_sizes) — on a stage one node's gradients fill (an MLP's
+ * layer, a single block) the staging costs what sharding saves. The
+ * trainer writes them so and the planner prices them alike. */
+bool tl_dp_solo_pieces_pay(int64_t n, int64_t staging, int64_t after, int64_t pieced, int64_t piece,
+                           double temps, int size, double bucket_mb, tl_dtype wire,
+                           tl_dtype params);
+/* Such matrices on a stage of forward nodes [begin, end) of g with layout
+ * l (no late parameters): those of l's staging group (the gradients of
+ * the node that writes the most: tl_dp_layout_staging) that only that
+ * node reads and that it can write in pieces (tl_exec_can_piece), 2-D.
+ * Their count (0 on a layout with late parameters), the first max of
+ * them into out, their elements into *pieced and the staging that remains
+ * into *after (the group's other elements, or the next largest group's).
+ * The trainer and the planner take one alone. */
+int tl_dp_solo_candidates(const tl_graph* g, int begin, int end, const tl_dp_layout* l, int* out,
+                          int max, int64_t* pieced, int64_t* after);
+/* The rows a piece of such a matrix (`all` rows of `cols`): a bucket's of
+ * the whole stage's n elements (tl_dp_bucket_elems at ZeRO-2), whole rows. */
+int64_t tl_dp_solo_piece_rows(int64_t n, int64_t cols, int64_t all, double bucket_mb);
 /* The room tl_dp_piece_rows is given on a stage of layout l whose ZeRO-3
  * units begin at forward nodes unit_begin[0..n_units] and of which
  * unit_pieces say which read a parameter in pieces: the largest unit's

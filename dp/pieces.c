@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "dp/buckets.h"
 #include "dp/buckets_impl.h"
+#include "graph/exec.h"
 
 /* The parameters written in pieces (c->piece_cols): the tail of the
  * layout's back, from b->piece_from. */
@@ -94,6 +95,58 @@ int64_t tl_dp_piece_rows(int64_t per, int64_t cols, int64_t all, int64_t room) {
   const int64_t half = room / 2 / cols;
   if (rows < all && half >= 1 && rows > half && 2 * half >= rows) rows = half;
   return rows;
+}
+
+bool tl_dp_solo_pieces_pay(int64_t n, int64_t staging, int64_t after, int64_t pieced, int64_t piece,
+                           double temps, int size, double bucket_mb, tl_dtype wire,
+                           tl_dtype params) {
+  if (pieced <= 0 || piece <= 0 || size <= 1 || after >= staging) return false;
+  const int64_t whole =
+      tl_dp_buckets_bytes(2, n, 0, 0, 0, staging, 0, 0, 0, size, bucket_mb, wire, params);
+  const int64_t pieces = tl_dp_buckets_bytes(2, n, pieced, pieced, piece, after, 0, 0, 0, size,
+                                             bucket_mb, wire, params);
+  return (double)pieces + temps < (double)whole;
+}
+
+int tl_dp_solo_candidates(const tl_graph* g, int begin, int end, const tl_dp_layout* l, int* out,
+                          int max, int64_t* pieced, int64_t* after) {
+  *pieced = *after = 0;
+  if (l->n_early < l->n) return 0;
+  /* the groups of segments by the node that first reads them: the largest
+   * (the first of equals, as tl_dp_layout_staging takes it) and the next */
+  int64_t most = -1, next = 0;
+  int first = -1;
+  for (int i = 0; i < l->n_segments;) {
+    int j = i;
+    int64_t sum = 0;
+    for (; j < l->n_segments && l->segments[j].first_use == l->segments[i].first_use; j++)
+      sum += l->segments[j].n;
+    if (sum > most) {
+      if (most > next) next = most;
+      most = sum, first = i;
+    } else if (sum > next) {
+      next = sum;
+    }
+    i = j;
+  }
+  int n = 0;
+  for (int i = first;
+       first >= 0 && i < l->n_segments && l->segments[i].first_use == l->segments[first].first_use;
+       i++) {
+    const int v = l->segments[i].value;
+    if (g->values[v].n_dims != 2 || tl_dp_readers(g, begin, end, v) != 1 ||
+        !tl_exec_can_piece(g, begin, end, v))
+      continue;
+    if (n < max) out[n] = v;
+    n++;
+    *pieced += l->segments[i].n;
+  }
+  if (n > 0) *after = most - *pieced > next ? most - *pieced : next;
+  return n;
+}
+
+int64_t tl_dp_solo_piece_rows(int64_t n, int64_t cols, int64_t all, double bucket_mb) {
+  return tl_dp_piece_rows(tl_dp_bucket_elems(2, n, bucket_mb), cols, all, 0);
 }
 
 bool tl_dp_pieces_in_room(int n_pslots, int64_t piece_max, int64_t room) {

@@ -55,7 +55,7 @@ struct tl_exec_pieces {
 
 /* Whether parameter v's gradient can be written in pieces by the nodes of
  * forward nodes [begin, end) of g: every one that reads it is an embedding
- * (v its table) or a linear layer without bias (v its weight, y = x W^T),
+ * (v its table) or a linear layer (v its weight, y = x W^T + bias),
  * and the backward runs in one pass (no tl_graph_split_weight). */
 bool tl_exec_can_piece(const tl_graph* g, int begin, int end, int v);
 /* The temporary memory pieces p need (p NULL or without rows: none), at

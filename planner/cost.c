@@ -108,7 +108,27 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
   const struct tl_exec_pieces p1 = {.rows = one};
   out->piece_m = (double)(tl_exec_piece_bytes(g, begin, end, &p1) / sizeof(float));
   out->staging = (double)tl_dp_layout_staging(&lay);
+  /* ZeRO-2's matrix of the largest node, on a range of no late parameters
+   * (launcher/train/trainer_pieces.c's tl__trainer_solo_pieces) */
+  int sv;
+  int64_t solo = 0, after = 0;
+  if (tl_dp_solo_candidates(g, begin, end, &lay, &sv, 1, &solo, &after) == 1) {
+    int64_t* row = calloc((size_t)g->n_values, sizeof(int64_t));
+    if (!row) st = TL_ERRF(TL_ERR_NOMEM, "out of memory pricing a stage");
+    if (row) {
+      row[sv] = 1;
+      const struct tl_exec_pieces ps = {.rows = row};
+      out->solo = (struct tl_cost_solo){
+          .elems = (double)solo,
+          .cols = (double)g->values[sv].shape[1],
+          .m = (double)(tl_exec_piece_bytes(g, begin, end, &ps) / sizeof(float)),
+          .after = (double)after};
+    }
+    free(row);
+  }
   tl_dp_layout_free(&lay);
+  if (st != TL_OK) free(one);
+  TL_CHECK(st);
   struct tl_exec_bytes b;
   st = tl_exec_size(g, begin, end, &b);
   if (st != TL_OK) free(one);
@@ -148,6 +168,7 @@ static struct tl_cost_stage_shape stage_shape(const struct tl__cost_range* one,
   s.pieced = two->pieced, s.piece_cols = two->piece_cols, s.piece_m = two->piece_m;
   s.piece_emb = two->piece_emb;
   s.staging = one->staging > two->staging ? one->staging : two->staging;
+  s.solo = one->solo, s.solo_k = two->solo;
   return s;
 }
 
@@ -492,6 +513,7 @@ const struct tl_cost_shard* tl_cost_shard_of(const tl_cost_model* cm, int tp, bo
     s->shared /= t, s->multi /= t, s->pieced /= t, s->staging /= t, s->unit_max /= t;
     s->piece_room /= t; /* approximate, as unit_max: a replicated table does not shrink */
     s->late_room = 0;   /* not scaled: the table would be priced whole or not by a guess */
+    s->solo = s->solo_k = (struct tl_cost_solo){0}; /* nor the pieces of a matrix */
     s->arena *= act, s->arena_layer *= act;
     s->transient *= act, s->transient_layer *= act, s->transient_fixed /= t;
     s->transient_fixed_pieced /= t;

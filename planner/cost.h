@@ -129,6 +129,16 @@ extern "C" {
  * last holds the head and the loss; one stage alone does both. */
 enum { TL_COST_STAGE_EMBED = 1, TL_COST_STAGE_HEAD = 2 };
 
+/* ZeRO-2 on a stage with no late parameters: the matrix of its largest
+ * backward node that it may write in pieces (dp/buckets.h's
+ * tl_dp_solo_candidates, one alone): its elements (0: none), a row's
+ * elements, per sequence the rows a piece's gradient columns are packed
+ * for (the linear layer's tokens; 0 for an embedding's table), and the
+ * staging that remains without it. */
+struct tl_cost_solo {
+  double elems, cols, m, after;
+};
+
 /* One pipeline stage of k layers on a device (tensor-parallel rank 0), per
  * sequence of its micro-batch where it says so, each quantity affine in k:
  * x(k) = x + (k - 1) x_layer. */
@@ -167,6 +177,10 @@ struct tl_cost_stage_shape {
    * bf16 graph's fp32 copies of one node's parameters: tl_exec_bytes) */
   double transient, transient_layer, transient_fixed;
   double transient_fixed_pieced; /* the same where ZeRO-3 reads `pieced` in pieces */
+  /* the matrix ZeRO-2 may write in pieces at one block (solo) and at more
+   * (solo_k: its blocks' largest nodes are alike, so the staging that
+   * remains is another block's); none on a degree scaled from another */
+  struct tl_cost_solo solo, solo_k;
 };
 
 /* One matrix product shape of a graph range, per sequence: (m x k) times
@@ -194,6 +208,7 @@ struct tl_cost_range {
   double params, arena, io; /* as tl_cost_stage_shape, for the stage of layers [a, b) */
   double shared, multi, staging, unit_max;
   double transient, transient_fixed;
+  struct tl_cost_solo solo;
 };
 struct tl_cost_mlp_layer {
   double fwd_flops, flops; /* per sequence */

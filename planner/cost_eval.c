@@ -108,6 +108,24 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
                                      (int64_t)late_in_units, d, mb, p->grad_reduce, working);
 }
 
+double tl__cost_solo_rows(const tl_plan* p, tl_dtype precision, double n, double staging,
+                          const struct tl_cost_solo* so, double* ops) {
+  *ops = 0;
+  const int d = tl_plan_data(p);
+  if (p->zero != 2 || tl_plan_chunks(p) != 1 || d <= 1 || so->elems <= 0 || so->cols <= 0) return 0;
+  const double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9;
+  const int64_t cols = (int64_t)so->cols, all = (int64_t)so->elems / cols;
+  const int64_t rows = tl_dp_solo_piece_rows((int64_t)n, cols, all, mb);
+  /* the packed columns of a piece's output gradient; one piece: in place */
+  const double temps = rows < all ? sizeof(float) * so->m * p->micro_batch * (double)rows : 0;
+  const tl_dtype working = precision == TL_BF16 ? TL_BF16 : TL_F32;
+  if (!tl_dp_solo_pieces_pay((int64_t)n, (int64_t)staging, (int64_t)so->after, (int64_t)so->elems,
+                             rows * cols, temps, d, mb, p->grad_reduce, working))
+    return 0;
+  *ops = temps;
+  return (double)rows;
+}
+
 /* The bubble in micro-batch times (one micro-batch's forward and
  * backward on the slowest stage, all its chunks): p - 1 for GPipe and
  * 1F1B, (p - 1) / v interleaved; zero-bubble's from pp's own simulation
@@ -227,6 +245,19 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
     transient = fmax(transient, (x->transient + (k - 1) * x->transient_layer) * scale * b +
                                     (in_pieces ? x->transient_fixed_pieced : x->transient_fixed));
   }
+  /* ZeRO-2: the largest node's matrix in pieces on a stage of no late
+   * parameters, where that holds less */
+  double solo = 0;
+  if (v == 1 && shared + multi + rep <= 0) {
+    const struct tl_cost_stage_shape* x = &sh->stage[stage_kind(s, p->pp)];
+    const struct tl_cost_solo* so = layers[s] == 1 ? &x->solo : &x->solo_k;
+    double solo_ops = 0;
+    const double solo_rows = tl__cost_solo_rows(p, dtype, params, staging, so, &solo_ops);
+    if (solo_rows > 0) {
+      solo = pieced = so->elems, cols = so->cols, rows = solo_rows, ops = solo_ops;
+      staging = so->after;
+    }
+  }
   /* ZeRO-3: the tied embedding gathered with the units that read it */
   if (v == 1)
     with_units =
@@ -235,7 +266,7 @@ static void stage_memory(const tl_cost_model* cm, const struct tl_cost_shard* sh
                                                  (int64_t)unit_max, tl_plan_data(p)) < 2);
   /* the packed LayerNorm gradients of sequence parallelism; the trainer's
    * norm scalar */
-  *state = tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep, multi, staging,
+  *state = tl__cost_zero_state(p, state_dtype, dtype, params, shared + rep + solo, multi, staging,
                                unit_max, pieced, cols, rows, ops, room, with_units) +
            4.0;
   if (sh->sp && sh->tp > 1) *state += 4.0 * (rep > 0 ? rep : 1);

@@ -35,6 +35,7 @@ struct tl__cost_range {
   double fwd_flops, flops;       /* forward; forward + backward */
   double again_flops;            /* of flops, nodes run again in the backward */
   double attn_flops, attn_fwd_flops, attn_again_flops; /* of those, the attention kernels' */
+  struct tl_cost_solo solo; /* ZeRO-2's matrix in pieces on a stage of no late parameters */
 };
 
 tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, int end,
@@ -65,6 +66,13 @@ tl_dtype tl__cost_state_dtype(const tl_cost_model* cm, tl_dtype dtype);
 double tl__cost_piece_rows(const tl_plan* p, double early, double pieced, double cols,
                            double tokens, double emb, double room, double* ops);
 
+/* ZeRO-2 on a stage of n parameters with no late ones, staging `staging`:
+ * the rows a piece where writing the matrix `so` in pieces holds less
+ * (dp/buckets.h's tl_dp_solo_pieces_pay at the plan's micro-batch,
+ * buckets and dtypes), with the pieces' temporaries in *ops; 0 where it is
+ * staged whole. */
+double tl__cost_solo_rows(const tl_plan* p, tl_dtype precision, double n, double staging,
+                          const struct tl_cost_solo* so, double* ops);
 /* dtype: the state's (tl__cost_state_dtype); precision: the training's,
  * under which ZeRO 1-3 keep bf16 working parameters (dp/buckets.h);
  * pieced, cols: of late and multi, the elements ZeRO 2 and 3 take in

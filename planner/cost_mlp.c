@@ -89,6 +89,7 @@ static tl_status mlp_shard_build(const struct tl_model_config* mc, int seq, int 
       x->params = r.params, x->arena = r.arena, x->io = r.io, x->transient = r.transient;
       x->transient_fixed = r.transient_fixed;
       x->shared = r.shared, x->multi = r.multi, x->staging = r.staging;
+      x->solo = r.solo;
     }
   /* ZeRO-3's units are the layers: the largest of each range's */
   for (int b = 1; b <= L && st == TL_OK; b++)
@@ -141,8 +142,15 @@ void tl__cost_mlp_stage_memory(const tl_cost_model* cm, const struct tl_cost_sha
                                tl_dtype dtype, const tl_plan* p, int a, int b, int s, double* state,
                                double* act) {
   const struct tl_cost_range* x = &sh->mlp_range[tl_cost_range_index(a, b)];
-  *state = tl__cost_zero_state(p, tl__cost_state_dtype(cm, dtype), dtype, x->params, x->shared,
-                               x->multi, x->staging, x->unit_max, 0, 0, 0, 0, 0, 0) +
+  /* ZeRO-2's largest node's matrix in pieces, where that holds less */
+  double ops = 0;
+  const double rows = x->shared + x->multi > 0
+                          ? 0
+                          : tl__cost_solo_rows(p, dtype, x->params, x->staging, &x->solo, &ops);
+  const double solo = rows > 0 ? x->solo.elems : 0;
+  *state = tl__cost_zero_state(p, tl__cost_state_dtype(cm, dtype), dtype, x->params,
+                               x->shared + solo, x->multi, rows > 0 ? x->solo.after : x->staging,
+                               x->unit_max, solo, x->solo.cols, rows, ops, 0, 0) +
            4.0;
   const double scale = tl__cost_act_scale(cm, dtype);
   *act = tl__cost_in_flight(p, sh, s) * p->micro_batch * (x->arena * scale + x->io) +

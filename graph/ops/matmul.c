@@ -62,7 +62,7 @@ static bool bf16_operands(const tl_graph* g, const tl_node* n) {
 }
 
 /* W read in pieces (tl_piece_params): each piece's columns of the output
- * into the temporaries, then into their place. */
+ * (with the bias's) into the temporaries, then into their place. */
 static tl_status run_pieces(const struct tl_run_ctx* x, const tl_node* n, int m, int nn, int k,
                             int64_t rows) {
   const struct tl_kernel_ops* ops = x->be->ops;
@@ -70,11 +70,13 @@ static tl_status run_pieces(const struct tl_run_ctx* x, const tl_node* n, int m,
                   bool, bool) =
       ops->matmul_bf16 && bf16_operands(x->g, n) ? ops->matmul_bf16 : ops->matmul;
   float *out = TL_DATA(x, n->out[0]), *a = TL_DATA(x, n->in[0]), *tmp = x->piece_tmp;
+  const float* bias = n->n_in > 2 ? TL_DATA(x, n->in[2]) : NULL;
   for (int64_t r0 = 0; r0 < nn; r0 += rows) {
     const int r = (int)(rows < nn - r0 ? rows : nn - r0);
     const float* wp = NULL;
     TL_CHECK(x->piece_param(x, n->in[1], r0, r, &wp));
-    TL_CHECK(mm(x->be->ctx, r < nn ? tmp : out, a, wp, NULL, m, r, k, false, true, false));
+    TL_CHECK(mm(x->be->ctx, r < nn ? tmp : out, a, wp, bias ? bias + r0 : NULL, m, r, k, false,
+                true, false));
     if (r < nn) TL_CHECK(ops->copy_2d(x->be->ctx, out + r0, nn, tmp, r, m, r, false));
   }
   return TL_OK;
@@ -104,12 +106,12 @@ static tl_status backward(tl_graph* g, int i) {
   return tl__op_backward_node(g, TL_OP_MATMUL_BACKWARD, i, 3, in, 3, out);
 }
 
-/* A linear layer y = x W^T without bias may write W's gradient in pieces
- * of rows (graph/exec.h's tl_exec_pieces). */
+/* A linear layer y = x W^T (+ bias) may write W's gradient in pieces of
+ * rows (graph/exec.h's tl_exec_pieces); the bias's is written whole. */
 static bool pieces(const tl_graph* g, const tl_node* n, int v) {
   (void)g;
   return v == n->in[1] && v != n->in[0] && !n->attr[0] && n->attr[1] &&
-         (n->n_in < 3 || n->in[2] < 0);
+         (n->n_in < 3 || (n->in[2] != v && n->in[2] != n->in[0]));
 }
 
 /* a piece's columns of the output (gradient), packed: (M, rows) */
@@ -121,7 +123,8 @@ static size_t piece_bytes(const tl_graph* g, const tl_node* n, int64_t rows, boo
 }
 
 /* W's gradient in pieces of `rows` rows: dx += dout W as one product (the
- * sums of the whole backward's, bit for bit), then for each piece dout's
+ * sums of the whole backward's, bit for bit) and the bias's gradient whole
+ * (dout's column sums), then for each piece dout's
  * columns of it packed and dW_p = dout_p^T x, into the memory the piece's
  * begin gives. With W read in pieces too (tl_piece_params) dx is summed
  * piece by piece, dx += dout_p W_p, the last piece first (the one the
@@ -137,8 +140,10 @@ static tl_status run_backward_pieces(const struct tl_run_ctx* x, const tl_node* 
                         int, int, int, bool, bool) =
       bf16 ? ops->matmul_backward_bf16 : ops->matmul_backward;
   const bool whole = !tl_piece_params(x);
-  if (da && whole)
-    TL_CHECK(backward(x->be->ctx, da, NULL, NULL, dout, a, b, m, nn, k, false, true));
+  float* dbias = n->out[2] >= 0 ? TL_DATA(x, n->out[2]) : NULL;
+  if ((da && whole) || dbias)
+    TL_CHECK(
+        backward(x->be->ctx, whole ? da : NULL, NULL, dbias, dout, a, b, m, nn, k, false, true));
   const int64_t n_pieces = (nn + rows - 1) / rows;
   for (int64_t j = 0; j < n_pieces; j++) {
     /* W read in pieces: the last first, which the forward ended on */

@@ -131,8 +131,10 @@ int tl__trainer_counted_elsewhere(const tl_trainer* t, const tl_dp_segment* s) {
  * sum over another group before the sharded reduction (the tied embedding
  * over the pipeline, sequence parallelism's partial LayerNorms over the
  * tensor-parallel group) go to the back, reduced last; ZeRO 2 and 3 send
- * there too the ones several nodes write (a tied embedding on one stage).
- * Some of those are then written in pieces (trainer_pieces.c). */
+ * there too the ones several nodes write (a tied embedding on one stage)
+ * and, on a stage with none of those, the matrices of its largest node
+ * where writing them in pieces holds less (tl__trainer_solo_pieces).
+ * Some of the others are then written in pieces too (trainer_pieces.c). */
 static tl_status build_layout(tl_trainer* t, int s) {
   int begin[TL_PP_MAX_CHUNKS], end[TL_PP_MAX_CHUNKS];
   for (int c = 0; c < t->n_chunks; c++) {
@@ -154,7 +156,9 @@ static tl_status build_layout(tl_trainer* t, int s) {
     const bool summed = shared || (p && p->partial && t->tp_size > 1);
     late[v] = summed || (t->zero >= 2 && readers > 1);
   }
-  tl_status r = tl_dp_layout_build_ranges(t->graph, t->n_chunks, begin, end, late, &t->layouts[s]);
+  tl_status r = t->n_chunks == 1 ? tl__trainer_solo_pieces(t, begin[0], end[0], late) : TL_OK;
+  if (r == TL_OK)
+    r = tl_dp_layout_build_ranges(t->graph, t->n_chunks, begin, end, late, &t->layouts[s]);
   free(late);
   return r;
 }
@@ -542,6 +546,7 @@ void tl_trainer_destroy(tl_trainer* t) {
   free(t->piece_cols);
   free(t->piece_rows);
   free(t->piece_cut);
+  free(t->solo_rows);
   tl_dp_buckets_destroy(t->buckets);
   tl_group_destroy(t->shared);
   tl_pp_schedule_free(&t->sched);

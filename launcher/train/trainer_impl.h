@@ -71,6 +71,11 @@ struct tl_trainer {
    * stages hold it (the tied embedding over a pipeline: cut alike on each,
    * dp/buckets.h's piece_rows), else 0; NULL: none */
   int64_t* piece_cut;
+  /* ZeRO-2: per value the rows a piece of a matrix that a stage's one node
+   * writes in pieces, because staging it would cost what sharding saves
+   * (dp/buckets.h's tl_dp_solo_pieces_pay), else 0; NULL: none. Late in
+   * its stage's layout; merged into piece_cols and piece_cut */
+  int64_t* solo_rows;
   int zero; /* parallel.zero */
   /* parallel.deterministic: the gradients as exact 64-bit fixed-point sums
    * (graph/exec.h grad_acc), laid out as grads */
@@ -128,6 +133,11 @@ static inline int tl__trainer_in_job(const tl_trainer* t) {
  * parameter written in pieces (t->piece_cols); and the pieces themselves:
  * piece_cols and piece_cut from the layouts of every stage. */
 int tl__trainer_units(const tl_trainer* t, int s, int* units);
+/* ZeRO-2 on the stage of forward nodes [begin, end) (one chunk, no late
+ * parameter in late[]): marks late the matrices of its largest backward
+ * node that go in pieces (tl_dp_solo_candidates, where
+ * tl_dp_solo_pieces_pay), and their rows in t->solo_rows. */
+tl_status tl__trainer_solo_pieces(tl_trainer* t, int begin, int end, bool* late);
 void tl__trainer_unit_pieces(const tl_trainer* t, const int* units, int n_units, bool* out);
 /* Per unit of this rank's stage, the first late parameter its nodes read
  * that ZeRO-3 may gather with it (dp/buckets.h's unit_late: one another

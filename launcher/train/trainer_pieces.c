@@ -1,8 +1,10 @@
 /* trainer_pieces.c — what the trainer decides about ZeRO's parameters from
  * its stages: ZeRO-3's units, and which parameters ZeRO 2 and 3 write (and
  * ZeRO-3 reads) a piece of rows at a time, at how many rows (dp/buckets.h's
- * piece_cols and piece_rows; graph/exec.h's tl_exec_pieces). The planner
- * decides alike (planner/cost_eval.c's stage_pieces). */
+ * piece_cols and piece_rows; graph/exec.h's tl_exec_pieces): the tied
+ * embedding, and under ZeRO-2 a stage's largest matrix where staging it
+ * would cost what sharding saves. The planner decides alike
+ * (planner/cost_eval.c's stage_pieces and tl__cost_solo_rows). */
 #include <stdlib.h>
 
 #include "graph/exec.h"
@@ -167,9 +169,63 @@ static int64_t shared_cut(const tl_trainer* t, int v, const int* holders, int n,
   return cut;
 }
 
+tl_status tl__trainer_solo_pieces(tl_trainer* t, int begin, int end, bool* late) {
+  const tl_graph* g = t->graph;
+  if (t->zero != 2 || t->n_chunks != 1 || t->dp_size <= 1 || t->cfg.parallel.deterministic)
+    return TL_OK;
+  for (int v = 0; v < g->n_values; v++)
+    if (late[v] && tl_dp_readers(g, begin, end, v) > 0) return TL_OK;
+  tl_dp_layout base;
+  TL_CHECK(tl_dp_layout_build_late(g, begin, end, late, &base));
+  int vs[1];
+  int64_t pieced = 0, after = 0, piece = 0;
+  const int n = tl_dp_solo_candidates(g, begin, end, &base, vs, 1, &pieced, &after) == 1 ? 1 : 0;
+  int64_t* rows = n > 0 ? calloc((size_t)g->n_values, sizeof(int64_t)) : NULL;
+  tl_status st = n > 0 && !rows ? TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer") : TL_OK;
+  const double mb = t->cfg.parallel.bucket_mb;
+  for (int i = 0; rows && i < n; i++) {
+    const tl_value* val = &g->values[vs[i]];
+    rows[vs[i]] = tl_dp_solo_piece_rows(base.n, val->shape[1], val->shape[0], mb);
+    if (rows[vs[i]] * val->shape[1] > piece) piece = rows[vs[i]] * val->shape[1];
+  }
+  bool pays = false;
+  if (rows && st == TL_OK) {
+    size_t ops, copy;
+    const struct tl_exec_pieces p = {.rows = rows};
+    tl_exec_piece_sizes(g, begin, end, &p, &ops, &copy);
+    const tl_dtype wire = t->cfg.parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
+    const tl_dtype params = t->cfg.train.precision == TL_PRECISION_BF16 ? TL_BF16 : TL_F32;
+    pays = tl_dp_solo_pieces_pay(base.n, tl_dp_layout_staging(&base), after, pieced, piece,
+                                 (double)ops, t->dp_size, mb, wire, params);
+  }
+  if (pays && !t->solo_rows) {
+    t->solo_rows = calloc((size_t)g->n_values, sizeof(int64_t));
+    if (!t->solo_rows) st = TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
+  }
+  for (int i = 0; pays && st == TL_OK && i < n; i++) {
+    late[vs[i]] = true;
+    t->solo_rows[vs[i]] = rows[vs[i]];
+  }
+  free(rows);
+  tl_dp_layout_free(&base);
+  return st;
+}
+
 tl_status tl__trainer_pieces(tl_trainer* t) {
   const tl_graph* g = t->graph;
   const int nv = g->n_values;
+  bool any = false;
+  /* the matrices ZeRO-2 writes in pieces on their own stage, at their rows */
+  for (int v = 0; t->solo_rows && v < nv; v++) {
+    if (t->solo_rows[v] <= 0) continue;
+    if (!t->piece_cols) t->piece_cols = calloc((size_t)nv, sizeof(int64_t));
+    if (!t->piece_cut) t->piece_cut = calloc((size_t)nv, sizeof(int64_t));
+    if (!t->piece_cols || !t->piece_cut)
+      return TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
+    t->piece_cols[v] = g->values[v].shape[1];
+    t->piece_cut[v] = t->solo_rows[v];
+    any = true;
+  }
   for (int v = 0; v < nv; v++) {
     if (!may_piece(t, v)) continue;
     if (!t->piece_cols) t->piece_cols = calloc((size_t)nv, sizeof(int64_t));
@@ -180,13 +236,12 @@ tl_status tl__trainer_pieces(tl_trainer* t) {
   const bool params = t->zero == 3 && t->comm.dp && tl_group_size(t->comm.dp) > 1;
   int64_t* rows = calloc((size_t)nv, sizeof(int64_t));
   int* holders = malloc(sizeof(int) * (size_t)t->pp_size);
-  t->piece_cut = calloc((size_t)nv, sizeof(int64_t));
+  if (!t->piece_cut) t->piece_cut = calloc((size_t)nv, sizeof(int64_t));
   tl_status st = rows && holders && t->piece_cut
                      ? TL_OK
                      : TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
-  bool any = false;
   for (int v = 0; st == TL_OK && v < nv; v++) {
-    if (t->piece_cols[v] <= 0) continue;
+    if (t->piece_cols[v] <= 0 || (t->solo_rows && t->solo_rows[v] > 0)) continue;
     if (kept_whole(t, v, holders, holders_of(t, v, holders), params, rows))
       t->piece_cols[v] = 0;
     else
@@ -194,7 +249,9 @@ tl_status tl__trainer_pieces(tl_trainer* t) {
   }
   /* the cut once every stage's units know what they read in pieces */
   for (int v = 0; st == TL_OK && v < nv; v++) {
-    const int n = t->piece_cols[v] > 0 ? holders_of(t, v, holders) : 0;
+    const int n = t->piece_cols[v] > 0 && !(t->solo_rows && t->solo_rows[v] > 0)
+                      ? holders_of(t, v, holders)
+                      : 0;
     if (n > 1) t->piece_cut[v] = shared_cut(t, v, holders, n, params);
   }
   free(rows);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -200,6 +201,29 @@ TEST(Equality, EveryZeroStageOnEveryDataParallelMeshEqualsTheSingleDeviceRun) {
                    ": the tied embedding in pieces on both stages",
                {});
       }
+  // ZeRO-2 writing a stage's largest matrix in pieces, where staging it
+  // would cost what sharding saves: an MLP of two layers, the last the
+  // vocabulary's (the shipped MLP example's shape; its linear layers have
+  // biases), on dp 2 and on dp 2 x pp 2 (the embedding's table in pieces
+  // on the first stage, the last layer's weight on the second), fp32 and
+  // bf16
+  for (int pp : {1, 2})
+    for (tl_precision precision : {TL_PRECISION_FP32, TL_PRECISION_BF16}) {
+      if (2 * pp != n) continue;
+      tl_config c = Base(TL_MODEL_MLP);
+      c.model.n_mlp_layers = 2;
+      const int sizes[3] = {32, 48, 64};
+      memcpy(c.model.mlp_sizes, sizes, sizeof sizes);
+      c.mesh.dp = 2, c.mesh.pp = pp;
+      c.parallel.zero = 2;
+      c.schedule.micro_batches = 2;
+      c.train.precision = precision;
+      Report(c,
+             "mlp 32-48-64 dp=2 pp=" + std::to_string(pp) + " zero=2" +
+                 (precision == TL_PRECISION_BF16 ? " bf16" : "") +
+                 ": each stage's largest matrix in pieces",
+             {});
+    }
 }
 
 // Recomputation (the reference keeps every activation): each mode on dp x

@@ -161,10 +161,11 @@ struct Row {
 Row Check(int dp, int tp, int pp, tl_schedule_kind sched, tl_worker* w,
           tl_model_kind kind = TL_MODEL_GPT, int zero = -1, tl_recompute rc = TL_RECOMPUTE_NONE,
           int v = 1, tl_dtype dtype = TL_F32, tl_dtype grad_reduce = TL_F32, int cp = 1,
-          double bucket_mb = 0, int vocab = 0, int n_layers = 0) {
+          double bucket_mb = 0, int vocab = 0, int n_layers = 0, const tl_config* base = nullptr) {
   bool single = !w;
   bool sp = tp > 1 && (sched == TL_SCHEDULE_1F1B || v > 1) && kind != TL_MODEL_MLP;
-  tl_config c = Config(dp, tp, pp, sched, sp, kind, zero);
+  tl_config c = base ? *base : Config(dp, tp, pp, sched, sp, kind, zero);
+  if (base) c.parallel.zero = zero;
   c.mesh.cp = cp;
   if (bucket_mb > 0) c.parallel.bucket_mb = bucket_mb;
   if (vocab > 0) c.model.vocab_size = vocab;
@@ -457,9 +458,9 @@ TEST(PlannerMemory, EveryMeshOfThisJobWithinTenPercentOfTheAllocator) {
 
 // Trains `model` one step under ZeRO 0, 1, 2 and 3 on this job at
 // `precision`: this rank's peak bytes must fall strictly from each stage to
-// the next. Prints rank 0's peaks.
+// the next, up to ZeRO-`last`. Prints rank 0's peaks.
 void ExpectEachZeroStageBelowTheLast(const tl_config& model, tl_precision precision, tl_worker* w,
-                                     const std::string& what) {
+                                     const std::string& what, int last = 3) {
   const char* prec = precision == TL_PRECISION_BF16 ? "bf16" : "fp32";
   double before = 0;
   std::string line;
@@ -470,7 +471,7 @@ void ExpectEachZeroStageBelowTheLast(const tl_config& model, tl_precision precis
     char cell[64];
     std::snprintf(cell, sizeof cell, "  ZeRO-%d %.2f MB", zero, r.measured / 1e6);
     line += cell;
-    if (zero > 0) {
+    if (zero > 0 && zero <= last) {
       EXPECT_LT(r.measured, before)
           << what << " " << prec << ": rank " << WorldRank() << "'s peak at ZeRO-" << zero
           << " is not below ZeRO-" << zero - 1 << "'s:" << line;
@@ -514,7 +515,8 @@ TEST(PlannerMemory, EachZeroStageHoldsLessOnTheShippedPipelinedExamples) {
   if (WorldSize() != 4 && WorldSize() != 8)
     GTEST_SKIP() << "runs on 4 and 8 ranks (the examples' meshes; this job has " << WorldSize()
                  << ")";
-  for (const char* path : {"examples/gpt_dp2_pp2.json", "examples/gpt_dp2_tp2_pp2.json"}) {
+  for (const char* path : {"examples/gpt_dp2_pp2.json", "examples/gpt_dp2_tp2_pp2.json",
+                           "examples/four_device.json"}) {
     tl_config c;
     ASSERT_EQ(tl_config_load(path, &c), TL_OK) << tl_last_error();
     if (c.mesh.dp * c.mesh.tp * c.mesh.pp != WorldSize()) continue;  // another job's
@@ -523,8 +525,18 @@ TEST(PlannerMemory, EachZeroStageHoldsLessOnTheShippedPipelinedExamples) {
     c.data.val[0] = '\0';
     tl_worker w;
     ASSERT_EQ(tl_worker_init(&c, &w), TL_OK) << tl_last_error();
+    // the MLP's stages are one unit each (its last a single linear layer):
+    // by the formulas ZeRO-3 (16/d bytes a parameter and the unit
+    // gathered) is not below ZeRO-2 there; ZeRO-2 writes each stage's
+    // largest matrix in pieces (its staging would cost what sharding saves)
+    const bool mlp = c.model.kind == TL_MODEL_MLP;
     for (tl_precision precision : {TL_PRECISION_FP32, TL_PRECISION_BF16})
-      ExpectEachZeroStageBelowTheLast(c, precision, &w, path);
+      ExpectEachZeroStageBelowTheLast(c, precision, &w, path, mlp ? 2 : 3);
+    // and the planner prices those pieces as the allocator counts them
+    for (tl_dtype dt : {TL_F32, TL_BF16})
+      if (mlp)
+        Check(c.mesh.dp, 1, c.mesh.pp, c.schedule.kind, &w, TL_MODEL_MLP, 2, TL_RECOMPUTE_NONE, 1,
+              dt, TL_F32, 1, 0, 0, 0, &c);
     tl_worker_finalize(&w);
   }
 }
