@@ -22,17 +22,17 @@ static const char* schedule_name(const tl_plan* p, char* buf, size_t n) {
 static json_t* plan_json(const tl_plan* p) {
   return json_pack(
       "{s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:s, s:b, s:f, s:f, s:f, s:i, s:f, s:f, s:f, "
-      "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:i}",
+      "s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:i}",
       "dp", p->dp, "tp", p->tp, "pp", p->pp, "cp", tl_plan_cp(p), "micro_batch", p->micro_batch,
       "micro_batches", p->n_micro, "schedule", tl_schedule_kind_name(p->schedule), "zero", p->zero,
       "recompute", tl_plan_recompute_name(p->recompute), "sequence_parallel", p->sequence_parallel,
       "memory_bytes", p->mem_total, "memory_state_bytes", p->mem_state, "memory_activation_bytes",
       p->mem_act, "memory_stage", p->mem_stage, "step_s", p->t_step, "compute_s", p->t_compute,
       "bubble_s", p->t_bubble, "tp_comm_s", p->t_tp, "cp_comm_s", p->t_cp, "cp_comm_carried_s",
-      p->c_cp, "pp_comm_s", p->t_pp, "dp_comm_s", p->t_dp, "dp_comm_carried_s", p->c_dp,
-      "optimizer_s", p->t_opt, "tokens_per_s", p->tokens_per_s, "tflops_per_device",
-      p->flops_per_device / 1e12, "mfu", p->mfu, "bound", tl_plan_bound(p), "runnable", p->runnable,
-      "virtual_stages", tl_plan_chunks(p));
+      p->c_cp, "pp_comm_s", p->t_pp, "pp_comm_tied_s", p->t_tied, "dp_comm_s", p->t_dp,
+      "dp_comm_carried_s", p->c_dp, "optimizer_s", p->t_opt, "tokens_per_s", p->tokens_per_s,
+      "tflops_per_device", p->flops_per_device / 1e12, "mfu", p->mfu, "bound", tl_plan_bound(p),
+      "runnable", p->runnable, "virtual_stages", tl_plan_chunks(p));
 }
 
 /* plan_json with what a plan on part of the cluster adds: its devices */
@@ -220,6 +220,11 @@ void tl_plan_print_table(const tl_search_result* r, int top, const tl_cluster* c
           "context-parallel ring: %.3g s a step on the link, %.3g s of it hidden behind the "
           "attention, %.3g s shown\n",
           w->c_cp, fmax(0, w->c_cp - w->t_cp), w->t_cp);
+    if (w->t_tied > 0)
+      printf(
+          "pipeline communication: %.3g s a step, %.3g s of it the tied embedding's gradient "
+          "summed over the first and last stages (once a step, exposed)\n",
+          w->t_pp, w->t_tied);
     if (tl_plan_data(w) > 1)
       printf(
           "data-parallel communication: %.3g s a step on the link, %.3g s of it hidden behind "

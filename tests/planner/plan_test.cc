@@ -322,6 +322,11 @@ TEST(PlanCli, FixKeepsTheGivenSplit) {
     EXPECT_EQ(json_integer_value(json_object_get(p, "tp")), 2);
     EXPECT_EQ(json_integer_value(json_object_get(p, "micro_batches")), 8);
     EXPECT_STREQ(json_string_value(json_object_get(p, "schedule")), "gpipe");
+    // the tied embedding's gradient summed over the two stages, part of
+    // the pipeline's communication
+    const double tied = json_number_value(json_object_get(p, "pp_comm_tied_s"));
+    EXPECT_GT(tied, 0);
+    EXPECT_LT(tied, json_number_value(json_object_get(p, "pp_comm_s")));
     // the trainer runs tensor parallelism, every ZeRO stage and recomputation
     std::string rc = json_string_value(json_object_get(p, "recompute"));
     EXPECT_TRUE(rc == "none" || rc == "selective" || rc == "full") << rc;
