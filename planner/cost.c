@@ -251,6 +251,7 @@ static tl_status shard_build(const struct tl_model_config* full, int seq, int cp
     *x = stage_shape(&r[0][kind], &r[1][kind]);
     x->arena /= b, x->arena_layer /= b, x->io /= b;
     x->transient /= b, x->transient_layer /= b, x->piece_m /= b, x->piece_emb /= b;
+    x->solo.m /= b, x->solo_k.m /= b;
     x->unit_max = unit[1];
     if (kind & TL_COST_STAGE_EMBED && unit[0] > x->unit_max) x->unit_max = unit[0];
     if (kind & TL_COST_STAGE_HEAD && unit[2] > x->unit_max) x->unit_max = unit[2];

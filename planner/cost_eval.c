@@ -330,17 +330,17 @@ static double piece_seconds(const tl_cluster* c, const struct tl_cost_shard* sh,
  * exposed (nothing runs beside it): whole (pp/runtime.c's
  * tl_pp_sync_shared), or where ZeRO 2 and 3 write it in pieces each rank's
  * shard of it, a (dp x cp)-th (launcher/train/trainer_step.c's
- * sync_tied_pieces). The two ranks of each pair are (pp - 1) pipeline
- * strides apart; the pairs run at once, each on its own card. */
+ * sync_tied_pieces). Each pair, the first stage's rank and the last's, on
+ * the link of the schedule's wrap between them (tl_cost_pp_boundary_link:
+ * a network card where any pair crosses nodes, whatever mesh.order); the
+ * pairs run at once, each on its own card. */
 static double tied_seconds(const tl_cluster* c, const struct tl_cost_shard* sh, const tl_plan* p,
                            const int* layers, int b) {
   if (p->pp < 2) return 0;
   const double shared = sh->stage[stage_kind(0, p->pp * tl_plan_chunks(p))].shared;
   if (shared <= 0) return 0;
   const double elems = kept_pieced(p, sh, layers, 0, b) > 0 ? shared / tl_plan_data(p) : shared;
-  const struct tl_link link =
-      tl_cost_group_link(c, 2, (p->pp - 1) * tl_cost_axis_stride(p, TL_AXIS_PP));
-  return tl_cost_all_reduce(c, sizeof(float) * elems, 2, &link);
+  return tl_cost_all_reduce(c, sizeof(float) * elems, 2, tl_cost_pp_boundary_link(c, p, p->pp - 1));
 }
 
 /* ZeRO-3's exposed gathers on the stage where they show most: its units

@@ -478,6 +478,16 @@ TEST(CostModel, TheTiedEmbeddingIsSummedOverThePipelinesEndsOnceAStep) {
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &near);
   const double inside = 4 * 51200.0 / 4 * 8192 / c.intra.bandwidth + 2 * c.intra.latency;
   EXPECT_NEAR(near.t_tied, inside, 1e-9 * inside);
+  // a mesh.order with the pipeline inside the data axis (tp innermost,
+  // then pp, dp outermost): stage 0's ranks 0, 1, 6, 7 and the last
+  // stage's 4, 5, 10, 11 on nodes of 8 — two pairs cross nodes, so the sum
+  // waits on a network card
+  tl_plan inner = Split1F1B(2, 2, 3, 1, 8);
+  inner.order[0] = TL_AXIS_TP, inner.order[1] = TL_AXIS_CP;
+  inner.order[2] = TL_AXIS_PP, inner.order[3] = TL_AXIS_DP;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &inner);
+  const double crossing = 4 * 51200.0 / 2 * 8192 / c.inter.bandwidth + 2 * c.inter.latency;
+  EXPECT_NEAR(inner.t_tied, crossing, 1e-9 * crossing);
   // no pipeline: nothing to sum
   tl_plan one = Split1F1B(4, 8, 1, 1, 8);
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &one);
