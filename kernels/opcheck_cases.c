@@ -60,6 +60,65 @@ static void matmul_ref(const struct opcheck_case* c, const double* const* in, do
     .backward = matmul_bwd, .reference = matmul_ref, .fwd_tol = 1e-5, .grad_tol = 1e-4           \
   }
 
+/* ---- matmul_ld: matmul's d, on operands inside wider rows: a's stored
+ * rows MATMUL_LD_PAD_A floats longer than they are, b's _B longer, out's
+ * _OUT longer; out starts as the last input, and its padding must keep it */
+
+#define MATMUL_LD_PAD_A 3
+#define MATMUL_LD_PAD_B 2
+#define MATMUL_LD_PAD_OUT 4
+
+static void matmul_ld_strides(const struct opcheck_case* c, int* lda, int* ldb, int* ldo) {
+  int m = c->d[0], n = c->d[1], k = c->d[2];
+  *lda = (c->d[3] ? m : k) + MATMUL_LD_PAD_A;
+  *ldb = (c->d[4] ? k : n) + MATMUL_LD_PAD_B;
+  *ldo = n + MATMUL_LD_PAD_OUT;
+}
+
+static tl_status matmul_ld_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
+                               float* const* out) {
+  int m = c->d[0], n = c->d[1], k = c->d[2], lda, ldb, ldo;
+  matmul_ld_strides(c, &lda, &ldb, &ldo);
+  const float* bias = (c->d[5] & 1) ? F(in[2]) : NULL;
+  TL_CHECK(
+      tl_memcpy(be->device, out[0], be->device, in[c->n_in - 1], sizeof(float) * (size_t)m * ldo));
+  return OPS->matmul_ld(CTX, out[0], ldo, F(in[0]), lda, F(in[1]), ldb, bias, m, n, k, c->d[3],
+                        c->d[4], (c->d[5] & 2) != 0);
+}
+
+static void matmul_ld_ref(const struct opcheck_case* c, const double* const* in,
+                          double* const* out) {
+  int m = c->d[0], n = c->d[1], k = c->d[2], ta = c->d[3], tb = c->d[4], lda, ldb, ldo;
+  matmul_ld_strides(c, &lda, &ldb, &ldo);
+  const double *a = in[0], *b = in[1], *out0 = in[c->n_in - 1];
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < ldo; j++) {
+      if (j >= n) { /* the padding: untouched */
+        out[0][i * ldo + j] = out0[i * ldo + j];
+        continue;
+      }
+      double s = (c->d[5] & 1) ? in[2][j] : 0.0;
+      if (c->d[5] & 2) s += out0[i * ldo + j];
+      for (int p = 0; p < k; p++)
+        s += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+      out[0][i * ldo + j] = s;
+    }
+}
+
+#define MATMUL_LD(nm, M, N, K, TA, TB, FL)                                                        \
+  {                                                                                               \
+    .name = nm, .n_in = 3 + ((FL)&1), .n_out = 1,                                                 \
+    .in = {{"a", ((TA) ? (K) : (M)) * (((TA) ? (M) : (K)) + MATMUL_LD_PAD_A), OPCHECK_F32, -1, 1, \
+            0},                                                                                   \
+           {"b", ((TB) ? (N) : (K)) * (((TB) ? (K) : (N)) + MATMUL_LD_PAD_B), OPCHECK_F32, -1, 1, \
+            0},                                                                                   \
+           {((FL)&1) ? "bias" : "out0", ((FL)&1) ? (N) : (M) * ((N) + MATMUL_LD_PAD_OUT),         \
+            OPCHECK_F32, -1, 1, 0},                                                               \
+           {"out0", (M) * ((N) + MATMUL_LD_PAD_OUT), OPCHECK_F32, -1, 1, 0}},                     \
+    .out = {{"out", (M) * ((N) + MATMUL_LD_PAD_OUT), 1}}, .d = {M, N, K, TA, TB, FL},             \
+    .forward = matmul_ld_fwd, .reference = matmul_ld_ref, .fwd_tol = 1e-5                         \
+  }
+
 /* ---- layernorm: d = {n, c} */
 
 static tl_status layernorm_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
@@ -186,20 +245,25 @@ static void attention_ref(const struct opcheck_case* c, const double* const* in,
       }
 }
 
-/* ---- embedding: d = {B, T, C, row_begin, rows, with_wpe}; wte holds rows
- * [row_begin, row_begin + rows) of the vocabulary (a tensor-parallel shard) */
+/* ---- embedding: d = {B, T, C, row_begin, rows, flags}; wte holds rows
+ * [row_begin, row_begin + rows) of the vocabulary (a tensor-parallel shard
+ * or a piece); flags 1 = wpe, 2 = accumulate onto the last input */
 
 static tl_status embedding_fwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
                                float* const* out) {
-  return OPS->embedding_forward(CTX, out[0], I(in[0]), F(in[1]), c->d[5] ? F(in[2]) : NULL, c->d[0],
-                                c->d[1], c->d[2], c->d[3], c->d[4]);
+  const bool acc = (c->d[5] & 2) != 0;
+  if (acc)
+    TL_CHECK(tl_memcpy(be->device, out[0], be->device, in[c->n_in - 1],
+                       sizeof(float) * (size_t)c->d[0] * c->d[1] * c->d[2]));
+  return OPS->embedding_forward(CTX, out[0], I(in[0]), F(in[1]), (c->d[5] & 1) ? F(in[2]) : NULL,
+                                c->d[0], c->d[1], c->d[2], c->d[3], c->d[4], acc);
 }
 
 static tl_status embedding_bwd(const struct opcheck_case* c, const tl_backend* be, void* const* in,
                                float* const* out, float* const* dout, float* const* din) {
   (void)out;
-  return OPS->embedding_backward(CTX, din[1], c->d[5] ? din[2] : NULL, dout[0], I(in[0]), c->d[0],
-                                 c->d[1], c->d[2], c->d[3], c->d[4]);
+  return OPS->embedding_backward(CTX, din[1], (c->d[5] & 1) ? din[2] : NULL, dout[0], I(in[0]),
+                                 c->d[0], c->d[1], c->d[2], c->d[3], c->d[4]);
 }
 
 static void embedding_ref(const struct opcheck_case* c, const double* const* in,
@@ -209,7 +273,8 @@ static void embedding_ref(const struct opcheck_case* c, const double* const* in,
     int row = (int)in[0][p] - begin;
     for (int i = 0; i < C; i++)
       out[0][p * C + i] = (row >= 0 && row < rows ? in[1][row * C + i] : 0.0) +
-                          (c->d[5] ? in[2][(p % T) * C + i] : 0.0);
+                          ((c->d[5] & 1) ? in[2][(p % T) * C + i] : 0.0) +
+                          ((c->d[5] & 2) ? in[c->n_in - 1][p * C + i] : 0.0);
   }
 }
 
@@ -523,6 +588,12 @@ const struct opcheck_case tl__opcheck_cases[] = {
     MATMUL("matmul_tt", 6, 5, 8, 1, 1, 0),
     MATMUL("matmul_nt_accumulate", 5, 7, 6, 0, 1, 2),
     MATMUL("matmul_tn_bias_accumulate", 4, 9, 3, 1, 0, 3),
+    /* strided: a piece's columns of a wider output (its gradient) read and
+     * written in place, every transpose */
+    MATMUL_LD("matmul_ld_nt_bias", 5, 7, 6, 0, 1, 1),
+    MATMUL_LD("matmul_ld_tn_accumulate", 4, 9, 3, 1, 0, 2),
+    MATMUL_LD("matmul_ld_nn_bias_accumulate", 6, 5, 8, 0, 0, 3),
+    MATMUL_LD("matmul_ld_tt", 3, 4, 7, 1, 1, 0),
     LAYERNORM("layernorm", 6, 10),
     ELEMENTWISE("gelu", 64, gelu_fwd, gelu_bwd, gelu_ref, -5.0f, 5.0f, 0),
     ATTENTION("attention", 2, 5, 12, 3),
@@ -538,6 +609,15 @@ const struct opcheck_case tl__opcheck_cases[] = {
             {"wte", 3 * 6, OPCHECK_F32, -1, 1, 1},
             {"wpe", 5 * 6, OPCHECK_F32, -1, 1, 0}},
      .out = {{"out", 3 * 5 * 6, 1}}, .d = {3, 5, 6, 3, 3, 0}, .forward = embedding_fwd,
+     .backward = embedding_bwd, .reference = embedding_ref, .fwd_tol = 1e-6, .grad_tol = 1e-5},
+    /* a piece of the table's rows added onto the output (ZeRO-3 reading
+     * the table in pieces): rows 2..5 of 9, the other tokens untouched */
+    {.name = "embedding_piece_added", .n_in = 4, .n_out = 1,
+     .in = {{"tokens", 2 * 5, OPCHECK_I32, 0, 9, 0},
+            {"wte", 4 * 6, OPCHECK_F32, -1, 1, 1},
+            {"wpe", 5 * 6, OPCHECK_F32, -1, 1, 0},
+            {"out0", 2 * 5 * 6, OPCHECK_F32, -1, 1, 0}},
+     .out = {{"out", 2 * 5 * 6, 1}}, .d = {2, 5, 6, 2, 4, 2}, .forward = embedding_fwd,
      .backward = embedding_bwd, .reference = embedding_ref, .fwd_tol = 1e-6, .grad_tol = 1e-5},
     CROSSENTROPY("crossentropy", 6, 10, 16),
     XENT_SHARD("xent_shard", 7, 16, 8, 20),

@@ -116,6 +116,13 @@ struct tl_kernel_ops {
    * A linear layer y = x W^T + b with W (out,in) is trans_b = true. */
   tl_status (*matmul)(void* ctx, float* out, const float* a, const float* b, const float* bias,
                       int m, int n, int k, bool trans_a, bool trans_b, bool accumulate);
+  /* matmul on strided matrices: out's rows ldo floats apart, a's stored
+   * rows lda apart and b's ldb apart (matmul is ld = the stored row
+   * length); everything else as matmul. A piece of a matrix's rows or
+   * columns is read and written in place, with no packed copy. */
+  tl_status (*matmul_ld)(void* ctx, float* out, int ldo, const float* a, int lda, const float* b,
+                         int ldb, const float* bias, int m, int n, int k, bool trans_a,
+                         bool trans_b, bool accumulate);
   /* da, db (stored shapes) += gradients of sum(dout * out); dbias (N) += column sums of dout. */
   tl_status (*matmul_backward)(void* ctx, float* da, float* db, float* dbias, const float* dout,
                                const float* a, const float* b, int m, int n, int k, bool trans_a,
@@ -152,9 +159,12 @@ struct tl_kernel_ops {
   /* out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens are int32 in [0, V).
    * wte holds rows [row_begin, row_begin + rows) of the vocabulary (a
    * tensor-parallel shard; the whole table is row_begin 0, rows V): a token
-   * outside them contributes zeros. wpe may be NULL (no position term). */
+   * outside them contributes zeros. wpe may be NULL (no position term).
+   * accumulate: out += the same (a piece of the table's rows added in
+   * place, the tokens outside it left as they are). */
   tl_status (*embedding_forward)(void* ctx, float* out, const int32_t* tokens, const float* wte,
-                                 const float* wpe, int b, int t, int c, int row_begin, int rows);
+                                 const float* wpe, int b, int t, int c, int row_begin, int rows,
+                                 bool accumulate);
   tl_status (*embedding_backward)(void* ctx, float* dwte, float* dwpe, const float* dout,
                                   const int32_t* tokens, int b, int t, int c, int row_begin,
                                   int rows);
@@ -245,6 +255,10 @@ struct tl_kernel_ops {
   tl_status (*matmul_backward_bf16)(void* ctx, float* da, float* db, float* dbias,
                                     const float* dout, const float* a, const float* b, int m, int n,
                                     int k, bool trans_a, bool trans_b);
+  /* matmul_ld for such operands (NULL where matmul_bf16 is: matmul_ld) */
+  tl_status (*matmul_ld_bf16)(void* ctx, float* out, int ldo, const float* a, int lda,
+                              const float* b, int ldb, const float* bias, int m, int n, int k,
+                              bool trans_a, bool trans_b, bool accumulate);
 
   /* RMSNorm as transformers' LlamaRMSNorm computes it: rstd (N) = 1 /
    * sqrt(mean over the row of x^2 + eps), out (N,C) = (x * rstd) * weight

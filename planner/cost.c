@@ -85,10 +85,6 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
       out->pieced += e;
       out->piece_cols = (double)val->shape[1];
       one[v] = 1;
-      /* ZeRO-3 runs the embedding by pieces too, adding each from a copy */
-      for (int i = begin; i < end; i++)
-        if (g->nodes[i].op == TL_OP_EMBEDDING && tl_node_reads(&g->nodes[i], v))
-          out->piece_emb = (double)tl_value_numel(&g->values[g->nodes[i].out[0]]);
     }
   }
   tl_dp_layout lay;
@@ -104,9 +100,15 @@ tl_status tl__cost_range(const tl_graph* g, const tl_tp_shard* sh, int begin, in
     out->pieced = out->piece_cols = out->piece_emb = 0;
     one[shared_pieced] = 0;
   }
-  /* a piece of one row: the packed columns' rows */
+  /* a piece of one row: its temporaries' elements a row */
   const struct tl_exec_pieces p1 = {.rows = one};
   out->piece_m = (double)(tl_exec_piece_bytes(g, begin, end, &p1) / sizeof(float));
+  /* and ZeRO-3's reading them in pieces too (the ops' part: the bf16
+   * copy of a piece is priced apart) */
+  const struct tl_exec_pieces pr = {.rows = one, .param = never_called};
+  size_t read_ops, read_copy;
+  tl_exec_piece_sizes(g, begin, end, &pr, &read_ops, &read_copy);
+  out->piece_emb = (double)(read_ops / sizeof(float));
   out->staging = (double)tl_dp_layout_staging(&lay);
   /* ZeRO-2's matrix of the largest node, on a range of no late parameters
    * (launcher/train/trainer_pieces.c's tl__trainer_solo_pieces) */

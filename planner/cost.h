@@ -154,9 +154,10 @@ struct tl_cost_stage_shape {
   double shared, multi, staging;
   /* of multi (one stage holds both its readers) or of shared (over a
    * pipeline), the elements ZeRO 2 and 3 take in pieces of rows (the tied
-   * embedding: dp/buckets.h), a row's elements, and per sequence the rows
-   * of the linear layer's input a piece's gradient columns are packed for
-   * and the elements of the embedding's output */
+   * embedding: dp/buckets.h), a row's elements, and per sequence the
+   * temporaries' elements a row of a piece takes (graph/exec.h's
+   * tl_exec_piece_bytes; none today: the head reads its columns of the
+   * output gradient in place) and the elements of the embedding's output */
   double pieced, piece_cols, piece_m, piece_emb;
   double unit_max; /* ZeRO-3: the most early parameters one unit (block, embedding, head) holds */
   /* ZeRO-3 on a stage of both the embedding and the head: unit_max less

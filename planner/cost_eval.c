@@ -94,8 +94,8 @@ double tl__cost_zero_state(const tl_plan* p, tl_dtype dtype, tl_dtype precision,
   int64_t l2 = p->zero == 1 ? (int64_t)late : (int64_t)(late + multi);
   double shard = (double)tl_dp_shard_elems(p->zero, n, l2, d, mb);
   /* ZeRO 2 and 3: the tied embedding's gradient in pieces of whole rows,
-   * each packing a piece's columns of the head's output gradient
-   * (graph/exec.h's tl_exec_piece_bytes: ops) */
+   * and the temporaries a piece takes (graph/exec.h's tl_exec_piece_bytes:
+   * ops) */
   const int64_t n_pieced = rows > 0 ? (int64_t)pieced : 0;
   double pack = ops;
   /* and a bf16 graph's fp32 copy of a piece ZeRO-3 reads */
@@ -116,7 +116,8 @@ double tl__cost_solo_rows(const tl_plan* p, tl_dtype precision, double n, double
   const double mb = p->dp_bucket_mb > 0 ? p->dp_bucket_mb : 1e9;
   const int64_t cols = (int64_t)so->cols, all = (int64_t)so->elems / cols;
   const int64_t rows = tl_dp_solo_piece_rows((int64_t)n, cols, all, mb);
-  /* the packed columns of a piece's output gradient; one piece: in place */
+  /* what a piece's node takes beside it (tl_exec_piece_bytes: a linear
+   * layer reads its columns of the output gradient in place, none) */
   const double temps = rows < all ? sizeof(float) * so->m * p->micro_batch * (double)rows : 0;
   const tl_dtype working = precision == TL_BF16 ? TL_BF16 : TL_F32;
   if (!tl_dp_solo_pieces_pay((int64_t)n, (int64_t)staging, (int64_t)so->after, (int64_t)so->elems,

@@ -23,9 +23,9 @@ struct tl__cost_range {
   double shared, multi, staging;
   /* of multi (or of shared, over a pipeline), the parameters whose
    * gradients ZeRO 2 and 3 take in pieces of rows (the tied embedding: graph/exec.h's
-   * tl_exec_can_piece): their elements, a row's elements, the rows of the linear layer's input a
-   * piece's output-gradient columns are packed for (tl_exec_piece_bytes),
-   * and the elements of the embedding's output (ZeRO-3 adds each piece's
+   * tl_exec_can_piece): their elements, a row's elements, the temporaries' elements a row of a
+   * piece takes (tl_exec_piece_bytes; none today: the head reads its columns of the output
+   * gradient in place), and the elements of the embedding's output (ZeRO-3 adds each piece's
    * from a copy) */
   double pieced, piece_cols, piece_m, piece_emb;
   double arena, io;              /* bytes an executor of the range allocates */

@@ -44,51 +44,44 @@ static tl_status infer(tl_graph* g, tl_node* n) {
 #define SPLIT(f) (f->attr[1] > 1 && f->n_in > 2 && f->in[2] >= 0)
 
 /* out = wte rows [row_begin, row_begin + rows) of the vocabulary for the
- * tokens there (zeros for the others) + wpe (NULL: none). */
+ * tokens there (zeros for the others) + wpe (NULL: none); accumulate:
+ * out += the same. */
 static tl_status run_rows(const struct tl_run_ctx* x, const tl_node* n, float* out,
-                          const float* wte, const float* wpe, int row_begin, int rows) {
+                          const float* wte, const float* wpe, int row_begin, int rows,
+                          bool accumulate) {
   const tl_value* y = &x->g->values[n->out[0]];
   const int b = (int)y->shape[0], t = (int)y->shape[1], c = (int)y->shape[2];
   const int32_t* tok = TL_IDATA(x, n->in[0]);
   if (!SPLIT(n) || !wpe)
-    return x->be->ops->embedding_forward(x->be->ctx, out, tok, wte, wpe, b, t, c, row_begin, rows);
+    return x->be->ops->embedding_forward(x->be->ctx, out, tok, wte, wpe, b, t, c, row_begin, rows,
+                                         accumulate);
   const int h = t / 2;
   for (int s = 0; s < b; s++)
     for (int j = 0; j < 2; j++) {
       const int64_t row = (int64_t)s * t + (int64_t)j * h;
       const int pos = tl_cp_position(j * h, t, n->attr[1], n->attr[2]);
       TL_CHECK(x->be->ops->embedding_forward(x->be->ctx, out + row * c, tok + row, wte,
-                                             wpe + (int64_t)pos * c, 1, h, c, row_begin, rows));
+                                             wpe + (int64_t)pos * c, 1, h, c, row_begin, rows,
+                                             accumulate));
     }
   return TL_OK;
 }
 
 /* With the table read in pieces (graph/exec.h's tl_exec_pieces.param):
  * the first piece's rows and the positions, then each other piece's rows
- * added from the temporaries (piece_bytes). */
+ * added in place (the tokens outside a piece left as they are). */
 static tl_status run(const struct tl_run_ctx* x, const tl_node* n) {
   const int rows = (int)x->g->values[n->in[1]].shape[0];
   float *out = TL_DATA(x, n->out[0]), *wpe = TL_DATA(x, n->in[2]);
   const int64_t piece = tl_piece_params(x) ? tl_piece_rows(x, n->in[1]) : 0;
-  if (piece <= 0) return run_rows(x, n, out, TL_DATA(x, n->in[1]), wpe, n->attr[0], rows);
+  if (piece <= 0) return run_rows(x, n, out, TL_DATA(x, n->in[1]), wpe, n->attr[0], rows, false);
   for (int64_t r0 = 0; r0 < rows; r0 += piece) {
     const int r = (int)(piece < rows - r0 ? piece : rows - r0);
     const float* w = NULL;
     TL_CHECK(x->piece_param(x, n->in[1], r0, r, &w));
-    if (r0 == 0) {
-      TL_CHECK(run_rows(x, n, out, w, wpe, n->attr[0], r));
-      continue;
-    }
-    TL_CHECK(run_rows(x, n, x->piece_tmp, w, NULL, n->attr[0] + (int)r0, r));
-    TL_CHECK(x->be->ops->add_forward(x->be->ctx, out, out, x->piece_tmp,
-                                     tl_value_numel(&x->g->values[n->out[0]])));
+    TL_CHECK(run_rows(x, n, out, w, r0 == 0 ? wpe : NULL, n->attr[0] + (int)r0, r, r0 > 0));
   }
   return TL_OK;
-}
-
-static size_t piece_bytes(const tl_graph* g, const tl_node* n, int64_t rows, bool params) {
-  const bool one = rows >= g->values[n->in[1]].shape[0]; /* one piece: no sum */
-  return params && !one ? sizeof(float) * (size_t)tl_value_numel(&g->values[n->out[0]]) : 0;
 }
 
 /* backward node: in {dout, tokens}, out {dwte, dwpe} */
@@ -149,7 +142,6 @@ const struct tl_op_def tl_op_embedding = {.name = "embedding",
                                           .infer = infer,
                                           .run = run,
                                           .backward = backward,
-                                          .pieces = pieces,
-                                          .piece_bytes = piece_bytes};
+                                          .pieces = pieces};
 const struct tl_op_def tl_op_embedding_backward = {
     .name = "embedding_backward", .n_diff_out = 0, .run = run_backward};

@@ -61,23 +61,28 @@ static bool bf16_operands(const tl_graph* g, const tl_node* n) {
   return true;
 }
 
+/* The strided GEMM for a node: the bf16 one where its operands are bf16
+ * numbers (matmul_ld_bf16), else matmul_ld. */
+typedef tl_status (*matmul_ld_fn)(void*, float*, int, const float*, int, const float*, int,
+                                  const float*, int, int, int, bool, bool, bool);
+static matmul_ld_fn strided(const struct tl_run_ctx* x, const tl_node* n) {
+  const struct tl_kernel_ops* ops = x->be->ops;
+  return ops->matmul_ld_bf16 && bf16_operands(x->g, n) ? ops->matmul_ld_bf16 : ops->matmul_ld;
+}
+
 /* W read in pieces (tl_piece_params): each piece's columns of the output
- * (with the bias's) into the temporaries, then into their place. */
+ * (with the bias's) written in place, out's rows nn apart. */
 static tl_status run_pieces(const struct tl_run_ctx* x, const tl_node* n, int m, int nn, int k,
                             int64_t rows) {
-  const struct tl_kernel_ops* ops = x->be->ops;
-  tl_status (*mm)(void*, float*, const float*, const float*, const float*, int, int, int, bool,
-                  bool, bool) =
-      ops->matmul_bf16 && bf16_operands(x->g, n) ? ops->matmul_bf16 : ops->matmul;
-  float *out = TL_DATA(x, n->out[0]), *a = TL_DATA(x, n->in[0]), *tmp = x->piece_tmp;
+  const matmul_ld_fn mm = strided(x, n);
+  float *out = TL_DATA(x, n->out[0]), *a = TL_DATA(x, n->in[0]);
   const float* bias = n->n_in > 2 ? TL_DATA(x, n->in[2]) : NULL;
   for (int64_t r0 = 0; r0 < nn; r0 += rows) {
     const int r = (int)(rows < nn - r0 ? rows : nn - r0);
     const float* wp = NULL;
     TL_CHECK(x->piece_param(x, n->in[1], r0, r, &wp));
-    TL_CHECK(mm(x->be->ctx, r < nn ? tmp : out, a, wp, bias ? bias + r0 : NULL, m, r, k, false,
+    TL_CHECK(mm(x->be->ctx, out + r0, nn, a, k, wp, k, bias ? bias + r0 : NULL, m, r, k, false,
                 true, false));
-    if (r < nn) TL_CHECK(ops->copy_2d(x->be->ctx, out + r0, nn, tmp, r, m, r, false));
   }
   return TL_OK;
 }
@@ -114,28 +119,21 @@ static bool pieces(const tl_graph* g, const tl_node* n, int v) {
          (n->n_in < 3 || (n->in[2] != v && n->in[2] != n->in[0]));
 }
 
-/* a piece's columns of the output (gradient), packed: (M, rows) */
-static size_t piece_bytes(const tl_graph* g, const tl_node* n, int64_t rows, bool params) {
-  (void)params;
-  int m, nn, k;
-  dims(g, n, &m, &nn, &k);
-  return rows < nn ? sizeof(float) * (size_t)m * (size_t)rows : 0; /* one piece: in place */
-}
-
 /* W's gradient in pieces of `rows` rows: dx += dout W as one product (the
  * sums of the whole backward's, bit for bit) and the bias's gradient whole
- * (dout's column sums), then for each piece dout's
- * columns of it packed and dW_p = dout_p^T x, into the memory the piece's
- * begin gives. With W read in pieces too (tl_piece_params) dx is summed
- * piece by piece, dx += dout_p W_p, the last piece first (the one the
- * forward read last, still gathered). */
+ * (dout's column sums), then for each piece dW_p += dout_p^T x, dout_p its
+ * columns of dout read in place (rows nn apart), into the memory the
+ * piece's begin gives. With W read in pieces too (tl_piece_params) dx is
+ * summed piece by piece, dx += dout_p W_p, the last piece first (the one
+ * the forward read last, still gathered). */
 static tl_status run_backward_pieces(const struct tl_run_ctx* x, const tl_node* n, int m, int nn,
                                      int k, int64_t rows) {
   const struct tl_kernel_ops* ops = x->be->ops;
   const bool bf16 = ops->matmul_backward_bf16 && bf16_operands(x->g, n);
+  const matmul_ld_fn mm = strided(x, n);
   const int w = x->g->nodes[n->forward_of].in[1];
   float *da = TL_DATA(x, n->out[0]), *dout = TL_DATA(x, n->in[0]), *a = TL_DATA(x, n->in[1]),
-        *b = tl_piece_params(x) ? NULL : TL_DATA(x, n->in[2]), *tmp = x->piece_tmp;
+        *b = tl_piece_params(x) ? NULL : TL_DATA(x, n->in[2]);
   tl_status (*backward)(void*, float*, float*, float*, const float*, const float*, const float*,
                         int, int, int, bool, bool) =
       bf16 ? ops->matmul_backward_bf16 : ops->matmul_backward;
@@ -153,9 +151,10 @@ static tl_status run_backward_pieces(const struct tl_run_ctx* x, const tl_node* 
     const float* wp = NULL;
     TL_CHECK(x->pieces->begin(x->pieces->user, w, r0, r, &dw));
     TL_CHECK(x->piece_param(x, w, r0, r, &wp));
-    if (r < nn) TL_CHECK(ops->copy_2d(x->be->ctx, tmp, r, dout + r0, nn, m, r, false));
-    TL_CHECK(backward(x->be->ctx, whole ? NULL : da, dw, NULL, r < nn ? tmp : dout, a, wp, m, r, k,
-                      false, true));
+    if (!whole && da) /* dx (M,K) += dout_p (M,r) W_p (r,K) */
+      TL_CHECK(mm(x->be->ctx, da, k, dout + r0, nn, wp, k, NULL, m, k, r, false, false, true));
+    /* dW_p (r,K) += dout_p^T (r,M) x (M,K) */
+    TL_CHECK(mm(x->be->ctx, dw, k, dout + r0, nn, a, k, NULL, r, k, m, true, false, true));
     TL_CHECK(x->pieces->end(x->pieces->user, w, r0, r));
   }
   return TL_OK;
@@ -184,7 +183,6 @@ const struct tl_op_def tl_op_matmul = {.name = "matmul",
                                        .infer = infer,
                                        .run = run,
                                        .backward = backward,
-                                       .pieces = pieces,
-                                       .piece_bytes = piece_bytes};
+                                       .pieces = pieces};
 const struct tl_op_def tl_op_matmul_backward = {
     .name = "matmul_backward", .n_diff_out = 0, .run = run_backward};

@@ -66,6 +66,7 @@ const struct tl_kernel_ops tl_cpu_kernel_ops = {
     .name = "cpu",
     .synchronize = cpu_synchronize,
     .matmul = tl__cpu_matmul,
+    .matmul_ld = tl__cpu_matmul_ld,
     .matmul_backward = tl__cpu_matmul_backward,
     .layernorm_forward = tl__cpu_layernorm_forward,
     .layernorm_backward = tl__cpu_layernorm_backward,

@@ -11,6 +11,9 @@
 
 tl_status tl__cpu_matmul(void* ctx, float* out, const float* a, const float* b, const float* bias,
                          int m, int n, int k, bool trans_a, bool trans_b, bool accumulate);
+tl_status tl__cpu_matmul_ld(void* ctx, float* out, int ldo, const float* a, int lda, const float* b,
+                            int ldb, const float* bias, int m, int n, int k, bool trans_a,
+                            bool trans_b, bool accumulate);
 tl_status tl__cpu_matmul_backward(void* ctx, float* da, float* db, float* dbias, const float* dout,
                                   const float* a, const float* b, int m, int n, int k, bool trans_a,
                                   bool trans_b);
@@ -31,7 +34,8 @@ tl_status tl__cpu_attention_backward(void* ctx, float* dq, float* dk, float* dv,
                                      const float* out, const float* lse,
                                      const struct tl_attention_shape* s);
 tl_status tl__cpu_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
-                                    const float* wpe, int b, int t, int c, int row_begin, int rows);
+                                    const float* wpe, int b, int t, int c, int row_begin, int rows,
+                                    bool accumulate);
 tl_status tl__cpu_embedding_backward(void* ctx, float* dwte, float* dwpe, const float* dout,
                                      const int32_t* tokens, int b, int t, int c, int row_begin,
                                      int rows);

@@ -9,8 +9,8 @@
 #include "kernels/cpu/cpu_impl.h"
 
 tl_status tl__cpu_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
-                                    const float* wpe, int b, int t, int c, int row_begin,
-                                    int rows) {
+                                    const float* wpe, int b, int t, int c, int row_begin, int rows,
+                                    bool accumulate) {
   (void)ctx;
 #pragma omp parallel for if ((int64_t)b * t * c > TL_CPU_PAR_MIN)
   for (int64_t p = 0; p < (int64_t)b * t; p++) {
@@ -18,7 +18,12 @@ tl_status tl__cpu_embedding_forward(void* ctx, float* out, const int32_t* tokens
     const float* we = row >= 0 && row < rows ? wte + row * c : NULL;
     const float* pe = wpe ? wpe + (p % t) * c : NULL;
     float* o = out + p * c;
-    if (we && pe)
+    if (accumulate) {
+      if (we)
+        for (int i = 0; i < c; i++) o[i] += we[i];
+      if (pe)
+        for (int i = 0; i < c; i++) o[i] += pe[i];
+    } else if (we && pe)
       for (int i = 0; i < c; i++) o[i] = we[i] + pe[i];
     else if (we)
       memcpy(o, we, sizeof(float) * (size_t)c);

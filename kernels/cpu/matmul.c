@@ -5,10 +5,10 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/cpu_impl.h"
 
-static void add_bias_rows(float* out, const float* bias, int m, int n, bool overwrite) {
+static void add_bias_rows(float* out, int ldo, const float* bias, int m, int n, bool overwrite) {
 #pragma omp parallel for if ((int64_t)m * n > TL_CPU_PAR_MIN)
   for (int i = 0; i < m; i++) {
-    float* row = out + (int64_t)i * n;
+    float* row = out + (int64_t)i * ldo;
     if (overwrite)
       for (int j = 0; j < n; j++) row[j] = bias[j];
     else
@@ -16,18 +16,24 @@ static void add_bias_rows(float* out, const float* bias, int m, int n, bool over
   }
 }
 
-tl_status tl__cpu_matmul(void* ctx, float* out, const float* a, const float* b, const float* bias,
-                         int m, int n, int k, bool trans_a, bool trans_b, bool accumulate) {
+tl_status tl__cpu_matmul_ld(void* ctx, float* out, int ldo, const float* a, int lda, const float* b,
+                            int ldb, const float* bias, int m, int n, int k, bool trans_a,
+                            bool trans_b, bool accumulate) {
   (void)ctx;
   float beta = accumulate ? 1.0f : 0.0f;
   if (bias) {
-    add_bias_rows(out, bias, m, n, !accumulate);
+    add_bias_rows(out, ldo, bias, m, n, !accumulate);
     beta = 1.0f;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, trans_a ? m : k, b,
-              trans_b ? k : n, beta, out, n);
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b, ldb, beta, out, ldo);
   return TL_OK;
+}
+
+tl_status tl__cpu_matmul(void* ctx, float* out, const float* a, const float* b, const float* bias,
+                         int m, int n, int k, bool trans_a, bool trans_b, bool accumulate) {
+  return tl__cpu_matmul_ld(ctx, out, n, a, trans_a ? m : k, b, trans_b ? k : n, bias, m, n, k,
+                           trans_a, trans_b, accumulate);
 }
 
 /* out (cols) += column sums of x (rows, cols); columns split across threads so

@@ -74,6 +74,9 @@ extern "C" tl_status tl__cuda_workspace(struct tl_cuda_ctx* ctx, size_t bytes, v
 extern "C" {
 tl_status tl__cuda_matmul(void* ctx, float* out, const float* a, const float* b, const float* bias,
                           int m, int n, int k, bool trans_a, bool trans_b, bool accumulate);
+tl_status tl__cuda_matmul_ld(void* ctx, float* out, int ldo, const float* a, int lda,
+                             const float* b, int ldb, const float* bias, int m, int n, int k,
+                             bool trans_a, bool trans_b, bool accumulate);
 tl_status tl__cuda_matmul_backward(void* ctx, float* da, float* db, float* dbias, const float* dout,
                                    const float* a, const float* b, int m, int n, int k,
                                    bool trans_a, bool trans_b);
@@ -94,8 +97,8 @@ tl_status tl__cuda_attention_backward(void* ctx, float* dq, float* dk, float* dv
                                       const float* out, const float* lse,
                                       const struct tl_attention_shape* s);
 tl_status tl__cuda_embedding_forward(void* ctx, float* out, const int32_t* tokens, const float* wte,
-                                     const float* wpe, int b, int t, int c, int row_begin,
-                                     int rows);
+                                     const float* wpe, int b, int t, int c, int row_begin, int rows,
+                                     bool accumulate);
 tl_status tl__cuda_embedding_backward(void* ctx, float* dwte, float* dwpe, const float* dout,
                                       const int32_t* tokens, int b, int t, int c, int row_begin,
                                       int rows);
@@ -119,6 +122,12 @@ tl_status tl__cuda_sumsq(void* ctx, float* out, const float* inp, int64_t n);
 tl_status tl__cuda_to_bf16(void* ctx, uint16_t* out, const float* x, int64_t n);
 tl_status tl__cuda_from_bf16(void* ctx, float* out, const uint16_t* x, int64_t n);
 tl_status tl__cuda_round_bf16(void* ctx, float* out, const float* x, int64_t n);
+/* rows of cols floats, ld apart, narrowed into a dense bf16 image */
+tl_status tl__cuda_to_bf16_2d(void* ctx, uint16_t* out, const float* x, int64_t rows, int cols,
+                              int ld);
+tl_status tl__cuda_matmul_ld_bf16(void* ctx, float* out, int ldo, const float* a, int lda,
+                                  const float* b, int ldb, const float* bias, int m, int n, int k,
+                                  bool trans_a, bool trans_b, bool accumulate);
 tl_status tl__cuda_matmul_bf16(void* ctx, float* out, const float* a, const float* b,
                                const float* bias, int m, int n, int k, bool trans_a, bool trans_b,
                                bool accumulate);

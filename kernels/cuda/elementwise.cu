@@ -104,6 +104,12 @@ __global__ static void to_bf16_kernel(uint16_t* out, const float* x, int64_t n) 
   FOR_EACH(i, n) out[i] = to_bf16(x[i]);
 }
 
+// rows of cols floats, ld apart, into a dense (rows, cols) image
+__global__ static void to_bf16_2d_kernel(uint16_t* out, const float* x, int64_t rows, int cols,
+                                         int ld) {
+  FOR_EACH(i, rows * cols) out[i] = to_bf16(x[(i / cols) * ld + i % cols]);
+}
+
 __global__ static void from_bf16_kernel(float* out, const uint16_t* x, int64_t n) {
   FOR_EACH(i, n) out[i] = from_bf16(x[i]);
 }
@@ -116,6 +122,14 @@ __global__ static void round_bf16_kernel(float* out, const float* x, int64_t n) 
 
 extern "C" tl_status tl__cuda_to_bf16(void* ctx, uint16_t* out, const float* x, int64_t n) {
   to_bf16_kernel<<<grid_for(n), THREADS, 0, STREAM>>>(out, x, n);
+  TL_CUDA_LAUNCHED();
+  return TL_OK;
+}
+
+extern "C" tl_status tl__cuda_to_bf16_2d(void* ctx, uint16_t* out, const float* x, int64_t rows,
+                                         int cols, int ld) {
+  if (ld == cols) return tl__cuda_to_bf16(ctx, out, x, rows * cols);
+  to_bf16_2d_kernel<<<grid_for(rows * cols), THREADS, 0, STREAM>>>(out, x, rows, cols, ld);
   TL_CUDA_LAUNCHED();
   return TL_OK;
 }

@@ -12,7 +12,7 @@
 
 __global__ static void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
                                                 const float* wpe, int B, int T, int C,
-                                                int row_begin, int rows) {
+                                                int row_begin, int rows, int accumulate) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (int64_t)B * T * C) return;
   int64_t p = i / C;
@@ -20,7 +20,7 @@ __global__ static void embedding_forward_kernel(float* out, const int32_t* token
   int64_t row = (int64_t)tokens[p] - row_begin;
   float v = row >= 0 && row < rows ? wte[row * C + c] : 0.0f;
   if (wpe) v += wpe[(p % T) * C + c];
-  out[i] = v;
+  out[i] = accumulate ? out[i] + v : v;
 }
 
 __global__ static void iota_kernel(int32_t* v, int n) {
@@ -79,12 +79,12 @@ __global__ static void embedding_dwpe_kernel(float* dwpe, const float* dout, int
 
 extern "C" tl_status tl__cuda_embedding_forward(void* pctx, float* out, const int32_t* tokens,
                                                 const float* wte, const float* wpe, int b, int t,
-                                                int c, int row_begin, int rows) {
+                                                int c, int row_begin, int rows, bool accumulate) {
   struct tl_cuda_ctx* ctx = TL_CUDA_CTX(pctx);
   int64_t n = (int64_t)b * t * c;
   if (n == 0) return TL_OK;
   embedding_forward_kernel<<<tl__cuda_blocks(n, 256), 256, 0, ctx->stream>>>(
-      out, tokens, wte, wpe, b, t, c, row_begin, rows);
+      out, tokens, wte, wpe, b, t, c, row_begin, rows, accumulate);
   TL_CUDA_LAUNCHED();
   return TL_OK;
 }

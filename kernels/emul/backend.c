@@ -123,10 +123,11 @@ int tl_emul_queued(void) {
 #define TL__FE_10(m, x, ...) m x TL__FE_9(m, __VA_ARGS__)
 #define TL__FE_11(m, x, ...) m x TL__FE_10(m, __VA_ARGS__)
 #define TL__FE_12(m, x, ...) m x TL__FE_11(m, __VA_ARGS__)
-#define TL__FE_PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, N, ...) N
-#define FOR_EACH(m, ...)                                                                  \
-  TL__FE_PICK(__VA_ARGS__, TL__FE_12, TL__FE_11, TL__FE_10, TL__FE_9, TL__FE_8, TL__FE_7, \
-              TL__FE_6, TL__FE_5, TL__FE_4, TL__FE_3, TL__FE_2, TL__FE_1, )               \
+#define TL__FE_13(m, x, ...) m x TL__FE_12(m, __VA_ARGS__)
+#define TL__FE_PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, N, ...) N
+#define FOR_EACH(m, ...)                                                                   \
+  TL__FE_PICK(__VA_ARGS__, TL__FE_13, TL__FE_12, TL__FE_11, TL__FE_10, TL__FE_9, TL__FE_8, \
+              TL__FE_7, TL__FE_6, TL__FE_5, TL__FE_4, TL__FE_3, TL__FE_2, TL__FE_1, )      \
   (m, __VA_ARGS__)
 
 #define FIELD(type, name) type name;
@@ -167,6 +168,8 @@ int tl_emul_queued(void) {
 
 QUEUED(matmul, F(out), CF(a), CF(b), CF(bias), I(m), I(n), I(k), B(trans_a), B(trans_b),
        B(accumulate))
+QUEUED(matmul_ld, F(out), I(ldo), CF(a), I(lda), CF(b), I(ldb), CF(bias), I(m), I(n), I(k),
+       B(trans_a), B(trans_b), B(accumulate))
 QUEUED(matmul_backward, F(da), F(db), F(dbias), CF(dout), CF(a), CF(b), I(m), I(n), I(k),
        B(trans_a), B(trans_b))
 /* bf16 operands: the GPU multiplies them on tensor cores, here the CPU's
@@ -175,13 +178,15 @@ QUEUED_BY(matmul_bf16, tl_cpu_kernel_ops.matmul, F(out), CF(a), CF(b), CF(bias),
           B(trans_a), B(trans_b), B(accumulate))
 QUEUED_BY(matmul_backward_bf16, tl_cpu_kernel_ops.matmul_backward, F(da), F(db), F(dbias), CF(dout),
           CF(a), CF(b), I(m), I(n), I(k), B(trans_a), B(trans_b))
+QUEUED_BY(matmul_ld_bf16, tl_cpu_kernel_ops.matmul_ld, F(out), I(ldo), CF(a), I(lda), CF(b), I(ldb),
+          CF(bias), I(m), I(n), I(k), B(trans_a), B(trans_b), B(accumulate))
 QUEUED(layernorm_forward, F(out), F(mean), F(rstd), CF(inp), CF(weight), CF(bias), I(n), I(c))
 QUEUED(layernorm_backward, F(dinp), F(dweight), F(dbias), CF(dout), CF(inp), CF(weight), CF(mean),
        CF(rstd), I(n), I(c))
 QUEUED(gelu_forward, F(out), CF(inp), I64(n))
 QUEUED(gelu_backward, F(dinp), CF(inp), CF(dout), I64(n))
 QUEUED(embedding_forward, F(out), TOK(tokens), CF(wte), CF(wpe), I(b), I(t), I(c), I(row_begin),
-       I(rows))
+       I(rows), B(accumulate))
 QUEUED(embedding_backward, F(dwte), F(dwpe), CF(dout), TOK(tokens), I(b), I(t), I(c), I(row_begin),
        I(rows))
 QUEUED(crossentropy_forward_backward, F(losses), F(dlogits), CF(logits), TOK(targets), CF(dlosses),
@@ -407,6 +412,7 @@ const struct tl_kernel_ops tl_emul_kernel_ops = {
     .name = "cuda (emulated)",
     .synchronize = emul_synchronize,
     .matmul = q_matmul,
+    .matmul_ld = q_matmul_ld,
     .matmul_backward = q_matmul_backward,
     .layernorm_forward = q_layernorm_forward,
     .layernorm_backward = q_layernorm_backward,
@@ -432,6 +438,7 @@ const struct tl_kernel_ops tl_emul_kernel_ops = {
     .round_bf16 = q_round_bf16,
     .matmul_bf16 = q_matmul_bf16,
     .matmul_backward_bf16 = q_matmul_backward_bf16,
+    .matmul_ld_bf16 = q_matmul_ld_bf16,
     .rmsnorm_forward = q_rmsnorm_forward,
     .rmsnorm_backward = q_rmsnorm_backward,
     .rope_forward = q_rope_forward,

@@ -117,9 +117,9 @@ static int64_t bucket_of(const tl_trainer* t, int s) {
   return tl_dp_bucket_elems(t->zero, t->layouts[s].n_early, t->cfg.parallel.bucket_mb);
 }
 
-/* The pieces pay temporaries (a piece's packed columns of the head's
- * output gradient; under ZeRO-3 over a group the embedding's output added
- * piece by piece) to never hold the parameter whole: where, on any stage
+/* The pieces may pay temporaries to never hold the parameter whole (under
+ * ZeRO-3 over a group the embedding's output, added piece by piece; the
+ * head reads and writes its pieces in place): where, on any stage
  * holding it, those would hold as much as its gradient at a bucket's rows
  * (a small vocabulary cut into many pieces) it stays whole, late, as
  * without pieces. */

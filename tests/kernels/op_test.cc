@@ -480,6 +480,22 @@ TEST(Bf16, ConversionsAreTheCoreRoundingOnTheGpu) {
   tl_backend_destroy(be);
 }
 
+// n bf16 numbers held in fp32, a sine's values rounded
+std::vector<float> Bf16Numbers(size_t n, int seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++)
+    v[i] = tl_bf16_to_f32(tl_f32_to_bf16((float)std::sin(0.37 * (double)(i + 1) * seed)));
+  return v;
+}
+
+// A copy of h in a buffer of be's device.
+tl_buffer* OnDevice(const tl_backend* be, const std::vector<float>& h) {
+  tl_buffer* b = nullptr;
+  EXPECT_EQ(tl_buffer_create(be->device, sizeof(float) * h.size(), &b), TL_OK);
+  EXPECT_EQ(tl_memcpy(be->device, b->data, tl_cpu(), h.data(), sizeof(float) * h.size()), TL_OK);
+  return b;
+}
+
 // The GPU's bf16 GEMM (matmul_bf16: tensor cores, fp32 accumulation) on
 // bf16 numbers gives the CPU's fp32 matmul up to the order of the sums:
 // every transpose, with bias and accumulation, and the backward's three
@@ -493,18 +509,8 @@ TEST(Bf16, CudaMatmulOfBf16OperandsMatchesTheCpu) {
   ASSERT_EQ(tl_backend_create(tl_cpu(), &cpu), TL_OK);
   ASSERT_NE(gpu->ops->matmul_bf16, nullptr);
   const int M = 96, N = 80, K = 192;
-  auto bf16s = [](size_t n, int seed) {
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; i++)
-      v[i] = tl_bf16_to_f32(tl_f32_to_bf16((float)std::sin(0.37 * (double)(i + 1) * seed)));
-    return v;
-  };
-  auto to_gpu = [&](const std::vector<float>& h) {
-    tl_buffer* b = nullptr;
-    EXPECT_EQ(tl_buffer_create(gpu->device, sizeof(float) * h.size(), &b), TL_OK);
-    EXPECT_EQ(tl_memcpy(gpu->device, b->data, tl_cpu(), h.data(), sizeof(float) * h.size()), TL_OK);
-    return b;
-  };
+  auto bf16s = Bf16Numbers;
+  auto to_gpu = [&](const std::vector<float>& h) { return OnDevice(gpu, h); };
   std::vector<float> a = bf16s((size_t)M * K, 3), b = bf16s((size_t)K * N, 5), bias = bf16s(N, 7);
   std::vector<float> dout = bf16s((size_t)M * N, 11);
   tl_buffer *ga = to_gpu(a), *gb = to_gpu(b), *gbias = to_gpu(bias), *gdout = to_gpu(dout);
@@ -555,6 +561,55 @@ TEST(Bf16, CudaMatmulOfBf16OperandsMatchesTheCpu) {
     tl_buffer_destroy(gout);
   }
   for (tl_buffer* x : {ga, gb, gbias, gdout}) tl_buffer_destroy(x);
+  tl_backend_destroy(gpu);
+  tl_backend_destroy(cpu);
+}
+
+// The strided bf16 GEMM (matmul_ld_bf16) on operands inside wider rows,
+// as a piece of a weight's rows is read and written: the CPU's matmul_ld
+// up to the order of the sums, and the rows' padding left as it was.
+TEST(Bf16, CudaStridedMatmulOfBf16OperandsMatchesTheCpu) {
+  const char* why = nullptr;
+  if (tl_cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  tl_backend *gpu = nullptr, *cpu = nullptr;
+  ASSERT_EQ(tl_backend_create(tl_cuda(0), &gpu), TL_OK) << tl_last_error();
+  ASSERT_EQ(tl_backend_create(tl_cpu(), &cpu), TL_OK);
+  ASSERT_NE(gpu->ops->matmul_ld_bf16, nullptr);
+  const int M = 64, N = 48, K = 160, pad = 24;
+  auto bf16s = Bf16Numbers;
+  auto to_gpu = [&](const std::vector<float>& h) { return OnDevice(gpu, h); };
+  for (int t = 0; t < 8; t++) {
+    const bool ta = t & 1, tb = t & 2, bias_on = t & 4;
+    const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldo = N + pad;
+    std::vector<float> a = bf16s((size_t)(ta ? K : M) * lda, 3),
+                       b = bf16s((size_t)(tb ? N : K) * ldb, 5), bias = bf16s(N, 7),
+                       want = bf16s((size_t)M * ldo, 11), got(want.size());
+    tl_buffer *ga = to_gpu(a), *gb = to_gpu(b), *gbias = to_gpu(bias), *gout = to_gpu(want);
+    const bool acc = !bias_on;
+    ASSERT_EQ(cpu->ops->matmul_ld(cpu->ctx, want.data(), ldo, a.data(), lda, b.data(), ldb,
+                                  bias_on ? bias.data() : nullptr, M, N, K, ta, tb, acc),
+              TL_OK);
+    ASSERT_EQ(gpu->ops->matmul_ld_bf16(
+                  gpu->ctx, (float*)gout->data, ldo, (float*)ga->data, lda, (float*)gb->data, ldb,
+                  bias_on ? (float*)gbias->data : nullptr, M, N, K, ta, tb, acc),
+              TL_OK)
+        << tl_last_error();
+    ASSERT_EQ(gpu->ops->synchronize(gpu->ctx), TL_OK);
+    ASSERT_EQ(tl_memcpy(tl_cpu(), got.data(), gpu->device, gout->data, sizeof(float) * got.size()),
+              TL_OK);
+    double most = 0, worst = 0, padding = 0;
+    for (size_t i = 0; i < got.size(); i++) most = std::max(most, (double)std::fabs(want[i]));
+    for (size_t i = 0; i < got.size(); i++) {
+      const double d = std::fabs((double)got[i] - want[i]);
+      if ((int)(i % ldo) < N)
+        worst = std::max(worst, d);
+      else
+        padding = std::max(padding, d);
+    }
+    EXPECT_LE(worst, 1e-5 * most) << "trans_a " << ta << " trans_b " << tb << " bias " << bias_on;
+    EXPECT_EQ(padding, 0.0) << "trans_a " << ta << " trans_b " << tb << " bias " << bias_on;
+    for (tl_buffer* x : {ga, gb, gbias, gout}) tl_buffer_destroy(x);
+  }
   tl_backend_destroy(gpu);
   tl_backend_destroy(cpu);
 }

@@ -503,6 +503,21 @@ TEST(PlannerMemory, EachZeroStageHoldsLessThanTheOneBeforeWithDefaultSettings) {
   ExpectEachZeroStageBelowTheLast(example, TL_PRECISION_FP32, &w, "examples/gpt_small.json, dp 2");
   ExpectEachZeroStageBelowTheLast(example, TL_PRECISION_BF16, &w, "examples/gpt_small.json, dp 2");
   ExpectEachZeroStageBelowTheLast(wide, TL_PRECISION_FP32, &w, "12 layers x 256, dp 2");
+  // One block (a stage of one unit: ZeRO-3's formula, 16/d plus the unit
+  // gathered, is above ZeRO-2's there): ZeRO-2 holds the tied table in
+  // pieces whose head reads its columns of the logits' gradient in place
+  // (packing them cost more than ZeRO-2 saves: 6.73 against ZeRO-1's 6.69 MB)
+  tl_config one = example;
+  one.model.n_layers = 1;
+  ExpectEachZeroStageBelowTheLast(one, TL_PRECISION_FP32, &w, "1 layer x 128, dp 2", 2);
+  ExpectEachZeroStageBelowTheLast(one, TL_PRECISION_BF16, &w, "1 layer x 128, dp 2", 2);
+  // Two blocks, the vocabulary (256) no larger than a replica's tokens:
+  // ZeRO-3 reads the table in pieces, each added onto the embedding's
+  // output in place (a copy of that output held as much as the table, which
+  // was then kept whole, and ZeRO-3 stayed above ZeRO-2's pieces)
+  tl_config two = example;
+  two.model.n_layers = 2;
+  ExpectEachZeroStageBelowTheLast(two, TL_PRECISION_FP32, &w, "2 layers x 128, dp 2");
   tl_worker_finalize(&w);
 }
 
