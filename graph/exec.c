@@ -25,6 +25,7 @@ struct tl_exec {
   int64_t* param_offset; /* per value: element offset in params */
   int64_t* grad_offset;  /* per parameter value: element offset of its gradient in grads */
   int64_t* grad_acc;     /* exact gradient sums, or NULL (tl_exec_options) */
+  bool* grads_fresh;     /* per parameter: its gradient holds nothing yet (tl_exec_options) */
   struct tl_run_ctx ctx;
   float* seed; /* host copy of the loss-gradient fill */
   int64_t seed_n;
@@ -329,6 +330,7 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
   }
   x->end = opt->end;
   x->grad_acc = opt->grad_acc;
+  x->grads_fresh = grads ? opt->grads_fresh : NULL;
   if (x->grad_acc && (!grads || !be->ops->fixed_add)) {
     free(x);
     return TL_ERRF(TL_ERR_UNSUPPORTED,
@@ -336,8 +338,13 @@ tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* 
                    "with fixed-point kernels (the %s backend has none)",
                    be->ops->name);
   }
-  x->ctx = (struct tl_run_ctx){
-      .be = be, .g = g, .data = ctx_data, .exec = x, .group = opt->group, .ring = opt->ring};
+  x->ctx = (struct tl_run_ctx){.be = be,
+                               .g = g,
+                               .data = ctx_data,
+                               .exec = x,
+                               .group = opt->group,
+                               .ring = opt->ring,
+                               .grads_fresh = x->grads_fresh};
   tl_status st = TL_OK;
   x->param_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
   x->grad_offset = malloc(sizeof(int64_t) * (size_t)g->n_values);
@@ -558,12 +565,49 @@ static tl_status stage_out(tl_exec* x, const tl_node* n) {
   return st;
 }
 
-static tl_status run_op(tl_exec* x, const struct tl_op_def* def, const tl_node* n) {
+/* Before backward node n runs: each parameter gradient it writes that
+ * holds nothing of this step yet is zeroed, unless the op writes it whole
+ * (tl_op_def.overwrites); one in pieces has none here (each piece's
+ * memory begins empty: tl_exec_pieces.begin). */
+static tl_status fresh_in(tl_exec* x, const struct tl_op_def* def, const tl_node* n) {
+  for (int k = 0; k < n->n_out; k++) {
+    const int v = n->out[k];
+    if (v < 0 || x->g->values[v].role != TL_ROLE_PARAM_GRAD ||
+        !x->grads_fresh[x->g->values[v].grad_of])
+      continue;
+    void* at = tl_exec_data(x, v);
+    if (at && !(def->overwrites && def->overwrites(x->g, n, v)))
+      TL_CHECK(
+          tl_memzero(x->be->device, at, sizeof(float) * (size_t)tl_value_numel(&x->g->values[v])));
+  }
+  return TL_OK;
+}
+
+/* After it ran: what it wrote holds this step's gradient now. */
+static void fresh_out(tl_exec* x, const tl_node* n) {
+  for (int k = 0; k < n->n_out; k++) {
+    const int v = n->out[k];
+    if (v >= 0 && x->g->values[v].role == TL_ROLE_PARAM_GRAD)
+      x->grads_fresh[x->g->values[v].grad_of] = false;
+  }
+}
+
+static tl_status run_op_staged(tl_exec* x, const struct tl_op_def* def, const tl_node* n) {
   if (!x->staging || (def->flags & TL_OP_STORED)) return def->run(&x->ctx, n);
   tl_status st = stage_in(x, n);
   if (st == TL_OK) st = def->run(&x->ctx, n);
   tl_status st2 = stage_out(x, n);
   return st != TL_OK ? st : st2;
+}
+
+static tl_status run_op(tl_exec* x, const struct tl_op_def* def, const tl_node* n) {
+  if (x->grads_fresh && n - x->g->nodes >= x->g->n_forward) {
+    TL_CHECK(fresh_in(x, def, n));
+    tl_status st = run_op_staged(x, def, n);
+    fresh_out(x, n);
+    return st;
+  }
+  return run_op_staged(x, def, n);
 }
 
 static tl_status run_node(tl_exec* x, int i) {

@@ -108,6 +108,15 @@ struct tl_exec_options {
   /* parameters whose gradients are written a piece of rows at a time
    * (struct tl_exec_pieces); zeroed: none */
   struct tl_exec_pieces pieces;
+  /* per parameter's value id, shared by the executors over one gradient
+   * buffer: true where its gradient in the buffer holds nothing of this
+   * step yet (the caller marks them so instead of zeroing the buffer).
+   * The first backward node that writes such a gradient writes it rather
+   * than adding into it — a linear layer's weight by its product
+   * (tl_op_def.overwrites), any other after zeroing it just then — and
+   * clears the mark; so the buffer is never zeroed in a pass of its own.
+   * NULL: gradients add into what the buffer holds. */
+  bool* grads_fresh;
 };
 tl_status tl_exec_create_ex(const tl_graph* g, const tl_backend* be, tl_buffer* params,
                             tl_buffer* grads, const struct tl_exec_options* opt, tl_exec** out);

@@ -43,7 +43,17 @@ struct tl_run_ctx {
    * parameter is read in pieces (pieces->param), else within it whole */
   tl_status (*piece_param)(const struct tl_run_ctx* x, int v, int64_t row0, int64_t rows,
                            const float** out);
+  /* per parameter's value id: its gradient holds nothing of this step yet
+   * (exec.h's tl_exec_options.grads_fresh), or NULL */
+  const bool* grads_fresh;
 };
+
+/* Whether a node writing gradient value v whole (tl_op_def.overwrites)
+ * writes it rather than adding into it: nothing of this step is there yet. */
+static inline bool tl_grad_fresh(const struct tl_run_ctx* x, int v) {
+  return x->grads_fresh && v >= 0 && x->g->values[v].role == TL_ROLE_PARAM_GRAD &&
+         x->grads_fresh[x->g->values[v].grad_of];
+}
 
 /* Whether parameter v is read a piece at a time too (not only written). */
 static inline bool tl_piece_params(const struct tl_run_ctx* x) {
@@ -83,6 +93,11 @@ struct tl_op_def {
    * parameter is read in pieces too (its forward runs by pieces). */
   bool (*pieces)(const tl_graph* g, const tl_node* n, int v);
   size_t (*piece_bytes)(const tl_graph* g, const tl_node* n, int64_t rows, bool params);
+  /* Whether backward node n writes its output v, a parameter's gradient,
+   * whole rather than adding into it where tl_grad_fresh says so; NULL:
+   * never (the executor zeroes a fresh gradient before such a node adds
+   * into it). */
+  bool (*overwrites)(const tl_graph* g, const tl_node* n, int v);
 };
 
 /* The op communicates over the run context's group when it runs (forward

@@ -569,17 +569,24 @@ void tl_cost_stage_memory(const tl_cost_model* cm, tl_dtype dtype, const tl_plan
                           const int* layers, int stage, double* state, double* act);
 
 /* Element-wise FLOPs a parameter of the optimizer's step: AdamW's update
- * (kernels/cpu/adamw.c: 16), the gradient norm and clipping (3), zeroing
- * the gradients (1); priced at the spec's element-wise rate, once a step
- * (tl_plan.t_opt) */
-#define TL_COST_OPTIMIZER_FLOPS 20
+ * (kernels/cpu/adamw.c: 16), the gradient norm and clipping (3); priced at
+ * the spec's element-wise rate, once a step (tl_plan.t_opt). Under ZeRO 2
+ * and 3 zeroing the gradients' shard as the step begins adds
+ * TL_COST_ZEROING_FLOPS; under ZeRO 0 and 1 no pass zeroes them (the
+ * step's first backward node to write each writes it: graph/exec.h's
+ * grads_fresh; the few a product does not write — norms, biases, an
+ * untied embedding's table — are zeroed as their node runs, not priced) */
+#define TL_COST_OPTIMIZER_FLOPS 19
+#define TL_COST_ZEROING_FLOPS 1
 /* Bytes a parameter of the same step moves through the device's memory:
  * AdamW reads the weight, its gradient and both moments and writes the
- * weight and the moments (7 x 4), the norm reads the gradient (4) and
- * zeroing writes it (4). With the spec's memory_bandwidth the step takes
- * the longer of these bytes and the FLOPs above (an H100 moves 36 bytes in
- * the time it does ~20,000 bf16 FLOPs: there the bytes set it) */
-#define TL_COST_OPTIMIZER_BYTES 36
+ * weight and the moments (7 x 4), the norm reads the gradient (4); under
+ * ZeRO 2 and 3 zeroing writes it (TL_COST_ZEROING_BYTES). With the spec's
+ * memory_bandwidth the step takes the longer of these bytes and the FLOPs
+ * above (an H100 moves 32 bytes in the time it does ~18,000 bf16 FLOPs:
+ * there the bytes set it) */
+#define TL_COST_OPTIMIZER_BYTES 32
+#define TL_COST_ZEROING_BYTES 4
 
 /* What takes the largest share of the plan's step: "compute", "bubble",
  * "tp comm", "cp comm", "pp comm", "dp comm" or "optimizer". */

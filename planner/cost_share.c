@@ -198,13 +198,18 @@ void tl__cost_pipeline(const tl_cluster* c, tl_plan* p, const struct tl_pp_costs
 /* kernels/cpu/adamw.c: the moments' updates, the bias corrections, a
  * square root and a division, the decay and the step: 16 FLOPs a
  * parameter; the gradient norm's square and sum and clipping's scale: 3
- * more; zeroing the gradients: 1 */
+ * more; under ZeRO 2 and 3 zeroing the gradients' shard: 1 (cost.h) */
 double tl__cost_optimizer_seconds(const tl_cluster* c, const tl_plan* p, double params) {
   const int d = tl_plan_data(p); /* ZeRO shards over dp x cp */
   const double shard = p->zero >= 1 && d > 1 ? params / d : params;
   const double rate = tl_cluster_kernel_peak(c) * c->efficiency * tl__cost_core_speed(c, p);
-  const double flops = rate > 0 ? TL_COST_OPTIMIZER_FLOPS * shard / rate : 0;
-  const double bytes =
-      c->memory_bandwidth > 0 ? TL_COST_OPTIMIZER_BYTES * shard / c->memory_bandwidth : 0;
+  const bool zeroes = p->zero >= 2;
+  const double flops =
+      rate > 0 ? (TL_COST_OPTIMIZER_FLOPS + (zeroes ? TL_COST_ZEROING_FLOPS : 0)) * shard / rate
+               : 0;
+  const double bytes = c->memory_bandwidth > 0
+                           ? (TL_COST_OPTIMIZER_BYTES + (zeroes ? TL_COST_ZEROING_BYTES : 0)) *
+                                 shard / c->memory_bandwidth
+                           : 0;
   return flops > bytes ? flops : bytes;
 }

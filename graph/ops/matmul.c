@@ -160,6 +160,13 @@ static tl_status run_backward_pieces(const struct tl_run_ctx* x, const tl_node* 
   return TL_OK;
 }
 
+/* A linear layer's backward writes W's gradient whole (graph/op.h): its
+ * product with the output written, not added to what W's gradient held. */
+static bool overwrites(const tl_graph* g, const tl_node* n, int v) {
+  (void)g;
+  return v >= 0 && v == n->out[1] && v != n->out[0] && v != n->out[2] && !n->attr[0] && n->attr[1];
+}
+
 static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   int m, nn, k;
   const tl_node* f = &x->g->nodes[n->forward_of];
@@ -167,15 +174,20 @@ static tl_status run_backward(const struct tl_run_ctx* x, const tl_node* n) {
   const int64_t rows = tl_piece_rows(x, f->in[1]);
   if (rows > 0) return run_backward_pieces(x, n, m, nn, k, rows);
   const struct tl_kernel_ops* ops = x->be->ops;
-  if (ops->matmul_backward_bf16 && bf16_operands(x->g, n))
-    return ops->matmul_backward_bf16(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->out[1]),
-                                     TL_DATA(x, n->out[2]), TL_DATA(x, n->in[0]),
-                                     TL_DATA(x, n->in[1]), TL_DATA(x, n->in[2]), m, nn, k,
-                                     n->attr[0], n->attr[1]);
-  return x->be->ops->matmul_backward(x->be->ctx, TL_DATA(x, n->out[0]), TL_DATA(x, n->out[1]),
-                                     TL_DATA(x, n->out[2]), TL_DATA(x, n->in[0]),
-                                     TL_DATA(x, n->in[1]), TL_DATA(x, n->in[2]), m, nn, k,
-                                     n->attr[0], n->attr[1]);
+  const bool bf16 = ops->matmul_backward_bf16 && bf16_operands(x->g, n);
+  tl_status (*backward)(void*, float*, float*, float*, const float*, const float*, const float*,
+                        int, int, int, bool, bool) =
+      bf16 ? ops->matmul_backward_bf16 : ops->matmul_backward;
+  float *da = TL_DATA(x, n->out[0]), *db = TL_DATA(x, n->out[1]), *dbias = TL_DATA(x, n->out[2]),
+        *dout = TL_DATA(x, n->in[0]), *a = TL_DATA(x, n->in[1]), *b = TL_DATA(x, n->in[2]);
+  if (!db || !tl_grad_fresh(x, n->out[1]) || !overwrites(x->g, n, n->out[1]))
+    return backward(x->be->ctx, da, db, dbias, dout, a, b, m, nn, k, n->attr[0], n->attr[1]);
+  /* the first of the step to write W's gradient: dx and the bias's as
+   * always, then dW (N,K) = dout^T (N,M) x (M,K) written */
+  if (da || dbias)
+    TL_CHECK(backward(x->be->ctx, da, NULL, dbias, dout, a, b, m, nn, k, false, true));
+  return (ops->matmul_bf16 && bf16 ? ops->matmul_bf16 : ops->matmul)(x->be->ctx, db, dout, a, NULL,
+                                                                     nn, k, m, true, false, false);
 }
 
 const struct tl_op_def tl_op_matmul = {.name = "matmul",
@@ -185,4 +197,4 @@ const struct tl_op_def tl_op_matmul = {.name = "matmul",
                                        .backward = backward,
                                        .pieces = pieces};
 const struct tl_op_def tl_op_matmul_backward = {
-    .name = "matmul_backward", .n_diff_out = 0, .run = run_backward};
+    .name = "matmul_backward", .n_diff_out = 0, .run = run_backward, .overwrites = overwrites};

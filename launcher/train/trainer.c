@@ -168,6 +168,27 @@ static tl_status build_layout(tl_trainer* t, int s) {
  * norm on one rank only (the last stage leaves the tied embedding to the
  * first, tp ranks other than 0 leave the tensors every rank holds whole; the
  * shards of a dp group are disjoint). */
+/* The parameters some backward node of this rank's chunks writes the
+ * gradient of (t->grads_written), and the executors' marks (grads_fresh). */
+static tl_status written_grads(tl_trainer* t) {
+  const tl_graph* g = t->graph;
+  t->grads_written = calloc((size_t)g->n_values, sizeof(bool));
+  t->grads_fresh = calloc((size_t)g->n_values, sizeof(bool));
+  if (!t->grads_written || !t->grads_fresh)
+    return TL_ERRF(TL_ERR_NOMEM, "out of memory for a trainer");
+  for (int i = g->n_forward; i < g->n_nodes; i++) {
+    const tl_node* n = &g->nodes[i];
+    bool mine = false;
+    for (int c = 0; c < t->n_chunks; c++)
+      mine = mine ||
+             (n->forward_of >= t->chunks[c].node_begin && n->forward_of < t->chunks[c].node_end);
+    for (int k = 0; mine && k < n->n_out; k++)
+      if (n->out[k] >= 0 && g->values[n->out[k]].role == TL_ROLE_PARAM_GRAD)
+        t->grads_written[g->values[n->out[k]].grad_of] = true;
+  }
+  return TL_OK;
+}
+
 static tl_status create_optimizer(tl_trainer* t) {
   const tl_dp_layout* l = t->lay;
   int n = t->buckets ? tl_dp_buckets_pieces(t->buckets, NULL) : l->n_segments;
@@ -368,6 +389,10 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
   if (t->zero < 2) {
     TL_CHECK_GOTO(tl_buffer_create(dev, bytes, &t->grads), st, fail);
     t->grads_owned = true;
+    /* zero once: a step's first backward node to write each gradient
+     * writes it (grads_fresh), and what none writes stays zero */
+    TL_CHECK_GOTO(tl_memzero(dev, t->grads->data, t->grads->bytes), st, fail);
+    TL_CHECK_GOTO(written_grads(t), st, fail);
   }
   /* the data-parallel reduction: whole (zero 0, only in a job with a dp
    * group), or sharded over the group (zero 1, 2; a group of one shards
@@ -465,7 +490,8 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
       .be = t->be,
       .params = t->params,
       .grads = t->grads,
-      .exec = {.begin = t->me->node_begin,
+      .exec = {.grads_fresh = t->grads_fresh,
+               .begin = t->me->node_begin,
                .end = t->me->node_end,
                .param_offset = t->param_offset ? t->param_offset : t->lay->offset,
                .grad_offset = t->grad_offset,
@@ -543,6 +569,8 @@ void tl_trainer_destroy(tl_trainer* t) {
   if (!t) return;
   tl_pp_runtime_destroy(t->rt);
   free(t->scatter);
+  free(t->grads_fresh);
+  free(t->grads_written);
   free(t->piece_cols);
   free(t->piece_rows);
   free(t->piece_cut);

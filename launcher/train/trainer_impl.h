@@ -54,6 +54,11 @@ struct tl_trainer {
    * parameter's gradient lies in it (NULL: at the layout's offset) */
   tl_buffer *params, *grads;
   bool params_owned, grads_owned;
+  /* ZeRO 0 and 1: per parameter, whether the stage's backward writes its
+   * gradient (`written`), and whether it holds nothing of this step yet
+   * (`fresh`: the executors' tl_exec_options.grads_fresh, set from
+   * `written` as a step begins instead of zeroing `grads`); else NULL */
+  bool *grads_fresh, *grads_written;
   /* ZeRO-3: `params` is the buckets' two unit slots (tl_dp_buckets_param_
    * buffer) and param_offset says where each parameter lies in it; ZeRO 1
    * and 2 under bf16 training: `params` is the buckets' whole bf16 working

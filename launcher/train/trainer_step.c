@@ -315,8 +315,8 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   if (t->buckets) TL_CHECK(tl_dp_buckets_begin_step(t->buckets)); /* ZeRO-3: fresh parameters */
   if (t->zero >= 2)
     TL_CHECK(tl_dp_buckets_zero_grads(t->buckets));
-  else
-    TL_CHECK(tl_memzero(t->be->device, t->grads->data, t->grads->bytes));
+  else /* not zeroed: each written by the step's first backward node to write it */
+    memcpy(t->grads_fresh, t->grads_written, sizeof(bool) * (size_t)t->graph->n_values);
   if (t->grad_acc) TL_CHECK(tl_memzero(t->be->device, t->grad_acc->data, t->grad_acc->bytes));
   double loss = 0.0;
   if (t->step + 1 == 3 && tl__trainer_in_job(t) && tl_fault_on(TL_FAULT_RANK_STOPS) &&

@@ -190,7 +190,8 @@ tl_status ProbeBackward(tl_graph*, int) {
   return TL_OK;
 }
 
-const tl_op_def kProbe = {"probe", 1, ProbeInfer, ProbeRun, ProbeBackward, 0, nullptr, nullptr, nullptr};
+const tl_op_def kProbe = {"probe", 1,       ProbeInfer, ProbeRun, ProbeBackward,
+                          0,       nullptr, nullptr,    nullptr,  nullptr};
 
 TEST(Exec, Bf16GraphsStoreBf16AndHandKernelsFp32Copies) {
   int probe = -1;

@@ -133,4 +133,58 @@ TEST(ModelGradient, GradientsAccumulateAcrossBackwardCalls) {
   for (int64_t i = 0; i < h.m.n_params; i++) ASSERT_FLOAT_EQ(twice[i], 2 * once[i]) << i;
 }
 
+// An executor told which gradients hold nothing yet (tl_exec_options.
+// grads_fresh) writes each the first time a node writes it — a linear
+// layer's weight by its product, any other zeroed just before — into a
+// buffer of garbage: the gradients of a zeroed buffer, and after the marks
+// are used up the next backward adds again.
+void ExpectFreshGradientsWritten(const tl_model_config& c, int b, int t) {
+  Harness h(c, b, t);
+  h.Backward();
+  std::vector<float> want((float*)h.grads->data, (float*)h.grads->data + h.m.n_params);
+  bool* fresh = new bool[h.g->n_values]();
+  for (int v = 0; v < h.g->n_values; v++) fresh[v] = h.g->values[v].role == TL_ROLE_PARAM;
+  struct tl_exec_options opt = {};
+  opt.begin = 0, opt.end = h.g->n_forward, opt.grads_fresh = fresh;
+  tl_exec* x = nullptr;
+  ASSERT_EQ(tl_exec_create_ex(h.g, h.be, h.params, h.grads, &opt, &x), TL_OK) << tl_last_error();
+  float* g = (float*)h.grads->data;
+  for (int64_t i = 0; i < h.m.n_params; i++) g[i] = 1e3f + (float)(i % 7);
+  for (int pass = 1; pass <= 2; pass++) {
+    ASSERT_EQ(tl_exec_set_input(x, h.io.tokens, h.tokens.data(), h.tokens.size() * 4), TL_OK);
+    ASSERT_EQ(tl_exec_set_input(x, h.io.targets, h.targets.data(), h.targets.size() * 4), TL_OK);
+    ASSERT_EQ(tl_exec_forward(x, 0, h.g->n_forward), TL_OK) << tl_last_error();
+    ASSERT_EQ(tl_exec_backward(x, 0, h.g->n_forward, 1.0f / (b * t)), TL_OK) << tl_last_error();
+    for (int k = 0; k < h.m.n_tensors; k++) {
+      const tl_param_tensor& p = h.m.tensors[k];
+      for (int64_t i = p.offset; i < p.offset + p.numel; i++)
+        ASSERT_FLOAT_EQ(g[i], pass * want[i])
+            << p.name << " element " << i - p.offset << " after backward " << pass;
+    }
+  }
+  for (int v = 0; v < h.g->n_values; v++)
+    EXPECT_FALSE(fresh[v] && h.g->values[v].role == TL_ROLE_PARAM) << "value " << v;
+  tl_exec_destroy(x);
+  delete[] fresh;
+}
+
+TEST(ModelGradient, FreshGradientsAreWrittenNotAdded) {
+  tl_model_config gpt = {};  // the tied head writes wte's, the embedding adds
+  gpt.kind = TL_MODEL_GPT;
+  gpt.n_layers = 2, gpt.n_heads = 2, gpt.n_embd = 8, gpt.vocab_size = 11;
+  gpt.max_seq_len = 6, gpt.seed = 1;
+  ExpectFreshGradientsWritten(gpt, 2, 5);
+  tl_model_config llama = {};  // untied: the embedding's table zeroed, then scattered
+  llama.kind = TL_MODEL_LLAMA;
+  llama.n_layers = 2, llama.n_heads = 2, llama.n_kv_heads = 1, llama.n_embd = 8;
+  llama.ffn_hidden = 12, llama.vocab_size = 11, llama.max_seq_len = 6, llama.seed = 1;
+  llama.rope_theta = 10000, llama.norm_eps = 1e-5f;
+  ExpectFreshGradientsWritten(llama, 2, 5);
+  tl_model_config mlp = {};
+  mlp.kind = TL_MODEL_MLP;
+  mlp.vocab_size = 11, mlp.n_mlp_layers = 3, mlp.seed = 1;
+  mlp.mlp_sizes[0] = 6, mlp.mlp_sizes[1] = 10, mlp.mlp_sizes[2] = 7, mlp.mlp_sizes[3] = 11;
+  ExpectFreshGradientsWritten(mlp, 2, 3);
+}
+
 }  // namespace

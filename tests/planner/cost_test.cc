@@ -163,7 +163,9 @@ TEST(CostModel, MemoryFollowsScheduleAndRecompute) {
 
 // The optimizer's update, once a step: TL_COST_OPTIMIZER_FLOPS element-wise
 // FLOPs a parameter of the rank's (its data-parallel shard under ZeRO) at
-// the element-wise rate, every rank updating at once.
+// the element-wise rate, every rank updating at once; under ZeRO 2 and 3
+// zeroing the gradients' shard too (ZeRO 0 and 1 zero nothing: the
+// backward writes each gradient first).
 TEST(CostModel, TheOptimizerUpdatesTheRanksParametersOnceAStep) {
   tl_cost_model cm = Build(kShapes[3]);
   tl_cluster c = A100Nodes(1);
@@ -181,6 +183,13 @@ TEST(CostModel, TheOptimizerUpdatesTheRanksParametersOnceAStep) {
   z.zero = 1;
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &z);
   EXPECT_NEAR(z.t_opt, p.t_opt / 4, 1e-9 * p.t_opt);
+  tl_plan z2 = p;
+  z2.zero = 2;
+  tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &z2);
+  EXPECT_NEAR(
+      z2.t_opt,
+      p.t_opt / 4 * (TL_COST_OPTIMIZER_FLOPS + TL_COST_ZEROING_FLOPS) / TL_COST_OPTIMIZER_FLOPS,
+      1e-9 * p.t_opt);
   tl_plan t = Split1F1B(1, 4, 1, 1, 8);
   tl_cost_evaluate(&cm, &c, TL_BF16, nullptr, &t);
   EXPECT_LT(t.t_opt, p.t_opt / 2);
