@@ -100,8 +100,17 @@ void CompareStaged(const tl_model_config& c, int p, int b, int t) {
       memcpy((float*)sp[s]->data + seg.offset, (float*)params->data + g->values[seg.value].offset,
              seg.n * 4);
     }
-    tl_exec_options opt = {
-        st[s].node_begin, st[s].node_end, lay[s].offset, NULL, NULL, NULL, NULL, TL_F32, NULL, {}};
+    tl_exec_options opt = {st[s].node_begin,
+                           st[s].node_end,
+                           lay[s].offset,
+                           NULL,
+                           NULL,
+                           NULL,
+                           NULL,
+                           TL_F32,
+                           NULL,
+                           {},
+                           NULL};
     ASSERT_EQ(tl_exec_create_ex(g, be, sp[s], sg[s], &opt, &x[s]), TL_OK) << tl_last_error();
   }
   ASSERT_EQ(tl_exec_set_input(x[0], io.tokens, tok.data(), tok.size() * 4), TL_OK);

@@ -80,8 +80,8 @@ Pass RunGraph(const tl_graph* g, const tl_model_io& io, const std::vector<float>
   EXPECT_EQ(tl_buffer_create(tl_cpu(), bytes, &gb), TL_OK);
   memcpy(pb->data, params.data(), sizeof(float) * params.size());
   memset(gb->data, 0, bytes);
-  tl_exec_options opt = {0,       g->n_forward, nullptr, tp,      nullptr,
-                         nullptr, nullptr,      TL_F32,  nullptr, {}};
+  tl_exec_options opt = {0,       g->n_forward, nullptr, tp, nullptr, nullptr,
+                         nullptr, TL_F32,       nullptr, {}, nullptr};
   tl_exec* x = nullptr;
   EXPECT_EQ(tl_exec_create_ex(g, be, pb, gb, &opt, &x), TL_OK) << tl_last_error();
   std::vector<float> u(kB * kT + 1);
@@ -405,9 +405,9 @@ std::vector<double> TrainGraph(tl_graph* g, const tl_model_io& io, std::vector<f
     memset((*b)->data, 0, bytes);
   }
   memcpy(pb->data, params->data(), bytes);
-  tl_exec_options opt = {
-      0,      g->n_forward, nullptr, sh ? World() : nullptr, nullptr, nullptr, nullptr,
-      TL_F32, nullptr,      {}};
+  tl_exec_options opt = {0,       g->n_forward, nullptr, sh ? World() : nullptr,
+                         nullptr, nullptr,      nullptr, TL_F32,
+                         nullptr, {},           nullptr};
   tl_exec* x = nullptr;
   EXPECT_EQ(tl_exec_create_ex(g, be, pb, gb, &opt, &x), TL_OK) << tl_last_error();
   std::vector<int64_t> offset(g->n_values, -1);
