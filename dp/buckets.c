@@ -163,6 +163,7 @@ static tl_status create_zero2(tl_dp_buckets* b) {
   zero2_sizes(l->n, l->n - l->n_early, l->n - b->piece_from, piece_max, b->staging, b->size, b->per,
               &gbuf, &slot, &temp, &image);
   TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)gbuf, &b->gbuf));
+  TL_CHECK(tl_memzero(dev, b->gbuf->data, b->gbuf->bytes)); /* staging_written: zeroed once */
   for (int s = 0; s < 2; s++) {
     TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)slot, &b->slot[s]));
     if (temp) TL_CHECK(tl_buffer_create(dev, sizeof(float) * (size_t)temp, &b->temp[s]));
@@ -221,6 +222,7 @@ tl_status tl_dp_buckets_create(const struct tl_dp_buckets_config* c, tl_dp_bucke
   b->size = b->group ? tl_group_size(b->group) : 1;
   b->rank = b->group ? tl_group_rank(b->group) : 0;
   b->zero = c->zero;
+  b->staging_written = c->staging_written;
   b->bf16 = c->wire == TL_BF16 && b->group;
   /* bf16 training: ZeRO-3's gathered units, and under ZeRO 1 and 2 over a
    * group the whole stage's working parameters, in bf16 beside the fp32
@@ -483,12 +485,14 @@ static tl_status stream(tl_dp_buckets* b, int64_t a, int64_t e) {
     }
   }
   b->filled = e < b->layout->n_early ? e : 0;
-  return tl_memzero(dev, b->gbuf->data, sizeof(float) * (size_t)(e - a));
+  /* the next node's gradients are written over them, or added to zeros */
+  return b->staging_written ? TL_OK
+                            : tl_memzero(dev, b->gbuf->data, sizeof(float) * (size_t)(e - a));
 }
 
 tl_status tl_dp_buckets_zero_grads(tl_dp_buckets* b) {
   if (b->zero < 2) return TL_OK;
-  TL_CHECK(tl_memzero(b->be->device, b->gbuf->data, b->gbuf->bytes));
+  if (!b->staging_written) TL_CHECK(tl_memzero(b->be->device, b->gbuf->data, b->gbuf->bytes));
   return tl_memzero(b->be->device, b->shard->data, b->shard->bytes);
 }
 

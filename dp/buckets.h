@@ -72,6 +72,12 @@ struct tl_dp_buckets_config {
   /* zero 0 and 1: the layout's n floats of gradients on be's device (not
    * owned); zero 2 and 3: NULL (the buckets own their gradient buffers) */
   float* grads;
+  /* zero 2 and 3: the caller's backward writes each node's gradients into
+   * the staging and the late ones rather than adding into them where they
+   * hold nothing of the step yet (graph/exec.h's grads_fresh, marked again
+   * for a node's gradients once tl_dp_buckets_node_done has moved them), so
+   * the buckets zero neither: only the shard as a step begins */
+  bool staging_written;
   /* zero 3: the units whose parameters are gathered together (a block,
    * the embedding, the head): unit u is forward nodes [unit_begin[u],
    * unit_begin[u + 1]) of the layout's range, n_units + 1 entries (copied) */
@@ -140,7 +146,8 @@ void tl_dp_buckets_destroy(tl_dp_buckets* b); /* waits for nothing: finish first
  * into their buckets (call it during every backward). */
 tl_status tl_dp_buckets_node_done(tl_dp_buckets* b, int forward_node);
 /* Zeroes the gradient memory the buckets own (zero 2: staging, late
- * gradients, the shard) before a step; nothing for zero 0 and 1. */
+ * gradients, the shard; with staging_written the shard alone) before a
+ * step; nothing for zero 0 and 1. */
 tl_status tl_dp_buckets_zero_grads(tl_dp_buckets* b);
 /* Launches the remaining buckets and waits for all; then resets for the
  * next step. Zero 1 and 2: the late parameters' gradients must hold their

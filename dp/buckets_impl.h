@@ -9,6 +9,7 @@
 struct tl_dp_buckets {
   tl_group* group; /* NULL for a group of one */
   int size, rank, zero;
+  bool staging_written; /* zero 2, 3: the config's (no staging zeroed) */
   const tl_dp_layout* layout;
   const tl_backend* be;
   float* grads; /* zero 0, 1: the caller's whole gradient buffer */

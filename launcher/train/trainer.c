@@ -392,8 +392,9 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
     /* zero once: a step's first backward node to write each gradient
      * writes it (grads_fresh), and what none writes stays zero */
     TL_CHECK_GOTO(tl_memzero(dev, t->grads->data, t->grads->bytes), st, fail);
-    TL_CHECK_GOTO(written_grads(t), st, fail);
   }
+  /* ZeRO 2-3 alike, into the buckets' staging (staging_written) */
+  TL_CHECK_GOTO(written_grads(t), st, fail);
   /* the data-parallel reduction: whole (zero 0, only in a job with a dp
    * group), or sharded over the group (zero 1, 2; a group of one shards
    * nothing but runs the same code); none in the deterministic mode, which
@@ -417,6 +418,7 @@ tl_status tl_trainer_create(const struct tl_config* cfg, const struct tl_trainer
         .zero = t->zero,
         .be = t->be,
         .grads = t->grads ? (float*)t->grads->data : NULL,
+        .staging_written = true,
         .n_units = n_units,
         .unit_begin = units,
         .wire = cfg->parallel.grad_reduce == TL_PRECISION_BF16 ? TL_BF16 : TL_F32,

@@ -54,10 +54,11 @@ struct tl_trainer {
    * parameter's gradient lies in it (NULL: at the layout's offset) */
   tl_buffer *params, *grads;
   bool params_owned, grads_owned;
-  /* ZeRO 0 and 1: per parameter, whether the stage's backward writes its
-   * gradient (`written`), and whether it holds nothing of this step yet
-   * (`fresh`: the executors' tl_exec_options.grads_fresh, set from
-   * `written` as a step begins instead of zeroing `grads`); else NULL */
+  /* per parameter, whether the stage's backward writes its gradient
+   * (`written`), and whether it holds nothing of this step yet (`fresh`:
+   * the executors' tl_exec_options.grads_fresh, set from `written` as a
+   * step begins instead of zeroing `grads`; under ZeRO 2-3 set again for a
+   * node's gradients once the buckets took them from the staging) */
   bool *grads_fresh, *grads_written;
   /* ZeRO-3: `params` is the buckets' two unit slots (tl_dp_buckets_param_
    * buffer) and param_offset says where each parameter lies in it; ZeRO 1

@@ -55,7 +55,14 @@ static tl_status add_losses(tl_trainer* t, tl_exec* x, double* sum, int64_t* fix
 
 static tl_status bucket_hook(void* user, int forward_node) {
   tl_trainer* t = user;
-  return tl_dp_buckets_node_done(t->buckets, forward_node);
+  TL_CHECK(tl_dp_buckets_node_done(t->buckets, forward_node));
+  /* ZeRO 2-3: the node's early gradients have left the staging, which the
+   * next node's are written over: the next micro-batch writes them afresh */
+  const tl_dp_layout* l = t->lay;
+  for (int i = 0; t->zero >= 2 && i < l->n_segments && l->segments[i].offset < l->n_early; i++)
+    if (l->segments[i].first_use == forward_node)
+      t->grads_fresh[l->segments[i].value] = t->grads_written[l->segments[i].value];
+  return TL_OK;
 }
 
 /* First sequence of micro-batch i of this replica within the global batch. */
@@ -313,10 +320,10 @@ tl_status tl_trainer_step(tl_trainer* t, struct tl_step_stats* out) {
   t->wait_seconds = 0;
   /* 1. gradients of the mean loss over the global batch */
   if (t->buckets) TL_CHECK(tl_dp_buckets_begin_step(t->buckets)); /* ZeRO-3: fresh parameters */
-  if (t->zero >= 2)
-    TL_CHECK(tl_dp_buckets_zero_grads(t->buckets));
-  else /* not zeroed: each written by the step's first backward node to write it */
-    memcpy(t->grads_fresh, t->grads_written, sizeof(bool) * (size_t)t->graph->n_values);
+  /* not zeroed: each written by the step's first backward node to write it
+   * (ZeRO 2-3: only their shard is zeroed) */
+  memcpy(t->grads_fresh, t->grads_written, sizeof(bool) * (size_t)t->graph->n_values);
+  if (t->zero >= 2) TL_CHECK(tl_dp_buckets_zero_grads(t->buckets));
   if (t->grad_acc) TL_CHECK(tl_memzero(t->be->device, t->grad_acc->data, t->grad_acc->bytes));
   double loss = 0.0;
   if (t->step + 1 == 3 && tl__trainer_in_job(t) && tl_fault_on(TL_FAULT_RANK_STOPS) &&
